@@ -1,0 +1,105 @@
+//! Command line (clap derive) and the validated configuration it yields.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::nic::{parse_mac, MacAddr};
+use crate::uplink::UplinkSpec;
+
+#[derive(Debug, Parser)]
+#[command(name = "vt3d", version, about = "vt3d: a virtual T3-class iWARP RNIC for QEMU (vhost-user-net backend)")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve one NIC to QEMU over a vhost-user socket.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// vhost-user socket QEMU connects to (`-chardev socket,path=...`).
+    #[arg(long, value_name = "PATH")]
+    pub socket: PathBuf,
+    /// Where frames leave: udp:LOCAL_IP:PORT,REMOTE_IP:PORT |
+    /// unix-dgram:LOCAL_PATH,REMOTE_PATH | tap:IFNAME
+    #[arg(long, value_name = "SPEC")]
+    pub uplink: UplinkSpec,
+    /// The guest's MAC (as given to QEMU's virtio-net-pci): unicast frames
+    /// for other MACs are filtered out.
+    #[arg(long, value_parser = mac_arg)]
+    pub mac: Option<MacAddr>,
+    /// Largest IP MTU carried (frames up to MTU + 18 bytes).
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u16).range(68..=65000))]
+    pub mtu: u16,
+}
+
+fn mac_arg(s: &str) -> Result<MacAddr, String> {
+    parse_mac(s).ok_or_else(|| format!("{s:?} is not a MAC address like 52:54:00:12:34:56"))
+}
+
+/// What `vt3d serve` runs with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub socket: PathBuf,
+    pub uplink: UplinkSpec,
+    pub mac: Option<MacAddr>,
+    pub mtu: usize,
+}
+
+impl From<ServeArgs> for Config {
+    fn from(a: ServeArgs) -> Self {
+        Self { socket: a.socket, uplink: a.uplink, mac: a.mac, mtu: usize::from(a.mtu) }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use clap::error::ErrorKind;
+
+    fn parse(args: &[&str]) -> Result<Config, clap::Error> {
+        let cli = Cli::try_parse_from(std::iter::once("vt3d").chain(args.iter().copied()))?;
+        let Command::Serve(a) = cli.command;
+        Ok(a.into())
+    }
+
+    #[test]
+    fn full_command_line() {
+        let c = parse(&[
+            "serve", "--socket", "/run/vt3/a.sock", "--uplink", "unix-dgram:/t/a,/t/b",
+            "--mac", "52:54:00:00:00:01", "--mtu", "9000",
+        ])
+        .unwrap();
+        assert_eq!(c.socket, PathBuf::from("/run/vt3/a.sock"));
+        assert_eq!(c.mac, Some([0x52, 0x54, 0, 0, 0, 1]));
+        assert_eq!(c.mtu, 9000);
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse(&["serve", "--socket", "s", "--uplink", "tap:t0"]).unwrap();
+        assert_eq!((c.mac, c.mtu), (None, 1500));
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        let cases: [(&[&str], &str); 5] = [
+            (&["serve", "--uplink", "tap:t0"], "--socket"),
+            (&["serve", "--socket", "s", "--uplink", "vde:x"], "unknown uplink type"),
+            (&["serve", "--socket", "s", "--uplink", "tap:t0", "--mac", "52:54"], "not a MAC"),
+            (&["serve", "--socket", "s", "--uplink", "tap:t0", "--mtu", "65001"], "65001"),
+            (&["serve", "--socket", "s", "--uplink", "udp:1.2.3.4:5"], "two endpoints"),
+        ];
+        for (args, needle) in cases {
+            let err = parse(args).unwrap_err();
+            assert!(err.to_string().contains(needle), "{args:?}: {err}");
+        }
+        assert_eq!(parse(&[]).unwrap_err().kind(), ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand);
+    }
+}

@@ -1,0 +1,63 @@
+//! vt3d: a virtual T3-class iWARP RNIC, served to QEMU as a vhost-user-net
+//! backend.
+//!
+//! Layout follows the device (see DESIGN.md §1):
+//! - [`vhost`]: the vhost-user socket, the relay in front of the rust-vmm
+//!   daemon, and the per-connection backend.
+//! - [`nic`]: the Ethernet function — virtqueue datapath and the demux
+//!   point where the RDMA function (control channel, TOE) attaches.
+//! - [`uplink`]: where frames leave the host side (udp, unix-dgram, tap).
+//! - [`config`]: command line and configuration.
+
+pub mod config;
+pub mod nic;
+pub mod uplink;
+pub mod vhost;
+
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+
+use thiserror::Error;
+
+pub use config::Config;
+use nic::Nic;
+
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("uplink {spec}: {source}")]
+    Uplink { spec: String, source: io::Error },
+    #[error("signal handling: {0}")]
+    Signals(io::Error),
+    #[error(transparent)]
+    Vhost(#[from] vhost::VhostError),
+}
+
+/// Runs `vt3d serve` until SIGINT or SIGTERM.
+pub fn serve(config: &Config) -> Result<(), Error> {
+    let uplink = config
+        .uplink
+        .open()
+        .map_err(|source| Error::Uplink { spec: config.uplink.to_string(), source })?;
+    let nic = Arc::new(Nic::new(uplink, config.mac, config.mtu));
+    let listener = vhost::bind_frontend_socket(&config.socket)?;
+
+    // Signals become a readable socket that every wait also polls.
+    let (stop, stop_writer) = UnixStream::pair().map_err(Error::Signals)?;
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let writer = stop_writer.try_clone().map_err(Error::Signals)?;
+        signal_hook::low_level::pipe::register(signal, writer).map_err(Error::Signals)?;
+    }
+
+    log::info!(
+        "vt3d serving {} (uplink {}, mtu {})",
+        config.socket.display(),
+        config.uplink,
+        config.mtu
+    );
+    let result = vhost::serve_frontends(&listener, &nic, stop.as_fd());
+    let _ = std::fs::remove_file(&config.socket);
+    log::info!("vt3d exiting; {}", nic.stats);
+    Ok(result?)
+}

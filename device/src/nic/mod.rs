@@ -1,0 +1,294 @@
+//! The Ethernet function of the T3: frames between the guest's virtqueues
+//! and the uplink, and the demux point where the RDMA function will take
+//! its share (control EtherType now; offloaded TCP later).
+
+pub mod virtio;
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::uplink::Uplink;
+
+/// EtherType of the driver↔device control channel (IEEE local
+/// experimental). Never forwarded to or accepted from the uplink.
+pub const VT3_CONTROL_ETHERTYPE: u16 = 0x88b5;
+/// Ethernet header plus one VLAN tag.
+pub const L2_OVERHEAD: usize = 18;
+/// Shortest frame we pass on (destination, source, EtherType).
+const MIN_FRAME: usize = 14;
+
+pub type MacAddr = [u8; 6];
+
+/// Where a frame from the guest goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuestFrame {
+    /// Ordinary traffic for the uplink.
+    Uplink,
+    /// A control frame for the device (consumed, never forwarded).
+    Control,
+    /// Too short to be Ethernet.
+    Runt,
+}
+
+/// Classifies a frame the guest transmitted.
+pub fn classify_from_guest(frame: &[u8]) -> GuestFrame {
+    match ethertype(frame) {
+        None => GuestFrame::Runt,
+        Some(VT3_CONTROL_ETHERTYPE) => GuestFrame::Control,
+        Some(_) => GuestFrame::Uplink,
+    }
+}
+
+/// EtherType of a frame, looking through one 802.1Q tag.
+pub fn ethertype(frame: &[u8]) -> Option<u16> {
+    let at = |i: usize| frame.get(i..i + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
+    match at(12)? {
+        0x8100 | 0x88a8 => at(16),
+        t => Some(t),
+    }
+}
+
+/// Counters of the Ethernet function; read by logs now and by `vt3d ctl`.
+#[derive(Debug, Default)]
+pub struct NicStats {
+    pub tx_frames: AtomicU64,
+    pub tx_bytes: AtomicU64,
+    pub tx_malformed_chains: AtomicU64,
+    pub tx_uplink_errors: AtomicU64,
+    pub tx_runts: AtomicU64,
+    pub control_frames: AtomicU64,
+    pub rx_frames: AtomicU64,
+    pub rx_bytes: AtomicU64,
+    pub rx_malformed_chains: AtomicU64,
+    pub rx_dropped_no_room: AtomicU64,
+    pub rx_dropped_oversize: AtomicU64,
+    pub rx_dropped_control: AtomicU64,
+    pub rx_filtered: AtomicU64,
+}
+
+impl NicStats {
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn rows(&self) -> [(&'static str, u64); 13] {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        [
+            ("tx_frames", g(&self.tx_frames)),
+            ("tx_bytes", g(&self.tx_bytes)),
+            ("tx_malformed_chains", g(&self.tx_malformed_chains)),
+            ("tx_uplink_errors", g(&self.tx_uplink_errors)),
+            ("tx_runts", g(&self.tx_runts)),
+            ("control_frames", g(&self.control_frames)),
+            ("rx_frames", g(&self.rx_frames)),
+            ("rx_bytes", g(&self.rx_bytes)),
+            ("rx_malformed_chains", g(&self.rx_malformed_chains)),
+            ("rx_dropped_no_room", g(&self.rx_dropped_no_room)),
+            ("rx_dropped_oversize", g(&self.rx_dropped_oversize)),
+            ("rx_dropped_control", g(&self.rx_dropped_control)),
+            ("rx_filtered", g(&self.rx_filtered)),
+        ]
+    }
+}
+
+impl fmt::Display for NicStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut sep = "";
+        for (name, value) in self.rows() {
+            write!(f, "{sep}{name}={value}")?;
+            sep = " ";
+        }
+        Ok(())
+    }
+}
+
+/// The NIC as it outlives frontend connections: the uplink and counters.
+#[derive(Debug)]
+pub struct Nic {
+    uplink: Box<dyn Uplink>,
+    /// Unicast frames for other MACs are filtered when set.
+    mac: Option<MacAddr>,
+    mtu: usize,
+    pub stats: NicStats,
+}
+
+impl Nic {
+    pub fn new(uplink: Box<dyn Uplink>, mac: Option<MacAddr>, mtu: usize) -> Self {
+        Self { uplink, mac, mtu, stats: NicStats::default() }
+    }
+
+    pub fn uplink(&self) -> &dyn Uplink {
+        self.uplink.as_ref()
+    }
+
+    /// Largest frame (without virtio-net header) carried either way.
+    pub fn max_frame(&self) -> usize {
+        self.mtu + L2_OVERHEAD
+    }
+
+    /// Takes a frame the guest transmitted.
+    pub fn from_guest(&self, frame: &[u8]) {
+        match classify_from_guest(frame) {
+            GuestFrame::Runt => NicStats::add(&self.stats.tx_runts, 1),
+            // The control plane attaches here; until then the device
+            // consumes control frames (DESIGN §2: never forwarded).
+            GuestFrame::Control => NicStats::add(&self.stats.control_frames, 1),
+            GuestFrame::Uplink => match self.uplink.send(frame) {
+                Ok(()) => {
+                    NicStats::add(&self.stats.tx_frames, 1);
+                    NicStats::add(&self.stats.tx_bytes, frame.len() as u64);
+                }
+                Err(e) => {
+                    log::trace!("uplink send: {e}");
+                    NicStats::add(&self.stats.tx_uplink_errors, 1);
+                }
+            },
+        }
+    }
+
+    /// Decides whether a frame from the uplink may reach the guest.
+    pub fn accept_from_uplink(&self, frame: &[u8]) -> bool {
+        if frame.len() > self.max_frame() {
+            NicStats::add(&self.stats.rx_dropped_oversize, 1);
+            return false;
+        }
+        if frame.len() < MIN_FRAME {
+            NicStats::add(&self.stats.rx_filtered, 1);
+            return false;
+        }
+        if ethertype(frame) == Some(VT3_CONTROL_ETHERTYPE) {
+            NicStats::add(&self.stats.rx_dropped_control, 1);
+            return false;
+        }
+        if let (Some(mac), Some(dst)) = (self.mac, frame.get(..6)) {
+            let group = dst.first().is_some_and(|b| b & 1 == 1);
+            if !group && dst != mac {
+                NicStats::add(&self.stats.rx_filtered, 1);
+                return false;
+            }
+        }
+        true
+    }
+
+    pub fn count_rx(&self, chains: &virtio::ChainStats) {
+        NicStats::add(&self.stats.rx_frames, chains.frames);
+        NicStats::add(&self.stats.rx_bytes, chains.bytes);
+        NicStats::add(&self.stats.rx_malformed_chains, chains.malformed);
+    }
+
+    pub fn count_tx_malformed(&self, n: u64) {
+        NicStats::add(&self.stats.tx_malformed_chains, n);
+    }
+
+    pub fn count_rx_dropped(&self) {
+        NicStats::add(&self.stats.rx_dropped_no_room, 1);
+    }
+}
+
+/// Parses `52:54:00:12:34:56`.
+pub fn parse_mac(s: &str) -> Option<MacAddr> {
+    let mut mac = [0u8; 6];
+    let mut parts = s.split(':');
+    for byte in &mut mac {
+        let p = parts.next()?;
+        if p.len() != 2 {
+            return None;
+        }
+        *byte = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::io;
+    use std::os::fd::{AsRawFd, RawFd};
+    use std::sync::Mutex;
+
+    /// An uplink that records what is sent.
+    #[derive(Debug, Default)]
+    struct Recorder(Mutex<Vec<Vec<u8>>>);
+
+    impl Uplink for Recorder {
+        fn send(&self, frame: &[u8]) -> io::Result<()> {
+            self.0.lock().unwrap().push(frame.to_vec());
+            Ok(())
+        }
+        fn recv(&self, _: &mut [u8]) -> io::Result<Option<usize>> {
+            Ok(None)
+        }
+    }
+
+    impl AsRawFd for Recorder {
+        fn as_raw_fd(&self) -> RawFd {
+            -1
+        }
+    }
+
+    const MAC: MacAddr = [0x52, 0x54, 0, 0, 0, 1];
+
+    fn eth(dst: MacAddr, ethertype: u16, len: usize) -> Vec<u8> {
+        let mut f = vec![0u8; len];
+        f[..6].copy_from_slice(&dst);
+        f[12..14].copy_from_slice(&ethertype.to_be_bytes());
+        f
+    }
+
+    fn nic() -> Nic {
+        Nic::new(Box::<Recorder>::default(), Some(MAC), 1500)
+    }
+
+    fn sent(nic: &Nic) -> usize {
+        nic.stats.tx_frames.load(Ordering::Relaxed) as usize
+    }
+
+    #[test]
+    fn control_frames_never_reach_the_uplink() {
+        let nic = nic();
+        nic.from_guest(&eth(MAC, VT3_CONTROL_ETHERTYPE, 64));
+        let mut tagged = eth(MAC, 0x8100, 64);
+        tagged[16..18].copy_from_slice(&VT3_CONTROL_ETHERTYPE.to_be_bytes());
+        nic.from_guest(&tagged);
+        nic.from_guest(&eth(MAC, 0x0800, 64));
+        nic.from_guest(&[0u8; 13]);
+        assert_eq!(sent(&nic), 1);
+        assert_eq!(nic.stats.control_frames.load(Ordering::Relaxed), 2);
+        assert_eq!(nic.stats.tx_runts.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn uplink_control_frames_are_dropped() {
+        let nic = nic();
+        assert!(!nic.accept_from_uplink(&eth(MAC, VT3_CONTROL_ETHERTYPE, 64)));
+        assert_eq!(nic.stats.rx_dropped_control.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn mac_filter_passes_ours_and_group_frames_only() {
+        let nic = nic();
+        assert!(nic.accept_from_uplink(&eth(MAC, 0x0800, 64)));
+        assert!(nic.accept_from_uplink(&eth([0xff; 6], 0x0806, 64)));
+        assert!(nic.accept_from_uplink(&eth([0x33, 0x33, 0, 0, 0, 1], 0x86dd, 64)));
+        assert!(!nic.accept_from_uplink(&eth([0x52, 0x54, 0, 0, 0, 2], 0x0800, 64)));
+        let open = Nic::new(Box::<Recorder>::default(), None, 1500);
+        assert!(open.accept_from_uplink(&eth([0x52, 0x54, 0, 0, 0, 2], 0x0800, 64)));
+    }
+
+    #[test]
+    fn frames_over_the_mtu_are_dropped() {
+        let nic = Nic::new(Box::<Recorder>::default(), None, 9000);
+        assert!(nic.accept_from_uplink(&eth(MAC, 0x0800, 9018)));
+        assert!(!nic.accept_from_uplink(&eth(MAC, 0x0800, 9019)));
+        assert!(!nic.accept_from_uplink(&[0u8; 10]));
+    }
+
+    #[test]
+    fn mac_parsing() {
+        assert_eq!(parse_mac("52:54:00:ab:CD:ef"), Some([0x52, 0x54, 0, 0xab, 0xcd, 0xef]));
+        for bad in ["", "52:54:00:ab:cd", "52:54:00:ab:cd:ef:01", "5:54:00:ab:cd:ef", "zz:54:00:ab:cd:ef"] {
+            assert_eq!(parse_mac(bad), None, "{bad}");
+        }
+    }
+}

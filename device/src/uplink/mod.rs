@@ -1,0 +1,172 @@
+//! Uplinks: where the NIC's Ethernet frames go when they leave the host
+//! side of the guest. Each datagram or tap read carries exactly one frame,
+//! byte-compatible with QEMU's `-netdev socket,udp=` and `-netdev dgram`.
+
+mod tap;
+mod udp;
+mod unix_dgram;
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use thiserror::Error;
+
+pub use tap::TapUplink;
+pub use udp::UdpUplink;
+pub use unix_dgram::UnixDgramUplink;
+
+/// Size of the receive buffer: larger than any UDP datagram, so a frame is
+/// never silently truncated; anything over the MTU is dropped by the NIC.
+pub const RECV_BUF_LEN: usize = 65_536;
+
+/// One Ethernet segment vt3d is attached to.
+pub trait Uplink: AsRawFd + Send + Sync + fmt::Debug {
+    /// Sends one frame. Transient failures (peer not up yet, buffer full)
+    /// are errors the caller counts as drops, like a NIC with no link.
+    fn send(&self, frame: &[u8]) -> io::Result<()>;
+    /// Receives one frame without blocking; `Ok(None)` when none is pending.
+    fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>>;
+}
+
+/// `--uplink` as given on the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UplinkSpec {
+    /// `udp:LOCAL_IP:PORT,REMOTE_IP:PORT`
+    Udp { local: SocketAddr, remote: SocketAddr },
+    /// `unix-dgram:LOCAL_PATH,REMOTE_PATH`
+    UnixDgram { local: PathBuf, remote: PathBuf },
+    /// `tap:IFNAME`
+    Tap { ifname: String },
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum SpecError {
+    #[error("unknown uplink type {0:?} (expected udp:, unix-dgram: or tap:)")]
+    UnknownType(String),
+    #[error("{0}: expected two endpoints separated by a comma")]
+    MissingRemote(&'static str),
+    #[error("invalid socket address {0:?} (expected IP:PORT)")]
+    BadAddress(String),
+    #[error("interface name {0:?} must be 1 to 15 characters, no '/' or NUL")]
+    BadIfname(String),
+    #[error("empty socket path")]
+    EmptyPath,
+}
+
+impl FromStr for UplinkSpec {
+    type Err = SpecError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (kind, rest) = s
+            .split_once(':')
+            .ok_or_else(|| SpecError::UnknownType(s.to_owned()))?;
+        match kind {
+            "udp" => {
+                let (l, r) = rest.split_once(',').ok_or(SpecError::MissingRemote("udp"))?;
+                let parse = |a: &str| a.parse().map_err(|_| SpecError::BadAddress(a.to_owned()));
+                Ok(Self::Udp { local: parse(l)?, remote: parse(r)? })
+            }
+            "unix-dgram" => {
+                let (l, r) = rest
+                    .split_once(',')
+                    .ok_or(SpecError::MissingRemote("unix-dgram"))?;
+                if l.is_empty() || r.is_empty() {
+                    return Err(SpecError::EmptyPath);
+                }
+                Ok(Self::UnixDgram { local: l.into(), remote: r.into() })
+            }
+            "tap" => {
+                let valid = (1..=15).contains(&rest.len()) && !rest.contains(['/', '\0']);
+                if !valid {
+                    return Err(SpecError::BadIfname(rest.to_owned()));
+                }
+                Ok(Self::Tap { ifname: rest.to_owned() })
+            }
+            other => Err(SpecError::UnknownType(other.to_owned())),
+        }
+    }
+}
+
+impl fmt::Display for UplinkSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Udp { local, remote } => write!(f, "udp:{local},{remote}"),
+            Self::UnixDgram { local, remote } => {
+                write!(f, "unix-dgram:{},{}", local.display(), remote.display())
+            }
+            Self::Tap { ifname } => write!(f, "tap:{ifname}"),
+        }
+    }
+}
+
+impl UplinkSpec {
+    /// Opens the uplink in non-blocking mode.
+    pub fn open(&self) -> io::Result<Box<dyn Uplink>> {
+        Ok(match self {
+            Self::Udp { local, remote } => Box::new(UdpUplink::open(*local, *remote)?),
+            Self::UnixDgram { local, remote } => Box::new(UnixDgramUplink::open(local, remote)?),
+            Self::Tap { ifname } => Box::new(TapUplink::open(ifname)?),
+        })
+    }
+}
+
+/// Maps "nothing to read" to `Ok(None)`.
+fn nonblocking<T>(r: io::Result<T>) -> io::Result<Option<T>> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_kind() {
+        assert_eq!(
+            "udp:127.0.0.1:5000,127.0.0.1:5001".parse(),
+            Ok(UplinkSpec::Udp {
+                local: "127.0.0.1:5000".parse().unwrap(),
+                remote: "127.0.0.1:5001".parse().unwrap()
+            })
+        );
+        assert_eq!(
+            "unix-dgram:/tmp/a,/tmp/b".parse(),
+            Ok(UplinkSpec::UnixDgram { local: "/tmp/a".into(), remote: "/tmp/b".into() })
+        );
+        assert_eq!("tap:vt3tap0".parse(), Ok(UplinkSpec::Tap { ifname: "vt3tap0".into() }));
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for s in ["udp:127.0.0.1:5000,[::1]:7", "unix-dgram:/x/a,/x/b", "tap:t0"] {
+            assert_eq!(s.parse::<UplinkSpec>().unwrap().to_string(), s);
+        }
+    }
+
+    #[test]
+    fn rejects_bad_specs() {
+        let bad = [
+            ("", SpecError::UnknownType(String::new())),
+            ("vde:/x", SpecError::UnknownType("vde".into())),
+            ("udp:127.0.0.1:5000", SpecError::MissingRemote("udp")),
+            ("udp:127.0.0.1,127.0.0.1:5", SpecError::BadAddress("127.0.0.1".into())),
+            ("udp:1.2.3.4:5,host:5", SpecError::BadAddress("host:5".into())),
+            ("unix-dgram:/a", SpecError::MissingRemote("unix-dgram")),
+            ("unix-dgram:,/b", SpecError::EmptyPath),
+            ("tap:", SpecError::BadIfname(String::new())),
+            ("tap:a/b", SpecError::BadIfname("a/b".into())),
+            ("tap:0123456789abcdef", SpecError::BadIfname("0123456789abcdef".into())),
+        ];
+        for (s, want) in bad {
+            assert_eq!(s.parse::<UplinkSpec>(), Err(want), "{s}");
+        }
+    }
+}

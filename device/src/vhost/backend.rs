@@ -1,0 +1,259 @@
+//! The vhost-user-net backend for one frontend connection: feature
+//! negotiation and the event handler that moves frames between the
+//! virtqueues and the uplink.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
+use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
+use virtio_bindings::bindings::virtio_config::VIRTIO_F_VERSION_1;
+use virtio_bindings::bindings::virtio_net::VIRTIO_NET_F_MRG_RXBUF;
+use virtio_bindings::bindings::virtio_ring::{
+    VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC,
+};
+use virtio_queue::QueueT;
+use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
+use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier};
+
+use crate::nic::virtio::{
+    deliver_rx, drain_tx, ChainStats, NetLayout, RxOutcome, Scratch, VNET_HDR_LEN,
+    VNET_HDR_LEN_LEGACY,
+};
+use crate::nic::Nic;
+use crate::uplink::RECV_BUF_LEN;
+
+/// virtio-net queue indices.
+pub const RX_QUEUE: u16 = 0;
+pub const TX_QUEUE: u16 = 1;
+const NUM_QUEUES: usize = 2;
+/// Epoll id of the uplink socket; ids up to NUM_QUEUES are the library's.
+pub const UPLINK_EVENT: u16 = NUM_QUEUES as u16 + 1;
+/// QEMU allows rx/tx_queue_size up to 1024.
+const MAX_QUEUE_SIZE: usize = 1024;
+
+type Memory = GuestMemoryAtomic<GuestMemoryMmap>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("unknown device event {0}")]
+    UnknownEvent(u16),
+    #[error("virtqueue: {0}")]
+    Queue(#[from] virtio_queue::Error),
+    #[error("no guest memory table yet")]
+    NoMemory,
+}
+
+impl From<BackendError> for std::io::Error {
+    fn from(e: BackendError) -> Self {
+        std::io::Error::other(e)
+    }
+}
+
+/// State touched only by the worker thread, behind an uncontended lock.
+#[derive(Debug)]
+struct Datapath {
+    layout: NetLayout,
+    scratch: Scratch,
+    /// Uplink receive buffer; holds a frame waiting for RX buffers.
+    rx_buf: Vec<u8>,
+    /// Length of the frame held in `rx_buf` while the RX ring is full.
+    rx_pending: Option<usize>,
+}
+
+#[derive(Debug)]
+pub struct NetBackend {
+    nic: Arc<Nic>,
+    mem: Mutex<Option<Memory>>,
+    event_idx: AtomicBool,
+    datapath: Mutex<Datapath>,
+}
+
+impl NetBackend {
+    pub fn new(nic: Arc<Nic>) -> Self {
+        let layout = NetLayout {
+            hdr_len: VNET_HDR_LEN,
+            mergeable: true,
+            max_frame: nic.max_frame(),
+        };
+        Self {
+            nic,
+            mem: Mutex::new(None),
+            event_idx: AtomicBool::new(false),
+            datapath: Mutex::new(Datapath {
+                layout,
+                scratch: Scratch::default(),
+                rx_buf: vec![0; RECV_BUF_LEN],
+                rx_pending: None,
+            }),
+        }
+    }
+
+    fn memory(&self) -> Result<Memory, BackendError> {
+        lock(&self.mem).clone().ok_or(BackendError::NoMemory)
+    }
+
+    fn transmit(&self, vring: &VringRwLock) -> Result<(), BackendError> {
+        let mem = self.memory()?;
+        let mem = mem.memory();
+        let mut dp = lock(&self.datapath);
+        let dp = &mut *dp;
+        let mut stats = ChainStats::default();
+        let used = {
+            let mut state = vring.get_mut();
+            drain_tx(state.get_queue_mut(), &*mem, &dp.layout, &mut dp.scratch, &mut stats, |f| {
+                self.nic.from_guest(f)
+            })?
+        };
+        self.nic.count_tx_malformed(stats.malformed);
+        if used {
+            signal(vring)?;
+        }
+        Ok(())
+    }
+
+    /// Moves frames from the uplink into the RX ring until either runs dry.
+    /// When the ring is full, the frame in hand is kept and the uplink is
+    /// left unread (backpressure) until the guest's next RX kick.
+    fn receive(&self, vring: &VringRwLock) -> Result<(), BackendError> {
+        let Ok(mem) = self.memory() else {
+            return Ok(()); // not set up yet; the RX enable event resumes us
+        };
+        let mem = mem.memory();
+        let mut dp = lock(&self.datapath);
+        let dp = &mut *dp;
+        let mut stats = ChainStats::default();
+        let mut delivered = false;
+        {
+            let mut state = vring.get_mut();
+            if !state.get_queue().ready() || !state.is_enabled() {
+                return Ok(());
+            }
+            let queue = state.get_queue_mut();
+            loop {
+                let len = match dp.rx_pending.take() {
+                    Some(len) => len,
+                    None => match self.nic.uplink().recv(&mut dp.rx_buf) {
+                        Ok(Some(len)) => len,
+                        Ok(None) => break,
+                        Err(e) => {
+                            log::warn!("uplink receive: {e}");
+                            break;
+                        }
+                    },
+                };
+                let frame = dp.rx_buf.get(..len).unwrap_or_default();
+                if !self.nic.accept_from_uplink(frame) {
+                    continue;
+                }
+                let avail_before = queue.avail_idx(&*mem, Ordering::Acquire)?;
+                match deliver_rx(queue, &*mem, &dp.layout, &mut dp.scratch, &mut stats, frame)? {
+                    RxOutcome::Delivered { .. } => delivered = true,
+                    RxOutcome::Dropped => {
+                        delivered = true; // chains were returned
+                        self.nic.count_rx_dropped();
+                    }
+                    RxOutcome::NoBuffers => {
+                        dp.rx_pending = Some(len);
+                        queue.enable_notification(&*mem)?;
+                        // Retry only if the guest added buffers meanwhile;
+                        // otherwise wait for its kick (no busy loop).
+                        if queue.avail_idx(&*mem, Ordering::Acquire)? == avail_before {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        self.nic.count_rx(&stats);
+        if delivered {
+            signal(vring)?;
+        }
+        Ok(())
+    }
+}
+
+/// Interrupts the guest if the used ring moved past what it asked for.
+fn signal(vring: &VringRwLock) -> Result<(), BackendError> {
+    if vring.needs_notification()? {
+        if let Err(e) = vring.signal_used_queue() {
+            log::warn!("signal used queue: {e}");
+        }
+    }
+    Ok(())
+}
+
+/// A poisoned lock only means another handler panicked; the data is
+/// still consistent for our purposes (counters and scratch space).
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl VhostUserBackend for NetBackend {
+    type Bitmap = ();
+    type Vring = VringRwLock;
+
+    fn num_queues(&self) -> usize {
+        NUM_QUEUES
+    }
+
+    fn max_queue_size(&self) -> usize {
+        MAX_QUEUE_SIZE
+    }
+
+    fn features(&self) -> u64 {
+        1 << VIRTIO_F_VERSION_1
+            | 1 << VIRTIO_NET_F_MRG_RXBUF
+            | 1 << VIRTIO_RING_F_EVENT_IDX
+            | 1 << VIRTIO_RING_F_INDIRECT_DESC
+            | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits()
+    }
+
+    fn acked_features(&self, features: u64) {
+        let modern = features & (1 << VIRTIO_F_VERSION_1) != 0;
+        let mergeable = features & (1 << VIRTIO_NET_F_MRG_RXBUF) != 0;
+        let mut dp = lock(&self.datapath);
+        dp.layout.mergeable = mergeable;
+        dp.layout.hdr_len = if modern || mergeable { VNET_HDR_LEN } else { VNET_HDR_LEN_LEGACY };
+        log::info!("features acked: {features:#x} (mergeable={mergeable}, hdr={})", dp.layout.hdr_len);
+    }
+
+    fn protocol_features(&self) -> VhostUserProtocolFeatures {
+        VhostUserProtocolFeatures::REPLY_ACK | VhostUserProtocolFeatures::CONFIGURE_MEM_SLOTS
+    }
+
+    fn set_event_idx(&self, enabled: bool) {
+        self.event_idx.store(enabled, Ordering::Relaxed);
+    }
+
+    fn update_memory(&self, mem: Memory) -> std::io::Result<()> {
+        *lock(&self.mem) = Some(mem);
+        Ok(())
+    }
+
+    fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
+        new_event_consumer_and_notifier(EventFlag::NONBLOCK)
+            .map_err(|e| log::error!("exit event: {e}"))
+            .ok()
+    }
+
+    fn handle_event(
+        &self,
+        device_event: u16,
+        _evset: EventSet,
+        vrings: &[VringRwLock],
+        _thread_id: usize,
+    ) -> std::io::Result<()> {
+        let [rx, tx] = vrings else {
+            return Err(BackendError::UnknownEvent(device_event).into());
+        };
+        match device_event {
+            // A TX kick; an RX kick means new buffers for held frames.
+            TX_QUEUE => self.transmit(tx)?,
+            RX_QUEUE | UPLINK_EVENT => self.receive(rx)?,
+            other => return Err(BackendError::UnknownEvent(other).into()),
+        }
+        Ok(())
+    }
+}
