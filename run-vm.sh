@@ -1,0 +1,504 @@
+#!/usr/bin/env bash
+# vt3: start vt3d(s) and QEMU guest(s) — the demo, the full-system tests,
+# and an interactive shell.
+#
+#   ./run-vm.sh [OPTIONS]              the demo
+#   ./run-vm.sh [OPTIONS] test [CASE…] full-system tests (all by default)
+#   ./run-vm.sh [OPTIONS] list         names the test cases
+#   ./run-vm.sh [OPTIONS] check        every test: cargo test, all cases with
+#                                      this QEMU, and QEMU 10.0 cases
+#   ./run-vm.sh [OPTIONS] shell        an interactive guest with a vt3 NIC
+#
+# Options:
+#   --qemu PATH    QEMU binary (default: $VT3_QEMU, else qemu-system-x86_64)
+#   --keep         keep the run directory even when everything passes
+#
+# Every run works in its own temp dir with unix sockets only (no fixed
+# ports); every QEMU, vt3d and guest command has a timeout; only processes
+# this script started are killed. A failed case keeps its guest consoles
+# and vt3d logs and prints where they are.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+IMAGES=${VT3_IMAGES:-$ROOT/build/images}
+VT3D=$ROOT/target/release/vt3d
+QEMU=${VT3_QEMU:-}
+KEEP=0
+
+# Guest sizing and timeouts (seconds). TCG is slow: be generous, never
+# unbounded.
+GUEST_MEM=512M
+BOOT_TIMEOUT=${VT3_BOOT_TIMEOUT:-240}
+QEMU_TIMEOUT=${VT3_QEMU_TIMEOUT:-1800}
+
+# shellcheck source=images/agent-host.sh
+source "$ROOT/images/agent-host.sh"
+
+log() { printf '%s\n' "$*" >&2; }
+die() {
+	log "run-vm.sh: $*"
+	exit 2
+}
+
+# ---------------------------------------------------------------- host setup
+
+# Host tools the harness needs, as "command:package".
+HOST_TOOLS="timeout:coreutils mkfifo:coreutils md5sum:coreutils"
+
+ensure_host_packages() {
+	local missing=() pair cmd pkg
+	[ -n "$QEMU" ] || HOST_TOOLS+=" qemu-system-x86_64:qemu-system-x86"
+	for pair in $HOST_TOOLS; do
+		cmd=${pair%%:*} pkg=${pair#*:}
+		command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	if [ "$(id -u)" -ne 0 ]; then
+		die "missing host packages: ${missing[*]} (run as root to install them, or: apt-get install ${missing[*]})"
+	fi
+	log "installing host packages: ${missing[*]}"
+	apt-get update -q >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
+}
+
+ensure_vt3d() {
+	command -v cargo >/dev/null || die "cargo not found: install Rust (rustup) first"
+	(cd "$ROOT" && cargo build --release -q -p vt3d) || die "building vt3d failed"
+}
+
+ensure_images() {
+	"$ROOT/images/build.sh" --out "$IMAGES" >&2 || die "building the guest images failed"
+}
+
+# QEMU 7.2 under TCG segfaults in msix_set_vector_notifiers for a
+# vhost-user virtio-net-pci with MSI-X; later QEMUs are fine.
+qemu_needs_intx() {
+	local major
+	major=$("$QEMU" --version | sed -n 's/^QEMU emulator version \([0-9]*\)\..*/\1/p')
+	[ -n "$major" ] && [ "$major" -lt 8 ]
+}
+
+# KVM only when a short probe boot proves it works: here /dev/kvm exists
+# but KVM hangs (unkillably) instead of failing, so the probe is never
+# waited on for more than a few seconds.
+pick_accel() {
+	ACCEL=tcg
+	case ${VT3_ACCEL:-auto} in
+	tcg) return 0 ;;
+	auto | kvm) ;;
+	*) die "VT3_ACCEL must be auto, tcg or kvm" ;;
+	esac
+	if [ -w /dev/kvm ]; then
+		# No root fs: the kernel panics at once and -no-reboot ends QEMU.
+		timeout -k 2 15 "$QEMU" -accel kvm -M q35 -m 128M -display none -monitor none \
+			-serial none -no-reboot -kernel "$IMAGES/vmlinuz" -append "panic=-1" \
+			>/dev/null 2>&1 </dev/null &
+		local probe=$! i
+		for i in $(seq 40); do
+			if ! kill -0 "$probe" 2>/dev/null; then
+				wait "$probe" && ACCEL=kvm
+				break
+			fi
+			sleep 0.5
+		done
+	fi
+	if [ "${VT3_ACCEL:-auto}" = kvm ] && [ "$ACCEL" != kvm ]; then
+		die "VT3_ACCEL=kvm but the KVM probe failed"
+	fi
+}
+
+prepare() {
+	ensure_host_packages
+	QEMU=${QEMU:-$(command -v qemu-system-x86_64)}
+	[ -x "$QEMU" ] || die "QEMU not found at $QEMU"
+	ensure_vt3d
+	ensure_images
+	pick_accel
+	RUN_DIR=$(mktemp -d "${TMPDIR:-/tmp}/vt3-run.XXXXXX")
+	log "run dir $RUN_DIR; $("$QEMU" --version | head -1); accel $ACCEL"
+}
+
+# ------------------------------------------------------- processes we own
+
+PIDS=()
+
+track() { PIDS+=("$1"); }
+
+kill_tracked() {
+	local pid
+	for pid in "${PIDS[@]}"; do
+		kill "$pid" 2>/dev/null || true
+	done
+	for pid in "${PIDS[@]}"; do
+		wait "$pid" 2>/dev/null || true
+	done
+	PIDS=()
+}
+
+on_exit() {
+	kill_tracked
+	agent_close_all 2>/dev/null || true
+}
+trap on_exit EXIT
+trap 'exit 130' INT TERM
+
+# ------------------------------------------------------------- components
+
+# start_vt3d NAME UPLINK [vt3d options…]: vt3d serving $CASE_DIR/NAME.vhost
+start_vt3d() {
+	local name=$1 uplink=$2
+	shift 2
+	local sock=$CASE_DIR/$name.vhost
+	RUST_LOG=${RUST_LOG:-info} timeout "$QEMU_TIMEOUT" "$VT3D" serve --socket "$sock" \
+		--uplink "$uplink" "$@" >"$CASE_DIR/$name.vt3d.log" 2>&1 &
+	local pid=$!
+	track "$pid"
+	eval "VT3D_PID_${name//-/_}=$pid"
+	local i
+	for i in $(seq 100); do
+		[ -S "$sock" ] && return 0
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	log "vt3d $name did not come up:"
+	cat "$CASE_DIR/$name.vt3d.log" >&2
+	return 1
+}
+
+vt3d_pid() {
+	local var="VT3D_PID_${1//-/_}"
+	echo "${!var}"
+}
+
+# start_guest NAME NIC IP MAC [kernel args…]
+#   NIC: vt3:VT3D_NAME (vhost-user to that vt3d) or dgram:PEER_SOCKET
+#        (a plain QEMU virtio-net on a unix datagram socket).
+start_guest() {
+	local name=$1 nic=$2 ip=$3 mac=$4
+	shift 4
+	local args=(
+		-accel "$ACCEL" -M q35 -smp 1 -m "$GUEST_MEM" -display none -monitor none
+		-no-reboot -nodefaults -kernel "$IMAGES/vmlinuz" -initrd "$IMAGES/initramfs.cpio.gz"
+		-append "console=ttyS0 panic=-1 loglevel=4 vt3.name=$name vt3.ip=$ip/24 $*"
+		-serial "file:$CASE_DIR/$name.console"
+		-chardev "pipe,id=agent,path=$CASE_DIR/$name.agent" -serial chardev:agent
+	)
+	case $nic in
+	vt3:*)
+		local intx=
+		qemu_needs_intx && intx=,vectors=0
+		args+=(
+			-object "memory-backend-memfd,id=mem,size=$GUEST_MEM,share=on" -numa node,memdev=mem
+			-chardev "socket,id=vhost,path=$CASE_DIR/${nic#vt3:}.vhost"
+			-netdev vhost-user,id=n0,chardev=vhost
+			-device "virtio-net-pci,netdev=n0,mac=$mac,romfile=$intx"
+		)
+		;;
+	dgram:*)
+		args+=(
+			-netdev "dgram,id=n0,local.type=unix,local.path=$CASE_DIR/$name.dgram,remote.type=unix,remote.path=${nic#dgram:}"
+			-device "virtio-net-pci,netdev=n0,mac=$mac,romfile="
+		)
+		;;
+	*) die "start_guest: unknown NIC $nic" ;;
+	esac
+	mkfifo "$CASE_DIR/$name.agent.in" "$CASE_DIR/$name.agent.out"
+	timeout "$QEMU_TIMEOUT" "$QEMU" "${args[@]}" >"$CASE_DIR/$name.qemu.log" 2>&1 </dev/null &
+	local pid=$!
+	track "$pid"
+	eval "GUEST_PID_${name//-/_}=$pid"
+	agent_open "$name" "$CASE_DIR"
+	if ! agent_wait_ready "$name" "$BOOT_TIMEOUT"; then
+		log "guest $name did not boot; console tail:"
+		tail -n 20 "$CASE_DIR/$name.console" >&2 || true
+		tail -n 5 "$CASE_DIR/$name.qemu.log" >&2 || true
+		return 1
+	fi
+	if grep -q 'vt3-init: ERROR' "$CASE_DIR/$name.console"; then
+		grep 'vt3-init: ERROR' "$CASE_DIR/$name.console" >&2
+		return 1
+	fi
+}
+
+# stop_guest NAME: power the guest off (kill its QEMU) and forget it.
+stop_guest() {
+	local var="GUEST_PID_${1//-/_}"
+	local pid=${!var}
+	agent_close "$1"
+	kill "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+	rm -f "$CASE_DIR/$1.agent.in" "$CASE_DIR/$1.agent.out"
+}
+
+# on NAME TIMEOUT CMD: run CMD in guest NAME; output goes to the case log
+# (and to stdout with VERBOSE=1); returns its exit status.
+on() {
+	local name=$1 t=$2
+	shift 2
+	local out rc=0
+	out=$(agent_run "$name" "$t" "$*") || rc=$?
+	{
+		printf '[%s]$ %s\n' "$name" "$*"
+		[ -n "$out" ] && printf '%s\n' "$out"
+		[ "$rc" -ne 0 ] && printf '(exit %s)\n' "$rc"
+	} >>"$CASE_DIR/commands.log"
+	[ "${VERBOSE:-0}" = 1 ] && printf '%s\n' "$out" >&2
+	LAST_OUT=$out
+	return "$rc"
+}
+
+# expect NAME TIMEOUT CMD: like `on`, but a failure fails the case.
+expect() {
+	if ! on "$@"; then
+		fail "in $1: ${*:3} (exit $?): $(printf '%s' "$LAST_OUT" | tail -n 5)"
+	fi
+}
+
+fail() {
+	FAIL_REASON=$*
+	return 1
+}
+
+# ------------------------------------------------------------------ cases
+
+# Two guests on one segment: "a" behind vt3d, "b" a plain QEMU NIC.
+#   A_IP/B_IP, A_MAC/B_MAC
+A_IP=10.77.0.1 B_IP=10.77.0.2
+A_MAC=52:54:00:77:00:01 B_MAC=52:54:00:77:00:02
+
+pair_vt3_plain() {
+	local a_args=$1 b_args=$2
+	shift 2
+	start_vt3d vt3a "unix-dgram:$CASE_DIR/vt3a.up,$CASE_DIR/b.dgram" --mac "$A_MAC" "$@" || return 1
+	start_guest a vt3:vt3a "$A_IP" "$A_MAC" $a_args || return 1
+	start_guest b "dgram:$CASE_DIR/vt3a.up" "$B_IP" "$B_MAC" $b_args || return 1
+}
+
+case_nic_ping() {
+	pair_vt3_plain "vt3.mtu=9000" "vt3.mtu=9000" --mtu 9000 || return 1
+	expect a 60 "ping -c 5 -W 5 $B_IP"
+	expect b 60 "ping -c 5 -W 5 $A_IP"
+	# Jumbo: a 9000-byte IP packet in one 9014-byte frame each way.
+	expect a 60 "ping -c 3 -W 5 -s 8972 $B_IP"
+	expect b 60 "ping -c 3 -W 5 -s 8972 $A_IP"
+}
+
+case_nic_tcp() {
+	pair_vt3_plain "" "" || return 1
+	local sum_a sum_b
+	expect a 60 "dd if=/dev/urandom of=/tmp/blob bs=1M count=32 2>/dev/null && md5sum /tmp/blob"
+	sum_a=${LAST_OUT%% *}
+	expect b 10 "nc -l -p 5001 > /tmp/blob 2>/tmp/nc.err &"
+	sleep 1
+	expect a 600 "nc -N $B_IP 5001 < /tmp/blob"
+	expect b 60 "for i in \$(seq 50); do pgrep -x nc >/dev/null || break; sleep 0.2; done; md5sum /tmp/blob"
+	sum_b=${LAST_OUT%% *}
+	[ "$sum_a" = "$sum_b" ] || fail "checksums differ: sent $sum_a, received $sum_b"
+}
+
+case_siw_over_vt3() {
+	pair_vt3_plain "vt3.siw=1" "vt3.siw=1" || return 1
+	expect a 30 "ibv_devices | grep -w siw0"
+	expect b 30 "rping -s -a $B_IP -C 10 -v > /tmp/rping.srv 2>&1 &"
+	sleep 2
+	expect a 180 "rping -c -a $B_IP -C 10 -v"
+	[ "$(printf '%s\n' "$LAST_OUT" | grep -c 'ping data')" -eq 10 ] ||
+		fail "rping client saw $(printf '%s\n' "$LAST_OUT" | grep -c 'ping data') of 10 pings"
+	expect b 30 "ib_write_bw -d siw0 -R -s 65536 -n 200 > /tmp/bw.srv 2>&1 &"
+	sleep 2
+	expect a 300 "ib_write_bw -d siw0 -R -s 65536 -n 200 $B_IP"
+	printf '%s\n' "$LAST_OUT" | grep -Eq '^ *65536 +200 ' ||
+		fail "ib_write_bw printed no result line"
+	RESULT="ib_write_bw 64KiB: $(printf '%s\n' "$LAST_OUT" | awk '$1 == 65536 {print $4 " MB/s"}')"
+}
+
+case_vt3_restart() {
+	pair_vt3_plain "" "" || return 1
+	local pid
+	pid=$(vt3d_pid vt3a)
+	expect a 60 "ping -c 3 -W 5 $B_IP"
+	stop_guest a
+	start_guest a vt3:vt3a "$A_IP" "$A_MAC" || return 1
+	kill -0 "$pid" 2>/dev/null || fail "vt3d exited with its frontend"
+	expect a 60 "ping -c 3 -W 5 $B_IP"
+	grep -q 'session 2: frontend connected' "$CASE_DIR/vt3a.vt3d.log" ||
+		fail "vt3d log shows no second session"
+}
+
+CASES=(nic-ping nic-tcp siw-over-vt3 vt3-restart)
+# Cases also run with QEMU 10.0 by `check` (the vhost-user paths that differ).
+QEMU10_CASES=(nic-ping vt3-restart)
+
+describe() {
+	case $1 in
+	nic-ping) echo "ping (and 9000-byte jumbo ping) between a vt3 guest and a plain guest" ;;
+	nic-tcp) echo "32 MiB TCP transfer through vt3d, md5 compared on both ends" ;;
+	siw-over-vt3) echo "siw on both guests, one behind vt3d: rping and ib_write_bw -R" ;;
+	vt3-restart) echo "QEMU restarted against the same vt3d; the NIC works again" ;;
+	esac
+}
+
+# run_case NAME: runs one case in its own directory; prints PASS/FAIL.
+run_case() {
+	local name=$1 start rc=0
+	CASE_DIR=$RUN_DIR/$name
+	mkdir -p "$CASE_DIR"
+	FAIL_REASON= RESULT=
+	start=$(date +%s)
+	# A subshell would lose the pids; run in this shell, errors as statuses.
+	set +e
+	"case_${name//-/_}"
+	rc=$?
+	set -e
+	[ -n "$FAIL_REASON" ] && rc=1
+	kill_tracked
+	agent_close_all 2>/dev/null || true
+	if grep -qsE 'WARNING:|BUG:|Oops|Call Trace' "$CASE_DIR"/*.console; then
+		FAIL_REASON="kernel warning in a guest: $(grep -hE 'WARNING:|BUG:|Oops' "$CASE_DIR"/*.console | head -1)"
+		rc=1
+	fi
+	local took=$(($(date +%s) - start))
+	if [ "$rc" -eq 0 ]; then
+		printf 'PASS %-14s %4ss  %s\n' "$name" "$took" "$RESULT"
+		return 0
+	fi
+	printf 'FAIL %-14s %4ss  %s\n' "$name" "$took" "${FAIL_REASON:-setup failed}"
+	printf '     logs: %s\n' "$CASE_DIR"
+	return 1
+}
+
+cmd_test() {
+	local selected=("$@") name passed=0 failed=0
+	[ ${#selected[@]} -gt 0 ] || selected=("${CASES[@]}")
+	for name in "${selected[@]}"; do
+		[[ " ${CASES[*]} " == *" $name "* ]] || die "unknown case '$name' (see ./run-vm.sh list)"
+	done
+	prepare
+	for name in "${selected[@]}"; do
+		if run_case "$name"; then
+			passed=$((passed + 1))
+		else
+			failed=$((failed + 1))
+		fi
+	done
+	if [ "$failed" -eq 0 ] && [ "$KEEP" -eq 0 ]; then
+		rm -rf "$RUN_DIR"
+	else
+		log "run dir kept: $RUN_DIR"
+	fi
+	echo "$passed passed, $failed failed"
+	[ "$failed" -eq 0 ]
+}
+
+# check: the whole suite, as CI runs it, with one closing count.
+cmd_check() {
+	local log passed=0 failed=0 p f qemu10 start=$SECONDS
+	log=$(mktemp)
+	log "== cargo test --workspace"
+	set +e
+	(cd "$ROOT" && cargo test --workspace 2>&1) | tee "$log" | grep -E '^(test result|error|failures:|---- )' >&2
+	set -e
+	p=$(awk '/^test result:/ { s += $4 } END { print s + 0 }' "$log")
+	f=$(awk '/^test result:/ { s += $6 } END { print s + 0 }' "$log")
+	grep -q '^error' "$log" && f=$((f + 1))
+	passed=$((passed + p)) failed=$((failed + f))
+	log "cargo: $p passed, $f failed"
+	log "== full system, $(${QEMU:-qemu-system-x86_64} --version 2>/dev/null | head -1 || echo 'system QEMU')"
+	"$ROOT/run-vm.sh" ${QEMU:+--qemu "$QEMU"} test | tee "$log"
+	count_line "$log"
+	log "== full system, QEMU 10.0 (bookworm-backports)"
+	qemu10=$("$ROOT/tools/fetch-qemu10.sh") || die "could not fetch QEMU 10.0"
+	"$ROOT/run-vm.sh" --qemu "$qemu10" test "${QEMU10_CASES[@]}" | tee "$log"
+	count_line "$log"
+	rm -f "$log"
+	log "check took $((SECONDS - start)) s"
+	echo "$passed passed, $failed failed"
+	[ "$failed" -eq 0 ]
+}
+
+# Adds a run's closing "N passed, N failed" to the totals (a run that
+# printed none counts as one failure).
+count_line() {
+	local line
+	line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$1" | tail -n 1)
+	if [ -z "$line" ]; then
+		failed=$((failed + 1))
+		return
+	fi
+	set -- $line
+	passed=$((passed + $1)) failed=$((failed + $3))
+}
+
+cmd_list() {
+	local name
+	for name in "${CASES[@]}"; do
+		printf '%-14s %s\n' "$name" "$(describe "$name")"
+	done
+}
+
+cmd_demo() {
+	prepare
+	CASE_DIR=$RUN_DIR/demo
+	mkdir -p "$CASE_DIR"
+	log "== vt3 demo: guest a behind vt3d, guest b a plain QEMU NIC =="
+	pair_vt3_plain "vt3.siw=1" "vt3.siw=1" || die "demo setup failed; logs in $CASE_DIR"
+	VERBOSE=1
+	log "-- a → b: ping through vt3d"
+	on a 60 "ping -c 3 $B_IP" || true
+	log "-- siw over vt3's NIC: rping"
+	on b 30 "rping -s -a $B_IP -C 5 -v > /tmp/rping.srv 2>&1 &"
+	sleep 2
+	on a 120 "rping -c -a $B_IP -C 5 -v" || true
+	kill_tracked
+	log "-- vt3d counters:"
+	tail -n 2 "$CASE_DIR/vt3a.vt3d.log" >&2
+	log "demo done; logs in $CASE_DIR"
+}
+
+cmd_shell() {
+	prepare
+	CASE_DIR=$RUN_DIR/shell
+	mkdir -p "$CASE_DIR"
+	start_vt3d vt3a "unix-dgram:$CASE_DIR/vt3a.up,$CASE_DIR/peer.dgram" --mac "$A_MAC"
+	log "interactive guest (vt3 NIC, $A_IP); quit with Ctrl-A X"
+	local intx=
+	qemu_needs_intx && intx=,vectors=0
+	timeout "$QEMU_TIMEOUT" "$QEMU" -accel "$ACCEL" -M q35 -smp 1 -m "$GUEST_MEM" -nographic \
+		-no-reboot -kernel "$IMAGES/vmlinuz" -initrd "$IMAGES/initramfs.cpio.gz" \
+		-append "console=ttyS0 panic=-1 vt3.name=shell vt3.ip=$A_IP/24 vt3.agent=none vt3.shell=1" \
+		-object "memory-backend-memfd,id=mem,size=$GUEST_MEM,share=on" -numa node,memdev=mem \
+		-chardev "socket,id=vhost,path=$CASE_DIR/vt3a.vhost" -netdev vhost-user,id=n0,chardev=vhost \
+		-device "virtio-net-pci,netdev=n0,mac=$A_MAC,romfile=$intx"
+}
+
+main() {
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--qemu)
+			QEMU=${2:?--qemu needs a path}
+			shift 2
+			;;
+		--keep)
+			KEEP=1
+			shift
+			;;
+		-h | --help)
+			sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+			return 0
+			;;
+		*) break ;;
+		esac
+	done
+	local cmd=${1:-demo}
+	[ $# -gt 0 ] && shift
+	case $cmd in
+	demo) cmd_demo ;;
+	test) cmd_test "$@" ;;
+	list) cmd_list ;;
+	check) cmd_check ;;
+	shell) cmd_shell ;;
+	*) die "unknown command '$cmd' (demo, test, list, check, shell)" ;;
+	esac
+}
+
+main "$@"
