@@ -128,6 +128,7 @@ impl NetBackend {
         {
             let mut state = vring.get_mut();
             if !state.get_queue().ready() || !state.is_enabled() {
+                log::trace!("RX ring not ready");
                 return Ok(());
             }
             let queue = state.get_queue_mut();
@@ -148,7 +149,9 @@ impl NetBackend {
                     continue;
                 }
                 let avail_before = queue.avail_idx(&*mem, Ordering::Acquire)?;
-                match deliver_rx(queue, &*mem, &dp.layout, &mut dp.scratch, &mut stats, frame)? {
+                let outcome = deliver_rx(queue, &*mem, &dp.layout, &mut dp.scratch, &mut stats, frame)?;
+                log::trace!("RX {len} bytes: {outcome:?}");
+                match outcome {
                     RxOutcome::Delivered { .. } => delivered = true,
                     RxOutcome::Dropped => {
                         delivered = true; // chains were returned
@@ -245,6 +248,7 @@ impl VhostUserBackend for NetBackend {
         vrings: &[VringRwLock],
         _thread_id: usize,
     ) -> std::io::Result<()> {
+        log::trace!("device event {device_event}");
         let [rx, tx] = vrings else {
             return Err(BackendError::UnknownEvent(device_event).into());
         };
