@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: ((GPL-2.0 WITH Linux-syscall-note) OR Linux-OpenIB) */
+/*
+ * vt3-abi.h - uverbs udata between vt3.ko and libvt3 (the rdma-core
+ * provider). The kernel allocates every ring and status page; the provider
+ * maps them with mmap(offset = the key returned here) on the uverbs fd.
+ * Layouts of what is mapped are in vt3_hw.h.
+ */
+#ifndef VT3_ABI_USER_H
+#define VT3_ABI_USER_H
+
+#include <linux/types.h>
+
+/* Bumped on any incompatible change; the provider refuses a mismatch. */
+#define VT3_ABI_VERSION		1
+
+struct vt3_alloc_ucontext_resp {
+	__u32	abi_version;		/* VT3_ABI_VERSION */
+	__u32	wqe_size;		/* VT3_WQE_SIZE */
+	__u32	cqe_size;		/* sizeof(struct vt3_cqe) */
+	__u32	max_inline;
+};
+
+struct vt3_alloc_pd_resp {
+	__u32	pdn;
+	__u32	reserved;
+};
+
+struct vt3_create_cq_resp {
+	__aligned_u64	ring_key;	/* mmap offset of the CQE ring */
+	__aligned_u64	status_key;	/* mmap offset of the vt3_cq_status page */
+	__u32	cqn;
+	__u32	depth;			/* entries in the ring (power of two) */
+	__u32	ring_size;		/* bytes to map */
+	__u32	reserved;
+};
+
+struct vt3_create_qp_resp {
+	__aligned_u64	sq_key;
+	__aligned_u64	rq_key;
+	__aligned_u64	status_key;	/* vt3_qp_status page */
+	__u32	qpn;
+	__u32	sq_depth;		/* power of two */
+	__u32	rq_depth;		/* power of two */
+	__u32	sq_size;		/* bytes to map */
+	__u32	rq_size;
+	__u32	max_inline;
+};
+
+#endif /* VT3_ABI_USER_H */

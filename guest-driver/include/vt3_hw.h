@@ -1,0 +1,451 @@
+/* SPDX-License-Identifier: (GPL-2.0 OR Linux-OpenIB) */
+/*
+ * vt3_hw.h - the vt3 device interface: control frames between vt3.ko and
+ * vt3d, work queue and completion queue entries, status pages.
+ *
+ * Single source of truth: vt3.ko and libvt3 include this file; vt3d
+ * mirrors it in device/src/abi.rs, and a cargo test compiles this header
+ * and compares the size and every field offset of every struct.
+ *
+ * All multi-byte fields are little endian. Every struct has a fixed size
+ * (checked with static asserts at the end); reserved fields are zero.
+ *
+ * Control channel
+ * ---------------
+ * Ethernet frames of EtherType VT3_ETHERTYPE through the virtio-net netdev
+ * vt3d backs. After the 14-byte Ethernet header comes a struct
+ * vt3_ctrl_hdr and `len` bytes of payload. The driver sends VT3_MSG_CMD
+ * frames (destination: the netdev's own MAC) and vt3d answers each with one
+ * VT3_MSG_RESP carrying the same `seq` and `opcode`, plus the response
+ * payload when status is VT3_OK. vt3d sends VT3_MSG_EVENT frames on its own.
+ * vt3d consumes every VT3_ETHERTYPE frame from the guest and never forwards
+ * one to the uplink; it drops those arriving from the uplink; it never drops
+ * its own frames to the guest (they wait while the RX ring is full).
+ *
+ * Guest memory
+ * ------------
+ * Rings and registered memory are described to the device by page lists:
+ * a guest-physical array of __le64 page addresses (the PBL), each page
+ * VT3_PAGE_SIZE long. Every address, length, index and count the guest
+ * gives is validated by vt3d against guest memory and these limits.
+ *
+ * Rings and ordering
+ * ------------------
+ * SQ and RQ: rings of fixed-size WQEs, depth a power of two. Producer: the
+ * provider (user QPs) or vt3.ko (kernel QPs), which writes WQE i at slot
+ * i % depth and then stores the new producer index in the QP status page
+ * with release semantics (smp_store_release / __atomic release). Consumer:
+ * vt3d, which reads the producer index with acquire semantics, then the
+ * WQEs, and publishes its consumer index (release) when a WQE's slot may be
+ * reused.
+ * CQ: a ring of struct vt3_cqe, depth a power of two. Producer: vt3d, which
+ * writes the CQE and then the producer index in the CQ status page
+ * (release). Consumer: the provider or vt3.ko, which reads the producer
+ * index (acquire), the CQEs, then stores its consumer index (release). vt3d
+ * never writes past consumer + depth: that is an overflow, reported with
+ * VT3_CQ_F_OVERFLOW and a VT3_EV_CQ_ERROR event instead.
+ * Indices are free-running 32-bit counters (wrap at 2^32); slot = index &
+ * (depth - 1).
+ */
+#ifndef VT3_HW_H
+#define VT3_HW_H
+
+#ifdef __KERNEL__
+#include <linux/types.h>
+#else
+#include <linux/types.h>
+#include <stdint.h>
+#endif
+
+#define VT3_ETHERTYPE		0x88B5
+#define VT3_CTRL_VERSION	1
+#define VT3_PAGE_SHIFT		12
+#define VT3_PAGE_SIZE		(1u << VT3_PAGE_SHIFT)
+
+/* Device identity reported by VT3_CMD_QUERY_DEVICE. */
+#define VT3_VENDOR_ID		0x1425	/* Chelsio's PCI vendor id: a T3 look-alike */
+#define VT3_VENDOR_PART_ID	0x0031	/* T3-class */
+
+/* ------------------------------------------------------------------ */
+/* Control frames                                                      */
+
+enum vt3_msg_type {
+	VT3_MSG_CMD = 1,
+	VT3_MSG_RESP = 2,
+	VT3_MSG_EVENT = 3,
+};
+
+struct vt3_ctrl_hdr {
+	__u8	version;	/* VT3_CTRL_VERSION */
+	__u8	type;		/* enum vt3_msg_type */
+	__le16	opcode;		/* enum vt3_cmd, or enum vt3_event for events */
+	__le32	seq;		/* CMD: chosen by the driver; RESP: copied */
+	__le16	status;		/* RESP: enum vt3_status; otherwise 0 */
+	__le16	len;		/* payload bytes after this header */
+	__le32	reserved;
+};
+
+enum vt3_cmd {
+	VT3_CMD_QUERY_DEVICE = 1,	/* -> vt3_device_attr */
+	VT3_CMD_QUERY_PORT = 2,		/* -> vt3_port_attr */
+	VT3_CMD_SET_ADDR = 3,		/* vt3_cmd_set_addr */
+	VT3_CMD_ALLOC_PD = 4,		/* -> vt3_resp_handle (pdn) */
+	VT3_CMD_DEALLOC_PD = 5,		/* vt3_cmd_handle (pdn) */
+	VT3_CMD_REG_MR = 6,		/* vt3_cmd_reg_mr -> vt3_resp_handle (stag) */
+	VT3_CMD_DEREG_MR = 7,		/* vt3_cmd_handle (stag) */
+	VT3_CMD_CREATE_CQ = 8,		/* vt3_cmd_create_cq -> vt3_resp_handle (cqn) */
+	VT3_CMD_DESTROY_CQ = 9,		/* vt3_cmd_handle (cqn) */
+	VT3_CMD_ARM_CQ = 10,		/* vt3_cmd_arm_cq */
+	VT3_CMD_CREATE_QP = 11,		/* vt3_cmd_create_qp -> vt3_resp_handle (qpn) */
+	VT3_CMD_MODIFY_QP = 12,		/* vt3_cmd_modify_qp */
+	VT3_CMD_QUERY_QP = 13,		/* vt3_cmd_handle (qpn) -> vt3_qp_attr */
+	VT3_CMD_DESTROY_QP = 14,	/* vt3_cmd_handle (qpn) */
+	VT3_CMD_DOORBELL = 15,		/* vt3_cmd_doorbell; answered only on error */
+	VT3_CMD_RESET = 16,		/* drop every resource of this guest */
+};
+
+enum vt3_status {
+	VT3_OK = 0,
+	VT3_ERR_INVALID = 1,		/* malformed command or argument */
+	VT3_ERR_NO_RESOURCE = 2,	/* a device limit would be exceeded */
+	VT3_ERR_NOT_FOUND = 3,		/* no such handle */
+	VT3_ERR_BUSY = 4,		/* still referenced (e.g. PD with MRs) */
+	VT3_ERR_BAD_ADDRESS = 5,	/* guest address/length outside guest RAM */
+	VT3_ERR_UNSUPPORTED = 6,	/* unknown opcode or version */
+	VT3_ERR_STATE = 7,		/* transition not allowed in this state */
+};
+
+/* VT3_CMD_QUERY_DEVICE response: the advertised and enforced limits. */
+struct vt3_device_attr {
+	__le64	fw_ver;
+	__le64	max_mr_size;
+	__le64	page_size_cap;
+	__le32	vendor_id;
+	__le32	vendor_part_id;
+	__le32	hw_ver;
+	__le32	max_qp;
+	__le32	max_qp_wr;
+	__le32	max_sge;
+	__le32	max_sge_rd;
+	__le32	max_cq;
+	__le32	max_cqe;
+	__le32	max_mr;
+	__le32	max_pd;
+	__le32	max_qp_rd_atom;		/* ORD */
+	__le32	max_qp_init_rd_atom;	/* IRD */
+	__le32	max_inline;
+	__le32	max_pbl_pages;		/* pages one PBL may list */
+	__le32	reserved;
+};
+
+struct vt3_port_attr {
+	__le32	max_msg_size;
+	__le32	mtu;			/* uplink MTU vt3d carries */
+	__le32	link_up;		/* 1 while vt3d has an uplink */
+	__le32	reserved;
+};
+
+/* VT3_CMD_SET_ADDR: the guest's address on this netdev (IPv4 for now). */
+struct vt3_cmd_set_addr {
+	__u8	mac[6];
+	__u8	prefix_len;
+	__u8	reserved;
+	__be32	ipv4;
+};
+
+/* Commands that name one object: pdn, stag, cqn or qpn. */
+struct vt3_cmd_handle {
+	__le32	handle;
+	__le32	reserved;
+};
+
+struct vt3_resp_handle {
+	__le32	handle;
+	__le32	reserved;
+};
+
+enum vt3_access {
+	VT3_ACCESS_LOCAL_WRITE = 1 << 0,
+	VT3_ACCESS_REMOTE_WRITE = 1 << 1,
+	VT3_ACCESS_REMOTE_READ = 1 << 2,
+	VT3_ACCESS_MW_BIND = 1 << 3,
+};
+
+enum vt3_mr_flags {
+	/* No page list: iova is a guest-physical address (get_dma_mr). */
+	VT3_MR_DMA = 1 << 0,
+};
+
+/* STag = TPT index << 8 | key; the key changes on every registration. */
+#define VT3_STAG_INDEX(stag)	((stag) >> 8)
+#define VT3_STAG_KEY(stag)	((stag) & 0xff)
+
+struct vt3_cmd_reg_mr {
+	__le64	iova;
+	__le64	length;
+	__le64	pbl_addr;		/* guest-physical __le64[npages] */
+	__le32	npages;
+	__le32	pdn;
+	__le32	access;			/* enum vt3_access */
+	__le32	flags;			/* enum vt3_mr_flags */
+	__le32	page_offset;		/* iova's offset into the first page */
+	__le32	reserved;
+};
+
+struct vt3_cmd_create_cq {
+	__le64	ring_pbl_addr;		/* pages holding depth vt3_cqe */
+	__le64	status_addr;		/* guest-physical vt3_cq_status */
+	__le32	ring_npages;
+	__le32	depth;			/* power of two */
+};
+
+enum vt3_arm_flags {
+	VT3_ARM_NEXT = 1 << 0,		/* event on the next completion */
+	VT3_ARM_SOLICITED = 1 << 1,	/* event on the next solicited one */
+};
+
+struct vt3_cmd_arm_cq {
+	__le32	cqn;
+	__le32	flags;			/* enum vt3_arm_flags */
+};
+
+struct vt3_cmd_create_qp {
+	__le64	sq_pbl_addr;
+	__le64	rq_pbl_addr;
+	__le64	status_addr;		/* guest-physical vt3_qp_status */
+	__le32	sq_npages;
+	__le32	rq_npages;
+	__le32	sq_depth;		/* power of two */
+	__le32	rq_depth;		/* power of two */
+	__le32	pdn;
+	__le32	send_cqn;
+	__le32	recv_cqn;
+	__le32	max_send_sge;
+	__le32	max_recv_sge;
+	__le32	max_inline;
+	__le32	flags;			/* enum vt3_qp_flags */
+	__le32	reserved;
+};
+
+enum vt3_qp_flags {
+	VT3_QP_KERNEL = 1 << 0,		/* owned by a kernel ULP, not user space */
+	VT3_QP_SIG_ALL = 1 << 1,	/* every send WQE is signaled */
+};
+
+/* iWARP verbs QP states (DESIGN.md §4). */
+enum vt3_qp_state {
+	VT3_QPS_IDLE = 0,
+	VT3_QPS_RTS = 1,
+	VT3_QPS_CLOSING = 2,
+	VT3_QPS_TERMINATE = 3,
+	VT3_QPS_ERROR = 4,
+};
+
+enum vt3_modify_mask {
+	VT3_MODIFY_STATE = 1 << 0,
+	VT3_MODIFY_IRD = 1 << 1,
+	VT3_MODIFY_ORD = 1 << 2,
+};
+
+struct vt3_cmd_modify_qp {
+	__le32	qpn;
+	__le32	mask;			/* enum vt3_modify_mask */
+	__le32	state;			/* enum vt3_qp_state */
+	__le32	ird;
+	__le32	ord;
+	__le32	reserved;
+};
+
+struct vt3_qp_attr {
+	__le32	state;
+	__le32	ird;
+	__le32	ord;
+	__le32	sq_depth;
+	__le32	rq_depth;
+	__le32	reserved;
+};
+
+enum vt3_doorbell_queue {
+	VT3_DB_SQ = 1 << 0,
+	VT3_DB_RQ = 1 << 1,
+};
+
+struct vt3_cmd_doorbell {
+	__le32	qpn;
+	__le32	queues;			/* enum vt3_doorbell_queue */
+};
+
+/* Events (VT3_MSG_EVENT): opcode is enum vt3_event, payload vt3_event. */
+enum vt3_event_type {
+	VT3_EV_CQ_COMPLETION = 1,	/* armed CQ got a completion */
+	VT3_EV_CQ_ERROR = 2,		/* CQ overflow */
+	VT3_EV_QP = 3,			/* QP connection end or error; code below */
+	VT3_EV_DEVICE_FATAL = 4,
+};
+
+struct vt3_event {
+	__le32	handle;			/* cqn or qpn */
+	__le32	code;			/* VT3_EV_QP: reason (defined by the engine) */
+	__le32	detail;			/* e.g. TERMINATE layer/etype/ecode */
+	__le32	reserved;
+};
+
+/* ------------------------------------------------------------------ */
+/* Work queues                                                         */
+
+#define VT3_MAX_SGE		4
+#define VT3_MAX_INLINE		64
+
+struct vt3_sge {
+	__le64	addr;
+	__le32	length;
+	__le32	lkey;
+};
+
+enum vt3_wr_opcode {
+	VT3_WR_SEND = 0,
+	VT3_WR_SEND_INV = 1,
+	VT3_WR_SEND_SE = 2,
+	VT3_WR_SEND_SE_INV = 3,
+	VT3_WR_WRITE = 4,
+	VT3_WR_READ = 5,
+};
+
+enum vt3_wqe_flags {
+	VT3_WQE_SIGNALED = 1 << 0,
+	VT3_WQE_INLINE = 1 << 1,	/* payload in `inline_data`, not SGEs */
+	VT3_WQE_FENCE = 1 << 2,
+};
+
+/* SQ and RQ slots are both VT3_WQE_SIZE bytes. */
+#define VT3_WQE_SIZE		128
+
+struct vt3_sq_wqe {
+	__le64	wr_id;
+	__u8	opcode;			/* enum vt3_wr_opcode */
+	__u8	flags;			/* enum vt3_wqe_flags */
+	__u8	num_sge;
+	__u8	reserved0;
+	__le32	invalidate_stag;	/* SEND_INV, SEND_SE_INV */
+	__le64	remote_addr;		/* WRITE, READ */
+	__le32	remote_stag;		/* WRITE, READ */
+	__le32	inline_len;
+	__le64	reserved1[4];
+	union {
+		struct vt3_sge	sge[VT3_MAX_SGE];
+		__u8		inline_data[VT3_MAX_INLINE];
+	};
+};
+
+struct vt3_rq_wqe {
+	__le64	wr_id;
+	__u8	num_sge;
+	__u8	reserved0[7];
+	__le64	reserved1[6];
+	struct vt3_sge	sge[VT3_MAX_SGE];
+};
+
+/* ------------------------------------------------------------------ */
+/* Completion queues                                                   */
+
+enum vt3_wc_opcode {
+	VT3_WC_SEND = 0,
+	VT3_WC_WRITE = 1,
+	VT3_WC_READ = 2,
+	VT3_WC_RECV = 3,
+};
+
+enum vt3_wc_status {
+	VT3_WC_SUCCESS = 0,
+	VT3_WC_LOC_LEN_ERR = 1,
+	VT3_WC_LOC_QP_OP_ERR = 2,
+	VT3_WC_LOC_PROT_ERR = 3,
+	VT3_WC_WR_FLUSH_ERR = 4,	/* written by the provider/driver only */
+	VT3_WC_REM_ACCESS_ERR = 5,
+	VT3_WC_REM_OP_ERR = 6,
+	VT3_WC_GENERAL_ERR = 7,
+	VT3_WC_BAD_RESP_ERR = 8,
+	VT3_WC_REM_INV_REQ_ERR = 9,
+};
+
+enum vt3_cqe_flags {
+	VT3_CQE_INVALIDATED = 1 << 0,	/* RECV of a SEND_INV: stag invalidated */
+	VT3_CQE_SOLICITED = 1 << 1,
+};
+
+struct vt3_cqe {
+	__le64	wr_id;
+	__le32	qpn;
+	__u8	opcode;			/* enum vt3_wc_opcode */
+	__u8	status;			/* enum vt3_wc_status */
+	__u8	flags;			/* enum vt3_cqe_flags */
+	__u8	reserved0;
+	__le32	byte_len;
+	__le32	invalidated_stag;
+	__le32	vendor_err;		/* TERMINATE layer/etype/ecode, if any */
+	__le32	reserved1;
+};
+
+/* ------------------------------------------------------------------ */
+/* Status pages (one per QP and per CQ, in guest memory)               */
+
+enum vt3_qp_status_flags {
+	VT3_QP_F_ERROR = 1 << 0,	/* set by vt3d or vt3.ko: QP is in error */
+	VT3_QP_F_SQ_IDLE = 1 << 1,	/* vt3d idle on the SQ: ring the doorbell */
+	VT3_QP_F_RQ_IDLE = 1 << 2,
+};
+
+struct vt3_qp_status {
+	__le32	sq_prod;		/* written by the producer (provider/driver) */
+	__le32	rq_prod;
+	__le32	sq_cons;		/* written by vt3d */
+	__le32	rq_cons;
+	__le32	flags;			/* enum vt3_qp_status_flags (atomic OR) */
+	__le32	state;			/* enum vt3_qp_state, written by vt3d */
+	__le32	reserved[2];
+};
+
+enum vt3_cq_status_flags {
+	VT3_CQ_F_ERROR = 1 << 0,	/* a QP feeding this CQ is in error */
+	VT3_CQ_F_OVERFLOW = 1 << 1,
+};
+
+struct vt3_cq_status {
+	__le32	prod;			/* written by vt3d */
+	__le32	cons;			/* written by the consumer */
+	__le32	flags;			/* enum vt3_cq_status_flags (atomic OR) */
+	__le32	reserved;
+};
+
+/* ------------------------------------------------------------------ */
+/* Sizes are part of the ABI.                                          */
+
+#ifdef __KERNEL__
+#include <linux/build_bug.h>
+#define VT3_ASSERT_SIZE(t, n) static_assert(sizeof(struct t) == (n), #t)
+#else
+#define VT3_ASSERT_SIZE(t, n) _Static_assert(sizeof(struct t) == (n), #t)
+#endif
+VT3_ASSERT_SIZE(vt3_ctrl_hdr, 16);
+VT3_ASSERT_SIZE(vt3_device_attr, 88);
+VT3_ASSERT_SIZE(vt3_port_attr, 16);
+VT3_ASSERT_SIZE(vt3_cmd_set_addr, 12);
+VT3_ASSERT_SIZE(vt3_cmd_handle, 8);
+VT3_ASSERT_SIZE(vt3_resp_handle, 8);
+VT3_ASSERT_SIZE(vt3_cmd_reg_mr, 48);
+VT3_ASSERT_SIZE(vt3_cmd_create_cq, 24);
+VT3_ASSERT_SIZE(vt3_cmd_arm_cq, 8);
+VT3_ASSERT_SIZE(vt3_cmd_create_qp, 72);
+VT3_ASSERT_SIZE(vt3_cmd_modify_qp, 24);
+VT3_ASSERT_SIZE(vt3_qp_attr, 24);
+VT3_ASSERT_SIZE(vt3_cmd_doorbell, 8);
+VT3_ASSERT_SIZE(vt3_event, 16);
+VT3_ASSERT_SIZE(vt3_sge, 16);
+VT3_ASSERT_SIZE(vt3_sq_wqe, VT3_WQE_SIZE);
+VT3_ASSERT_SIZE(vt3_rq_wqe, VT3_WQE_SIZE);
+VT3_ASSERT_SIZE(vt3_cqe, 32);
+VT3_ASSERT_SIZE(vt3_qp_status, 32);
+VT3_ASSERT_SIZE(vt3_cq_status, 16);
+#undef VT3_ASSERT_SIZE
+
+#endif /* VT3_HW_H */
