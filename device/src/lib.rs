@@ -9,6 +9,7 @@
 //! - [`uplink`]: where frames leave the host side (udp, unix-dgram, tap).
 //! - [`config`]: command line and configuration.
 
+pub mod abi;
 pub mod config;
 pub mod nic;
 pub mod uplink;
