@@ -480,7 +480,7 @@ cmd_shell() {
 	qemu_needs_intx && intx=,vectors=0
 	timeout "$QEMU_TIMEOUT" "$QEMU" -accel "$ACCEL" -M q35 -smp 1 -m "$GUEST_MEM" -nographic \
 		-no-reboot -kernel "$IMAGES/vmlinuz" -initrd "$IMAGES/initramfs.cpio.gz" \
-		-append "console=ttyS0 panic=-1 vt3.name=shell vt3.ip=$A_IP/24 vt3.agent=none vt3.shell=1" \
+		-append "console=ttyS0 panic=-1 vt3.name=shell vt3.ip=$A_IP/24 vt3.shell=1" \
 		-object "memory-backend-memfd,id=mem,size=$GUEST_MEM,share=on" -numa node,memdev=mem \
 		-chardev "socket,id=vhost,path=$CASE_DIR/vt3a.vhost" -netdev vhost-user,id=n0,chardev=vhost \
 		-device "virtio-net-pci,netdev=n0,mac=$A_MAC,romfile=$intx"

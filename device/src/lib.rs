@@ -11,7 +11,9 @@
 
 pub mod abi;
 pub mod config;
+pub mod control;
 pub mod nic;
+pub mod rnic;
 pub mod uplink;
 pub mod vhost;
 

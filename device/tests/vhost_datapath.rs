@@ -21,6 +21,7 @@ use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
 use virtio_queue::mock::MockSplitQueue;
 use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 use vmm_sys_util::eventfd::EventFd;
+use vt3d::abi;
 use vt3d::nic::Nic;
 use vt3d::uplink::UplinkSpec;
 use vt3d::vhost::relay::RelayEnd;
@@ -167,10 +168,36 @@ fn frames_cross_between_rings_and_uplink() {
     assert_eq!(&buf[..n], &outbound[..]);
     wait_for("the TX used ring", || tx.used().idx().load() == 1);
 
+    // A control command on TX is answered on RX and never leaves vt3d.
+    let hdr = abi::CtrlHdr {
+        version: abi::VT3_CTRL_VERSION,
+        r#type: abi::MsgType::Cmd as u8,
+        opcode: (abi::Cmd::QueryDevice as u16).into(),
+        seq: 0x1234_5678.into(),
+        ..Default::default()
+    };
+    let mut cmd = vec![0u8; HDR];
+    cmd.extend_from_slice(&vt3d::control::build_frame([0x52, 0x54, 0, 0, 0, 1], [0x52, 0x54, 0, 0, 0, 1], &hdr, &[]));
+    mem.write_slice(&cmd, GuestAddress(TX_DATA + 0x4000)).unwrap();
+    let desc = RawDescriptor::from(SplitDescriptor::new(TX_DATA + 0x4000, cmd.len() as u32, 0, 0));
+    tx.add_desc_chains(&[desc], 2).unwrap();
+    guest.kicks[1].write(1).unwrap();
+    wait_for("the control response", || rx.used().idx().load() == 4);
+    let e = rx.used().ring().ref_at(3).unwrap().load();
+    let mut resp = vec![0u8; e.len() as usize];
+    mem.read_slice(&mut resp, GuestAddress(RX_BUFS + u64::from(e.id()) * 0x1000)).unwrap();
+    let rhdr: abi::CtrlHdr = abi::read_struct(&resp[HDR + 14..]).unwrap();
+    assert_eq!(rhdr.r#type, abi::MsgType::Resp as u8);
+    assert_eq!((rhdr.seq.to_native(), rhdr.status.to_native()), (0x1234_5678, 0));
+    let attr: abi::DeviceAttr = abi::read_struct(&resp[HDR + 30..]).unwrap();
+    assert_eq!(attr.vendor_id.to_native(), abi::VT3_VENDOR_ID);
+    peer.set_nonblocking(true).unwrap();
+    assert!(peer.recv(&mut buf).is_err(), "a control frame reached the uplink");
+
     wait_for("the filtered frame to be counted", || {
         nic.stats.rx_filtered.load(std::sync::atomic::Ordering::Relaxed) == 1
     });
-    assert_eq!(rx.used().idx().load(), 3, "filtered frame must not reach the guest");
+    assert_eq!(rx.used().idx().load(), 4, "filtered frame must not reach the guest");
 
     drop(guest.frontend);
     assert_eq!(server.join().unwrap(), RelayEnd::FrontendClosed);

@@ -7,6 +7,9 @@ pub mod virtio;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use crate::rnic::{Limits, Rnic};
 use crate::uplink::Uplink;
 
 /// EtherType of the driver↔device control channel (IEEE local
@@ -110,11 +113,19 @@ pub struct Nic {
     mac: Option<MacAddr>,
     mtu: usize,
     pub stats: NicStats,
+    /// The RDMA function's resources; they belong to the connected guest
+    /// and are dropped when it goes away.
+    rnic: Mutex<Rnic>,
 }
 
 impl Nic {
     pub fn new(uplink: Box<dyn Uplink>, mac: Option<MacAddr>, mtu: usize) -> Self {
-        Self { uplink, mac, mtu, stats: NicStats::default() }
+        let rnic = Rnic::new(Limits::default(), u32::try_from(mtu).unwrap_or(u32::MAX));
+        Self { uplink, mac, mtu, stats: NicStats::default(), rnic: Mutex::new(rnic) }
+    }
+
+    pub fn rnic(&self) -> MutexGuard<'_, Rnic> {
+        self.rnic.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     pub fn uplink(&self) -> &dyn Uplink {
@@ -126,12 +137,12 @@ impl Nic {
         self.mtu + L2_OVERHEAD
     }
 
-    /// Takes a frame the guest transmitted.
-    pub fn from_guest(&self, frame: &[u8]) {
-        match classify_from_guest(frame) {
+    /// Takes a frame the guest transmitted: uplink traffic is sent, and
+    /// the caller hands control frames to the RNIC (never forwarded).
+    pub fn from_guest(&self, frame: &[u8]) -> GuestFrame {
+        let class = classify_from_guest(frame);
+        match class {
             GuestFrame::Runt => NicStats::add(&self.stats.tx_runts, 1),
-            // The control plane attaches here; until then the device
-            // consumes control frames (DESIGN §2: never forwarded).
             GuestFrame::Control => NicStats::add(&self.stats.control_frames, 1),
             GuestFrame::Uplink => match self.uplink.send(frame) {
                 Ok(()) => {
@@ -144,6 +155,7 @@ impl Nic {
                 }
             },
         }
+        class
     }
 
     /// Decides whether a frame from the uplink may reach the guest.

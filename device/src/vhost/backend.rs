@@ -2,6 +2,7 @@
 //! negotiation and the event handler that moves frames between the
 //! virtqueues and the uplink.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -21,7 +22,8 @@ use crate::nic::virtio::{
     deliver_rx, drain_tx, ChainStats, NetLayout, RxOutcome, Scratch, VNET_HDR_LEN,
     VNET_HDR_LEN_LEGACY,
 };
-use crate::nic::Nic;
+use crate::control::{self, Outcome};
+use crate::nic::{GuestFrame, Nic};
 use crate::uplink::RECV_BUF_LEN;
 
 /// virtio-net queue indices.
@@ -60,7 +62,17 @@ struct Datapath {
     rx_buf: Vec<u8>,
     /// Length of the frame held in `rx_buf` while the RX ring is full.
     rx_pending: Option<usize>,
+    /// The device's own frames for the guest (control responses, events):
+    /// delivered before uplink traffic and never dropped.
+    device_frames: VecDeque<Vec<u8>>,
+    /// TX was left unread because `device_frames` was full.
+    tx_throttled: bool,
 }
+
+/// Past this many undelivered device frames, vt3d stops taking commands
+/// from the TX ring: a guest that never posts RX buffers throttles itself
+/// instead of growing vt3d's queue.
+const MAX_DEVICE_FRAMES: usize = 1024;
 
 #[derive(Debug)]
 pub struct NetBackend {
@@ -86,6 +98,8 @@ impl NetBackend {
                 scratch: Scratch::default(),
                 rx_buf: vec![0; RECV_BUF_LEN],
                 rx_pending: None,
+                device_frames: VecDeque::new(),
+                tx_throttled: false,
             }),
         }
     }
@@ -94,23 +108,62 @@ impl NetBackend {
         lock(&self.mem).clone().ok_or(BackendError::NoMemory)
     }
 
-    fn transmit(&self, vring: &VringRwLock) -> Result<(), BackendError> {
+    fn transmit(&self, tx: &VringRwLock) -> Result<(), BackendError> {
         let mem = self.memory()?;
         let mem = mem.memory();
         let mut dp = lock(&self.datapath);
-        let dp = &mut *dp;
+        let Datapath { layout, scratch, device_frames, tx_throttled, .. } = &mut *dp;
+        if device_frames.len() >= MAX_DEVICE_FRAMES {
+            *tx_throttled = true;
+            return Ok(());
+        }
+        *tx_throttled = false;
         let mut stats = ChainStats::default();
         let used = {
-            let mut state = vring.get_mut();
-            drain_tx(state.get_queue_mut(), &*mem, &dp.layout, &mut dp.scratch, &mut stats, |f| {
-                self.nic.from_guest(f)
+            let mut state = tx.get_mut();
+            drain_tx(state.get_queue_mut(), &*mem, layout, scratch, &mut stats, |frame| {
+                if self.nic.from_guest(frame) == GuestFrame::Control {
+                    match control::handle_frame(&mut self.nic.rnic(), &*mem, frame) {
+                        Outcome::Reply(resp) => device_frames.push_back(resp),
+                        Outcome::Silent | Outcome::Ignored => {}
+                    }
+                }
             })?
         };
         self.nic.count_tx_malformed(stats.malformed);
         if used {
-            signal(vring)?;
+            signal(tx)?;
         }
         Ok(())
+    }
+
+    /// Delivers queued device frames; returns whether any was delivered and
+    /// whether the queue is now empty.
+    fn deliver_device_frames<M: vm_memory::GuestMemory>(
+        queue: &mut virtio_queue::Queue,
+        mem: &M,
+        dp: &mut Datapath,
+        stats: &mut ChainStats,
+    ) -> Result<bool, BackendError> {
+        let mut delivered = false;
+        while let Some(frame) = dp.device_frames.front() {
+            let avail_before = queue.avail_idx(mem, Ordering::Acquire)?;
+            match deliver_rx(queue, mem, &dp.layout, &mut dp.scratch, stats, frame)? {
+                RxOutcome::Delivered { .. } => {
+                    dp.device_frames.pop_front();
+                    delivered = true;
+                }
+                // Chains were consumed (and returned): retry this frame.
+                RxOutcome::Dropped => delivered = true,
+                RxOutcome::NoBuffers => {
+                    queue.enable_notification(mem)?;
+                    if queue.avail_idx(mem, Ordering::Acquire)? == avail_before {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(delivered)
     }
 
     /// Moves frames from the uplink into the RX ring until either runs dry.
@@ -132,7 +185,10 @@ impl NetBackend {
                 return Ok(());
             }
             let queue = state.get_queue_mut();
-            loop {
+            delivered |= Self::deliver_device_frames(queue, &*mem, dp, &mut stats)?;
+            // Uplink frames wait while device frames do (they keep order
+            // and priority); the RX kick resumes both.
+            while dp.device_frames.is_empty() {
                 let len = match dp.rx_pending.take() {
                     Some(len) => len,
                     None => match self.nic.uplink().recv(&mut dp.rx_buf) {
@@ -253,9 +309,20 @@ impl VhostUserBackend for NetBackend {
             return Err(BackendError::UnknownEvent(device_event).into());
         };
         match device_event {
-            // A TX kick; an RX kick means new buffers for held frames.
-            TX_QUEUE => self.transmit(tx)?,
-            RX_QUEUE | UPLINK_EVENT => self.receive(rx)?,
+            // A TX kick may queue control responses: deliver them at once.
+            TX_QUEUE => {
+                self.transmit(tx)?;
+                self.receive(rx)?;
+            }
+            // An RX kick means new buffers for held frames; once device
+            // frames drain, a throttled TX ring is read again.
+            RX_QUEUE | UPLINK_EVENT => {
+                self.receive(rx)?;
+                if lock(&self.datapath).tx_throttled {
+                    self.transmit(tx)?;
+                    self.receive(rx)?;
+                }
+            }
             other => return Err(BackendError::UnknownEvent(other).into()),
         }
         Ok(())

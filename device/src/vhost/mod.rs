@@ -104,6 +104,10 @@ pub fn serve_frontend(
     }
     // Dropping the daemon stops and joins its worker thread.
     drop(daemon);
+    // The guest is gone, and with it every resource it created.
+    let mut rnic = nic.rnic();
+    log::info!("dropping the guest's RDMA resources: {:?}", rnic.counts());
+    rnic.reset();
     end.map_err(VhostError::Relay)
 }
 

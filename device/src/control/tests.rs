@@ -1,0 +1,450 @@
+//! The control protocol driven as vt3.ko drives it, hostile inputs included.
+
+use super::*;
+use crate::abi::*;
+use crate::rnic::{Counts, Limits};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+const GUEST: [u8; 6] = [0x52, 0x54, 0, 0, 0, 1];
+const MEM: usize = 64 << 20;
+const PBL: u64 = 0x10_0000; // page lists are written here
+const PAGES: u64 = 0x20_0000; // ring and buffer pages from here
+const STATUS: u64 = 0x1f_0000; // status pages
+
+struct Driver {
+    rnic: Rnic,
+    mem: GuestMemoryMmap,
+    seq: u32,
+    next_pbl: u64,
+    next_page: u64,
+    next_status: u64,
+}
+
+fn zeroed<T: ByteValued + Default>() -> T {
+    T::default()
+}
+
+impl Driver {
+    fn new() -> Self {
+        Self::with_limits(Limits::default())
+    }
+
+    fn with_limits(limits: Limits) -> Self {
+        Self {
+            rnic: Rnic::new(limits, 1500),
+            mem: GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM)]).unwrap(),
+            seq: 0,
+            next_pbl: PBL,
+            next_page: PAGES,
+            next_status: STATUS,
+        }
+    }
+
+    fn frame(&mut self, version: u8, opcode: u16, len: u16, payload: &[u8]) -> Vec<u8> {
+        self.seq += 1;
+        let hdr = CtrlHdr {
+            version,
+            r#type: MsgType::Cmd as u8,
+            opcode: opcode.into(),
+            seq: self.seq.into(),
+            status: 0.into(),
+            len: len.into(),
+            reserved: 0.into(),
+        };
+        build_frame(GUEST, GUEST, &hdr, payload)
+    }
+
+    /// Sends a command; returns (status, response payload).
+    fn raw(&mut self, opcode: u16, payload: &[u8]) -> (u16, Vec<u8>) {
+        let f = self.frame(VT3_CTRL_VERSION, opcode, payload.len() as u16, payload);
+        self.send(&f)
+    }
+
+    fn send(&mut self, frame: &[u8]) -> (u16, Vec<u8>) {
+        let Outcome::Reply(resp) = handle_frame(&mut self.rnic, &self.mem, frame) else {
+            panic!("no reply");
+        };
+        assert_eq!(&resp[12..14], &VT3_ETHERTYPE.to_be_bytes());
+        assert_eq!(&resp[..6], &GUEST);
+        let hdr: CtrlHdr = read_struct(&resp[14..]).unwrap();
+        assert_eq!(hdr.r#type, MsgType::Resp as u8);
+        assert_eq!(hdr.seq.to_native(), self.seq, "response must echo seq");
+        let body = resp[30..].to_vec();
+        assert_eq!(body.len(), usize::from(hdr.len.to_native()));
+        (hdr.status.to_native(), body)
+    }
+
+    fn cmd<T: ByteValued>(&mut self, cmd: Cmd, args: &T) -> Result<Vec<u8>, Status> {
+        let (status, body) = self.raw(cmd as u16, args.as_slice());
+        match Status::try_from(status).unwrap() {
+            Status::Ok => Ok(body),
+            s => Err(s),
+        }
+    }
+
+    fn handle(&mut self, cmd: Cmd, args: &impl ByteValued) -> Result<u32, Status> {
+        let body = self.cmd(cmd, args)?;
+        Ok(read_struct::<RespHandle>(&body).unwrap().handle.to_native())
+    }
+
+    fn by_handle(&mut self, cmd: Cmd, h: u32) -> Result<Vec<u8>, Status> {
+        self.cmd(cmd, &CmdHandle { handle: h.into(), reserved: 0.into() })
+    }
+
+    /// Allocates `n` fresh guest pages and writes their page list.
+    fn pbl(&mut self, n: u32) -> u64 {
+        let at = self.next_pbl;
+        for i in 0..u64::from(n) {
+            self.mem.write_obj(self.next_page.to_le(), GuestAddress(at + i * 8)).unwrap();
+            self.next_page += VT3_PAGE_SIZE;
+        }
+        self.next_pbl += u64::from(n) * 8;
+        at
+    }
+
+    fn status(&mut self) -> u64 {
+        let at = self.next_status;
+        self.next_status += 64;
+        at
+    }
+
+    fn pd(&mut self) -> u32 {
+        self.handle(Cmd::AllocPd, &zeroed::<CmdHandle>()).unwrap()
+    }
+
+    fn reg_mr_args(&mut self, pdn: u32, length: u64, access: u32) -> CmdRegMr {
+        let npages = length.div_ceil(VT3_PAGE_SIZE) as u32;
+        CmdRegMr {
+            iova: 0x7f00_0000_0000u64.into(),
+            length: length.into(),
+            pbl_addr: self.pbl(npages).into(),
+            npages: npages.into(),
+            pdn: pdn.into(),
+            access: access.into(),
+            ..zeroed()
+        }
+    }
+
+    fn cq_args(&mut self, depth: u32) -> CmdCreateCq {
+        let npages = (depth * 32).div_ceil(VT3_PAGE_SIZE as u32);
+        CmdCreateCq {
+            ring_pbl_addr: self.pbl(npages).into(),
+            status_addr: self.status().into(),
+            ring_npages: npages.into(),
+            depth: depth.into(),
+        }
+    }
+
+    fn cq(&mut self, depth: u32) -> u32 {
+        let a = self.cq_args(depth);
+        self.handle(Cmd::CreateCq, &a).unwrap()
+    }
+
+    fn qp_args(&mut self, pdn: u32, scq: u32, rcq: u32, depth: u32) -> CmdCreateQp {
+        let npages = (depth * 128).div_ceil(VT3_PAGE_SIZE as u32);
+        CmdCreateQp {
+            sq_pbl_addr: self.pbl(npages).into(),
+            rq_pbl_addr: self.pbl(npages).into(),
+            status_addr: self.status().into(),
+            sq_npages: npages.into(),
+            rq_npages: npages.into(),
+            sq_depth: depth.into(),
+            rq_depth: depth.into(),
+            pdn: pdn.into(),
+            send_cqn: scq.into(),
+            recv_cqn: rcq.into(),
+            max_send_sge: 4.into(),
+            max_recv_sge: 4.into(),
+            max_inline: 64.into(),
+            ..zeroed()
+        }
+    }
+
+    fn counts(&self) -> Counts {
+        self.rnic.counts()
+    }
+}
+
+mod query {
+    use super::*;
+
+    #[test]
+    fn device_attributes_are_the_limits() {
+        let mut d = Driver::new();
+        let body = d.cmd(Cmd::QueryDevice, &[0u8; 0]).unwrap();
+        let attr: DeviceAttr = read_struct(&body).unwrap();
+        let l = Limits::default();
+        assert_eq!(attr.max_qp.to_native(), l.max_qp);
+        assert_eq!(attr.max_sge.to_native(), 4);
+        assert_eq!(attr.max_inline.to_native(), 64);
+        assert_eq!(attr.max_qp_rd_atom.to_native(), 8);
+        assert_eq!(attr.vendor_id.to_native(), VT3_VENDOR_ID);
+        assert_eq!(attr.page_size_cap.to_native(), 4096);
+        let port: PortAttr = read_struct(&d.cmd(Cmd::QueryPort, &[0u8; 0]).unwrap()).unwrap();
+        assert_eq!((port.mtu.to_native(), port.link_up.to_native()), (1500, 1));
+    }
+}
+
+mod pd_and_mr {
+    use super::*;
+
+    #[test]
+    fn register_and_deregister() {
+        let mut d = Driver::new();
+        let pdn = d.pd();
+        let a = d.reg_mr_args(pdn, 3 * 4096 + 5, 7);
+        let stag = d.handle(Cmd::RegMr, &a).unwrap();
+        let mr = d.rnic.tpt.get(stag).unwrap();
+        assert_eq!(mr.length, 3 * 4096 + 5);
+        assert_eq!(d.by_handle(Cmd::DeallocPd, pdn), Err(Status::Busy), "PD still has an MR");
+        d.by_handle(Cmd::DeregMr, stag).unwrap();
+        assert_eq!(d.by_handle(Cmd::DeregMr, stag), Err(Status::NotFound));
+        d.by_handle(Cmd::DeallocPd, pdn).unwrap();
+        assert_eq!(d.counts(), Counts::default());
+    }
+
+    #[test]
+    fn key_changes_on_reregistration() {
+        let mut d = Driver::with_limits(Limits { max_mr: 1, ..Limits::default() });
+        let pdn = d.pd();
+        let a = d.reg_mr_args(pdn, 4096, 1);
+        let first = d.handle(Cmd::RegMr, &a).unwrap();
+        assert_eq!(d.handle(Cmd::RegMr, &a), Err(Status::NoResource), "max_mr enforced");
+        d.by_handle(Cmd::DeregMr, first).unwrap();
+        let second = d.handle(Cmd::RegMr, &a).unwrap();
+        assert_eq!(first >> 8, second >> 8);
+        assert_ne!(first, second);
+        assert_eq!(d.by_handle(Cmd::DeregMr, first), Err(Status::NotFound), "stale STag");
+    }
+
+    #[test]
+    fn dma_mr_needs_no_page_list() {
+        let mut d = Driver::new();
+        let pdn = d.pd();
+        let a = CmdRegMr {
+            iova: 0.into(),
+            length: u64::MAX.into(),
+            pdn: pdn.into(),
+            access: 1.into(),
+            flags: (MrFlag::Dma as u32).into(),
+            ..zeroed()
+        };
+        d.handle(Cmd::RegMr, &a).unwrap();
+    }
+
+    #[test]
+    fn hostile_registrations_are_refused() {
+        let mut d = Driver::with_limits(Limits { max_pbl_pages: 16, pbl_budget: 20, ..Limits::default() });
+        let pdn = d.pd();
+        let good = d.reg_mr_args(pdn, 4096, 1);
+        let mut cases: Vec<(CmdRegMr, Status)> = vec![
+            (CmdRegMr { pdn: 99.into(), ..good }, Status::NotFound),
+            (CmdRegMr { access: 0x10.into(), ..good }, Status::Invalid),
+            (CmdRegMr { length: 0.into(), ..good }, Status::Invalid),
+            (CmdRegMr { length: 4097.into(), ..good }, Status::Invalid),
+            (CmdRegMr { page_offset: 1.into(), ..good }, Status::Invalid),
+            (CmdRegMr { page_offset: 4096.into(), ..good }, Status::Invalid),
+            (CmdRegMr { npages: 0.into(), ..good }, Status::Invalid),
+            (CmdRegMr { npages: 17.into(), length: (17 * 4096).into(), ..good }, Status::Invalid),
+            (CmdRegMr { pbl_addr: (MEM as u64 - 4).into(), ..good }, Status::BadAddress),
+            (CmdRegMr { pbl_addr: u64::MAX.into(), ..good }, Status::BadAddress),
+            (CmdRegMr { iova: u64::MAX.into(), ..good }, Status::Invalid),
+            (CmdRegMr { flags: 2.into(), ..good }, Status::Invalid),
+        ];
+        // A page list naming an unaligned page, and one outside guest RAM.
+        for page in [PAGES + 1, MEM as u64] {
+            let at = d.next_pbl;
+            d.mem.write_obj(page.to_le(), GuestAddress(at)).unwrap();
+            d.next_pbl += 8;
+            let status = if page % 4096 == 0 { Status::BadAddress } else { Status::Invalid };
+            cases.push((CmdRegMr { pbl_addr: at.into(), ..good }, status));
+        }
+        for (args, want) in cases {
+            assert_eq!(d.handle(Cmd::RegMr, &args), Err(want), "{args:?}");
+        }
+        // The PBL budget (20 pages) is enforced across registrations.
+        let big = d.reg_mr_args(pdn, 16 * 4096, 1);
+        d.handle(Cmd::RegMr, &big).unwrap();
+        let more = d.reg_mr_args(pdn, 8 * 4096, 1);
+        assert_eq!(d.handle(Cmd::RegMr, &more), Err(Status::NoResource));
+        assert_eq!(d.counts().mr, 1, "nothing half-registered");
+    }
+}
+
+mod cq_and_qp {
+    use super::*;
+
+    #[test]
+    fn lifecycle_with_references() {
+        let mut d = Driver::new();
+        let pdn = d.pd();
+        let (scq, rcq) = (d.cq(64), d.cq(16));
+        let a = d.qp_args(pdn, scq, rcq, 128);
+        let status_addr = a.status_addr.to_native();
+        let qpn = d.handle(Cmd::CreateQp, &a).unwrap();
+        assert_eq!(d.by_handle(Cmd::DestroyCq, scq), Err(Status::Busy));
+        assert_eq!(d.by_handle(Cmd::DeallocPd, pdn), Err(Status::Busy));
+
+        let attr: QpAttr = read_struct(&d.by_handle(Cmd::QueryQp, qpn).unwrap()).unwrap();
+        assert_eq!((attr.state.to_native(), attr.sq_depth.to_native()), (QpState::Idle as u32, 128));
+
+        // The driver may not move a QP to RTS (the connection does that).
+        let to = |state: QpState| CmdModifyQp {
+            qpn: qpn.into(),
+            mask: (ModifyMask::State as u32).into(),
+            state: (state as u32).into(),
+            ..zeroed()
+        };
+        assert_eq!(d.cmd(Cmd::ModifyQp, &to(QpState::Rts)), Err(Status::State));
+        d.cmd(Cmd::ModifyQp, &to(QpState::Error)).unwrap();
+        let st: QpStatus = d.mem.read_obj(GuestAddress(status_addr)).unwrap();
+        assert_eq!(st.state.to_native(), QpState::Error as u32);
+        assert_eq!(st.flags.to_native() & QpStatusFlag::Error as u32, QpStatusFlag::Error as u32);
+        d.cmd(Cmd::ModifyQp, &to(QpState::Idle)).unwrap();
+
+        d.by_handle(Cmd::DestroyQp, qpn).unwrap();
+        for cq in [scq, rcq] {
+            d.by_handle(Cmd::DestroyCq, cq).unwrap();
+        }
+        d.by_handle(Cmd::DeallocPd, pdn).unwrap();
+        assert_eq!(d.counts(), Counts::default());
+    }
+
+    #[test]
+    fn rings_and_limits_are_checked() {
+        let mut d = Driver::with_limits(Limits { max_cq: 2, ..Limits::default() });
+        let pdn = d.pd();
+        let good = d.cq_args(64);
+        for (args, want) in [
+            (CmdCreateCq { depth: 48.into(), ..good }, Status::Invalid),
+            (CmdCreateCq { depth: 1.into(), ..good }, Status::Invalid),
+            (CmdCreateCq { depth: (1 << 17).into(), ..good }, Status::Invalid),
+            (CmdCreateCq { depth: 256.into(), ..good }, Status::Invalid), // ring too small
+            (CmdCreateCq { status_addr: (MEM as u64 - 8).into(), ..good }, Status::BadAddress),
+            (CmdCreateCq { status_addr: (STATUS + 4).into(), ..good }, Status::BadAddress),
+        ] {
+            assert_eq!(d.handle(Cmd::CreateCq, &args), Err(want), "{args:?}");
+        }
+        let c1 = d.cq(16);
+        let c2 = d.cq(16);
+        assert_eq!(d.handle(Cmd::CreateCq, &good), Err(Status::NoResource), "max_cq enforced");
+        let q = d.qp_args(pdn, c1, c2, 64);
+        for (args, want) in [
+            (CmdCreateQp { send_cqn: 9.into(), ..q }, Status::NotFound),
+            (CmdCreateQp { pdn: 9.into(), ..q }, Status::NotFound),
+            (CmdCreateQp { max_send_sge: 5.into(), ..q }, Status::Invalid),
+            (CmdCreateQp { max_inline: 65.into(), ..q }, Status::Invalid),
+            (CmdCreateQp { sq_depth: 8192.into(), ..q }, Status::Invalid),
+            (CmdCreateQp { rq_npages: 1.into(), ..q }, Status::Invalid),
+            (CmdCreateQp { flags: 0x80.into(), ..q }, Status::Invalid),
+        ] {
+            assert_eq!(d.handle(Cmd::CreateQp, &args), Err(want), "{args:?}");
+        }
+        assert_eq!(d.counts().qp, 0);
+    }
+
+    #[test]
+    fn ten_thousand_cycles_leave_nothing_behind() {
+        let mut d = Driver::new();
+        let pdn = d.pd();
+        let mr = d.reg_mr_args(pdn, 64 * 1024, 7);
+        let cq = d.cq_args(64);
+        let stag0 = d.handle(Cmd::RegMr, &mr).unwrap();
+        d.by_handle(Cmd::DeregMr, stag0).unwrap();
+        let qp = d.qp_args(pdn, 0, 0, 16);
+        for _ in 0..10_000 {
+            let stag = d.handle(Cmd::RegMr, &mr).unwrap();
+            let c = d.handle(Cmd::CreateCq, &cq).unwrap();
+            let q = d.handle(Cmd::CreateQp, &CmdCreateQp { send_cqn: c.into(), recv_cqn: c.into(), ..qp }).unwrap();
+            d.by_handle(Cmd::DestroyQp, q).unwrap();
+            d.by_handle(Cmd::DestroyCq, c).unwrap();
+            d.by_handle(Cmd::DeregMr, stag).unwrap();
+        }
+        d.by_handle(Cmd::DeallocPd, pdn).unwrap();
+        assert_eq!(d.counts(), Counts::default());
+        // The PBL accounting returned to zero as well: a large MR still fits.
+        let pdn = d.pd();
+        let big = d.reg_mr_args(pdn, 1 << 20, 1);
+        d.handle(Cmd::RegMr, &big).unwrap();
+    }
+}
+
+mod hostile {
+    use super::*;
+
+    #[test]
+    fn unknown_opcode_and_version_are_unsupported() {
+        let mut d = Driver::new();
+        assert_eq!(d.raw(999, &[]).0, Status::Unsupported as u16);
+        let f = d.frame(2, Cmd::AllocPd as u16, 0, &[]);
+        assert_eq!(d.send(&f).0, Status::Unsupported as u16);
+        assert_eq!(d.counts().pd, 0);
+    }
+
+    #[test]
+    fn short_payloads_are_invalid() {
+        let mut d = Driver::new();
+        for cmd in Cmd::ALL.iter().filter(|c| !matches!(c, Cmd::QueryDevice | Cmd::QueryPort | Cmd::AllocPd | Cmd::Reset)) {
+            assert_eq!(d.raw(*cmd as u16, &[1, 2, 3]).0, Status::Invalid as u16, "{}", cmd.name());
+        }
+        // `len` claims more than the frame carries.
+        let f = d.frame(VT3_CTRL_VERSION, Cmd::DeallocPd as u16, 8, &[1, 0]);
+        assert_eq!(d.send(&f).0, Status::Invalid as u16);
+    }
+
+    #[test]
+    fn frames_that_are_not_commands_are_ignored() {
+        let mut d = Driver::new();
+        let mem = d.mem.clone();
+        assert_eq!(handle_frame(&mut d.rnic, &mem, &[0u8; 20]), Outcome::Ignored);
+        let mut resp = d.frame(VT3_CTRL_VERSION, 1, 0, &[]);
+        resp[15] = MsgType::Resp as u8;
+        assert_eq!(handle_frame(&mut d.rnic, &mem, &resp), Outcome::Ignored);
+    }
+
+    #[test]
+    fn doorbells_are_silent_unless_wrong() {
+        let mut d = Driver::new();
+        let mem = d.mem.clone();
+        let pdn = d.pd();
+        let c = d.cq(16);
+        let a = d.qp_args(pdn, c, c, 16);
+        let qpn = d.handle(Cmd::CreateQp, &a).unwrap();
+        let db = CmdDoorbell { qpn: qpn.into(), queues: 1.into() };
+        let f = d.frame(VT3_CTRL_VERSION, Cmd::Doorbell as u16, 8, db.as_slice());
+        assert_eq!(handle_frame(&mut d.rnic, &mem, &f), Outcome::Silent);
+        let bad = CmdDoorbell { qpn: (qpn + 1).into(), queues: 1.into() };
+        assert_eq!(d.cmd(Cmd::Doorbell, &bad), Err(Status::NotFound));
+    }
+
+    /// Random frames: no panic, every reply well formed, and resources
+    /// created by lucky frames are all accounted for.
+    #[test]
+    fn random_frames_never_panic() {
+        let mut d = Driver::with_limits(Limits { max_pbl_pages: 64, pbl_budget: 4096, ..Limits::default() });
+        let mem = d.mem.clone();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..20_000 {
+            let len = (next() % 120) as usize;
+            let mut f: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            if len >= 30 && next() % 2 == 0 {
+                // Often make it a plausible command so execution is reached.
+                f[14] = VT3_CTRL_VERSION;
+                f[15] = MsgType::Cmd as u8;
+                f[16] = (next() % 18) as u8;
+                f[17] = 0;
+                f[24] = (len - 30) as u8;
+                f[25] = 0;
+            }
+            let _ = handle_frame(&mut d.rnic, &mem, &f);
+        }
+        let c = d.rnic.counts();
+        assert!(c.pd <= 1024 && c.mr <= 16384);
+    }
+}

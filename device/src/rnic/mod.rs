@@ -1,0 +1,574 @@
+//! The RDMA function's resources: protection domains, memory regions (the
+//! TPT), completion queues and queue pairs, with the limits the device
+//! advertises and enforces. Everything the guest hands over — addresses,
+//! lengths, counts, handles — is validated here against guest memory and
+//! these limits before anything is stored.
+
+pub mod table;
+pub mod tpt;
+
+use vm_memory::{Address, Bytes, GuestAddress, GuestMemory, Le32, Permissions};
+
+use crate::abi::{
+    self, Cmd, CmdArmCq, CmdCreateCq, CmdCreateQp, CmdDoorbell, CmdHandle, CmdModifyQp, CmdRegMr,
+    CmdSetAddr, DeviceAttr, PortAttr, QpAttr, QpState, RespHandle, Status, VT3_PAGE_SIZE,
+};
+use table::Table;
+use tpt::{Backing, Mr, Tpt, ALL_ACCESS};
+use vm_memory::ByteValued;
+
+/// Limits advertised by VT3_CMD_QUERY_DEVICE and enforced here. T3-class
+/// where the T3 had a number (SGEs, inline, IRD/ORD, MR size), bounded
+/// elsewhere so a guest cannot make vt3d allocate without limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_qp: u32,
+    pub max_qp_wr: u32,
+    pub max_sge: u32,
+    pub max_sge_rd: u32,
+    pub max_cq: u32,
+    pub max_cqe: u32,
+    pub max_mr: u32,
+    pub max_pd: u32,
+    pub max_ord: u32,
+    pub max_ird: u32,
+    pub max_inline: u32,
+    pub max_mr_size: u64,
+    pub max_pbl_pages: u32,
+    /// Page-list entries held for all MRs and rings together.
+    pub pbl_budget: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_qp: 1024,
+            max_qp_wr: 4095,
+            max_sge: abi::VT3_MAX_SGE as u32,
+            max_sge_rd: 1,
+            max_cq: 2048,
+            max_cqe: 65535,
+            max_mr: 16384,
+            max_pd: 1024,
+            max_ord: 8,
+            max_ird: 8,
+            max_inline: abi::VT3_MAX_INLINE as u32,
+            max_mr_size: 4 << 30,
+            max_pbl_pages: 1 << 20,
+            pbl_budget: 4 << 20,
+        }
+    }
+}
+
+/// A guest ring: `depth` fixed-size entries spread over guest pages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ring {
+    pub depth: u32,
+    pub entry_size: u64,
+    pub pages: Vec<u64>,
+}
+
+impl Ring {
+    /// Guest-physical address of entry `index` (mod depth). Entries never
+    /// straddle pages: sizes are powers of two no larger than a page.
+    pub fn entry_addr(&self, index: u32) -> Option<GuestAddress> {
+        let slot = u64::from(index & (self.depth - 1));
+        let byte = slot * self.entry_size;
+        let page = self.pages.get(usize::try_from(byte / VT3_PAGE_SIZE).ok()?)?;
+        Some(GuestAddress(page + byte % VT3_PAGE_SIZE))
+    }
+}
+
+#[derive(Debug)]
+pub struct Pd {
+    /// MRs and QPs in this PD; deallocation waits until they are gone.
+    pub users: u32,
+}
+
+#[derive(Debug)]
+pub struct Cq {
+    pub ring: Ring,
+    pub status_addr: GuestAddress,
+    pub arm_flags: u32,
+    pub qp_users: u32,
+}
+
+#[derive(Debug)]
+pub struct Qp {
+    pub pdn: u32,
+    pub send_cqn: u32,
+    pub recv_cqn: u32,
+    pub sq: Ring,
+    pub rq: Ring,
+    pub status_addr: GuestAddress,
+    pub state: QpState,
+    pub ird: u32,
+    pub ord: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline: u32,
+    pub flags: u32,
+}
+
+/// Object counts, for `vt3d ctl` and the tests.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    pub pd: usize,
+    pub mr: usize,
+    pub cq: usize,
+    pub qp: usize,
+}
+
+/// Guest address the driver told us (VT3_CMD_SET_ADDR).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuestAddr {
+    pub mac: [u8; 6],
+    pub ipv4: [u8; 4],
+    pub prefix_len: u8,
+}
+
+#[derive(Debug)]
+pub struct Rnic {
+    pub limits: Limits,
+    pub pds: Table<Pd>,
+    pub tpt: Tpt,
+    pub cqs: Table<Cq>,
+    pub qps: Table<Qp>,
+    pub addr: Option<GuestAddr>,
+    pbl_used: u64,
+    mtu: u32,
+}
+
+type CmdResult = Result<Vec<u8>, Status>;
+
+fn reply<T: ByteValued>(value: T) -> CmdResult {
+    Ok(value.as_slice().to_vec())
+}
+
+fn handle_reply(handle: u32) -> CmdResult {
+    reply(RespHandle { handle: handle.into(), reserved: 0.into() })
+}
+
+fn args<T: ByteValued + Default>(payload: &[u8]) -> Result<T, Status> {
+    abi::read_struct(payload).ok_or(Status::Invalid)
+}
+
+fn le(v: Le32) -> u32 {
+    v.to_native()
+}
+
+/// Allowed QP state changes requested by the driver (the engine moves
+/// IDLE→RTS itself when a connection is established).
+fn transition_allowed(from: QpState, to: QpState) -> bool {
+    use QpState::{Closing, Error, Idle, Rts, Terminate};
+    matches!(
+        (from, to),
+        (Idle, Idle)
+            | (_, Error)
+            | (Rts, Closing | Terminate)
+            | (Closing, Idle)
+            | (Terminate, Idle)
+            | (Error, Idle)
+    )
+}
+
+impl Rnic {
+    pub fn new(limits: Limits, mtu: u32) -> Self {
+        Self {
+            pds: Table::new(limits.max_pd),
+            tpt: Tpt::new(limits.max_mr),
+            cqs: Table::new(limits.max_cq),
+            qps: Table::new(limits.max_qp),
+            addr: None,
+            pbl_used: 0,
+            limits,
+            mtu,
+        }
+    }
+
+    pub fn counts(&self) -> Counts {
+        Counts { pd: self.pds.len(), mr: self.tpt.len(), cq: self.cqs.len(), qp: self.qps.len() }
+    }
+
+    /// Forgets every resource (the guest went away or asked for a reset).
+    pub fn reset(&mut self) {
+        self.pds.clear();
+        self.tpt.clear();
+        self.cqs.clear();
+        self.qps.clear();
+        self.addr = None;
+        self.pbl_used = 0;
+    }
+
+    pub fn device_attr(&self) -> DeviceAttr {
+        let l = &self.limits;
+        DeviceAttr {
+            fw_ver: (1u64 << 32).into(),
+            max_mr_size: l.max_mr_size.into(),
+            page_size_cap: VT3_PAGE_SIZE.into(),
+            vendor_id: abi::VT3_VENDOR_ID.into(),
+            vendor_part_id: abi::VT3_VENDOR_PART_ID.into(),
+            hw_ver: 3.into(),
+            max_qp: l.max_qp.into(),
+            max_qp_wr: l.max_qp_wr.into(),
+            max_sge: l.max_sge.into(),
+            max_sge_rd: l.max_sge_rd.into(),
+            max_cq: l.max_cq.into(),
+            max_cqe: l.max_cqe.into(),
+            max_mr: l.max_mr.into(),
+            max_pd: l.max_pd.into(),
+            max_qp_rd_atom: l.max_ord.into(),
+            max_qp_init_rd_atom: l.max_ird.into(),
+            max_inline: l.max_inline.into(),
+            max_pbl_pages: l.max_pbl_pages.into(),
+            reserved: 0.into(),
+        }
+    }
+
+    /// Executes one control command; the result is the response payload
+    /// (empty for commands without one) or the error status.
+    pub fn execute<M: GuestMemory>(&mut self, mem: &M, cmd: Cmd, payload: &[u8]) -> CmdResult {
+        match cmd {
+            Cmd::QueryDevice => reply(self.device_attr()),
+            Cmd::QueryPort => reply(PortAttr {
+                max_msg_size: (1u32 << 31).into(),
+                mtu: self.mtu.into(),
+                link_up: 1.into(),
+                reserved: 0.into(),
+            }),
+            Cmd::SetAddr => {
+                let a: CmdSetAddr = args(payload)?;
+                if a.prefix_len > 32 {
+                    return Err(Status::Invalid);
+                }
+                self.addr = Some(GuestAddr { mac: a.mac, ipv4: a.ipv4, prefix_len: a.prefix_len });
+                Ok(Vec::new())
+            }
+            Cmd::AllocPd => {
+                let pdn = self.pds.insert(Pd { users: 0 }).ok_or(Status::NoResource)?;
+                handle_reply(pdn)
+            }
+            Cmd::DeallocPd => {
+                let pdn = le(args::<CmdHandle>(payload)?.handle);
+                match self.pds.get(pdn) {
+                    None => Err(Status::NotFound),
+                    Some(pd) if pd.users > 0 => Err(Status::Busy),
+                    Some(_) => {
+                        self.pds.remove(pdn);
+                        Ok(Vec::new())
+                    }
+                }
+            }
+            Cmd::RegMr => self.reg_mr(mem, &args(payload)?),
+            Cmd::DeregMr => {
+                let stag = le(args::<CmdHandle>(payload)?.handle);
+                let mr = self.tpt.remove(stag).ok_or(Status::NotFound)?;
+                self.release_pages(&mr.backing);
+                self.pd_users(mr.pdn, false);
+                Ok(Vec::new())
+            }
+            Cmd::CreateCq => self.create_cq(mem, &args(payload)?),
+            Cmd::DestroyCq => {
+                let cqn = le(args::<CmdHandle>(payload)?.handle);
+                match self.cqs.get(cqn) {
+                    None => Err(Status::NotFound),
+                    Some(cq) if cq.qp_users > 0 => Err(Status::Busy),
+                    Some(_) => {
+                        if let Some(cq) = self.cqs.remove(cqn) {
+                            self.pbl_used -= cq.ring.pages.len() as u64;
+                        }
+                        Ok(Vec::new())
+                    }
+                }
+            }
+            Cmd::ArmCq => {
+                let a: CmdArmCq = args(payload)?;
+                let flags = le(a.flags);
+                if flags & !(abi::ArmFlag::Next as u32 | abi::ArmFlag::Solicited as u32) != 0 {
+                    return Err(Status::Invalid);
+                }
+                let cq = self.cqs.get_mut(le(a.cqn)).ok_or(Status::NotFound)?;
+                cq.arm_flags |= flags;
+                Ok(Vec::new())
+            }
+            Cmd::CreateQp => self.create_qp(mem, &args(payload)?),
+            Cmd::ModifyQp => self.modify_qp(mem, &args(payload)?),
+            Cmd::QueryQp => {
+                let qpn = le(args::<CmdHandle>(payload)?.handle);
+                let qp = self.qps.get(qpn).ok_or(Status::NotFound)?;
+                reply(QpAttr {
+                    state: (qp.state as u32).into(),
+                    ird: qp.ird.into(),
+                    ord: qp.ord.into(),
+                    sq_depth: qp.sq.depth.into(),
+                    rq_depth: qp.rq.depth.into(),
+                    reserved: 0.into(),
+                })
+            }
+            Cmd::DestroyQp => {
+                let qpn = le(args::<CmdHandle>(payload)?.handle);
+                let qp = self.qps.remove(qpn).ok_or(Status::NotFound)?;
+                self.pbl_used -= (qp.sq.pages.len() + qp.rq.pages.len()) as u64;
+                self.pd_users(qp.pdn, false);
+                for cqn in [qp.send_cqn, qp.recv_cqn] {
+                    if let Some(cq) = self.cqs.get_mut(cqn) {
+                        cq.qp_users -= 1;
+                    }
+                }
+                Ok(Vec::new())
+            }
+            Cmd::Doorbell => {
+                let db: CmdDoorbell = args(payload)?;
+                // The data path attaches here; until then a doorbell only
+                // has to name a live QP.
+                self.qps.get(le(db.qpn)).ok_or(Status::NotFound)?;
+                Ok(Vec::new())
+            }
+            Cmd::Reset => {
+                self.reset();
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    fn pd_users(&mut self, pdn: u32, add: bool) {
+        if let Some(pd) = self.pds.get_mut(pdn) {
+            if add {
+                pd.users += 1;
+            } else {
+                pd.users -= 1;
+            }
+        }
+    }
+
+    fn release_pages(&mut self, backing: &Backing) {
+        if let Backing::Pages { pages, .. } = backing {
+            self.pbl_used -= pages.len() as u64;
+        }
+    }
+
+    /// Reads and validates a page list: every entry a page-aligned guest
+    /// page; the total counted against the PBL budget.
+    fn read_pbl<M: GuestMemory>(&mut self, mem: &M, pbl_addr: u64, npages: u32) -> Result<Vec<u64>, Status> {
+        if npages == 0 || npages > self.limits.max_pbl_pages {
+            return Err(Status::Invalid);
+        }
+        if self.pbl_used + u64::from(npages) > self.limits.pbl_budget {
+            return Err(Status::NoResource);
+        }
+        let bytes = usize::try_from(npages).map_err(|_| Status::Invalid)? * 8;
+        let addr = GuestAddress(pbl_addr);
+        if !mem.check_range(addr, bytes, Permissions::Read) {
+            return Err(Status::BadAddress);
+        }
+        let mut raw = vec![0u8; bytes];
+        mem.read_slice(&mut raw, addr).map_err(|_| Status::BadAddress)?;
+        let pages: Vec<u64> = raw
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+            .collect();
+        for &page in &pages {
+            if page % VT3_PAGE_SIZE != 0 {
+                return Err(Status::Invalid);
+            }
+            if !mem.check_range(GuestAddress(page), VT3_PAGE_SIZE as usize, Permissions::ReadWrite) {
+                return Err(Status::BadAddress);
+            }
+        }
+        self.pbl_used += u64::from(npages);
+        Ok(pages)
+    }
+
+    fn reg_mr<M: GuestMemory>(&mut self, mem: &M, a: &CmdRegMr) -> CmdResult {
+        let pdn = le(a.pdn);
+        let access = le(a.access);
+        let length = a.length.to_native();
+        let iova = a.iova.to_native();
+        if self.pds.get(pdn).is_none() {
+            return Err(Status::NotFound);
+        }
+        if access & !ALL_ACCESS != 0 || length == 0 || iova.checked_add(length).is_none() {
+            return Err(Status::Invalid);
+        }
+        let backing = match le(a.flags) {
+            f if f == abi::MrFlag::Dma as u32 => Backing::Dma,
+            0 => {
+                if length > self.limits.max_mr_size {
+                    return Err(Status::Invalid);
+                }
+                let page_offset = u64::from(le(a.page_offset));
+                let npages = le(a.npages);
+                if page_offset >= VT3_PAGE_SIZE
+                    || u64::from(npages) * VT3_PAGE_SIZE < page_offset + length
+                {
+                    return Err(Status::Invalid);
+                }
+                let pages = self.read_pbl(mem, a.pbl_addr.to_native(), npages)?;
+                Backing::Pages { pages, page_offset }
+            }
+            _ => return Err(Status::Invalid),
+        };
+        let mr = Mr { pdn, access, iova, length, backing };
+        let release = mr.backing.clone();
+        match self.tpt.insert(mr) {
+            Some(stag) => {
+                self.pd_users(pdn, true);
+                handle_reply(stag)
+            }
+            None => {
+                self.release_pages(&release);
+                Err(Status::NoResource)
+            }
+        }
+    }
+
+    /// Validates a ring: power-of-two depth within `max`, enough pages.
+    fn read_ring<M: GuestMemory>(
+        &mut self,
+        mem: &M,
+        depth: u32,
+        max_depth: u32,
+        entry_size: u64,
+        pbl_addr: u64,
+        npages: u32,
+    ) -> Result<Ring, Status> {
+        if depth < 2 || !depth.is_power_of_two() || depth > max_depth {
+            return Err(Status::Invalid);
+        }
+        if u64::from(npages) * VT3_PAGE_SIZE < u64::from(depth) * entry_size {
+            return Err(Status::Invalid);
+        }
+        let pages = self.read_pbl(mem, pbl_addr, npages)?;
+        Ok(Ring { depth, entry_size, pages })
+    }
+
+    fn status_page<M: GuestMemory>(mem: &M, addr: u64, len: usize) -> Result<GuestAddress, Status> {
+        let addr = GuestAddress(addr);
+        if addr.0 % 8 != 0 || !mem.check_range(addr, len, Permissions::ReadWrite) {
+            return Err(Status::BadAddress);
+        }
+        Ok(addr)
+    }
+
+    fn create_cq<M: GuestMemory>(&mut self, mem: &M, a: &CmdCreateCq) -> CmdResult {
+        let status_addr = Self::status_page(mem, a.status_addr.to_native(), std::mem::size_of::<abi::CqStatus>())?;
+        let max_depth = (self.limits.max_cqe + 1).next_power_of_two();
+        let ring = self.read_ring(
+            mem,
+            le(a.depth),
+            max_depth,
+            std::mem::size_of::<abi::Cqe>() as u64,
+            a.ring_pbl_addr.to_native(),
+            le(a.ring_npages),
+        )?;
+        let npages = ring.pages.len() as u64;
+        match self.cqs.insert(Cq { ring, status_addr, arm_flags: 0, qp_users: 0 }) {
+            Some(cqn) => handle_reply(cqn),
+            None => {
+                self.pbl_used -= npages;
+                Err(Status::NoResource)
+            }
+        }
+    }
+
+    fn create_qp<M: GuestMemory>(&mut self, mem: &M, a: &CmdCreateQp) -> CmdResult {
+        let pdn = le(a.pdn);
+        let (send_cqn, recv_cqn) = (le(a.send_cqn), le(a.recv_cqn));
+        if self.pds.get(pdn).is_none() || self.cqs.get(send_cqn).is_none() || self.cqs.get(recv_cqn).is_none() {
+            return Err(Status::NotFound);
+        }
+        let l = self.limits;
+        let (max_send_sge, max_recv_sge, max_inline) = (le(a.max_send_sge), le(a.max_recv_sge), le(a.max_inline));
+        let flags = le(a.flags);
+        let known_flags = abi::QpFlag::Kernel as u32 | abi::QpFlag::SigAll as u32;
+        if max_send_sge > l.max_sge || max_recv_sge > l.max_sge || max_inline > l.max_inline || flags & !known_flags != 0 {
+            return Err(Status::Invalid);
+        }
+        let status_addr = Self::status_page(mem, a.status_addr.to_native(), std::mem::size_of::<abi::QpStatus>())?;
+        let max_depth = (l.max_qp_wr + 1).next_power_of_two();
+        let wqe = abi::VT3_WQE_SIZE as u64;
+        let sq = self.read_ring(mem, le(a.sq_depth), max_depth, wqe, a.sq_pbl_addr.to_native(), le(a.sq_npages))?;
+        let rq = match self.read_ring(mem, le(a.rq_depth), max_depth, wqe, a.rq_pbl_addr.to_native(), le(a.rq_npages)) {
+            Ok(rq) => rq,
+            Err(e) => {
+                self.pbl_used -= sq.pages.len() as u64;
+                return Err(e);
+            }
+        };
+        let npages = (sq.pages.len() + rq.pages.len()) as u64;
+        let qp = Qp {
+            pdn,
+            send_cqn,
+            recv_cqn,
+            sq,
+            rq,
+            status_addr,
+            state: QpState::Idle,
+            ird: l.max_ird,
+            ord: l.max_ord,
+            max_send_sge,
+            max_recv_sge,
+            max_inline,
+            flags,
+        };
+        let Some(qpn) = self.qps.insert(qp) else {
+            self.pbl_used -= npages;
+            return Err(Status::NoResource);
+        };
+        self.pd_users(pdn, true);
+        for cqn in [send_cqn, recv_cqn] {
+            if let Some(cq) = self.cqs.get_mut(cqn) {
+                cq.qp_users += 1;
+            }
+        }
+        Self::publish_state(mem, status_addr, QpState::Idle);
+        handle_reply(qpn)
+    }
+
+    fn modify_qp<M: GuestMemory>(&mut self, mem: &M, a: &CmdModifyQp) -> CmdResult {
+        let l = self.limits;
+        let mask = le(a.mask);
+        let known = abi::ModifyMask::State as u32 | abi::ModifyMask::Ird as u32 | abi::ModifyMask::Ord as u32;
+        if mask & !known != 0 {
+            return Err(Status::Invalid);
+        }
+        let qp = self.qps.get_mut(le(a.qpn)).ok_or(Status::NotFound)?;
+        let new_state = if mask & abi::ModifyMask::State as u32 != 0 {
+            let to = QpState::try_from(le(a.state)).map_err(|_| Status::Invalid)?;
+            if !transition_allowed(qp.state, to) {
+                return Err(Status::State);
+            }
+            Some(to)
+        } else {
+            None
+        };
+        let ird = (mask & abi::ModifyMask::Ird as u32 != 0).then(|| le(a.ird));
+        let ord = (mask & abi::ModifyMask::Ord as u32 != 0).then(|| le(a.ord));
+        if ird.is_some_and(|v| v > l.max_ird) || ord.is_some_and(|v| v > l.max_ord) {
+            return Err(Status::Invalid);
+        }
+        if let Some(v) = ird {
+            qp.ird = v;
+        }
+        if let Some(v) = ord {
+            qp.ord = v;
+        }
+        if let Some(to) = new_state {
+            qp.state = to;
+            let addr = qp.status_addr;
+            Self::publish_state(mem, addr, to);
+        }
+        Ok(Vec::new())
+    }
+
+    /// Writes the QP state (and the error flag on ERROR) into its status page.
+    fn publish_state<M: GuestMemory>(mem: &M, status: GuestAddress, state: QpState) {
+        let state_at = status.unchecked_add(std::mem::offset_of!(abi::QpStatus, state) as u64);
+        let _ = mem.write_obj(Le32::from(state as u32), state_at);
+        if state == QpState::Error {
+            let flags_at = status.unchecked_add(std::mem::offset_of!(abi::QpStatus, flags) as u64);
+            let flags: u32 = mem.read_obj::<Le32>(flags_at).map(Le32::to_native).unwrap_or(0);
+            let _ = mem.write_obj(Le32::from(flags | abi::QpStatusFlag::Error as u32), flags_at);
+        }
+    }
+}

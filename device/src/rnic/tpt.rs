@@ -1,0 +1,211 @@
+//! The Translation and Protection Table: memory regions named by STags
+//! (index << 8 | key), checked on every access for state, key, PD, rights
+//! and bounds, and translated through their page lists.
+
+use crate::abi::{VT3_PAGE_SHIFT, VT3_PAGE_SIZE};
+
+use super::table::Table;
+
+/// Access rights (the `enum vt3_access` bits).
+pub type Access = u32;
+pub const LOCAL_WRITE: Access = 1;
+pub const REMOTE_WRITE: Access = 2;
+pub const REMOTE_READ: Access = 4;
+pub const MW_BIND: Access = 8;
+pub const ALL_ACCESS: Access = LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | MW_BIND;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backing {
+    /// `pages[i]` holds the guest-physical page for bytes
+    /// `[i * PAGE - page_offset, ...)` of the region.
+    Pages { pages: Vec<u64>, page_offset: u64 },
+    /// get_dma_mr: the IOVA is the guest-physical address.
+    Dma,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mr {
+    pub pdn: u32,
+    pub access: Access,
+    pub iova: u64,
+    pub length: u64,
+    pub backing: Backing,
+}
+
+/// Why an access was refused (mapped to TERMINATE codes by the engine and
+/// to error completions locally).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AccessError {
+    #[error("invalid STag")]
+    InvalidStag,
+    #[error("STag belongs to another protection domain")]
+    WrongPd,
+    #[error("access rights violation")]
+    Rights,
+    #[error("base or bounds violation")]
+    Bounds,
+}
+
+#[derive(Debug)]
+pub struct Tpt {
+    entries: Table<Mr>,
+    /// Key of each index; bumped on every registration so that a stale
+    /// STag never names a newer region.
+    keys: Vec<u8>,
+}
+
+impl Tpt {
+    pub fn new(max: u32) -> Self {
+        Self { entries: Table::new(max), keys: Vec::new() }
+    }
+
+    /// Registers `mr` and returns its STag, or `None` when full.
+    pub fn insert(&mut self, mr: Mr) -> Option<u32> {
+        let index = self.entries.insert(mr)?;
+        let slot = index as usize;
+        if self.keys.len() <= slot {
+            self.keys.resize(slot + 1, 0);
+        }
+        let key = self.keys.get_mut(slot)?;
+        *key = key.wrapping_add(1);
+        Some(index << 8 | u32::from(*key))
+    }
+
+    fn index_of(&self, stag: u32) -> Option<u32> {
+        let index = stag >> 8;
+        let key = self.keys.get(index as usize)?;
+        (u32::from(*key) == stag & 0xff).then_some(index)
+    }
+
+    pub fn get(&self, stag: u32) -> Option<&Mr> {
+        self.entries.get(self.index_of(stag)?)
+    }
+
+    pub fn remove(&mut self, stag: u32) -> Option<Mr> {
+        let index = self.index_of(stag)?;
+        self.entries.remove(index)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Mr> {
+        self.entries.iter().map(|(_, mr)| mr)
+    }
+
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+
+    /// Checks an access of `len` bytes at `iova` through `stag` and calls
+    /// `segment(guest_phys, len)` for each physically contiguous piece.
+    pub fn translate(
+        &self,
+        stag: u32,
+        pdn: u32,
+        iova: u64,
+        len: u64,
+        needed: Access,
+        mut segment: impl FnMut(u64, u64),
+    ) -> Result<(), AccessError> {
+        let mr = self.get(stag).ok_or(AccessError::InvalidStag)?;
+        if mr.pdn != pdn {
+            return Err(AccessError::WrongPd);
+        }
+        if mr.access & needed != needed {
+            return Err(AccessError::Rights);
+        }
+        let offset = iova.checked_sub(mr.iova).ok_or(AccessError::Bounds)?;
+        let end = offset.checked_add(len).ok_or(AccessError::Bounds)?;
+        if end > mr.length {
+            return Err(AccessError::Bounds);
+        }
+        match &mr.backing {
+            Backing::Dma => {
+                if len > 0 {
+                    segment(iova, len);
+                }
+            }
+            Backing::Pages { pages, page_offset } => {
+                let mut pos = offset + page_offset;
+                let stop = end + page_offset;
+                while pos < stop {
+                    let page = pages
+                        .get(usize::try_from(pos >> VT3_PAGE_SHIFT).map_err(|_| AccessError::Bounds)?)
+                        .ok_or(AccessError::Bounds)?;
+                    let in_page = pos & (VT3_PAGE_SIZE - 1);
+                    let take = (VT3_PAGE_SIZE - in_page).min(stop - pos);
+                    segment(page + in_page, take);
+                    pos += take;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn mr(pdn: u32, access: Access) -> Mr {
+        // 3 pages, region starts 0x100 into the first one: 8192 bytes.
+        Mr {
+            pdn,
+            access,
+            iova: 0x7000_0100,
+            length: 8192,
+            backing: Backing::Pages { pages: vec![0x10_0000, 0x20_0000, 0x30_0000], page_offset: 0x100 },
+        }
+    }
+
+    fn segments(tpt: &Tpt, stag: u32, iova: u64, len: u64, needed: Access) -> Result<Vec<(u64, u64)>, AccessError> {
+        let mut v = Vec::new();
+        tpt.translate(stag, 1, iova, len, needed, |a, l| v.push((a, l)))?;
+        Ok(v)
+    }
+
+    #[test]
+    fn translates_across_pages() {
+        let mut tpt = Tpt::new(16);
+        let stag = tpt.insert(mr(1, ALL_ACCESS)).unwrap();
+        assert_eq!(segments(&tpt, stag, 0x7000_0100, 8192, REMOTE_WRITE).unwrap(), vec![
+            (0x10_0100, 0xf00),
+            (0x20_0000, 0x1000),
+            (0x30_0000, 0x100),
+        ]);
+        assert_eq!(segments(&tpt, stag, 0x7000_1000, 16, REMOTE_READ).unwrap(), vec![(0x20_0000, 16)]);
+        assert_eq!(segments(&tpt, stag, 0x7000_0100, 0, REMOTE_READ).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn bounds_rights_pd_and_stag_are_checked() {
+        let mut tpt = Tpt::new(16);
+        let ro = tpt.insert(mr(1, REMOTE_READ)).unwrap();
+        let err = |stag, iova, len, needed| segments(&tpt, stag, iova, len, needed).unwrap_err();
+        assert_eq!(err(ro, 0x7000_0100, 1, REMOTE_WRITE), AccessError::Rights);
+        assert_eq!(err(ro, 0x7000_00ff, 1, REMOTE_READ), AccessError::Bounds);
+        assert_eq!(err(ro, 0x7000_0100, 8193, REMOTE_READ), AccessError::Bounds);
+        assert_eq!(err(ro, 0x7000_2100, 1, REMOTE_READ), AccessError::Bounds);
+        assert_eq!(err(ro, u64::MAX, 2, REMOTE_READ), AccessError::Bounds);
+        assert_eq!(err(ro ^ 1, 0x7000_0100, 1, REMOTE_READ), AccessError::InvalidStag);
+        assert_eq!(err(0, 0x7000_0100, 1, REMOTE_READ), AccessError::InvalidStag);
+        let mut v = Vec::new();
+        assert_eq!(tpt.translate(ro, 2, 0x7000_0100, 1, REMOTE_READ, |a, l| v.push((a, l))), Err(AccessError::WrongPd));
+    }
+
+    #[test]
+    fn stale_stag_never_names_a_newer_region() {
+        let mut tpt = Tpt::new(1);
+        let old = tpt.insert(mr(1, ALL_ACCESS)).unwrap();
+        tpt.remove(old).unwrap();
+        let new = tpt.insert(mr(1, ALL_ACCESS)).unwrap();
+        assert_eq!(old >> 8, new >> 8, "same index");
+        assert_ne!(old, new, "key changed");
+        assert!(tpt.get(old).is_none());
+        assert!(tpt.remove(old).is_none());
+        assert!(tpt.get(new).is_some());
+    }
+}
