@@ -160,7 +160,7 @@ start_vt3d() {
 	shift 2
 	local sock=$CASE_DIR/$name.vhost
 	RUST_LOG=${RUST_LOG:-info} timeout "$QEMU_TIMEOUT" "$VT3D" serve --socket "$sock" \
-		--uplink "$uplink" "$@" >"$CASE_DIR/$name.vt3d.log" 2>&1 &
+		--mgmt "$CASE_DIR/$name.mgmt" --uplink "$uplink" "$@" >"$CASE_DIR/$name.vt3d.log" 2>&1 &
 	local pid=$!
 	track "$pid"
 	eval "VT3D_PID_${name//-/_}=$pid"
@@ -173,6 +173,13 @@ start_vt3d() {
 	log "vt3d $name did not come up:"
 	cat "$CASE_DIR/$name.vt3d.log" >&2
 	return 1
+}
+
+# vt3d_ctl NAME ARGS…: `vt3d ctl` against that vt3d.
+vt3d_ctl() {
+	local name=$1
+	shift
+	timeout 10 "$VT3D" ctl --mgmt "$CASE_DIR/$name.mgmt" "$@"
 }
 
 vt3d_pid() {

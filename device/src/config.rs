@@ -18,6 +18,26 @@ pub struct Cli {
 pub enum Command {
     /// Serve one NIC to QEMU over a vhost-user socket.
     Serve(ServeArgs),
+    /// Ask a running vt3d (its --mgmt socket).
+    Ctl(CtlArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CtlArgs {
+    /// The management socket given to `vt3d serve --mgmt`.
+    #[arg(long, value_name = "PATH")]
+    pub mgmt: PathBuf,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub request: CtlRequest,
+}
+
+#[derive(Debug, Clone, Copy, Subcommand)]
+pub enum CtlRequest {
+    /// NIC counters and RDMA resource counts.
+    Stats,
 }
 
 #[derive(Debug, Args)]
@@ -33,6 +53,9 @@ pub struct ServeArgs {
     /// for other MACs are filtered out.
     #[arg(long, value_parser = mac_arg)]
     pub mac: Option<MacAddr>,
+    /// Management socket for `vt3d ctl`.
+    #[arg(long, value_name = "PATH")]
+    pub mgmt: Option<PathBuf>,
     /// Largest IP MTU carried (frames up to MTU + 18 bytes).
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u16).range(68..=65000))]
     pub mtu: u16,
@@ -49,11 +72,12 @@ pub struct Config {
     pub uplink: UplinkSpec,
     pub mac: Option<MacAddr>,
     pub mtu: usize,
+    pub mgmt: Option<PathBuf>,
 }
 
 impl From<ServeArgs> for Config {
     fn from(a: ServeArgs) -> Self {
-        Self { socket: a.socket, uplink: a.uplink, mac: a.mac, mtu: usize::from(a.mtu) }
+        Self { socket: a.socket, uplink: a.uplink, mac: a.mac, mtu: usize::from(a.mtu), mgmt: a.mgmt }
     }
 }
 
@@ -65,8 +89,10 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Config, clap::Error> {
         let cli = Cli::try_parse_from(std::iter::once("vt3d").chain(args.iter().copied()))?;
-        let Command::Serve(a) = cli.command;
-        Ok(a.into())
+        match cli.command {
+            Command::Serve(a) => Ok(a.into()),
+            Command::Ctl(_) => panic!("not a serve command line"),
+        }
     }
 
     #[test]
@@ -101,5 +127,14 @@ mod tests {
             assert!(err.to_string().contains(needle), "{args:?}: {err}");
         }
         assert_eq!(parse(&[]).unwrap_err().kind(), ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand);
+    }
+
+    #[test]
+    fn ctl_command_line() {
+        let cli = Cli::try_parse_from(["vt3d", "ctl", "--mgmt", "/m", "--json", "stats"]).unwrap();
+        let Command::Ctl(c) = cli.command else { panic!("not ctl") };
+        assert_eq!((c.mgmt, c.json), (PathBuf::from("/m"), true));
+        assert!(Cli::try_parse_from(["vt3d", "ctl", "stats"]).is_err(), "--mgmt is required");
+        assert!(Cli::try_parse_from(["vt3d", "ctl", "--mgmt", "/m", "dance"]).is_err());
     }
 }

@@ -7,10 +7,15 @@
 //! - [`nic`]: the Ethernet function — virtqueue datapath and the demux
 //!   point where the RDMA function (control channel, TOE) attaches.
 //! - [`uplink`]: where frames leave the host side (udp, unix-dgram, tap).
+//! - [`control`]: the driver↔device control channel (EtherType 0x88B5).
+//! - [`rnic`]: RDMA resources (PD, TPT, CQ, QP) and the limits enforced.
+//! - [`abi`]: the mirror of `guest-driver/include/vt3_hw.h`.
+//! - [`mgmt`]: the management socket behind `vt3d ctl`.
 //! - [`config`]: command line and configuration.
 
 pub mod abi;
 pub mod config;
+pub mod mgmt;
 pub mod control;
 pub mod nic;
 pub mod rnic;
@@ -33,6 +38,8 @@ pub enum Error {
     Uplink { spec: String, source: io::Error },
     #[error("signal handling: {0}")]
     Signals(io::Error),
+    #[error("management socket: {0}")]
+    Mgmt(io::Error),
     #[error(transparent)]
     Vhost(#[from] vhost::VhostError),
 }
@@ -45,6 +52,10 @@ pub fn serve(config: &Config) -> Result<(), Error> {
         .map_err(|source| Error::Uplink { spec: config.uplink.to_string(), source })?;
     let nic = Arc::new(Nic::new(uplink, config.mac, config.mtu));
     let listener = vhost::bind_frontend_socket(&config.socket)?;
+    if let Some(path) = &config.mgmt {
+        let mgmt = vhost::bind_frontend_socket(path)?;
+        mgmt::spawn(mgmt, Arc::clone(&nic)).map_err(Error::Mgmt)?;
+    }
 
     // Signals become a readable socket that every wait also polls.
     let (stop, stop_writer) = UnixStream::pair().map_err(Error::Signals)?;
@@ -61,6 +72,9 @@ pub fn serve(config: &Config) -> Result<(), Error> {
     );
     let result = vhost::serve_frontends(&listener, &nic, stop.as_fd());
     let _ = std::fs::remove_file(&config.socket);
+    if let Some(path) = &config.mgmt {
+        let _ = std::fs::remove_file(path);
+    }
     log::info!("vt3d exiting; {}", nic.stats);
     Ok(result?)
 }

@@ -74,7 +74,7 @@ impl NicStats {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    fn rows(&self) -> [(&'static str, u64); 13] {
+    pub fn rows(&self) -> [(&'static str, u64); 13] {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         [
             ("tx_frames", g(&self.tx_frames)),
