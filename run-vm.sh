@@ -90,9 +90,10 @@ pick_accel() {
 	esac
 	if [ -w /dev/kvm ]; then
 		# No root fs: the kernel panics at once and -no-reboot ends QEMU.
-		timeout -k 2 15 "$QEMU" -accel kvm -M q35 -m 128M -display none -monitor none \
+		# In a subshell, so bash does not report the probe's own crash.
+		(timeout -k 2 15 "$QEMU" -accel kvm -M q35 -m 128M -display none -monitor none \
 			-serial none -no-reboot -kernel "$IMAGES/vmlinuz" -append "panic=-1" \
-			>/dev/null 2>&1 </dev/null &
+			>/dev/null 2>&1 </dev/null) 2>/dev/null &
 		local probe=$! i
 		for i in $(seq 40); do
 			if ! kill -0 "$probe" 2>/dev/null; then

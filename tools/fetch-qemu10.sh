@@ -48,7 +48,7 @@ main() {
 	tmp=$(mktemp -d)
 	chmod 755 "$tmp" # apt's download user must be able to write here
 	trap 'rm -rf "$tmp"' RETURN
-	(cd "$tmp" && apt-get download -q "${PACKAGES[@]/%/=$version}" >/dev/null) ||
+	(cd "$tmp" && apt-get download -q -o APT::Sandbox::User=root "${PACKAGES[@]/%/=$version}" >/dev/null) ||
 		die "apt-get download of QEMU $version failed"
 	rm -rf "$OUT"
 	mkdir -p "$OUT"
