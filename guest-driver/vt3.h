@@ -1,0 +1,310 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * vt3.ko - iWARP RDMA function of a vt3 virtual T3-class RNIC.
+ *
+ * The Ethernet function is the stock virtio_net netdev that vt3d backs;
+ * this module talks to vt3d through control frames on that netdev
+ * (vt3_ctrl.c) and exposes an iWARP ib_device on top of it.
+ *
+ * Memory model: vt3d reaches guest memory by guest-physical address. Pages
+ * the driver allocates are described with page_to_phys()/virt_to_phys();
+ * user and kernel-ULP memory is DMA-mapped through the netdev's DMA-capable
+ * ancestor (the virtio PCI function), whose DMA addresses equal physical
+ * addresses as long as no IOMMU translates for it - the case for
+ * virtio-net without VIRTIO_F_ACCESS_PLATFORM, i.e. every vt3 setup.
+ * vt3_attach() refuses a device behind an IOMMU.
+ */
+#ifndef VT3_H
+#define VT3_H
+
+#include <linux/kref.h>
+#include <linux/mutex.h>
+#include <linux/netdevice.h>
+#include <linux/spinlock.h>
+#include <linux/workqueue.h>
+#include <linux/xarray.h>
+#include <rdma/ib_verbs.h>
+
+#include "include/vt3_hw.h"
+#include "include/uapi/vt3-abi.h"
+
+/*
+ * RDMA_DRIVER_CXGB3 is unused since cxgb3 left the kernel (5.5) and
+ * rdma-core no longer ships libcxgb3, so it names vt3 unambiguously; a
+ * T3 look-alike wearing cxgb3's id is fitting. ib_unregister_driver()
+ * needs a driver id that is ours alone, which RDMA_DRIVER_UNKNOWN is not.
+ */
+#define VT3_DRIVER_ID		RDMA_DRIVER_CXGB3
+#define VT3_NODE_DESC		"vt3 virtual T3-class iWARP RNIC"
+
+extern unsigned int vt3_cmd_timeout_ms;
+extern unsigned int vt3_probe_timeout_ms;
+
+/* Device limits from VT3_CMD_QUERY_DEVICE, in CPU order, already clamped. */
+struct vt3_limits {
+	u64 fw_ver;
+	u64 max_mr_size;
+	u64 page_size_cap;
+	u32 vendor_id;
+	u32 vendor_part_id;
+	u32 hw_ver;
+	u32 max_qp;
+	u32 max_qp_wr;
+	u32 max_qp_depth;	/* power of two >= max_qp_wr */
+	u32 max_sge;
+	u32 max_sge_rd;
+	u32 max_cq;
+	u32 max_cqe;
+	u32 max_cq_depth;	/* power of two > max_cqe */
+	u32 max_mr;
+	u32 max_pd;
+	u32 max_ord;
+	u32 max_ird;
+	u32 max_inline;
+	u32 max_pbl_pages;
+	u32 max_msg_size;
+};
+
+/* Control channel state (vt3_ctrl.c). */
+struct vt3_ctrl {
+	struct mutex cmd_lock;		/* one synchronous command at a time */
+	spinlock_t lock;		/* the fields below */
+	u32 next_seq;
+	bool waiting;			/* a synchronous command awaits its RESP */
+	u32 wait_seq;
+	u16 wait_opcode;
+	void *resp;
+	size_t resp_len;
+	int result;
+	struct completion done;
+	bool lost;			/* a command timed out: vt3d is gone */
+};
+
+/*
+ * Memory the device was told about: kernel pages (rings, status pages)
+ * and/or a pinned user region, plus the page list (PBL) describing them.
+ * Reference counted because a user mmap entry can outlive the CQ/QP that
+ * owns it; freed in vt3_pages_put(). When the device did not confirm that
+ * it forgot the memory (destroy failed), the owner parks it on the
+ * device's orphan list instead, so the device can never write into pages
+ * that were given back to the allocator.
+ */
+struct vt3_pages {
+	struct kref ref;
+	struct list_head orphan;
+	struct ib_umem *umem;
+	__le64 *pbl;			/* physically contiguous (kmalloc) */
+	u32 pbl_len;			/* VT3_PAGE_SIZE entries */
+	u32 npages;			/* kernel pages in pages[] */
+	struct page *pages[];
+};
+
+struct vt3_dev {
+	struct ib_device ibdev;
+	struct net_device *netdev;
+	netdevice_tracker netdev_tracker;
+	struct packet_type ptype;
+	bool ptype_added;
+	bool attached;			/* vt3d answered the probe */
+	struct vt3_ctrl ctrl;
+	struct vt3_limits lim;
+	u8 mac[ETH_ALEN];
+	int port_state;			/* enum ib_port_state, from the netdev */
+	struct xarray cq_xa;		/* cqn -> vt3_cq, for events */
+	struct xarray qp_xa;		/* qpn -> vt3_qp, for iw_get_qp, CQEs */
+	spinlock_t orphan_lock;
+	struct list_head orphans;	/* vt3_pages the device may still use */
+};
+
+struct vt3_ucontext {
+	struct ib_ucontext ibuc;
+};
+
+struct vt3_pd {
+	struct ib_pd ibpd;
+	u32 pdn;
+};
+
+struct vt3_mr {
+	struct ib_mr ibmr;
+	struct vt3_pages *mem;		/* PBL (+ umem); NULL for a DMA MR */
+};
+
+struct vt3_mmap_entry {
+	struct rdma_user_mmap_entry rdma;
+	struct vt3_pages *mem;
+};
+
+/* One ring or status page in kernel memory. */
+struct vt3_queue_mem {
+	struct vt3_pages *mem;
+	struct vt3_mmap_entry *mmap;	/* user objects only */
+};
+
+struct vt3_cq {
+	struct ib_cq ibcq;
+	u32 cqn;
+	u32 depth;
+	bool user;
+	struct vt3_queue_mem ring;
+	struct vt3_queue_mem status;
+	spinlock_t lock;		/* kernel consumer: cons, polling */
+	u32 cons;
+	spinlock_t comp_lock;		/* serializes comp_handler calls */
+	struct work_struct arm_work;	/* arm from IRQs-off context */
+	atomic_t arm_flags;
+};
+
+/*
+ * ib_state is the IB state the driver tracks: vt3d knows only its iWARP
+ * state (vt3_qp.c maps between them).
+ */
+struct vt3_qp {
+	struct ib_qp ibqp;
+	u32 qpn;
+	struct kref ref;		/* iw_cm holds references too */
+	struct completion freed;
+	struct mutex state_lock;	/* modify/query */
+	enum ib_qp_state ib_state;
+	u32 sq_depth;
+	u32 rq_depth;
+	u32 max_send_sge;
+	u32 max_recv_sge;
+	u32 max_inline;
+	bool sig_all;
+	bool user;
+	struct vt3_queue_mem sq;
+	struct vt3_queue_mem rq;
+	struct vt3_queue_mem status;
+	spinlock_t sq_lock;		/* kernel producer */
+	spinlock_t rq_lock;
+	u32 sq_prod;
+	u32 rq_prod;
+	struct work_struct db_work;	/* doorbell from IRQs-off context */
+	atomic_t db_pending;
+};
+
+static inline struct vt3_dev *to_vt3_dev(struct ib_device *ibdev)
+{
+	return container_of(ibdev, struct vt3_dev, ibdev);
+}
+
+static inline struct vt3_pd *to_vt3_pd(struct ib_pd *ibpd)
+{
+	return container_of(ibpd, struct vt3_pd, ibpd);
+}
+
+static inline struct vt3_mr *to_vt3_mr(struct ib_mr *ibmr)
+{
+	return container_of(ibmr, struct vt3_mr, ibmr);
+}
+
+static inline struct vt3_cq *to_vt3_cq(struct ib_cq *ibcq)
+{
+	return container_of(ibcq, struct vt3_cq, ibcq);
+}
+
+static inline struct vt3_qp *to_vt3_qp(struct ib_qp *ibqp)
+{
+	return container_of(ibqp, struct vt3_qp, ibqp);
+}
+
+static inline struct vt3_mmap_entry *
+to_vt3_mmap(struct rdma_user_mmap_entry *entry)
+{
+	return container_of(entry, struct vt3_mmap_entry, rdma);
+}
+
+/* Name table of enum vt3_qp_state for log messages (vt3_ctrl.c). */
+const char *vt3_qp_state_name(unsigned int state);
+
+/* vt3_ctrl.c */
+void vt3_ctrl_init(struct vt3_dev *dev);
+void vt3_ctrl_start(struct vt3_dev *dev);
+void vt3_ctrl_stop(struct vt3_dev *dev);
+int vt3_cmd(struct vt3_dev *dev, enum vt3_cmd opcode, const void *req,
+	    size_t req_len, void *resp, size_t resp_len);
+int vt3_cmd_timeout(struct vt3_dev *dev, enum vt3_cmd opcode,
+		    const void *req, size_t req_len, void *resp,
+		    size_t resp_len, unsigned int timeout_ms);
+int vt3_post(struct vt3_dev *dev, enum vt3_cmd opcode, const void *req,
+	     size_t req_len);
+int vt3_cmd_handle(struct vt3_dev *dev, enum vt3_cmd opcode, u32 handle);
+
+/*
+ * Whether a destroy command's result proves vt3d no longer uses the
+ * object's memory: it confirmed, or it never knew the handle.
+ */
+static inline bool vt3_forgot(int err)
+{
+	return !err || err == -ENOENT;
+}
+
+/* vt3_main.c */
+void vt3_device_lost(struct vt3_dev *dev);
+
+/* vt3_mem.c: memory handed to the device */
+void vt3_pages_put(struct vt3_pages *mem);
+void vt3_free_orphans(struct vt3_dev *dev);
+void *vt3_pages_slot(struct vt3_pages *mem, size_t offset);
+int vt3_queue_mem_alloc(struct vt3_dev *dev, struct ib_ucontext *uctx,
+			struct vt3_queue_mem *q, size_t bytes, bool with_pbl,
+			u64 *key);
+void vt3_queue_mem_release(struct vt3_dev *dev, struct vt3_queue_mem *q,
+			   bool device_forgot);
+struct ib_mr *vt3_get_dma_mr(struct ib_pd *ibpd, int access);
+struct ib_mr *vt3_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
+			      u64 virt, int access, struct ib_udata *udata);
+int vt3_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
+
+/* vt3_verbs.c */
+int vt3_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
+		     struct ib_udata *udata);
+int vt3_query_port(struct ib_device *ibdev, u32 port,
+		   struct ib_port_attr *attr);
+int vt3_get_port_immutable(struct ib_device *ibdev, u32 port,
+			   struct ib_port_immutable *immutable);
+int vt3_query_gid(struct ib_device *ibdev, u32 port, int idx,
+		  union ib_gid *gid);
+int vt3_alloc_ucontext(struct ib_ucontext *ibuc, struct ib_udata *udata);
+void vt3_dealloc_ucontext(struct ib_ucontext *ibuc);
+void vt3_disassociate_ucontext(struct ib_ucontext *ibuc);
+int vt3_mmap(struct ib_ucontext *ibuc, struct vm_area_struct *vma);
+void vt3_mmap_free(struct rdma_user_mmap_entry *entry);
+int vt3_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);
+int vt3_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);
+void vt3_get_dev_fw_str(struct ib_device *ibdev, char *str);
+bool vt3_udata_in_ok(struct ib_udata *udata);
+int vt3_iw_connect(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param);
+int vt3_iw_accept(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param);
+int vt3_iw_reject(struct iw_cm_id *cm_id, const void *pdata, u8 pdata_len);
+int vt3_iw_create_listen(struct iw_cm_id *cm_id, int backlog);
+int vt3_iw_destroy_listen(struct iw_cm_id *cm_id);
+
+/* vt3_cq.c */
+int vt3_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
+		  struct ib_udata *udata);
+int vt3_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata);
+int vt3_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc);
+int vt3_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags);
+void vt3_cq_event(struct vt3_dev *dev, u16 type, const struct vt3_event *ev);
+void vt3_cq_set_error(struct vt3_cq *cq);
+
+/* vt3_qp.c */
+int vt3_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr,
+		  struct ib_udata *udata);
+int vt3_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
+		  struct ib_udata *udata);
+int vt3_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
+		 struct ib_qp_init_attr *init);
+int vt3_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata);
+int vt3_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
+		  const struct ib_send_wr **bad_wr);
+int vt3_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
+		  const struct ib_recv_wr **bad_wr);
+struct ib_qp *vt3_iw_get_qp(struct ib_device *ibdev, int qpn);
+void vt3_iw_add_ref(struct ib_qp *ibqp);
+void vt3_iw_rem_ref(struct ib_qp *ibqp);
+void vt3_qp_event(struct vt3_dev *dev, const struct vt3_event *ev);
+
+#endif /* VT3_H */

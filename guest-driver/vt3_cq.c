@@ -1,0 +1,305 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * vt3 completion queues: the kernel allocates the CQE ring and the status
+ * page and hands them to vt3d, which produces CQEs; the consumer is the
+ * provider (user CQs, through mmap) or this driver (kernel CQs).
+ */
+#include <linux/log2.h>
+#include <rdma/uverbs_ioctl.h>
+
+#include "vt3.h"
+
+static struct vt3_cq_status *vt3_cq_status(struct vt3_cq *cq)
+{
+	return vt3_pages_slot(cq->status.mem, 0);
+}
+
+void vt3_cq_set_error(struct vt3_cq *cq)
+{
+	/* OR of little-endian bit masks is endian-neutral. */
+	atomic_or((__force int)cpu_to_le32(VT3_CQ_F_ERROR),
+		  (atomic_t *)&vt3_cq_status(cq)->flags);
+}
+
+static void vt3_cq_arm_work(struct work_struct *work)
+{
+	struct vt3_cq *cq = container_of(work, struct vt3_cq, arm_work);
+	struct vt3_cmd_arm_cq req = { .cqn = cpu_to_le32(cq->cqn) };
+	u32 flags = atomic_xchg(&cq->arm_flags, 0);
+
+	if (!flags)
+		return;
+	/* NEXT includes solicited completions. */
+	req.flags = cpu_to_le32(flags & VT3_ARM_NEXT ? VT3_ARM_NEXT : flags);
+	vt3_post(to_vt3_dev(cq->ibcq.device), VT3_CMD_ARM_CQ, &req,
+		 sizeof(req));
+}
+
+int vt3_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
+		  struct ib_udata *udata)
+{
+	struct vt3_dev *dev = to_vt3_dev(ibcq->device);
+	struct vt3_ucontext *uctx = rdma_udata_to_drv_context(udata,
+				struct vt3_ucontext, ibuc);
+	struct vt3_cq *cq = to_vt3_cq(ibcq);
+	struct vt3_create_cq_resp uresp = {};
+	struct vt3_cmd_create_cq req = {};
+	struct vt3_resp_handle resp;
+	bool forgot;
+	int err;
+
+	if (attr->flags || attr->comp_vector >= ibcq->device->num_comp_vectors)
+		return -EOPNOTSUPP;
+	if (attr->cqe < 1 || attr->cqe > dev->lim.max_cqe)
+		return -EINVAL;
+	if (udata && (!vt3_udata_in_ok(udata) ||
+		      udata->outlen < sizeof(uresp)))
+		return -EINVAL;
+
+	/* A power of two, with room for one more CQE than asked for. */
+	cq->depth = roundup_pow_of_two(attr->cqe + 1);
+	if (cq->depth > dev->lim.max_cq_depth)
+		return -EINVAL;
+	cq->user = !!udata;
+	spin_lock_init(&cq->lock);
+	spin_lock_init(&cq->comp_lock);
+	INIT_WORK(&cq->arm_work, vt3_cq_arm_work);
+
+	err = vt3_queue_mem_alloc(dev, uctx ? &uctx->ibuc : NULL, &cq->ring,
+				  (size_t)cq->depth * sizeof(struct vt3_cqe),
+				  true, &uresp.ring_key);
+	if (err)
+		return err;
+	err = vt3_queue_mem_alloc(dev, uctx ? &uctx->ibuc : NULL, &cq->status,
+				  sizeof(struct vt3_cq_status), false,
+				  &uresp.status_key);
+	if (err)
+		goto err_ring;
+	if (cq->ring.mem->pbl_len > dev->lim.max_pbl_pages) {
+		err = -EINVAL;
+		goto err_status;
+	}
+
+	req.ring_pbl_addr = cpu_to_le64(virt_to_phys(cq->ring.mem->pbl));
+	req.status_addr = cpu_to_le64(page_to_phys(cq->status.mem->pages[0]));
+	req.ring_npages = cpu_to_le32(cq->ring.mem->pbl_len);
+	req.depth = cpu_to_le32(cq->depth);
+	err = vt3_cmd(dev, VT3_CMD_CREATE_CQ, &req, sizeof(req), &resp,
+		      sizeof(resp));
+	if (err)
+		goto err_status;
+	cq->cqn = le32_to_cpu(resp.handle);
+	/* Fails for a cqn vt3d handed out twice. */
+	err = xa_insert(&dev->cq_xa, cq->cqn, cq, GFP_KERNEL);
+	if (err) {
+		ibdev_err(&dev->ibdev, "CREATE_CQ returned cqn %u in use\n",
+			  cq->cqn);
+		goto err_destroy;
+	}
+
+	if (udata) {
+		uresp.cqn = cq->cqn;
+		uresp.depth = cq->depth;
+		uresp.ring_size = cq->ring.mem->npages << PAGE_SHIFT;
+		err = ib_copy_to_udata(udata, &uresp, sizeof(uresp));
+		if (err)
+			goto err_xa;
+	}
+	ibcq->cqe = cq->depth - 1;
+	return 0;
+
+err_xa:
+	xa_erase(&dev->cq_xa, cq->cqn);
+	synchronize_rcu();
+err_destroy:
+	forgot = vt3_forgot(vt3_cmd_handle(dev, VT3_CMD_DESTROY_CQ, cq->cqn));
+	vt3_queue_mem_release(dev, &cq->status, forgot);
+	vt3_queue_mem_release(dev, &cq->ring, forgot);
+	return err;
+err_status:
+	vt3_queue_mem_release(dev, &cq->status, true);
+err_ring:
+	vt3_queue_mem_release(dev, &cq->ring, true);
+	return err;
+}
+
+int vt3_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
+{
+	struct vt3_dev *dev = to_vt3_dev(ibcq->device);
+	struct vt3_cq *cq = to_vt3_cq(ibcq);
+	bool forgot;
+	int err;
+
+	xa_erase(&dev->cq_xa, cq->cqn);
+	/* Event handlers run under RCU (softirq): none sees cq after this. */
+	synchronize_rcu();
+	cancel_work_sync(&cq->arm_work);
+
+	err = vt3_cmd_handle(dev, VT3_CMD_DESTROY_CQ, cq->cqn);
+	forgot = vt3_forgot(err);
+	if (!forgot)
+		ibdev_dbg(ibcq->device, "DESTROY_CQ %u: %d\n", cq->cqn, err);
+	vt3_queue_mem_release(dev, &cq->status, forgot);
+	vt3_queue_mem_release(dev, &cq->ring, forgot);
+	return 0;
+}
+
+static enum ib_wc_status vt3_wc_status(u8 status)
+{
+	static const enum ib_wc_status map[] = {
+		[VT3_WC_SUCCESS] = IB_WC_SUCCESS,
+		[VT3_WC_LOC_LEN_ERR] = IB_WC_LOC_LEN_ERR,
+		[VT3_WC_LOC_QP_OP_ERR] = IB_WC_LOC_QP_OP_ERR,
+		[VT3_WC_LOC_PROT_ERR] = IB_WC_LOC_PROT_ERR,
+		[VT3_WC_WR_FLUSH_ERR] = IB_WC_WR_FLUSH_ERR,
+		[VT3_WC_REM_ACCESS_ERR] = IB_WC_REM_ACCESS_ERR,
+		[VT3_WC_REM_OP_ERR] = IB_WC_REM_OP_ERR,
+		[VT3_WC_GENERAL_ERR] = IB_WC_GENERAL_ERR,
+		[VT3_WC_BAD_RESP_ERR] = IB_WC_BAD_RESP_ERR,
+		[VT3_WC_REM_INV_REQ_ERR] = IB_WC_REM_INV_REQ_ERR,
+	};
+
+	return status < ARRAY_SIZE(map) ? map[status] : IB_WC_GENERAL_ERR;
+}
+
+/* Translates one CQE (already copied out of the ring); false: skip it. */
+static bool vt3_cqe_to_wc(struct vt3_dev *dev, const struct vt3_cqe *cqe,
+			  struct ib_wc *wc)
+{
+	static const enum ib_wc_opcode opcodes[] = {
+		[VT3_WC_SEND] = IB_WC_SEND,
+		[VT3_WC_WRITE] = IB_WC_RDMA_WRITE,
+		[VT3_WC_READ] = IB_WC_RDMA_READ,
+		[VT3_WC_RECV] = IB_WC_RECV,
+	};
+	struct vt3_qp *qp;
+
+	/* A CQE of a QP destroyed meanwhile has nobody to go to. */
+	qp = xa_load(&dev->qp_xa, le32_to_cpu(cqe->qpn));
+	if (!qp)
+		return false;
+
+	memset(wc, 0, sizeof(*wc));
+	wc->wr_id = le64_to_cpu(cqe->wr_id);
+	wc->status = vt3_wc_status(cqe->status);
+	wc->qp = &qp->ibqp;
+	wc->vendor_err = le32_to_cpu(cqe->vendor_err);
+	if (cqe->opcode < ARRAY_SIZE(opcodes)) {
+		wc->opcode = opcodes[cqe->opcode];
+	} else {
+		wc->opcode = IB_WC_SEND;
+		if (wc->status == IB_WC_SUCCESS)
+			wc->status = IB_WC_GENERAL_ERR;
+	}
+	wc->byte_len = le32_to_cpu(cqe->byte_len);
+	if (cqe->flags & VT3_CQE_INVALIDATED) {
+		wc->wc_flags |= IB_WC_WITH_INVALIDATE;
+		wc->ex.invalidate_rkey = le32_to_cpu(cqe->invalidated_stag);
+	}
+	return true;
+}
+
+/* Kernel CQs only: user CQs are polled by the provider. */
+int vt3_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc)
+{
+	struct vt3_dev *dev = to_vt3_dev(ibcq->device);
+	struct vt3_cq *cq = to_vt3_cq(ibcq);
+	struct vt3_cq_status *st;
+	unsigned long flags;
+	struct vt3_cqe cqe;
+	int n = 0;
+	u32 prod;
+
+	if (cq->user)
+		return -EINVAL;
+	st = vt3_cq_status(cq);
+	spin_lock_irqsave(&cq->lock, flags);
+	/* Pairs with vt3d's release store of prod after writing the CQE. */
+	prod = le32_to_cpu(smp_load_acquire(&st->prod));
+	if (prod - cq->cons > cq->depth) {
+		spin_unlock_irqrestore(&cq->lock, flags);
+		ibdev_err_ratelimited(ibcq->device,
+				      "CQ %u: producer %u is past consumer %u + depth %u\n",
+				      cq->cqn, prod, cq->cons, cq->depth);
+		return -EIO;
+	}
+	rcu_read_lock();
+	while (n < num && cq->cons != prod) {
+		memcpy(&cqe, vt3_pages_slot(cq->ring.mem,
+					    (cq->cons & (cq->depth - 1)) *
+					    sizeof(cqe)),
+		       sizeof(cqe));
+		cq->cons++;
+		if (vt3_cqe_to_wc(dev, &cqe, &wc[n]))
+			n++;
+	}
+	rcu_read_unlock();
+	/* The slots read may be reused by vt3d from now on. */
+	smp_store_release(&st->cons, cpu_to_le32(cq->cons));
+	spin_unlock_irqrestore(&cq->lock, flags);
+	return n;
+}
+
+/*
+ * Arming is asynchronous (it may be called in atomic context): vt3d must
+ * raise the event at once when it processes the arm while CQEs are
+ * pending (prod != status.cons), or a completion between our check and
+ * its arm would be lost.
+ */
+int vt3_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags)
+{
+	struct vt3_cq *cq = to_vt3_cq(ibcq);
+	struct vt3_cmd_arm_cq req = { .cqn = cpu_to_le32(cq->cqn) };
+	u32 arm = (flags & IB_CQ_SOLICITED_MASK) == IB_CQ_SOLICITED ?
+		  VT3_ARM_SOLICITED : VT3_ARM_NEXT;
+	int err = 0;
+	u32 prod;
+
+	if (irqs_disabled()) {
+		/* dev_queue_xmit() needs IRQs on: send from a worker. */
+		atomic_or(arm, &cq->arm_flags);
+		queue_work(system_highpri_wq, &cq->arm_work);
+	} else {
+		req.flags = cpu_to_le32(arm);
+		err = vt3_post(to_vt3_dev(ibcq->device), VT3_CMD_ARM_CQ, &req,
+			       sizeof(req));
+	}
+	if (err)
+		return err;
+	if (!(flags & IB_CQ_REPORT_MISSED_EVENTS) || cq->user)
+		return 0;
+	/* Acquire: pairs with vt3d's release store of prod. */
+	prod = le32_to_cpu(smp_load_acquire(&vt3_cq_status(cq)->prod));
+	return prod != READ_ONCE(cq->cons);
+}
+
+/* VT3_EV_CQ_COMPLETION / VT3_EV_CQ_ERROR from vt3d (softirq). */
+void vt3_cq_event(struct vt3_dev *dev, u16 type, const struct vt3_event *ev)
+{
+	struct ib_event ibev;
+	unsigned long flags;
+	struct vt3_cq *cq;
+
+	rcu_read_lock();
+	cq = xa_load(&dev->cq_xa, le32_to_cpu(ev->handle));
+	if (!cq)
+		goto out;
+	if (type == VT3_EV_CQ_COMPLETION) {
+		/* The core expects one comp_handler call at a time per CQ. */
+		spin_lock_irqsave(&cq->comp_lock, flags);
+		if (cq->ibcq.comp_handler)
+			cq->ibcq.comp_handler(&cq->ibcq, cq->ibcq.cq_context);
+		spin_unlock_irqrestore(&cq->comp_lock, flags);
+	} else {
+		ibdev_warn_ratelimited(&dev->ibdev, "CQ %u overflowed\n",
+				       cq->cqn);
+		if (cq->ibcq.event_handler) {
+			ibev.device = &dev->ibdev;
+			ibev.element.cq = &cq->ibcq;
+			ibev.event = IB_EVENT_CQ_ERR;
+			cq->ibcq.event_handler(&ibev, cq->ibcq.cq_context);
+		}
+	}
+out:
+	rcu_read_unlock();
+}

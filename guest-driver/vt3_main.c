@@ -1,0 +1,549 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * vt3.ko: module init/exit, netdev notifier, probe, and the ib_device's
+ * life cycle.
+ *
+ * A vt3 RNIC is a virtio-net NIC whose backend is vt3d. The module probes
+ * every netdev driven by virtio_net once it is up with its carrier on
+ * (virtio_net moves no frames before that): it sends VT3_CMD_QUERY_DEVICE
+ * and registers an iWARP ib_device "vt3_%d" when vt3d answers. `rdma link
+ * add NAME type vt3 netdev DEV` does the same for any Ethernet netdev, by
+ * name. Probes run on a workqueue, never in the notifier: they wait for
+ * an answer that the RX path must be free to deliver.
+ *
+ * Teardown has one path: ib_unregister_device*() (netdev unregistered,
+ * vt3d stopped answering, `rdma link del`, module unload) disassociates
+ * user contexts and destroys every object through our destroy verbs; then
+ * the core calls vt3_dealloc_driver(), which resets the device and stops
+ * the control channel.
+ */
+#include <linux/device.h>
+#include <linux/dma-mapping.h>
+#include <linux/etherdevice.h>
+#include <linux/iommu.h>
+#include <linux/module.h>
+#include <linux/rtnetlink.h>
+#include <net/addrconf.h>
+#include <rdma/iw_cm.h>
+#include <rdma/rdma_netlink.h>
+
+#include "vt3.h"
+
+unsigned int vt3_cmd_timeout_ms = 5000;
+module_param_named(cmd_timeout_ms, vt3_cmd_timeout_ms, uint, 0644);
+MODULE_PARM_DESC(cmd_timeout_ms,
+		 "ms to wait for vt3d to answer a command before declaring it gone (default 5000)");
+
+unsigned int vt3_probe_timeout_ms = 2000;
+module_param_named(probe_timeout_ms, vt3_probe_timeout_ms, uint, 0644);
+MODULE_PARM_DESC(probe_timeout_ms,
+		 "ms to wait for vt3d to answer the probe of a netdev (default 2000)");
+
+/* Local sanity caps on what vt3d advertises (it is not trusted either). */
+#define VT3_MAX_DEPTH		BIT(16)
+#define VT3_MAX_PBL_PAGES	(KMALLOC_MAX_SIZE / sizeof(__le64))
+
+static struct workqueue_struct *vt3_wq;
+
+/* Serializes probes/attaches so one netdev never gets two ib_devices. */
+static DEFINE_MUTEX(vt3_attach_lock);
+
+/* Netdevs with a probe queued, so carrier flaps do not pile probes up. */
+static DEFINE_SPINLOCK(vt3_probe_lock);
+static LIST_HEAD(vt3_probe_list);
+
+struct vt3_probe {
+	struct work_struct work;
+	struct list_head list;
+	struct net_device *netdev;
+	netdevice_tracker tracker;
+};
+
+static const struct ib_device_ops vt3_dev_ops;
+
+static u32 vt3_clamp(u32 v, u32 cap)
+{
+	return min(v, cap);
+}
+
+/*
+ * vt3d advertises entries (max_qp_wr, max_cqe) and accepts rings up to the
+ * next power of two above them; we cap both at VT3_MAX_DEPTH.
+ */
+static u32 vt3_depth_for(u32 entries)
+{
+	return min_t(u64, roundup_pow_of_two((u64)entries + 1), VT3_MAX_DEPTH);
+}
+
+static void vt3_set_limits(struct vt3_dev *dev, const struct vt3_device_attr *a,
+			   u32 max_msg_size)
+{
+	struct vt3_limits *l = &dev->lim;
+
+	l->fw_ver = le64_to_cpu(a->fw_ver);
+	l->max_mr_size = le64_to_cpu(a->max_mr_size);
+	l->page_size_cap = le64_to_cpu(a->page_size_cap);
+	l->vendor_id = le32_to_cpu(a->vendor_id);
+	l->vendor_part_id = le32_to_cpu(a->vendor_part_id);
+	l->hw_ver = le32_to_cpu(a->hw_ver);
+	l->max_qp = vt3_clamp(le32_to_cpu(a->max_qp), INT_MAX);
+	l->max_qp_wr = vt3_clamp(le32_to_cpu(a->max_qp_wr), VT3_MAX_DEPTH);
+	l->max_qp_depth = vt3_depth_for(l->max_qp_wr);
+	l->max_sge = vt3_clamp(le32_to_cpu(a->max_sge), VT3_MAX_SGE);
+	l->max_sge_rd = vt3_clamp(le32_to_cpu(a->max_sge_rd), l->max_sge);
+	l->max_cq = vt3_clamp(le32_to_cpu(a->max_cq), INT_MAX);
+	l->max_cqe = vt3_clamp(le32_to_cpu(a->max_cqe), VT3_MAX_DEPTH - 1);
+	l->max_cq_depth = vt3_depth_for(l->max_cqe);
+	l->max_mr = vt3_clamp(le32_to_cpu(a->max_mr), INT_MAX);
+	l->max_pd = vt3_clamp(le32_to_cpu(a->max_pd), INT_MAX);
+	l->max_ord = vt3_clamp(le32_to_cpu(a->max_qp_rd_atom), U8_MAX);
+	l->max_ird = vt3_clamp(le32_to_cpu(a->max_qp_init_rd_atom), U8_MAX);
+	l->max_inline = vt3_clamp(le32_to_cpu(a->max_inline), VT3_MAX_INLINE);
+	l->max_pbl_pages = vt3_clamp(le32_to_cpu(a->max_pbl_pages),
+				     VT3_MAX_PBL_PAGES);
+	/* The largest region whose PBL is sure to fit, however aligned. */
+	l->max_mr_size = min_t(u64, l->max_mr_size,
+			       (u64)(l->max_pbl_pages ? l->max_pbl_pages - 1 : 0)
+			       << VT3_PAGE_SHIFT);
+	l->max_msg_size = max_msg_size;
+}
+
+/* Asks vt3d who it is; fails when nothing answers on this netdev. */
+static int vt3_dev_query(struct vt3_dev *dev)
+{
+	struct vt3_device_attr attr;
+	struct vt3_port_attr port;
+	u32 max_msg_size = U32_MAX;
+	int err;
+
+	err = vt3_cmd_timeout(dev, VT3_CMD_QUERY_DEVICE, NULL, 0, &attr,
+			      sizeof(attr), vt3_probe_timeout_ms);
+	if (err)
+		return err;
+	if (!(le64_to_cpu(attr.page_size_cap) & VT3_PAGE_SIZE)) {
+		netdev_err(dev->netdev,
+			   "vt3: device page sizes %#llx lack %u: not attaching\n",
+			   le64_to_cpu(attr.page_size_cap), VT3_PAGE_SIZE);
+		return -EOPNOTSUPP;
+	}
+	/*
+	 * Whatever vt3d still holds for this guest (a previous instance of
+	 * the driver that lost contact with it, a kexec) is stale now.
+	 */
+	err = vt3_cmd(dev, VT3_CMD_RESET, NULL, 0, NULL, 0);
+	if (err)
+		return err;
+	err = vt3_cmd_timeout(dev, VT3_CMD_QUERY_PORT, NULL, 0, &port,
+			      sizeof(port), vt3_probe_timeout_ms);
+	if (!err && le32_to_cpu(port.max_msg_size))
+		max_msg_size = le32_to_cpu(port.max_msg_size);
+	else if (err)
+		netdev_warn(dev->netdev, "vt3: QUERY_PORT failed (%d)\n", err);
+	vt3_set_limits(dev, &attr, max_msg_size);
+	return 0;
+}
+
+/*
+ * The device that DMA-maps for the RNIC: the first ancestor of the netdev
+ * that can do DMA - for virtio-net the virtio PCI function. Kernel ULPs
+ * then hand us addresses the device understands, and ib_umem_get() maps
+ * user memory through it. NULL when there is none or an IOMMU translates
+ * for it (its DMA addresses would not be guest-physical).
+ */
+static struct device *vt3_dma_device(struct net_device *netdev)
+{
+	struct device *d;
+
+	for (d = netdev->dev.parent; d; d = d->parent) {
+		if (d->dma_parms && d->dma_mask)
+			break;
+	}
+	if (!d) {
+		netdev_err(netdev, "vt3: no DMA-capable parent device\n");
+		return NULL;
+	}
+	if (device_iommu_mapped(d)) {
+		netdev_err(netdev,
+			   "vt3: %s is behind an IOMMU; vt3d needs guest-physical addresses\n",
+			   dev_name(d));
+		return NULL;
+	}
+	return d;
+}
+
+static int vt3_port_state(struct net_device *netdev)
+{
+	return netif_running(netdev) && netif_carrier_ok(netdev) ?
+	       IB_PORT_ACTIVE : IB_PORT_DOWN;
+}
+
+static struct vt3_dev *vt3_dev_create(struct net_device *netdev)
+{
+	struct ib_device *ibdev;
+	struct vt3_dev *dev;
+
+	dev = ib_alloc_device(vt3_dev, ibdev);
+	if (!dev)
+		return NULL;
+	ibdev = &dev->ibdev;
+	netdev_hold(netdev, &dev->netdev_tracker, GFP_KERNEL);
+	dev->netdev = netdev;
+	ether_addr_copy(dev->mac, netdev->dev_addr);
+	dev->port_state = vt3_port_state(netdev);
+	xa_init(&dev->cq_xa);
+	xa_init(&dev->qp_xa);
+	spin_lock_init(&dev->orphan_lock);
+	INIT_LIST_HEAD(&dev->orphans);
+	vt3_ctrl_init(dev);
+
+	ibdev->node_type = RDMA_NODE_RNIC;
+	ibdev->phys_port_cnt = 1;
+	ibdev->num_comp_vectors = 1;
+	memcpy(ibdev->node_desc, VT3_NODE_DESC, sizeof(VT3_NODE_DESC));
+	addrconf_addr_eui48((u8 *)&ibdev->node_guid, dev->mac);
+	/*
+	 * Zero-WR post_send/post_recv are the user doorbells (DESIGN §3);
+	 * the provider arms CQs through the kernel.
+	 */
+	ibdev->uverbs_cmd_mask |= BIT_ULL(IB_USER_VERBS_CMD_POST_SEND) |
+				  BIT_ULL(IB_USER_VERBS_CMD_POST_RECV) |
+				  BIT_ULL(IB_USER_VERBS_CMD_REQ_NOTIFY_CQ);
+	/* vt3d's TOE owns its ports; iwpmd must not remap them. */
+	ibdev->iw_driver_flags = IW_F_NO_PORT_MAP;
+	strscpy(ibdev->iw_ifname, netdev->name, sizeof(ibdev->iw_ifname));
+	ib_set_device_ops(ibdev, &vt3_dev_ops);
+	return dev;
+}
+
+/*
+ * Probes @netdev and registers an ib_device for it. @name is the ib name
+ * (a "%d" pattern allowed). Caller holds vt3_attach_lock.
+ */
+static int vt3_attach(struct net_device *netdev, const char *name)
+{
+	struct device *dma_dev;
+	struct ib_device *ibdev;
+	struct vt3_dev *dev;
+	bool gone;
+	int err;
+
+	lockdep_assert_held(&vt3_attach_lock);
+	ibdev = ib_device_get_by_netdev(netdev, VT3_DRIVER_ID);
+	if (ibdev) {
+		ib_device_put(ibdev);
+		return -EEXIST;
+	}
+	if (netdev->type != ARPHRD_ETHER)
+		return -EINVAL;
+	if (vt3_port_state(netdev) != IB_PORT_ACTIVE)
+		return -ENETDOWN;
+	dma_dev = vt3_dma_device(netdev);
+	if (!dma_dev)
+		return -EOPNOTSUPP;
+
+	dev = vt3_dev_create(netdev);
+	if (!dev)
+		return -ENOMEM;
+	/* From here on ib_dealloc_device() -> vt3_dealloc_driver() unwinds. */
+	vt3_ctrl_start(dev);
+	err = vt3_dev_query(dev);
+	if (err) {
+		netdev_dbg(netdev, "vt3: no vt3d answered the probe (%d)\n", err);
+		goto err_dealloc;
+	}
+	err = ib_device_set_netdev(&dev->ibdev, netdev, 1);
+	if (err)
+		goto err_dealloc;
+	WRITE_ONCE(dev->attached, true);
+	err = ib_register_device(&dev->ibdev, name, dma_dev);
+	if (err) {
+		netdev_err(netdev, "vt3: ib_register_device failed (%d)\n", err);
+		goto err_dealloc;
+	}
+	/*
+	 * NETDEV_UNREGISTER (sent under RTNL) may have come while we probed,
+	 * before the notifier could find the ib_device: check under RTNL.
+	 */
+	rtnl_lock();
+	gone = netdev->reg_state != NETREG_REGISTERED;
+	rtnl_unlock();
+	if (gone) {
+		ib_unregister_device(&dev->ibdev);
+		return -ENODEV;
+	}
+	ibdev_info(&dev->ibdev, "vt3 RNIC on %s: %u QPs, %u CQs, %u MRs\n",
+		   netdev->name, dev->lim.max_qp, dev->lim.max_cq,
+		   dev->lim.max_mr);
+	return 0;
+
+err_dealloc:
+	ib_dealloc_device(&dev->ibdev);
+	return err;
+}
+
+/* Called by the core once the device is unregistered, or on unwind. */
+static void vt3_dealloc_driver(struct ib_device *ibdev)
+{
+	struct vt3_dev *dev = to_vt3_dev(ibdev);
+	bool device_forgot = false;
+	int err;
+
+	if (dev->attached && !READ_ONCE(dev->ctrl.lost)) {
+		/*
+		 * Every object was destroyed through our verbs already; RESET
+		 * also covers those whose destroy command failed.
+		 */
+		err = vt3_cmd(dev, VT3_CMD_RESET, NULL, 0, NULL, 0);
+		if (!err)
+			device_forgot = true;
+		else
+			netdev_warn(dev->netdev, "vt3: RESET failed (%d)\n", err);
+	}
+	vt3_ctrl_stop(dev);
+	/*
+	 * Memory whose destroy vt3d never confirmed can be given back only
+	 * when vt3d confirmed the RESET, or when the NIC itself is going
+	 * away (its backend stops with it). Otherwise leaking it is the only
+	 * safe choice: vt3d might still write into it.
+	 */
+	if (device_forgot || dev->netdev->reg_state != NETREG_REGISTERED)
+		vt3_free_orphans(dev);
+	else if (!list_empty(&dev->orphans))
+		netdev_warn(dev->netdev,
+			    "vt3: leaking memory vt3d may still use\n");
+	xa_destroy(&dev->cq_xa);
+	xa_destroy(&dev->qp_xa);
+	netdev_put(dev->netdev, &dev->netdev_tracker);
+}
+
+/*
+ * vt3d stopped answering: unregister (asynchronously: we may be inside a
+ * verb of this very device).
+ */
+void vt3_device_lost(struct vt3_dev *dev)
+{
+	if (!ib_device_try_get(&dev->ibdev))
+		return;
+	ib_unregister_device_queued(&dev->ibdev);
+	ib_device_put(&dev->ibdev);
+}
+
+static void vt3_port_event(struct vt3_dev *dev, enum ib_event_type type)
+{
+	struct ib_event ev = {
+		.device = &dev->ibdev,
+		.element.port_num = 1,
+		.event = type,
+	};
+
+	ib_dispatch_event(&ev);
+}
+
+static void vt3_port_update(struct vt3_dev *dev)
+{
+	int state = vt3_port_state(dev->netdev);
+
+	if (state == READ_ONCE(dev->port_state))
+		return;
+	WRITE_ONCE(dev->port_state, state);
+	vt3_port_event(dev, state == IB_PORT_ACTIVE ? IB_EVENT_PORT_ACTIVE :
+						      IB_EVENT_PORT_ERR);
+}
+
+/* The netdevs probed automatically: virtio-net NICs. */
+static bool vt3_candidate(struct net_device *netdev)
+{
+	struct device *parent = netdev->dev.parent;
+
+	return parent && parent->driver &&
+	       !strcmp(parent->driver->name, "virtio_net");
+}
+
+static void vt3_probe_work(struct work_struct *work)
+{
+	struct vt3_probe *p = container_of(work, struct vt3_probe, work);
+	int err;
+
+	spin_lock(&vt3_probe_lock);
+	list_del(&p->list);
+	spin_unlock(&vt3_probe_lock);
+
+	mutex_lock(&vt3_attach_lock);
+	err = vt3_attach(p->netdev, "vt3_%d");
+	mutex_unlock(&vt3_attach_lock);
+	if (err && err != -EEXIST && err != -ENETDOWN)
+		netdev_dbg(p->netdev, "vt3: probe failed (%d)\n", err);
+	netdev_put(p->netdev, &p->tracker);
+	kfree(p);
+}
+
+/* Queues a probe of @netdev unless one is queued already. RTNL held. */
+static void vt3_queue_probe(struct net_device *netdev)
+{
+	struct vt3_probe *p;
+
+	spin_lock(&vt3_probe_lock);
+	list_for_each_entry(p, &vt3_probe_list, list) {
+		if (p->netdev == netdev) {
+			spin_unlock(&vt3_probe_lock);
+			return;
+		}
+	}
+	spin_unlock(&vt3_probe_lock);
+
+	p = kzalloc(sizeof(*p), GFP_KERNEL);
+	if (!p)
+		return;
+	INIT_WORK(&p->work, vt3_probe_work);
+	p->netdev = netdev;
+	netdev_hold(netdev, &p->tracker, GFP_KERNEL);
+	/* Only the notifier adds, under RTNL: no duplicate since the check. */
+	spin_lock(&vt3_probe_lock);
+	list_add(&p->list, &vt3_probe_list);
+	spin_unlock(&vt3_probe_lock);
+	queue_work(vt3_wq, &p->work);
+}
+
+static int vt3_netdev_event(struct notifier_block *nb, unsigned long event,
+			    void *arg)
+{
+	struct net_device *netdev = netdev_notifier_info_to_dev(arg);
+	struct ib_device *ibdev;
+	struct vt3_dev *dev;
+
+	ibdev = ib_device_get_by_netdev(netdev, VT3_DRIVER_ID);
+	if (!ibdev) {
+		if ((event == NETDEV_REGISTER || event == NETDEV_UP ||
+		     event == NETDEV_CHANGE) && vt3_candidate(netdev) &&
+		    vt3_port_state(netdev) == IB_PORT_ACTIVE)
+			vt3_queue_probe(netdev);
+		return NOTIFY_DONE;
+	}
+
+	dev = to_vt3_dev(ibdev);
+	switch (event) {
+	case NETDEV_UP:
+	case NETDEV_DOWN:
+	case NETDEV_CHANGE:
+		vt3_port_update(dev);
+		break;
+	case NETDEV_CHANGEADDR:
+		/* The GID is the MAC: have the core re-read it. */
+		ether_addr_copy(dev->mac, netdev->dev_addr);
+		vt3_port_event(dev, IB_EVENT_GID_CHANGE);
+		break;
+	case NETDEV_CHANGENAME:
+		strscpy(ibdev->iw_ifname, netdev->name, sizeof(ibdev->iw_ifname));
+		break;
+	case NETDEV_UNREGISTER:
+		ib_unregister_device_queued(ibdev);
+		break;
+	default:
+		break;
+	}
+	ib_device_put(ibdev);
+	return NOTIFY_DONE;
+}
+
+static struct notifier_block vt3_netdev_nb = {
+	.notifier_call = vt3_netdev_event,
+};
+
+static int vt3_newlink(const char *name, struct net_device *netdev)
+{
+	int err;
+
+	mutex_lock(&vt3_attach_lock);
+	err = vt3_attach(netdev, name);
+	mutex_unlock(&vt3_attach_lock);
+	/* Tell `rdma link add` what was wrong, not just "timed out". */
+	return err == -ETIMEDOUT ? -ENODEV : err;
+}
+
+static struct rdma_link_ops vt3_link_ops = {
+	.type = "vt3",
+	.newlink = vt3_newlink,
+};
+
+static const struct ib_device_ops vt3_dev_ops = {
+	.owner = THIS_MODULE,
+	.driver_id = VT3_DRIVER_ID,
+	.uverbs_abi_ver = VT3_ABI_VERSION,
+
+	.alloc_pd = vt3_alloc_pd,
+	.alloc_ucontext = vt3_alloc_ucontext,
+	.create_cq = vt3_create_cq,
+	.create_qp = vt3_create_qp,
+	.dealloc_driver = vt3_dealloc_driver,
+	.dealloc_pd = vt3_dealloc_pd,
+	.dealloc_ucontext = vt3_dealloc_ucontext,
+	.dereg_mr = vt3_dereg_mr,
+	.destroy_cq = vt3_destroy_cq,
+	.destroy_qp = vt3_destroy_qp,
+	.disassociate_ucontext = vt3_disassociate_ucontext,
+	.get_dev_fw_str = vt3_get_dev_fw_str,
+	.get_dma_mr = vt3_get_dma_mr,
+	.get_port_immutable = vt3_get_port_immutable,
+	.iw_accept = vt3_iw_accept,
+	.iw_add_ref = vt3_iw_add_ref,
+	.iw_connect = vt3_iw_connect,
+	.iw_create_listen = vt3_iw_create_listen,
+	.iw_destroy_listen = vt3_iw_destroy_listen,
+	.iw_get_qp = vt3_iw_get_qp,
+	.iw_reject = vt3_iw_reject,
+	.iw_rem_ref = vt3_iw_rem_ref,
+	.mmap = vt3_mmap,
+	.mmap_free = vt3_mmap_free,
+	.modify_qp = vt3_modify_qp,
+	.poll_cq = vt3_poll_cq,
+	.post_recv = vt3_post_recv,
+	.post_send = vt3_post_send,
+	.query_device = vt3_query_device,
+	.query_gid = vt3_query_gid,
+	.query_port = vt3_query_port,
+	.query_qp = vt3_query_qp,
+	.reg_user_mr = vt3_reg_user_mr,
+	.req_notify_cq = vt3_req_notify_cq,
+
+	INIT_RDMA_OBJ_SIZE(ib_cq, vt3_cq, ibcq),
+	INIT_RDMA_OBJ_SIZE(ib_pd, vt3_pd, ibpd),
+	INIT_RDMA_OBJ_SIZE(ib_qp, vt3_qp, ibqp),
+	INIT_RDMA_OBJ_SIZE(ib_ucontext, vt3_ucontext, ibuc),
+};
+
+static int __init vt3_init(void)
+{
+	int err;
+
+	vt3_wq = alloc_workqueue("vt3", WQ_UNBOUND, 0);
+	if (!vt3_wq)
+		return -ENOMEM;
+	/* Replays REGISTER/UP for existing netdevs: that queues their probes. */
+	err = register_netdevice_notifier(&vt3_netdev_nb);
+	if (err) {
+		destroy_workqueue(vt3_wq);
+		return err;
+	}
+	rdma_link_register(&vt3_link_ops);
+	/* NICs that are up are attached when insmod returns. */
+	flush_workqueue(vt3_wq);
+	return 0;
+}
+
+static void __exit vt3_exit(void)
+{
+	rdma_link_unregister(&vt3_link_ops);
+	unregister_netdevice_notifier(&vt3_netdev_nb);
+	/* No probe gets queued any more; let the queued ones finish. */
+	destroy_workqueue(vt3_wq);
+	/* Disassociates user contexts, destroys every object, RESETs. */
+	ib_unregister_driver(VT3_DRIVER_ID);
+}
+
+module_init(vt3_init);
+module_exit(vt3_exit);
+
+MODULE_AUTHOR("vt3 authors");
+MODULE_DESCRIPTION("vt3 virtual T3-class iWARP RNIC (RDMA function over virtio-net)");
+MODULE_LICENSE("GPL");
+MODULE_ALIAS_RDMA_LINK("vt3");

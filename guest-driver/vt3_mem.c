@@ -1,0 +1,329 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * vt3 memory: pages and page lists handed to vt3d (rings, status pages,
+ * registered memory), their user mappings, and memory regions.
+ *
+ * vt3d addresses guest memory physically. Pages we allocate are described
+ * by page_to_phys(); user memory by the DMA addresses of its pinned pages,
+ * mapped through the netdev's DMA device, which equal physical addresses
+ * because no IOMMU translates for it (vt3_attach() checks). A PBL is one
+ * physically contiguous kmalloc() buffer, so vt3_limits.max_pbl_pages is
+ * capped at KMALLOC_MAX_SIZE / 8 entries.
+ */
+#include <linux/mm.h>
+#include <linux/slab.h>
+#include <rdma/ib_umem.h>
+#include <rdma/iter.h>
+
+#include "vt3.h"
+
+static struct vt3_pages *vt3_pages_new(unsigned int npages)
+{
+	struct vt3_pages *mem;
+
+	mem = kzalloc(struct_size(mem, pages, npages), GFP_KERNEL);
+	if (!mem)
+		return NULL;
+	kref_init(&mem->ref);
+	INIT_LIST_HEAD(&mem->orphan);
+	return mem;
+}
+
+static void vt3_pages_release(struct kref *ref)
+{
+	struct vt3_pages *mem = container_of(ref, struct vt3_pages, ref);
+	unsigned int i;
+
+	if (mem->umem)
+		ib_umem_release(mem->umem);
+	for (i = 0; i < mem->npages; i++)
+		__free_page(mem->pages[i]);
+	kfree(mem->pbl);
+	kfree(mem);
+}
+
+void vt3_pages_put(struct vt3_pages *mem)
+{
+	kref_put(&mem->ref, vt3_pages_release);
+}
+
+/*
+ * Zeroed kernel pages for @bytes, with a PBL of VT3_PAGE_SIZE entries
+ * when the device takes them as a page list (rings) rather than by one
+ * address (status pages).
+ */
+static struct vt3_pages *vt3_pages_alloc(size_t bytes, bool with_pbl)
+{
+	const unsigned int per_page = PAGE_SIZE / VT3_PAGE_SIZE;
+	unsigned int npages = DIV_ROUND_UP(bytes, PAGE_SIZE);
+	struct vt3_pages *mem;
+	unsigned int i, j;
+
+	mem = vt3_pages_new(npages);
+	if (!mem)
+		return NULL;
+	for (i = 0; i < npages; i++) {
+		mem->pages[i] = alloc_page(GFP_KERNEL | __GFP_ZERO);
+		if (!mem->pages[i])
+			goto err;
+		mem->npages++;
+	}
+	if (with_pbl) {
+		mem->pbl_len = npages * per_page;
+		mem->pbl = kmalloc_array(mem->pbl_len, sizeof(*mem->pbl),
+					 GFP_KERNEL | __GFP_NOWARN);
+		if (!mem->pbl)
+			goto err;
+		for (i = 0; i < npages; i++)
+			for (j = 0; j < per_page; j++)
+				mem->pbl[i * per_page + j] =
+					cpu_to_le64(page_to_phys(mem->pages[i]) +
+						    j * VT3_PAGE_SIZE);
+	}
+	return mem;
+err:
+	vt3_pages_put(mem);
+	return NULL;
+}
+
+/* Kernel address of byte @offset of @mem (a kernel-owned ring). */
+void *vt3_pages_slot(struct vt3_pages *mem, size_t offset)
+{
+	return page_address(mem->pages[offset >> PAGE_SHIFT]) +
+	       offset_in_page(offset);
+}
+
+/*
+ * vt3d did not confirm it forgot @mem: keep it (and our reference) until
+ * it confirms a RESET or the NIC goes away (vt3_dealloc_driver()).
+ */
+static void vt3_orphan(struct vt3_dev *dev, struct vt3_pages *mem)
+{
+	spin_lock(&dev->orphan_lock);
+	list_add_tail(&mem->orphan, &dev->orphans);
+	spin_unlock(&dev->orphan_lock);
+}
+
+void vt3_free_orphans(struct vt3_dev *dev)
+{
+	struct vt3_pages *mem, *next;
+	LIST_HEAD(list);
+
+	spin_lock(&dev->orphan_lock);
+	list_splice_init(&dev->orphans, &list);
+	spin_unlock(&dev->orphan_lock);
+	list_for_each_entry_safe(mem, next, &list, orphan) {
+		list_del(&mem->orphan);
+		vt3_pages_put(mem);
+	}
+}
+
+/*
+ * Allocates a ring or status page; for user objects (@uctx) also an mmap
+ * entry, whose key goes to *@key. The entry holds its own reference on
+ * the pages: a mapping may outlive the object.
+ */
+int vt3_queue_mem_alloc(struct vt3_dev *dev, struct ib_ucontext *uctx,
+			struct vt3_queue_mem *q, size_t bytes, bool with_pbl,
+			u64 *key)
+{
+	struct vt3_mmap_entry *entry;
+	int err;
+
+	q->mem = vt3_pages_alloc(bytes, with_pbl);
+	if (!q->mem)
+		return -ENOMEM;
+	if (!uctx)
+		return 0;
+
+	entry = kzalloc(sizeof(*entry), GFP_KERNEL);
+	if (!entry) {
+		err = -ENOMEM;
+		goto err_pages;
+	}
+	kref_get(&q->mem->ref);
+	entry->mem = q->mem;
+	err = rdma_user_mmap_entry_insert(uctx, &entry->rdma,
+					  (size_t)q->mem->npages << PAGE_SHIFT);
+	if (err) {
+		vt3_pages_put(q->mem);
+		kfree(entry);
+		goto err_pages;
+	}
+	q->mmap = entry;
+	*key = rdma_user_mmap_get_offset(&entry->rdma);
+	return 0;
+
+err_pages:
+	vt3_pages_put(q->mem);
+	q->mem = NULL;
+	return err;
+}
+
+/*
+ * Drops the object's hold on a ring/status page. @device_forgot: vt3d
+ * confirmed it no longer uses it; otherwise it is orphaned.
+ */
+void vt3_queue_mem_release(struct vt3_dev *dev, struct vt3_queue_mem *q,
+			   bool device_forgot)
+{
+	if (!q->mem)
+		return;
+	if (q->mmap) {
+		/* New mmaps fail from now on; vt3_mmap_free() drops its ref. */
+		rdma_user_mmap_entry_remove(&q->mmap->rdma);
+		q->mmap = NULL;
+	}
+	if (device_forgot)
+		vt3_pages_put(q->mem);
+	else
+		vt3_orphan(dev, q->mem);
+	q->mem = NULL;
+}
+
+static int vt3_access(int ib_access, u32 *access)
+{
+	/* No atomics in iWARP; no on-demand paging, no memory windows. */
+	if (ib_access & ~(IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE |
+			  IB_ACCESS_REMOTE_READ | IB_ACCESS_OPTIONAL))
+		return -EOPNOTSUPP;
+	*access = 0;
+	if (ib_access & IB_ACCESS_LOCAL_WRITE)
+		*access |= VT3_ACCESS_LOCAL_WRITE;
+	if (ib_access & IB_ACCESS_REMOTE_WRITE)
+		*access |= VT3_ACCESS_REMOTE_WRITE;
+	if (ib_access & IB_ACCESS_REMOTE_READ)
+		*access |= VT3_ACCESS_REMOTE_READ;
+	return 0;
+}
+
+static struct ib_mr *vt3_reg_mr(struct vt3_pd *pd, struct vt3_cmd_reg_mr *req,
+				struct vt3_pages *mem)
+{
+	struct vt3_dev *dev = to_vt3_dev(pd->ibpd.device);
+	struct vt3_resp_handle resp;
+	struct vt3_mr *mr;
+	int err;
+
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	if (!mr)
+		return ERR_PTR(-ENOMEM);
+	req->pdn = cpu_to_le32(pd->pdn);
+	err = vt3_cmd(dev, VT3_CMD_REG_MR, req, sizeof(*req), &resp,
+		      sizeof(resp));
+	if (err) {
+		kfree(mr);
+		return ERR_PTR(err);
+	}
+	mr->mem = mem;
+	mr->ibmr.lkey = le32_to_cpu(resp.handle);
+	mr->ibmr.rkey = mr->ibmr.lkey;
+	return &mr->ibmr;
+}
+
+/*
+ * All guest-physical memory, for kernel ULPs: the core makes one per
+ * kernel PD for its local_dma_lkey. Addresses in their SGEs are DMA
+ * addresses of our DMA device, i.e. guest-physical.
+ */
+struct ib_mr *vt3_get_dma_mr(struct ib_pd *ibpd, int ib_access)
+{
+	struct vt3_cmd_reg_mr req = {
+		/* The whole address space; vt3d checks against guest RAM. */
+		.length = cpu_to_le64(U64_MAX),
+		.flags = cpu_to_le32(VT3_MR_DMA),
+	};
+	u32 access;
+	int err;
+
+	err = vt3_access(ib_access, &access);
+	if (err)
+		return ERR_PTR(err);
+	req.access = cpu_to_le32(access);
+	return vt3_reg_mr(to_vt3_pd(ibpd), &req, NULL);
+}
+
+struct ib_mr *vt3_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
+			      u64 virt, int ib_access, struct ib_udata *udata)
+{
+	struct vt3_dev *dev = to_vt3_dev(ibpd->device);
+	struct vt3_cmd_reg_mr req = {};
+	struct ib_block_iter biter;
+	struct vt3_pages *mem;
+	struct ib_umem *umem;
+	struct ib_mr *ibmr;
+	size_t npages, i = 0;
+	u32 access;
+	int err;
+
+	if (!vt3_udata_in_ok(udata))
+		return ERR_PTR(-EINVAL);
+	if (!length || length > dev->lim.max_mr_size)
+		return ERR_PTR(-EINVAL);
+	err = vt3_access(ib_access, &access);
+	if (err)
+		return ERR_PTR(err);
+
+	mem = vt3_pages_new(0);
+	if (!mem)
+		return ERR_PTR(-ENOMEM);
+	umem = ib_umem_get(ibpd->device, start, length, ib_access);
+	if (IS_ERR(umem)) {
+		err = PTR_ERR(umem);
+		goto err_mem;
+	}
+	mem->umem = umem;
+	npages = ib_umem_num_dma_blocks(umem, VT3_PAGE_SIZE);
+	if (!npages || npages > dev->lim.max_pbl_pages) {
+		err = -EINVAL;
+		goto err_mem;
+	}
+	mem->pbl = kmalloc_array(npages, sizeof(*mem->pbl),
+				 GFP_KERNEL | __GFP_NOWARN);
+	if (!mem->pbl) {
+		err = -ENOMEM;
+		goto err_mem;
+	}
+	mem->pbl_len = npages;
+	rdma_umem_for_each_dma_block(umem, &biter, VT3_PAGE_SIZE)
+		mem->pbl[i++] = cpu_to_le64(rdma_block_iter_dma_address(&biter));
+
+	req.iova = cpu_to_le64(virt);
+	req.length = cpu_to_le64(length);
+	req.pbl_addr = cpu_to_le64(virt_to_phys(mem->pbl));
+	req.npages = cpu_to_le32(npages);
+	req.access = cpu_to_le32(access);
+	/* Where the region starts in its first PBL page. */
+	req.page_offset = cpu_to_le32(ib_umem_offset(umem) &
+				      (VT3_PAGE_SIZE - 1));
+	ibmr = vt3_reg_mr(to_vt3_pd(ibpd), &req, mem);
+	if (IS_ERR(ibmr)) {
+		err = PTR_ERR(ibmr);
+		goto err_mem;
+	}
+	return ibmr;
+
+err_mem:
+	vt3_pages_put(mem);
+	return ERR_PTR(err);
+}
+
+int vt3_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
+{
+	struct vt3_dev *dev = to_vt3_dev(ibmr->device);
+	struct vt3_mr *mr = to_vt3_mr(ibmr);
+	int err;
+
+	err = vt3_cmd_handle(dev, VT3_CMD_DEREG_MR, ibmr->lkey);
+	if (err)
+		ibdev_dbg(ibmr->device, "DEREG_MR %#x: %d\n", ibmr->lkey, err);
+	/* The pinned pages and the PBL stay until vt3d surely forgot them. */
+	if (mr->mem) {
+		if (vt3_forgot(err))
+			vt3_pages_put(mr->mem);
+		else
+			vt3_orphan(dev, mr->mem);
+	}
+	kfree(mr);
+	return 0;
+}
