@@ -45,7 +45,31 @@
  * never writes past consumer + depth: that is an overflow, reported with
  * VT3_CQ_F_OVERFLOW and a VT3_EV_CQ_ERROR event instead.
  * Indices are free-running 32-bit counters (wrap at 2^32); slot = index &
- * (depth - 1).
+ * (depth - 1). They are not reset by state changes (ERROR -> IDLE keeps them).
+ *
+ * Doorbells
+ * ---------
+ * A producer stores its new index (release), issues a full barrier, then
+ * reads VT3_QP_F_SQ_IDLE / VT3_QP_F_RQ_IDLE; only if set does it send
+ * VT3_CMD_DOORBELL. vt3d sets the IDLE flag, issues a full barrier and
+ * re-reads the producer index before it stops polling a queue, so a WQE
+ * posted in between is never missed.
+ *
+ * Arming
+ * ------
+ * VT3_CMD_ARM_CQ may be sent without waiting for its response. When vt3d
+ * processes it and the CQ already holds unconsumed CQEs (prod != cons), it
+ * sends VT3_EV_CQ_COMPLETION at once, so a completion written just before
+ * the arm is never lost. An armed CQ produces one event, then is disarmed.
+ *
+ * Page lists are copied by vt3d while it executes the command: the driver
+ * may free a PBL buffer once the response arrived. A DMA MR
+ * (VT3_MR_DMA) is sent with iova 0 and length U64_MAX: it covers all guest
+ * memory, bounds being those of guest RAM.
+ *
+ * Limits: max_cqe and max_qp_wr count usable entries; rings have a depth of
+ * the next power of two above. fw_ver is major << 32 | minor << 16 | sub.
+ * Events are addressed to the guest MAC that sent the last command.
  */
 #ifndef VT3_HW_H
 #define VT3_HW_H
@@ -78,7 +102,7 @@ enum vt3_msg_type {
 struct vt3_ctrl_hdr {
 	__u8	version;	/* VT3_CTRL_VERSION */
 	__u8	type;		/* enum vt3_msg_type */
-	__le16	opcode;		/* enum vt3_cmd, or enum vt3_event for events */
+	__le16	opcode;		/* enum vt3_cmd, or enum vt3_event_type for events */
 	__le32	seq;		/* CMD: chosen by the driver; RESP: copied */
 	__le16	status;		/* RESP: enum vt3_status; otherwise 0 */
 	__le16	len;		/* payload bytes after this header */
@@ -275,7 +299,7 @@ struct vt3_cmd_doorbell {
 	__le32	queues;			/* enum vt3_doorbell_queue */
 };
 
-/* Events (VT3_MSG_EVENT): opcode is enum vt3_event, payload vt3_event. */
+/* Events (VT3_MSG_EVENT): opcode is enum vt3_event_type, payload vt3_event. */
 enum vt3_event_type {
 	VT3_EV_CQ_COMPLETION = 1,	/* armed CQ got a completion */
 	VT3_EV_CQ_ERROR = 2,		/* CQ overflow */

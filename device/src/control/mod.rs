@@ -13,8 +13,9 @@ const CTRL_HDR: usize = std::mem::size_of::<CtrlHdr>();
 /// What a control frame from the guest turned into.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// Send this frame back to the guest.
-    Reply(Vec<u8>),
+    /// Send these frames back to the guest: the response, then any events
+    /// the command raised.
+    Reply(Vec<Vec<u8>>),
     /// Nothing to send (a doorbell that went well).
     Silent,
     /// Not a command we can answer (too short to carry a header, or not a
@@ -82,7 +83,10 @@ pub fn handle_frame<M: GuestMemory>(rnic: &mut Rnic, mem: &M, frame: &[u8]) -> O
         len: u16::try_from(payload.len()).unwrap_or(0).into(),
         reserved: 0.into(),
     };
-    Outcome::Reply(build_frame(mac_at(frame, 6), mac_at(frame, 0), &resp, &payload))
+    let guest = mac_at(frame, 6);
+    let mut frames = vec![build_frame(guest, mac_at(frame, 0), &resp, &payload)];
+    frames.extend(rnic.events.drain(..).map(|(event, body)| event_frame(guest, event, &body)));
+    Outcome::Reply(frames)
 }
 
 /// Builds an event frame for the guest at `mac`.

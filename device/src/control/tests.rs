@@ -14,6 +14,8 @@ const STATUS: u64 = 0x1f_0000; // status pages
 struct Driver {
     rnic: Rnic,
     mem: GuestMemoryMmap,
+    /// Event frames that followed the last response.
+    events: Vec<Vec<u8>>,
     seq: u32,
     next_pbl: u64,
     next_page: u64,
@@ -33,6 +35,7 @@ impl Driver {
         Self {
             rnic: Rnic::new(limits, 1500),
             mem: GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM)]).unwrap(),
+            events: Vec::new(),
             seq: 0,
             next_pbl: PBL,
             next_page: PAGES,
@@ -61,9 +64,11 @@ impl Driver {
     }
 
     fn send(&mut self, frame: &[u8]) -> (u16, Vec<u8>) {
-        let Outcome::Reply(resp) = handle_frame(&mut self.rnic, &self.mem, frame) else {
+        let Outcome::Reply(frames) = handle_frame(&mut self.rnic, &self.mem, frame) else {
             panic!("no reply");
         };
+        let resp = frames[0].clone();
+        self.events = frames[1..].to_vec();
         assert_eq!(&resp[12..14], &VT3_ETHERTYPE.to_be_bytes());
         assert_eq!(&resp[..6], &GUEST);
         let hdr: CtrlHdr = read_struct(&resp[14..]).unwrap();
@@ -308,6 +313,28 @@ mod cq_and_qp {
         }
         d.by_handle(Cmd::DeallocPd, pdn).unwrap();
         assert_eq!(d.counts(), Counts::default());
+    }
+
+    #[test]
+    fn arming_a_cq_with_waiting_cqes_raises_the_event_at_once() {
+        let mut d = Driver::new();
+        let a = d.cq_args(16);
+        let status = a.status_addr.to_native();
+        let cqn = d.handle(Cmd::CreateCq, &a).unwrap();
+        let arm = CmdArmCq { cqn: cqn.into(), flags: (ArmFlag::Next as u32).into() };
+        d.cmd(Cmd::ArmCq, &arm).unwrap();
+        assert!(d.events.is_empty(), "empty CQ: no event yet");
+        // vt3d wrote a CQE the consumer has not seen (prod 1, cons 0).
+        d.mem.write_obj(vm_memory::Le32::from(1), GuestAddress(status)).unwrap();
+        d.cmd(Cmd::ArmCq, &arm).unwrap();
+        assert_eq!(d.events.len(), 1);
+        let ev = &d.events[0];
+        assert_eq!(&ev[..6], &GUEST);
+        let hdr: CtrlHdr = read_struct(&ev[14..]).unwrap();
+        assert_eq!((hdr.r#type, hdr.opcode.to_native()), (MsgType::Event as u8, EventType::CqCompletion as u16));
+        let body: Event = read_struct(&ev[30..]).unwrap();
+        assert_eq!(body.handle.to_native(), cqn);
+        assert_eq!(d.rnic.cqs.get(cqn).unwrap().arm_flags, 0, "one event, then disarmed");
     }
 
     #[test]

@@ -7,10 +7,12 @@
 pub mod table;
 pub mod tpt;
 
+use std::collections::VecDeque;
+
 use vm_memory::{Address, Bytes, GuestAddress, GuestMemory, Le32, Permissions};
 
 use crate::abi::{
-    self, Cmd, CmdArmCq, CmdCreateCq, CmdCreateQp, CmdDoorbell, CmdHandle, CmdModifyQp, CmdRegMr,
+    self, Cmd, CmdArmCq, EventType, CmdCreateCq, CmdCreateQp, CmdDoorbell, CmdHandle, CmdModifyQp, CmdRegMr,
     CmdSetAddr, DeviceAttr, PortAttr, QpAttr, QpState, RespHandle, Status, VT3_PAGE_SIZE,
 };
 use table::Table;
@@ -135,6 +137,8 @@ pub struct Rnic {
     pub cqs: Table<Cq>,
     pub qps: Table<Qp>,
     pub addr: Option<GuestAddr>,
+    /// Events for the driver, sent after the current command's response.
+    pub events: VecDeque<(EventType, abi::Event)>,
     pbl_used: u64,
     mtu: u32,
 }
@@ -180,6 +184,7 @@ impl Rnic {
             cqs: Table::new(limits.max_cq),
             qps: Table::new(limits.max_qp),
             addr: None,
+            events: VecDeque::new(),
             pbl_used: 0,
             limits,
             mtu,
@@ -197,6 +202,7 @@ impl Rnic {
         self.cqs.clear();
         self.qps.clear();
         self.addr = None;
+        self.events.clear();
         self.pbl_used = 0;
     }
 
@@ -287,8 +293,18 @@ impl Rnic {
                 if flags & !(abi::ArmFlag::Next as u32 | abi::ArmFlag::Solicited as u32) != 0 {
                     return Err(Status::Invalid);
                 }
-                let cq = self.cqs.get_mut(le(a.cqn)).ok_or(Status::NotFound)?;
-                cq.arm_flags |= flags;
+                let cqn = le(a.cqn);
+                let cq = self.cqs.get_mut(cqn).ok_or(Status::NotFound)?;
+                // CQEs already waiting: the event goes out now, or a
+                // completion written just before the arm would be lost.
+                let status: abi::CqStatus = mem.read_obj(cq.status_addr).map_err(|_| Status::BadAddress)?;
+                if status.prod != status.cons {
+                    cq.arm_flags = 0;
+                    let event = abi::Event { handle: cqn.into(), ..Default::default() };
+                    self.events.push_back((EventType::CqCompletion, event));
+                } else {
+                    cq.arm_flags |= flags;
+                }
                 Ok(Vec::new())
             }
             Cmd::CreateQp => self.create_qp(mem, &args(payload)?),

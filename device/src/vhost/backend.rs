@@ -124,7 +124,7 @@ impl NetBackend {
             drain_tx(state.get_queue_mut(), &*mem, layout, scratch, &mut stats, |frame| {
                 if self.nic.from_guest(frame) == GuestFrame::Control {
                     match control::handle_frame(&mut self.nic.rnic(), &*mem, frame) {
-                        Outcome::Reply(resp) => device_frames.push_back(resp),
+                        Outcome::Reply(frames) => device_frames.extend(frames),
                         Outcome::Silent | Outcome::Ignored => {}
                     }
                 }
