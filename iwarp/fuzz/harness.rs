@@ -6,7 +6,8 @@
     dead_code,
     clippy::unwrap_used,
     clippy::expect_used,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    clippy::cast_possible_truncation
 )]
 
 use vt3_iwarp::negotiation::{Config, Initiator, InitiatorEvent, Responder, ResponderEvent};
@@ -210,8 +211,9 @@ pub fn mpa_negotiation(data: &[u8]) {
                 assert!(negotiated.crc || !config.crc);
                 assert_eq!(negotiated.ird, config.ird);
                 assert!(negotiated.ord <= config.ord);
-                assert!(negotiated.rtr.map_or(true, |kind| config.peer_to_peer
-                    && config.rtr.contains(kind)));
+                assert!(negotiated
+                    .rtr
+                    .is_none_or(|kind| config.peer_to_peer && config.rtr.contains(kind)));
                 break;
             }
             Ok(InitiatorEvent::Rejected { .. }) => break,
@@ -220,5 +222,99 @@ pub fn mpa_negotiation(data: &[u8]) {
                 break;
             }
         }
+    }
+}
+
+/// Input: one config octet, then the byte stream a peer sends on an
+/// established connection (after the MPA exchange), cut into TCP
+/// segments by the stack.
+///
+/// Config: bit 0 CRC, bit 1 small MTU (576), bits 2-3 IRD − 1, bit 4 a
+/// second receive WQE. The engine (responder) has a read/write region,
+/// a read-only one, a write-only one and a posted receive buffer; guest
+/// memory outside the regions that allow writes must not change, nothing
+/// may panic, and once the QP is in ERROR no completion may appear.
+pub fn engine_receive(data: &[u8]) {
+    use vt3_iwarp::engine::{
+        QpConfig, QpState, RecvWr, Sge, SgeList, LOCAL_WRITE, REMOTE_READ, REMOTE_WRITE,
+    };
+    use vt3_iwarp::sim::{NodeConfig, Sim, WireConfig, IPS, MACS};
+    use vt3_iwarp::toe::{Duration, TcpConfig};
+
+    let Some((&config, stream)) = data.split_first() else {
+        return;
+    };
+    let crc = config & 1 == 1;
+    let mut raw = TcpConfig::new(MACS[0], IPS[0]);
+    let mut node = NodeConfig::new(1);
+    if config & 2 != 0 {
+        raw.mtu = 576;
+        node.tcp.mtu = 576;
+    }
+    node.memory = 64 * 1024;
+    node.engine.max_rx_ulpdu = 4096;
+    let mut qp = QpConfig::new(1);
+    qp.mpa.ird = u16::from((config >> 2) & 3) + 1;
+    qp.mpa.crc = crc;
+    let mpa = Config {
+        crc,
+        peer_to_peer: false,
+        ..Config::default()
+    };
+    let mut sim = Sim::raw_pair(raw, node, WireConfig::default(), 2, qp, mpa);
+    assert!(sim.a.negotiated.is_some());
+    const RW: u64 = 0x1000;
+    const RO: u64 = 0x4000;
+    const WO: u64 = 0x6000;
+    const RECV: u64 = 0x8000;
+    let b = &mut sim.b;
+    b.regions
+        .register_contiguous(1, LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ, RW, RW, 8192);
+    b.regions.register_contiguous(1, REMOTE_READ, RO, RO, 4096);
+    b.regions.register_contiguous(1, REMOTE_WRITE, WO, WO, 4096);
+    let recv = b
+        .regions
+        .register_contiguous(1, LOCAL_WRITE, RECV, RECV, 4096);
+    let receives = if config & 16 != 0 { 2 } else { 1 };
+    for i in 0..receives {
+        let sge = Sge {
+            addr: RECV + i * 2048,
+            length: 2048,
+            lkey: recv,
+        };
+        b.engine
+            .post_recv(
+                2,
+                RecvWr {
+                    wr_id: i,
+                    sges: SgeList::single(sge),
+                },
+            )
+            .unwrap();
+    }
+    let before = b.memory.clone();
+    sim.a.send(stream);
+    sim.run_for(Duration::from_secs(3));
+    for (start, end) in sim.b.memory.changed_ranges(&before) {
+        let allowed = (RW <= start && end <= RW + 8192)
+            || (WO <= start && end <= WO + 4096)
+            || (RECV <= start && end <= RECV + 4096);
+        assert!(allowed, "write outside the regions: {start:#x}..{end:#x}");
+    }
+    assert!(sim.b.completions.len() <= receives as usize);
+    if sim.b.state(2) == Some(QpState::Error) {
+        let completions = sim.b.completions.len();
+        sim.a.send(stream);
+        sim.run_for(Duration::from_secs(1));
+        assert_eq!(
+            sim.b.completions.len(),
+            completions,
+            "completion after ERROR"
+        );
+    }
+    // Whatever the engine sent back frames cleanly (a TERMINATE at most).
+    for ulpdu in sim.a.ulpdus() {
+        let header = rdmap::Repr::parse(&ddp::Packet::new_unchecked(&ulpdu[..]));
+        assert!(header.is_ok(), "the engine sent a malformed ULPDU");
     }
 }

@@ -1,4 +1,6 @@
-//! vt3-iwarp: the iWARP wire layer of vt3, pure Rust and free of I/O.
+//! vt3-iwarp: the iWARP layer of vt3, pure Rust, `#![forbid(unsafe_code)]`.
+//!
+//! Wire layer (no I/O, no clock, no allocation per packet):
 //!
 //! * [`crc32c`]: the MPA CRC (Castagnoli), table driven.
 //! * [`wire`]: smoltcp-style `Packet<T>` views and `Repr` values for MPA
@@ -8,11 +10,26 @@
 //! * [`negotiation`]: the MPA connection-setup state machines (initiator and
 //!   responder, revision 1 and 2), driven by bytes only.
 //!
-//! Nothing here panics on any input, allocates per packet, or knows about
-//! time: the device engine owns timers, sockets and guest memory.
+//! Engine (what vt3d runs; still no I/O of its own, time injected):
+//!
+//! * [`toe`]: the TCP offload engine, a [`toe::Transport`] trait and its
+//!   smoltcp implementation [`toe::SmolToe`], fed and drained as Ethernet frames.
+//! * [`engine`]: queue pairs on top of the TOE: MPA negotiation, DDP/RDMAP
+//!   send and receive paths, the QP state machine and its events, work
+//!   requests in and completions out. Guest memory and the TPT come in
+//!   through [`engine::GuestMemory`] and [`engine::MemoryRegions`].
+//! * [`mock`] and [`sim`]: an in-memory guest, TPT and wire for tests,
+//!   fuzzing and benchmarks.
+//!
+//! Nothing here panics on any network input, and every buffer that network
+//! input can fill is bounded.
 #![forbid(unsafe_code)]
 
 pub mod crc32c;
+pub mod engine;
+pub mod mock;
 pub mod negotiation;
+pub mod sim;
 pub mod stream;
+pub mod toe;
 pub mod wire;

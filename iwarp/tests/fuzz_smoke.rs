@@ -2,7 +2,11 @@
 //! the fuzz logic (and the crate's no-panic promise) is exercised by every
 //! `cargo test`, without nightly or libFuzzer. Inputs are random bytes and
 //! valid units with random damage, which reach deeper than noise alone.
-#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    clippy::cast_possible_truncation
+)]
 
 mod common;
 #[path = "../fuzz/harness.rs"]
@@ -12,6 +16,7 @@ use common::Rng;
 use vt3_iwarp::negotiation::{Config, Initiator};
 use vt3_iwarp::stream::emit_fpdu;
 use vt3_iwarp::wire::mpa::{self, EnhancedData, Frame, FrameKind, RtrSet};
+use vt3_iwarp::wire::rdmap::{ReadRequestPacket, ReadRequestRepr};
 use vt3_iwarp::wire::{ddp, rdmap, terminate};
 
 const INPUTS: usize = 3000;
@@ -182,3 +187,109 @@ fn mpa_negotiation() {
         harness::mpa_negotiation(&input);
     }
 }
+
+/// A DDP segment aimed at the `engine_receive` harness's regions (STags
+/// 0x001 read/write at 0x1000, 0x101 read-only at 0x4000, 0x201
+/// write-only at 0x6000), with plausible MSNs and offsets.
+fn plausible_segment(rng: &mut Rng, msn: &mut [u32; 3]) -> Vec<u8> {
+    let stags = [0x001, 0x101, 0x201, 0x301, rng.u32()];
+    let bases = [0x1000u64, 0x4000, 0x6000, 0x8000, rng.next_u64()];
+    let pick = rng.below(stags.len());
+    let offset = bases[pick] + rng.below(9000) as u64;
+    let payload = rng.some_bytes(600);
+    let (opcode, placement, payload) = match rng.below(5) {
+        0 => (
+            rdmap::Opcode::RdmaWrite,
+            rdmap::Placement::Tagged {
+                stag: stags[pick],
+                offset,
+            },
+            payload,
+        ),
+        1 | 2 => {
+            let opcodes = [
+                rdmap::Opcode::Send,
+                rdmap::Opcode::SendInvalidate,
+                rdmap::Opcode::SendSolicited,
+            ];
+            msn[0] += u32::from(rng.below(4) != 0);
+            (
+                opcodes[rng.below(3)],
+                rdmap::Placement::Untagged {
+                    msn: msn[0],
+                    offset: 0,
+                    invalidate_stag: stags[rng.below(stags.len())],
+                },
+                payload,
+            )
+        }
+        3 => {
+            msn[1] += u32::from(rng.below(4) != 0);
+            let mut request = [0u8; rdmap::READ_REQUEST_LEN];
+            ReadRequestRepr {
+                sink_stag: rng.u32(),
+                sink_offset: rng.next_u64(),
+                size: rng.below(5000) as u32,
+                source_stag: stags[pick],
+                source_offset: offset,
+            }
+            .emit(&mut ReadRequestPacket::new_unchecked(&mut request[..]))
+            .unwrap();
+            (
+                rdmap::Opcode::RdmaReadRequest,
+                rdmap::Placement::Untagged {
+                    msn: msn[1],
+                    offset: 0,
+                    invalidate_stag: 0,
+                },
+                request.to_vec(),
+            )
+        }
+        _ => return random_segment(rng),
+    };
+    let header = rdmap::Repr {
+        opcode,
+        last: rng.below(4) != 0,
+        placement,
+    };
+    let mut segment = vec![0u8; header.buffer_len()];
+    header
+        .emit(&mut ddp::Packet::new_unchecked(&mut segment[..]))
+        .unwrap();
+    segment.extend(payload);
+    segment
+}
+
+#[test]
+fn engine_receive() {
+    let mut rng = Rng::new(23);
+    for round in 0..ENGINE_INPUTS {
+        let config = rng.u8();
+        let crc = config & 1 == 1;
+        let mut input = vec![config];
+        if round % 5 == 0 {
+            input.extend(rng.some_bytes(400));
+        } else {
+            let mut msn = [0u32; 3];
+            let mut wire = Vec::new();
+            for _ in 0..1 + rng.below(8) {
+                let ulpdu = plausible_segment(&mut rng, &mut msn);
+                let start = wire.len();
+                wire.resize(
+                    start + mpa::fpdu_len(u16::try_from(ulpdu.len()).unwrap()),
+                    0,
+                );
+                emit_fpdu(&ulpdu, crc, &mut wire[start..]).unwrap();
+            }
+            input.extend(if round % 5 == 1 {
+                damage(&mut rng, wire)
+            } else {
+                wire
+            });
+        }
+        harness::engine_receive(&input);
+    }
+}
+
+/// Each engine input sets up a connection: fewer of them.
+const ENGINE_INPUTS: usize = 300;

@@ -1,0 +1,1454 @@
+//! The iWARP engine of vt3d: queue pairs over the TOE.
+//!
+//! ```text
+//!   device (vt3d)                               Engine<T: Transport>
+//!   ─────────────                               ─────────────────────────────────────────
+//!   uplink frame ─ wants()? ─ receive() ───────▶ TOE ingress (TCP)
+//!   doorbell: SQ/RQ WQEs ─── post_send/recv() ─▶ SQ / RQ per QP
+//!   timer / after a batch ── poll(now, io) ────▶ TCP timers, accept, MPA, RX: FPDU → DDP/RDMAP
+//!                                                → placement via MemoryRegions + GuestMemory,
+//!                                                TX: WQEs/READ responses → FPDUs in TCP buffers,
+//!                                                TOE egress → io.uplink(frame)
+//!   guest CQ ◀──── pop_completion() ◀────────── completions, in order per queue
+//!   driver  ◀──── pop_event() ◀─────────────── connection and QP events (DESIGN §5)
+//! ```
+//!
+//! Time is injected: every call that can start or run timers takes `now`,
+//! and [`Engine::poll_at`] says when to call [`Engine::poll`] next.
+//!
+//! QP states follow the iWARP verbs ([`QpState`]); every transition is
+//! reported ([`EventKind::StateChanged`]), and every connection end is
+//! reported exactly once with its cause. Once a QP is in ERROR the engine
+//! writes no completion for it and forgets its WQEs: the provider or
+//! driver flushes them.
+
+mod event;
+mod memory;
+mod qp;
+mod rx;
+#[cfg(test)]
+mod tests;
+mod tx;
+mod wr;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddrV4;
+
+use thiserror::Error;
+
+pub use event::{ConnectFailure, ConnectRequest, Event, EventKind, ProtocolError};
+pub use memory::{
+    Access, AccessError, GuestMemory, MemoryError, MemoryRegions, LOCAL_READ, LOCAL_WRITE,
+    REMOTE_READ, REMOTE_WRITE,
+};
+pub use qp::{QpState, QP_STATE_NAMES};
+pub use wr::{
+    Completion, InlineData, RecvWr, SendOpcode, SendWr, Sge, SgeList, WcOpcode, WcStatus,
+    WorkQueue, MAX_INLINE, MAX_MESSAGE, MAX_SGE,
+};
+
+use crate::negotiation::{self, Initiator, InitiatorEvent, Negotiated, Responder, ResponderEvent};
+use crate::stream::{emit_fpdu, FpduDeframer};
+use crate::toe::{
+    CloseReason, Duration, FourTuple, Instant, LinkStatus, MacAddr, SocketId, TcbInfo, TcpError,
+    Transport,
+};
+use crate::wire::mpa::{self, mulpdu, Frame, MAX_FRAME_LEN, MAX_PRIVATE_DATA_LEN};
+use crate::wire::terminate::TermCode;
+use qp::{Conn, Phase, Qp, Stream, TxCurrent};
+use rx::{RxEnv, RxStop};
+use tx::{TxEnv, TxProgress, TxStop};
+
+/// Engine-wide limits and timers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineConfig {
+    pub max_qps: usize,
+    /// Accepted TCP connections waiting for their MPA request or for the
+    /// ULP's accept/reject. Further ones wait in the TOE backlog.
+    pub max_pending: usize,
+    /// How long the MPA request or reply may take.
+    pub mpa_timeout: Duration,
+    /// How long a QP in TERMINATE waits for the TCP close before aborting.
+    pub terminate_linger: Duration,
+    /// Largest ULPDU accepted from a peer (bounds the reassembly buffer).
+    pub max_rx_ulpdu: u16,
+    /// MPA settings for parsing requests on listening ports (the accepting
+    /// QP's own settings decide the reply).
+    pub listen_mpa: negotiation::Config,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_qps: 1024,
+            max_pending: 64,
+            mpa_timeout: Duration::from_secs(10),
+            terminate_linger: Duration::from_secs(2),
+            max_rx_ulpdu: u16::MAX,
+            listen_mpa: negotiation::Config::default(),
+        }
+    }
+}
+
+/// Per-QP parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpConfig {
+    /// Protection domain: every access goes through the TPT with it.
+    pub pdn: u32,
+    pub sq_depth: u32,
+    pub rq_depth: u32,
+    /// MPA revision, CRC, IRD/ORD and RTR preferences.
+    pub mpa: negotiation::Config,
+}
+
+impl QpConfig {
+    pub fn new(pdn: u32) -> Self {
+        QpConfig {
+            pdn,
+            sq_depth: 256,
+            rq_depth: 256,
+            mpa: negotiation::Config::default(),
+        }
+    }
+}
+
+/// A connection accepted by TCP and not yet bound to a QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(pub SocketId);
+
+impl core::fmt::Display for ConnId {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "conn {}", self.0)
+    }
+}
+
+/// An active open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectParams {
+    pub local_port: u16,
+    pub remote: SocketAddrV4,
+    /// L2 next hop: the peer's MAC, or the gateway's.
+    pub next_hop: MacAddr,
+    pub private_data: Vec<u8>,
+}
+
+/// Fault injection (`vt3d ctl`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Abort the connection: RST to the peer, QP → ERROR.
+    SendRst,
+    /// Close our half (FIN) as a graceful disconnect would.
+    SendFin,
+    /// Drop every frame of the connection both ways (→ timeout), or stop.
+    Blackhole(bool),
+    /// Corrupt the CRC of the next FPDU we send.
+    CorruptCrc,
+    /// Send a TERMINATE with this code; QP → TERMINATE → ERROR.
+    Terminate(TermCode),
+}
+
+/// Engine errors (caller mistakes and resource limits; never network input).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum EngineError {
+    #[error("no QP {0}")]
+    NoSuchQp(u32),
+    #[error("QP {0} exists")]
+    QpExists(u32),
+    #[error("QP limit reached")]
+    TooManyQps,
+    #[error("no such pending connection")]
+    NoSuchConnection,
+    #[error("QP {qpn} is {state}: {what}")]
+    InvalidState {
+        qpn: u32,
+        state: QpState,
+        what: &'static str,
+    },
+    #[error("queue full")]
+    QueueFull,
+    #[error("private data of {0} octets is too long")]
+    PrivateDataTooLong(usize),
+    #[error("invalid QP configuration: {0}")]
+    Config(&'static str),
+    #[error("TCP: {0}")]
+    Transport(#[from] TcpError),
+    #[error("MPA: {0}")]
+    Negotiation(#[from] negotiation::Error),
+}
+
+/// What [`Engine::poll`] needs from the device: guest memory, the TPT and
+/// the uplink.
+pub struct Io<'a> {
+    pub memory: &'a mut dyn GuestMemory,
+    pub regions: &'a mut dyn MemoryRegions,
+    pub uplink: &'a mut dyn FnMut(&[u8]),
+}
+
+impl core::fmt::Debug for Io<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("Io")
+    }
+}
+
+/// Counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    pub fpdus_tx: u64,
+    pub fpdus_rx: u64,
+    /// Payload octets sent (SEND, WRITE, READ response data).
+    pub bytes_sent: u64,
+    /// Payload octets placed into guest memory.
+    pub bytes_placed: u64,
+    pub read_requests_rx: u64,
+    pub terminates_tx: u64,
+    pub terminates_rx: u64,
+    pub protocol_errors: u64,
+    pub wqe_errors: u64,
+    pub connections_established: u64,
+    pub connections_refused: u64,
+}
+
+/// A QP as `vt3d ctl` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpInfo {
+    pub qpn: u32,
+    pub state: QpState,
+    pub pdn: u32,
+    pub socket: Option<SocketId>,
+    pub tuple: Option<FourTuple>,
+    pub negotiated: Option<Negotiated>,
+    pub sq_outstanding: usize,
+    pub rq_posted: usize,
+    pub reads_outstanding: usize,
+    pub reads_inbound: usize,
+    /// Next MSN to send / expected, queues 0 (Send), 1 (Read Request), 2 (Terminate).
+    pub tx_msn: [u32; 3],
+    pub rx_msn: [u32; 3],
+}
+
+#[derive(Debug)]
+struct Pending {
+    responder: Box<Responder>,
+    listen_port: u16,
+    tuple: Option<FourTuple>,
+    deadline: Instant,
+    requested: bool,
+}
+
+/// Completions, events and counters: what polling produces.
+#[derive(Debug, Default)]
+struct Outputs {
+    completions: VecDeque<Completion>,
+    events: VecDeque<Event>,
+    stats: EngineStats,
+}
+
+impl Outputs {
+    fn qp_event(&mut self, qpn: u32, kind: EventKind) {
+        self.events.push_back(Event {
+            qpn: Some(qpn),
+            conn: None,
+            kind,
+        });
+    }
+
+    fn conn_event(&mut self, conn: ConnId, kind: EventKind) {
+        self.events.push_back(Event {
+            qpn: None,
+            conn: Some(conn),
+            kind,
+        });
+    }
+}
+
+/// The engine: QPs and listening ports over a TOE.
+pub struct Engine<T: Transport> {
+    toe: T,
+    config: EngineConfig,
+    qps: BTreeMap<u32, Qp>,
+    pending: BTreeMap<ConnId, Pending>,
+    listeners: BTreeMap<u16, usize>,
+    out: Outputs,
+}
+
+impl<T: Transport> core::fmt::Debug for Engine<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Engine")
+            .field("qps", &self.qps.len())
+            .field("pending", &self.pending.len())
+            .field("stats", &self.out.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Transport> Engine<T> {
+    pub fn new(toe: T, config: EngineConfig) -> Self {
+        Engine {
+            toe,
+            config,
+            qps: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            listeners: BTreeMap::new(),
+            out: Outputs::default(),
+        }
+    }
+
+    pub fn toe(&self) -> &T {
+        &self.toe
+    }
+
+    pub fn toe_mut(&mut self) -> &mut T {
+        &mut self.toe
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        self.out.stats
+    }
+
+    /// Demux: should this uplink frame go to the engine (else: the guest)?
+    pub fn wants(&self, frame: &[u8]) -> bool {
+        self.toe.wants(frame)
+    }
+
+    /// One frame from the uplink (that [`Engine::wants`]). TCP processes it
+    /// now; the engine reads the data at the next [`Engine::poll`].
+    pub fn receive(&mut self, now: Instant, frame: &[u8], uplink: &mut dyn FnMut(&[u8])) {
+        self.toe.ingress(now, frame, uplink);
+    }
+
+    /// When to call [`Engine::poll`] at the latest.
+    pub fn poll_at(&mut self, now: Instant) -> Option<Instant> {
+        let mut at = self.toe.poll_at(now);
+        let mut consider = |deadline: Option<Instant>| {
+            if let Some(deadline) = deadline {
+                at = Some(at.map_or(deadline, |at| at.min(deadline)));
+            }
+        };
+        for qp in self.qps.values() {
+            consider(qp.conn.as_ref().and_then(|conn| conn.deadline));
+        }
+        for pending in self.pending.values() {
+            consider((!pending.requested).then_some(pending.deadline));
+        }
+        at
+    }
+
+    /// Runs everything: TCP timers, new connections, MPA, receive and
+    /// transmit of every QP, and sends the resulting frames.
+    pub fn poll(&mut self, now: Instant, io: &mut Io<'_>) {
+        self.toe.egress(now, io.uplink);
+        self.accept_connections(now);
+        self.service_pending(now);
+        let Engine {
+            toe,
+            config,
+            qps,
+            out,
+            ..
+        } = self;
+        for qp in qps.values_mut() {
+            service_qp(qp, toe, out, io, now, config);
+        }
+        self.toe.egress(now, io.uplink);
+    }
+
+    pub fn pop_completion(&mut self) -> Option<Completion> {
+        self.out.completions.pop_front()
+    }
+
+    pub fn pop_event(&mut self) -> Option<Event> {
+        self.out.events.pop_front()
+    }
+
+    // ---- QPs ----
+
+    pub fn create_qp(&mut self, qpn: u32, config: QpConfig) -> Result<(), EngineError> {
+        if self.qps.contains_key(&qpn) {
+            return Err(EngineError::QpExists(qpn));
+        }
+        if self.qps.len() >= self.config.max_qps {
+            return Err(EngineError::TooManyQps);
+        }
+        if config.sq_depth == 0
+            || config.rq_depth == 0
+            || config.sq_depth > 1 << 16
+            || config.rq_depth > 1 << 16
+        {
+            return Err(EngineError::Config("queue depths must be within 1..=65536"));
+        }
+        if config.mpa.ird > mpa::IRD_ORD_MAX || config.mpa.ord > mpa::IRD_ORD_MAX {
+            return Err(EngineError::Config("IRD/ORD above 16383"));
+        }
+        self.qps.insert(qpn, Qp::new(qpn, config));
+        Ok(())
+    }
+
+    /// Destroys a QP at once (RST on a live connection); no event.
+    pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), EngineError> {
+        let qp = self.qps.remove(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        if let Some(conn) = qp.conn {
+            self.toe.abort(conn.sock);
+            self.toe.release(conn.sock);
+        }
+        Ok(())
+    }
+
+    pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
+        self.qps.get(&qpn).map(|qp| qp.state)
+    }
+
+    pub fn qp_info(&self, qpn: u32) -> Option<QpInfo> {
+        let qp = self.qps.get(&qpn)?;
+        let stream = qp.conn.as_ref().and_then(|conn| conn.stream.as_ref());
+        Some(QpInfo {
+            qpn,
+            state: qp.state,
+            pdn: qp.config.pdn,
+            socket: qp.conn.as_ref().map(|conn| conn.sock),
+            tuple: qp.conn.as_ref().and_then(|conn| conn.tuple),
+            negotiated: stream.map(|s| s.negotiated),
+            sq_outstanding: qp.queues.sq.len(),
+            rq_posted: qp.queues.rq.len(),
+            reads_outstanding: qp.queues.orq.len(),
+            reads_inbound: qp.queues.irq.len(),
+            tx_msn: stream.map_or([0; 3], |s| s.tx_msn),
+            rx_msn: stream.map_or([0; 3], |s| s.rx_msn),
+        })
+    }
+
+    /// Every QP number.
+    pub fn qpns(&self) -> impl Iterator<Item = u32> + '_ {
+        self.qps.keys().copied()
+    }
+
+    /// The TCB of a QP's connection.
+    pub fn tcb(&self, qpn: u32) -> Option<TcbInfo> {
+        let sock = self.qps.get(&qpn)?.conn.as_ref()?.sock;
+        self.toe.tcb(sock)
+    }
+
+    /// Sets IRD/ORD (IDLE only: they are negotiated at connection setup).
+    pub fn set_ird_ord(&mut self, qpn: u32, ird: u16, ord: u16) -> Result<(), EngineError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        if qp.state != QpState::Idle || qp.conn.is_some() {
+            return Err(EngineError::InvalidState {
+                qpn,
+                state: qp.state,
+                what: "IRD/ORD change outside IDLE",
+            });
+        }
+        if ird > mpa::IRD_ORD_MAX || ord > mpa::IRD_ORD_MAX {
+            return Err(EngineError::Config("IRD/ORD above 16383"));
+        }
+        qp.config.mpa.ird = ird;
+        qp.config.mpa.ord = ord;
+        Ok(())
+    }
+
+    /// Verbs modify_qp state changes:
+    /// RTS → CLOSING (graceful disconnect: FIN), any → ERROR (abortive:
+    /// RST if connected), RTS → TERMINATE (TERMINATE "local catastrophic"),
+    /// ERROR → IDLE (reuse the QP).
+    pub fn modify_qp(&mut self, now: Instant, qpn: u32, to: QpState) -> Result<(), EngineError> {
+        let linger = self.config.terminate_linger;
+        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        let from = qp.state;
+        if from == to {
+            return Ok(());
+        }
+        let invalid = EngineError::InvalidState {
+            qpn,
+            state: from,
+            what: "transition not allowed",
+        };
+        match (from, to) {
+            (QpState::Rts, QpState::Closing) => {
+                let conn = qp.conn.as_mut().ok_or(invalid)?;
+                self.toe.close(conn.sock);
+                conn.fin_sent = true;
+                set_state(qp, &mut self.out, QpState::Closing);
+            }
+            (_, QpState::Error) => {
+                if let Some(conn) = qp.conn.take() {
+                    self.toe.abort(conn.sock);
+                    self.toe.release(conn.sock);
+                    if !qp.end_reported && matches!(from, QpState::Rts | QpState::Closing) {
+                        qp.end_reported = true;
+                        self.out.qp_event(qpn, EventKind::Aborted);
+                    }
+                }
+                set_state(qp, &mut self.out, QpState::Error);
+            }
+            (QpState::Rts, QpState::Terminate) => {
+                local_terminate(
+                    qp,
+                    &mut self.toe,
+                    &mut self.out,
+                    now,
+                    linger,
+                    TermCode::RdmapLocalCatastrophic,
+                );
+            }
+            (QpState::Error, QpState::Idle) => {
+                if qp.conn.is_some() {
+                    return Err(invalid);
+                }
+                qp.queues.clear();
+                qp.end_reported = false;
+                set_state(qp, &mut self.out, QpState::Idle);
+            }
+            _ => return Err(invalid),
+        }
+        Ok(())
+    }
+
+    // ---- work requests ----
+
+    /// Queues a send WR (IDLE or RTS; an IDLE QP sends once connected).
+    pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), EngineError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        if !matches!(qp.state, QpState::Idle | QpState::Rts) {
+            return Err(EngineError::InvalidState {
+                qpn,
+                state: qp.state,
+                what: "post_send",
+            });
+        }
+        let queues = &mut qp.queues;
+        if queues.sq.len() >= qp.config.sq_depth as usize {
+            return Err(EngineError::QueueFull);
+        }
+        let seq = queues.next_seq;
+        queues.next_seq += 1;
+        queues.sq.push_back(qp::SqEntry {
+            wr,
+            seq,
+            sent: 0,
+            checked: false,
+            result: None,
+        });
+        Ok(())
+    }
+
+    /// Queues a receive WR (IDLE, RTS or CLOSING).
+    pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), EngineError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        if !matches!(qp.state, QpState::Idle | QpState::Rts | QpState::Closing) {
+            return Err(EngineError::InvalidState {
+                qpn,
+                state: qp.state,
+                what: "post_recv",
+            });
+        }
+        if qp.queues.rq.len() >= qp.config.rq_depth as usize {
+            return Err(EngineError::QueueFull);
+        }
+        qp.queues.rq.push_back(wr);
+        Ok(())
+    }
+
+    // ---- connections ----
+
+    /// Listens on `port` (backlog: see [`Transport::listen`]).
+    pub fn listen(&mut self, port: u16, backlog: usize) -> Result<(), EngineError> {
+        self.toe.listen(port, backlog)?;
+        self.listeners.insert(port, backlog);
+        Ok(())
+    }
+
+    /// Stops listening; requests not yet accepted are dropped.
+    pub fn unlisten(&mut self, port: u16) {
+        if self.listeners.remove(&port).is_none() {
+            return;
+        }
+        self.toe.unlisten(port);
+        let gone: Vec<ConnId> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.listen_port == port)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in gone {
+            if let Some(pending) = self.pending.remove(&id) {
+                self.toe.abort(id.0);
+                self.toe.release(id.0);
+                if pending.requested {
+                    self.out.conn_event(id, EventKind::ConnectWithdrawn);
+                }
+            }
+        }
+    }
+
+    /// Active open for an IDLE QP: TCP, then the MPA request with
+    /// `private_data`; [`EventKind::Established`] or
+    /// [`EventKind::ConnectFailed`] follows.
+    pub fn connect(
+        &mut self,
+        now: Instant,
+        qpn: u32,
+        params: ConnectParams,
+    ) -> Result<(), EngineError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        if qp.state != QpState::Idle || qp.conn.is_some() {
+            return Err(EngineError::InvalidState {
+                qpn,
+                state: qp.state,
+                what: "connect needs an idle QP",
+            });
+        }
+        let room = MAX_PRIVATE_DATA_LEN
+            - if qp.config.mpa.revision == mpa::REVISION_2 {
+                mpa::ENHANCED_DATA_LEN
+            } else {
+                0
+            };
+        if params.private_data.len() > room {
+            return Err(EngineError::PrivateDataTooLong(params.private_data.len()));
+        }
+        let initiator = Initiator::new(qp.config.mpa)?;
+        let sock = self
+            .toe
+            .connect(now, params.local_port, params.remote, params.next_hop)?;
+        qp.conn = Some(Conn {
+            sock,
+            tuple: self.toe.tcb(sock).and_then(|tcb| tcb.tuple),
+            phase: Phase::TcpConnecting {
+                initiator: Box::new(initiator),
+                private_data: params.private_data,
+            },
+            deadline: None,
+            fin_sent: false,
+            deframer: None,
+            stream: None,
+        });
+        qp.end_reported = false;
+        Ok(())
+    }
+
+    /// Accepts a [`EventKind::ConnectRequest`] on IDLE QP `qpn`: sends the
+    /// MPA reply with `private_data`; the QP goes to RTS (it sends nothing
+    /// before the initiator's first FPDU, RFC 5044 §7.1.2).
+    pub fn accept(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        qpn: u32,
+        private_data: &[u8],
+    ) -> Result<(), EngineError> {
+        let _ = now;
+        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        if qp.state != QpState::Idle || qp.conn.is_some() {
+            return Err(EngineError::InvalidState {
+                qpn,
+                state: qp.state,
+                what: "accept needs an idle QP",
+            });
+        }
+        let pending = self
+            .pending
+            .get(&conn)
+            .ok_or(EngineError::NoSuchConnection)?;
+        if !pending.requested {
+            return Err(EngineError::NoSuchConnection);
+        }
+        // Replay the request into a responder with this QP's settings (its
+        // IRD/ORD are the ones the reply must announce).
+        let mut request = [0u8; MAX_FRAME_LEN];
+        let (request_len, peer_private) = match pending.responder.request() {
+            Some(repr) => {
+                repr.emit(&mut Frame::new_unchecked(&mut request[..]))
+                    .map_err(negotiation::Error::from)?;
+                (repr.buffer_len(), repr.private_data.to_vec())
+            }
+            None => return Err(EngineError::NoSuchConnection),
+        };
+        let mut responder = Responder::new(qp.config.mpa)?;
+        let mut input = request.get(..request_len).unwrap_or(&[]);
+        match responder.receive(&mut input)? {
+            ResponderEvent::Request => {}
+            _ => {
+                return Err(EngineError::Negotiation(negotiation::Error::InvalidState(
+                    "this QP's MPA settings cannot serve the request",
+                )))
+            }
+        }
+        let mut reply = [0u8; MAX_FRAME_LEN];
+        let (reply_len, negotiated) = responder.accept(private_data, &mut reply)?;
+        let sock = conn.0;
+        let reply = reply.get(..reply_len).unwrap_or(&[]);
+        if self.toe.send_space(sock) < reply.len() {
+            return Err(EngineError::Transport(TcpError::InvalidState));
+        }
+        self.toe.send_slice(sock, reply)?;
+        let pending = self
+            .pending
+            .remove(&conn)
+            .ok_or(EngineError::NoSuchConnection)?;
+        let mss = self.toe.mss(sock);
+        qp.conn = Some(Conn {
+            sock,
+            tuple: pending.tuple,
+            phase: Phase::Streaming,
+            deadline: None,
+            fin_sent: false,
+            deframer: Some(FpduDeframer::new(self.config.max_rx_ulpdu, negotiated.crc)),
+            stream: Some(new_stream(negotiated, false, mss)),
+        });
+        qp.end_reported = false;
+        self.out.stats.connections_established += 1;
+        set_state(qp, &mut self.out, QpState::Rts);
+        self.out.qp_event(
+            qpn,
+            EventKind::Established {
+                negotiated,
+                private_data: peer_private,
+            },
+        );
+        Ok(())
+    }
+
+    /// Rejects a [`EventKind::ConnectRequest`]: MPA reply with R set, then FIN.
+    pub fn reject(&mut self, conn: ConnId, private_data: &[u8]) -> Result<(), EngineError> {
+        let pending = self
+            .pending
+            .get_mut(&conn)
+            .ok_or(EngineError::NoSuchConnection)?;
+        if !pending.requested {
+            return Err(EngineError::NoSuchConnection);
+        }
+        let mut reply = [0u8; MAX_FRAME_LEN];
+        let len = pending.responder.reject(private_data, &mut reply)?;
+        let _ = self.toe.send_slice(conn.0, reply.get(..len).unwrap_or(&[]));
+        self.toe.close(conn.0);
+        self.toe.release(conn.0);
+        self.pending.remove(&conn);
+        Ok(())
+    }
+
+    /// Fault injection on a QP's connection.
+    pub fn inject(&mut self, now: Instant, qpn: u32, fault: Fault) -> Result<(), EngineError> {
+        let linger = self.config.terminate_linger;
+        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        let invalid = EngineError::InvalidState {
+            qpn,
+            state: qp.state,
+            what: "no connection",
+        };
+        let sock = qp.conn.as_ref().ok_or(invalid)?.sock;
+        match fault {
+            Fault::SendRst => {
+                self.toe.abort(sock);
+            }
+            Fault::SendFin => {
+                self.toe.close(sock);
+                if let Some(conn) = qp.conn.as_mut() {
+                    conn.fin_sent = true;
+                }
+                if qp.state == QpState::Rts {
+                    set_state(qp, &mut self.out, QpState::Closing);
+                }
+            }
+            Fault::Blackhole(on) => self.toe.set_blackhole(sock, on),
+            Fault::CorruptCrc => {
+                let stream = qp
+                    .conn
+                    .as_mut()
+                    .and_then(|conn| conn.stream.as_mut())
+                    .ok_or(invalid)?;
+                stream.corrupt_crc = true;
+            }
+            Fault::Terminate(code) => {
+                if qp.state != QpState::Rts && qp.state != QpState::Closing {
+                    return Err(invalid);
+                }
+                local_terminate(qp, &mut self.toe, &mut self.out, now, linger, code);
+            }
+        }
+        Ok(())
+    }
+
+    /// Every TCB (`vt3d ctl tcb`).
+    pub fn for_each_tcb(&self, f: &mut dyn FnMut(&TcbInfo)) {
+        self.toe.for_each_tcb(f);
+    }
+
+    fn accept_connections(&mut self, now: Instant) {
+        let mut next = self.listeners.keys().next().copied();
+        while let Some(port) = next {
+            while self.pending.len() < self.config.max_pending {
+                let Some(sock) = self.toe.accept(port) else {
+                    break;
+                };
+                let Ok(responder) = Responder::new(self.config.listen_mpa) else {
+                    self.toe.abort(sock);
+                    self.toe.release(sock);
+                    continue;
+                };
+                let tuple = self.toe.tcb(sock).and_then(|tcb| tcb.tuple);
+                self.pending.insert(
+                    ConnId(sock),
+                    Pending {
+                        responder: Box::new(responder),
+                        listen_port: port,
+                        tuple,
+                        deadline: now + self.config.mpa_timeout,
+                        requested: false,
+                    },
+                );
+            }
+            next = port
+                .checked_add(1)
+                .and_then(|from| self.listeners.range(from..).next().map(|(&p, _)| p));
+        }
+    }
+
+    fn service_pending(&mut self, now: Instant) {
+        let ids: Vec<ConnId> = self.pending.keys().copied().collect();
+        for id in ids {
+            let Some(pending) = self.pending.get_mut(&id) else {
+                continue;
+            };
+            let sock = id.0;
+            enum Outcome {
+                Request,
+                Refused(negotiation::Refusal),
+                Failed,
+            }
+            let mut outcome = None;
+            if !pending.requested {
+                let responder = &mut pending.responder;
+                let _ = self.toe.recv(sock, &mut |data| {
+                    if outcome.is_some() {
+                        return 0;
+                    }
+                    let mut input = data;
+                    match responder.receive(&mut input) {
+                        Ok(ResponderEvent::Pending) => {}
+                        Ok(ResponderEvent::Request) => outcome = Some(Outcome::Request),
+                        Ok(ResponderEvent::Refused(refusal)) => {
+                            outcome = Some(Outcome::Refused(refusal))
+                        }
+                        Err(_) => outcome = Some(Outcome::Failed),
+                    }
+                    data.len() - input.len()
+                });
+            }
+            let tuple = pending.tuple;
+            match outcome {
+                Some(Outcome::Request) => {
+                    pending.requested = true;
+                    if let Some(repr) = pending.responder.request() {
+                        let request = ConnectRequest {
+                            listen_port: pending.listen_port,
+                            tuple: tuple.unwrap_or(FourTuple {
+                                local: SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0),
+                                remote: SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0),
+                            }),
+                            revision: repr.revision,
+                            crc: repr.crc,
+                            ird: repr.enhanced.map(|e| e.ird),
+                            ord: repr.enhanced.map(|e| e.ord),
+                            peer_to_peer: repr.enhanced.is_some_and(|e| e.peer_to_peer),
+                            private_data: repr.private_data.to_vec(),
+                        };
+                        self.out.conn_event(id, EventKind::ConnectRequest(request));
+                    }
+                }
+                Some(Outcome::Refused(refusal)) => {
+                    let mut reply = [0u8; MAX_FRAME_LEN];
+                    if let Ok(len) = pending.responder.reject(&[], &mut reply) {
+                        let _ = self.toe.send_slice(sock, reply.get(..len).unwrap_or(&[]));
+                    }
+                    self.toe.close(sock);
+                    self.toe.release(sock);
+                    self.pending.remove(&id);
+                    self.out.stats.connections_refused += 1;
+                    self.out.conn_event(
+                        id,
+                        EventKind::ConnectRefused {
+                            tuple,
+                            refusal: Some(refusal),
+                        },
+                    );
+                    continue;
+                }
+                Some(Outcome::Failed) => {
+                    self.toe.abort(sock);
+                    self.toe.release(sock);
+                    self.pending.remove(&id);
+                    self.out.stats.connections_refused += 1;
+                    self.out.conn_event(
+                        id,
+                        EventKind::ConnectRefused {
+                            tuple,
+                            refusal: None,
+                        },
+                    );
+                    continue;
+                }
+                None => {}
+            }
+            let Some(pending) = self.pending.get(&id) else {
+                continue;
+            };
+            let gone = matches!(
+                self.toe.status(sock),
+                None | Some(LinkStatus::Closed(_) | LinkStatus::PeerClosed)
+            );
+            let late = !pending.requested && now >= pending.deadline;
+            if gone || late {
+                let requested = pending.requested;
+                self.toe.abort(sock);
+                self.toe.release(sock);
+                self.pending.remove(&id);
+                if requested {
+                    self.out.conn_event(id, EventKind::ConnectWithdrawn);
+                }
+            }
+        }
+    }
+}
+
+fn new_stream(negotiated: Negotiated, initiator: bool, mss: u16) -> Stream {
+    Stream {
+        negotiated,
+        mulpdu: mulpdu(mss).max(64),
+        tx_ready: initiator,
+        rtr_out: if initiator { negotiated.rtr } else { None },
+        rtr_in: if initiator { None } else { negotiated.rtr },
+        tx_msn: [1; 3],
+        tx_current: TxCurrent::Idle,
+        prefer_sq: false,
+        rx_msn: [1; 3],
+        rx_send: None,
+        rx_tagged: None,
+        rx_stopped: false,
+        terminate_out: None,
+        corrupt_crc: false,
+        scratch: Vec::new(),
+    }
+}
+
+/// Changes state with an event; ERROR and IDLE-after-close drop the WQEs
+/// (retired ones are completed first).
+fn set_state(qp: &mut Qp, out: &mut Outputs, to: QpState) {
+    let from = qp.state;
+    if from == to {
+        return;
+    }
+    retire_sq(qp, out);
+    qp.state = to;
+    if to == QpState::Error || (to == QpState::Idle && from != QpState::Error) {
+        qp.queues.clear();
+    }
+    out.qp_event(qp.qpn, EventKind::StateChanged { from, to });
+}
+
+/// Completes finished send WQEs in posting order (none once in ERROR).
+fn retire_sq(qp: &mut Qp, out: &mut Outputs) {
+    if qp.state == QpState::Error {
+        return;
+    }
+    while let Some(front) = qp.queues.sq.front() {
+        let Some((status, byte_len)) = front.result else {
+            break;
+        };
+        out.completions.push_back(Completion {
+            qpn: qp.qpn,
+            queue: WorkQueue::Send,
+            wr_id: front.wr.wr_id,
+            opcode: front.wr.opcode.wc_opcode(),
+            status,
+            byte_len,
+            invalidated_stag: None,
+            solicited: false,
+            signaled: front.wr.signaled || status != WcStatus::Success,
+        });
+        qp.queues.sq.pop_front();
+        qp.queues.issued = qp.queues.issued.saturating_sub(1);
+    }
+}
+
+/// A TERMINATE of our own (fault injection, modify to TERMINATE).
+fn local_terminate<T: Transport>(
+    qp: &mut Qp,
+    toe: &mut T,
+    out: &mut Outputs,
+    now: Instant,
+    linger: Duration,
+    code: TermCode,
+) {
+    let Some(conn) = qp.conn.as_mut() else { return };
+    if let Some(stream) = conn.stream.as_mut() {
+        stream.rx_stopped = true;
+        stream.terminate_out = Some(rx::terminate_message(stream.tx_msn[2], code, None));
+    } else {
+        toe.close(conn.sock);
+        conn.fin_sent = true;
+    }
+    conn.deadline = Some(now + linger);
+    if !qp.end_reported {
+        qp.end_reported = true;
+        out.stats.protocol_errors += 1;
+        out.qp_event(
+            qp.qpn,
+            EventKind::LocalError {
+                error: ProtocolError::Injected,
+                sent: code,
+            },
+        );
+    }
+    set_state(qp, out, QpState::Terminate);
+}
+
+/// Moves a QP with an RX or TX failure into TERMINATE.
+fn enter_terminate<T: Transport>(
+    qp: &mut Qp,
+    toe: &mut T,
+    out: &mut Outputs,
+    now: Instant,
+    linger: Duration,
+    kind: EventKind,
+) {
+    if let Some(conn) = qp.conn.as_mut() {
+        conn.deadline = Some(now + linger);
+        let term_pending = conn
+            .stream
+            .as_ref()
+            .is_some_and(|s| s.terminate_out.is_some());
+        if !term_pending && !conn.fin_sent {
+            toe.close(conn.sock);
+            conn.fin_sent = true;
+        }
+    }
+    if !qp.end_reported {
+        qp.end_reported = true;
+        out.qp_event(qp.qpn, kind);
+    }
+    set_state(qp, out, QpState::Terminate);
+}
+
+/// The connection is gone (or given up): report, pick the final state,
+/// release the socket.
+fn connection_ended<T: Transport>(
+    qp: &mut Qp,
+    toe: &mut T,
+    out: &mut Outputs,
+    reason: CloseReason,
+) {
+    let Some(conn) = qp.conn.take() else { return };
+    toe.release(conn.sock);
+    let connecting = !matches!(conn.phase, Phase::Streaming);
+    if qp.end_reported {
+        set_state(qp, out, QpState::Error);
+        return;
+    }
+    qp.end_reported = true;
+    if connecting {
+        out.qp_event(
+            qp.qpn,
+            EventKind::ConnectFailed(ConnectFailure::Tcp(reason)),
+        );
+        set_state(qp, out, QpState::Error);
+        return;
+    }
+    match reason {
+        CloseReason::Graceful => {
+            if qp.state == QpState::Rts {
+                out.qp_event(qp.qpn, EventKind::PeerClose);
+                set_state(qp, out, QpState::Closing);
+            }
+            retire_sq(qp, out);
+            let outstanding = !qp.queues.sq.is_empty() || !qp.queues.orq.is_empty();
+            out.qp_event(
+                qp.qpn,
+                EventKind::CloseComplete {
+                    sq_outstanding: outstanding,
+                },
+            );
+            let to = if outstanding {
+                QpState::Error
+            } else {
+                QpState::Idle
+            };
+            set_state(qp, out, to);
+        }
+        CloseReason::Reset => {
+            out.qp_event(qp.qpn, EventKind::Reset);
+            set_state(qp, out, QpState::Error);
+        }
+        CloseReason::Timeout => {
+            out.qp_event(qp.qpn, EventKind::Timeout);
+            set_state(qp, out, QpState::Error);
+        }
+        CloseReason::Aborted => {
+            out.qp_event(qp.qpn, EventKind::Aborted);
+            set_state(qp, out, QpState::Error);
+        }
+    }
+}
+
+fn connect_failed<T: Transport>(
+    qp: &mut Qp,
+    toe: &mut T,
+    out: &mut Outputs,
+    failure: ConnectFailure,
+    abort: bool,
+) {
+    if let Some(conn) = qp.conn.take() {
+        if abort {
+            toe.abort(conn.sock);
+        } else {
+            toe.close(conn.sock);
+        }
+        toe.release(conn.sock);
+    }
+    if !qp.end_reported {
+        qp.end_reported = true;
+        out.qp_event(qp.qpn, EventKind::ConnectFailed(failure));
+    }
+    set_state(qp, out, QpState::Error);
+}
+
+fn service_qp<T: Transport>(
+    qp: &mut Qp,
+    toe: &mut T,
+    out: &mut Outputs,
+    io: &mut Io<'_>,
+    now: Instant,
+    config: &EngineConfig,
+) {
+    let Some(conn) = qp.conn.as_mut() else { return };
+    let sock = conn.sock;
+    // Active open: TCP up → MPA request.
+    if let Phase::TcpConnecting {
+        initiator,
+        private_data,
+    } = &mut conn.phase
+    {
+        match toe.status(sock) {
+            Some(LinkStatus::Connecting) => return,
+            Some(LinkStatus::Established | LinkStatus::PeerClosed) => {
+                let mut request = [0u8; MAX_FRAME_LEN];
+                let written = initiator
+                    .write_request(private_data, &mut request)
+                    .ok()
+                    .and_then(|len| request.get(..len))
+                    .filter(|req| toe.send_space(sock) >= req.len())
+                    .map(|req| toe.send_slice(sock, req));
+                match written {
+                    Some(Ok(_)) => {
+                        let Phase::TcpConnecting { initiator, .. } =
+                            core::mem::replace(&mut conn.phase, Phase::Streaming)
+                        else {
+                            return;
+                        };
+                        conn.phase = Phase::AwaitReply { initiator };
+                        conn.deadline = Some(now + config.mpa_timeout);
+                        conn.tuple = toe.tcb(sock).and_then(|tcb| tcb.tuple);
+                    }
+                    _ => {
+                        connect_failed(
+                            qp,
+                            toe,
+                            out,
+                            ConnectFailure::Tcp(CloseReason::Aborted),
+                            true,
+                        );
+                        return;
+                    }
+                }
+            }
+            Some(LinkStatus::Closed(reason)) => {
+                connect_failed(qp, toe, out, ConnectFailure::Tcp(reason), false);
+                return;
+            }
+            Some(LinkStatus::Closing) | None => {
+                connect_failed(
+                    qp,
+                    toe,
+                    out,
+                    ConnectFailure::Tcp(CloseReason::Aborted),
+                    true,
+                );
+                return;
+            }
+        }
+    }
+    receive(qp, toe, out, io, now, config);
+    handle_status(qp, toe, out);
+    transmit(qp, toe, out, io, now, config);
+    // Deadlines: the MPA reply, the TERMINATE linger.
+    let Some(conn) = qp.conn.as_mut() else { return };
+    if conn.deadline.is_some_and(|deadline| now >= deadline) {
+        conn.deadline = None;
+        match conn.phase {
+            Phase::AwaitReply { .. } => {
+                connect_failed(qp, toe, out, ConnectFailure::MpaTimeout, true);
+            }
+            _ => {
+                toe.abort(conn.sock);
+                connection_ended(qp, toe, out, CloseReason::Aborted);
+            }
+        }
+    }
+}
+
+/// Reads what TCP received: the MPA reply, then FPDUs.
+fn receive<T: Transport>(
+    qp: &mut Qp,
+    toe: &mut T,
+    out: &mut Outputs,
+    io: &mut Io<'_>,
+    now: Instant,
+    config: &EngineConfig,
+) {
+    let Some(conn) = qp.conn.as_mut() else { return };
+    let sock = conn.sock;
+    if let Phase::AwaitReply { initiator } = &mut conn.phase {
+        enum Reply {
+            Up(Negotiated, Vec<u8>),
+            Rejected(Vec<u8>),
+            Failed(negotiation::Error),
+        }
+        let mut reply = None;
+        let _ = toe.recv(sock, &mut |data| {
+            if reply.is_some() {
+                return 0;
+            }
+            let mut input = data;
+            match initiator.receive(&mut input) {
+                Ok(InitiatorEvent::Pending) => {}
+                Ok(InitiatorEvent::Established {
+                    negotiated,
+                    private_data,
+                }) => reply = Some(Reply::Up(negotiated, private_data.to_vec())),
+                Ok(InitiatorEvent::Rejected { private_data }) => {
+                    reply = Some(Reply::Rejected(private_data.to_vec()));
+                }
+                Err(error) => reply = Some(Reply::Failed(error)),
+            }
+            data.len() - input.len()
+        });
+        match reply {
+            None => return,
+            Some(Reply::Rejected(private_data)) => {
+                connect_failed(
+                    qp,
+                    toe,
+                    out,
+                    ConnectFailure::Rejected { private_data },
+                    false,
+                );
+                return;
+            }
+            Some(Reply::Failed(error)) => {
+                if let Some(code) = error.term_code() {
+                    // MPA is in FPDU mode after a reply: say why we leave.
+                    let term = rx::terminate_message(1, code, None);
+                    let mut fpdu = [0u8; 96];
+                    let crc = qp.config.mpa.crc;
+                    if let Some(ulpdu) = term.ulpdu.get(..term.len) {
+                        if let Ok(len) = emit_fpdu(ulpdu, crc, &mut fpdu) {
+                            let _ = toe.send_slice(sock, fpdu.get(..len).unwrap_or(&[]));
+                            out.stats.terminates_tx += 1;
+                        }
+                    }
+                }
+                connect_failed(qp, toe, out, ConnectFailure::Mpa(error), false);
+                return;
+            }
+            Some(Reply::Up(negotiated, private_data)) => {
+                let mss = toe.mss(sock);
+                conn.phase = Phase::Streaming;
+                conn.deadline = None;
+                conn.deframer = Some(FpduDeframer::new(config.max_rx_ulpdu, negotiated.crc));
+                conn.stream = Some(new_stream(negotiated, true, mss));
+                out.stats.connections_established += 1;
+                set_state(qp, out, QpState::Rts);
+                out.qp_event(
+                    qp.qpn,
+                    EventKind::Established {
+                        negotiated,
+                        private_data,
+                    },
+                );
+            }
+        }
+    }
+    let Qp {
+        qpn,
+        config: qp_config,
+        state,
+        queues,
+        conn,
+        ..
+    } = qp;
+    let Some(conn) = conn.as_mut() else { return };
+    let (Some(stream), Some(deframer)) = (conn.stream.as_mut(), conn.deframer.as_mut()) else {
+        return;
+    };
+    if stream.rx_stopped || !matches!(state, QpState::Rts | QpState::Closing) {
+        // Drain and drop: nothing after an error or a TERMINATE counts.
+        let _ = toe.recv(sock, &mut |data| data.len());
+        return;
+    }
+    let mut env = RxEnv {
+        qpn: *qpn,
+        pdn: qp_config.pdn,
+        memory: &mut *io.memory,
+        regions: &mut *io.regions,
+        completions: &mut out.completions,
+        stats: &mut out.stats,
+    };
+    let mut stop = None;
+    let _ = toe.recv(sock, &mut |data| {
+        if stop.is_none() {
+            let mut input = data;
+            if let Err(reason) = rx::receive(queues, deframer, stream, &mut env, &mut input) {
+                stop = Some(reason);
+            }
+        }
+        data.len()
+    });
+    retire_sq(qp, out);
+    match stop {
+        None => {}
+        Some(RxStop::Terminated(code)) => {
+            let kind = EventKind::TerminateReceived {
+                code,
+                class: code.etype_class(),
+            };
+            enter_terminate(qp, toe, out, now, config.terminate_linger, kind);
+        }
+        Some(RxStop::Failed(error)) => {
+            out.stats.protocol_errors += 1;
+            let kind = EventKind::LocalError {
+                error,
+                sent: error.term_code(),
+            };
+            enter_terminate(qp, toe, out, now, config.terminate_linger, kind);
+        }
+    }
+}
+
+/// Reacts to TCP: the peer's FIN, resets, timeouts, the end of a close.
+fn handle_status<T: Transport>(qp: &mut Qp, toe: &mut T, out: &mut Outputs) {
+    let Some(conn) = qp.conn.as_mut() else { return };
+    let sock = conn.sock;
+    match toe.status(sock) {
+        Some(LinkStatus::Connecting | LinkStatus::Established | LinkStatus::Closing) => {}
+        Some(LinkStatus::PeerClosed) => match qp.state {
+            QpState::Rts => {
+                if !conn.fin_sent {
+                    toe.close(sock);
+                    conn.fin_sent = true;
+                }
+                if !qp.end_reported {
+                    out.qp_event(qp.qpn, EventKind::PeerClose);
+                }
+                set_state(qp, out, QpState::Closing);
+            }
+            QpState::Idle => {
+                // The peer hung up during the MPA exchange.
+                connect_failed(qp, toe, out, ConnectFailure::PeerClosed, false);
+            }
+            QpState::Closing | QpState::Terminate => {
+                if !conn.fin_sent
+                    && conn
+                        .stream
+                        .as_ref()
+                        .is_none_or(|s| s.terminate_out.is_none())
+                {
+                    toe.close(sock);
+                    conn.fin_sent = true;
+                }
+            }
+            QpState::Error => {}
+        },
+        Some(LinkStatus::Closed(reason)) => connection_ended(qp, toe, out, reason),
+        None => connection_ended(qp, toe, out, CloseReason::Aborted),
+    }
+}
+
+/// Sends what the QP has to send.
+fn transmit<T: Transport>(
+    qp: &mut Qp,
+    toe: &mut T,
+    out: &mut Outputs,
+    io: &mut Io<'_>,
+    now: Instant,
+    config: &EngineConfig,
+) {
+    let state = qp.state;
+    if !matches!(state, QpState::Rts | QpState::Closing | QpState::Terminate) {
+        return;
+    }
+    let Qp {
+        config: qp_config,
+        queues,
+        conn,
+        ..
+    } = qp;
+    let Some(conn) = conn.as_mut() else { return };
+    let sock = conn.sock;
+    let Some(stream) = conn.stream.as_mut() else {
+        return;
+    };
+    if state == QpState::Terminate && stream.terminate_out.is_none() {
+        return;
+    }
+    let mut env = TxEnv {
+        pdn: qp_config.pdn,
+        memory: &*io.memory,
+        regions: &*io.regions,
+        stats: &mut out.stats,
+    };
+    let result = tx::transmit(toe, sock, queues, stream, &mut env, state == QpState::Rts);
+    match result {
+        Ok(TxProgress::Idle) => retire_sq(qp, out),
+        Ok(TxProgress::TerminateSent) => {
+            if !conn.fin_sent {
+                toe.close(sock);
+                conn.fin_sent = true;
+            }
+        }
+        Err(TxStop::WqeError { seq, wr_id, status }) => {
+            if let Some(entry) = queues.sq_entry_mut(seq) {
+                entry.result = Some((status, 0));
+            }
+            stream.rx_stopped = true;
+            stream.terminate_out = Some(rx::terminate_message(
+                stream.tx_msn[2],
+                TermCode::RdmapLocalCatastrophic,
+                None,
+            ));
+            out.stats.wqe_errors += 1;
+            retire_sq(qp, out);
+            enter_terminate(
+                qp,
+                toe,
+                out,
+                now,
+                config.terminate_linger,
+                EventKind::WqeError { wr_id, status },
+            );
+            // Send the TERMINATE right away if there is room.
+            transmit(qp, toe, out, io, now, config);
+        }
+        Err(TxStop::Protocol(error)) => {
+            out.stats.protocol_errors += 1;
+            retire_sq(qp, out);
+            let kind = EventKind::LocalError {
+                error,
+                sent: error.term_code(),
+            };
+            enter_terminate(qp, toe, out, now, config.terminate_linger, kind);
+            transmit(qp, toe, out, io, now, config);
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! In-memory guest RAM and TPT for tests, fuzzing and benchmarks. They
+//! behave like the device's (`vm-memory` and `rnic::tpt::Tpt`): STag =
+//! index << 8 | key, checks in the order STag, PD, rights, bounds, 4 KiB
+//! page lists.
+#![allow(clippy::indexing_slicing)] // test support: indexes it just checked
+
+use crate::engine::{Access, AccessError, GuestMemory, MemoryError, MemoryRegions};
+
+/// Guest RAM: one flat buffer at guest-physical address 0.
+#[derive(Clone)]
+pub struct MockMemory {
+    bytes: Vec<u8>,
+    /// Octets written through [`GuestMemory::write`].
+    pub written: u64,
+}
+
+impl core::fmt::Debug for MockMemory {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "MockMemory({} octets)", self.bytes.len())
+    }
+}
+
+impl MockMemory {
+    /// `size` octets filled with a recognisable pattern (so that stray
+    /// writes of zeros show).
+    pub fn new(size: usize) -> Self {
+        let bytes = (0..size).map(|i| i.to_le_bytes()[0] ^ 0xa5).collect();
+        MockMemory { bytes, written: 0 }
+    }
+
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The octets at `addr`; empty if out of range.
+    pub fn slice(&self, addr: u64, len: usize) -> &[u8] {
+        usize::try_from(addr)
+            .ok()
+            .and_then(|start| self.bytes.get(start..start.checked_add(len)?))
+            .unwrap_or(&[])
+    }
+
+    /// Test setup: writes without counting.
+    pub fn fill(&mut self, addr: u64, data: &[u8]) {
+        if let Some(target) = usize::try_from(addr)
+            .ok()
+            .and_then(|start| self.bytes.get_mut(start..start.checked_add(data.len())?))
+        {
+            target.copy_from_slice(data);
+        }
+    }
+
+    /// Ranges `[start, end)` where this memory differs from `before`.
+    pub fn changed_ranges(&self, before: &MockMemory) -> Vec<(u64, u64)> {
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        for (index, (a, b)) in self.bytes.iter().zip(&before.bytes).enumerate() {
+            if a != b {
+                let at = index as u64;
+                match ranges.last_mut() {
+                    Some(last) if last.1 == at => last.1 = at + 1,
+                    _ => ranges.push((at, at + 1)),
+                }
+            }
+        }
+        ranges
+    }
+}
+
+impl GuestMemory for MockMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
+        let source = usize::try_from(addr)
+            .ok()
+            .and_then(|start| self.bytes.get(start..start.checked_add(buf.len())?))
+            .ok_or(MemoryError {
+                addr,
+                len: buf.len(),
+            })?;
+        buf.copy_from_slice(source);
+        Ok(())
+    }
+
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemoryError> {
+        let target = usize::try_from(addr)
+            .ok()
+            .and_then(|start| self.bytes.get_mut(start..start.checked_add(data.len())?))
+            .ok_or(MemoryError {
+                addr,
+                len: data.len(),
+            })?;
+        target.copy_from_slice(data);
+        self.written += data.len() as u64;
+        Ok(())
+    }
+}
+
+/// Page size of the mock page lists (`VT3_PAGE_SIZE`).
+pub const PAGE_SIZE: u64 = 4096;
+
+/// One memory region.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MockMr {
+    pub pdn: u32,
+    pub access: Access,
+    pub iova: u64,
+    pub length: u64,
+    /// `pages[i]` backs region octets `[i * PAGE - page_offset, …)`.
+    pub pages: Vec<u64>,
+    pub page_offset: u64,
+    /// Cleared by a Send with Invalidate.
+    pub valid: bool,
+}
+
+impl MockMr {
+    /// The guest-physical ranges of `[iova, iova + len)`, as the TPT
+    /// translates them (no checks).
+    pub fn ranges(&self, iova: u64, len: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let mut pos = iova - self.iova + self.page_offset;
+        let stop = pos + len;
+        while pos < stop {
+            let page = self.pages[(pos / PAGE_SIZE) as usize];
+            let in_page = pos % PAGE_SIZE;
+            let take = (PAGE_SIZE - in_page).min(stop - pos);
+            out.push((page + in_page, take));
+            pos += take;
+        }
+        out
+    }
+}
+
+fn stag_of(index: usize, key: u8) -> u32 {
+    u32::try_from(index).unwrap_or(u32::MAX >> 8) << 8 | u32::from(key)
+}
+
+/// The TPT.
+#[derive(Debug, Clone, Default)]
+pub struct MockRegions {
+    entries: Vec<Option<MockMr>>,
+    keys: Vec<u8>,
+}
+
+impl MockRegions {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn register(&mut self, mr: MockMr) -> u32 {
+        let index = match self.entries.iter().position(Option::is_none) {
+            Some(index) => index,
+            None => {
+                self.entries.push(None);
+                self.keys.push(0);
+                self.entries.len() - 1
+            }
+        };
+        self.entries[index] = Some(mr);
+        self.keys[index] = self.keys[index].wrapping_add(1);
+        stag_of(index, self.keys[index])
+    }
+
+    /// A region over `pages` (each a 4 KiB guest page), starting
+    /// `page_offset` into the first.
+    pub fn register_pages(
+        &mut self,
+        pdn: u32,
+        access: Access,
+        iova: u64,
+        length: u64,
+        pages: Vec<u64>,
+        page_offset: u64,
+    ) -> u32 {
+        self.register(MockMr {
+            pdn,
+            access,
+            iova,
+            length,
+            pages,
+            page_offset,
+            valid: true,
+        })
+    }
+
+    /// A region over guest-physically contiguous memory at `guest`.
+    pub fn register_contiguous(
+        &mut self,
+        pdn: u32,
+        access: Access,
+        iova: u64,
+        guest: u64,
+        length: u64,
+    ) -> u32 {
+        let page_offset = guest % PAGE_SIZE;
+        let first = guest - page_offset;
+        let count = (page_offset + length).div_ceil(PAGE_SIZE).max(1);
+        let pages = (0..count).map(|i| first + i * PAGE_SIZE).collect();
+        self.register_pages(pdn, access, iova, length, pages, page_offset)
+    }
+
+    pub fn deregister(&mut self, stag: u32) -> Option<MockMr> {
+        let index = self.index_of(stag)?;
+        self.entries.get_mut(index)?.take()
+    }
+
+    pub fn get(&self, stag: u32) -> Option<&MockMr> {
+        self.entries.get(self.index_of(stag)?)?.as_ref()
+    }
+
+    /// Marks an invalidated region valid again.
+    pub fn revalidate(&mut self, stag: u32) {
+        if let Some(Some(mr)) = self.index_of(stag).and_then(|i| self.entries.get_mut(i)) {
+            mr.valid = true;
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &MockMr)> {
+        self.entries.iter().enumerate().filter_map(|(index, mr)| {
+            let mr = mr.as_ref()?;
+            Some((stag_of(index, self.keys[index]), mr))
+        })
+    }
+
+    fn index_of(&self, stag: u32) -> Option<usize> {
+        let index = (stag >> 8) as usize;
+        let key = *self.keys.get(index)?;
+        (u32::from(key) == stag & 0xff).then_some(index)
+    }
+}
+
+impl MemoryRegions for MockRegions {
+    fn translate(
+        &self,
+        stag: u32,
+        pdn: u32,
+        iova: u64,
+        len: u64,
+        access: Access,
+        segment: &mut dyn FnMut(u64, u64),
+    ) -> Result<(), AccessError> {
+        let mr = self
+            .get(stag)
+            .filter(|mr| mr.valid)
+            .ok_or(AccessError::InvalidStag)?;
+        if mr.pdn != pdn {
+            return Err(AccessError::WrongPd);
+        }
+        if mr.access & access != access {
+            return Err(AccessError::Rights);
+        }
+        let offset = iova.checked_sub(mr.iova).ok_or(AccessError::Bounds)?;
+        let end = offset.checked_add(len).ok_or(AccessError::Bounds)?;
+        if end > mr.length {
+            return Err(AccessError::Bounds);
+        }
+        let mut pos = offset + mr.page_offset;
+        let stop = end + mr.page_offset;
+        while pos < stop {
+            let page = mr
+                .pages
+                .get(usize::try_from(pos / PAGE_SIZE).map_err(|_| AccessError::Bounds)?)
+                .ok_or(AccessError::Bounds)?;
+            let in_page = pos % PAGE_SIZE;
+            let take = (PAGE_SIZE - in_page).min(stop - pos);
+            segment(page + in_page, take);
+            pos += take;
+        }
+        Ok(())
+    }
+
+    fn invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), AccessError> {
+        let index = self.index_of(stag).ok_or(AccessError::InvalidStag)?;
+        let mr = self
+            .entries
+            .get_mut(index)
+            .and_then(Option::as_mut)
+            .filter(|mr| mr.valid)
+            .ok_or(AccessError::InvalidStag)?;
+        if mr.pdn != pdn {
+            return Err(AccessError::WrongPd);
+        }
+        mr.valid = false;
+        Ok(())
+    }
+}

@@ -1,0 +1,365 @@
+//! The TOE: TCP offload for the iWARP engine.
+//!
+//! The device hands the TOE whole Ethernet frames from the uplink
+//! ([`Transport::ingress`], after asking [`Transport::wants`] during demux)
+//! and sends whatever frames the TOE emits ([`Transport::egress`]). The TOE
+//! owns the TCP state of every offloaded connection (a TCB table that can be
+//! dumped, [`TcbInfo`]) and exposes byte streams to the engine.
+//!
+//! [`Transport`] is our own trait so that the stack can be replaced;
+//! [`SmolToe`] implements it with smoltcp. Time is always injected by the
+//! caller ([`Instant`]), so tests are deterministic.
+//!
+//! What the TOE does **not** do: answer ARP for the guest's address (the
+//! guest kernel does), route (every peer is reached through the L2 next hop
+//! the driver gives with [`Transport::connect`], or the source MAC of the
+//! peer's SYN for passive connections), or carry anything but TCP.
+
+use core::fmt;
+use std::net::SocketAddrV4;
+
+use thiserror::Error;
+
+pub mod frame;
+mod smol;
+
+pub use smol::SmolToe;
+pub use smoltcp::time::{Duration, Instant};
+
+/// An Ethernet MAC address.
+pub type MacAddr = [u8; 6];
+
+/// A TOE socket: a listening slot or a connection. Ids are never reused
+/// while the engine may still hold them (the generation changes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SocketId {
+    pub(crate) index: u32,
+    pub(crate) generation: u32,
+}
+
+impl SocketId {
+    /// A compact number for logs and tables (`index`, `generation` in the high bits).
+    pub fn as_u64(self) -> u64 {
+        u64::from(self.generation) << 32 | u64::from(self.index)
+    }
+}
+
+impl fmt::Display for SocketId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "s{}.{}", self.index, self.generation)
+    }
+}
+
+/// The connection 4-tuple, seen from the guest (local) side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FourTuple {
+    pub local: SocketAddrV4,
+    pub remote: SocketAddrV4,
+}
+
+impl fmt::Display for FourTuple {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} <-> {}", self.local, self.remote)
+    }
+}
+
+/// RFC 793 connection states, with their names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TcpState {
+    Closed,
+    Listen,
+    SynSent,
+    SynReceived,
+    Established,
+    FinWait1,
+    FinWait2,
+    CloseWait,
+    Closing,
+    LastAck,
+    TimeWait,
+}
+
+impl TcpState {
+    pub const ALL: [TcpState; 11] = [
+        TcpState::Closed,
+        TcpState::Listen,
+        TcpState::SynSent,
+        TcpState::SynReceived,
+        TcpState::Established,
+        TcpState::FinWait1,
+        TcpState::FinWait2,
+        TcpState::CloseWait,
+        TcpState::Closing,
+        TcpState::LastAck,
+        TcpState::TimeWait,
+    ];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            TcpState::Closed => "CLOSED",
+            TcpState::Listen => "LISTEN",
+            TcpState::SynSent => "SYN-SENT",
+            TcpState::SynReceived => "SYN-RECEIVED",
+            TcpState::Established => "ESTABLISHED",
+            TcpState::FinWait1 => "FIN-WAIT-1",
+            TcpState::FinWait2 => "FIN-WAIT-2",
+            TcpState::CloseWait => "CLOSE-WAIT",
+            TcpState::Closing => "CLOSING",
+            TcpState::LastAck => "LAST-ACK",
+            TcpState::TimeWait => "TIME-WAIT",
+        }
+    }
+}
+
+impl fmt::Display for TcpState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a connection ended: the distinct outcomes DESIGN §5 reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CloseReason {
+    /// FIN sent and acknowledged, FIN received (or TIME-WAIT reached).
+    Graceful,
+    /// The peer sent an acceptable RST (including a refused SYN).
+    Reset,
+    /// Retransmissions or keep-alive probes went unanswered for the socket
+    /// timeout ([`TcpConfig::timeout`]), or the handshake never completed.
+    Timeout,
+    /// We aborted it ([`Transport::abort`]): an RST went out.
+    Aborted,
+}
+
+impl CloseReason {
+    pub const fn name(self) -> &'static str {
+        match self {
+            CloseReason::Graceful => "graceful",
+            CloseReason::Reset => "reset",
+            CloseReason::Timeout => "timeout",
+            CloseReason::Aborted => "aborted",
+        }
+    }
+}
+
+/// What the engine needs to know about a connection, in one value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkStatus {
+    /// Handshake in progress.
+    Connecting,
+    /// Both directions open.
+    Established,
+    /// The peer's FIN arrived (all data before it is readable); we may still send.
+    PeerClosed,
+    /// Our FIN is queued or sent; the peer may still send.
+    Closing,
+    /// Gone, for this reason. TIME-WAIT already counts as `Closed(Graceful)`.
+    Closed(CloseReason),
+}
+
+/// One TCB as the management interface dumps it (`cxgbtool`-style).
+///
+/// Sequence numbers, windows and the RTT estimate are observed on the
+/// frames the TOE receives and sends (smoltcp keeps its own private
+/// copies); `None` until the relevant segment has been seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcbInfo {
+    pub id: SocketId,
+    pub state: TcpState,
+    /// `None` for a socket still listening.
+    pub tuple: Option<FourTuple>,
+    /// The listening port this connection arrived on, for passive ones.
+    pub listen_port: Option<u16>,
+    /// Oldest unacknowledged sequence number (highest ACK from the peer).
+    pub snd_una: Option<u32>,
+    /// Next sequence number we will send (highest sent).
+    pub snd_nxt: Option<u32>,
+    /// Next sequence number we expect (last ACK we sent).
+    pub rcv_nxt: Option<u32>,
+    /// The peer's advertised receive window, scaled, in octets.
+    pub snd_wnd: Option<u32>,
+    /// Our last advertised receive window, scaled, in octets.
+    pub rcv_wnd: Option<u32>,
+    /// Window scale shifts (ours, peer's) once negotiated.
+    pub rcv_wscale: u8,
+    pub snd_wscale: u8,
+    /// MSS we announced and MSS the peer announced.
+    pub local_mss: u16,
+    pub peer_mss: Option<u16>,
+    /// Smoothed RTT and its variance (RFC 6298, Karn's rule).
+    pub srtt: Option<Duration>,
+    pub rttvar: Option<Duration>,
+    /// Segments sent again (sequence space below the highest already sent).
+    pub retransmits: u64,
+    pub segs_in: u64,
+    pub segs_out: u64,
+    /// TCP payload octets received and sent on the wire (retransmissions included in `bytes_out_wire`).
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub bytes_out_wire: u64,
+    /// Octets waiting in the socket buffers.
+    pub send_queue: usize,
+    pub recv_queue: usize,
+    pub close_reason: Option<CloseReason>,
+    pub blackholed: bool,
+}
+
+/// Static TOE parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpConfig {
+    /// The guest's MAC and IPv4 address: the TOE sends from them and accepts frames to them.
+    pub mac: MacAddr,
+    pub ip: std::net::Ipv4Addr,
+    /// IP MTU of the uplink (1500 for Ethernet); MSS = MTU - 40.
+    pub mtu: usize,
+    /// Per-connection socket buffers. The receive buffer decides the window
+    /// scale; the send buffer bounds what the engine queues ahead.
+    pub rx_buffer: usize,
+    pub tx_buffer: usize,
+    /// Abort after this long without hearing from the peer (smoltcp's
+    /// socket timeout counts from the last segment received, idle or not,
+    /// so keep it well above `keep_alive`); `None`: never.
+    pub timeout: Option<Duration>,
+    /// Send a keep-alive probe after this long without traffic, so an idle
+    /// but healthy connection never reaches `timeout`.
+    pub keep_alive: Option<Duration>,
+    /// Delayed-ACK time (smoltcp default 10 ms); `None` acks at once.
+    pub ack_delay: Option<Duration>,
+    /// Nagle's algorithm (off: iWARP sends whole FPDUs and wants latency).
+    pub nagle: bool,
+    /// Sockets of all kinds, listening slots included.
+    pub max_sockets: usize,
+    /// Frames emitted per [`Transport::egress`] call at most (pacing, so a
+    /// datagram uplink's socket buffer does not overflow); 0: unlimited.
+    pub max_burst: usize,
+    /// Seed for initial sequence numbers and ports.
+    pub seed: u64,
+}
+
+impl TcpConfig {
+    pub fn new(mac: MacAddr, ip: std::net::Ipv4Addr) -> Self {
+        TcpConfig {
+            mac,
+            ip,
+            mtu: 1500,
+            rx_buffer: 256 * 1024,
+            tx_buffer: 256 * 1024,
+            timeout: Some(Duration::from_secs(60)),
+            keep_alive: Some(Duration::from_secs(15)),
+            ack_delay: Some(Duration::from_millis(10)),
+            nagle: false,
+            max_sockets: 1024,
+            max_burst: 0,
+            seed: 0x7633_746f_6521,
+        }
+    }
+
+    /// The MSS we announce: MTU minus IPv4 and TCP headers.
+    pub fn mss(&self) -> u16 {
+        u16::try_from(self.mtu.saturating_sub(40)).unwrap_or(u16::MAX)
+    }
+}
+
+/// TOE errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum TcpError {
+    #[error("no such socket")]
+    NoSocket,
+    #[error("socket table full")]
+    NoResources,
+    #[error("port {0} is already in use")]
+    PortInUse(u16),
+    #[error("invalid address or port")]
+    Unaddressable,
+    #[error("invalid configuration: {0}")]
+    Config(&'static str),
+    #[error("the connection cannot carry data now")]
+    InvalidState,
+}
+
+/// The TCP stack as the engine sees it. Everything is driven by the
+/// caller: frames in, frames out, time injected.
+pub trait Transport {
+    /// Should the device hand this uplink frame to the TOE? True only for
+    /// IPv4/TCP to our MAC and IP on an offloaded 4-tuple or a listening port.
+    fn wants(&self, frame: &[u8]) -> bool;
+
+    /// Processes one frame (call only if [`Transport::wants`] said so; other
+    /// frames are dropped). Replies (e.g. an RST) go to `uplink` at once.
+    fn ingress(&mut self, now: Instant, frame: &[u8], uplink: &mut dyn FnMut(&[u8]));
+
+    /// Emits what the sockets have to send and runs their timers.
+    fn egress(&mut self, now: Instant, uplink: &mut dyn FnMut(&[u8]));
+
+    /// When [`Transport::egress`] must run next at the latest (`None`: no timer).
+    fn poll_at(&mut self, now: Instant) -> Option<Instant>;
+
+    /// Listens on `port` with room for `backlog` connections not yet
+    /// accepted (half-open included); SYNs beyond are answered with RST.
+    fn listen(&mut self, port: u16, backlog: usize) -> Result<(), TcpError>;
+
+    /// Stops listening: closes the idle listening slots and aborts
+    /// connections not yet accepted.
+    fn unlisten(&mut self, port: u16);
+
+    /// Takes the next established connection from `port`'s backlog.
+    fn accept(&mut self, port: u16) -> Option<SocketId>;
+
+    /// Active open from our IP, `local_port`, to `remote`, through the L2
+    /// next hop `next_hop` (the peer itself or the gateway).
+    fn connect(
+        &mut self,
+        now: Instant,
+        local_port: u16,
+        remote: SocketAddrV4,
+        next_hop: MacAddr,
+    ) -> Result<SocketId, TcpError>;
+
+    /// The connection's state for the engine; `None` for an unknown id.
+    fn status(&self, id: SocketId) -> Option<LinkStatus>;
+
+    /// Hands the received bytes to `f` (in up to two contiguous pieces);
+    /// `f` returns how many it consumed. Returns the total consumed.
+    fn recv(&mut self, id: SocketId, f: &mut dyn FnMut(&[u8]) -> usize) -> Result<usize, TcpError>;
+
+    /// Free octets in the send buffer (0 once our FIN is queued).
+    fn send_space(&self, id: SocketId) -> usize;
+
+    /// Lends `f` the contiguous free part of the send buffer (possibly less
+    /// than [`Transport::send_space`] when the ring wraps); `f` returns how
+    /// many octets it wrote at the front. This is the zero-copy path.
+    fn send_with(
+        &mut self,
+        id: SocketId,
+        f: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> Result<usize, TcpError>;
+
+    /// Copies `data` into the send buffer; returns how much fitted.
+    fn send_slice(&mut self, id: SocketId, data: &[u8]) -> Result<usize, TcpError>;
+
+    /// Graceful close: FIN after the queued data.
+    fn close(&mut self, id: SocketId);
+
+    /// Abortive close: RST now.
+    fn abort(&mut self, id: SocketId);
+
+    /// The engine is done with `id`: the TOE frees it once TCP is done with
+    /// it (after TIME-WAIT). The id must not be used again.
+    fn release(&mut self, id: SocketId);
+
+    /// The effective send MSS (the smaller of ours and the peer's).
+    fn mss(&self, id: SocketId) -> u16;
+
+    /// One TCB.
+    fn tcb(&self, id: SocketId) -> Option<TcbInfo>;
+
+    /// Every TCB, listening slots included.
+    fn for_each_tcb(&self, f: &mut dyn FnMut(&TcbInfo));
+
+    /// Fault injection: silently drop every frame of this connection, both
+    /// ways (the peer and we eventually time out).
+    fn set_blackhole(&mut self, id: SocketId, on: bool);
+}
+
+#[cfg(test)]
+mod tests;

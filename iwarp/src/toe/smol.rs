@@ -1,0 +1,1089 @@
+//! [`Transport`] on smoltcp.
+//!
+//! One smoltcp `Interface` on `Medium::Ip` with the guest's IP (as a /0
+//! prefix, so every peer is "on link"), one `SocketSet`, and around them
+//! what smoltcp lacks:
+//!
+//! * **Ethernet framing with driver-given next hops.** smoltcp sees bare
+//!   IPv4 packets. The TOE strips the Ethernet header of frames for our MAC
+//!   and IP on the way in, and on the way out writes the header in front of
+//!   the packet smoltcp built (in place, no copy) with the connection's next
+//!   hop: the MAC given to `connect`, or the source MAC of the SYN that
+//!   opened a passive connection (an RST to a stray segment goes back to the
+//!   MAC it came from). So the TOE never speaks ARP and keeps no neighbour
+//!   cache that could thrash: any number of peers works.
+//! * **Accept backlog.** A smoltcp socket listens for one connection. A
+//!   listening port owns `backlog` sockets: those still in LISTEN plus
+//!   those half-open or established but not yet accepted. When one is
+//!   accepted (or dies) a fresh listening socket is armed. So a burst of up
+//!   to `backlog` SYNs is accepted; further SYNs are answered with RST until
+//!   the engine accepts one. A duplicate SYN for a tuple we already track is
+//!   dropped (the half-open socket retransmits its SYN-ACK by itself), so a
+//!   duplicated SYN never creates a second connection.
+//! * **TCB observation.** smoltcp keeps sequence numbers, windows and the
+//!   RTT estimator private, so the TOE reads them off the frames it passes
+//!   ([`Observed`]), and classifies how each connection ended
+//!   ([`CloseReason`]): an RST that closed it, a close while processing a
+//!   received segment (the ACK of our FIN in LAST-ACK: graceful), the end of
+//!   TIME-WAIT (graceful), a local abort, or a close during a timer run
+//!   (timeout).
+
+use std::collections::HashMap;
+use std::net::SocketAddrV4;
+
+use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
+use smoltcp::phy::{self, Device, DeviceCapabilities, Medium};
+use smoltcp::socket::tcp;
+use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint};
+
+use super::frame::ETHERNET_HEADER_LEN;
+
+use super::frame::{self, flags, Segment};
+use super::{
+    CloseReason, Duration, FourTuple, Instant, LinkStatus, MacAddr, SocketId, TcbInfo, TcpConfig,
+    TcpError, TcpState, Transport,
+};
+
+/// Largest accepted backlog per listening port.
+pub const MAX_BACKLOG: usize = 128;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// An idle socket in LISTEN for `port`.
+    Listening { port: u16 },
+    /// Arrived on `port`, not yet accepted (half-open or established).
+    Pending { port: u16 },
+    /// An accepted or actively opened connection.
+    Connection { listen_port: Option<u16> },
+}
+
+/// TCB values read off the frames passing through.
+#[derive(Debug, Clone, Copy, Default)]
+struct Observed {
+    snd_una: Option<u32>,
+    snd_nxt: Option<u32>,
+    rcv_nxt: Option<u32>,
+    peer_window: Option<u16>,
+    our_window: Option<u16>,
+    our_syn_wscale: Option<u8>,
+    peer_syn_wscale: Option<u8>,
+    peer_mss: Option<u16>,
+    srtt: Option<Duration>,
+    rttvar: Option<Duration>,
+    /// (sequence number that acknowledges the probe, time sent).
+    probe: Option<(u32, Instant)>,
+    retransmits: u64,
+    segs_in: u64,
+    segs_out: u64,
+    bytes_in: u64,
+    bytes_out: u64,
+    bytes_out_wire: u64,
+}
+
+/// `a` is after `b` in sequence space.
+fn seq_after(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
+impl Observed {
+    fn window_scales(&self) -> (u8, u8) {
+        match (self.our_syn_wscale, self.peer_syn_wscale) {
+            (Some(ours), Some(peer)) => (ours, peer),
+            _ => (0, 0),
+        }
+    }
+
+    fn incoming(&mut self, segment: &Segment, now: Instant) {
+        self.segs_in += 1;
+        self.bytes_in += segment.payload_len as u64;
+        if segment.has(flags::SYN) {
+            self.peer_syn_wscale = segment.wscale;
+            self.peer_mss = segment.mss;
+        }
+        if segment.has(flags::ACK) {
+            let ack = segment.ack;
+            if self.snd_una.is_none_or(|una| seq_after(ack, una)) {
+                self.snd_una = Some(ack);
+            }
+            self.peer_window = Some(segment.window);
+            if let Some((target, sent)) = self.probe {
+                if !seq_after(target, ack) {
+                    self.probe = None;
+                    self.rtt_sample(now - sent);
+                }
+            }
+        }
+    }
+
+    /// RFC 6298 §2.
+    fn rtt_sample(&mut self, sample: Duration) {
+        match (self.srtt, self.rttvar) {
+            (Some(srtt), Some(rttvar)) => {
+                let micros = |d: Duration| d.total_micros() as i64;
+                let delta = (micros(srtt) - micros(sample)).unsigned_abs();
+                let rttvar = (3 * rttvar.total_micros() + delta) / 4;
+                let srtt = (7 * srtt.total_micros() + sample.total_micros()) / 8;
+                self.srtt = Some(Duration::from_micros(srtt));
+                self.rttvar = Some(Duration::from_micros(rttvar));
+            }
+            _ => {
+                self.srtt = Some(sample);
+                self.rttvar = Some(Duration::from_micros(sample.total_micros() / 2));
+            }
+        }
+    }
+
+    fn outgoing(&mut self, segment: &Segment, now: Instant) {
+        self.segs_out += 1;
+        self.bytes_out_wire += segment.payload_len as u64;
+        if segment.has(flags::SYN) {
+            self.our_syn_wscale = segment.wscale;
+        }
+        if segment.has(flags::ACK) {
+            self.rcv_nxt = Some(segment.ack);
+            self.our_window = Some(segment.window);
+        }
+        let len = segment.seq_len();
+        if len == 0 {
+            return;
+        }
+        let end = segment.seq.wrapping_add(len);
+        match self.snd_nxt {
+            Some(nxt) if !seq_after(end, nxt) => {
+                // Nothing new: a retransmission. Karn: no RTT sample across it.
+                self.retransmits += 1;
+                self.probe = None;
+            }
+            _ => {
+                let new_from = match self.snd_nxt {
+                    Some(nxt) if seq_after(nxt, segment.seq) => nxt,
+                    _ => segment.seq,
+                };
+                self.bytes_out += u64::from(end.wrapping_sub(new_from)).saturating_sub(
+                    u64::from(segment.has(flags::SYN)) + u64::from(segment.has(flags::FIN)),
+                );
+                if seq_after(segment.seq, new_from) || new_from != segment.seq {
+                    self.retransmits += 1;
+                }
+                self.snd_nxt = Some(end);
+                if self.probe.is_none() {
+                    self.probe = Some((end, now));
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    handle: SocketHandle,
+    role: Role,
+    tuple: Option<FourTuple>,
+    released: bool,
+    state: TcpState,
+    close_reason: Option<CloseReason>,
+    observed: Observed,
+    blackhole: bool,
+    /// Where our frames for this connection go.
+    next_hop: MacAddr,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    generation: u32,
+    entry: Option<Entry>,
+}
+
+#[derive(Debug, Default)]
+struct Listener {
+    backlog: usize,
+}
+
+/// The smoltcp-backed TOE.
+pub struct SmolToe {
+    config: TcpConfig,
+    iface: Interface,
+    sockets: SocketSet<'static>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    live: usize,
+    by_tuple: HashMap<FourTuple, u32>,
+    listeners: HashMap<u16, Listener>,
+    /// One outgoing frame being built.
+    scratch: Vec<u8>,
+}
+
+impl std::fmt::Debug for SmolToe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SmolToe")
+            .field("config", &self.config)
+            .field("sockets", &self.live)
+            .field("listeners", &self.listeners.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn map_state(state: tcp::State) -> TcpState {
+    match state {
+        tcp::State::Closed => TcpState::Closed,
+        tcp::State::Listen => TcpState::Listen,
+        tcp::State::SynSent => TcpState::SynSent,
+        tcp::State::SynReceived => TcpState::SynReceived,
+        tcp::State::Established => TcpState::Established,
+        tcp::State::FinWait1 => TcpState::FinWait1,
+        tcp::State::FinWait2 => TcpState::FinWait2,
+        tcp::State::CloseWait => TcpState::CloseWait,
+        tcp::State::Closing => TcpState::Closing,
+        tcp::State::LastAck => TcpState::LastAck,
+        tcp::State::TimeWait => TcpState::TimeWait,
+    }
+}
+
+/// Closed, and the RST of an abort (if any) already went out (smoltcp
+/// forgets the tuple once it sent it).
+fn socket_done(socket: &tcp::Socket<'_>) -> bool {
+    socket.state() == tcp::State::Closed && socket.local_endpoint().is_none()
+}
+
+fn endpoint(endpoint: IpEndpoint) -> Option<SocketAddrV4> {
+    match endpoint.addr {
+        IpAddress::Ipv4(addr) => Some(SocketAddrV4::new(addr, endpoint.port)),
+    }
+}
+
+/// The smoltcp device for one call: at most one received frame, and a
+/// transmit path that observes each frame and hands it to the uplink.
+struct Port<'a> {
+    rx: Option<&'a [u8]>,
+    tx: TxPath<'a>,
+}
+
+struct TxPath<'a> {
+    scratch: &'a mut Vec<u8>,
+    uplink: &'a mut dyn FnMut(&[u8]),
+    slots: &'a mut [Slot],
+    by_tuple: &'a HashMap<FourTuple, u32>,
+    budget: usize,
+    /// IP MTU.
+    mtu: usize,
+    our_mac: MacAddr,
+    /// Next hop for packets of no known connection (replies during ingress).
+    reply_to: Option<MacAddr>,
+    now: Instant,
+}
+
+impl TxPath<'_> {
+    /// Frames the IPv4 packet smoltcp built at `scratch[14..14 + len]`,
+    /// observes it and sends it.
+    fn deliver(&mut self, len: usize) {
+        let end = ETHERNET_HEADER_LEN + len;
+        let Some(packet) = self.scratch.get(ETHERNET_HEADER_LEN..end) else {
+            return;
+        };
+        // Only TCP leaves the TOE.
+        let Some((local, remote)) = frame::ip_tcp_endpoints(packet) else {
+            return;
+        };
+        let entry = self
+            .by_tuple
+            .get(&FourTuple { local, remote })
+            .and_then(|&index| self.slots.get_mut(index as usize))
+            .and_then(|slot| slot.entry.as_mut());
+        let next_hop = match (&entry, self.reply_to) {
+            (Some(entry), _) => entry.next_hop,
+            (None, Some(mac)) => mac,
+            (None, None) => return,
+        };
+        if let Some(header) = self.scratch.get_mut(..ETHERNET_HEADER_LEN) {
+            frame::write_ethernet_header(header, next_hop, self.our_mac);
+        }
+        let Some(frame) = self.scratch.get(..end) else {
+            return;
+        };
+        if let Some(entry) = entry {
+            if let Some(segment) = frame::parse(frame) {
+                // A blackholed connection still counts what TCP sent.
+                entry.observed.outgoing(&segment, self.now);
+            }
+            if entry.blackhole {
+                return;
+            }
+        }
+        (self.uplink)(frame);
+    }
+}
+
+struct RxToken<'a>(&'a [u8]);
+
+impl phy::RxToken for RxToken<'_> {
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
+        f(self.0)
+    }
+}
+
+struct TxToken<'a, 'b>(&'a mut TxPath<'b>);
+
+impl phy::TxToken for TxToken<'_, '_> {
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        let path = self.0;
+        path.budget = path.budget.saturating_sub(1);
+        let total = ETHERNET_HEADER_LEN + len;
+        if path.scratch.len() < total {
+            path.scratch.resize(total, 0);
+        }
+        match path.scratch.get_mut(ETHERNET_HEADER_LEN..total) {
+            Some(packet) => {
+                let result = f(packet);
+                path.deliver(len);
+                result
+            }
+            // Not reachable (resized above); never panic anyway.
+            None => f(&mut vec![0; len]),
+        }
+    }
+}
+
+impl<'p> Device for Port<'p> {
+    type RxToken<'a>
+        = RxToken<'a>
+    where
+        Self: 'a;
+    type TxToken<'a>
+        = TxToken<'a, 'p>
+    where
+        Self: 'a;
+
+    fn receive(&mut self, _now: smoltcp::time::Instant) -> Option<(RxToken<'_>, TxToken<'_, 'p>)> {
+        let frame = self.rx.take()?;
+        Some((RxToken(frame), TxToken(&mut self.tx)))
+    }
+
+    fn transmit(&mut self, _now: smoltcp::time::Instant) -> Option<TxToken<'_, 'p>> {
+        if self.tx.budget == 0 {
+            return None;
+        }
+        Some(TxToken(&mut self.tx))
+    }
+
+    fn capabilities(&self) -> DeviceCapabilities {
+        capabilities(self.tx.mtu)
+    }
+}
+
+fn capabilities(mtu: usize) -> DeviceCapabilities {
+    let mut caps = DeviceCapabilities::default();
+    caps.medium = Medium::Ip;
+    caps.max_transmission_unit = mtu;
+    caps.max_burst_size = None;
+    caps
+}
+
+impl SmolToe {
+    pub fn new(config: TcpConfig, now: Instant) -> Result<Self, TcpError> {
+        if !frame::is_unicast(config.mac) {
+            return Err(TcpError::Config("the MAC address must be unicast"));
+        }
+        let ip = config.ip;
+        if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() {
+            return Err(TcpError::Config("the IPv4 address must be unicast"));
+        }
+        if !(576..=65535).contains(&config.mtu) {
+            return Err(TcpError::Config("the MTU must be within 576..=65535"));
+        }
+        let window_ok = |len: usize| (usize::from(config.mss())..=(1 << 30)).contains(&len);
+        if !window_ok(config.rx_buffer) || !window_ok(config.tx_buffer) {
+            return Err(TcpError::Config(
+                "socket buffers must hold one MSS and at most 1 GiB",
+            ));
+        }
+        if config.max_sockets == 0 {
+            return Err(TcpError::Config("max_sockets must be positive"));
+        }
+        let mut scratch = vec![0; config.mtu + ETHERNET_HEADER_LEN];
+        let mut iface_config = Config::new(HardwareAddress::Ip);
+        iface_config.random_seed = config.seed;
+        let mut slots = Vec::new();
+        let by_tuple = HashMap::new();
+        let mut sink = |_: &[u8]| {};
+        let mut port = Port {
+            rx: None,
+            tx: TxPath {
+                scratch: &mut scratch,
+                uplink: &mut sink,
+                slots: &mut slots,
+                by_tuple: &by_tuple,
+                budget: 0,
+                mtu: config.mtu,
+                our_mac: config.mac,
+                reply_to: None,
+                now,
+            },
+        };
+        let mut iface = Interface::new(iface_config, &mut port, now);
+        iface.update_ip_addrs(|addrs| {
+            let _ = addrs.push(IpCidr::new(IpAddress::Ipv4(ip), 0));
+        });
+        Ok(SmolToe {
+            config,
+            iface,
+            sockets: SocketSet::new(Vec::new()),
+            slots: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+            by_tuple,
+            listeners: HashMap::new(),
+            scratch,
+        })
+    }
+
+    pub fn config(&self) -> &TcpConfig {
+        &self.config
+    }
+
+    /// Sockets in the table, listening slots included.
+    pub fn socket_count(&self) -> usize {
+        self.live
+    }
+
+    fn entry(&self, id: SocketId) -> Option<&Entry> {
+        let slot = self.slots.get(id.index as usize)?;
+        if slot.generation != id.generation {
+            return None;
+        }
+        slot.entry.as_ref()
+    }
+
+    fn entry_mut(&mut self, id: SocketId) -> Option<&mut Entry> {
+        let slot = self.slots.get_mut(id.index as usize)?;
+        if slot.generation != id.generation {
+            return None;
+        }
+        slot.entry.as_mut()
+    }
+
+    fn id_of(&self, index: u32) -> SocketId {
+        let generation = self
+            .slots
+            .get(index as usize)
+            .map_or(0, |slot| slot.generation);
+        SocketId { index, generation }
+    }
+
+    fn socket(&self, id: SocketId) -> Option<&tcp::Socket<'static>> {
+        let handle = self.entry(id)?.handle;
+        Some(self.sockets.get::<tcp::Socket>(handle))
+    }
+
+    fn socket_mut(&mut self, id: SocketId) -> Option<&mut tcp::Socket<'static>> {
+        let handle = self.entry(id)?.handle;
+        Some(self.sockets.get_mut::<tcp::Socket>(handle))
+    }
+
+    fn new_socket(&self) -> tcp::Socket<'static> {
+        let config = &self.config;
+        let mut socket = tcp::Socket::new(
+            tcp::SocketBuffer::new(vec![0; config.rx_buffer]),
+            tcp::SocketBuffer::new(vec![0; config.tx_buffer]),
+        );
+        socket.set_nagle_enabled(config.nagle);
+        socket.set_ack_delay(config.ack_delay);
+        socket.set_timeout(config.timeout);
+        socket.set_keep_alive(config.keep_alive);
+        socket
+    }
+
+    /// Adds a socket to the table; `None` when full.
+    fn insert(
+        &mut self,
+        socket: tcp::Socket<'static>,
+        role: Role,
+        next_hop: MacAddr,
+    ) -> Option<u32> {
+        if self.live >= self.config.max_sockets {
+            return None;
+        }
+        let state = map_state(socket.state());
+        let handle = self.sockets.add(socket);
+        let entry = Entry {
+            handle,
+            role,
+            tuple: None,
+            released: false,
+            state,
+            close_reason: None,
+            observed: Observed::default(),
+            blackhole: false,
+            next_hop,
+        };
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None => {
+                self.slots.push(Slot::default());
+                u32::try_from(self.slots.len() - 1).ok()?
+            }
+        };
+        let slot = self.slots.get_mut(index as usize)?;
+        slot.entry = Some(entry);
+        self.live += 1;
+        Some(index)
+    }
+
+    fn remove(&mut self, index: u32) {
+        let entry = {
+            let Some(slot) = self.slots.get_mut(index as usize) else {
+                return;
+            };
+            let Some(entry) = slot.entry.take() else {
+                return;
+            };
+            slot.generation = slot.generation.wrapping_add(1);
+            entry
+        };
+        self.sockets.remove(entry.handle);
+        if let Some(tuple) = entry.tuple {
+            if self.by_tuple.get(&tuple) == Some(&index) {
+                self.by_tuple.remove(&tuple);
+            }
+        }
+        self.free.push(index);
+        self.live -= 1;
+    }
+
+    fn arm_listener(&mut self, port: u16) -> Result<(), TcpError> {
+        let mut socket = self.new_socket();
+        socket
+            .listen(IpEndpoint::new(IpAddress::Ipv4(self.config.ip), port))
+            .map_err(|_| TcpError::Unaddressable)?;
+        self.insert(socket, Role::Listening { port }, [0; 6])
+            .map(|_| ())
+            .ok_or(TcpError::NoResources)
+    }
+
+    /// Sockets owned by `port` (listening and pending).
+    fn port_sockets(&self, port: u16) -> usize {
+        self.slots
+            .iter()
+            .filter_map(|slot| slot.entry.as_ref())
+            .filter(|entry| {
+                matches!(entry.role, Role::Listening { port: p } | Role::Pending { port: p } if p == port)
+            })
+            .count()
+    }
+
+    /// Keeps `backlog` sockets (listening + pending) on every listening port.
+    fn rearm(&mut self, port: u16) {
+        let Some(backlog) = self.listeners.get(&port).map(|l| l.backlog) else {
+            return;
+        };
+        for _ in self.port_sockets(port)..backlog {
+            if self.arm_listener(port).is_err() {
+                break;
+            }
+        }
+    }
+
+    /// Runs smoltcp on one received IPv4 packet (`rx`, with the MAC it came
+    /// from), or its egress with up to `budget` frames.
+    fn run(
+        &mut self,
+        now: Instant,
+        rx: Option<(&[u8], MacAddr)>,
+        uplink: &mut dyn FnMut(&[u8]),
+        budget: usize,
+    ) {
+        let mtu = self.config.mtu;
+        let our_mac = self.config.mac;
+        let SmolToe {
+            iface,
+            sockets,
+            slots,
+            by_tuple,
+            scratch,
+            ..
+        } = self;
+        let mut port = Port {
+            rx: rx.map(|(packet, _)| packet),
+            tx: TxPath {
+                scratch,
+                uplink,
+                slots,
+                by_tuple,
+                budget,
+                mtu,
+                our_mac,
+                reply_to: rx.map(|(_, mac)| mac),
+                now,
+            },
+        };
+        if port.rx.is_some() {
+            // Immediate replies (an RST to a stray segment) use the token
+            // that comes with the received packet, whatever the budget.
+            iface.poll_ingress_single(now, &mut port, sockets);
+            return;
+        }
+        while port.tx.budget > 0 {
+            if iface.poll_egress(now, &mut port, sockets) == smoltcp::iface::PollResult::None {
+                break;
+            }
+        }
+    }
+
+    fn wants_segment(&self, segment: &Segment) -> bool {
+        segment.dst_mac == self.config.mac
+            && *segment.dst.ip() == self.config.ip
+            && (self.by_tuple.contains_key(&segment.tuple_at_receiver())
+                || self.listeners.contains_key(&segment.dst.port()))
+    }
+
+    /// After smoltcp processed `segment`: registers a new half-open
+    /// connection, notices resets and closes.
+    fn after_ingress(&mut self, segment: &Segment) {
+        let tuple = segment.tuple_at_receiver();
+        if let Some(&index) = self.by_tuple.get(&tuple) {
+            let id = self.id_of(index);
+            let Some(handle) = self.entry(id).map(|e| e.handle) else {
+                return;
+            };
+            let state = map_state(self.sockets.get::<tcp::Socket>(handle).state());
+            let is_rst = segment.has(flags::RST);
+            let Some(entry) = self.entry_mut(id) else {
+                return;
+            };
+            let previous = entry.state;
+            entry.state = state;
+            if state == TcpState::Listen {
+                // RST in SYN-RECEIVED: smoltcp returns the socket to LISTEN.
+                if let Role::Pending { port } = entry.role {
+                    entry.role = Role::Listening { port };
+                }
+                entry.tuple = None;
+                entry.observed = Observed::default();
+                self.by_tuple.remove(&tuple);
+            } else if state == TcpState::Closed && previous != TcpState::Closed {
+                entry.close_reason.get_or_insert(if is_rst {
+                    CloseReason::Reset
+                } else {
+                    CloseReason::Graceful
+                });
+            }
+            return;
+        }
+        let port = segment.dst.port();
+        if !segment.has(flags::SYN) || !self.listeners.contains_key(&port) {
+            return;
+        }
+        // Which listening socket took the SYN?
+        let taken = self.slots.iter().enumerate().find_map(|(index, slot)| {
+            let entry = slot.entry.as_ref()?;
+            if entry.role != (Role::Listening { port }) {
+                return None;
+            }
+            let socket = self.sockets.get::<tcp::Socket>(entry.handle);
+            let local = socket.local_endpoint().and_then(endpoint)?;
+            let remote = socket.remote_endpoint().and_then(endpoint)?;
+            (FourTuple { local, remote } == tuple).then_some(index)
+        });
+        let Some(index) = taken.and_then(|i| u32::try_from(i).ok()) else {
+            return;
+        };
+        let id = self.id_of(index);
+        let state = self.socket(id).map(|s| map_state(s.state()));
+        if let Some(entry) = self.entry_mut(id) {
+            entry.role = Role::Pending { port };
+            entry.tuple = Some(tuple);
+            entry.next_hop = segment.src_mac;
+            entry.state = state.unwrap_or(TcpState::SynReceived);
+            entry.observed.incoming(segment, Instant::from_micros(0));
+            entry.observed.segs_in = 1;
+        }
+        self.by_tuple.insert(tuple, index);
+    }
+
+    /// After timers ran: closes discovered here are timeouts, except the
+    /// end of TIME-WAIT. Frees released sockets that are done, and
+    /// half-open ones that died.
+    fn sweep(&mut self) {
+        let mut dead = Vec::new();
+        let mut rearm = Vec::new();
+        for (index, slot) in self.slots.iter_mut().enumerate() {
+            let Some(entry) = slot.entry.as_mut() else {
+                continue;
+            };
+            let state = map_state(self.sockets.get::<tcp::Socket>(entry.handle).state());
+            if state == TcpState::Closed && entry.state != TcpState::Closed {
+                entry.close_reason.get_or_insert(match entry.state {
+                    TcpState::TimeWait => CloseReason::Graceful,
+                    _ => CloseReason::Timeout,
+                });
+            }
+            entry.state = state;
+            let done = socket_done(self.sockets.get::<tcp::Socket>(entry.handle));
+            match entry.role {
+                Role::Pending { port } | Role::Listening { port } if done => {
+                    dead.push(index);
+                    rearm.push(port);
+                }
+                Role::Connection { .. } if done && entry.released => dead.push(index),
+                _ => {}
+            }
+        }
+        for index in dead {
+            if let Ok(index) = u32::try_from(index) {
+                self.remove(index);
+            }
+        }
+        rearm.sort_unstable();
+        rearm.dedup();
+        for port in rearm {
+            self.rearm(port);
+        }
+    }
+}
+
+impl Transport for SmolToe {
+    fn wants(&self, frame: &[u8]) -> bool {
+        frame::parse(frame).is_some_and(|segment| self.wants_segment(&segment))
+    }
+
+    fn ingress(&mut self, now: Instant, frame: &[u8], uplink: &mut dyn FnMut(&[u8])) {
+        let Some(segment) = frame::parse(frame) else {
+            return;
+        };
+        if !self.wants_segment(&segment) {
+            return;
+        }
+        let tuple = segment.tuple_at_receiver();
+        if let Some(id) = self.by_tuple.get(&tuple).map(|&index| self.id_of(index)) {
+            let Some(entry) = self.entry_mut(id) else {
+                return;
+            };
+            if entry.blackhole {
+                return;
+            }
+            // A SYN (no ACK) for a tuple we track is a duplicate or a
+            // reuse during TIME-WAIT: never let a second listener take it.
+            if segment.has(flags::SYN)
+                && !segment.has(flags::ACK)
+                && entry.state != TcpState::SynSent
+            {
+                return;
+            }
+            entry.observed.incoming(&segment, now);
+        }
+        let Some(packet) = frame.get(ETHERNET_HEADER_LEN..) else {
+            return;
+        };
+        self.run(now, Some((packet, segment.src_mac)), uplink, 1);
+        self.after_ingress(&segment);
+    }
+
+    fn egress(&mut self, now: Instant, uplink: &mut dyn FnMut(&[u8])) {
+        let budget = if self.config.max_burst == 0 {
+            usize::MAX
+        } else {
+            self.config.max_burst
+        };
+        self.run(now, None, uplink, budget);
+        self.sweep();
+    }
+
+    fn poll_at(&mut self, now: Instant) -> Option<Instant> {
+        self.iface.poll_at(now, &self.sockets)
+    }
+
+    fn listen(&mut self, port: u16, backlog: usize) -> Result<(), TcpError> {
+        if port == 0 || backlog == 0 || backlog > MAX_BACKLOG {
+            return Err(TcpError::Unaddressable);
+        }
+        if self.listeners.contains_key(&port) {
+            return Err(TcpError::PortInUse(port));
+        }
+        if self.live + backlog > self.config.max_sockets {
+            return Err(TcpError::NoResources);
+        }
+        self.listeners.insert(port, Listener { backlog });
+        self.rearm(port);
+        Ok(())
+    }
+
+    fn unlisten(&mut self, port: u16) {
+        if self.listeners.remove(&port).is_none() {
+            return;
+        }
+        let owned: Vec<u32> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(index, slot)| {
+                let entry = slot.entry.as_ref()?;
+                matches!(entry.role, Role::Listening { port: p } | Role::Pending { port: p } if p == port)
+                    .then(|| u32::try_from(index).ok())
+                    .flatten()
+            })
+            .collect();
+        for index in owned {
+            let id = self.id_of(index);
+            let is_pending = matches!(self.entry(id).map(|e| e.role), Some(Role::Pending { .. }));
+            if is_pending {
+                // Send the RST now; the socket is freed by the next sweep.
+                if let Some(socket) = self.socket_mut(id) {
+                    socket.abort();
+                }
+                if let Some(entry) = self.entry_mut(id) {
+                    entry.role = Role::Connection {
+                        listen_port: Some(port),
+                    };
+                    entry.released = true;
+                    entry.close_reason.get_or_insert(CloseReason::Aborted);
+                }
+            } else {
+                self.remove(index);
+            }
+        }
+    }
+
+    fn accept(&mut self, port: u16) -> Option<SocketId> {
+        let index = self.slots.iter().enumerate().find_map(|(index, slot)| {
+            let entry = slot.entry.as_ref()?;
+            if entry.role != (Role::Pending { port }) {
+                return None;
+            }
+            let state = map_state(self.sockets.get::<tcp::Socket>(entry.handle).state());
+            matches!(state, TcpState::Established | TcpState::CloseWait).then_some(index)
+        })?;
+        let id = self.id_of(u32::try_from(index).ok()?);
+        if let Some(entry) = self.entry_mut(id) {
+            entry.role = Role::Connection {
+                listen_port: Some(port),
+            };
+        }
+        self.rearm(port);
+        Some(id)
+    }
+
+    fn connect(
+        &mut self,
+        now: Instant,
+        local_port: u16,
+        remote: SocketAddrV4,
+        next_hop: MacAddr,
+    ) -> Result<SocketId, TcpError> {
+        let ip = *remote.ip();
+        if local_port == 0
+            || remote.port() == 0
+            || ip.is_unspecified()
+            || ip.is_broadcast()
+            || ip.is_multicast()
+            || !frame::is_unicast(next_hop)
+        {
+            return Err(TcpError::Unaddressable);
+        }
+        let tuple = FourTuple {
+            local: SocketAddrV4::new(self.config.ip, local_port),
+            remote,
+        };
+        if self.by_tuple.contains_key(&tuple) || self.listeners.contains_key(&local_port) {
+            return Err(TcpError::PortInUse(local_port));
+        }
+        let mut socket = self.new_socket();
+        socket
+            .connect(
+                self.iface.context(),
+                IpEndpoint::new(IpAddress::Ipv4(ip), remote.port()),
+                IpEndpoint::new(IpAddress::Ipv4(self.config.ip), local_port),
+            )
+            .map_err(|_| TcpError::Unaddressable)?;
+        let index = self
+            .insert(socket, Role::Connection { listen_port: None }, next_hop)
+            .ok_or(TcpError::NoResources)?;
+        let id = self.id_of(index);
+        if let Some(entry) = self.entry_mut(id) {
+            entry.tuple = Some(tuple);
+            entry.state = TcpState::SynSent;
+        }
+        self.by_tuple.insert(tuple, index);
+        let _ = now;
+        Ok(id)
+    }
+
+    fn status(&self, id: SocketId) -> Option<LinkStatus> {
+        let entry = self.entry(id)?;
+        if let Some(reason) = entry.close_reason {
+            return Some(LinkStatus::Closed(reason));
+        }
+        let state = map_state(self.sockets.get::<tcp::Socket>(entry.handle).state());
+        Some(match state {
+            TcpState::Listen | TcpState::SynSent | TcpState::SynReceived => LinkStatus::Connecting,
+            TcpState::Established => LinkStatus::Established,
+            TcpState::CloseWait => LinkStatus::PeerClosed,
+            TcpState::FinWait1 | TcpState::FinWait2 | TcpState::Closing | TcpState::LastAck => {
+                LinkStatus::Closing
+            }
+            TcpState::TimeWait => LinkStatus::Closed(CloseReason::Graceful),
+            // Closed without a recorded reason: closed while we were not
+            // looking (e.g. in `close` from SYN-SENT).
+            TcpState::Closed => LinkStatus::Closed(CloseReason::Aborted),
+        })
+    }
+
+    fn recv(&mut self, id: SocketId, f: &mut dyn FnMut(&[u8]) -> usize) -> Result<usize, TcpError> {
+        let socket = self.socket_mut(id).ok_or(TcpError::NoSocket)?;
+        let mut total = 0;
+        // The ring hands out at most two contiguous pieces.
+        for _ in 0..2 {
+            if socket.recv_queue() == 0 {
+                break;
+            }
+            let result = socket.recv(|data| {
+                let consumed = f(data).min(data.len());
+                (consumed, (consumed, data.len()))
+            });
+            match result {
+                Ok((consumed, offered)) => {
+                    total += consumed;
+                    if consumed < offered || consumed == 0 {
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        Ok(total)
+    }
+
+    fn send_space(&self, id: SocketId) -> usize {
+        match self.socket(id) {
+            Some(socket) if socket.may_send() => socket.send_capacity() - socket.send_queue(),
+            _ => 0,
+        }
+    }
+
+    fn send_with(
+        &mut self,
+        id: SocketId,
+        f: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> Result<usize, TcpError> {
+        let socket = self.socket_mut(id).ok_or(TcpError::NoSocket)?;
+        if !socket.may_send() {
+            return Err(TcpError::InvalidState);
+        }
+        socket
+            .send(|buffer| {
+                let written = f(buffer).min(buffer.len());
+                (written, written)
+            })
+            .map_err(|_| TcpError::InvalidState)
+    }
+
+    fn send_slice(&mut self, id: SocketId, data: &[u8]) -> Result<usize, TcpError> {
+        let socket = self.socket_mut(id).ok_or(TcpError::NoSocket)?;
+        if !socket.may_send() {
+            return Err(TcpError::InvalidState);
+        }
+        socket.send_slice(data).map_err(|_| TcpError::InvalidState)
+    }
+
+    fn close(&mut self, id: SocketId) {
+        let Some(socket) = self.socket_mut(id) else {
+            return;
+        };
+        let was_open = socket.state() != tcp::State::Closed;
+        socket.close();
+        let closed_now = socket.state() == tcp::State::Closed;
+        if let Some(entry) = self.entry_mut(id) {
+            if was_open && closed_now {
+                // Closing from SYN-SENT drops the socket without a word.
+                entry.close_reason.get_or_insert(CloseReason::Aborted);
+                entry.state = TcpState::Closed;
+            }
+        }
+    }
+
+    fn abort(&mut self, id: SocketId) {
+        let Some(socket) = self.socket_mut(id) else {
+            return;
+        };
+        let was_open = socket.state() != tcp::State::Closed;
+        socket.abort();
+        if let Some(entry) = self.entry_mut(id) {
+            if was_open {
+                entry.close_reason.get_or_insert(CloseReason::Aborted);
+            }
+            entry.state = TcpState::Closed;
+        }
+    }
+
+    fn release(&mut self, id: SocketId) {
+        let Some(entry) = self.entry_mut(id) else {
+            return;
+        };
+        entry.released = true;
+        entry.blackhole = false;
+        let handle = entry.handle;
+        if socket_done(self.sockets.get::<tcp::Socket>(handle)) {
+            self.remove(id.index);
+        }
+    }
+
+    fn mss(&self, id: SocketId) -> u16 {
+        let ours = self.config.mss();
+        match self.entry(id).and_then(|e| e.observed.peer_mss) {
+            Some(peer) => ours.min(peer.max(64)),
+            None => ours.min(536),
+        }
+    }
+
+    fn tcb(&self, id: SocketId) -> Option<TcbInfo> {
+        let entry = self.entry(id)?;
+        let socket = self.sockets.get::<tcp::Socket>(entry.handle);
+        let observed = &entry.observed;
+        let (rcv_wscale, snd_wscale) = observed.window_scales();
+        Some(TcbInfo {
+            id,
+            state: map_state(socket.state()),
+            tuple: entry.tuple,
+            listen_port: match entry.role {
+                Role::Listening { port } | Role::Pending { port } => Some(port),
+                Role::Connection { listen_port } => listen_port,
+            },
+            snd_una: observed.snd_una,
+            snd_nxt: observed.snd_nxt,
+            rcv_nxt: observed.rcv_nxt,
+            snd_wnd: observed.peer_window.map(|w| u32::from(w) << snd_wscale),
+            rcv_wnd: observed.our_window.map(|w| u32::from(w) << rcv_wscale),
+            rcv_wscale,
+            snd_wscale,
+            local_mss: self.config.mss(),
+            peer_mss: observed.peer_mss,
+            srtt: observed.srtt,
+            rttvar: observed.rttvar,
+            retransmits: observed.retransmits,
+            segs_in: observed.segs_in,
+            segs_out: observed.segs_out,
+            bytes_in: observed.bytes_in,
+            bytes_out: observed.bytes_out,
+            bytes_out_wire: observed.bytes_out_wire,
+            send_queue: socket.send_queue(),
+            recv_queue: socket.recv_queue(),
+            close_reason: entry.close_reason,
+            blackholed: entry.blackhole,
+        })
+    }
+
+    fn for_each_tcb(&self, f: &mut dyn FnMut(&TcbInfo)) {
+        for index in 0..self.slots.len() {
+            let Ok(index) = u32::try_from(index) else {
+                break;
+            };
+            if let Some(tcb) = self.tcb(self.id_of(index)) {
+                f(&tcb);
+            }
+        }
+    }
+
+    fn set_blackhole(&mut self, id: SocketId, on: bool) {
+        if let Some(entry) = self.entry_mut(id) {
+            entry.blackhole = on;
+        }
+    }
+}

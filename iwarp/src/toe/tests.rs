@@ -1,0 +1,293 @@
+//! TOE tests: two stacks over a lossless in-memory wire, time injected.
+#![allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    clippy::cast_possible_truncation
+)]
+
+use std::collections::VecDeque;
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use super::*;
+
+const MAC_A: MacAddr = [0x52, 0x54, 0, 0, 0, 1];
+const MAC_B: MacAddr = [0x52, 0x54, 0, 0, 0, 2];
+const IP_A: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const IP_B: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+
+struct Pair {
+    a: SmolToe,
+    b: SmolToe,
+    now: Instant,
+    /// Frames in flight: (to_b, frame).
+    wire: VecDeque<(bool, Vec<u8>)>,
+    drop_all: bool,
+    strays: usize,
+}
+
+impl Pair {
+    fn new(config: impl Fn(TcpConfig) -> TcpConfig) -> Self {
+        let now = Instant::from_millis(1000);
+        Pair {
+            a: SmolToe::new(config(TcpConfig::new(MAC_A, IP_A)), now).unwrap(),
+            b: SmolToe::new(config(TcpConfig::new(MAC_B, IP_B)), now).unwrap(),
+            now,
+            wire: VecDeque::new(),
+            drop_all: false,
+            strays: 0,
+        }
+    }
+
+    /// Runs both stacks until the wire is quiet, advancing time to timers
+    /// only when `advance` is set.
+    fn settle(&mut self, advance: bool, limit: Duration) {
+        let end = self.now + limit;
+        loop {
+            let now = self.now;
+            let mut out = Vec::new();
+            self.a.egress(now, &mut |f| out.push((true, f.to_vec())));
+            self.b.egress(now, &mut |f| out.push((false, f.to_vec())));
+            if !self.drop_all {
+                self.wire.extend(out);
+            }
+            if let Some((to_b, frame)) = self.wire.pop_front() {
+                let (toe, other) = if to_b {
+                    (&mut self.b, false)
+                } else {
+                    (&mut self.a, true)
+                };
+                if toe.wants(&frame) {
+                    let mut replies = Vec::new();
+                    toe.ingress(now, &frame, &mut |f| replies.push((other, f.to_vec())));
+                    self.wire.extend(replies);
+                } else {
+                    self.strays += 1;
+                }
+                continue;
+            }
+            if !advance {
+                return;
+            }
+            let next = [self.a.poll_at(now), self.b.poll_at(now)]
+                .into_iter()
+                .flatten()
+                .min();
+            match next {
+                Some(next) if next <= end => self.now = next.max(now + Duration::from_micros(1)),
+                _ => return,
+            }
+        }
+    }
+}
+
+fn read_all(toe: &mut SmolToe, id: SocketId) -> Vec<u8> {
+    let mut got = Vec::new();
+    toe.recv(id, &mut |data| {
+        got.extend_from_slice(data);
+        data.len()
+    })
+    .unwrap();
+    got
+}
+
+#[test]
+fn connect_transfer_and_graceful_close() {
+    let mut pair = Pair::new(|c| c);
+    pair.b.listen(4791, 4).unwrap();
+    let remote = SocketAddrV4::new(IP_B, 4791);
+    let a = pair.a.connect(pair.now, 40000, remote, MAC_B).unwrap();
+    assert_eq!(pair.a.status(a), Some(LinkStatus::Connecting));
+    pair.settle(false, Duration::ZERO);
+    let b = pair.b.accept(4791).unwrap();
+    assert_eq!(pair.a.status(a), Some(LinkStatus::Established));
+    assert_eq!(pair.b.status(b), Some(LinkStatus::Established));
+    assert_eq!(pair.a.mss(a), 1460);
+
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7) as u8).collect();
+    let mut sent = 0;
+    let mut got = Vec::new();
+    while got.len() < data.len() {
+        sent += pair.a.send_slice(a, &data[sent..]).unwrap();
+        pair.settle(true, Duration::from_secs(1));
+        got.extend(read_all(&mut pair.b, b));
+    }
+    assert_eq!(got, data);
+    let tcb = pair.a.tcb(a).unwrap();
+    assert_eq!(tcb.bytes_out, data.len() as u64);
+    assert_eq!(tcb.retransmits, 0);
+    assert_eq!(tcb.state, TcpState::Established);
+    assert!(tcb.srtt.is_some());
+    assert_eq!(tcb.snd_una, tcb.snd_nxt);
+    assert!(tcb.snd_wscale > 0, "{tcb:?}");
+    assert_eq!(pair.b.tcb(b).unwrap().bytes_in, data.len() as u64);
+
+    pair.a.close(a);
+    pair.settle(false, Duration::ZERO);
+    assert_eq!(pair.b.status(b), Some(LinkStatus::PeerClosed));
+    assert_eq!(pair.a.status(a), Some(LinkStatus::Closing));
+    pair.b.close(b);
+    pair.settle(false, Duration::ZERO);
+    assert_eq!(
+        pair.b.status(b),
+        Some(LinkStatus::Closed(CloseReason::Graceful))
+    );
+    assert_eq!(
+        pair.a.status(a),
+        Some(LinkStatus::Closed(CloseReason::Graceful))
+    );
+    pair.a.release(a);
+    pair.b.release(b);
+    pair.settle(true, Duration::from_secs(120));
+    assert_eq!(
+        pair.b.socket_count(),
+        4,
+        "only the listening slots are left"
+    );
+    assert_eq!(pair.a.socket_count(), 0, "TIME-WAIT over");
+    assert_eq!(pair.strays, 0);
+}
+
+#[test]
+fn reset_timeout_and_backlog() {
+    let mut pair = Pair::new(|mut c| {
+        c.timeout = Some(Duration::from_secs(5));
+        c
+    });
+    pair.b.listen(4791, 2).unwrap();
+    let remote = SocketAddrV4::new(IP_B, 4791);
+    let ids: Vec<SocketId> = (0..3)
+        .map(|i| pair.a.connect(pair.now, 40000 + i, remote, MAC_B).unwrap())
+        .collect();
+    pair.settle(false, Duration::ZERO);
+    // Backlog 2: the third SYN is refused.
+    assert_eq!(pair.a.status(ids[0]), Some(LinkStatus::Established));
+    assert_eq!(pair.a.status(ids[1]), Some(LinkStatus::Established));
+    assert_eq!(
+        pair.a.status(ids[2]),
+        Some(LinkStatus::Closed(CloseReason::Reset))
+    );
+    let b0 = pair.b.accept(4791).unwrap();
+    let b1 = pair.b.accept(4791).unwrap();
+    assert!(pair.b.accept(4791).is_none());
+    // After accepting, the port takes new connections again.
+    let again = pair.a.connect(pair.now, 40010, remote, MAC_B).unwrap();
+    pair.settle(false, Duration::ZERO);
+    assert_eq!(pair.a.status(again), Some(LinkStatus::Established));
+
+    // Abort on one side is a reset on the other.
+    pair.b.abort(b0);
+    pair.settle(false, Duration::ZERO);
+    assert_eq!(
+        pair.b.status(b0),
+        Some(LinkStatus::Closed(CloseReason::Aborted))
+    );
+    assert_eq!(
+        pair.a.status(ids[0]),
+        Some(LinkStatus::Closed(CloseReason::Reset))
+    );
+
+    // Blackhole: data outstanding, nothing comes back: timeout.
+    pair.a.set_blackhole(ids[1], true);
+    pair.a.send_slice(ids[1], b"hello").unwrap();
+    pair.settle(true, Duration::from_secs(30));
+    assert_eq!(
+        pair.a.status(ids[1]),
+        Some(LinkStatus::Closed(CloseReason::Timeout))
+    );
+    assert!(pair.a.tcb(ids[1]).unwrap().retransmits > 0);
+    let _ = b1;
+}
+
+#[test]
+fn demux_accepts_only_offloaded_traffic() {
+    let mut pair = Pair::new(|c| c);
+    pair.b.listen(4791, 1).unwrap();
+    let a = pair
+        .a
+        .connect(pair.now, 40000, SocketAddrV4::new(IP_B, 4791), MAC_B)
+        .unwrap();
+    let mut syn = Vec::new();
+    pair.a.egress(pair.now, &mut |f| syn = f.to_vec());
+    assert!(pair.b.wants(&syn));
+    assert!(!pair.a.wants(&syn), "not addressed to A");
+    let mut other_port = syn.clone();
+    other_port[36..38].copy_from_slice(&22u16.to_be_bytes());
+    assert!(!pair.b.wants(&other_port));
+    let mut other_mac = syn.clone();
+    other_mac[5] ^= 1;
+    assert!(!pair.b.wants(&other_mac));
+    assert!(!pair.b.wants(&syn[..40]));
+    let arp = frame::arp_reply(MAC_B, IP_B, MAC_A, IP_A);
+    assert!(!pair.b.wants(&arp));
+    let _ = a;
+}
+
+#[test]
+fn more_peers_than_neighbour_cache_entries() {
+    // 80 peers, smoltcp caches 64 neighbours: entries get evicted, smoltcp
+    // asks by ARP, the TOE re-announces; every connection comes up and
+    // carries data.
+    const PEERS: u8 = 80;
+    let mut now = Instant::from_millis(1000);
+    let mut hub = SmolToe::new(TcpConfig::new(MAC_A, IP_A), now).unwrap();
+    let peer_mac = |i: u8| [0x52, 0x54, 0, 1, 0, i];
+    let peer_ip = |i: u8| Ipv4Addr::new(10, 1, 0, i + 2);
+    let mut peers: Vec<SmolToe> = (0..PEERS)
+        .map(|i| {
+            let mut c = TcpConfig::new(peer_mac(i), peer_ip(i));
+            c.rx_buffer = 4096;
+            c.tx_buffer = 4096;
+            let mut toe = SmolToe::new(c, now).unwrap();
+            toe.listen(5000, 1).unwrap();
+            toe
+        })
+        .collect();
+    let ids: Vec<SocketId> = (0..PEERS)
+        .map(|i| {
+            let remote = SocketAddrV4::new(peer_ip(i), 5000);
+            hub.connect(now, 30_000 + u16::from(i), remote, peer_mac(i))
+                .unwrap()
+        })
+        .collect();
+    let mut sent = false;
+    let mut done = false;
+    for _ in 0..400 {
+        let mut to_peers = Vec::new();
+        hub.egress(now, &mut |f| to_peers.push(f.to_vec()));
+        let mut to_hub = Vec::new();
+        for frame in &to_peers {
+            for peer in peers.iter_mut().filter(|p| p.wants(frame)) {
+                peer.ingress(now, frame, &mut |f| to_hub.push(f.to_vec()));
+            }
+        }
+        for peer in peers.iter_mut() {
+            peer.egress(now, &mut |f| to_hub.push(f.to_vec()));
+        }
+        for frame in &to_hub {
+            hub.ingress(now, frame, &mut |_| {});
+        }
+        let up = ids
+            .iter()
+            .all(|&id| hub.status(id) == Some(LinkStatus::Established));
+        if up && !sent {
+            for &id in &ids {
+                hub.send_slice(id, b"ping").unwrap();
+            }
+            sent = true;
+        }
+        let acked = |id| {
+            hub.tcb(id)
+                .is_some_and(|t| t.bytes_out == 4 && t.snd_una == t.snd_nxt)
+        };
+        if sent && ids.iter().all(|&id| acked(id)) {
+            done = true;
+            break;
+        }
+        now += Duration::from_millis(50);
+    }
+    assert!(
+        done,
+        "{:?}",
+        ids.iter().map(|&id| hub.status(id)).collect::<Vec<_>>()
+    );
+}
