@@ -15,6 +15,7 @@ pub const VT3_VENDOR_PART_ID: u32 = 0x0031;
 pub const VT3_MAX_SGE: usize = 4;
 pub const VT3_MAX_INLINE: usize = 64;
 pub const VT3_WQE_SIZE: usize = 128;
+pub const VT3_MAX_PRIVATE_DATA: usize = 512;
 
 /// Defines `#[repr(C)]` structs that can be read from and written to guest
 /// memory, and their layout table for the header test.
@@ -103,6 +104,12 @@ abi_enums! {
         DestroyQp = "VT3_CMD_DESTROY_QP" = 14,
         Doorbell = "VT3_CMD_DOORBELL" = 15,
         Reset = "VT3_CMD_RESET" = 16,
+        Listen = "VT3_CMD_LISTEN" = 17,
+        Unlisten = "VT3_CMD_UNLISTEN" = 18,
+        Connect = "VT3_CMD_CONNECT" = 19,
+        Accept = "VT3_CMD_ACCEPT" = 20,
+        Reject = "VT3_CMD_REJECT" = 21,
+        Disconnect = "VT3_CMD_DISCONNECT" = 22,
     }
 
     pub enum Status: u16 {
@@ -161,6 +168,19 @@ abi_enums! {
         CqError = "VT3_EV_CQ_ERROR" = 2,
         Qp = "VT3_EV_QP" = 3,
         DeviceFatal = "VT3_EV_DEVICE_FATAL" = 4,
+        ConnectRequest = "VT3_EV_CONNECT_REQUEST" = 5,
+        ConnectReply = "VT3_EV_CONNECT_REPLY" = 6,
+        Established = "VT3_EV_ESTABLISHED" = 7,
+    }
+
+    pub enum QpEvent: u32 {
+        CloseComplete = "VT3_QPE_CLOSE_COMPLETE" = 1,
+        PeerClose = "VT3_QPE_PEER_CLOSE" = 2,
+        Reset = "VT3_QPE_RESET" = 3,
+        Timeout = "VT3_QPE_TIMEOUT" = 4,
+        TerminateReceived = "VT3_QPE_TERMINATE_RECEIVED" = 5,
+        TerminateSent = "VT3_QPE_TERMINATE_SENT" = 6,
+        BadWqe = "VT3_QPE_BAD_WQE" = 7,
     }
 
     pub enum WrOpcode: u8 {
@@ -337,6 +357,66 @@ abi_structs! {
         pub queues: Le32,
     }
 
+    pub struct SockAddr = "vt3_sockaddr" {
+        pub ipv4: [u8; 4],
+        pub port: [u8; 2],
+        pub reserved: Le16,
+    }
+
+    pub struct CmdListen = "vt3_cmd_listen" {
+        pub local: SockAddr,
+        pub backlog: Le32,
+        pub reserved: Le32,
+    }
+
+    pub struct CmdConnect = "vt3_cmd_connect" {
+        pub local: SockAddr,
+        pub remote: SockAddr,
+        pub next_hop: [u8; 6],
+        pub pd_len: Le16,
+        pub qpn: Le32,
+        pub ird: Le32,
+        pub ord: Le32,
+        pub reserved: Le32,
+        pub private_data: PrivateData,
+    }
+
+    pub struct CmdAccept = "vt3_cmd_accept" {
+        pub conn_id: Le32,
+        pub qpn: Le32,
+        pub ird: Le32,
+        pub ord: Le32,
+        pub pd_len: Le16,
+        pub reserved0: Le16,
+        pub reserved1: Le32,
+        pub private_data: PrivateData,
+    }
+
+    pub struct CmdReject = "vt3_cmd_reject" {
+        pub conn_id: Le32,
+        pub pd_len: Le16,
+        pub reserved: Le16,
+        pub private_data: PrivateData,
+    }
+
+    pub struct CmdDisconnect = "vt3_cmd_disconnect" {
+        pub qpn: Le32,
+        pub abort: Le32,
+    }
+
+    pub struct EventCm = "vt3_event_cm" {
+        pub conn_id: Le32,
+        pub qpn: Le32,
+        pub status: Le32,
+        pub ird: Le32,
+        pub ord: Le32,
+        pub pd_len: Le16,
+        pub reserved: Le16,
+        pub local: SockAddr,
+        pub remote: SockAddr,
+        pub private_data: PrivateData,
+    }
+
     pub struct Event = "vt3_event" {
         pub handle: Le32,
         pub code: Le32,
@@ -404,6 +484,28 @@ abi_structs! {
     }
 }
 
+/// MPA private data carried by connection commands and events; `pd_len`
+/// says how much of it is used.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrivateData(pub [u8; VT3_MAX_PRIVATE_DATA]);
+
+impl Default for PrivateData {
+    fn default() -> Self {
+        Self([0; VT3_MAX_PRIVATE_DATA])
+    }
+}
+
+// SAFETY: a byte array; every bit pattern is valid.
+unsafe impl ByteValued for PrivateData {}
+
+impl PrivateData {
+    /// The used part, `len` clamped to the array.
+    pub fn get(&self, len: u16) -> &[u8] {
+        self.0.get(..usize::from(len)).unwrap_or(&self.0)
+    }
+}
+
 /// Plain constants of the header, for the header test.
 pub fn constant_values() -> Vec<(&'static str, u64)> {
     vec![
@@ -416,6 +518,7 @@ pub fn constant_values() -> Vec<(&'static str, u64)> {
         ("VT3_MAX_SGE", VT3_MAX_SGE as u64),
         ("VT3_MAX_INLINE", VT3_MAX_INLINE as u64),
         ("VT3_WQE_SIZE", VT3_WQE_SIZE as u64),
+        ("VT3_MAX_PRIVATE_DATA", VT3_MAX_PRIVATE_DATA as u64),
     ]
 }
 

@@ -126,6 +126,13 @@ enum vt3_cmd {
 	VT3_CMD_DESTROY_QP = 14,	/* vt3_cmd_handle (qpn) */
 	VT3_CMD_DOORBELL = 15,		/* vt3_cmd_doorbell; answered only on error */
 	VT3_CMD_RESET = 16,		/* drop every resource of this guest */
+	/* Connection management (the iw_cm verbs): */
+	VT3_CMD_LISTEN = 17,		/* vt3_cmd_listen */
+	VT3_CMD_UNLISTEN = 18,		/* vt3_cmd_listen (same local address) */
+	VT3_CMD_CONNECT = 19,		/* vt3_cmd_connect; outcome: VT3_EV_CONNECT_REPLY */
+	VT3_CMD_ACCEPT = 20,		/* vt3_cmd_accept; then VT3_EV_ESTABLISHED */
+	VT3_CMD_REJECT = 21,		/* vt3_cmd_reject */
+	VT3_CMD_DISCONNECT = 22,	/* vt3_cmd_disconnect */
 };
 
 enum vt3_status {
@@ -169,7 +176,11 @@ struct vt3_port_attr {
 	__le32	reserved;
 };
 
-/* VT3_CMD_SET_ADDR: the guest's address on this netdev (IPv4 for now). */
+/*
+ * VT3_CMD_SET_ADDR: the guest's address on this netdev (IPv4 for now). The
+ * TOE answers for this address: the driver sends it before the first
+ * LISTEN or CONNECT and whenever the address changes.
+ */
 struct vt3_cmd_set_addr {
 	__u8	mac[6];
 	__u8	prefix_len;
@@ -299,19 +310,124 @@ struct vt3_cmd_doorbell {
 	__le32	queues;			/* enum vt3_doorbell_queue */
 };
 
-/* Events (VT3_MSG_EVENT): opcode is enum vt3_event_type, payload vt3_event. */
+/* ------------------------------------------------------------------ */
+/* Connection management                                               */
+
+#define VT3_MAX_PRIVATE_DATA	512
+
+/* IPv4 address and TCP port, both in network byte order. */
+struct vt3_sockaddr {
+	__be32	ipv4;
+	__be16	port;
+	__u16	reserved;
+};
+
+/*
+ * LISTEN: the TOE accepts TCP connections on local.port (local.ipv4 0: the
+ * guest's address) with an accept backlog; each MPA request is reported as
+ * VT3_EV_CONNECT_REQUEST with a conn_id the driver answers with ACCEPT or
+ * REJECT. The driver reserves the port in the guest's own TCP stack.
+ */
+struct vt3_cmd_listen {
+	struct vt3_sockaddr local;
+	__le32	backlog;
+	__le32	reserved;
+};
+
+/*
+ * CONNECT: active open from local (port reserved by the driver) to remote;
+ * next_hop is the MAC of the peer or of the gateway, resolved by the
+ * driver. The QP must be IDLE; MPA rev 2 with IRD/ORD is offered.
+ */
+struct vt3_cmd_connect {
+	struct vt3_sockaddr local;
+	struct vt3_sockaddr remote;
+	__u8	next_hop[6];
+	__le16	pd_len;
+	__le32	qpn;
+	__le32	ird;
+	__le32	ord;
+	__le32	reserved;
+	__u8	private_data[VT3_MAX_PRIVATE_DATA];
+};
+
+struct vt3_cmd_accept {
+	__le32	conn_id;
+	__le32	qpn;			/* an IDLE QP that takes the connection */
+	__le32	ird;
+	__le32	ord;
+	__le16	pd_len;
+	__le16	reserved0;
+	__le32	reserved1;
+	__u8	private_data[VT3_MAX_PRIVATE_DATA];
+};
+
+struct vt3_cmd_reject {
+	__le32	conn_id;
+	__le16	pd_len;
+	__le16	reserved;
+	__u8	private_data[VT3_MAX_PRIVATE_DATA];
+};
+
+/* DISCONNECT: graceful (FIN after the SQ drained) or abortive (RST). */
+struct vt3_cmd_disconnect {
+	__le32	qpn;
+	__le32	abort;			/* 0: graceful, 1: abortive */
+};
+
+/* ------------------------------------------------------------------ */
+/* Events                                                              */
+
+/*
+ * Events (VT3_MSG_EVENT): opcode is enum vt3_event_type; the payload is
+ * struct vt3_event, or struct vt3_event_cm for the connection events.
+ */
 enum vt3_event_type {
 	VT3_EV_CQ_COMPLETION = 1,	/* armed CQ got a completion */
 	VT3_EV_CQ_ERROR = 2,		/* CQ overflow */
-	VT3_EV_QP = 3,			/* QP connection end or error; code below */
+	VT3_EV_QP = 3,			/* connection end or error: enum vt3_qp_event */
 	VT3_EV_DEVICE_FATAL = 4,
+	VT3_EV_CONNECT_REQUEST = 5,	/* vt3_event_cm: conn_id, addresses, ird/ord, pd */
+	VT3_EV_CONNECT_REPLY = 6,	/* vt3_event_cm: qpn, status, peer's pd */
+	VT3_EV_ESTABLISHED = 7,		/* vt3_event_cm: qpn (passive side, after ACCEPT) */
 };
 
 struct vt3_event {
 	__le32	handle;			/* cqn or qpn */
-	__le32	code;			/* VT3_EV_QP: reason (defined by the engine) */
-	__le32	detail;			/* e.g. TERMINATE layer/etype/ecode */
+	__le32	code;			/* VT3_EV_QP: enum vt3_qp_event */
+	__le32	detail;			/* VT3_EV_QP: see enum vt3_qp_event */
 	__le32	reserved;
+};
+
+/*
+ * Why a QP's connection ended or failed (DESIGN.md §5). After any of these
+ * but PEER_CLOSE the QP is in ERROR (or IDLE after a clean close) and vt3d
+ * writes no further CQE for it: the provider or driver flushes.
+ * detail: CLOSE_COMPLETE: 1 if SQ WQEs were still outstanding;
+ *         TERMINATE_*: layer << 12 | etype << 8 | ecode (RFC 5040 layout).
+ */
+enum vt3_qp_event {
+	VT3_QPE_CLOSE_COMPLETE = 1,	/* graceful close finished */
+	VT3_QPE_PEER_CLOSE = 2,		/* peer's FIN while RTS: now CLOSING */
+	VT3_QPE_RESET = 3,		/* RST received */
+	VT3_QPE_TIMEOUT = 4,		/* retransmit or keep-alive timeout */
+	VT3_QPE_TERMINATE_RECEIVED = 5,
+	VT3_QPE_TERMINATE_SENT = 6,	/* local protocol error */
+	VT3_QPE_BAD_WQE = 7,		/* malformed local WQE */
+};
+
+/* CONNECT_REPLY status: 0 (established) or a positive errno. */
+struct vt3_event_cm {
+	__le32	conn_id;
+	__le32	qpn;
+	__le32	status;
+	__le32	ird;
+	__le32	ord;
+	__le16	pd_len;
+	__le16	reserved;
+	struct vt3_sockaddr local;
+	struct vt3_sockaddr remote;
+	__u8	private_data[VT3_MAX_PRIVATE_DATA];
 };
 
 /* ------------------------------------------------------------------ */
@@ -464,6 +580,13 @@ VT3_ASSERT_SIZE(vt3_cmd_modify_qp, 24);
 VT3_ASSERT_SIZE(vt3_qp_attr, 24);
 VT3_ASSERT_SIZE(vt3_cmd_doorbell, 8);
 VT3_ASSERT_SIZE(vt3_event, 16);
+VT3_ASSERT_SIZE(vt3_sockaddr, 8);
+VT3_ASSERT_SIZE(vt3_cmd_listen, 16);
+VT3_ASSERT_SIZE(vt3_cmd_connect, 552);
+VT3_ASSERT_SIZE(vt3_cmd_accept, 536);
+VT3_ASSERT_SIZE(vt3_cmd_reject, 520);
+VT3_ASSERT_SIZE(vt3_cmd_disconnect, 8);
+VT3_ASSERT_SIZE(vt3_event_cm, 552);
 VT3_ASSERT_SIZE(vt3_sge, 16);
 VT3_ASSERT_SIZE(vt3_sq_wqe, VT3_WQE_SIZE);
 VT3_ASSERT_SIZE(vt3_rq_wqe, VT3_WQE_SIZE);

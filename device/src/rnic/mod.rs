@@ -344,6 +344,10 @@ impl Rnic {
                 self.reset();
                 Ok(Vec::new())
             }
+            // Connection management arrives with the iWARP engine.
+            Cmd::Listen | Cmd::Unlisten | Cmd::Connect | Cmd::Accept | Cmd::Reject | Cmd::Disconnect => {
+                Err(Status::Unsupported)
+            }
         }
     }
 
