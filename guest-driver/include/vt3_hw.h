@@ -46,6 +46,15 @@
  * VT3_CQ_F_OVERFLOW and a VT3_EV_CQ_ERROR event instead.
  * Indices are free-running 32-bit counters (wrap at 2^32); slot = index &
  * (depth - 1). They are not reset by state changes (ERROR -> IDLE keeps them).
+ * For each work queue, vt3d writes CQEs in WQE order (the SQ's signaled
+ * WQEs, the RQ's WQEs), so a flush knows which WQEs already completed.
+ *
+ * Errors: when a QP goes to ERROR, vt3d first publishes its last CQE for
+ * that QP (CQ producer index), then sets VT3_QP_F_ERROR in the QP status
+ * page and VT3_CQ_F_ERROR in its CQs' status pages, then sends the event.
+ * A consumer that sees an error flag has therefore seen every device CQE
+ * of that QP once it reads the producer index. The flags stay set until
+ * the QP is destroyed (CQ: until it is destroyed).
  *
  * Doorbells
  * ---------
