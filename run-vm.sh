@@ -68,6 +68,8 @@ ensure_vt3d() {
 
 ensure_images() {
 	"$ROOT/images/build.sh" --out "$IMAGES" >&2 || die "building the guest images failed"
+	"$ROOT/images/overlay.sh" --images "$IMAGES" || die "building vt3.ko / rdma-core for the guest failed"
+	INITRD=$IMAGES/initramfs-vt3.cpio.gz
 }
 
 # QEMU 7.2 under TCG segfaults in msix_set_vector_notifiers for a
@@ -196,7 +198,7 @@ start_guest() {
 	shift 4
 	local args=(
 		-accel "$ACCEL" -M q35 -smp 1 -m "$GUEST_MEM" -display none -monitor none
-		-no-reboot -nodefaults -kernel "$IMAGES/vmlinuz" -initrd "$IMAGES/initramfs.cpio.gz"
+		-no-reboot -nodefaults -kernel "$IMAGES/vmlinuz" -initrd "$INITRD"
 		-append "console=ttyS0 panic=-1 loglevel=4 vt3.name=$name vt3.ip=$ip/24 $*"
 		-serial "file:$CASE_DIR/$name.console"
 		-chardev "pipe,id=agent,path=$CASE_DIR/$name.agent" -serial chardev:agent
@@ -348,9 +350,124 @@ case_vt3_restart() {
 		fail "vt3d log shows no second session"
 }
 
-CASES=(nic-ping nic-tcp siw-over-vt3 vt3-restart)
+# Where the overlay puts our modules in the guest.
+KMOD='/lib/modules/$(uname -r)/extra'
+
+# One vt3 guest with vt3.ko loaded, for the RNIC control-plane cases.
+single_vt3() {
+	start_vt3d vt3a "unix-dgram:$CASE_DIR/vt3a.up,$CASE_DIR/b.dgram" --mac "$A_MAC" || return 1
+	start_guest a vt3:vt3a "$A_IP" "$A_MAC" vt3.driver=1 || return 1
+	expect a 30 "for i in \$(seq 50); do [ -e /sys/class/infiniband/vt3_0 ] && exit 0; sleep 0.2; done; dmesg | tail -20; exit 1"
+}
+
+# rnic_count NAME KIND: a resource count from vt3d (pd, mr, cq, qp).
+rnic_count() {
+	vt3d_ctl "$1" stats | awk -v k="rnic.$2" '$1 == k { print $2 }'
+}
+
+case_devinfo() {
+	single_vt3 || return 1
+	expect a 30 "ibv_devices"
+	printf '%s\n' "$LAST_OUT" | grep -qw vt3_0 || fail "ibv_devices does not list vt3_0"
+	expect a 30 "ibv_devinfo -v -d vt3_0"
+	local info=$LAST_OUT want
+	for want in "transport:[[:space:]]*iWARP" "state:[[:space:]]*PORT_ACTIVE" "max_qp:[[:space:]]*1024" \
+		"max_qp_wr:[[:space:]]*4095" "max_sge:[[:space:]]*4" "max_cq:[[:space:]]*2048" \
+		"max_cqe:[[:space:]]*65535" "max_mr:[[:space:]]*16384" "max_pd:[[:space:]]*1024" \
+		"max_qp_rd_atom:[[:space:]]*8" "max_qp_init_rd_atom:[[:space:]]*8" "vendor_id:[[:space:]]*0x1425"; do
+		printf '%s\n' "$info" | grep -Eq "$want" || fail "ibv_devinfo -v lacks '$want'"
+	done
+	expect a 30 "rdma link show"
+	printf '%s\n' "$LAST_OUT" | grep -q 'vt3_0/1 state ACTIVE' || fail "rdma link: vt3_0 not ACTIVE"
+}
+
+case_resources() {
+	single_vt3 || return 1
+	local t0=$SECONDS
+	expect a 1500 "vt3-resources -d vt3_0 -n 10000"
+	RESULT="10000 iterations in $((SECONDS - t0))s"
+	local kind n
+	for kind in pd mr cq qp; do
+		n=$(rnic_count vt3a "$kind")
+		[ "$n" = 0 ] || fail "vt3d still holds $n ${kind}(s) after vt3-resources"
+	done
+}
+
+# vt3.ko on a NIC without vt3d behind it: the probe times out quietly.
+case_driver_probe() {
+	single_vt3 || return 1
+	start_guest b "dgram:$CASE_DIR/vt3a.up" "$B_IP" "$B_MAC" || return 1
+	expect b 60 "insmod $KMOD/vt3.ko && ! ls /sys/class/infiniband/ 2>/dev/null | grep -q vt3"
+	expect b 30 "rmmod vt3 && ! dmesg | grep -i 'vt3.*\(error\|fail\)'"
+	expect a 30 "rdma link show vt3_0/1 | grep -q 'state ACTIVE.*netdev eth0'"
+	expect a 30 "grep -q RNIC /sys/class/infiniband/vt3_0/node_type && rdma dev show vt3_0 | grep -q 'node_type rnic'"
+	expect a 30 "ip link set eth0 down && sleep 1 && grep -q DOWN /sys/class/infiniband/vt3_0/ports/1/state"
+	expect a 30 "ip link set eth0 up && sleep 2 && grep -q ACTIVE /sys/class/infiniband/vt3_0/ports/1/state"
+	# A wildcard listen reaches every iWARP device: vt3 must not break siw's.
+	expect a 30 "rdma link add siw0 type siw netdev eth0 && { timeout 3 rping -s -a 0.0.0.0 -v; rc=\$?; rdma link del siw0; [ \$rc = 124 ] || [ \$rc = 143 ]; }"
+}
+
+# The verbs through raw uverbs (no provider) and from a kernel module.
+case_verbs() {
+	single_vt3 || return 1
+	expect a 60 "vt3-uverbs check"
+	expect a 60 "insmod $KMOD/vt3_ktest.ko && rmmod vt3_ktest && dmesg | grep vt3_ktest: | grep -q 'vt3_0: [0-9]* passed, 0 failed'"
+	expect_no_rnic_objects vt3a "after the checks"
+}
+
+# expect_no_rnic_objects VT3D WHEN: vt3d holds no PD, MR, CQ or QP.
+expect_no_rnic_objects() {
+	local kind n
+	for kind in pd mr cq qp; do
+		n=$(rnic_count "$1" "$kind")
+		[ "$n" = 0 ] || fail "vt3d still holds $n ${kind}(s) $2"
+	done
+}
+
+case_rdma_res() {
+	single_vt3 || return 1
+	expect a 20 "vt3-uverbs hold > /tmp/hold.log 2>&1 & echo \$! > /tmp/hold.pid; sleep 3; grep -q holding /tmp/hold.log"
+	local kind
+	for kind in pd mr cq qp; do
+		expect a 20 "rdma res show $kind | grep -q vt3_0"
+		[ "$(rnic_count vt3a "$kind")" -gt 0 ] || fail "vt3d holds no $kind while vt3-uverbs does"
+	done
+	expect a 20 "kill \$(cat /tmp/hold.pid); sleep 1; ! rdma res show qp | grep -q vt3_0"
+	expect_no_rnic_objects vt3a "after the holder exited"
+}
+
+case_driver_unload() {
+	single_vt3 || return 1
+	expect a 20 "vt3-uverbs hold > /tmp/hold.log 2>&1 & echo \$! > /tmp/hold.pid; sleep 3; grep -q holding /tmp/hold.log"
+	expect a 60 "rmmod vt3 && ! ls /sys/class/infiniband/vt3_0 2>/dev/null"
+	expect_no_rnic_objects vt3a "after rmmod"
+	expect a 30 "kill \$(cat /tmp/hold.pid) && sleep 1 && ! kill -0 \$(cat /tmp/hold.pid) 2>/dev/null"
+	expect a 60 "insmod $KMOD/vt3.ko && ls /sys/class/infiniband/vt3_0"
+	expect a 30 "! rdma link add vt3x type vt3 netdev eth0 2>&1"
+	expect a 30 "rdma link del vt3_0 && ! ls /sys/class/infiniband/vt3_0 2>/dev/null"
+	expect a 60 "rdma link add vt3x type vt3 netdev eth0 && ls /sys/class/infiniband/vt3x && vt3-uverbs check"
+}
+
+# vt3d stops answering, then goes away, under a live device.
+case_vt3d_lost() {
+	single_vt3 || return 1
+	local pid
+	pid=$(vt3d_pid vt3a)
+	kill -STOP "$pid"
+	on a 60 "vt3-uverbs check" || true
+	expect a 30 "for i in \$(seq 30); do ls /sys/class/infiniband/ | grep -q vt3 || exit 0; sleep 1; done; exit 1"
+	kill -CONT "$pid"
+	expect a 60 "ip link set eth0 down && ip link set eth0 up && sleep 3 && ls /sys/class/infiniband/vt3_0"
+	expect a 20 "vt3-uverbs hold > /tmp/hold.log 2>&1 & echo \$! > /tmp/hold.pid; sleep 3; grep -q holding /tmp/hold.log"
+	kill "$pid"
+	sleep 2
+	expect a 30 "for i in \$(seq 20); do grep -q DOWN /sys/class/infiniband/vt3_0/ports/1/state && exit 0; sleep 1; done; exit 1"
+	expect a 60 "rmmod vt3 && kill \$(cat /tmp/hold.pid)"
+}
+
+CASES=(nic-ping nic-tcp siw-over-vt3 vt3-restart driver-probe verbs rdma-res driver-unload vt3d-lost devinfo resources)
 # Cases also run with QEMU 10.0 by `check` (the vhost-user paths that differ).
-QEMU10_CASES=(nic-ping vt3-restart)
+QEMU10_CASES=(nic-ping vt3-restart devinfo)
 
 describe() {
 	case $1 in
@@ -358,6 +475,13 @@ describe() {
 	nic-tcp) echo "32 MiB TCP transfer through vt3d, md5 compared on both ends" ;;
 	siw-over-vt3) echo "siw on both guests, one behind vt3d: rping and ib_write_bw -R" ;;
 	vt3-restart) echo "QEMU restarted against the same vt3d; the NIC works again" ;;
+	devinfo) echo "ibv_devices/ibv_devinfo -v show vt3_0: iWARP, PORT_ACTIVE, the device limits" ;;
+	resources) echo "10,000 create/destroy rounds of PD, MRs, CQs, QPs; vt3d counts back to zero" ;;
+	driver-probe) echo "vt3.ko attaches to vt3d's NIC only; port follows the link; siw beside it" ;;
+	verbs) echo "PD/MR/CQ/QP through raw uverbs and from a kernel module; vt3d ends with none" ;;
+	rdma-res) echo "rdma res show pd|mr|cq|qp lists a live program's objects" ;;
+	driver-unload) echo "rmmod vt3 with live resources, reload, rdma link del/add" ;;
+	vt3d-lost) echo "vt3d stops answering (device unregistered), then exits (port DOWN, rmmod)" ;;
 	esac
 }
 
@@ -487,7 +611,7 @@ cmd_shell() {
 	local intx=
 	qemu_needs_intx && intx=,vectors=0
 	timeout "$QEMU_TIMEOUT" "$QEMU" -accel "$ACCEL" -M q35 -smp 1 -m "$GUEST_MEM" -nographic \
-		-no-reboot -kernel "$IMAGES/vmlinuz" -initrd "$IMAGES/initramfs.cpio.gz" \
+		-no-reboot -kernel "$IMAGES/vmlinuz" -initrd "$INITRD" \
 		-append "console=ttyS0 panic=-1 vt3.name=shell vt3.ip=$A_IP/24 vt3.shell=1" \
 		-object "memory-backend-memfd,id=mem,size=$GUEST_MEM,share=on" -numa node,memdev=mem \
 		-chardev "socket,id=vhost,path=$CASE_DIR/vt3a.vhost" -netdev vhost-user,id=n0,chardev=vhost \

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Builds the project's own guest artefacts and the initramfs that carries
+# them on top of the Debian base from images/build.sh:
+#   - vt3.ko (guest-driver/), built against the guest kernel's headers, and
+#     the driver's own test tools (guest-driver/tests: vt3_ktest.ko, a
+#     kernel-verbs exerciser, and vt3-uverbs, raw uverbs without a provider);
+#   - rdma-core 55 with libvt3 and guest-tools/ (provider/build-rdma-core.sh),
+#     replacing Debian's rdma-core 44 libraries and tools file for file.
+# The overlay is a second gzip'd newc cpio appended to the base one (the
+# kernel unpacks concatenated archives in order, later files win).
+#
+#   images/overlay.sh [--images DIR]     (default DIR: build/images)
+#   -> DIR/initramfs-vt3.cpio.gz
+#
+# In the guest, `vt3.driver=1` on the kernel command line loads vt3.ko
+# (a hook in /etc/vt3/init.d, run by images/init before "ready").
+# Cached: rebuilt only when an input changed.
+set -euo pipefail
+export LC_ALL=C
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+IMAGES=$REPO/build/images
+
+while [ $# -gt 0 ]; do
+	case $1 in
+	--images)
+		IMAGES=${2:?--images needs a directory}
+		shift 2
+		;;
+	*)
+		echo "overlay.sh: unknown option $1" >&2
+		exit 2
+		;;
+	esac
+done
+
+say() { printf '[overlay] %s\n' "$*" >&2; }
+die() {
+	say "ERROR: $*"
+	exit 1
+}
+
+[ -f "$IMAGES/initramfs.cpio.gz" ] || die "no base image in $IMAGES (run images/build.sh first)"
+KVER=$(cat "$IMAGES/kver")
+KDIR=$(cat "$IMAGES/kbuild-dir")
+WORK=$REPO/build/overlay
+STAGE=$REPO/build/rdma-core/stage
+OUT=$IMAGES/initramfs-vt3.cpio.gz
+
+build_module() {
+	say "vt3.ko for $KVER"
+	make -s -C "$REPO/guest-driver" KDIR="$KDIR" >&2 || die "building vt3.ko failed"
+	make -s -C "$KDIR" M="$REPO/guest-driver/tests" modules >&2 || die "building vt3_ktest.ko failed"
+	mkdir -p "$WORK"
+	# Static: it must not depend on which libc the guest has.
+	gcc -static -O2 -Wall -o "$WORK/vt3-uverbs" "$REPO/guest-driver/tests/vt3-uverbs.c" ||
+		die "building vt3-uverbs failed (needs libc6-dev)"
+}
+
+build_rdma_core() {
+	"$REPO/provider/build-rdma-core.sh" --out "$STAGE" >&2 || die "building rdma-core with libvt3 failed"
+}
+
+# Inputs of the overlay, hashed: rebuild only when one changed.
+inputs_hash() {
+	{
+		sha256sum "$IMAGES/initramfs.cpio.gz" "$REPO/guest-driver/vt3.ko" "${BASH_SOURCE[0]}" \
+			"$REPO/guest-driver/tests/vt3_ktest.ko" "$WORK/vt3-uverbs"
+		(cd "$STAGE" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
+	} | sha256sum | cut -d' ' -f1
+}
+
+assemble() {
+	local root=$WORK/root
+	rm -rf "$root"
+	# The guest's /lib is a symlink to usr/lib, and the kernel's cpio
+	# unpacker would replace it by a real directory: never ship lib/.
+	mkdir -p "$root/usr/lib/modules/$KVER/extra" "$root/etc/vt3/init.d"
+	install -m 644 "$REPO/guest-driver/vt3.ko" "$REPO/guest-driver/tests/vt3_ktest.ko" \
+		"$root/usr/lib/modules/$KVER/extra/"
+	install -D -m 755 "$WORK/vt3-uverbs" "$root/usr/bin/vt3-uverbs"
+	# rdma-core as the guest runs it: libraries, providers, tools, config.
+	(cd "$STAGE" && find . \( -path ./usr/include -o -path ./usr/share/man -o -path ./usr/share/doc \
+		-o -name '*.a' -o -path '*/pkgconfig' \) -prune -o -print |
+		cpio -pdm --quiet "$root")
+	local top
+	for top in "$root"/*; do
+		case ${top##*/} in
+		etc | usr) ;;
+		*) die "overlay would replace /${top##*/} in the guest" ;;
+		esac
+	done
+	cat >"$root/etc/vt3/init.d/10-vt3.sh" <<'HOOK'
+# Loads vt3.ko when the kernel command line asks for it (vt3.driver=1).
+grep -qw 'vt3.driver=1' /proc/cmdline || exit 0
+insmod "/lib/modules/$(uname -r)/extra/vt3.ko" || { echo "vt3-init: ERROR insmod vt3.ko failed"; exit 1; }
+HOOK
+	(cd "$root" && find . -mindepth 1 | sort | cpio -o -H newc --quiet -R 0:0 | gzip -9n) >"$WORK/overlay.cpio.gz"
+	cat "$IMAGES/initramfs.cpio.gz" "$WORK/overlay.cpio.gz" >"$OUT.tmp"
+	mv "$OUT.tmp" "$OUT"
+}
+
+main() {
+	mkdir -p "$WORK"
+	build_module
+	build_rdma_core
+	local hash
+	hash=$(inputs_hash)
+	if [ -f "$OUT" ] && [ "$(cat "$WORK/.stamp" 2>/dev/null)" = "$hash" ]; then
+		say "initramfs-vt3 up to date"
+		return 0
+	fi
+	assemble
+	echo "$hash" >"$WORK/.stamp"
+	say "done: $OUT ($(du -h "$OUT" | cut -f1))"
+}
+
+main

@@ -1,0 +1,319 @@
+// SPDX-License-Identifier: GPL-2.0 OR Linux-OpenIB
+/*
+ * libvt3 control path: every verb here is a uverbs command to vt3.ko, which
+ * turns it into a control frame to vt3d. What the kernel hands back for CQs
+ * and QPs (rings, status pages) is mapped into this process.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "vt3.h"
+
+int vt3_query_device(struct ibv_context *ibctx,
+		     const struct ibv_query_device_ex_input *input,
+		     struct ibv_device_attr_ex *attr, size_t attr_size)
+{
+	struct ib_uverbs_ex_query_device_resp resp;
+	size_t resp_size = sizeof(resp);
+	uint64_t fw;
+	int ret;
+
+	ret = ibv_cmd_query_device_any(ibctx, input, attr, attr_size, &resp,
+				       &resp_size);
+	if (ret)
+		return ret;
+
+	/* vt3.ko packs the firmware version as major.minor.sub, 16 bits each. */
+	fw = resp.base.fw_ver;
+	snprintf(attr->orig_attr.fw_ver, sizeof(attr->orig_attr.fw_ver),
+		 "%u.%u.%u", (unsigned int)(fw >> 32) & 0xffff,
+		 (unsigned int)(fw >> 16) & 0xffff, (unsigned int)fw & 0xffff);
+	return 0;
+}
+
+int vt3_query_port(struct ibv_context *ibctx, uint8_t port,
+		   struct ibv_port_attr *attr)
+{
+	struct ibv_query_port cmd = {};
+
+	return ibv_cmd_query_port(ibctx, port, attr, &cmd, sizeof(cmd));
+}
+
+struct ibv_pd *vt3_alloc_pd(struct ibv_context *ibctx)
+{
+	struct uvt3_alloc_pd_resp resp = {};
+	struct ibv_alloc_pd cmd = {};
+	struct ibv_pd *pd;
+	int ret;
+
+	pd = calloc(1, sizeof(*pd));
+	if (!pd)
+		return NULL;
+
+	ret = ibv_cmd_alloc_pd(ibctx, pd, &cmd, sizeof(cmd), &resp.ibv_resp,
+			       sizeof(resp));
+	if (ret) {
+		free(pd);
+		errno = ret;
+		return NULL;
+	}
+	return pd;
+}
+
+int vt3_dealloc_pd(struct ibv_pd *pd)
+{
+	int ret;
+
+	ret = ibv_cmd_dealloc_pd(pd);
+	if (ret)
+		return ret;
+
+	free(pd);
+	return 0;
+}
+
+struct ibv_mr *vt3_reg_mr(struct ibv_pd *pd, void *addr, size_t len,
+			  uint64_t hca_va, int access)
+{
+	struct ib_uverbs_reg_mr_resp resp = {};
+	struct ibv_reg_mr cmd = {};
+	struct verbs_mr *vmr;
+	int ret;
+
+	vmr = calloc(1, sizeof(*vmr));
+	if (!vmr)
+		return NULL;
+
+	ret = ibv_cmd_reg_mr(pd, addr, len, hca_va, access, vmr, &cmd,
+			     sizeof(cmd), &resp, sizeof(resp));
+	if (ret) {
+		free(vmr);
+		errno = ret;
+		return NULL;
+	}
+	return &vmr->ibv_mr;
+}
+
+int vt3_dereg_mr(struct verbs_mr *vmr)
+{
+	int ret;
+
+	ret = ibv_cmd_dereg_mr(vmr);
+	if (ret)
+		return ret;
+
+	free(vmr);
+	return 0;
+}
+
+/*
+ * A ring the kernel describes must be a power of two deep and fit in what
+ * it asks us to map; anything else is a driver/provider mismatch.
+ */
+static bool vt3_ring_ok(uint32_t depth, uint32_t map_size, size_t entry_size)
+{
+	return depth && !(depth & (depth - 1)) &&
+	       (uint64_t)depth * entry_size <= map_size;
+}
+
+/* Maps what vt3.ko registered under @key (rdma_user_mmap_entry). */
+static void *vt3_mmap(struct ibv_context *ibctx, size_t len, int prot,
+		      uint64_t key, const char *what)
+{
+	void *p;
+
+	p = mmap(NULL, len, prot, MAP_SHARED, ibctx->cmd_fd, key);
+	if (p == MAP_FAILED) {
+		int err = errno;
+
+		verbs_err(verbs_get_ctx(ibctx),
+			  "libvt3: mmap of the %s (%zu bytes) failed: %s\n",
+			  what, len, strerror(err));
+		errno = err;
+		return NULL;
+	}
+	return p;
+}
+
+static void vt3_munmap(void *p, size_t len)
+{
+	if (p)
+		munmap(p, len);
+}
+
+static void vt3_cq_unmap(struct vt3_cq *cq)
+{
+	vt3_munmap(cq->ring, cq->ring_size);
+	vt3_munmap(cq->status, sizeof(*cq->status));
+}
+
+struct ibv_cq *vt3_create_cq(struct ibv_context *ibctx, int cqe,
+			     struct ibv_comp_channel *channel, int comp_vector)
+{
+	struct uvt3_create_cq_resp resp = {};
+	struct ibv_create_cq cmd = {};
+	struct vt3_cq *cq;
+	int ret;
+
+	cq = calloc(1, sizeof(*cq));
+	if (!cq)
+		return NULL;
+
+	ret = ibv_cmd_create_cq(ibctx, cqe, channel, comp_vector, &cq->ibv_cq,
+				&cmd, sizeof(cmd), &resp.ibv_resp, sizeof(resp));
+	if (ret) {
+		free(cq);
+		errno = ret;
+		return NULL;
+	}
+
+	if (!vt3_ring_ok(resp.drv.depth, resp.drv.ring_size,
+			 sizeof(struct vt3_cqe))) {
+		verbs_err(verbs_get_ctx(ibctx),
+			  "libvt3: bad CQ ring from the kernel: %u entries in %u bytes\n",
+			  resp.drv.depth, resp.drv.ring_size);
+		ret = EPROTO;
+		goto err_destroy;
+	}
+	cq->depth = resp.drv.depth;
+	cq->ring_size = resp.drv.ring_size;
+
+	/* The device is the only producer: a stray store here is a fault. */
+	cq->ring = vt3_mmap(ibctx, cq->ring_size, PROT_READ, resp.drv.ring_key,
+			    "CQ ring");
+	if (!cq->ring)
+		goto err_unmap;
+	cq->status = vt3_mmap(ibctx, sizeof(*cq->status),
+			      PROT_READ | PROT_WRITE, resp.drv.status_key,
+			      "CQ status page");
+	if (!cq->status)
+		goto err_unmap;
+	return &cq->ibv_cq;
+
+err_unmap:
+	ret = errno;
+	vt3_cq_unmap(cq);
+err_destroy:
+	ibv_cmd_destroy_cq(&cq->ibv_cq);
+	free(cq);
+	errno = ret;
+	return NULL;
+}
+
+int vt3_destroy_cq(struct ibv_cq *ibcq)
+{
+	struct vt3_cq *cq = to_vt3_cq(ibcq);
+	int ret;
+
+	/* Kernel first: should it fail, the CQ is still whole and usable. */
+	ret = ibv_cmd_destroy_cq(ibcq);
+	if (ret)
+		return ret;
+
+	vt3_cq_unmap(cq);
+	free(cq);
+	return 0;
+}
+
+static void vt3_qp_unmap(struct vt3_qp *qp)
+{
+	vt3_munmap(qp->sq, qp->sq_size);
+	vt3_munmap(qp->rq, qp->rq_size);
+	vt3_munmap(qp->status, sizeof(*qp->status));
+}
+
+struct ibv_qp *vt3_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	struct ibv_context *ibctx = pd->context;
+	struct uvt3_create_qp_resp resp = {};
+	struct ibv_create_qp cmd = {};
+	struct vt3_qp *qp;
+	int ret;
+
+	qp = calloc(1, sizeof(*qp));
+	if (!qp)
+		return NULL;
+
+	ret = ibv_cmd_create_qp(pd, &qp->ibv_qp, attr, &cmd, sizeof(cmd),
+				&resp.ibv_resp, sizeof(resp));
+	if (ret) {
+		free(qp);
+		errno = ret;
+		return NULL;
+	}
+
+	if (!vt3_ring_ok(resp.drv.sq_depth, resp.drv.sq_size, VT3_WQE_SIZE) ||
+	    !vt3_ring_ok(resp.drv.rq_depth, resp.drv.rq_size, VT3_WQE_SIZE)) {
+		verbs_err(verbs_get_ctx(ibctx),
+			  "libvt3: bad QP rings from the kernel: SQ %u entries in %u bytes, RQ %u in %u\n",
+			  resp.drv.sq_depth, resp.drv.sq_size,
+			  resp.drv.rq_depth, resp.drv.rq_size);
+		ret = EPROTO;
+		goto err_destroy;
+	}
+	qp->sq_depth = resp.drv.sq_depth;
+	qp->rq_depth = resp.drv.rq_depth;
+	qp->sq_size = resp.drv.sq_size;
+	qp->rq_size = resp.drv.rq_size;
+	qp->max_inline = resp.drv.max_inline;
+
+	qp->sq = vt3_mmap(ibctx, qp->sq_size, PROT_READ | PROT_WRITE,
+			  resp.drv.sq_key, "SQ ring");
+	if (!qp->sq)
+		goto err_unmap;
+	qp->rq = vt3_mmap(ibctx, qp->rq_size, PROT_READ | PROT_WRITE,
+			  resp.drv.rq_key, "RQ ring");
+	if (!qp->rq)
+		goto err_unmap;
+	qp->status = vt3_mmap(ibctx, sizeof(*qp->status),
+			      PROT_READ | PROT_WRITE, resp.drv.status_key,
+			      "QP status page");
+	if (!qp->status)
+		goto err_unmap;
+	return &qp->ibv_qp;
+
+err_unmap:
+	ret = errno;
+	vt3_qp_unmap(qp);
+err_destroy:
+	ibv_cmd_destroy_qp(&qp->ibv_qp);
+	free(qp);
+	errno = ret;
+	return NULL;
+}
+
+int vt3_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask)
+{
+	struct ibv_modify_qp cmd = {};
+
+	return ibv_cmd_modify_qp(ibqp, attr, attr_mask, &cmd, sizeof(cmd));
+}
+
+int vt3_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask,
+		 struct ibv_qp_init_attr *init_attr)
+{
+	struct ibv_query_qp cmd = {};
+
+	return ibv_cmd_query_qp(ibqp, attr, attr_mask, init_attr, &cmd,
+				sizeof(cmd));
+}
+
+int vt3_destroy_qp(struct ibv_qp *ibqp)
+{
+	struct vt3_qp *qp = to_vt3_qp(ibqp);
+	int ret;
+
+	ret = ibv_cmd_destroy_qp(ibqp);
+	if (ret)
+		return ret;
+
+	vt3_qp_unmap(qp);
+	free(qp);
+	return 0;
+}

@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: GPL-2.0 OR Linux-OpenIB
+/*
+ * libvt3: device matching, context setup and the verbs table.
+ */
+#include <config.h>
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "vt3.h"
+#include "vt3dv.h"
+
+static_assert(VT3DV_ABI_VERSION == VT3_ABI_VERSION,
+	      "vt3dv.h names the kernel ABI this provider speaks");
+
+static void vt3_free_context(struct ibv_context *ibctx)
+{
+	struct vt3_context *ctx =
+		container_of(ibctx, struct vt3_context, ibv_ctx.context);
+
+	verbs_uninit_context(&ctx->ibv_ctx);
+	free(ctx);
+}
+
+static const struct verbs_context_ops vt3_ctx_ops = {
+	.query_device_ex = vt3_query_device,
+	.query_port = vt3_query_port,
+	.alloc_pd = vt3_alloc_pd,
+	.dealloc_pd = vt3_dealloc_pd,
+	.reg_mr = vt3_reg_mr,
+	.dereg_mr = vt3_dereg_mr,
+	.create_cq = vt3_create_cq,
+	.destroy_cq = vt3_destroy_cq,
+	.poll_cq = vt3_poll_cq,
+	.req_notify_cq = vt3_req_notify_cq,
+	.create_qp = vt3_create_qp,
+	.modify_qp = vt3_modify_qp,
+	.query_qp = vt3_query_qp,
+	.destroy_qp = vt3_destroy_qp,
+	.post_send = vt3_post_send,
+	.post_recv = vt3_post_recv,
+	.free_context = vt3_free_context,
+};
+
+/*
+ * vt3.ko and this library must agree on the ring formats, not only on the
+ * udata layout that the uverbs ABI version (checked at match time) covers.
+ */
+static int vt3_check_ucontext(struct verbs_context *vctx,
+			      const struct vt3_alloc_ucontext_resp *resp)
+{
+	if (resp->abi_version != VT3_ABI_VERSION ||
+	    resp->wqe_size != VT3_WQE_SIZE ||
+	    resp->cqe_size != sizeof(struct vt3_cqe)) {
+		verbs_err(vctx,
+			  "libvt3: kernel ABI %u (WQE %u, CQE %u bytes), this library speaks %u (WQE %u, CQE %zu bytes)\n",
+			  resp->abi_version, resp->wqe_size, resp->cqe_size,
+			  VT3_ABI_VERSION, VT3_WQE_SIZE, sizeof(struct vt3_cqe));
+		return EPROTO;
+	}
+	return 0;
+}
+
+static struct verbs_context *vt3_alloc_context(struct ibv_device *ibdev,
+					       int cmd_fd, void *private_data)
+{
+	struct uvt3_alloc_ucontext_resp resp = {};
+	struct ibv_get_context cmd = {};
+	struct vt3_context *ctx;
+	int ret;
+
+	ctx = verbs_init_and_alloc_context(ibdev, cmd_fd, ctx, ibv_ctx,
+					   to_vt3_dev(ibdev)->driver_id);
+	if (!ctx)
+		return NULL;
+
+	ret = ibv_cmd_get_context(&ctx->ibv_ctx, &cmd, sizeof(cmd),
+				  &resp.ibv_resp, sizeof(resp));
+	if (!ret)
+		ret = vt3_check_ucontext(&ctx->ibv_ctx, &resp.drv);
+	if (ret) {
+		verbs_uninit_context(&ctx->ibv_ctx);
+		free(ctx);
+		errno = ret;
+		return NULL;
+	}
+
+	verbs_set_ops(&ctx->ibv_ctx, &vt3_ctx_ops);
+	return &ctx->ibv_ctx;
+}
+
+static struct verbs_device *vt3_device_alloc(struct verbs_sysfs_dev *sysfs_dev)
+{
+	struct vt3_device *dev;
+
+	dev = calloc(1, sizeof(*dev));
+	if (!dev)
+		return NULL;
+
+	dev->driver_id = sysfs_dev->driver_id;
+	return &dev->ibv_dev;
+}
+
+static void vt3_device_free(struct verbs_device *vdev)
+{
+	free(container_of(vdev, struct vt3_device, ibv_dev));
+}
+
+/*
+ * vt3.ko reports driver id RDMA_DRIVER_CXGB3: a T3 look-alike, and an id no
+ * other provider claims since cxgb3 left rdma-core. libibverbs tries
+ * driver ids before names, and an id survives `rdma dev set NAME name X`.
+ * Should the kernel report RDMA_DRIVER_UNKNOWN instead, the device name
+ * prefix "vt3" (ib devices vt3_0, vt3_1, ...) still finds us.
+ */
+static const struct verbs_match_ent vt3_match_table[] = {
+	VERBS_DRIVER_ID(RDMA_DRIVER_CXGB3),
+	VERBS_NAME_MATCH("vt3", NULL),
+	{}
+};
+
+static const struct verbs_device_ops vt3_dev_ops = {
+	.name = "vt3",
+	/* The per-device uverbs ABI, i.e. vt3.ko's ib_device_ops.uverbs_abi_ver. */
+	.match_min_abi_version = VT3_ABI_VERSION,
+	.match_max_abi_version = VT3_ABI_VERSION,
+	.match_table = vt3_match_table,
+	.alloc_device = vt3_device_alloc,
+	.uninit_device = vt3_device_free,
+	.alloc_context = vt3_alloc_context,
+};
+
+PROVIDER_DRIVER(vt3, vt3_dev_ops);
