@@ -36,8 +36,25 @@ pub struct CtlArgs {
 
 #[derive(Debug, Clone, Copy, Subcommand)]
 pub enum CtlRequest {
-    /// NIC counters and RDMA resource counts.
+    /// NIC counters, RDMA resource counts and iWARP engine counters.
     Stats,
+    /// The TCB table of the TOE: state, 4-tuple, seq/ack, windows, RTT,
+    /// retransmits, bytes.
+    Tcb,
+    /// The QP table: states, queue progress, connection.
+    Qps,
+}
+
+impl CtlRequest {
+    /// The request line sent to the management socket.
+    pub fn line(self, json: bool) -> String {
+        let name = match self {
+            Self::Stats => "stats",
+            Self::Tcb => "tcb",
+            Self::Qps => "qps",
+        };
+        format!("{name} {}", if json { "json" } else { "text" })
+    }
 }
 
 #[derive(Debug, Args)]
@@ -136,5 +153,9 @@ mod tests {
         assert_eq!((c.mgmt, c.json), (PathBuf::from("/m"), true));
         assert!(Cli::try_parse_from(["vt3d", "ctl", "stats"]).is_err(), "--mgmt is required");
         assert!(Cli::try_parse_from(["vt3d", "ctl", "--mgmt", "/m", "dance"]).is_err());
+        let cli = Cli::try_parse_from(["vt3d", "ctl", "--mgmt", "/m", "tcb"]).unwrap();
+        let Command::Ctl(c) = cli.command else { panic!("not ctl") };
+        assert_eq!(c.request.line(c.json), "tcb text");
+        assert_eq!(CtlRequest::Qps.line(true), "qps json");
     }
 }

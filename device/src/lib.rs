@@ -8,7 +8,9 @@
 //!   point where the RDMA function (control channel, TOE) attaches.
 //! - [`uplink`]: where frames leave the host side (udp, unix-dgram, tap).
 //! - [`control`]: the driver↔device control channel (EtherType 0x88B5).
-//! - [`rnic`]: RDMA resources (PD, TPT, CQ, QP) and the limits enforced.
+//! - [`rnic`]: RDMA resources (PD, TPT, CQ, QP) and the limits enforced;
+//!   behind them the iWARP engine (`vt3-iwarp`): connections, and WQEs
+//!   and CQEs between the guest's rings and the engine.
 //! - [`abi`]: the mirror of `guest-driver/include/vt3_hw.h`.
 //! - [`mgmt`]: the management socket behind `vt3d ctl`.
 //! - [`config`]: command line and configuration.

@@ -1,17 +1,13 @@
 use clap::Parser;
 
-use vt3d::config::{Cli, Command, CtlRequest};
+use vt3d::config::{Cli, Command};
 
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let result = match Cli::parse().command {
         Command::Serve(args) => vt3d::serve(&args.into()).map_err(|e| e.to_string()),
         Command::Ctl(args) => {
-            let request = match (args.request, args.json) {
-                (CtlRequest::Stats, false) => "stats text",
-                (CtlRequest::Stats, true) => "stats json",
-            };
-            vt3d::mgmt::request(&args.mgmt, request)
+            vt3d::mgmt::request(&args.mgmt, &args.request.line(args.json))
                 .map(|answer| print!("{answer}"))
                 .map_err(|e| format!("{}: {e}", args.mgmt.display()))
         }

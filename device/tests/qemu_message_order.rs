@@ -114,7 +114,7 @@ fn qemu_order_works_through_the_relay() {
 #[test]
 fn the_published_daemon_alone_rejects_qemu_order() {
     let dir = tempfile::tempdir().unwrap();
-    let backend = Arc::new(NetBackend::new(nic(dir.path())));
+    let backend = Arc::new(NetBackend::new(nic(dir.path())).unwrap());
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
     let mut daemon = VhostUserDaemon::new("direct".into(), backend, mem).unwrap();
     let path = dir.path().join("direct.sock");

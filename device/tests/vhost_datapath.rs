@@ -202,3 +202,145 @@ fn frames_cross_between_rings_and_uplink() {
     drop(guest.frontend);
     assert_eq!(server.join().unwrap(), RelayEnd::FrontendClosed);
 }
+
+const GUEST_MAC: [u8; 6] = [0x52, 0x54, 0, 0, 0, 1];
+const PEER_MAC: [u8; 6] = [0x52, 0x54, 0, 0, 0, 2];
+const GUEST_IP: [u8; 4] = [10, 0, 0, 1];
+const PEER_IP: [u8; 4] = [10, 0, 0, 2];
+
+fn checksum(data: &[u8], mut sum: u32) -> u16 {
+    for pair in data.chunks(2) {
+        sum += u32::from(u16::from_be_bytes([pair[0], *pair.get(1).unwrap_or(&0)]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// A TCP SYN from the peer to the guest's `port`.
+fn syn(port: u16) -> Vec<u8> {
+    let mut tcp = vec![0u8; 20];
+    tcp[0..2].copy_from_slice(&5555u16.to_be_bytes());
+    tcp[2..4].copy_from_slice(&port.to_be_bytes());
+    tcp[4..8].copy_from_slice(&1000u32.to_be_bytes());
+    tcp[12] = 5 << 4;
+    tcp[13] = 0x02; // SYN
+    tcp[14..16].copy_from_slice(&8192u16.to_be_bytes());
+    let mut pseudo = Vec::new();
+    pseudo.extend_from_slice(&PEER_IP);
+    pseudo.extend_from_slice(&GUEST_IP);
+    pseudo.extend_from_slice(&[0, 6, 0, 20]);
+    pseudo.extend_from_slice(&tcp);
+    let c = checksum(&pseudo, 0);
+    tcp[16..18].copy_from_slice(&c.to_be_bytes());
+    let mut ip = vec![0x45, 0, 0, 40, 0, 1, 0x40, 0, 64, 6, 0, 0];
+    ip.extend_from_slice(&PEER_IP);
+    ip.extend_from_slice(&GUEST_IP);
+    let c = checksum(&ip, 0);
+    ip[10..12].copy_from_slice(&c.to_be_bytes());
+    let mut f = Vec::new();
+    f.extend_from_slice(&GUEST_MAC);
+    f.extend_from_slice(&PEER_MAC);
+    f.extend_from_slice(&0x0800u16.to_be_bytes());
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&tcp);
+    f
+}
+
+fn command(cmd: abi::Cmd, seq: u32, payload: &[u8]) -> Vec<u8> {
+    let hdr = abi::CtrlHdr {
+        version: abi::VT3_CTRL_VERSION,
+        r#type: abi::MsgType::Cmd as u8,
+        opcode: (cmd as u16).into(),
+        seq: seq.into(),
+        len: (payload.len() as u16).into(),
+        ..Default::default()
+    };
+    let mut f = vec![0u8; HDR];
+    f.extend_from_slice(&vt3d::control::build_frame(GUEST_MAC, GUEST_MAC, &hdr, payload));
+    f
+}
+
+/// The backend's demux and timer: once the driver set the guest's address
+/// and a listening port, a SYN for that port is the engine's (answered on
+/// the uplink, retransmitted by the engine's timer), while other traffic
+/// still reaches the guest.
+#[test]
+fn offloaded_tcp_goes_to_the_engine() {
+    use vm_memory::ByteValued;
+    let _ = env_logger::builder().is_test(true).try_init();
+    let dir = tempfile::tempdir().unwrap();
+    let peer_path = dir.path().join("peer");
+    let peer = UnixDatagram::bind(&peer_path).unwrap();
+    let up_path = dir.path().join("up");
+    let spec: UplinkSpec = format!("unix-dgram:{},{}", up_path.display(), peer_path.display()).parse().unwrap();
+    let nic = Arc::new(Nic::new(spec.open().unwrap(), Some(GUEST_MAC), 1500));
+    let file = tempfile::tempfile().unwrap();
+    file.set_len(MEM_SIZE as u64).unwrap();
+    let mem = GuestMemoryMmap::from_ranges_with_files(&[(GuestAddress(0), MEM_SIZE, Some(FileOffset::new(file, 0)))])
+        .unwrap();
+    let rx = MockSplitQueue::create(&mem, GuestAddress(RX_RING), QSIZE);
+    let tx = MockSplitQueue::create(&mem, GuestAddress(TX_RING), QSIZE);
+    let bufs: Vec<_> = (0..8u64)
+        .map(|i| RawDescriptor::from(SplitDescriptor::new(RX_BUFS + i * 0x1000, 1526, VRING_DESC_F_WRITE as u16, 0)))
+        .collect();
+    rx.add_desc_chains(&bufs, 0).unwrap();
+    let (qemu, vt3d_end) = UnixStream::pair().unwrap();
+    let (stop, _stop_writer) = UnixStream::pair().unwrap();
+    let server_nic = Arc::clone(&nic);
+    let server = thread::spawn(move || serve_frontend(&vt3d_end, &server_nic, stop.as_fd()).unwrap());
+    let guest = Guest::boot(qemu, &rx, &tx, mem.clone());
+
+    let set_addr = abi::CmdSetAddr { mac: GUEST_MAC, prefix_len: 24, reserved: 0, ipv4: GUEST_IP };
+    let listen = abi::CmdListen {
+        local: abi::SockAddr { ipv4: [0; 4], port: 7174u16.to_be_bytes(), reserved: 0.into() },
+        backlog: 4.into(),
+        reserved: 0.into(),
+    };
+    let cmds = [command(abi::Cmd::SetAddr, 1, set_addr.as_slice()), command(abi::Cmd::Listen, 2, listen.as_slice())];
+    let mut descs = Vec::new();
+    for (i, c) in cmds.iter().enumerate() {
+        let at = TX_DATA + i as u64 * 0x1000;
+        mem.write_slice(c, GuestAddress(at)).unwrap();
+        descs.push(RawDescriptor::from(SplitDescriptor::new(at, c.len() as u32, 0, 0)));
+    }
+    tx.add_desc_chains(&descs[..1], 0).unwrap();
+    tx.add_desc_chains(&descs[1..], 1).unwrap();
+    guest.kicks[1].write(1).unwrap();
+    wait_for("both responses", || rx.used().idx().load() == 2);
+    for i in 0..2u16 {
+        let e = rx.used().ring().ref_at(usize::from(i)).unwrap().load();
+        let mut resp = vec![0u8; e.len() as usize];
+        mem.read_slice(&mut resp, GuestAddress(RX_BUFS + u64::from(e.id()) * 0x1000)).unwrap();
+        let hdr: abi::CtrlHdr = abi::read_struct(&resp[HDR + 14..]).unwrap();
+        assert_eq!((hdr.seq.to_native(), hdr.status.to_native()), (u32::from(i) + 1, 0));
+    }
+
+    // The SYN is the engine's: a SYN-ACK comes back, nothing for the guest.
+    peer.send_to(&syn(7174), &up_path).unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = vec![0u8; 2048];
+    let syn_ack = |buf: &mut [u8]| {
+        let n = peer.recv(buf).unwrap();
+        assert!(n >= 54, "{n} octets");
+        assert_eq!((&buf[..6], &buf[6..12]), (&PEER_MAC[..], &GUEST_MAC[..]));
+        assert_eq!((&buf[26..30], &buf[30..34]), (&GUEST_IP[..], &PEER_IP[..]));
+        assert_eq!(buf[47] & 0x12, 0x12, "SYN and ACK");
+        assert_eq!(u32::from_be_bytes(buf[42..46].try_into().unwrap()), 1001, "acknowledges the SYN");
+    };
+    syn_ack(&mut buf);
+    // Unanswered, the engine's timer retransmits it.
+    let start = Instant::now();
+    syn_ack(&mut buf);
+    assert!(start.elapsed() > Duration::from_millis(100), "a retransmission, not a duplicate");
+    assert_eq!(rx.used().idx().load(), 2);
+    let counted = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    wait_for("the counters", || counted(&nic.stats.toe_rx_frames) == 1 && counted(&nic.stats.toe_tx_frames) == 2);
+    // A SYN for a port nobody listens on is the guest kernel's.
+    peer.send_to(&syn(7175), &up_path).unwrap();
+    wait_for("the SYN in the guest", || rx.used().idx().load() == 3);
+
+    drop(guest.frontend);
+    assert_eq!(server.join().unwrap(), RelayEnd::FrontendClosed);
+}

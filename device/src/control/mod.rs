@@ -2,10 +2,12 @@
 //! vt3.ko and vt3d. Parses a command frame, runs it against the RNIC and
 //! builds the response frame; builds event frames.
 
+use std::collections::VecDeque;
+
 use vm_memory::{ByteValued, GuestMemory};
 
 use crate::abi::{self, Cmd, CtrlHdr, EventType, MsgType, Status, VT3_CTRL_VERSION, VT3_ETHERTYPE};
-use crate::rnic::Rnic;
+use crate::rnic::{Instant, Rnic};
 
 const ETH_HDR: usize = 14;
 const CTRL_HDR: usize = std::mem::size_of::<CtrlHdr>();
@@ -42,8 +44,8 @@ pub fn build_frame(dst: [u8; 6], src: [u8; 6], hdr: &CtrlHdr, payload: &[u8]) ->
     f
 }
 
-/// Handles one control frame from the guest.
-pub fn handle_frame<M: GuestMemory>(rnic: &mut Rnic, mem: &M, frame: &[u8]) -> Outcome {
+/// Handles one control frame from the guest at time `now`.
+pub fn handle_frame<M: GuestMemory>(rnic: &mut Rnic, mem: &M, frame: &[u8], now: Instant) -> Outcome {
     let Some(hdr) = frame.get(ETH_HDR..).and_then(abi::read_struct::<CtrlHdr>) else {
         return Outcome::Ignored;
     };
@@ -52,6 +54,7 @@ pub fn handle_frame<M: GuestMemory>(rnic: &mut Rnic, mem: &M, frame: &[u8]) -> O
     }
     let body = frame.get(ETH_HDR + CTRL_HDR..).unwrap_or_default();
     let opcode = hdr.opcode.to_native();
+    let guest = mac_at(frame, 6);
     let result = if hdr.version != VT3_CTRL_VERSION {
         Err(Status::Unsupported)
     } else {
@@ -59,7 +62,8 @@ pub fn handle_frame<M: GuestMemory>(rnic: &mut Rnic, mem: &M, frame: &[u8]) -> O
             (Err(_), _) => Err(Status::Unsupported),
             (Ok(_), None) => Err(Status::Invalid),
             (Ok(cmd), Some(payload)) => {
-                let r = rnic.execute(mem, cmd, payload);
+                let r = rnic.execute(mem, now, cmd, payload);
+                rnic.driver_mac = Some(guest);
                 if let Err(status) = r {
                     log::debug!("{} failed: {}", cmd.name(), status.name());
                 }
@@ -83,24 +87,33 @@ pub fn handle_frame<M: GuestMemory>(rnic: &mut Rnic, mem: &M, frame: &[u8]) -> O
         len: u16::try_from(payload.len()).unwrap_or(0).into(),
         reserved: 0.into(),
     };
-    let guest = mac_at(frame, 6);
     let mut frames = vec![build_frame(guest, mac_at(frame, 0), &resp, &payload)];
     frames.extend(rnic.events.drain(..).map(|(event, body)| event_frame(guest, event, &body)));
     Outcome::Reply(frames)
 }
 
+/// Moves the RNIC's pending events into `out` as frames for the driver
+/// (the MAC of the last command; events raised before any command have
+/// no one to go to and are dropped).
+pub fn take_events(rnic: &mut Rnic, out: &mut VecDeque<Vec<u8>>) {
+    match rnic.driver_mac {
+        Some(mac) => out.extend(rnic.events.drain(..).map(|(event, body)| event_frame(mac, event, &body))),
+        None => rnic.events.clear(),
+    }
+}
+
 /// Builds an event frame for the guest at `mac`.
-pub fn event_frame(mac: [u8; 6], event: EventType, body: &abi::Event) -> Vec<u8> {
+pub fn event_frame(mac: [u8; 6], event: EventType, body: &[u8]) -> Vec<u8> {
     let hdr = CtrlHdr {
         version: VT3_CTRL_VERSION,
         r#type: MsgType::Event as u8,
         opcode: (event as u16).into(),
         seq: 0.into(),
         status: 0.into(),
-        len: (std::mem::size_of::<abi::Event>() as u16).into(),
+        len: u16::try_from(body.len()).unwrap_or(0).into(),
         reserved: 0.into(),
     };
-    build_frame(mac, mac, &hdr, body.as_slice())
+    build_frame(mac, mac, &hdr, body)
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The Ethernet function of the T3: frames between the guest's virtqueues
-//! and the uplink, and the demux point where the RDMA function will take
-//! its share (control EtherType now; offloaded TCP later).
+//! and the uplink, and the demux point where the RDMA function takes its
+//! share (the control EtherType from the guest; offloaded TCP from the
+//! uplink, which the backend hands to the RNIC's engine).
 
 pub mod virtio;
 
@@ -67,6 +68,9 @@ pub struct NicStats {
     pub rx_dropped_oversize: AtomicU64,
     pub rx_dropped_control: AtomicU64,
     pub rx_filtered: AtomicU64,
+    /// Frames of offloaded connections, from and to the uplink.
+    pub toe_rx_frames: AtomicU64,
+    pub toe_tx_frames: AtomicU64,
 }
 
 impl NicStats {
@@ -74,7 +78,7 @@ impl NicStats {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub fn rows(&self) -> [(&'static str, u64); 13] {
+    pub fn rows(&self) -> [(&'static str, u64); 15] {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         [
             ("tx_frames", g(&self.tx_frames)),
@@ -90,6 +94,8 @@ impl NicStats {
             ("rx_dropped_oversize", g(&self.rx_dropped_oversize)),
             ("rx_dropped_control", g(&self.rx_dropped_control)),
             ("rx_filtered", g(&self.rx_filtered)),
+            ("toe_rx_frames", g(&self.toe_rx_frames)),
+            ("toe_tx_frames", g(&self.toe_tx_frames)),
         ]
     }
 }
@@ -156,6 +162,21 @@ impl Nic {
             },
         }
         class
+    }
+
+    /// Sends a frame the TOE built.
+    pub fn offload_to_uplink(&self, frame: &[u8]) {
+        match self.uplink.send(frame) {
+            Ok(()) => NicStats::add(&self.stats.toe_tx_frames, 1),
+            Err(e) => {
+                log::trace!("uplink send (offload): {e}");
+                NicStats::add(&self.stats.tx_uplink_errors, 1);
+            }
+        }
+    }
+
+    pub fn count_offload_rx(&self) {
+        NicStats::add(&self.stats.toe_rx_frames, 1);
     }
 
     /// Decides whether a frame from the uplink may reach the guest.

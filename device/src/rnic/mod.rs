@@ -3,21 +3,37 @@
 //! advertises and enforces. Everything the guest hands over — addresses,
 //! lengths, counts, handles — is validated here against guest memory and
 //! these limits before anything is stored.
+//!
+//! Once the driver told the guest's address (VT3_CMD_SET_ADDR), the iWARP
+//! engine runs behind these resources (`offload`): connections, and the
+//! data path between the guest's rings and the engine (`datapath`).
 
+mod datapath;
+pub mod memory;
+mod offload;
 pub mod table;
 pub mod tpt;
+pub mod wqe;
 
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
 
-use vm_memory::{Address, Bytes, GuestAddress, GuestMemory, Le32, Permissions};
+use vm_memory::{Bytes, GuestAddress, GuestMemory, Le32, Permissions};
+use vt3_iwarp::engine::WorkQueue;
+use vt3_iwarp::toe::FourTuple;
 
 use crate::abi::{
-    self, Cmd, CmdArmCq, EventType, CmdCreateCq, CmdCreateQp, CmdDoorbell, CmdHandle, CmdModifyQp, CmdRegMr,
-    CmdSetAddr, DeviceAttr, PortAttr, QpAttr, QpState, RespHandle, Status, VT3_PAGE_SIZE,
+    self, Cmd, CmdArmCq, CmdCreateCq, CmdCreateQp, CmdDoorbell, CmdHandle, CmdModifyQp, CmdRegMr, CmdSetAddr,
+    DeviceAttr, EventType, PortAttr, QpAttr, QpState, QpStatusFlag, RespHandle, Status, VT3_PAGE_SIZE,
 };
+use memory::StatusWord;
 use table::Table;
 use tpt::{Backing, Mr, Tpt, ALL_ACCESS};
 use vm_memory::ByteValued;
+
+pub use offload::Offload;
+/// Time as the engine counts it (injected by the caller).
+pub use vt3_iwarp::toe::Instant;
 
 /// Limits advertised by VT3_CMD_QUERY_DEVICE and enforced here. T3-class
 /// where the T3 had a number (SGEs, inline, IRD/ORD, MR size), bounded
@@ -93,6 +109,19 @@ pub struct Cq {
     pub status_addr: GuestAddress,
     pub arm_flags: u32,
     pub qp_users: u32,
+    /// Producer index (vt3d owns it; mirrored in the status page).
+    pub prod: u32,
+    /// An overflow was reported (VT3_EV_CQ_ERROR goes out once).
+    pub overflowed: bool,
+}
+
+/// How far vt3d got in one work queue: WQEs handed to the engine
+/// (`fetched`) and WQEs retired (`consumed`, published as sq_cons/rq_cons:
+/// their slots may be reused). consumed <= fetched <= producer, modulo 2^32.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct WorkProgress {
+    pub fetched: u32,
+    pub consumed: u32,
 }
 
 #[derive(Debug)]
@@ -110,6 +139,31 @@ pub struct Qp {
     pub max_recv_sge: u32,
     pub max_inline: u32,
     pub flags: u32,
+    pub sq_work: WorkProgress,
+    pub rq_work: WorkProgress,
+    /// CONNECT was sent and its CONNECT_REPLY is still owed to the driver.
+    pub connecting: bool,
+    /// The connection's addresses (for the connection events).
+    pub tuple: Option<FourTuple>,
+    /// The conn_id the passive side accepted (0 on the active side).
+    pub conn_id: u32,
+    /// A graceful DISCONNECT waits for the SQ to drain before the FIN.
+    pub close_requested: bool,
+    /// Back in IDLE after a connection: the engine dropped the WQEs left,
+    /// which the provider flushes ([consumer, producer) of each queue), so
+    /// vt3d leaves the rings alone until ERROR -> IDLE resets the QP.
+    pub spent: bool,
+}
+
+impl Qp {
+    fn wqe_limits(&self) -> wqe::WqeLimits {
+        wqe::WqeLimits {
+            max_send_sge: self.max_send_sge,
+            max_recv_sge: self.max_recv_sge,
+            max_inline: self.max_inline,
+            sig_all: self.flags & abi::QpFlag::SigAll as u32 != 0,
+        }
+    }
 }
 
 /// Object counts, for `vt3d ctl` and the tests.
@@ -137,8 +191,13 @@ pub struct Rnic {
     pub cqs: Table<Cq>,
     pub qps: Table<Qp>,
     pub addr: Option<GuestAddr>,
-    /// Events for the driver, sent after the current command's response.
-    pub events: VecDeque<(EventType, abi::Event)>,
+    /// Events for the driver (type, `vt3_event` or `vt3_event_cm` bytes):
+    /// sent after the current command's response, or after engine work.
+    pub events: VecDeque<(EventType, Vec<u8>)>,
+    /// Where events go: the MAC that sent the last command.
+    pub driver_mac: Option<[u8; 6]>,
+    /// The iWARP engine for the guest's address (from VT3_CMD_SET_ADDR).
+    offload: Option<Offload>,
     pbl_used: u64,
     mtu: u32,
 }
@@ -185,6 +244,8 @@ impl Rnic {
             qps: Table::new(limits.max_qp),
             addr: None,
             events: VecDeque::new(),
+            driver_mac: None,
+            offload: None,
             pbl_used: 0,
             limits,
             mtu,
@@ -203,7 +264,18 @@ impl Rnic {
         self.qps.clear();
         self.addr = None;
         self.events.clear();
+        self.driver_mac = None;
+        self.offload = None;
         self.pbl_used = 0;
+    }
+
+    /// The engine, once the guest's address is known.
+    pub fn offload(&self) -> Option<&Offload> {
+        self.offload.as_ref()
+    }
+
+    fn push_event<T: ByteValued>(&mut self, event: EventType, body: &T) {
+        self.events.push_back((event, body.as_slice().to_vec()));
     }
 
     pub fn device_attr(&self) -> DeviceAttr {
@@ -231,9 +303,9 @@ impl Rnic {
         }
     }
 
-    /// Executes one control command; the result is the response payload
-    /// (empty for commands without one) or the error status.
-    pub fn execute<M: GuestMemory>(&mut self, mem: &M, cmd: Cmd, payload: &[u8]) -> CmdResult {
+    /// Executes one control command at time `now`; the result is the
+    /// response payload (empty for commands without one) or the error status.
+    pub fn execute<M: GuestMemory>(&mut self, mem: &M, now: Instant, cmd: Cmd, payload: &[u8]) -> CmdResult {
         match cmd {
             Cmd::QueryDevice => reply(self.device_attr()),
             Cmd::QueryPort => reply(PortAttr {
@@ -247,7 +319,7 @@ impl Rnic {
                 if a.prefix_len > 32 {
                     return Err(Status::Invalid);
                 }
-                self.addr = Some(GuestAddr { mac: a.mac, ipv4: a.ipv4, prefix_len: a.prefix_len });
+                self.set_addr(mem, now, GuestAddr { mac: a.mac, ipv4: a.ipv4, prefix_len: a.prefix_len })?;
                 Ok(Vec::new())
             }
             Cmd::AllocPd => {
@@ -300,15 +372,14 @@ impl Rnic {
                 let status: abi::CqStatus = mem.read_obj(cq.status_addr).map_err(|_| Status::BadAddress)?;
                 if status.prod != status.cons {
                     cq.arm_flags = 0;
-                    let event = abi::Event { handle: cqn.into(), ..Default::default() };
-                    self.events.push_back((EventType::CqCompletion, event));
+                    self.push_event(EventType::CqCompletion, &abi::Event { handle: cqn.into(), ..Default::default() });
                 } else {
                     cq.arm_flags |= flags;
                 }
                 Ok(Vec::new())
             }
             Cmd::CreateQp => self.create_qp(mem, &args(payload)?),
-            Cmd::ModifyQp => self.modify_qp(mem, &args(payload)?),
+            Cmd::ModifyQp => self.modify_qp(mem, now, &args(payload)?),
             Cmd::QueryQp => {
                 let qpn = le(args::<CmdHandle>(payload)?.handle);
                 let qp = self.qps.get(qpn).ok_or(Status::NotFound)?;
@@ -323,6 +394,13 @@ impl Rnic {
             }
             Cmd::DestroyQp => {
                 let qpn = le(args::<CmdHandle>(payload)?.handle);
+                self.qps.get(qpn).ok_or(Status::NotFound)?;
+                // Whatever the engine produced for this QP is delivered
+                // now: its number may name a new QP soon.
+                self.pump(now, mem);
+                if let Some(offload) = self.offload.as_mut() {
+                    let _ = offload.engine.destroy_qp(qpn);
+                }
                 let qp = self.qps.remove(qpn).ok_or(Status::NotFound)?;
                 self.pbl_used -= (qp.sq.pages.len() + qp.rq.pages.len()) as u64;
                 self.pd_users(qp.pdn, false);
@@ -335,19 +413,32 @@ impl Rnic {
             }
             Cmd::Doorbell => {
                 let db: CmdDoorbell = args(payload)?;
-                // The data path attaches here; until then a doorbell only
-                // has to name a live QP.
-                self.qps.get(le(db.qpn)).ok_or(Status::NotFound)?;
+                let (qpn, queues) = (le(db.qpn), le(db.queues));
+                self.qps.get(qpn).ok_or(Status::NotFound)?;
+                let known = abi::DoorbellQueue::Sq as u32 | abi::DoorbellQueue::Rq as u32;
+                if queues & !known != 0 {
+                    return Err(Status::Invalid);
+                }
+                // Without an engine yet, the WQEs wait in the ring: they
+                // are fetched when the engine starts.
+                if queues & abi::DoorbellQueue::Sq as u32 != 0 {
+                    self.fetch(mem, qpn, WorkQueue::Send);
+                }
+                if queues & abi::DoorbellQueue::Rq as u32 != 0 {
+                    self.fetch(mem, qpn, WorkQueue::Recv);
+                }
                 Ok(Vec::new())
             }
             Cmd::Reset => {
                 self.reset();
                 Ok(Vec::new())
             }
-            // Connection management arrives with the iWARP engine.
-            Cmd::Listen | Cmd::Unlisten | Cmd::Connect | Cmd::Accept | Cmd::Reject | Cmd::Disconnect => {
-                Err(Status::Unsupported)
-            }
+            Cmd::Listen => self.listen(&args(payload)?),
+            Cmd::Unlisten => self.unlisten(&args(payload)?),
+            Cmd::Connect => self.connect(now, &args(payload)?),
+            Cmd::Accept => self.accept(mem, now, &args(payload)?),
+            Cmd::Reject => self.reject(&args(payload)?),
+            Cmd::Disconnect => self.disconnect(mem, now, &args(payload)?),
         }
     }
 
@@ -428,7 +519,7 @@ impl Rnic {
             }
             _ => return Err(Status::Invalid),
         };
-        let mr = Mr { pdn, access, iova, length, backing };
+        let mr = Mr { pdn, access, iova, length, backing, valid: true };
         let release = mr.backing.clone();
         match self.tpt.insert(mr) {
             Some(stag) => {
@@ -482,7 +573,12 @@ impl Rnic {
             le(a.ring_npages),
         )?;
         let npages = ring.pages.len() as u64;
-        match self.cqs.insert(Cq { ring, status_addr, arm_flags: 0, qp_users: 0 }) {
+        // Indices are free running: start where the page says.
+        let prod = StatusWord::at(status_addr, std::mem::offset_of!(abi::CqStatus, prod))
+            .load(mem, Ordering::Acquire)
+            .unwrap_or(0);
+        let cq = Cq { ring, status_addr, arm_flags: 0, qp_users: 0, prod, overflowed: false };
+        match self.cqs.insert(cq) {
             Some(cqn) => handle_reply(cqn),
             None => {
                 self.pbl_used -= npages;
@@ -516,6 +612,11 @@ impl Rnic {
             }
         };
         let npages = (sq.pages.len() + rq.pages.len()) as u64;
+        // Indices are free running: start where the page says.
+        let progress = |field: usize| {
+            let consumed = StatusWord::at(status_addr, field).load(mem, Ordering::Acquire).unwrap_or(0);
+            WorkProgress { fetched: consumed, consumed }
+        };
         let qp = Qp {
             pdn,
             send_cqn,
@@ -530,29 +631,46 @@ impl Rnic {
             max_recv_sge,
             max_inline,
             flags,
+            sq_work: progress(std::mem::offset_of!(abi::QpStatus, sq_cons)),
+            rq_work: progress(std::mem::offset_of!(abi::QpStatus, rq_cons)),
+            connecting: false,
+            tuple: None,
+            conn_id: 0,
+            close_requested: false,
+            spent: false,
         };
         let Some(qpn) = self.qps.insert(qp) else {
             self.pbl_used -= npages;
             return Err(Status::NoResource);
         };
+        if let Err(e) = self.attach_qp(qpn) {
+            log::warn!("QP {qpn}: the engine refused it: {e}");
+            self.qps.remove(qpn);
+            self.pbl_used -= npages;
+            return Err(Status::NoResource);
+        }
         self.pd_users(pdn, true);
         for cqn in [send_cqn, recv_cqn] {
             if let Some(cq) = self.cqs.get_mut(cqn) {
                 cq.qp_users += 1;
             }
         }
-        Self::publish_state(mem, status_addr, QpState::Idle);
+        datapath::publish_state(mem, status_addr, QpState::Idle);
+        // vt3d is idle on both queues: the first WQEs need a doorbell.
+        let idle = QpStatusFlag::SqIdle as u32 | QpStatusFlag::RqIdle as u32;
+        StatusWord::at(status_addr, std::mem::offset_of!(abi::QpStatus, flags)).fetch_or(mem, idle);
         handle_reply(qpn)
     }
 
-    fn modify_qp<M: GuestMemory>(&mut self, mem: &M, a: &CmdModifyQp) -> CmdResult {
+    fn modify_qp<M: GuestMemory>(&mut self, mem: &M, now: Instant, a: &CmdModifyQp) -> CmdResult {
         let l = self.limits;
         let mask = le(a.mask);
         let known = abi::ModifyMask::State as u32 | abi::ModifyMask::Ird as u32 | abi::ModifyMask::Ord as u32;
         if mask & !known != 0 {
             return Err(Status::Invalid);
         }
-        let qp = self.qps.get_mut(le(a.qpn)).ok_or(Status::NotFound)?;
+        let qpn = le(a.qpn);
+        let qp = self.qps.get_mut(qpn).ok_or(Status::NotFound)?;
         let new_state = if mask & abi::ModifyMask::State as u32 != 0 {
             let to = QpState::try_from(le(a.state)).map_err(|_| Status::Invalid)?;
             if !transition_allowed(qp.state, to) {
@@ -567,28 +685,26 @@ impl Rnic {
         if ird.is_some_and(|v| v > l.max_ird) || ord.is_some_and(|v| v > l.max_ord) {
             return Err(Status::Invalid);
         }
-        if let Some(v) = ird {
-            qp.ird = v;
-        }
-        if let Some(v) = ord {
-            qp.ord = v;
+        let (ird, ord) = (ird.unwrap_or(qp.ird), ord.unwrap_or(qp.ord));
+        let Some(offload) = self.offload.as_mut() else {
+            (qp.ird, qp.ord) = (ird, ord);
+            if let Some(to) = new_state {
+                self.set_qp_state(mem, qpn, to);
+            }
+            return Ok(Vec::new());
+        };
+        // The engine has the last word: IRD/ORD are negotiated, so they
+        // change only in IDLE, and it knows which states a connection allows.
+        if (ird, ord) != (qp.ird, qp.ord) {
+            offload.set_ird_ord(qpn, ird, ord)?;
+            (qp.ird, qp.ord) = (ird, ord);
         }
         if let Some(to) = new_state {
-            qp.state = to;
-            let addr = qp.status_addr;
-            Self::publish_state(mem, addr, to);
+            offload.engine.modify_qp(now, qpn, offload::engine_state(to)).map_err(offload::status)?;
         }
+        // The state change (and what it retired) reaches the status page
+        // before the response.
+        self.pump(now, mem);
         Ok(Vec::new())
-    }
-
-    /// Writes the QP state (and the error flag on ERROR) into its status page.
-    fn publish_state<M: GuestMemory>(mem: &M, status: GuestAddress, state: QpState) {
-        let state_at = status.unchecked_add(std::mem::offset_of!(abi::QpStatus, state) as u64);
-        let _ = mem.write_obj(Le32::from(state as u32), state_at);
-        if state == QpState::Error {
-            let flags_at = status.unchecked_add(std::mem::offset_of!(abi::QpStatus, flags) as u64);
-            let flags: u32 = mem.read_obj::<Le32>(flags_at).map(Le32::to_native).unwrap_or(0);
-            let _ = mem.write_obj(Le32::from(flags | abi::QpStatusFlag::Error as u32), flags_at);
-        }
     }
 }

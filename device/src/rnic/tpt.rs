@@ -1,6 +1,9 @@
 //! The Translation and Protection Table: memory regions named by STags
 //! (index << 8 | key), checked on every access for state, key, PD, rights
-//! and bounds, and translated through their page lists.
+//! and bounds, and translated through their page lists. The iWARP engine
+//! reaches guest memory only through it ([`MemoryRegions`]).
+
+use vt3_iwarp::engine::{self, MemoryRegions};
 
 use crate::abi::{VT3_PAGE_SHIFT, VT3_PAGE_SIZE};
 
@@ -30,6 +33,9 @@ pub struct Mr {
     pub iova: u64,
     pub length: u64,
     pub backing: Backing,
+    /// Cleared by a Send with Invalidate naming this STag; every access
+    /// then fails as an invalid STag. Registration makes a valid region.
+    pub valid: bool,
 }
 
 /// Why an access was refused (mapped to TERMINATE codes by the engine and
@@ -44,6 +50,17 @@ pub enum AccessError {
     Rights,
     #[error("base or bounds violation")]
     Bounds,
+}
+
+impl From<AccessError> for engine::AccessError {
+    fn from(e: AccessError) -> Self {
+        match e {
+            AccessError::InvalidStag => Self::InvalidStag,
+            AccessError::WrongPd => Self::WrongPd,
+            AccessError::Rights => Self::Rights,
+            AccessError::Bounds => Self::Bounds,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -81,6 +98,11 @@ impl Tpt {
         self.entries.get(self.index_of(stag)?)
     }
 
+    fn get_mut(&mut self, stag: u32) -> Option<&mut Mr> {
+        let index = self.index_of(stag)?;
+        self.entries.get_mut(index)
+    }
+
     pub fn remove(&mut self, stag: u32) -> Option<Mr> {
         let index = self.index_of(stag)?;
         self.entries.remove(index)
@@ -109,7 +131,7 @@ impl Tpt {
         needed: Access,
         mut segment: impl FnMut(u64, u64),
     ) -> Result<(), AccessError> {
-        let mr = self.get(stag).ok_or(AccessError::InvalidStag)?;
+        let mr = self.get(stag).filter(|mr| mr.valid).ok_or(AccessError::InvalidStag)?;
         if mr.pdn != pdn {
             return Err(AccessError::WrongPd);
         }
@@ -143,6 +165,34 @@ impl Tpt {
         }
         Ok(())
     }
+
+    /// Send with Invalidate: `stag` must name a valid region of `pdn`.
+    pub fn invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), AccessError> {
+        let mr = self.get_mut(stag).filter(|mr| mr.valid).ok_or(AccessError::InvalidStag)?;
+        if mr.pdn != pdn {
+            return Err(AccessError::WrongPd);
+        }
+        mr.valid = false;
+        Ok(())
+    }
+}
+
+impl MemoryRegions for Tpt {
+    fn translate(
+        &self,
+        stag: u32,
+        pdn: u32,
+        iova: u64,
+        len: u64,
+        access: engine::Access,
+        segment: &mut dyn FnMut(u64, u64),
+    ) -> Result<(), engine::AccessError> {
+        Tpt::translate(self, stag, pdn, iova, len, access, segment).map_err(Into::into)
+    }
+
+    fn invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), engine::AccessError> {
+        Tpt::invalidate(self, stag, pdn).map_err(Into::into)
+    }
 }
 
 #[cfg(test)]
@@ -158,6 +208,7 @@ mod tests {
             iova: 0x7000_0100,
             length: 8192,
             backing: Backing::Pages { pages: vec![0x10_0000, 0x20_0000, 0x30_0000], page_offset: 0x100 },
+            valid: true,
         }
     }
 
@@ -207,5 +258,24 @@ mod tests {
         assert!(tpt.get(old).is_none());
         assert!(tpt.remove(old).is_none());
         assert!(tpt.get(new).is_some());
+    }
+
+    #[test]
+    fn invalidation_checks_pd_and_sticks() {
+        let mut tpt = Tpt::new(16);
+        let stag = tpt.insert(mr(1, ALL_ACCESS)).unwrap();
+        assert_eq!(tpt.invalidate(stag, 2), Err(AccessError::WrongPd));
+        assert_eq!(tpt.invalidate(stag ^ 1, 1), Err(AccessError::InvalidStag));
+        tpt.invalidate(stag, 1).unwrap();
+        assert_eq!(segments(&tpt, stag, 0x7000_0100, 1, REMOTE_READ), Err(AccessError::InvalidStag));
+        assert_eq!(tpt.invalidate(stag, 1), Err(AccessError::InvalidStag), "already invalid");
+        // Through the engine's trait, errors map one to one.
+        let mut seen = 0;
+        let r = MemoryRegions::translate(&tpt, stag, 1, 0x7000_0100, 1, REMOTE_READ, &mut |_, _| seen += 1);
+        assert_eq!(r, Err(engine::AccessError::InvalidStag));
+        assert_eq!(MemoryRegions::invalidate(&mut tpt, 0, 1), Err(engine::AccessError::InvalidStag));
+        let fresh = tpt.insert(mr(1, REMOTE_READ)).unwrap();
+        let r = MemoryRegions::translate(&tpt, fresh, 1, 0x7000_0100, 1, REMOTE_WRITE, &mut |_, _| seen += 1);
+        assert_eq!((r, seen), (Err(engine::AccessError::Rights), 0));
     }
 }

@@ -1,10 +1,14 @@
 //! The vhost-user-net backend for one frontend connection: feature
 //! negotiation and the event handler that moves frames between the
-//! virtqueues and the uplink.
+//! virtqueues, the uplink and the RNIC (control channel and iWARP engine,
+//! which also runs on a timer).
 
 use std::collections::VecDeque;
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
@@ -17,6 +21,7 @@ use virtio_queue::QueueT;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier};
+use vmm_sys_util::timerfd::TimerFd;
 
 use crate::nic::virtio::{
     deliver_rx, drain_tx, ChainStats, NetLayout, RxOutcome, Scratch, VNET_HDR_LEN,
@@ -24,6 +29,7 @@ use crate::nic::virtio::{
 };
 use crate::control::{self, Outcome};
 use crate::nic::{GuestFrame, Nic};
+use crate::rnic::Instant;
 use crate::uplink::RECV_BUF_LEN;
 
 /// virtio-net queue indices.
@@ -32,6 +38,11 @@ pub const TX_QUEUE: u16 = 1;
 const NUM_QUEUES: usize = 2;
 /// Epoll id of the uplink socket; ids up to NUM_QUEUES are the library's.
 pub const UPLINK_EVENT: u16 = NUM_QUEUES as u16 + 1;
+/// Epoll id of the engine's timer.
+pub const TIMER_EVENT: u16 = UPLINK_EVENT + 1;
+/// Shortest timer: an engine that wants to run again at once waits this
+/// long (for a frame or a buffer) instead of spinning.
+const MIN_TIMER: Duration = Duration::from_micros(100);
 /// QEMU allows rx/tx_queue_size up to 1024.
 const MAX_QUEUE_SIZE: usize = 1024;
 
@@ -69,6 +80,52 @@ struct Datapath {
     tx_throttled: bool,
 }
 
+/// The engine's timer: a non-blocking timerfd in the worker's epoll,
+/// armed for the engine's next deadline.
+#[derive(Debug)]
+struct EngineTimer {
+    fd: TimerFd,
+    armed: Option<Instant>,
+}
+
+impl EngineTimer {
+    fn new() -> io::Result<Self> {
+        let fd = TimerFd::new()?;
+        let raw = fd.as_raw_fd();
+        // SAFETY: F_GETFL on a descriptor this function owns; no memory is passed.
+        let flags = unsafe { libc::fcntl(raw, libc::F_GETFL) };
+        // SAFETY: F_SETFL on the same descriptor, only adding O_NONBLOCK: a
+        // read after another handler re-armed the timer must not block the worker.
+        if flags < 0 || unsafe { libc::fcntl(raw, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self { fd, armed: None })
+    }
+
+    /// Consumes the expiry (nothing to read is fine: it was re-armed).
+    fn expired(&mut self) {
+        let _ = self.fd.wait();
+        self.armed = None;
+    }
+
+    fn arm(&mut self, now: Instant, at: Option<Instant>) {
+        if at == self.armed {
+            return;
+        }
+        let result = match at {
+            None => self.fd.clear(),
+            Some(at) => {
+                let micros = u64::try_from(at.total_micros() - now.total_micros()).unwrap_or(0);
+                self.fd.reset(Duration::from_micros(micros).max(MIN_TIMER), None)
+            }
+        };
+        match result {
+            Ok(()) => self.armed = at,
+            Err(e) => log::warn!("engine timer: {e}"),
+        }
+    }
+}
+
 /// Past this many undelivered device frames, vt3d stops taking commands
 /// from the TX ring: a guest that never posts RX buffers throttles itself
 /// instead of growing vt3d's queue.
@@ -80,16 +137,19 @@ pub struct NetBackend {
     mem: Mutex<Option<Memory>>,
     event_idx: AtomicBool,
     datapath: Mutex<Datapath>,
+    timer: Mutex<EngineTimer>,
+    /// The engine's clock starts with the connection.
+    epoch: std::time::Instant,
 }
 
 impl NetBackend {
-    pub fn new(nic: Arc<Nic>) -> Self {
+    pub fn new(nic: Arc<Nic>) -> io::Result<Self> {
         let layout = NetLayout {
             hdr_len: VNET_HDR_LEN,
             mergeable: true,
             max_frame: nic.max_frame(),
         };
-        Self {
+        Ok(Self {
             nic,
             mem: Mutex::new(None),
             event_idx: AtomicBool::new(false),
@@ -101,7 +161,44 @@ impl NetBackend {
                 device_frames: VecDeque::new(),
                 tx_throttled: false,
             }),
-        }
+            timer: Mutex::new(EngineTimer::new()?),
+            epoch: std::time::Instant::now(),
+        })
+    }
+
+    /// The timer to register with the worker's epoll as [`TIMER_EVENT`].
+    pub fn timer_fd(&self) -> RawFd {
+        lock(&self.timer).fd.as_raw_fd()
+    }
+
+    fn now(&self) -> Instant {
+        Instant::from_micros(i64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(i64::MAX))
+    }
+
+    /// Runs the engine, queues its events for the guest and re-arms the
+    /// timer for its next deadline.
+    fn run_engine<M: vm_memory::GuestMemory>(&self, mem: &M, device_frames: &mut VecDeque<Vec<u8>>) {
+        let now = self.now();
+        let mut rnic = self.nic.rnic();
+        let next = rnic.service(now, mem, &mut |frame| self.nic.offload_to_uplink(frame));
+        control::take_events(&mut rnic, device_frames);
+        drop(rnic);
+        lock(&self.timer).arm(now, next);
+    }
+
+    /// The frontend is gone: resets the guest's connections on the wire.
+    pub fn abort_connections(&self) {
+        let now = self.now();
+        self.nic.rnic().abort_connections(now, &mut |frame| self.nic.offload_to_uplink(frame));
+    }
+
+    fn on_timer(&self) {
+        lock(&self.timer).expired();
+        // An error here would end the worker: without memory there is no
+        // engine to run anyway.
+        let Ok(mem) = self.memory() else { return };
+        let mut dp = lock(&self.datapath);
+        self.run_engine(&*mem.memory(), &mut dp.device_frames);
     }
 
     fn memory(&self) -> Result<Memory, BackendError> {
@@ -119,17 +216,24 @@ impl NetBackend {
         }
         *tx_throttled = false;
         let mut stats = ChainStats::default();
+        let now = self.now();
+        let mut commands = false;
         let used = {
             let mut state = tx.get_mut();
             drain_tx(state.get_queue_mut(), &*mem, layout, scratch, &mut stats, |frame| {
                 if self.nic.from_guest(frame) == GuestFrame::Control {
-                    match control::handle_frame(&mut self.nic.rnic(), &*mem, frame) {
+                    commands = true;
+                    match control::handle_frame(&mut self.nic.rnic(), &*mem, frame, now) {
                         Outcome::Reply(frames) => device_frames.extend(frames),
                         Outcome::Silent | Outcome::Ignored => {}
                     }
                 }
             })?
         };
+        // Doorbells and connection commands give the engine work.
+        if commands {
+            self.run_engine(&*mem, device_frames);
+        }
         self.nic.count_tx_malformed(stats.malformed);
         if used {
             signal(tx)?;
@@ -186,6 +290,9 @@ impl NetBackend {
             }
             let queue = state.get_queue_mut();
             delivered |= Self::deliver_device_frames(queue, &*mem, dp, &mut stats)?;
+            let now = self.now();
+            let mut rnic = self.nic.rnic();
+            let mut offloaded = false;
             // Uplink frames wait while device frames do (they keep order
             // and priority); the RX kick resumes both.
             while dp.device_frames.is_empty() {
@@ -202,6 +309,14 @@ impl NetBackend {
                 };
                 let frame = dp.rx_buf.get(..len).unwrap_or_default();
                 if !self.nic.accept_from_uplink(frame) {
+                    continue;
+                }
+                // Offloaded connections and RDMA listening ports go to the
+                // engine; everything else (ARP included) to the guest.
+                if rnic.wants(frame) {
+                    self.nic.count_offload_rx();
+                    rnic.receive(now, frame, &mut |reply| self.nic.offload_to_uplink(reply));
+                    offloaded = true;
                     continue;
                 }
                 let avail_before = queue.avail_idx(&*mem, Ordering::Acquire)?;
@@ -223,6 +338,13 @@ impl NetBackend {
                         }
                     }
                 }
+            }
+            drop(rnic);
+            // What the engine made of them (placements, CQEs, events)
+            // reaches the guest in the same pass.
+            if offloaded {
+                self.run_engine(&*mem, &mut dp.device_frames);
+                delivered |= Self::deliver_device_frames(queue, &*mem, dp, &mut stats)?;
             }
         }
         self.nic.count_rx(&stats);
@@ -322,6 +444,10 @@ impl VhostUserBackend for NetBackend {
                     self.transmit(tx)?;
                     self.receive(rx)?;
                 }
+            }
+            TIMER_EVENT => {
+                self.on_timer();
+                self.receive(rx)?;
             }
             other => return Err(BackendError::UnknownEvent(other).into()),
         }

@@ -20,7 +20,7 @@ use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 
 use crate::nic::Nic;
-use backend::{NetBackend, UPLINK_EVENT};
+use backend::{NetBackend, TIMER_EVENT, UPLINK_EVENT};
 use relay::{poll_readable, Relay, RelayEnd};
 
 #[derive(Debug, Error)]
@@ -33,6 +33,8 @@ pub enum VhostError {
     Daemon(String),
     #[error("registering the uplink with the worker: {0}")]
     Register(io::Error),
+    #[error("engine timer: {0}")]
+    Timer(io::Error),
     #[error("relay: {0}")]
     Relay(io::Error),
 }
@@ -81,9 +83,11 @@ pub fn serve_frontend(
     nic: &Arc<Nic>,
     stop: BorrowedFd<'_>,
 ) -> Result<RelayEnd, VhostError> {
-    let backend = Arc::new(NetBackend::new(Arc::clone(nic)));
+    let backend = Arc::new(NetBackend::new(Arc::clone(nic)).map_err(VhostError::Timer)?);
+    let timer = backend.timer_fd();
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
-    let mut daemon = VhostUserDaemon::new("vt3d-net".to_owned(), backend, mem).map_err(daemon_error)?;
+    let mut daemon =
+        VhostUserDaemon::new("vt3d-net".to_owned(), Arc::clone(&backend), mem).map_err(daemon_error)?;
     for handler in daemon.get_epoll_handlers().iter().take(1) {
         handler
             .register_listener(
@@ -92,6 +96,8 @@ pub fn serve_frontend(
                 u64::from(UPLINK_EVENT),
             )
             .map_err(VhostError::Register)?;
+        // Level triggered: an expiry stays readable until consumed.
+        handler.register_listener(timer, EventSet::IN, u64::from(TIMER_EVENT)).map_err(VhostError::Register)?;
     }
     let (mut private, daemon_end) = private_channel().map_err(VhostError::Channel)?;
     daemon.start(&mut private).map_err(daemon_error)?;
@@ -105,6 +111,7 @@ pub fn serve_frontend(
     // Dropping the daemon stops and joins its worker thread.
     drop(daemon);
     // The guest is gone, and with it every resource it created.
+    backend.abort_connections();
     let mut rnic = nic.rnic();
     log::info!("dropping the guest's RDMA resources: {:?}", rnic.counts());
     rnic.reset();

@@ -1,0 +1,660 @@
+//! The iWARP engine behind the RNIC: one per guest address (it is the TOE
+//! for that IPv4 address and MAC), its connection commands (LISTEN …
+//! DISCONNECT), and its events turned into driver events (DESIGN.md §5).
+
+use std::collections::hash_map::RandomState;
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{BuildHasher, Hasher};
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use vm_memory::GuestMemory;
+use vt3_iwarp::engine::{
+    self, ConnId, ConnectFailure, ConnectParams, ConnectRequest, Engine, EngineConfig, EngineError, Event, EventKind,
+    Io, QpConfig, WorkQueue,
+};
+use vt3_iwarp::toe::{CloseReason, FourTuple, SmolToe, TcpConfig, TcpError};
+use vt3_iwarp::wire::terminate::TermCode;
+
+use super::memory::GuestRam;
+use super::{le, CmdResult, GuestAddr, Instant, Rnic};
+use crate::abi::{
+    CmdAccept, CmdConnect, CmdDisconnect, CmdListen, CmdReject, Event as AbiEvent, EventCm, EventType, PrivateData,
+    QpEvent, QpState, SockAddr, Status, VT3_MAX_PRIVATE_DATA,
+};
+
+/// The TOE's largest accept backlog per port.
+const MAX_BACKLOG: usize = 128;
+/// Listening ports per guest (each holds up to a backlog of sockets).
+const MAX_LISTENERS: usize = 32;
+/// TCP socket buffers (so windows) of offloaded connections.
+const TOE_BUFFER: usize = 64 * 1024;
+/// Frames the TOE sends per poll.
+const TOE_BURST: usize = 8;
+/// Engine polls per service call when handling its output gave it new
+/// work (WQEs fetched on RTS, a deferred close).
+const MAX_POLL_ROUNDS: usize = 4;
+
+/// A connection request reported to the driver and not yet answered.
+#[derive(Debug, Clone, Copy)]
+struct Request {
+    conn: ConnId,
+    tuple: FourTuple,
+}
+
+/// The engine for one guest address.
+#[derive(Debug)]
+pub struct Offload {
+    pub(super) engine: Engine<SmolToe>,
+    mac: [u8; 6],
+    ip: Ipv4Addr,
+    /// conn_id (as the driver knows it) → the engine's pending connection.
+    requests: BTreeMap<u32, Request>,
+    last_conn_id: u32,
+    listening: BTreeSet<u16>,
+}
+
+impl Offload {
+    fn new(addr: &GuestAddr, mtu: u32, now: Instant) -> Result<Self, TcpError> {
+        let ip = Ipv4Addr::from(addr.ipv4);
+        let mut tcp = TcpConfig::new(addr.mac, ip);
+        tcp.mtu = usize::try_from(mtu).unwrap_or(usize::MAX);
+        // The uplinks are datagram sockets that drop what their receive
+        // queue cannot hold: a window well inside UDP's default queue
+        // (208 KiB), and bursts of at most a unix-dgram queue (10
+        // datagrams by default); the rest follows at the next poll.
+        tcp.rx_buffer = TOE_BUFFER;
+        tcp.tx_buffer = TOE_BUFFER;
+        tcp.max_burst = TOE_BURST;
+        // Initial sequence numbers and ports differ from run to run.
+        tcp.seed = RandomState::new().build_hasher().finish();
+        let toe = SmolToe::new(tcp, now)?;
+        Ok(Self {
+            engine: Engine::new(toe, EngineConfig::default()),
+            mac: addr.mac,
+            ip,
+            requests: BTreeMap::new(),
+            last_conn_id: 0,
+            listening: BTreeSet::new(),
+        })
+    }
+
+    pub fn engine(&self) -> &Engine<SmolToe> {
+        &self.engine
+    }
+
+    pub fn ip(&self) -> Ipv4Addr {
+        self.ip
+    }
+
+    fn new_conn_id(&mut self) -> u32 {
+        // At most max_pending requests are open, so this ends quickly.
+        loop {
+            self.last_conn_id = self.last_conn_id.wrapping_add(1).max(1);
+            if !self.requests.contains_key(&self.last_conn_id) {
+                return self.last_conn_id;
+            }
+        }
+    }
+
+    /// A local address of ours: our IP (or 0) and a non-zero port.
+    fn local_port(&self, local: &SockAddr) -> Result<u16, Status> {
+        let ip = Ipv4Addr::from(local.ipv4);
+        let port = u16::from_be_bytes(local.port);
+        if port == 0 || !(ip.is_unspecified() || ip == self.ip) {
+            return Err(Status::Invalid);
+        }
+        Ok(port)
+    }
+
+    /// A peer: a unicast address other than ours and a non-zero port.
+    fn remote(&self, remote: &SockAddr) -> Result<SocketAddrV4, Status> {
+        let ip = Ipv4Addr::from(remote.ipv4);
+        let port = u16::from_be_bytes(remote.port);
+        if port == 0 || ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() || ip == self.ip {
+            return Err(Status::Invalid);
+        }
+        Ok(SocketAddrV4::new(ip, port))
+    }
+
+    pub(super) fn set_ird_ord(&mut self, qpn: u32, ird: u32, ord: u32) -> Result<(), Status> {
+        let narrow = |v: u32| u16::try_from(v).map_err(|_| Status::Invalid);
+        self.engine.set_ird_ord(qpn, narrow(ird)?, narrow(ord)?).map_err(status)
+    }
+}
+
+/// The response status for an engine refusal.
+pub(super) fn status(e: EngineError) -> Status {
+    match e {
+        EngineError::NoSuchQp(_) | EngineError::NoSuchConnection => Status::NotFound,
+        EngineError::QpExists(_) | EngineError::Transport(TcpError::PortInUse(_)) => Status::Busy,
+        EngineError::TooManyQps | EngineError::QueueFull | EngineError::Transport(TcpError::NoResources) => {
+            Status::NoResource
+        }
+        EngineError::InvalidState { .. } | EngineError::Transport(TcpError::InvalidState) => Status::State,
+        EngineError::PrivateDataTooLong(_)
+        | EngineError::Config(_)
+        | EngineError::Transport(_)
+        | EngineError::Negotiation(_) => Status::Invalid,
+    }
+}
+
+/// The same states, as the engine names them (values are `VT3_QPS_*`).
+pub(super) fn engine_state(s: QpState) -> engine::QpState {
+    match s {
+        QpState::Idle => engine::QpState::Idle,
+        QpState::Rts => engine::QpState::Rts,
+        QpState::Closing => engine::QpState::Closing,
+        QpState::Terminate => engine::QpState::Terminate,
+        QpState::Error => engine::QpState::Error,
+    }
+}
+
+fn device_state(s: engine::QpState) -> QpState {
+    match s {
+        engine::QpState::Idle => QpState::Idle,
+        engine::QpState::Rts => QpState::Rts,
+        engine::QpState::Closing => QpState::Closing,
+        engine::QpState::Terminate => QpState::Terminate,
+        engine::QpState::Error => QpState::Error,
+    }
+}
+
+fn errno(e: i32) -> u32 {
+    e.unsigned_abs()
+}
+
+/// CONNECT_REPLY status for a failed active open (a positive errno).
+fn connect_errno(failure: &ConnectFailure) -> u32 {
+    errno(match failure {
+        ConnectFailure::Rejected { .. } => libc::ECONNREFUSED,
+        ConnectFailure::Tcp(CloseReason::Timeout) | ConnectFailure::MpaTimeout => libc::ETIMEDOUT,
+        ConnectFailure::Tcp(CloseReason::Aborted) => libc::ECONNABORTED,
+        ConnectFailure::Tcp(CloseReason::Reset | CloseReason::Graceful) | ConnectFailure::PeerClosed => {
+            libc::ECONNRESET
+        }
+        ConnectFailure::Mpa(_) => libc::EPROTO,
+    })
+}
+
+/// `detail` of the TERMINATE events: layer << 12 | etype << 8 | ecode.
+fn term_detail(code: TermCode) -> u32 {
+    let (layer, etype, ecode) = code.fields();
+    u32::from(layer & 0xf) << 12 | u32::from(etype & 0xf) << 8 | u32::from(ecode)
+}
+
+fn sockaddr(a: SocketAddrV4) -> SockAddr {
+    SockAddr { ipv4: a.ip().octets(), port: a.port().to_be_bytes(), reserved: 0.into() }
+}
+
+/// The used part of a command's private data.
+fn private_data(pd: &PrivateData, len: u16) -> Result<&[u8], Status> {
+    if usize::from(len) > VT3_MAX_PRIVATE_DATA {
+        return Err(Status::Invalid);
+    }
+    Ok(pd.get(len))
+}
+
+fn is_unicast(mac: [u8; 6]) -> bool {
+    mac[0] & 1 == 0 && mac != [0; 6]
+}
+
+/// Fields of a connection event.
+struct Cm<'a> {
+    conn_id: u32,
+    qpn: u32,
+    status: u32,
+    ird: u32,
+    ord: u32,
+    tuple: Option<FourTuple>,
+    private_data: &'a [u8],
+}
+
+impl Cm<'_> {
+    fn body(&self) -> EventCm {
+        let mut pd = PrivateData::default();
+        let len = self.private_data.len().min(VT3_MAX_PRIVATE_DATA);
+        if let (Some(dst), Some(src)) = (pd.0.get_mut(..len), self.private_data.get(..len)) {
+            dst.copy_from_slice(src);
+        }
+        EventCm {
+            conn_id: self.conn_id.into(),
+            qpn: self.qpn.into(),
+            status: self.status.into(),
+            ird: self.ird.into(),
+            ord: self.ord.into(),
+            pd_len: u16::try_from(len).unwrap_or(0).into(),
+            reserved: 0.into(),
+            local: self.tuple.map(|t| sockaddr(t.local)).unwrap_or_default(),
+            remote: self.tuple.map(|t| sockaddr(t.remote)).unwrap_or_default(),
+            private_data: pd,
+        }
+    }
+}
+
+impl Rnic {
+    /// VT3_CMD_SET_ADDR: starts the engine for the address, or a new one if
+    /// the address changed (connections of the old one are lost: their QPs
+    /// go to ERROR). IPv4 0.0.0.0 stops the engine.
+    pub(super) fn set_addr<M: GuestMemory>(&mut self, mem: &M, now: Instant, addr: GuestAddr) -> Result<(), Status> {
+        let ip = Ipv4Addr::from(addr.ipv4);
+        let unchanged = match &self.offload {
+            Some(o) => o.mac == addr.mac && o.ip == ip,
+            None => ip.is_unspecified(),
+        };
+        if !unchanged {
+            let offload = if ip.is_unspecified() {
+                None
+            } else {
+                let o = Offload::new(&addr, self.mtu, now).map_err(|e| {
+                    log::warn!("no TCP offload for {ip}: {e}");
+                    Status::Invalid
+                })?;
+                Some(o)
+            };
+            self.replace_offload(mem, now, offload);
+        }
+        self.addr = Some(addr);
+        Ok(())
+    }
+
+    fn replace_offload<M: GuestMemory>(&mut self, mem: &M, now: Instant, offload: Option<Offload>) {
+        // Whatever the old engine produced still reaches the guest.
+        self.pump(now, mem);
+        self.offload = offload;
+        let qpns: Vec<u32> = self.qps.iter().map(|(qpn, _)| qpn).collect();
+        for &qpn in &qpns {
+            let Some(qp) = self.qps.get_mut(qpn) else { continue };
+            let (state, connecting) = (qp.state, qp.connecting);
+            qp.tuple = None;
+            qp.conn_id = 0;
+            // WQEs not yet retired are still in the ring: fetch them again.
+            qp.sq_work.fetched = qp.sq_work.consumed;
+            qp.rq_work.fetched = qp.rq_work.consumed;
+            if let Err(e) = self.attach_qp(qpn) {
+                log::warn!("QP {qpn}: the new engine refused it: {e}");
+            }
+            if connecting {
+                self.connect_reply(qpn, errno(libc::ECONNABORTED), &[]);
+            } else if matches!(state, QpState::Rts | QpState::Closing | QpState::Terminate) {
+                self.qp_event(qpn, QpEvent::Reset, 0);
+            }
+            // Like any failed connection, an interrupted one leaves ERROR.
+            if state != QpState::Idle || connecting {
+                match self.offload.as_mut() {
+                    Some(o) => {
+                        let _ = o.engine.modify_qp(now, qpn, engine::QpState::Error);
+                    }
+                    None => self.set_qp_state(mem, qpn, QpState::Error),
+                }
+            }
+        }
+        self.pump(now, mem);
+        for qpn in qpns {
+            self.fetch(mem, qpn, WorkQueue::Recv);
+            self.fetch(mem, qpn, WorkQueue::Send);
+        }
+    }
+
+    /// Creates the engine's side of QP `qpn` (nothing without an engine).
+    pub(super) fn attach_qp(&mut self, qpn: u32) -> Result<(), EngineError> {
+        let (Some(offload), Some(qp)) = (self.offload.as_mut(), self.qps.get(qpn)) else {
+            return Ok(());
+        };
+        let mut config = QpConfig::new(qp.pdn);
+        config.sq_depth = qp.sq.depth;
+        config.rq_depth = qp.rq.depth;
+        config.mpa.ird = u16::try_from(qp.ird).unwrap_or(u16::MAX);
+        config.mpa.ord = u16::try_from(qp.ord).unwrap_or(u16::MAX);
+        offload.engine.create_qp(qpn, config)
+    }
+
+    fn check_ird_ord(&self, ird: u32, ord: u32) -> Result<(u32, u32), Status> {
+        if ird > self.limits.max_ird || ord > self.limits.max_ord {
+            return Err(Status::Invalid);
+        }
+        Ok((ird, ord))
+    }
+
+    pub(super) fn listen(&mut self, a: &CmdListen) -> CmdResult {
+        let offload = self.offload.as_mut().ok_or(Status::State)?;
+        let port = offload.local_port(&a.local)?;
+        if offload.listening.contains(&port) {
+            return Err(Status::Busy);
+        }
+        if offload.listening.len() >= MAX_LISTENERS {
+            return Err(Status::NoResource);
+        }
+        let backlog = usize::try_from(le(a.backlog)).unwrap_or(MAX_BACKLOG).clamp(1, MAX_BACKLOG);
+        offload.engine.listen(port, backlog).map_err(status)?;
+        offload.listening.insert(port);
+        Ok(Vec::new())
+    }
+
+    pub(super) fn unlisten(&mut self, a: &CmdListen) -> CmdResult {
+        let offload = self.offload.as_mut().ok_or(Status::State)?;
+        let port = offload.local_port(&a.local)?;
+        if !offload.listening.remove(&port) {
+            return Err(Status::NotFound);
+        }
+        // Unanswered requests on the port are withdrawn (events follow).
+        offload.engine.unlisten(port);
+        Ok(Vec::new())
+    }
+
+    pub(super) fn connect(&mut self, now: Instant, a: &CmdConnect) -> CmdResult {
+        let qpn = le(a.qpn);
+        let (ird, ord) = self.check_ird_ord(le(a.ird), le(a.ord))?;
+        let pd = private_data(&a.private_data, a.pd_len.to_native())?;
+        let offload = self.offload.as_mut().ok_or(Status::State)?;
+        let qp = self.qps.get_mut(qpn).ok_or(Status::NotFound)?;
+        if qp.state != QpState::Idle || qp.connecting || qp.spent {
+            return Err(Status::State);
+        }
+        let local_port = offload.local_port(&a.local)?;
+        let remote = offload.remote(&a.remote)?;
+        if !is_unicast(a.next_hop) {
+            return Err(Status::Invalid);
+        }
+        offload.set_ird_ord(qpn, ird, ord)?;
+        (qp.ird, qp.ord) = (ird, ord);
+        let params = ConnectParams { local_port, remote, next_hop: a.next_hop, private_data: pd.to_vec() };
+        offload.engine.connect(now, qpn, params).map_err(status)?;
+        qp.connecting = true;
+        qp.conn_id = 0;
+        qp.tuple = Some(FourTuple { local: SocketAddrV4::new(offload.ip, local_port), remote });
+        Ok(Vec::new())
+    }
+
+    pub(super) fn accept<M: GuestMemory>(&mut self, mem: &M, now: Instant, a: &CmdAccept) -> CmdResult {
+        let (conn_id, qpn) = (le(a.conn_id), le(a.qpn));
+        let (ird, ord) = self.check_ird_ord(le(a.ird), le(a.ord))?;
+        let pd = private_data(&a.private_data, a.pd_len.to_native())?;
+        let offload = self.offload.as_mut().ok_or(Status::State)?;
+        let request = *offload.requests.get(&conn_id).ok_or(Status::NotFound)?;
+        let qp = self.qps.get_mut(qpn).ok_or(Status::NotFound)?;
+        if qp.state != QpState::Idle || qp.connecting || qp.spent {
+            return Err(Status::State);
+        }
+        offload.set_ird_ord(qpn, ird, ord)?;
+        (qp.ird, qp.ord) = (ird, ord);
+        match offload.engine.accept(now, request.conn, qpn, pd) {
+            Ok(()) => {}
+            Err(EngineError::NoSuchConnection) => {
+                offload.requests.remove(&conn_id);
+                return Err(Status::NotFound);
+            }
+            Err(e) => return Err(status(e)),
+        }
+        offload.requests.remove(&conn_id);
+        qp.conn_id = conn_id;
+        qp.tuple = Some(request.tuple);
+        // ESTABLISHED follows the response.
+        self.pump(now, mem);
+        Ok(Vec::new())
+    }
+
+    pub(super) fn reject(&mut self, a: &CmdReject) -> CmdResult {
+        let conn_id = le(a.conn_id);
+        let pd = private_data(&a.private_data, a.pd_len.to_native())?;
+        let offload = self.offload.as_mut().ok_or(Status::State)?;
+        let request = *offload.requests.get(&conn_id).ok_or(Status::NotFound)?;
+        let result = offload.engine.reject(request.conn, pd);
+        if matches!(result, Ok(()) | Err(EngineError::NoSuchConnection)) {
+            offload.requests.remove(&conn_id);
+        }
+        result.map_err(status)?;
+        Ok(Vec::new())
+    }
+
+    /// DISCONNECT: abortive (RST, QP → ERROR) or graceful: the FIN goes
+    /// out once every send WQE posted so far has completed.
+    pub(super) fn disconnect<M: GuestMemory>(&mut self, mem: &M, now: Instant, a: &CmdDisconnect) -> CmdResult {
+        let qpn = le(a.qpn);
+        let abort = match le(a.abort) {
+            0 => false,
+            1 => true,
+            _ => return Err(Status::Invalid),
+        };
+        let offload = self.offload.as_mut().ok_or(Status::State)?;
+        let state = self.qps.get(qpn).ok_or(Status::NotFound)?.state;
+        if abort {
+            offload.engine.modify_qp(now, qpn, engine::QpState::Error).map_err(status)?;
+        } else {
+            match state {
+                QpState::Rts => {}
+                // The connection is ending already.
+                QpState::Closing | QpState::Terminate | QpState::Error => return Ok(Vec::new()),
+                QpState::Idle => return Err(Status::State),
+            }
+            self.fetch(mem, qpn, WorkQueue::Send);
+            let qp = self.qps.get_mut(qpn).ok_or(Status::NotFound)?;
+            if qp.sq_work.fetched == qp.sq_work.consumed {
+                self.start_close(now, qpn);
+            } else {
+                qp.close_requested = true;
+            }
+        }
+        self.pump(now, mem);
+        Ok(Vec::new())
+    }
+
+    /// The graceful close (FIN); true if the engine started it.
+    pub(super) fn start_close(&mut self, now: Instant, qpn: u32) -> bool {
+        let Some(offload) = self.offload.as_mut() else { return false };
+        match offload.engine.modify_qp(now, qpn, engine::QpState::Closing) {
+            Ok(()) => true,
+            Err(e) => {
+                log::debug!("QP {qpn}: no graceful close: {e}");
+                false
+            }
+        }
+    }
+
+    /// The guest is gone: every connection is reset (so peers learn it at
+    /// once instead of timing out) and the RSTs are sent. Guest memory is
+    /// no longer mapped, so the engine runs over none; QPs in ERROR touch
+    /// none.
+    pub fn abort_connections(&mut self, now: Instant, uplink: &mut dyn FnMut(&[u8])) {
+        let Some(offload) = self.offload.as_mut() else { return };
+        let qpns: Vec<u32> = offload.engine.qpns().collect();
+        for qpn in qpns {
+            let _ = offload.engine.modify_qp(now, qpn, engine::QpState::Error);
+        }
+        let ports: Vec<u16> = offload.listening.iter().copied().collect();
+        for port in ports {
+            offload.engine.unlisten(port);
+        }
+        let none = vm_memory::GuestMemoryMmap::<()>::new();
+        let mut ram = GuestRam(&none);
+        offload.engine.poll(now, &mut Io { memory: &mut ram, regions: &mut self.tpt, uplink });
+    }
+
+    // ---- the engine at work ----
+
+    /// Demux: does this uplink frame belong to an offloaded connection or
+    /// a listening port?
+    pub fn wants(&self, frame: &[u8]) -> bool {
+        self.offload.as_ref().is_some_and(|o| o.engine.wants(frame))
+    }
+
+    /// One uplink frame the engine [`Rnic::wants`]; replies go to `uplink`.
+    pub fn receive(&mut self, now: Instant, frame: &[u8], uplink: &mut dyn FnMut(&[u8])) {
+        if let Some(o) = self.offload.as_mut() {
+            o.engine.receive(now, frame, uplink);
+        }
+    }
+
+    /// Runs the engine (timers, received data, transmission; frames go to
+    /// `uplink`) and delivers its output: CQEs, status pages, events.
+    /// Returns when to run it again at the latest.
+    pub fn service<M: GuestMemory>(
+        &mut self,
+        now: Instant,
+        mem: &M,
+        uplink: &mut dyn FnMut(&[u8]),
+    ) -> Option<Instant> {
+        for _ in 0..MAX_POLL_ROUNDS {
+            let offload = self.offload.as_mut()?;
+            let mut ram = GuestRam(mem);
+            offload.engine.poll(now, &mut Io { memory: &mut ram, regions: &mut self.tpt, uplink: &mut *uplink });
+            if !self.pump(now, mem) {
+                break;
+            }
+        }
+        self.offload.as_mut()?.engine.poll_at(now)
+    }
+
+    /// Delivers what the engine produced, completions first (they precede
+    /// any state change reported with them). Returns whether the engine
+    /// got new work meanwhile.
+    pub(super) fn pump<M: GuestMemory>(&mut self, now: Instant, mem: &M) -> bool {
+        let mut more = false;
+        loop {
+            let Some(offload) = self.offload.as_mut() else { return more };
+            if let Some(c) = offload.engine.pop_completion() {
+                more |= self.complete(mem, now, &c);
+                continue;
+            }
+            let Some(event) = offload.engine.pop_event() else { return more };
+            more |= self.engine_event(mem, event);
+        }
+    }
+
+    fn engine_event<M: GuestMemory>(&mut self, mem: &M, event: Event) -> bool {
+        match (event.qpn, event.conn, event.kind) {
+            (_, Some(conn), EventKind::ConnectRequest(request)) => self.connect_request(conn, &request),
+            (_, Some(conn), EventKind::ConnectWithdrawn) => {
+                // The driver learns it when it answers (NOT_FOUND).
+                if let Some(o) = self.offload.as_mut() {
+                    o.requests.retain(|_, r| r.conn != conn);
+                }
+            }
+            (_, _, EventKind::ConnectRefused { tuple, refusal }) => {
+                log::info!("connection {tuple:?} refused by the engine: {refusal:?}");
+            }
+            (Some(qpn), _, kind) => return self.qp_engine_event(mem, qpn, kind),
+            (None, _, kind) => log::debug!("engine event without a QP: {kind:?}"),
+        }
+        false
+    }
+
+    /// VT3_EV_CONNECT_REQUEST. IRD/ORD are from the listener's side, capped
+    /// by the device (as siw reports them): ours to offer = the peer's
+    /// ORD/IRD; an MPA revision 1 peer sends none, so the device maximum.
+    fn connect_request(&mut self, conn: ConnId, request: &ConnectRequest) {
+        let limits = self.limits;
+        let Some(offload) = self.offload.as_mut() else { return };
+        let conn_id = offload.new_conn_id();
+        offload.requests.insert(conn_id, Request { conn, tuple: request.tuple });
+        let cap = |v: Option<u16>, max: u32| v.map_or(max, |v| u32::from(v).min(max));
+        let cm = Cm {
+            conn_id,
+            qpn: 0,
+            status: 0,
+            ird: cap(request.ord, limits.max_ird),
+            ord: cap(request.ird, limits.max_ord),
+            tuple: Some(request.tuple),
+            private_data: &request.private_data,
+        };
+        self.push_event(EventType::ConnectRequest, &cm.body());
+    }
+
+    fn qp_engine_event<M: GuestMemory>(&mut self, mem: &M, qpn: u32, kind: EventKind) -> bool {
+        match kind {
+            EventKind::StateChanged { to, .. } => {
+                let to = device_state(to);
+                // An active open cut short by the host still gets its reply.
+                if to == QpState::Error && self.qps.get(qpn).is_some_and(|qp| qp.connecting) {
+                    self.connect_reply(qpn, errno(libc::ECONNABORTED), &[]);
+                }
+                self.set_qp_state(mem, qpn, to);
+                if to == QpState::Rts {
+                    let recv = self.fetch(mem, qpn, WorkQueue::Recv);
+                    return self.fetch(mem, qpn, WorkQueue::Send) || recv;
+                }
+            }
+            EventKind::Established { negotiated, private_data } => {
+                let Some(qp) = self.qps.get_mut(qpn) else { return false };
+                (qp.ird, qp.ord) = (negotiated.ird.into(), negotiated.ord.into());
+                if qp.connecting {
+                    self.connect_reply(qpn, 0, &private_data);
+                } else {
+                    let cm = Cm {
+                        conn_id: qp.conn_id,
+                        qpn,
+                        status: 0,
+                        ird: qp.ird,
+                        ord: qp.ord,
+                        tuple: qp.tuple,
+                        private_data: &private_data,
+                    };
+                    self.push_event(EventType::Established, &cm.body());
+                }
+            }
+            EventKind::ConnectFailed(failure) => {
+                let pd = match &failure {
+                    ConnectFailure::Rejected { private_data } => private_data.as_slice(),
+                    _ => &[],
+                };
+                self.connect_reply(qpn, connect_errno(&failure), pd);
+            }
+            EventKind::PeerClose => self.qp_event(qpn, QpEvent::PeerClose, 0),
+            EventKind::CloseComplete { sq_outstanding } => {
+                self.qp_event(qpn, QpEvent::CloseComplete, u32::from(sq_outstanding));
+            }
+            EventKind::Reset => self.qp_event(qpn, QpEvent::Reset, 0),
+            EventKind::Timeout => self.qp_event(qpn, QpEvent::Timeout, 0),
+            EventKind::TerminateReceived { code, .. } => {
+                self.qp_event(qpn, QpEvent::TerminateReceived, term_detail(code));
+            }
+            EventKind::LocalError { sent, .. } => self.qp_event(qpn, QpEvent::TerminateSent, term_detail(sent)),
+            EventKind::WqeError { status, .. } => self.qp_event(qpn, QpEvent::BadWqe, status as u32),
+            // The host's abortive close (DISCONNECT abort, MODIFY to ERROR)
+            // finished: the QP is in ERROR and its WQEs are flushed. The ABI
+            // has no code of its own for it yet.
+            EventKind::Aborted => {
+                let outstanding = self.qps.get(qpn).is_some_and(|qp| qp.sq_work.fetched != qp.sq_work.consumed);
+                self.qp_event(qpn, QpEvent::CloseComplete, u32::from(outstanding));
+            }
+            EventKind::ConnectRequest(_) | EventKind::ConnectRefused { .. } | EventKind::ConnectWithdrawn => {}
+        }
+        false
+    }
+
+    /// VT3_EV_CONNECT_REPLY for an active open: status 0 or an errno.
+    fn connect_reply(&mut self, qpn: u32, status: u32, private_data: &[u8]) {
+        let Some(qp) = self.qps.get_mut(qpn) else { return };
+        if !qp.connecting {
+            log::debug!("QP {qpn}: connect outcome {status} without a CONNECT");
+            return;
+        }
+        qp.connecting = false;
+        let cm = Cm { conn_id: 0, qpn, status, ird: qp.ird, ord: qp.ord, tuple: qp.tuple, private_data };
+        self.push_event(EventType::ConnectReply, &cm.body());
+    }
+
+    fn qp_event(&mut self, qpn: u32, code: QpEvent, detail: u32) {
+        let body = AbiEvent { handle: qpn.into(), code: (code as u32).into(), detail: detail.into(), reserved: 0.into() };
+        self.push_event(EventType::Qp, &body);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminate_detail_is_the_rfc_5040_layout() {
+        assert_eq!(term_detail(TermCode::from_fields(1, 2, 0x05)), 0x1205);
+        assert_eq!(term_detail(TermCode::from_fields(2, 0, 0x02)), 0x2002);
+        assert_eq!(term_detail(TermCode::from_fields(0, 1, 0xff)), 0x01ff);
+    }
+
+    #[test]
+    fn connect_failures_have_the_errno_iw_cm_expects() {
+        assert_eq!(connect_errno(&ConnectFailure::Rejected { private_data: vec![] }), 111);
+        assert_eq!(connect_errno(&ConnectFailure::Tcp(CloseReason::Reset)), 104);
+        assert_eq!(connect_errno(&ConnectFailure::Tcp(CloseReason::Timeout)), 110);
+        assert_eq!(connect_errno(&ConnectFailure::MpaTimeout), 110);
+    }
+}

@@ -1,0 +1,287 @@
+//! Work queue entries from the guest's rings into the engine's work
+//! requests, and the engine's completions into CQEs. WQEs are untrusted:
+//! every field is checked against the ABI and the QP's own limits.
+
+use thiserror::Error;
+use vm_memory::ByteValued;
+use vt3_iwarp::engine::{Completion, InlineData, RecvWr, SendOpcode, SendWr, Sge, SgeList, WorkQueue};
+
+use crate::abi::{self, CqeFlag, RqWqe, SqWqe, WqeFlag, VT3_MAX_SGE};
+
+/// What a QP allows in its WQEs (from CREATE_QP, which keeps them within
+/// VT3_MAX_SGE and VT3_MAX_INLINE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WqeLimits {
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline: u32,
+    /// VT3_QP_SIG_ALL: every send WQE is signaled.
+    pub sig_all: bool,
+}
+
+/// Why a WQE was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum BadWqe {
+    #[error("unknown opcode {0}")]
+    Opcode(u8),
+    #[error("unknown flags {0:#x}")]
+    Flags(u8),
+    #[error("{0} SGEs is more than the QP allows")]
+    NumSge(u8),
+    #[error("{0} octets of inline data is more than the QP allows")]
+    InlineLen(u32),
+    #[error("the WQE could not be read from guest memory")]
+    Unreadable,
+}
+
+const KNOWN_FLAGS: u8 = WqeFlag::Signaled as u8 | WqeFlag::Inline as u8 | WqeFlag::Fence as u8;
+/// Where `sge[]` / `inline_data[]` start in `vt3_sq_wqe`.
+const SQ_PAYLOAD: usize = std::mem::offset_of!(SqWqe, inline_data);
+/// Where `sge[]` starts in `vt3_rq_wqe`.
+const RQ_SGES: usize = std::mem::offset_of!(RqWqe, sge);
+
+fn sges(bytes: &[u8], count: u8) -> SgeList {
+    let mut list = [Sge::default(); VT3_MAX_SGE];
+    for (sge, raw) in list.iter_mut().zip(bytes.chunks_exact(std::mem::size_of::<abi::Sge>())) {
+        if let Some(s) = abi::read_struct::<abi::Sge>(raw) {
+            *sge = Sge { addr: s.addr.to_native(), length: s.length.to_native(), lkey: s.lkey.to_native() };
+        }
+    }
+    SgeList::new(list.get(..usize::from(count)).unwrap_or_default()).unwrap_or(SgeList::EMPTY)
+}
+
+/// Parses a send WQE.
+pub fn send_wr(wqe: &SqWqe, limits: &WqeLimits) -> Result<SendWr, BadWqe> {
+    let opcode = SendOpcode::from_wire(wqe.opcode).ok_or(BadWqe::Opcode(wqe.opcode))?;
+    if wqe.flags & !KNOWN_FLAGS != 0 {
+        return Err(BadWqe::Flags(wqe.flags));
+    }
+    let payload = wqe.as_slice().get(SQ_PAYLOAD..).unwrap_or_default();
+    let (sge_list, inline) = if wqe.flags & WqeFlag::Inline as u8 != 0 {
+        let len = wqe.inline_len.to_native();
+        if len > limits.max_inline {
+            return Err(BadWqe::InlineLen(len));
+        }
+        let data = payload.get(..len as usize).unwrap_or_default();
+        (SgeList::EMPTY, Some(InlineData::new(data).ok_or(BadWqe::InlineLen(len))?))
+    } else {
+        if u32::from(wqe.num_sge) > limits.max_send_sge {
+            return Err(BadWqe::NumSge(wqe.num_sge));
+        }
+        (sges(payload, wqe.num_sge), None)
+    };
+    Ok(SendWr {
+        wr_id: wqe.wr_id.to_native(),
+        opcode,
+        signaled: limits.sig_all || wqe.flags & WqeFlag::Signaled as u8 != 0,
+        fence: wqe.flags & WqeFlag::Fence as u8 != 0,
+        sges: sge_list,
+        inline,
+        remote_addr: wqe.remote_addr.to_native(),
+        remote_stag: wqe.remote_stag.to_native(),
+        invalidate_stag: wqe.invalidate_stag.to_native(),
+    })
+}
+
+/// What the engine is given for a refused send WQE: a request its own
+/// checks refuse when it reaches the WQE (inline data on a READ), so the
+/// WQE completes in posting order with VT3_WC_LOC_QP_OP_ERR, a TERMINATE
+/// goes out and the QP moves to ERROR (DESIGN §5, bad local WQE).
+pub fn refused_send_wr(wr_id: u64) -> SendWr {
+    SendWr { inline: InlineData::new(&[]), ..SendWr::new(wr_id, SendOpcode::Read) }
+}
+
+/// Parses a receive WQE.
+pub fn recv_wr(wqe: &RqWqe, limits: &WqeLimits) -> Result<RecvWr, BadWqe> {
+    if u32::from(wqe.num_sge) > limits.max_recv_sge {
+        return Err(BadWqe::NumSge(wqe.num_sge));
+    }
+    let payload = wqe.as_slice().get(RQ_SGES..).unwrap_or_default();
+    Ok(RecvWr { wr_id: wqe.wr_id.to_native(), sges: sges(payload, wqe.num_sge) })
+}
+
+/// What the engine is given for a refused receive WQE: one octet through
+/// STag 0, which never names a region. The engine has no way to fail a
+/// receive WQE before a Send arrives; the first Send that lands in it
+/// completes it with VT3_WC_LOC_PROT_ERR and moves the QP to ERROR with a
+/// TERMINATE.
+pub fn refused_recv_wr(wr_id: u64) -> RecvWr {
+    RecvWr { wr_id, sges: SgeList::single(Sge { addr: 0, length: 1, lkey: 0 }) }
+}
+
+/// The CQE for a completion.
+pub fn cqe(c: &Completion) -> abi::Cqe {
+    let mut flags = 0;
+    if c.invalidated_stag.is_some() {
+        flags |= CqeFlag::Invalidated as u8;
+    }
+    if c.solicited {
+        flags |= CqeFlag::Solicited as u8;
+    }
+    abi::Cqe {
+        wr_id: c.wr_id.into(),
+        qpn: c.qpn.into(),
+        opcode: c.opcode as u8,
+        status: c.status as u8,
+        flags,
+        byte_len: c.byte_len.into(),
+        invalidated_stag: c.invalidated_stag.unwrap_or(0).into(),
+        ..Default::default()
+    }
+}
+
+/// Whether a completion needs a CQE: every receive, and signaled sends
+/// (errors are always signaled by the engine).
+pub fn writes_cqe(c: &Completion) -> bool {
+    c.queue == WorkQueue::Recv || c.signaled
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
+mod tests {
+    use super::*;
+    use crate::abi::{Sge as AbiSge, WrOpcode};
+    use vt3_iwarp::engine::{WcOpcode, WcStatus};
+
+    const LIMITS: WqeLimits = WqeLimits { max_send_sge: 3, max_recv_sge: 2, max_inline: 32, sig_all: false };
+
+    fn sge(addr: u64, length: u32, lkey: u32) -> AbiSge {
+        AbiSge { addr: addr.into(), length: length.into(), lkey: lkey.into() }
+    }
+
+    fn sq(opcode: u8, flags: u8, sges: &[AbiSge]) -> SqWqe {
+        let mut w = SqWqe {
+            wr_id: 0xfeed_0001.into(),
+            opcode,
+            flags,
+            num_sge: sges.len() as u8,
+            invalidate_stag: 0x1234.into(),
+            remote_addr: 0x7f00_0000_1000u64.into(),
+            remote_stag: 0x0305.into(),
+            ..Default::default()
+        };
+        for (i, s) in sges.iter().enumerate() {
+            let at = SQ_PAYLOAD + i * 16;
+            w.as_mut_slice()[at..at + 16].copy_from_slice(s.as_slice());
+        }
+        w
+    }
+
+    #[test]
+    fn send_wqes_become_send_wrs() {
+        let w = sq(WrOpcode::Write as u8, WqeFlag::Fence as u8, &[sge(0x1000, 10, 0x101), sge(0x2000, 20, 0x102)]);
+        let wr = send_wr(&w, &LIMITS).unwrap();
+        assert_eq!((wr.wr_id, wr.opcode, wr.signaled, wr.fence), (0xfeed_0001, SendOpcode::Write, false, true));
+        assert_eq!(wr.sges.as_slice(), &[
+            Sge { addr: 0x1000, length: 10, lkey: 0x101 },
+            Sge { addr: 0x2000, length: 20, lkey: 0x102 }
+        ]);
+        assert_eq!((wr.remote_addr, wr.remote_stag, wr.invalidate_stag), (0x7f00_0000_1000, 0x0305, 0x1234));
+        assert_eq!(wr.inline, None);
+        // SIG_ALL folds into every WR.
+        let all = WqeLimits { sig_all: true, ..LIMITS };
+        assert!(send_wr(&w, &all).unwrap().signaled);
+        for op in WrOpcode::ALL {
+            let wr = send_wr(&sq(*op as u8, WqeFlag::Signaled as u8, &[]), &LIMITS).unwrap();
+            assert_eq!((wr.opcode as u8, wr.signaled), (*op as u8, true));
+        }
+    }
+
+    #[test]
+    fn inline_data_is_copied_out_of_the_wqe() {
+        let mut w = sq(WrOpcode::Send as u8, WqeFlag::Inline as u8, &[]);
+        w.inline_len = 5.into();
+        w.as_mut_slice()[SQ_PAYLOAD..SQ_PAYLOAD + 8].copy_from_slice(b"hello!!!");
+        let wr = send_wr(&w, &LIMITS).unwrap();
+        assert_eq!(wr.inline.unwrap().as_slice(), b"hello");
+        assert!(wr.sges.is_empty());
+        assert_eq!(wr.length(), 5);
+        w.inline_len = 32.into();
+        assert_eq!(send_wr(&w, &LIMITS).unwrap().length(), 32);
+    }
+
+    #[test]
+    fn hostile_send_wqes_are_refused() {
+        let five: Vec<AbiSge> = (0..4).map(|i| sge(i, 1, 1)).collect();
+        let cases = [
+            (sq(6, 0, &[]), BadWqe::Opcode(6)),
+            (sq(0xff, 0, &[]), BadWqe::Opcode(0xff)),
+            (sq(0, 0x08, &[]), BadWqe::Flags(0x08)),
+            (sq(0, 0xff, &[]), BadWqe::Flags(0xff)),
+            (sq(0, 0, &five), BadWqe::NumSge(4)),
+            (SqWqe { num_sge: 0xff, ..sq(0, 0, &[]) }, BadWqe::NumSge(0xff)),
+            (SqWqe { inline_len: 33.into(), ..sq(0, WqeFlag::Inline as u8, &[]) }, BadWqe::InlineLen(33)),
+            (SqWqe { inline_len: u32::MAX.into(), ..sq(0, WqeFlag::Inline as u8, &[]) }, BadWqe::InlineLen(u32::MAX)),
+        ];
+        for (w, want) in cases {
+            assert_eq!(send_wr(&w, &LIMITS), Err(want), "{w:?}");
+        }
+        // A QP created with the ABI maxima still refuses more than them.
+        let max = WqeLimits { max_send_sge: 4, max_recv_sge: 4, max_inline: 64, sig_all: false };
+        let w = SqWqe { inline_len: 65.into(), ..sq(0, WqeFlag::Inline as u8, &[]) };
+        assert_eq!(send_wr(&w, &max), Err(BadWqe::InlineLen(65)));
+        assert_eq!(send_wr(&SqWqe { num_sge: 5, ..sq(0, 0, &[]) }, &max), Err(BadWqe::NumSge(5)));
+        // Random WQEs: parsed or refused, never a panic, never more than allowed.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..20_000 {
+            let mut w = SqWqe::default();
+            for b in w.as_mut_slice() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = x as u8;
+            }
+            w.num_sge &= 7;
+            if let Ok(wr) = send_wr(&w, &max) {
+                assert!(wr.sges.len() <= 4 && wr.inline.map_or(0, |i| i.as_slice().len()) <= 64);
+            }
+        }
+    }
+
+    #[test]
+    fn receive_wqes() {
+        let mut w = RqWqe { wr_id: 9.into(), num_sge: 2, ..Default::default() };
+        w.sge[0] = sge(0x3000, 100, 0x201);
+        w.sge[1] = sge(0x5000, 50, 0x202);
+        let wr = recv_wr(&w, &LIMITS).unwrap();
+        assert_eq!((wr.wr_id, wr.sges.total_len()), (9, 150));
+        assert_eq!(recv_wr(&RqWqe { num_sge: 0, ..w }, &LIMITS).unwrap().sges.len(), 0);
+        for n in [3, 4, 5, 0xff] {
+            assert_eq!(recv_wr(&RqWqe { num_sge: n, ..w }, &LIMITS), Err(BadWqe::NumSge(n)));
+        }
+    }
+
+    #[test]
+    fn refused_wqes_fail_in_the_engine() {
+        let wr = refused_send_wr(77);
+        assert_eq!((wr.wr_id, wr.opcode, wr.signaled), (77, SendOpcode::Read, true));
+        assert!(wr.inline.is_some(), "inline data on a READ is refused by the engine");
+        let wr = refused_recv_wr(78);
+        assert_eq!((wr.wr_id, wr.sges.as_slice()[0].lkey, wr.sges.total_len()), (78, 0, 1));
+    }
+
+    #[test]
+    fn completions_become_cqes() {
+        let c = Completion {
+            qpn: 3,
+            queue: WorkQueue::Recv,
+            wr_id: 0xabcd,
+            opcode: WcOpcode::Recv,
+            status: WcStatus::Success,
+            byte_len: 1000,
+            invalidated_stag: Some(0x4407),
+            solicited: true,
+            signaled: true,
+        };
+        let e = cqe(&c);
+        assert_eq!((e.wr_id.to_native(), e.qpn.to_native(), e.byte_len.to_native()), (0xabcd, 3, 1000));
+        assert_eq!((e.opcode, e.status), (3, 0));
+        assert_eq!(e.flags, CqeFlag::Invalidated as u8 | CqeFlag::Solicited as u8);
+        assert_eq!(e.invalidated_stag.to_native(), 0x4407);
+        let send = Completion { queue: WorkQueue::Send, opcode: WcOpcode::Read, status: WcStatus::LocProtErr, invalidated_stag: None, solicited: false, signaled: false, ..c };
+        let e = cqe(&send);
+        assert_eq!((e.opcode, e.status, e.flags, e.invalidated_stag.to_native()), (2, 3, 0, 0));
+        assert!(writes_cqe(&c) && !writes_cqe(&send));
+        assert!(writes_cqe(&Completion { signaled: false, ..c }), "receives always complete");
+    }
+}

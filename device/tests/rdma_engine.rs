@@ -1,0 +1,855 @@
+//! Two RNICs wired back to back, each driven through the control channel
+//! as vt3.ko drives it and through rings in (mock) guest memory as libvt3
+//! drives them: connection setup, SEND/RECV, RDMA WRITE and READ, CQ
+//! arming and overflow, a malformed WQE, and graceful and abortive
+//! disconnects with their events. The wire is the engine crate's
+//! simulated one, in virtual time: no guests, no sockets, no sleeping.
+
+#![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
+
+use std::collections::VecDeque;
+use std::sync::atomic::{fence, Ordering};
+
+use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemoryMmap};
+use vt3_iwarp::sim::{Endpoint, Sim, WireConfig, IPS, MACS};
+use vt3_iwarp::toe::{Duration, Instant};
+use vt3d::abi::*;
+use vt3d::control::{build_frame, handle_frame, take_events, Outcome};
+use vt3d::rnic::{Limits, Rnic};
+
+const MEM: usize = 8 << 20;
+const PBL: u64 = 0x10_0000;
+const STATUS: u64 = 0x1f_0000;
+const PAGES: u64 = 0x20_0000;
+const PORT: u16 = 7174;
+const PAGE: u64 = VT3_PAGE_SIZE;
+
+/// A CQ as the provider sees it.
+#[derive(Debug, Clone, Copy)]
+struct CqRing {
+    cqn: u32,
+    ring: u64,
+    status: u64,
+    depth: u32,
+    cons: u32,
+}
+
+/// A QP as the provider sees it.
+#[derive(Debug, Clone, Copy)]
+struct QpRings {
+    qpn: u32,
+    status: u64,
+    sq: u64,
+    rq: u64,
+    depth: u32,
+    sq_prod: u32,
+    rq_prod: u32,
+    scq: CqRing,
+    rcq: CqRing,
+}
+
+/// A registered buffer.
+#[derive(Debug, Clone, Copy)]
+struct Mr {
+    stag: u32,
+    iova: u64,
+    guest: u64,
+}
+
+/// One guest: its memory, its RNIC, and what vt3.ko and libvt3 would do.
+struct Guest {
+    rnic: Rnic,
+    mem: GuestMemoryMmap,
+    mac: [u8; 6],
+    seq: u32,
+    /// Events received, in order: (type, payload).
+    events: Vec<(EventType, Vec<u8>)>,
+    frames: VecDeque<Vec<u8>>,
+    next_poll: Option<Instant>,
+    next_pbl: u64,
+    next_page: u64,
+    next_status: u64,
+    doorbells: u32,
+}
+
+impl Endpoint for Guest {
+    fn wants(&self, frame: &[u8]) -> bool {
+        self.rnic.wants(frame)
+    }
+
+    fn receive(&mut self, now: Instant, frame: &[u8], tx: &mut dyn FnMut(&[u8])) {
+        if self.rnic.wants(frame) {
+            self.rnic.receive(now, frame, tx);
+        }
+    }
+
+    fn poll(&mut self, now: Instant, tx: &mut dyn FnMut(&[u8])) {
+        self.next_poll = self.rnic.service(now, &self.mem, tx);
+        take_events(&mut self.rnic, &mut self.frames);
+        while let Some(f) = self.frames.pop_front() {
+            self.record_event(&f);
+        }
+    }
+
+    fn poll_at(&mut self, _now: Instant) -> Option<Instant> {
+        self.next_poll
+    }
+}
+
+fn sockaddr(ip: [u8; 4], port: u16) -> SockAddr {
+    SockAddr { ipv4: ip, port: port.to_be_bytes(), reserved: 0.into() }
+}
+
+fn pd_bytes(data: &[u8]) -> PrivateData {
+    let mut pd = PrivateData::default();
+    pd.0[..data.len()].copy_from_slice(data);
+    pd
+}
+
+impl Guest {
+    fn new(index: usize) -> Self {
+        Self {
+            rnic: Rnic::new(Limits::default(), 1500),
+            mem: GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM)]).unwrap(),
+            mac: MACS[index],
+            seq: 0,
+            events: Vec::new(),
+            frames: VecDeque::new(),
+            next_poll: None,
+            next_pbl: PBL,
+            next_page: PAGES,
+            next_status: STATUS,
+            doorbells: 0,
+        }
+    }
+
+    fn record_event(&mut self, frame: &[u8]) {
+        assert_eq!(&frame[..6], &self.mac, "events go to the driver's MAC");
+        let hdr: CtrlHdr = read_struct(&frame[14..]).unwrap();
+        assert_eq!(hdr.r#type, MsgType::Event as u8);
+        let body = frame[30..].to_vec();
+        assert_eq!(body.len(), usize::from(hdr.len.to_native()));
+        self.events.push((EventType::try_from(hdr.opcode.to_native()).unwrap(), body));
+    }
+
+    /// Sends a command as vt3.ko does; returns the response payload.
+    fn cmd<T: ByteValued>(&mut self, now: Instant, cmd: Cmd, args: &T) -> Result<Vec<u8>, Status> {
+        self.raw(now, cmd, args.as_slice())
+    }
+
+    fn raw(&mut self, now: Instant, cmd: Cmd, args: &[u8]) -> Result<Vec<u8>, Status> {
+        self.seq += 1;
+        let hdr = CtrlHdr {
+            version: VT3_CTRL_VERSION,
+            r#type: MsgType::Cmd as u8,
+            opcode: (cmd as u16).into(),
+            seq: self.seq.into(),
+            status: 0.into(),
+            len: (args.len() as u16).into(),
+            reserved: 0.into(),
+        };
+        let frame = build_frame(self.mac, self.mac, &hdr, args);
+        let frames = match handle_frame(&mut self.rnic, &self.mem, &frame, now) {
+            Outcome::Reply(frames) => frames,
+            Outcome::Silent => return Ok(Vec::new()),
+            Outcome::Ignored => panic!("command ignored"),
+        };
+        let resp: CtrlHdr = read_struct(&frames[0][14..]).unwrap();
+        assert_eq!(resp.seq.to_native(), self.seq);
+        for f in &frames[1..] {
+            self.record_event(f);
+        }
+        match Status::try_from(resp.status.to_native()).unwrap() {
+            Status::Ok => Ok(frames[0][30..].to_vec()),
+            s => Err(s),
+        }
+    }
+
+    fn handle<T: ByteValued>(&mut self, now: Instant, cmd: Cmd, args: &T) -> u32 {
+        let body = self.cmd(now, cmd, args).unwrap();
+        read_struct::<RespHandle>(&body).unwrap().handle.to_native()
+    }
+
+    /// `n` contiguous fresh pages and their page list.
+    fn pages(&mut self, n: u32) -> (u64, u64) {
+        let (pbl, first) = (self.next_pbl, self.next_page);
+        for i in 0..u64::from(n) {
+            self.mem.write_obj((first + i * PAGE).to_le(), GuestAddress(pbl + i * 8)).unwrap();
+        }
+        self.next_pbl += u64::from(n) * 8;
+        self.next_page += u64::from(n) * PAGE;
+        (pbl, first)
+    }
+
+    fn status_page(&mut self) -> u64 {
+        let at = self.next_status;
+        self.next_status += 64;
+        at
+    }
+
+    fn set_addr(&mut self, now: Instant, ip: [u8; 4]) -> Result<Vec<u8>, Status> {
+        let a = CmdSetAddr { mac: self.mac, prefix_len: 24, reserved: 0, ipv4: ip };
+        self.cmd(now, Cmd::SetAddr, &a)
+    }
+
+    fn cq(&mut self, now: Instant, depth: u32) -> CqRing {
+        let npages = (depth * 32).div_ceil(PAGE as u32);
+        let (pbl, ring) = self.pages(npages);
+        let status = self.status_page();
+        let a = CmdCreateCq { ring_pbl_addr: pbl.into(), status_addr: status.into(), ring_npages: npages.into(), depth: depth.into() };
+        let cqn = self.handle(now, Cmd::CreateCq, &a);
+        CqRing { cqn, ring, status, depth, cons: 0 }
+    }
+
+    fn qp(&mut self, now: Instant, pdn: u32, scq: CqRing, rcq: CqRing, depth: u32) -> QpRings {
+        let npages = (depth * 128).div_ceil(PAGE as u32);
+        let (sq_pbl, sq) = self.pages(npages);
+        let (rq_pbl, rq) = self.pages(npages);
+        let status = self.status_page();
+        let a = CmdCreateQp {
+            sq_pbl_addr: sq_pbl.into(),
+            rq_pbl_addr: rq_pbl.into(),
+            status_addr: status.into(),
+            sq_npages: npages.into(),
+            rq_npages: npages.into(),
+            sq_depth: depth.into(),
+            rq_depth: depth.into(),
+            pdn: pdn.into(),
+            send_cqn: scq.cqn.into(),
+            recv_cqn: rcq.cqn.into(),
+            max_send_sge: 4.into(),
+            max_recv_sge: 4.into(),
+            max_inline: 64.into(),
+            flags: 0.into(),
+            reserved: 0.into(),
+        };
+        let qpn = self.handle(now, Cmd::CreateQp, &a);
+        QpRings { qpn, status, sq, rq, depth, sq_prod: 0, rq_prod: 0, scq, rcq }
+    }
+
+    fn mr(&mut self, now: Instant, pdn: u32, len: u64, access: u32) -> Mr {
+        let npages = len.div_ceil(PAGE) as u32;
+        let (pbl, guest) = self.pages(npages);
+        let iova = 0x7f00_0000_0000 + guest;
+        let a = CmdRegMr {
+            iova: iova.into(),
+            length: len.into(),
+            pbl_addr: pbl.into(),
+            npages: npages.into(),
+            pdn: pdn.into(),
+            access: access.into(),
+            flags: 0.into(),
+            page_offset: 0.into(),
+            reserved: 0.into(),
+        };
+        let stag = self.handle(now, Cmd::RegMr, &a);
+        Mr { stag, iova, guest }
+    }
+
+    fn qp_status(&self, qp: &QpRings) -> QpStatus {
+        self.mem.read_obj(GuestAddress(qp.status)).unwrap()
+    }
+
+    fn cq_status(&self, cq: &CqRing) -> CqStatus {
+        self.mem.read_obj(GuestAddress(cq.status)).unwrap()
+    }
+
+    /// libvt3's doorbell rule: publish the producer index, full barrier,
+    /// ring only if vt3d said it is idle on that queue.
+    fn ring_doorbell(&mut self, now: Instant, qp: &QpRings, queue: DoorbellQueue) {
+        let (field, prod, idle) = match queue {
+            DoorbellQueue::Sq => (0, qp.sq_prod, QpStatusFlag::SqIdle),
+            DoorbellQueue::Rq => (4, qp.rq_prod, QpStatusFlag::RqIdle),
+        };
+        self.mem.store(prod.to_le(), GuestAddress(qp.status + field), Ordering::Release).unwrap();
+        fence(Ordering::SeqCst);
+        if self.qp_status(qp).flags.to_native() & idle as u32 != 0 {
+            self.doorbells += 1;
+            let db = CmdDoorbell { qpn: qp.qpn.into(), queues: (queue as u32).into() };
+            self.cmd(now, Cmd::Doorbell, &db).unwrap();
+        }
+    }
+
+    fn post_send_wqe(&mut self, now: Instant, qp: &mut QpRings, wqe: &SqWqe) {
+        let slot = u64::from(qp.sq_prod & (qp.depth - 1));
+        self.mem.write_obj(*wqe, GuestAddress(qp.sq + slot * 128)).unwrap();
+        qp.sq_prod = qp.sq_prod.wrapping_add(1);
+        self.ring_doorbell(now, qp, DoorbellQueue::Sq);
+    }
+
+    fn post_recv(&mut self, now: Instant, qp: &mut QpRings, wr_id: u64, mr: &Mr, offset: u64, len: u32) {
+        let mut wqe = RqWqe { wr_id: wr_id.into(), num_sge: 1, ..Default::default() };
+        wqe.sge[0] = Sge { addr: (mr.iova + offset).into(), length: len.into(), lkey: mr.stag.into() };
+        let slot = u64::from(qp.rq_prod & (qp.depth - 1));
+        self.mem.write_obj(wqe, GuestAddress(qp.rq + slot * 128)).unwrap();
+        qp.rq_prod = qp.rq_prod.wrapping_add(1);
+        self.ring_doorbell(now, qp, DoorbellQueue::Rq);
+    }
+
+    /// Reaps every CQE the device wrote (as libvt3's poll_cq).
+    fn poll_cq(&mut self, cq: &mut CqRing) -> Vec<Cqe> {
+        let prod = self.mem.load::<u32>(GuestAddress(cq.status), Ordering::Acquire).unwrap();
+        let mut out = Vec::new();
+        while cq.cons != u32::from_le(prod) {
+            let slot = u64::from(cq.cons & (cq.depth - 1));
+            out.push(self.mem.read_obj(GuestAddress(cq.ring + slot * 32)).unwrap());
+            cq.cons = cq.cons.wrapping_add(1);
+        }
+        self.mem.store(cq.cons.to_le(), GuestAddress(cq.status + 4), Ordering::Release).unwrap();
+        out
+    }
+
+    fn take_events(&mut self) -> Vec<(EventType, Vec<u8>)> {
+        std::mem::take(&mut self.events)
+    }
+
+    fn has_event(&self, ty: EventType) -> bool {
+        self.events.iter().any(|(t, _)| *t == ty)
+    }
+
+    fn cm_event(&self, ty: EventType) -> Option<EventCm> {
+        self.events.iter().find(|(t, _)| *t == ty).map(|(_, b)| read_struct(b).unwrap())
+    }
+
+    fn qp_events(&self) -> Vec<(u32, u32, u32)> {
+        self.events
+            .iter()
+            .filter(|(t, _)| *t == EventType::Qp)
+            .map(|(_, b)| {
+                let e: Event = read_struct(b).unwrap();
+                (e.handle.to_native(), e.code.to_native(), e.detail.to_native())
+            })
+            .collect()
+    }
+
+    fn write_bytes(&self, addr: u64, data: &[u8]) {
+        self.mem.write_slice(data, GuestAddress(addr)).unwrap();
+    }
+
+    fn read_bytes(&self, addr: u64, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        self.mem.read_slice(&mut v, GuestAddress(addr)).unwrap();
+        v
+    }
+}
+
+fn send_wqe(wr_id: u64, opcode: WrOpcode, signaled: bool, sges: &[(Mr, u64, u32)]) -> SqWqe {
+    let mut w = SqWqe {
+        wr_id: wr_id.into(),
+        opcode: opcode as u8,
+        flags: if signaled { WqeFlag::Signaled as u8 } else { 0 },
+        num_sge: sges.len() as u8,
+        ..Default::default()
+    };
+    for (i, (mr, offset, len)) in sges.iter().enumerate() {
+        let sge = Sge { addr: (mr.iova + offset).into(), length: (*len).into(), lkey: mr.stag.into() };
+        w.as_mut_slice()[64 + i * 16..80 + i * 16].copy_from_slice(sge.as_slice());
+    }
+    w
+}
+
+fn rdma_wqe(wr_id: u64, opcode: WrOpcode, local: (Mr, u64, u32), remote: &Mr, remote_offset: u64) -> SqWqe {
+    SqWqe {
+        remote_addr: (remote.iova + remote_offset).into(),
+        remote_stag: remote.stag.into(),
+        ..send_wqe(wr_id, opcode, true, &[local])
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(151).wrapping_add(seed)).collect()
+}
+
+const ALL: u32 = Access::LocalWrite as u32 | Access::RemoteWrite as u32 | Access::RemoteRead as u32;
+
+/// Both guests with an address, a PD, CQs, a QP and two buffers each.
+struct Setup {
+    sim: Sim<Guest, Guest>,
+    qa: QpRings,
+    qb: QpRings,
+    /// Per guest: a source/sink buffer and a buffer the peer accesses.
+    bufs: [(Mr, Mr); 2],
+}
+
+fn setup(recv_cq_depth: u32) -> Setup {
+    let mut sim = Sim::new(Guest::new(0), Guest::new(1), WireConfig::default());
+    let now = sim.now;
+    let make = |g: &mut Guest, ip: [u8; 4]| {
+        g.set_addr(now, ip).unwrap();
+        let pdn = g.handle(now, Cmd::AllocPd, &CmdHandle::default());
+        let scq = g.cq(now, 64);
+        let rcq = g.cq(now, recv_cq_depth);
+        let qp = g.qp(now, pdn, scq, rcq, 16);
+        let local = g.mr(now, pdn, 64 * 1024, Access::LocalWrite as u32);
+        let exposed = g.mr(now, pdn, 64 * 1024, ALL);
+        (qp, (local, exposed))
+    };
+    let (qa, bufs_a) = make(&mut sim.a, IPS[0].octets());
+    let (qb, bufs_b) = make(&mut sim.b, IPS[1].octets());
+    Setup { sim, qa, qb, bufs: [bufs_a, bufs_b] }
+}
+
+fn connect_args(qp: &QpRings, local_port: u16, pd: &[u8]) -> CmdConnect {
+    CmdConnect {
+        local: sockaddr([0; 4], local_port),
+        remote: sockaddr(IPS[1].octets(), PORT),
+        next_hop: MACS[1],
+        pd_len: (pd.len() as u16).into(),
+        qpn: qp.qpn.into(),
+        ird: 8.into(),
+        ord: 8.into(),
+        reserved: 0.into(),
+        private_data: pd_bytes(pd),
+    }
+}
+
+fn listen_args(port: u16) -> CmdListen {
+    CmdListen { local: sockaddr([0; 4], port), backlog: 8.into(), reserved: 0.into() }
+}
+
+/// LISTEN, CONNECT, CONNECT_REQUEST, ACCEPT, ESTABLISHED / CONNECT_REPLY.
+fn connect(s: &mut Setup) {
+    let now = s.sim.now;
+    s.sim.b.cmd(now, Cmd::Listen, &listen_args(PORT)).unwrap();
+    s.sim.a.cmd(now, Cmd::Connect, &connect_args(&s.qa, 40_001, b"hello from a")).unwrap();
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.b.has_event(EventType::ConnectRequest)));
+    let req = s.sim.b.cm_event(EventType::ConnectRequest).unwrap();
+    assert_ne!(req.conn_id.to_native(), 0);
+    assert_eq!(req.private_data.get(req.pd_len.to_native()), b"hello from a");
+    assert_eq!((req.local.ipv4, u16::from_be_bytes(req.local.port)), (IPS[1].octets(), PORT));
+    assert_eq!((req.remote.ipv4, u16::from_be_bytes(req.remote.port)), (IPS[0].octets(), 40_001));
+    assert_eq!((req.ird.to_native(), req.ord.to_native()), (8, 8));
+
+    let accept = CmdAccept {
+        conn_id: req.conn_id,
+        qpn: s.qb.qpn.into(),
+        ird: 8.into(),
+        ord: 8.into(),
+        pd_len: 5.into(),
+        reserved0: 0.into(),
+        reserved1: 0.into(),
+        private_data: pd_bytes(b"hi, a"),
+    };
+    let now = s.sim.now;
+    s.sim.b.cmd(now, Cmd::Accept, &accept).unwrap();
+    let est = s.sim.b.cm_event(EventType::Established).expect("ESTABLISHED follows ACCEPT's response");
+    assert_eq!((est.qpn.to_native(), est.conn_id, est.status.to_native()), (s.qb.qpn, req.conn_id, 0));
+    assert_eq!(s.sim.b.qp_status(&s.qb).state.to_native(), QpState::Rts as u32);
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.a.has_event(EventType::ConnectReply)));
+    let reply = s.sim.a.cm_event(EventType::ConnectReply).unwrap();
+    assert_eq!((reply.qpn.to_native(), reply.status.to_native()), (s.qa.qpn, 0));
+    assert_eq!(reply.private_data.get(reply.pd_len.to_native()), b"hi, a");
+    assert_eq!((reply.remote.ipv4, u16::from_be_bytes(reply.remote.port)), (IPS[1].octets(), PORT));
+    assert_eq!(s.sim.a.qp_status(&s.qa).state.to_native(), QpState::Rts as u32);
+    s.sim.a.take_events();
+    s.sim.b.take_events();
+}
+
+#[test]
+fn connect_transfer_and_close_gracefully() {
+    let mut s = setup(16);
+    let (a_local, a_exposed) = s.bufs[0];
+    let (b_local, b_exposed) = s.bufs[1];
+    let now = s.sim.now;
+    // Receives posted before the connection exists.
+    for i in 0..4 {
+        s.sim.b.post_recv(now, &mut s.qb, 100 + i, &b_local, i * 4096, 4096);
+    }
+    assert_eq!(s.sim.b.doorbells, 4, "an idle device asks for every doorbell");
+    connect(&mut s);
+
+    // SEND into a posted receive.
+    let data = pattern(3000, 1);
+    s.sim.a.write_bytes(a_local.guest, &data);
+    let now = s.sim.now;
+    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(1, WrOpcode::Send, true, &[(a_local, 0, 1000), (a_local, 1000, 2000)]));
+    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.cq_status(&s.qb.rcq).prod.to_native() == 1));
+    let mut rcq = s.qb.rcq;
+    let cqes = s.sim.b.poll_cq(&mut rcq);
+    assert_eq!(cqes.len(), 1);
+    let c = cqes[0];
+    assert_eq!((c.wr_id.to_native(), c.qpn.to_native(), c.opcode, c.status), (100, s.qb.qpn, WcOpcode::Recv as u8, 0));
+    assert_eq!(c.byte_len.to_native(), 3000);
+    assert_eq!(s.sim.b.read_bytes(b_local.guest, 3000), data);
+    assert_eq!(s.sim.b.qp_status(&s.qb).rq_cons.to_native(), 1);
+    let mut scq = s.qa.scq;
+    let cqes = s.sim.a.poll_cq(&mut scq);
+    assert_eq!((cqes.len(), cqes[0].wr_id.to_native(), cqes[0].opcode), (1, 1, WcOpcode::Send as u8));
+    let st = s.sim.a.qp_status(&s.qa);
+    assert_eq!(st.sq_cons.to_native(), 1);
+    assert_ne!(st.flags.to_native() & QpStatusFlag::SqIdle as u32, 0, "idle again: the next post rings");
+
+    // RDMA WRITE into b's exposed buffer, READ it back into a.
+    let write = pattern(20_000, 7);
+    s.sim.a.write_bytes(a_local.guest + 8192, &write);
+    let now = s.sim.now;
+    s.sim.a.post_send_wqe(now, &mut s.qa, &rdma_wqe(2, WrOpcode::Write, (a_local, 8192, 20_000), &b_exposed, 100));
+    s.sim.a.post_send_wqe(now, &mut s.qa, &rdma_wqe(3, WrOpcode::Read, (a_local, 32_768, 20_000), &b_exposed, 100));
+    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.a.cq_status(&s.qa.scq).prod.to_native() == 3));
+    let cqes = s.sim.a.poll_cq(&mut scq);
+    let got: Vec<(u64, u8, u8, u32)> =
+        cqes.iter().map(|c| (c.wr_id.to_native(), c.opcode, c.status, c.byte_len.to_native())).collect();
+    assert_eq!(got, vec![(2, WcOpcode::Write as u8, 0, 20_000), (3, WcOpcode::Read as u8, 0, 20_000)]);
+    assert_eq!(s.sim.b.read_bytes(b_exposed.guest + 100, 20_000), write);
+    assert_eq!(s.sim.a.read_bytes(a_local.guest + 32_768, 20_000), write);
+    // b's side of a WRITE or READ writes no CQE.
+    assert!(s.sim.b.poll_cq(&mut rcq).is_empty());
+
+    // b READs a's exposed buffer too (the other direction).
+    s.sim.a.write_bytes(a_exposed.guest, b"exposed by a");
+    let now = s.sim.now;
+    s.sim.b.post_send_wqe(now, &mut s.qb, &rdma_wqe(50, WrOpcode::Read, (b_local, 60_000, 12), &a_exposed, 0));
+    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.cq_status(&s.qb.scq).prod.to_native() == 1));
+    assert_eq!(s.sim.b.read_bytes(b_local.guest + 60_000, 12), b"exposed by a");
+
+    // An unsignaled SEND: no CQE on a, but its slot is retired; an armed
+    // receive CQ raises one event.
+    let mut arm = CmdArmCq { cqn: rcq.cqn.into(), flags: (ArmFlag::Next as u32).into() };
+    let now = s.sim.now;
+    s.sim.b.cmd(now, Cmd::ArmCq, &arm).unwrap();
+    assert!(!s.sim.b.has_event(EventType::CqCompletion));
+    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(4, WrOpcode::Send, false, &[(a_local, 0, 10)]));
+    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.has_event(EventType::CqCompletion)));
+    let ev: Event = read_struct(&s.sim.b.events[0].1).unwrap();
+    assert_eq!(ev.handle.to_native(), rcq.cqn);
+    assert_eq!(s.sim.b.poll_cq(&mut rcq).len(), 1);
+    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.a.qp_status(&s.qa).sq_cons.to_native() == 4));
+    assert!(s.sim.a.poll_cq(&mut scq).is_empty(), "unsignaled: no CQE");
+    // SEND_SE wakes a CQ armed for solicited completions only.
+    arm.flags = (ArmFlag::Solicited as u32).into();
+    s.sim.b.take_events();
+    let now = s.sim.now;
+    s.sim.b.cmd(now, Cmd::ArmCq, &arm).unwrap();
+    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(5, WrOpcode::Send, true, &[(a_local, 0, 10)]));
+    s.sim.run_for(Duration::from_millis(50));
+    assert!(!s.sim.b.has_event(EventType::CqCompletion), "not solicited");
+    s.sim.a.post_send_wqe(s.sim.now, &mut s.qa, &send_wqe(6, WrOpcode::SendSe, true, &[(a_local, 0, 10)]));
+    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.has_event(EventType::CqCompletion)));
+    let cqes = s.sim.b.poll_cq(&mut rcq);
+    assert_eq!(cqes.last().unwrap().flags & CqeFlag::Solicited as u8, CqeFlag::Solicited as u8);
+
+    // Graceful close from a, with a SEND posted just before it: the SEND
+    // still completes, then the FIN goes out.
+    s.sim.a.take_events();
+    s.sim.b.take_events();
+    let now = s.sim.now;
+    s.sim.b.post_recv(now, &mut s.qb, 200, &b_local, 0, 4096);
+    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(7, WrOpcode::Send, true, &[(a_local, 0, 100)]));
+    s.sim.a.cmd(now, Cmd::Disconnect, &CmdDisconnect { qpn: s.qa.qpn.into(), abort: 0.into() }).unwrap();
+    assert!(s.sim.run_until(Duration::from_secs(5), |sim| {
+        sim.a.qp_status(&s.qa).state.to_native() == QpState::Idle as u32
+            && sim.b.qp_status(&s.qb).state.to_native() == QpState::Idle as u32
+    }));
+    let close = QpEvent::CloseComplete as u32;
+    assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, close, 0)], "LLP close complete, nothing outstanding");
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::PeerClose as u32, 0), (s.qb.qpn, close, 0)]);
+    let ids: Vec<(u64, u8)> = s.sim.a.poll_cq(&mut scq).iter().map(|c| (c.wr_id.to_native(), c.status)).collect();
+    assert_eq!(ids, vec![(5, 0), (6, 0), (7, 0)]);
+    assert_eq!(s.sim.b.poll_cq(&mut rcq).last().unwrap().wr_id.to_native(), 200);
+    // IDLE after a clean close: every WQE is accounted for.
+    let st = s.sim.b.qp_status(&s.qb);
+    assert_eq!((st.rq_cons.to_native(), st.flags.to_native() & QpStatusFlag::Error as u32), (s.qb.rq_prod, 0));
+}
+
+/// A receive left over at a clean close stays between rq_cons and rq_prod
+/// for the provider to flush; the closed QP takes no new work and no new
+/// connection until ERROR -> IDLE resets it.
+#[test]
+fn a_closed_qp_leaves_its_leftovers_to_the_provider() {
+    let mut s = setup(16);
+    let (b_local, _) = s.bufs[1];
+    let now = s.sim.now;
+    s.sim.b.post_recv(now, &mut s.qb, 1, &b_local, 0, 4096);
+    connect(&mut s);
+    let now = s.sim.now;
+    s.sim.b.cmd(now, Cmd::Disconnect, &CmdDisconnect { qpn: s.qb.qpn.into(), abort: 0.into() }).unwrap();
+    assert!(s.sim.run_until(Duration::from_secs(5), |sim| {
+        sim.b.qp_status(&s.qb).state.to_native() == QpState::Idle as u32
+    }));
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::CloseComplete as u32, 0)]);
+    assert_eq!(s.sim.b.qp_status(&s.qb).rq_cons.to_native(), 0, "the receive is the provider's to flush");
+    // Posting to the closed QP: nothing is fetched (the provider flushes it).
+    let now = s.sim.now;
+    s.sim.b.post_recv(now, &mut s.qb, 2, &b_local, 0, 4096);
+    let info = s.sim.b.rnic.offload().unwrap().engine().qp_info(s.qb.qpn).unwrap();
+    assert_eq!(info.rq_posted, 0);
+    assert_eq!(s.sim.b.cmd(now, Cmd::Connect, &connect_args(&s.qb, 40_009, b"")), Err(Status::State));
+    let modify = |state: QpState| CmdModifyQp {
+        qpn: s.qb.qpn.into(),
+        mask: (ModifyMask::State as u32).into(),
+        state: (state as u32).into(),
+        ..Default::default()
+    };
+    s.sim.b.cmd(now, Cmd::ModifyQp, &modify(QpState::Error)).unwrap();
+    s.sim.b.cmd(now, Cmd::ModifyQp, &modify(QpState::Idle)).unwrap();
+    let st = s.sim.b.qp_status(&s.qb);
+    assert_eq!((st.rq_cons.to_native(), st.rq_prod.to_native()), (2, 2), "reset: all flushed");
+    s.sim.b.post_recv(now, &mut s.qb, 3, &b_local, 0, 4096);
+    let info = s.sim.b.rnic.offload().unwrap().engine().qp_info(s.qb.qpn).unwrap();
+    assert_eq!(info.rq_posted, 1, "reusable");
+}
+
+#[test]
+fn abortive_disconnect_resets_the_peer() {
+    let mut s = setup(16);
+    let (b_local, _) = s.bufs[1];
+    let now = s.sim.now;
+    s.sim.b.post_recv(now, &mut s.qb, 1, &b_local, 0, 4096);
+    connect(&mut s);
+    let now = s.sim.now;
+    s.sim.a.cmd(now, Cmd::Disconnect, &CmdDisconnect { qpn: s.qa.qpn.into(), abort: 1.into() }).unwrap();
+    // The local side knows at once.
+    let st = s.sim.a.qp_status(&s.qa);
+    assert_eq!(st.state.to_native(), QpState::Error as u32);
+    assert_ne!(st.flags.to_native() & QpStatusFlag::Error as u32, 0);
+    assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, QpEvent::CloseComplete as u32, 0)]);
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| !sim.b.qp_events().is_empty()));
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::Reset as u32, 0)]);
+    let st = s.sim.b.qp_status(&s.qb);
+    assert_eq!(st.state.to_native(), QpState::Error as u32);
+    assert_ne!(st.flags.to_native() & QpStatusFlag::Error as u32, 0);
+    for cq in [s.qb.scq, s.qb.rcq] {
+        assert_ne!(s.sim.b.cq_status(&cq).flags.to_native() & CqStatusFlag::Error as u32, 0);
+    }
+    // No CQE after the error: the provider flushes the posted receive.
+    let mut rcq = s.qb.rcq;
+    assert!(s.sim.b.poll_cq(&mut rcq).is_empty());
+    assert_eq!(s.sim.b.qp_status(&s.qb).rq_cons.to_native(), 0);
+
+    // ERROR -> IDLE makes the QP reusable; its indices catch up.
+    let to_idle = CmdModifyQp {
+        qpn: s.qb.qpn.into(),
+        mask: (ModifyMask::State as u32).into(),
+        state: (QpState::Idle as u32).into(),
+        ..Default::default()
+    };
+    let now = s.sim.now;
+    s.sim.b.cmd(now, Cmd::ModifyQp, &to_idle).unwrap();
+    let st = s.sim.b.qp_status(&s.qb);
+    assert_eq!((st.state.to_native(), st.rq_cons.to_native()), (QpState::Idle as u32, 1));
+    assert_eq!(st.flags.to_native() & QpStatusFlag::Error as u32, 0);
+}
+
+#[test]
+fn a_malformed_wqe_fails_in_order() {
+    let mut s = setup(16);
+    let (a_local, _) = s.bufs[0];
+    let (b_local, _) = s.bufs[1];
+    let now = s.sim.now;
+    s.sim.b.post_recv(now, &mut s.qb, 1, &b_local, 0, 4096);
+    connect(&mut s);
+    let now = s.sim.now;
+    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(10, WrOpcode::Send, true, &[(a_local, 0, 64)]));
+    let mut bad = send_wqe(11, WrOpcode::Send, true, &[]);
+    bad.opcode = 9;
+    s.sim.a.post_send_wqe(now, &mut s.qa, &bad);
+    assert!(s.sim.run_until(Duration::from_secs(3), |sim| !sim.a.qp_events().is_empty()
+        && !sim.b.qp_events().is_empty()));
+    let mut scq = s.qa.scq;
+    let cqes = s.sim.a.poll_cq(&mut scq);
+    let got: Vec<(u64, u8)> = cqes.iter().map(|c| (c.wr_id.to_native(), c.status)).collect();
+    assert_eq!(got, vec![(10, 0), (11, WcStatus::LocQpOpErr as u8)]);
+    assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, QpEvent::BadWqe as u32, WcStatus::LocQpOpErr as u32)]);
+    // The peer is told with a TERMINATE (RDMAP, local catastrophic).
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::TerminateReceived as u32, 0x0000)]);
+    assert!(s.sim.run_until(Duration::from_secs(5), |sim| {
+        sim.a.qp_status(&s.qa).state.to_native() == QpState::Error as u32
+    }));
+}
+
+#[test]
+fn cq_overflow_is_reported_not_wrapped() {
+    let mut s = setup(2);
+    let (a_local, _) = s.bufs[0];
+    let (b_local, _) = s.bufs[1];
+    let now = s.sim.now;
+    for i in 0..4 {
+        s.sim.b.post_recv(now, &mut s.qb, i, &b_local, i * 4096, 4096);
+    }
+    connect(&mut s);
+    let now = s.sim.now;
+    for i in 0..3 {
+        s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(i, WrOpcode::Send, true, &[(a_local, 0, 8)]));
+    }
+    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.has_event(EventType::CqError)));
+    let st = s.sim.b.cq_status(&s.qb.rcq);
+    assert_eq!(st.prod.to_native(), 2);
+    assert_ne!(st.flags.to_native() & CqStatusFlag::Overflow as u32, 0);
+    let ev: Event = read_struct(&s.sim.b.events.iter().find(|(t, _)| *t == EventType::CqError).unwrap().1).unwrap();
+    assert_eq!(ev.handle.to_native(), s.qb.rcq.cqn);
+    let mut rcq = s.qb.rcq;
+    let ids: Vec<u64> = s.sim.b.poll_cq(&mut rcq).iter().map(|c| c.wr_id.to_native()).collect();
+    assert_eq!(ids, vec![0, 1], "the ring was not overwritten");
+}
+
+#[test]
+fn refused_and_rejected_connections() {
+    let mut s = setup(16);
+    // Nobody listens: the SYN goes to b's guest kernel (not simulated
+    // here, so unanswered) and the TCP handshake times out.
+    let now = s.sim.now;
+    s.sim.a.cmd(now, Cmd::Connect, &connect_args(&s.qa, 40_002, b"")).unwrap();
+    assert!(s.sim.run_until(Duration::from_secs(120), |sim| sim.a.has_event(EventType::ConnectReply)));
+    let reply = s.sim.a.cm_event(EventType::ConnectReply).unwrap();
+    assert_eq!(reply.status.to_native(), 110, "ETIMEDOUT");
+    assert_eq!(s.sim.a.qp_status(&s.qa).state.to_native(), QpState::Error as u32);
+
+    // A second QP, and a listener that rejects.
+    let now = s.sim.now;
+    let (scq, rcq) = (s.qa.scq, s.qa.rcq);
+    let qa2 = s.sim.a.qp(now, 1, scq, rcq, 16);
+    s.sim.a.take_events();
+    s.sim.b.cmd(now, Cmd::Listen, &listen_args(PORT)).unwrap();
+    assert_eq!(s.sim.b.cmd(now, Cmd::Listen, &listen_args(PORT)), Err(Status::Busy));
+    s.sim.a.cmd(now, Cmd::Connect, &connect_args(&qa2, 40_003, b"knock")).unwrap();
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.b.has_event(EventType::ConnectRequest)));
+    let req = s.sim.b.cm_event(EventType::ConnectRequest).unwrap();
+    let reject = CmdReject { conn_id: req.conn_id, pd_len: 4.into(), reserved: 0.into(), private_data: pd_bytes(b"nope") };
+    let now = s.sim.now;
+    s.sim.b.cmd(now, Cmd::Reject, &reject).unwrap();
+    assert_eq!(s.sim.b.cmd(now, Cmd::Reject, &reject), Err(Status::NotFound), "answered already");
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.a.has_event(EventType::ConnectReply)));
+    let reply = s.sim.a.cm_event(EventType::ConnectReply).unwrap();
+    assert_eq!((reply.qpn.to_native(), reply.status.to_native()), (qa2.qpn, 111), "ECONNREFUSED");
+    assert_eq!(reply.private_data.get(reply.pd_len.to_native()), b"nope");
+    s.sim.b.cmd(now, Cmd::Unlisten, &listen_args(PORT)).unwrap();
+    assert_eq!(s.sim.b.cmd(now, Cmd::Unlisten, &listen_args(PORT)), Err(Status::NotFound));
+}
+
+#[test]
+fn connection_commands_are_validated() {
+    let mut g = Guest::new(0);
+    let now = Instant::from_millis(1);
+    let pdn = g.handle(now, Cmd::AllocPd, &CmdHandle::default());
+    let cq = g.cq(now, 16);
+    let qp = g.qp(now, pdn, cq, cq, 16);
+    // Before SET_ADDR there is no TOE.
+    assert_eq!(g.cmd(now, Cmd::Listen, &listen_args(PORT)), Err(Status::State));
+    assert_eq!(g.cmd(now, Cmd::Connect, &connect_args(&qp, 1, b"")), Err(Status::State));
+    assert_eq!(g.set_addr(now, [224, 0, 0, 1]), Err(Status::Invalid), "not unicast");
+    g.set_addr(now, IPS[0].octets()).unwrap();
+    g.set_addr(now, IPS[0].octets()).unwrap();
+
+    let good = connect_args(&qp, 40_000, b"pd");
+    let mut bad_remote_ip = good;
+    bad_remote_ip.remote.ipv4 = [255, 255, 255, 255];
+    let mut to_self = good;
+    to_self.remote.ipv4 = IPS[0].octets();
+    let mut foreign_local = good;
+    foreign_local.local.ipv4 = [10, 9, 9, 9];
+    let cases: Vec<(CmdConnect, Status)> = vec![
+        (CmdConnect { pd_len: 513.into(), ..good }, Status::Invalid),
+        (CmdConnect { pd_len: 512.into(), ..good }, Status::Invalid), // 508 left in MPA revision 2
+        (CmdConnect { qpn: 99.into(), ..good }, Status::NotFound),
+        (CmdConnect { ird: 9.into(), ..good }, Status::Invalid),
+        (CmdConnect { ord: u32::MAX.into(), ..good }, Status::Invalid),
+        (CmdConnect { local: sockaddr([0; 4], 0), ..good }, Status::Invalid),
+        (CmdConnect { remote: sockaddr(IPS[1].octets(), 0), ..good }, Status::Invalid),
+        (CmdConnect { next_hop: [0xff; 6], ..good }, Status::Invalid),
+        (CmdConnect { next_hop: [0; 6], ..good }, Status::Invalid),
+        (bad_remote_ip, Status::Invalid),
+        (to_self, Status::Invalid),
+        (foreign_local, Status::Invalid),
+    ];
+    for (args, want) in cases {
+        assert_eq!(g.cmd(now, Cmd::Connect, &args), Err(want), "{args:?}");
+    }
+    let accept = CmdAccept { conn_id: 1.into(), qpn: qp.qpn.into(), ..Default::default() };
+    assert_eq!(g.cmd(now, Cmd::Accept, &accept), Err(Status::NotFound), "unknown conn_id");
+    assert_eq!(g.cmd(now, Cmd::Accept, &CmdAccept { pd_len: 600.into(), ..accept }), Err(Status::Invalid));
+    let reject = CmdReject { conn_id: 7.into(), ..Default::default() };
+    assert_eq!(g.cmd(now, Cmd::Reject, &reject), Err(Status::NotFound));
+    assert_eq!(g.cmd(now, Cmd::Listen, &listen_args(0)), Err(Status::Invalid));
+    assert_eq!(g.cmd(now, Cmd::Unlisten, &listen_args(5)), Err(Status::NotFound));
+    let disconnect = |abort: u32| CmdDisconnect { qpn: qp.qpn.into(), abort: abort.into() };
+    assert_eq!(g.cmd(now, Cmd::Disconnect, &disconnect(2)), Err(Status::Invalid));
+    assert_eq!(g.cmd(now, Cmd::Disconnect, &disconnect(0)), Err(Status::State), "not connected");
+    assert_eq!(g.cmd(now, Cmd::Disconnect, &CmdDisconnect { qpn: 77.into(), abort: 0.into() }), Err(Status::NotFound));
+    let db = CmdDoorbell { qpn: qp.qpn.into(), queues: 4.into() };
+    assert_eq!(g.cmd(now, Cmd::Doorbell, &db), Err(Status::Invalid));
+
+    // A good CONNECT takes the QP; a second one finds it busy.
+    g.cmd(now, Cmd::Connect, &good).unwrap();
+    assert_eq!(g.cmd(now, Cmd::Connect, &good), Err(Status::State));
+    // Destroying it mid-connect is fine; the TOE forgets the connection.
+    g.cmd(now, Cmd::DestroyQp, &CmdHandle { handle: qp.qpn.into(), reserved: 0.into() }).unwrap();
+    let mut uplink = Vec::new();
+    g.rnic.service(now, &g.mem, &mut |f| uplink.push(f.to_vec()));
+    let mut tcbs = 0;
+    g.rnic.offload().unwrap().engine().for_each_tcb(&mut |_| tcbs += 1);
+    assert_eq!(tcbs, 0);
+    // A changed address starts a new engine; 0.0.0.0 stops it.
+    g.set_addr(now, [10, 33, 0, 9]).unwrap();
+    assert_eq!(g.rnic.offload().unwrap().ip().octets(), [10, 33, 0, 9]);
+    g.set_addr(now, [0; 4]).unwrap();
+    assert!(g.rnic.offload().is_none());
+}
+
+/// Random connection commands against a live engine: responses only.
+#[test]
+fn random_connection_commands_never_panic() {
+    let mut g = Guest::new(0);
+    let now = Instant::from_millis(1);
+    g.set_addr(now, IPS[0].octets()).unwrap();
+    let pdn = g.handle(now, Cmd::AllocPd, &CmdHandle::default());
+    let cq = g.cq(now, 16);
+    g.qp(now, pdn, cq, cq, 16);
+    let mut x = 0x853c_49e6_748f_ea9bu64;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let cmds = [Cmd::Listen, Cmd::Unlisten, Cmd::Connect, Cmd::Accept, Cmd::Reject, Cmd::Disconnect, Cmd::Doorbell];
+    for i in 0..3000u64 {
+        let mut body = [0u8; 560];
+        for b in body.iter_mut() {
+            *b = next() as u8;
+        }
+        // Small handles and ports often enough to reach the engine.
+        body[0] = (next() % 3) as u8;
+        body[1..4].fill(0);
+        let cmd = cmds[(next() % cmds.len() as u64) as usize];
+        let len = (next() % 560) as usize;
+        let _ = g.raw(Instant::from_millis(1 + i as i64), cmd, &body[..len]);
+        let mut sink = |_: &[u8]| {};
+        g.rnic.service(Instant::from_millis(1 + i as i64), &g.mem, &mut sink);
+    }
+}
+
+/// When a guest goes away (vhost-user disconnect), its peers are reset at
+/// once instead of timing out.
+#[test]
+fn a_vanished_guest_resets_its_peers() {
+    let mut s = setup(16);
+    connect(&mut s);
+    let now = s.sim.now;
+    let Sim { a, wire, .. } = &mut s.sim;
+    a.rnic.abort_connections(now, &mut |frame| wire.send(now, 1, frame));
+    a.rnic.reset();
+    assert!(s.sim.run_until(Duration::from_secs(1), |sim| !sim.b.qp_events().is_empty()));
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::Reset as u32, 0)]);
+}
+
+/// A new address means a new TOE: the old connections are gone, their QPs
+/// in ERROR (the driver flushes them), other QPs carry over in IDLE with
+/// the WQEs their rings still hold.
+#[test]
+fn an_address_change_ends_connections() {
+    let mut s = setup(16);
+    connect(&mut s);
+    let now = s.sim.now;
+    let (scq, rcq) = (s.qa.scq, s.qa.rcq);
+    let mut idle = s.sim.a.qp(now, 1, scq, rcq, 16);
+    let (a_local, _) = s.bufs[0];
+    s.sim.a.post_recv(now, &mut idle, 5, &a_local, 0, 64);
+    s.sim.a.set_addr(now, [10, 33, 0, 77]).unwrap();
+    assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, QpEvent::Reset as u32, 0)]);
+    let st = s.sim.a.qp_status(&s.qa);
+    assert_eq!(st.state.to_native(), QpState::Error as u32);
+    assert_ne!(st.flags.to_native() & QpStatusFlag::Error as u32, 0);
+    assert_eq!(s.sim.a.qp_status(&idle).state.to_native(), QpState::Idle as u32);
+    let info = s.sim.a.rnic.offload().unwrap().engine().qp_info(idle.qpn).unwrap();
+    assert_eq!(info.rq_posted, 1, "the posted receive was fetched again");
+}
