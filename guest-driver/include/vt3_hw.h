@@ -48,6 +48,14 @@
  * (depth - 1). They are not reset by state changes (ERROR -> IDLE keeps them).
  * For each work queue, vt3d writes CQEs in WQE order (the SQ's signaled
  * WQEs, the RQ's WQEs), so a flush knows which WQEs already completed.
+ * sq_cons/rq_cons count WQEs vt3d has retired (signaled or not); they are
+ * published before the CQE. After a QP's error, the WQEs to flush are
+ * [cons, prod) of each queue (every RQ WQE, the signaled SQ WQEs).
+ * MODIFY_QP ERROR -> IDLE sets cons = prod and clears VT3_QP_F_ERROR: send
+ * it only after the flush. After a clean close the QP is IDLE but its
+ * rings are not read again until that ERROR -> IDLE reset.
+ * WQEs with unknown flag bits, an opcode above VT3_WR_READ, or more SGEs or
+ * inline bytes than the QP allows complete with VT3_WC_LOC_QP_OP_ERR.
  *
  * Errors: when a QP goes to ERROR, vt3d first publishes its last CQE for
  * that QP (CQ producer index), then sets VT3_QP_F_ERROR in the QP status
@@ -188,7 +196,8 @@ struct vt3_port_attr {
 /*
  * VT3_CMD_SET_ADDR: the guest's address on this netdev (IPv4 for now). The
  * TOE answers for this address: the driver sends it before the first
- * LISTEN or CONNECT and whenever the address changes.
+ * LISTEN or CONNECT and whenever the address changes. A change drops the
+ * offloaded connections and listeners; 0.0.0.0 stops offload.
  */
 struct vt3_cmd_set_addr {
 	__u8	mac[6];
@@ -322,6 +331,7 @@ struct vt3_cmd_doorbell {
 /* ------------------------------------------------------------------ */
 /* Connection management                                               */
 
+/* MPA rev 2 carries IRD/ORD in 4 of these bytes: 508 are usable there. */
 #define VT3_MAX_PRIVATE_DATA	512
 
 /* IPv4 address and TCP port, both in network byte order. */
