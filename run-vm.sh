@@ -43,7 +43,7 @@ die() {
 # ---------------------------------------------------------------- host setup
 
 # Host tools the harness needs, as "command:package".
-HOST_TOOLS="timeout:coreutils mkfifo:coreutils md5sum:coreutils"
+HOST_TOOLS="timeout:coreutils mkfifo:coreutils md5sum:coreutils pgrep:procps gcc:gcc"
 
 ensure_host_packages() {
 	local missing=() pair cmd pkg
@@ -185,9 +185,10 @@ vt3d_ctl() {
 	timeout 10 "$VT3D" ctl --mgmt "$CASE_DIR/$name.mgmt" "$@"
 }
 
+# vt3d_pid NAME: the vt3d process itself (not the timeout wrapping it).
 vt3d_pid() {
 	local var="VT3D_PID_${1//-/_}"
-	echo "${!var}"
+	pgrep -P "${!var}" -x vt3d
 }
 
 # start_guest NAME NIC IP MAC [kernel args…]
@@ -455,7 +456,7 @@ case_vt3d_lost() {
 	pid=$(vt3d_pid vt3a)
 	kill -STOP "$pid"
 	on a 60 "vt3-uverbs check" || true
-	expect a 30 "for i in \$(seq 30); do ls /sys/class/infiniband/ | grep -q vt3 || exit 0; sleep 1; done; exit 1"
+	expect a 60 "for i in \$(seq 40); do ls /sys/class/infiniband/ | grep -q vt3 || exit 0; sleep 1; done; exit 1"
 	kill -CONT "$pid"
 	expect a 60 "ip link set eth0 down && ip link set eth0 up && sleep 3 && ls /sys/class/infiniband/vt3_0"
 	expect a 20 "vt3-uverbs hold > /tmp/hold.log 2>&1 & echo \$! > /tmp/hold.pid; sleep 3; grep -q holding /tmp/hold.log"
