@@ -200,7 +200,7 @@ start_guest() {
 	local args=(
 		-accel "$ACCEL" -M q35 -smp 1 -m "$GUEST_MEM" -display none -monitor none
 		-no-reboot -nodefaults -kernel "$IMAGES/vmlinuz" -initrd "$INITRD"
-		-append "console=ttyS0 panic=-1 loglevel=4 vt3.name=$name vt3.ip=$ip/24 $*"
+		-append "console=ttyS0 panic=-1 loglevel=5 vt3.name=$name vt3.ip=$ip/24 $*"
 		-serial "file:$CASE_DIR/$name.console"
 		-chardev "pipe,id=agent,path=$CASE_DIR/$name.agent" -serial chardev:agent
 	)
