@@ -328,12 +328,12 @@ case_siw_over_vt3() {
 	expect b 30 "rping -s -a $B_IP -C 10 -v > /tmp/rping.srv 2>&1 &"
 	sleep 2
 	expect a 180 "rping -c -a $B_IP -C 10 -v"
-	[ "$(printf '%s\n' "$LAST_OUT" | grep -c 'ping data')" -eq 10 ] ||
-		fail "rping client saw $(printf '%s\n' "$LAST_OUT" | grep -c 'ping data') of 10 pings"
+	[ "$(grep -c 'ping data' <<<"$LAST_OUT")" -eq 10 ] ||
+		fail "rping client saw $(grep -c 'ping data' <<<"$LAST_OUT") of 10 pings"
 	expect b 30 "ib_write_bw -d siw0 -R -s 65536 -n 200 > /tmp/bw.srv 2>&1 &"
 	sleep 2
 	expect a 300 "ib_write_bw -d siw0 -R -s 65536 -n 200 $B_IP"
-	printf '%s\n' "$LAST_OUT" | grep -Eq '^ *65536 +200 ' ||
+	grep -Eq '^ *65536 +200 ' <<<"$LAST_OUT" ||
 		fail "ib_write_bw printed no result line"
 	RESULT="ib_write_bw 64KiB: $(printf '%s\n' "$LAST_OUT" | awk '$1 == 65536 {print $4 " MB/s"}')"
 }
@@ -369,17 +369,17 @@ rnic_count() {
 case_devinfo() {
 	single_vt3 || return 1
 	expect a 30 "ibv_devices"
-	printf '%s\n' "$LAST_OUT" | grep -qw vt3_0 || fail "ibv_devices does not list vt3_0"
+	grep -qw vt3_0 <<<"$LAST_OUT" || fail "ibv_devices does not list vt3_0"
 	expect a 30 "ibv_devinfo -v -d vt3_0"
 	local info=$LAST_OUT want
 	for want in "transport:[[:space:]]*iWARP" "state:[[:space:]]*PORT_ACTIVE" "max_qp:[[:space:]]*1024" \
 		"max_qp_wr:[[:space:]]*4095" "max_sge:[[:space:]]*4" "max_cq:[[:space:]]*2048" \
 		"max_cqe:[[:space:]]*65535" "max_mr:[[:space:]]*16384" "max_pd:[[:space:]]*1024" \
 		"max_qp_rd_atom:[[:space:]]*8" "max_qp_init_rd_atom:[[:space:]]*8" "vendor_id:[[:space:]]*0x1425"; do
-		printf '%s\n' "$info" | grep -Eq "$want" || fail "ibv_devinfo -v lacks '$want'"
+		grep -Eq "$want" <<<"$info" || fail "ibv_devinfo -v lacks '$want'"
 	done
 	expect a 30 "rdma link show"
-	printf '%s\n' "$LAST_OUT" | grep -q 'vt3_0/1 state ACTIVE' || fail "rdma link: vt3_0 not ACTIVE"
+	grep -q 'vt3_0/1 state ACTIVE' <<<"$LAST_OUT" || fail "rdma link: vt3_0 not ACTIVE"
 }
 
 case_resources() {

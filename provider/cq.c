@@ -1,23 +1,211 @@
 // SPDX-License-Identifier: GPL-2.0 OR Linux-OpenIB
 /*
- * libvt3 completions: CQEs are read from the mapped ring (vt3d produces,
- * we consume and publish our consumer index in the CQ status page), and
- * QPs in error are flushed here (DESIGN.md §5). Reaping is the data-path
- * issue; until then polling fails rather than report phantom completions.
+ * libvt3 completions: CQEs are read from the mapped ring between our
+ * consumer index and vt3d's producer index (vt3_hw.h, "Rings and
+ * ordering"), and QPs in error are flushed here (DESIGN.md section 5).
+ *
+ * vt3d never writes flush CQEs: once a QP is in error, every WR it has
+ * not retired completes here, once, with IBV_WC_WR_FLUSH_ERR: every
+ * receive, and every signaled send, of [consumer index, producer index)
+ * (vt3_hw.h). Those completions are made from the queue's shadow (qp.c)
+ * only after poll_cq returned every device CQE of that queue, so each
+ * queue keeps its order: device completions first, then flushes in posting
+ * order, including WRs posted after the error.
  */
 #include <config.h>
 
 #include <errno.h>
 
+#include <ccan/array_size.h>
+
 #include "vt3.h"
+
+static const enum ibv_wc_status vt3_wc_status[] = {
+	[VT3_WC_SUCCESS] = IBV_WC_SUCCESS,
+	[VT3_WC_LOC_LEN_ERR] = IBV_WC_LOC_LEN_ERR,
+	[VT3_WC_LOC_QP_OP_ERR] = IBV_WC_LOC_QP_OP_ERR,
+	[VT3_WC_LOC_PROT_ERR] = IBV_WC_LOC_PROT_ERR,
+	[VT3_WC_WR_FLUSH_ERR] = IBV_WC_WR_FLUSH_ERR,
+	[VT3_WC_REM_ACCESS_ERR] = IBV_WC_REM_ACCESS_ERR,
+	[VT3_WC_REM_OP_ERR] = IBV_WC_REM_OP_ERR,
+	[VT3_WC_GENERAL_ERR] = IBV_WC_GENERAL_ERR,
+	[VT3_WC_BAD_RESP_ERR] = IBV_WC_BAD_RESP_ERR,
+	[VT3_WC_REM_INV_REQ_ERR] = IBV_WC_REM_INV_REQ_ERR,
+};
+
+static const enum ibv_wc_opcode vt3_wc_opcode[] = {
+	[VT3_WC_SEND] = IBV_WC_SEND,
+	[VT3_WC_WRITE] = IBV_WC_RDMA_WRITE,
+	[VT3_WC_READ] = IBV_WC_RDMA_READ,
+	[VT3_WC_RECV] = IBV_WC_RECV,
+};
+
+/* Two CQs of one QP, in address order so that two QPs never deadlock. */
+void vt3_lock_cqs(struct vt3_cq *a, struct vt3_cq *b)
+{
+	if (a == b) {
+		pthread_spin_lock(&a->lock);
+	} else if (a < b) {
+		pthread_spin_lock(&a->lock);
+		pthread_spin_lock(&b->lock);
+	} else {
+		pthread_spin_lock(&b->lock);
+		pthread_spin_lock(&a->lock);
+	}
+}
+
+void vt3_unlock_cqs(struct vt3_cq *a, struct vt3_cq *b)
+{
+	pthread_spin_unlock(&a->lock);
+	if (a != b)
+		pthread_spin_unlock(&b->lock);
+}
+
+static void vt3_cqe_to_wc(const struct vt3_cqe *cqe, struct ibv_wc *wc)
+{
+	*wc = (struct ibv_wc){
+		.wr_id = le64toh(cqe->wr_id),
+		.status = IBV_WC_GENERAL_ERR,
+		.opcode = IBV_WC_SEND,
+		.vendor_err = le32toh(cqe->vendor_err),
+		.byte_len = le32toh(cqe->byte_len),
+		.qp_num = le32toh(cqe->qpn),
+		/* RC over iWARP: the peer's QP number is never exchanged. */
+		.src_qp = 0,
+	};
+	if (cqe->status < ARRAY_SIZE(vt3_wc_status))
+		wc->status = vt3_wc_status[cqe->status];
+	/* An opcode we do not know is a device bug: an error on the SQ. */
+	if (cqe->opcode < ARRAY_SIZE(vt3_wc_opcode))
+		wc->opcode = vt3_wc_opcode[cqe->opcode];
+	else
+		wc->status = IBV_WC_GENERAL_ERR;
+	if (cqe->flags & VT3_CQE_INVALIDATED) {
+		wc->wc_flags |= IBV_WC_WITH_INV;
+		wc->invalidated_rkey = le32toh(cqe->invalidated_stag);
+	}
+}
+
+/* Device CQEs up to the producer index as read once. */
+static int vt3_poll_device(struct vt3_cq *cq, int num, struct ibv_wc *wc)
+{
+	uint32_t prod;
+	int n = 0;
+
+	/* Acquire: pairs with vt3d's release store after writing the CQEs. */
+	prod = vt3_load_acquire(&cq->status->prod);
+	if (prod - cq->cons > cq->depth) {
+		verbs_err(verbs_get_ctx(cq->ibv_cq.context),
+			  "libvt3: CQ producer %u is past consumer %u + depth %u\n",
+			  prod, cq->cons, cq->depth);
+		return -EIO;
+	}
+	while (n < num && cq->cons != prod) {
+		vt3_cqe_to_wc(&cq->ring[cq->cons & (cq->depth - 1)], &wc[n]);
+		cq->cons++;
+		n++;
+	}
+	/* Release: our reads of the slots come before vt3d may reuse them. */
+	if (n)
+		vt3_store_release(&cq->status->cons, cq->cons);
+	return n;
+}
+
+/* Flush completions of one queue, in posting order. wq->lock is held. */
+static int vt3_wq_flush(struct vt3_wq *wq, int num, struct ibv_wc *wc)
+{
+	int n = 0;
+
+	while (n < num && wq->flush_pos != wq->prod) {
+		const struct vt3_swqe *e =
+			&wq->swqe[wq->flush_pos & (wq->depth - 1)];
+
+		wq->flush_pos++;
+		if (!e->signaled)
+			continue;
+		wc[n++] = (struct ibv_wc){
+			.wr_id = e->wr_id,
+			.status = IBV_WC_WR_FLUSH_ERR,
+			.opcode = e->wc_opcode,
+			.qp_num = wq->qp->ibv_qp.qp_num,
+		};
+	}
+	return n;
+}
+
+/*
+ * Flushes the queues of this CQ whose QP is in error, each once every
+ * device CQE of it was returned (the CQ consumer index passed the queue's
+ * flush mark). Called with cq->lock held.
+ */
+static int vt3_cq_flush(struct vt3_cq *cq, int num, struct ibv_wc *wc)
+{
+	struct vt3_wq *wq;
+	int n = 0;
+
+	list_for_each(&cq->wqs, wq, cq_entry) {
+		if (n == num)
+			break;
+		pthread_spin_lock(&wq->lock);
+		if (vt3_wq_error(wq) && !wq->flushing &&
+		    (int32_t)(cq->cons - wq->flush_mark) >= 0)
+			wq->flushing = true;
+		if (wq->flushing)
+			n += vt3_wq_flush(wq, num - n, wc + n);
+		pthread_spin_unlock(&wq->lock);
+	}
+	return n;
+}
 
 int vt3_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 {
-	return -EOPNOTSUPP;
+	struct vt3_cq *cq = to_vt3_cq(ibcq);
+	int n;
+
+	pthread_spin_lock(&cq->lock);
+	n = vt3_poll_device(cq, num_entries, wc);
+	/*
+	 * vt3d and vt3.ko flag a QP in error before its CQs: the CQ flag
+	 * (it stays set) spares a look at every QP on a healthy CQ.
+	 */
+	if (n >= 0 && n < num_entries &&
+	    vt3_load_acquire(&cq->status->flags) & VT3_CQ_F_ERROR)
+		n += vt3_cq_flush(cq, num_entries - n, wc + n);
+	pthread_spin_unlock(&cq->lock);
+	return n;
 }
 
-/* Arming is a kernel command (VT3_CMD_ARM_CQ): nothing for us to map. */
+/*
+ * Arming is a kernel command (VT3_CMD_ARM_CQ). vt3d raises the event at
+ * once if CQEs wait when it processes the arm (prod != the cons we
+ * published at the end of the last poll), so no device completion is
+ * missed. Flush completions are ours and no device event announces them:
+ * if some wait, ring the doorbell of their queue, which vt3.ko is to
+ * turn into a run of the CQ's completion handler (the hook of issue 6).
+ */
 int vt3_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 {
-	return ibv_cmd_req_notify_cq(ibcq, solicited_only);
+	struct vt3_cq *cq = to_vt3_cq(ibcq);
+	struct vt3_wq *wq;
+	int ret;
+
+	ret = ibv_cmd_req_notify_cq(ibcq, solicited_only);
+	if (ret || !(vt3_load_acquire(&cq->status->flags) & VT3_CQ_F_ERROR))
+		return ret;
+
+	/* Under cq->lock: destroy_qp cannot free the queue meanwhile. */
+	pthread_spin_lock(&cq->lock);
+	list_for_each(&cq->wqs, wq, cq_entry) {
+		bool pending;
+
+		pthread_spin_lock(&wq->lock);
+		pending = vt3_wq_error(wq) && wq->flush_pos != wq->prod;
+		pthread_spin_unlock(&wq->lock);
+		if (pending) {
+			vt3_wq_doorbell(wq);
+			break;
+		}
+	}
+	pthread_spin_unlock(&cq->lock);
+	return 0;
 }

@@ -1,26 +1,403 @@
 // SPDX-License-Identifier: GPL-2.0 OR Linux-OpenIB
 /*
- * libvt3 send and receive: WQEs go into the mapped SQ/RQ rings, the
- * producer index into the QP status page, and the doorbell (a zero-WR
- * post on the uverbs fd) is rung only when vt3d reports the queue idle.
- * That is the data-path issue; until then posting is refused, whole.
+ * libvt3 send and receive (vt3_hw.h: "Rings and ordering", "Doorbells").
+ *
+ * A WQE is built on the stack and checked, copied into the next ring slot
+ * and remembered in the queue's shadow (wr_id, whether a completion is
+ * owed, for a flush); the producer index then goes to the status page with
+ * release semantics, and the doorbell, a post without WRs on the uverbs fd
+ * that vt3.ko turns into VT3_CMD_DOORBELL, is rung only when vt3d said it
+ * went idle on that queue. A busy queue costs no system call.
+ *
+ * A slot is free again once vt3d retired its WQE (its consumer index
+ * passed it). A QP in error takes WRs too, as the verbs (and
+ * ib_drain_qp-style teardown) expect: they go into the ring and the shadow
+ * like any other, vt3d no longer looks at them, and poll_cq completes them
+ * with IBV_WC_WR_FLUSH_ERR after the device's CQEs (cq.c); there the flush
+ * frees the slots.
  */
 #include <config.h>
 
 #include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <util/udma_barrier.h>
 
 #include "vt3.h"
+
+static void *vt3_wq_slot(struct vt3_wq *wq, uint32_t idx)
+{
+	return (uint8_t *)wq->ring + (size_t)(idx & (wq->depth - 1)) * VT3_WQE_SIZE;
+}
+
+/* wq->ring, ring_size and depth are set; the QP's status page is mapped. */
+int vt3_wq_init(struct vt3_qp *qp, struct vt3_wq *wq, struct vt3_cq *cq,
+		bool recv, uint32_t max_sge)
+{
+	wq->swqe = calloc(wq->depth, sizeof(*wq->swqe));
+	if (!wq->swqe)
+		return ENOMEM;
+	pthread_spin_init(&wq->lock, PTHREAD_PROCESS_PRIVATE);
+	wq->qp = qp;
+	wq->cq = cq;
+	wq->recv = recv;
+	wq->max_sge = max_sge;
+	if (recv) {
+		wq->prod_idx = &qp->status->rq_prod;
+		wq->cons_idx = &qp->status->rq_cons;
+		wq->idle_flag = VT3_QP_F_RQ_IDLE;
+	} else {
+		wq->prod_idx = &qp->status->sq_prod;
+		wq->cons_idx = &qp->status->sq_cons;
+		wq->idle_flag = VT3_QP_F_SQ_IDLE;
+	}
+	/* The kernel hands out a zeroed page; start where it says anyway. */
+	wq->prod = le32toh(*wq->prod_idx);
+	return 0;
+}
+
+void vt3_wq_cleanup(struct vt3_wq *wq)
+{
+	if (!wq->swqe)
+		return;
+	pthread_spin_destroy(&wq->lock);
+	free(wq->swqe);
+	wq->swqe = NULL;
+}
+
+/*
+ * Whether the QP is in error for this queue. On first sight it notes what
+ * to flush and from when (vt3_hw.h, "Errors"): vt3d publishes its consumer
+ * indices, then its last CQE of the QP, then the error flag, and retires
+ * nothing afterwards. Read after the flag (acquire), the consumer index
+ * starts the WQEs to flush and the CQ producer index is past every device
+ * CQE of this queue. Called with wq->lock held.
+ */
+bool vt3_wq_error(struct vt3_wq *wq)
+{
+	if (wq->error)
+		return true;
+	if (!(vt3_qp_flags(wq->qp) & VT3_QP_F_ERROR))
+		return false;
+	wq->flush_pos = vt3_load_acquire(wq->cons_idx);
+	wq->flush_mark = vt3_load_acquire(&wq->cq->status->prod);
+	/* A consumer index past ours is a device bug: flush nothing. */
+	if (wq->prod - wq->flush_pos > wq->depth)
+		wq->flush_pos = wq->prod;
+	wq->error = true;
+	return true;
+}
+
+/*
+ * The flush hook (DESIGN.md section 5): notes the error on both queues,
+ * whose outstanding WRs then complete with IBV_WC_WR_FLUSH_ERR from
+ * poll_cq. poll_cq and the post verbs call it through vt3_wq_error();
+ * the async_event op (issue 6) is to call it for QP_FATAL, QP_REQ_ERR,
+ * QP_ACCESS_ERR and the vendor close event.
+ */
+bool vt3_qp_check_error(struct vt3_qp *qp)
+{
+	bool error;
+
+	pthread_spin_lock(&qp->sq.lock);
+	error = vt3_wq_error(&qp->sq);
+	pthread_spin_unlock(&qp->sq.lock);
+	pthread_spin_lock(&qp->rq.lock);
+	error = vt3_wq_error(&qp->rq) || error;
+	pthread_spin_unlock(&qp->rq.lock);
+	return error;
+}
+
+/*
+ * Modify to RESET succeeded: outstanding WRs are gone without completions
+ * (verbs). vt3d dropped them too (ERROR -> IDLE moves its consumer indices
+ * up to our producer indices and clears the error flag). A flush not yet
+ * returned goes with them.
+ */
+void vt3_qp_reset(struct vt3_qp *qp)
+{
+	struct vt3_wq *wqs[] = { &qp->sq, &qp->rq };
+	unsigned int i;
+
+	for (i = 0; i < 2; i++) {
+		pthread_spin_lock(&wqs[i]->lock);
+		wqs[i]->error = false;
+		wqs[i]->flushing = false;
+		pthread_spin_unlock(&wqs[i]->lock);
+	}
+}
+
+/*
+ * Verbs: receive WRs from INIT on, send WRs from RTS on (a QP in error
+ * takes both; the caller checked that first). vt3d reports IDLE for
+ * RESET, INIT and RTR alike and knows when a connection made the QP RTS;
+ * which of the first three the application left it in, only we know.
+ */
+static bool vt3_qp_may_post(struct vt3_qp *qp, bool recv)
+{
+	if (vt3_load_acquire(&qp->status->state) != VT3_QPS_IDLE)
+		return true;
+	switch (__atomic_load_n(&qp->state, __ATOMIC_RELAXED)) {
+	case IBV_QPS_RESET:
+		return false;
+	case IBV_QPS_INIT:
+	case IBV_QPS_RTR:
+		return recv;
+	default:
+		return true;
+	}
+}
+
+/*
+ * A slot is free again once vt3d retired its WQE (acquire: vt3d is done
+ * with the slot), whose completion then comes from its CQE, and in error,
+ * where vt3d retires nothing more, once the flush returned it.
+ */
+static bool vt3_wq_full(struct vt3_wq *wq)
+{
+	uint32_t tail = wq->error ? wq->flush_pos : vt3_load_acquire(wq->cons_idx);
+
+	return wq->prod - tail >= wq->depth;
+}
+
+/*
+ * Publishes the WQEs up to wq->prod and tells whether to ring the
+ * doorbell. vt3d sets the IDLE flag, issues a full barrier and re-reads
+ * the producer index before it stops polling a queue; we store the index,
+ * issue a full barrier and read the flag. One of us sees the other's
+ * store, so a WQE is never left behind unannounced.
+ */
+static bool vt3_wq_publish(struct vt3_wq *wq)
+{
+	/* The WQEs before the index that covers them... */
+	udma_to_device_barrier();
+	vt3_store_release(wq->prod_idx, wq->prod);
+	/* ...and the index before the flag: a store-load order. */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	return le32toh(__atomic_load_n(&wq->qp->status->flags,
+				       __ATOMIC_RELAXED)) & wq->idle_flag;
+}
+
+/*
+ * The doorbell: a post without WRs on the uverbs fd, which vt3.ko turns
+ * into VT3_CMD_DOORBELL for this queue (as siw's user QPs do). Rung on a
+ * QP in error, it is the hook that has vt3.ko run the completion handler
+ * of this queue's CQ: flush completions are made here, not by vt3d, so no
+ * device event announces them (issue 6).
+ */
+void vt3_wq_doorbell(struct vt3_wq *wq)
+{
+	struct ibv_qp *ibqp = &wq->qp->ibv_qp;
+	int ret;
+
+	if (wq->recv) {
+		struct ibv_recv_wr *bad;
+
+		ret = ibv_cmd_post_recv(ibqp, NULL, &bad);
+	} else {
+		struct ibv_send_wr *bad;
+
+		ret = ibv_cmd_post_send(ibqp, NULL, &bad);
+	}
+	/*
+	 * The WRs are posted whatever happens here: should the device be
+	 * gone, the QP goes to error and they are flushed.
+	 */
+	if (ret)
+		verbs_err(verbs_get_ctx(ibqp->context),
+			  "libvt3: QP %u: %s doorbell failed: %s\n",
+			  ibqp->qp_num, wq->recv ? "RQ" : "SQ", strerror(ret));
+}
+
+/* Inline data is copied now: the application may reuse its buffer at once. */
+static int vt3_copy_inline(struct vt3_qp *qp, const struct ibv_send_wr *wr,
+			   struct vt3_sq_wqe *wqe)
+{
+	uint32_t len = 0;
+	int i;
+
+	for (i = 0; i < wr->num_sge; i++) {
+		const struct ibv_sge *sge = &wr->sg_list[i];
+
+		if (sge->length > qp->max_inline - len)
+			return EINVAL;
+		if (sge->length)
+			memcpy(wqe->inline_data + len,
+			       (const void *)(uintptr_t)sge->addr, sge->length);
+		len += sge->length;
+	}
+	wqe->flags |= VT3_WQE_INLINE;
+	wqe->inline_len = htole32(len);
+	return 0;
+}
+
+static int vt3_build_send(struct vt3_qp *qp, const struct ibv_send_wr *wr,
+			  struct vt3_sq_wqe *wqe, struct vt3_swqe *swqe)
+{
+	bool se = wr->send_flags & IBV_SEND_SOLICITED;
+	uint32_t max_sge = qp->sq.max_sge;
+	int i;
+
+	memset(wqe, 0, sizeof(*wqe));
+	switch (wr->opcode) {
+	case IBV_WR_SEND:
+		wqe->opcode = se ? VT3_WR_SEND_SE : VT3_WR_SEND;
+		swqe->wc_opcode = IBV_WC_SEND;
+		break;
+	case IBV_WR_SEND_WITH_INV:
+		wqe->opcode = se ? VT3_WR_SEND_SE_INV : VT3_WR_SEND_INV;
+		wqe->invalidate_stag = htole32(wr->invalidate_rkey);
+		swqe->wc_opcode = IBV_WC_SEND;
+		break;
+	case IBV_WR_RDMA_WRITE:
+		wqe->opcode = VT3_WR_WRITE;
+		wqe->remote_addr = htole64(wr->wr.rdma.remote_addr);
+		wqe->remote_stag = htole32(wr->wr.rdma.rkey);
+		swqe->wc_opcode = IBV_WC_RDMA_WRITE;
+		break;
+	case IBV_WR_RDMA_READ:
+		wqe->opcode = VT3_WR_READ;
+		wqe->remote_addr = htole64(wr->wr.rdma.remote_addr);
+		wqe->remote_stag = htole32(wr->wr.rdma.rkey);
+		swqe->wc_opcode = IBV_WC_RDMA_READ;
+		/* The SGEs are the sink: nothing inline, the device's READ limit. */
+		if (wr->send_flags & IBV_SEND_INLINE)
+			return EINVAL;
+		if (max_sge > qp->max_sge_rd)
+			max_sge = qp->max_sge_rd;
+		break;
+	default:
+		/* iWARP has no immediate data; vt3 no atomics, MW binds or local invalidates. */
+		return EINVAL;
+	}
+	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > max_sge)
+		return EINVAL;
+
+	swqe->wr_id = wr->wr_id;
+	swqe->signaled = qp->sig_all || wr->send_flags & IBV_SEND_SIGNALED;
+	wqe->wr_id = htole64(wr->wr_id);
+	if (swqe->signaled)
+		wqe->flags |= VT3_WQE_SIGNALED;
+	if (wr->send_flags & IBV_SEND_FENCE)
+		wqe->flags |= VT3_WQE_FENCE;
+	if (wr->send_flags & IBV_SEND_INLINE)
+		return vt3_copy_inline(qp, wr, wqe);
+
+	wqe->num_sge = wr->num_sge;
+	for (i = 0; i < wr->num_sge; i++) {
+		wqe->sge[i].addr = htole64(wr->sg_list[i].addr);
+		wqe->sge[i].length = htole32(wr->sg_list[i].length);
+		wqe->sge[i].lkey = htole32(wr->sg_list[i].lkey);
+	}
+	return 0;
+}
 
 int vt3_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 		  struct ibv_send_wr **bad_wr)
 {
-	*bad_wr = wr;
-	return EOPNOTSUPP;
+	struct vt3_qp *qp = to_vt3_qp(ibqp);
+	struct vt3_wq *wq = &qp->sq;
+	struct vt3_sq_wqe wqe;
+	struct vt3_swqe swqe;
+	bool error, ring = false;
+	uint32_t start;
+	int ret = 0;
+
+	pthread_spin_lock(&wq->lock);
+	error = vt3_wq_error(wq);
+	if (!error && !vt3_qp_may_post(qp, false)) {
+		ret = EINVAL;
+		goto out;
+	}
+	start = wq->prod;
+	for (; wr; wr = wr->next) {
+		if (vt3_wq_full(wq)) {
+			ret = ENOMEM;
+			break;
+		}
+		ret = vt3_build_send(qp, wr, &wqe, &swqe);
+		if (ret)
+			break;
+		memcpy(vt3_wq_slot(wq, wq->prod), &wqe, sizeof(wqe));
+		wq->swqe[wq->prod & (wq->depth - 1)] = swqe;
+		wq->prod++;
+	}
+	/*
+	 * In error vt3d ignores the ring, but the producer index still
+	 * moves (vt3d catches its consumer index up to it on RESET), and
+	 * the doorbell is the kick that wakes a waiter for the flush.
+	 */
+	if (wq->prod != start)
+		ring = vt3_wq_publish(wq) || error;
+out:
+	pthread_spin_unlock(&wq->lock);
+	if (ret)
+		*bad_wr = wr;
+	if (ring)
+		vt3_wq_doorbell(wq);
+	return ret;
+}
+
+static int vt3_build_recv(struct vt3_qp *qp, const struct ibv_recv_wr *wr,
+			  struct vt3_rq_wqe *wqe, struct vt3_swqe *swqe)
+{
+	int i;
+
+	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->rq.max_sge)
+		return EINVAL;
+	memset(wqe, 0, sizeof(*wqe));
+	wqe->wr_id = htole64(wr->wr_id);
+	wqe->num_sge = wr->num_sge;
+	for (i = 0; i < wr->num_sge; i++) {
+		wqe->sge[i].addr = htole64(wr->sg_list[i].addr);
+		wqe->sge[i].length = htole32(wr->sg_list[i].length);
+		wqe->sge[i].lkey = htole32(wr->sg_list[i].lkey);
+	}
+	swqe->wr_id = wr->wr_id;
+	swqe->wc_opcode = IBV_WC_RECV;
+	swqe->signaled = true;
+	return 0;
 }
 
 int vt3_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 		  struct ibv_recv_wr **bad_wr)
 {
-	*bad_wr = wr;
-	return EOPNOTSUPP;
+	struct vt3_qp *qp = to_vt3_qp(ibqp);
+	struct vt3_wq *wq = &qp->rq;
+	struct vt3_rq_wqe wqe;
+	struct vt3_swqe swqe;
+	bool error, ring = false;
+	uint32_t start;
+	int ret = 0;
+
+	pthread_spin_lock(&wq->lock);
+	error = vt3_wq_error(wq);
+	if (!error && !vt3_qp_may_post(qp, true)) {
+		ret = EINVAL;
+		goto out;
+	}
+	start = wq->prod;
+	for (; wr; wr = wr->next) {
+		if (vt3_wq_full(wq)) {
+			ret = ENOMEM;
+			break;
+		}
+		ret = vt3_build_recv(qp, wr, &wqe, &swqe);
+		if (ret)
+			break;
+		memcpy(vt3_wq_slot(wq, wq->prod), &wqe, sizeof(wqe));
+		wq->swqe[wq->prod & (wq->depth - 1)] = swqe;
+		wq->prod++;
+	}
+	/* As for the SQ. */
+	if (wq->prod != start)
+		ring = vt3_wq_publish(wq) || error;
+out:
+	pthread_spin_unlock(&wq->lock);
+	if (ret)
+		*bad_wr = wr;
+	if (ring)
+		vt3_wq_doorbell(wq);
+	return ret;
 }

@@ -13,6 +13,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include <ccan/minmax.h>
+
 #include "vt3.h"
 
 int vt3_query_device(struct ibv_context *ibctx,
@@ -194,6 +196,11 @@ struct ibv_cq *vt3_create_cq(struct ibv_context *ibctx, int cqe,
 			      "CQ status page");
 	if (!cq->status)
 		goto err_unmap;
+
+	pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
+	list_head_init(&cq->wqs);
+	/* Indices are free running: start where the page says. */
+	cq->cons = le32toh(cq->status->cons);
 	return &cq->ibv_cq;
 
 err_unmap:
@@ -217,14 +224,17 @@ int vt3_destroy_cq(struct ibv_cq *ibcq)
 		return ret;
 
 	vt3_cq_unmap(cq);
+	pthread_spin_destroy(&cq->lock);
 	free(cq);
 	return 0;
 }
 
 static void vt3_qp_unmap(struct vt3_qp *qp)
 {
-	vt3_munmap(qp->sq, qp->sq_size);
-	vt3_munmap(qp->rq, qp->rq_size);
+	vt3_wq_cleanup(&qp->sq);
+	vt3_wq_cleanup(&qp->rq);
+	vt3_munmap(qp->sq.ring, qp->sq.ring_size);
+	vt3_munmap(qp->rq.ring, qp->rq.ring_size);
 	vt3_munmap(qp->status, sizeof(*qp->status));
 }
 
@@ -233,6 +243,7 @@ struct ibv_qp *vt3_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	struct ibv_context *ibctx = pd->context;
 	struct uvt3_create_qp_resp resp = {};
 	struct ibv_create_qp cmd = {};
+	struct vt3_cq *scq, *rcq;
 	struct vt3_qp *qp;
 	int ret;
 
@@ -257,25 +268,46 @@ struct ibv_qp *vt3_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 		ret = EPROTO;
 		goto err_destroy;
 	}
-	qp->sq_depth = resp.drv.sq_depth;
-	qp->rq_depth = resp.drv.rq_depth;
-	qp->sq_size = resp.drv.sq_size;
-	qp->rq_size = resp.drv.rq_size;
-	qp->max_inline = resp.drv.max_inline;
+	qp->sq.depth = resp.drv.sq_depth;
+	qp->rq.depth = resp.drv.rq_depth;
+	qp->sq.ring_size = resp.drv.sq_size;
+	qp->rq.ring_size = resp.drv.rq_size;
+	/* The kernel's word, within what a WQE holds. */
+	qp->max_inline = min_t(uint32_t, resp.drv.max_inline, VT3_MAX_INLINE);
+	qp->max_sge_rd = to_vt3_ctx(ibctx)->max_sge_rd;
+	qp->sig_all = attr->sq_sig_all;
+	qp->state = IBV_QPS_RESET;
 
-	qp->sq = vt3_mmap(ibctx, qp->sq_size, PROT_READ | PROT_WRITE,
-			  resp.drv.sq_key, "SQ ring");
-	if (!qp->sq)
+	qp->sq.ring = vt3_mmap(ibctx, qp->sq.ring_size, PROT_READ | PROT_WRITE,
+			       resp.drv.sq_key, "SQ ring");
+	if (!qp->sq.ring)
 		goto err_unmap;
-	qp->rq = vt3_mmap(ibctx, qp->rq_size, PROT_READ | PROT_WRITE,
-			  resp.drv.rq_key, "RQ ring");
-	if (!qp->rq)
+	qp->rq.ring = vt3_mmap(ibctx, qp->rq.ring_size, PROT_READ | PROT_WRITE,
+			       resp.drv.rq_key, "RQ ring");
+	if (!qp->rq.ring)
 		goto err_unmap;
 	qp->status = vt3_mmap(ibctx, sizeof(*qp->status),
 			      PROT_READ | PROT_WRITE, resp.drv.status_key,
 			      "QP status page");
 	if (!qp->status)
 		goto err_unmap;
+
+	scq = to_vt3_cq(attr->send_cq);
+	rcq = to_vt3_cq(attr->recv_cq);
+	/* SGE counts as the kernel granted them (ibv_cmd_create_qp set attr->cap). */
+	ret = vt3_wq_init(qp, &qp->sq, scq, false, attr->cap.max_send_sge);
+	if (!ret)
+		ret = vt3_wq_init(qp, &qp->rq, rcq, true, attr->cap.max_recv_sge);
+	if (ret) {
+		errno = ret;
+		goto err_unmap;
+	}
+
+	/* From now on poll_cq finds the queues' CQEs and flushes them. */
+	vt3_lock_cqs(scq, rcq);
+	list_add_tail(&scq->wqs, &qp->sq.cq_entry);
+	list_add_tail(&rcq->wqs, &qp->rq.cq_entry);
+	vt3_unlock_cqs(scq, rcq);
 	return &qp->ibv_qp;
 
 err_unmap:
@@ -288,20 +320,39 @@ err_destroy:
 	return NULL;
 }
 
+/*
+ * The state the application moved the QP to, for the post verbs; RESET
+ * drops the outstanding WRs without completions.
+ */
 int vt3_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask)
 {
+	struct vt3_qp *qp = to_vt3_qp(ibqp);
 	struct ibv_modify_qp cmd = {};
+	int ret;
 
-	return ibv_cmd_modify_qp(ibqp, attr, attr_mask, &cmd, sizeof(cmd));
+	ret = ibv_cmd_modify_qp(ibqp, attr, attr_mask, &cmd, sizeof(cmd));
+	if (ret || !(attr_mask & IBV_QP_STATE))
+		return ret;
+
+	if (attr->qp_state == IBV_QPS_RESET)
+		vt3_qp_reset(qp);
+	__atomic_store_n(&qp->state, attr->qp_state, __ATOMIC_RELAXED);
+	return 0;
 }
 
 int vt3_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask,
 		 struct ibv_qp_init_attr *init_attr)
 {
+	struct vt3_qp *qp = to_vt3_qp(ibqp);
 	struct ibv_query_qp cmd = {};
+	int ret;
 
-	return ibv_cmd_query_qp(ibqp, attr, attr_mask, init_attr, &cmd,
-				sizeof(cmd));
+	ret = ibv_cmd_query_qp(ibqp, attr, attr_mask, init_attr, &cmd,
+			       sizeof(cmd));
+	/* vt3.ko knows where the connection took the QP. */
+	if (!ret)
+		__atomic_store_n(&qp->state, attr->qp_state, __ATOMIC_RELAXED);
+	return ret;
 }
 
 int vt3_destroy_qp(struct ibv_qp *ibqp)
@@ -309,9 +360,19 @@ int vt3_destroy_qp(struct ibv_qp *ibqp)
 	struct vt3_qp *qp = to_vt3_qp(ibqp);
 	int ret;
 
+	/* Kernel first: should it fail, the QP is still whole and usable. */
 	ret = ibv_cmd_destroy_qp(ibqp);
 	if (ret)
 		return ret;
+
+	/*
+	 * Its CQEs left in the CQs are still returned (verbs let them be);
+	 * its flush completions not yet returned go with it.
+	 */
+	vt3_lock_cqs(qp->sq.cq, qp->rq.cq);
+	list_del(&qp->sq.cq_entry);
+	list_del(&qp->rq.cq_entry);
+	vt3_unlock_cqs(qp->sq.cq, qp->rq.cq);
 
 	vt3_qp_unmap(qp);
 	free(qp);

@@ -61,6 +61,23 @@ static int vt3_check_ucontext(struct verbs_context *vctx,
 	return 0;
 }
 
+/* Limits post_send checks that no udata carries. */
+static int vt3_query_limits(struct vt3_context *ctx)
+{
+	struct ib_uverbs_ex_query_device_resp resp;
+	size_t resp_size = sizeof(resp);
+	struct ibv_device_attr_ex attr;
+	int ret;
+
+	ret = ibv_cmd_query_device_any(&ctx->ibv_ctx.context, NULL, &attr,
+				       sizeof(attr), &resp, &resp_size);
+	if (ret)
+		return ret;
+	/* 0 would mean no READ at all: take it as "no limit of its own". */
+	ctx->max_sge_rd = attr.orig_attr.max_sge_rd ?: VT3_MAX_SGE;
+	return 0;
+}
+
 static struct verbs_context *vt3_alloc_context(struct ibv_device *ibdev,
 					       int cmd_fd, void *private_data)
 {
@@ -78,6 +95,8 @@ static struct verbs_context *vt3_alloc_context(struct ibv_device *ibdev,
 				  &resp.ibv_resp, sizeof(resp));
 	if (!ret)
 		ret = vt3_check_ucontext(&ctx->ibv_ctx, &resp.drv);
+	if (!ret)
+		ret = vt3_query_limits(ctx);
 	if (ret) {
 		verbs_uninit_context(&ctx->ibv_ctx);
 		free(ctx);

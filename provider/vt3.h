@@ -10,9 +10,13 @@
 #define VT3_H
 
 #include <assert.h>
+#include <endian.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include <ccan/list.h>
 #include <infiniband/driver.h>
 #include <infiniband/kern-abi.h>
 
@@ -45,31 +49,92 @@ struct vt3_device {
 
 struct vt3_context {
 	struct verbs_context ibv_ctx;
+	/* Device limit on the SGEs of an RDMA READ (its local sink). */
+	uint32_t max_sge_rd;
 };
 
 struct vt3_cq {
 	struct ibv_cq ibv_cq;
+	/* Serializes polling; taken before any vt3_wq.lock. */
+	pthread_spinlock_t lock;
 	uint32_t depth;			/* power of two */
+	uint32_t cons;			/* ours; published in status->cons */
 	struct vt3_cqe *ring;		/* written by vt3d only: mapped read-only */
 	size_t ring_size;
 	struct vt3_cq_status *status;	/* prod from vt3d, cons from us */
+	/* Work queues completing here (vt3_wq.cq_entry), under lock. */
+	struct list_head wqs;
+};
+
+/*
+ * What the provider remembers of a posted WQE, for its flush: vt3d never
+ * sees this.
+ */
+struct vt3_swqe {
+	uint64_t wr_id;
+	uint8_t wc_opcode;		/* enum ibv_wc_opcode */
+	bool signaled;			/* a completion is owed (every receive) */
+};
+
+/*
+ * One work queue (SQ or RQ): the mapped ring, our producer index, and a
+ * shadow of the WQEs vt3d has not retired. Indices are free running like
+ * the device's; WQE i lives in slot i & (depth - 1) of the ring and of
+ * swqe. vt3d's consumer index (status page) counts the WQEs it retired,
+ * signaled or not, and moves before their CQEs are written.
+ */
+struct vt3_wq {
+	pthread_spinlock_t lock;	/* after the CQ's lock, if both */
+	void *ring;			/* VT3_WQE_SIZE slots, consumed by vt3d */
+	size_t ring_size;
+	uint32_t depth;			/* power of two */
+	uint32_t max_sge;
+	uint32_t prod;			/* next WQE; published in the status page */
+	struct vt3_swqe *swqe;		/* depth entries */
+	__le32 *prod_idx;		/* status page words of this queue */
+	__le32 *cons_idx;
+	uint32_t idle_flag;		/* VT3_QP_F_SQ_IDLE or VT3_QP_F_RQ_IDLE */
+	bool recv;
+	/*
+	 * Flush (DESIGN.md section 5). error: the QP's error flag was seen;
+	 * vt3d retires nothing more, so [flush_pos, prod) is what to flush,
+	 * and every device CQE of the queue lies below flush_mark in the
+	 * CQ. flushing: the CQ consumer passed flush_mark, so poll_cq
+	 * completes [flush_pos, prod) with IBV_WC_WR_FLUSH_ERR, and so
+	 * everything posted from then on.
+	 */
+	bool error;
+	bool flushing;
+	uint32_t flush_pos;
+	uint32_t flush_mark;
+	struct vt3_cq *cq;
+	struct list_node cq_entry;	/* cq->wqs */
+	struct vt3_qp *qp;
 };
 
 struct vt3_qp {
 	struct ibv_qp ibv_qp;
-	uint32_t sq_depth;		/* powers of two */
-	uint32_t rq_depth;
+	struct vt3_wq sq;
+	struct vt3_wq rq;
 	uint32_t max_inline;
-	struct vt3_sq_wqe *sq;		/* produced here, consumed by vt3d */
-	size_t sq_size;
-	struct vt3_rq_wqe *rq;
-	size_t rq_size;
+	uint32_t max_sge_rd;
+	bool sig_all;
+	/*
+	 * enum ibv_qp_state as last set or queried through us (atomic):
+	 * tells RESET from INIT and RTR, which vt3d all calls IDLE.
+	 */
+	int state;
 	struct vt3_qp_status *status;	/* producer indices from us, the rest from vt3d */
 };
 
 static inline struct vt3_device *to_vt3_dev(struct ibv_device *ibdev)
 {
 	return container_of(ibdev, struct vt3_device, ibv_dev.device);
+}
+
+static inline struct vt3_context *to_vt3_ctx(struct ibv_context *ibctx)
+{
+	return container_of(ibctx, struct vt3_context, ibv_ctx.context);
 }
 
 static inline struct vt3_cq *to_vt3_cq(struct ibv_cq *ibcq)
@@ -108,9 +173,34 @@ int vt3_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 		  struct ibv_send_wr **bad_wr);
 int vt3_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 		  struct ibv_recv_wr **bad_wr);
+int vt3_wq_init(struct vt3_qp *qp, struct vt3_wq *wq, struct vt3_cq *cq,
+		bool recv, uint32_t max_sge);
+void vt3_wq_cleanup(struct vt3_wq *wq);
+void vt3_qp_reset(struct vt3_qp *qp);
+bool vt3_wq_error(struct vt3_wq *wq);
+bool vt3_qp_check_error(struct vt3_qp *qp);
+void vt3_wq_doorbell(struct vt3_wq *wq);
 
-/* cq.c: reaping the mapped CQE ring */
+/* cq.c: reaping the mapped CQE ring, flushing */
 int vt3_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc);
 int vt3_req_notify_cq(struct ibv_cq *ibcq, int solicited_only);
+void vt3_lock_cqs(struct vt3_cq *a, struct vt3_cq *b);
+void vt3_unlock_cqs(struct vt3_cq *a, struct vt3_cq *b);
+
+/* Status page words: little endian, shared with vt3d (vt3_hw.h). */
+static inline uint32_t vt3_load_acquire(const __le32 *p)
+{
+	return le32toh(__atomic_load_n(p, __ATOMIC_ACQUIRE));
+}
+
+static inline void vt3_store_release(__le32 *p, uint32_t v)
+{
+	__atomic_store_n(p, htole32(v), __ATOMIC_RELEASE);
+}
+
+static inline uint32_t vt3_qp_flags(struct vt3_qp *qp)
+{
+	return vt3_load_acquire(&qp->status->flags);
+}
 
 #endif /* VT3_H */
