@@ -416,6 +416,43 @@ case_verbs() {
 	expect_no_rnic_objects vt3a "after the checks"
 }
 
+# A vt3 guest (a) and a siw guest (b) on one segment.
+pair_vt3_siw() {
+	pair_vt3_plain "vt3.driver=1" "vt3.siw=1" || return 1
+	wait_vt3_device a
+}
+
+wait_vt3_device() {
+	expect "$1" 30 "for i in \$(seq 50); do [ -e /sys/class/infiniband/vt3_0 ] && exit 0; sleep 0.2; done; dmesg | tail -20; exit 1"
+}
+
+# rping_between SERVER CLIENT COUNT: rping -V with data verification.
+rping_between() {
+	local server=$1 client=$2 count=$3 server_ip
+	[ "$server" = a ] && server_ip=$A_IP || server_ip=$B_IP
+	expect "$server" 10 "timeout 900 rping -s -a $server_ip -C $count -V > /tmp/rping.srv 2>&1 & echo \$! > /tmp/rping.pid"
+	sleep 2
+	local t0=$SECONDS
+	expect "$client" 900 "rping -c -a $server_ip -C $count -V"
+	expect "$server" 30 "for i in \$(seq 50); do kill -0 \$(cat /tmp/rping.pid) 2>/dev/null || exit 0; sleep 0.2; done; cat /tmp/rping.srv; exit 1"
+	RESULT="$count verified pings in $((SECONDS - t0))s"
+}
+
+case_rping_vt3_vt3() {
+	pair_vt3_vt3 || return 1
+	rping_between b a 1000
+}
+
+case_rping_vt3_siw() {
+	pair_vt3_siw || return 1
+	rping_between b a 100
+}
+
+case_rping_siw_vt3() {
+	pair_vt3_siw || return 1
+	rping_between a b 100
+}
+
 # expect_no_rnic_objects VT3D WHEN: vt3d holds no PD, MR, CQ or QP.
 expect_no_rnic_objects() {
 	local kind n
@@ -466,7 +503,12 @@ case_vt3d_lost() {
 	expect a 60 "rmmod vt3 && kill \$(cat /tmp/hold.pid)"
 }
 
-CASES=(nic-ping nic-tcp siw-over-vt3 vt3-restart driver-probe verbs rdma-res driver-unload vt3d-lost devinfo resources)
+# Connection cases of vt3.ko (pair_vt3_vt3 among their helpers).
+# shellcheck source=guest-driver/tests/cm-cases.sh
+source "$ROOT/guest-driver/tests/cm-cases.sh"
+
+CASES=(nic-ping nic-tcp siw-over-vt3 vt3-restart driver-probe verbs rdma-res driver-unload vt3d-lost devinfo resources
+	"${CM_CASES[@]}" rping-vt3-vt3 rping-vt3-siw rping-siw-vt3)
 # Cases also run with QEMU 10.0 by `check` (the vhost-user paths that differ).
 QEMU10_CASES=(nic-ping vt3-restart devinfo)
 
@@ -483,6 +525,10 @@ describe() {
 	rdma-res) echo "rdma res show pd|mr|cq|qp lists a live program's objects" ;;
 	driver-unload) echo "rmmod vt3 with live resources, reload, rdma link del/add" ;;
 	vt3d-lost) echo "vt3d stops answering (device unregistered), then exits (port DOWN, rmmod)" ;;
+	rping-vt3-vt3) echo "rping -V, 1000 iterations, between two vt3 guests" ;;
+	rping-vt3-siw) echo "rping -V: vt3 client, siw server" ;;
+	rping-siw-vt3) echo "rping -V: siw client, vt3 server" ;;
+	*) describe_cm "$1" ;;
 	esac
 }
 

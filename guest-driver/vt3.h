@@ -17,13 +17,16 @@
 #ifndef VT3_H
 #define VT3_H
 
+#include <linux/in.h>
 #include <linux/kref.h>
 #include <linux/mutex.h>
 #include <linux/netdevice.h>
+#include <linux/skbuff.h>
 #include <linux/spinlock.h>
 #include <linux/workqueue.h>
 #include <linux/xarray.h>
 #include <rdma/ib_verbs.h>
+#include <rdma/iw_cm.h>
 
 #include "include/vt3_hw.h"
 #include "include/uapi/vt3-abi.h"
@@ -39,6 +42,10 @@
 
 extern unsigned int vt3_cmd_timeout_ms;
 extern unsigned int vt3_probe_timeout_ms;
+extern unsigned int vt3_cm_timeout_ms;
+
+/* Connection events and timers run here (vt3_cm.c). */
+extern struct workqueue_struct *vt3_cm_wq;
 
 /* Device limits from VT3_CMD_QUERY_DEVICE, in CPU order, already clamped. */
 struct vt3_limits {
@@ -114,6 +121,16 @@ struct vt3_dev {
 	struct xarray qp_xa;		/* qpn -> vt3_qp, for iw_get_qp, CQEs */
 	spinlock_t orphan_lock;
 	struct list_head orphans;	/* vt3_pages the device may still use */
+
+	/* Connection management (vt3_cm.c) */
+	struct mutex cm_lock;		/* listeners, addr */
+	struct list_head listeners;	/* vt3_listener */
+	struct vt3_cmd_set_addr addr;	/* what vt3d was told last */
+	bool addr_sent;
+	struct sk_buff_head ev_queue;	/* connection/QP events from RX */
+	struct work_struct ev_work;
+	struct work_struct addr_work;
+	struct work_struct lost_work;
 };
 
 struct vt3_ucontext {
@@ -155,6 +172,15 @@ struct vt3_cq {
 	atomic_t arm_flags;
 };
 
+/* Where a QP's connection is, as far as iw_cm was told (vt3_cm.c). */
+enum vt3_conn_state {
+	VT3_CONN_NONE,		/* none, or its end was reported */
+	VT3_CONN_CONNECTING,	/* CONNECT sent: CONNECT_REPLY owed */
+	VT3_CONN_ACCEPTING,	/* ACCEPT sent: ESTABLISHED owed */
+	VT3_CONN_UP,		/* iw_cm knows it established */
+	VT3_CONN_CLOSING,	/* a close began (ours or the peer's) */
+};
+
 /*
  * ib_state is the IB state the driver tracks: vt3d knows only its iWARP
  * state (vt3_qp.c maps between them).
@@ -182,6 +208,15 @@ struct vt3_qp {
 	u32 rq_prod;
 	struct work_struct db_work;	/* doorbell from IRQs-off context */
 	atomic_t db_pending;
+
+	/* The connection (vt3_cm.c), under state_lock. */
+	enum vt3_conn_state conn;
+	struct iw_cm_id *cm_id;		/* referenced while conn != NONE */
+	struct socket *port;		/* an active open's reserved port */
+	struct sockaddr_in laddr;
+	struct sockaddr_in raddr;
+	unsigned long cm_deadline;	/* jiffies: vt3d must have answered */
+	struct delayed_work cm_timer;
 };
 
 static inline struct vt3_dev *to_vt3_dev(struct ib_device *ibdev)
@@ -215,8 +250,9 @@ to_vt3_mmap(struct rdma_user_mmap_entry *entry)
 	return container_of(entry, struct vt3_mmap_entry, rdma);
 }
 
-/* Name table of enum vt3_qp_state for log messages (vt3_ctrl.c). */
+/* Names for log messages (vt3_ctrl.c). */
 const char *vt3_qp_state_name(unsigned int state);
+const char *vt3_event_name(unsigned int event);
 
 /* vt3_ctrl.c */
 void vt3_ctrl_init(struct vt3_dev *dev);
@@ -242,6 +278,22 @@ static inline bool vt3_forgot(int err)
 
 /* vt3_main.c */
 void vt3_device_lost(struct vt3_dev *dev);
+
+/* vt3_cm.c */
+void vt3_cm_init(struct vt3_dev *dev);
+void vt3_cm_stop(struct vt3_dev *dev);
+void vt3_cm_queue_event(struct vt3_dev *dev, struct sk_buff *skb);
+void vt3_cm_addr_changed(struct vt3_dev *dev);
+void vt3_cm_device_lost(struct vt3_dev *dev);
+void vt3_cm_qp_init(struct vt3_qp *qp);
+void vt3_cm_qp_destroy(struct vt3_qp *qp);
+int vt3_cm_disconnect(struct vt3_qp *qp);
+void vt3_cm_abort(struct vt3_qp *qp, int status);
+int vt3_iw_connect(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param);
+int vt3_iw_accept(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param);
+int vt3_iw_reject(struct iw_cm_id *cm_id, const void *pdata, u8 pdata_len);
+int vt3_iw_create_listen(struct iw_cm_id *cm_id, int backlog);
+int vt3_iw_destroy_listen(struct iw_cm_id *cm_id);
 
 /* vt3_mem.c: memory handed to the device */
 void vt3_pages_put(struct vt3_pages *mem);
@@ -275,11 +327,6 @@ int vt3_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);
 int vt3_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);
 void vt3_get_dev_fw_str(struct ib_device *ibdev, char *str);
 bool vt3_udata_in_ok(struct ib_udata *udata);
-int vt3_iw_connect(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param);
-int vt3_iw_accept(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param);
-int vt3_iw_reject(struct iw_cm_id *cm_id, const void *pdata, u8 pdata_len);
-int vt3_iw_create_listen(struct iw_cm_id *cm_id, int backlog);
-int vt3_iw_destroy_listen(struct iw_cm_id *cm_id);
 
 /* vt3_cq.c */
 int vt3_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
@@ -289,6 +336,7 @@ int vt3_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc);
 int vt3_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags);
 void vt3_cq_event(struct vt3_dev *dev, u16 type, const struct vt3_event *ev);
 void vt3_cq_set_error(struct vt3_cq *cq);
+void vt3_cq_kick(struct vt3_cq *cq);
 
 /* vt3_qp.c */
 int vt3_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr,
@@ -305,6 +353,10 @@ int vt3_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 struct ib_qp *vt3_iw_get_qp(struct ib_device *ibdev, int qpn);
 void vt3_iw_add_ref(struct ib_qp *ibqp);
 void vt3_iw_rem_ref(struct ib_qp *ibqp);
-void vt3_qp_event(struct vt3_dev *dev, const struct vt3_event *ev);
+struct vt3_qp *vt3_qp_get(struct vt3_dev *dev, u32 qpn);
+struct vt3_qp *vt3_qp_get_next(struct vt3_dev *dev, unsigned long *qpn);
+void vt3_qp_put(struct vt3_qp *qp);
+void vt3_qp_enter_error(struct vt3_qp *qp);
+void vt3_qp_ib_event(struct vt3_qp *qp, enum ib_event_type type);
 
 #endif /* VT3_H */

@@ -21,6 +21,23 @@ void vt3_cq_set_error(struct vt3_cq *cq)
 		  (atomic_t *)&vt3_cq_status(cq)->flags);
 }
 
+/*
+ * Runs the completion handler; the core wants one call at a time per CQ.
+ * A kernel CQ of IB_POLL_DIRECT is polled by its owner only (its handler
+ * warns on any call).
+ */
+void vt3_cq_kick(struct vt3_cq *cq)
+{
+	unsigned long flags;
+
+	if (!cq->user && cq->ibcq.poll_ctx == IB_POLL_DIRECT)
+		return;
+	spin_lock_irqsave(&cq->comp_lock, flags);
+	if (cq->ibcq.comp_handler)
+		cq->ibcq.comp_handler(&cq->ibcq, cq->ibcq.cq_context);
+	spin_unlock_irqrestore(&cq->comp_lock, flags);
+}
+
 static void vt3_cq_arm_work(struct work_struct *work)
 {
 	struct vt3_cq *cq = container_of(work, struct vt3_cq, arm_work);
@@ -277,7 +294,6 @@ int vt3_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags)
 void vt3_cq_event(struct vt3_dev *dev, u16 type, const struct vt3_event *ev)
 {
 	struct ib_event ibev;
-	unsigned long flags;
 	struct vt3_cq *cq;
 
 	rcu_read_lock();
@@ -285,11 +301,7 @@ void vt3_cq_event(struct vt3_dev *dev, u16 type, const struct vt3_event *ev)
 	if (!cq)
 		goto out;
 	if (type == VT3_EV_CQ_COMPLETION) {
-		/* The core expects one comp_handler call at a time per CQ. */
-		spin_lock_irqsave(&cq->comp_lock, flags);
-		if (cq->ibcq.comp_handler)
-			cq->ibcq.comp_handler(&cq->ibcq, cq->ibcq.cq_context);
-		spin_unlock_irqrestore(&cq->comp_lock, flags);
+		vt3_cq_kick(cq);
 	} else {
 		ibdev_warn_ratelimited(&dev->ibdev, "CQ %u overflowed\n",
 				       cq->cqn);

@@ -8,6 +8,9 @@
  * Fire-and-forget frames (doorbells, CQ arming) bypass the lock; vt3d
  * answers them only on error (doorbell) or with a RESP nobody waits for
  * (arm), which is logged when it reports a failure.
+ *
+ * CQ events are handled in the RX softirq; connection and QP events go to
+ * process context in arrival order (vt3_cm.c).
  */
 #include <linux/etherdevice.h>
 #include <linux/if_ether.h>
@@ -34,6 +37,12 @@ static const char * const vt3_cmd_names[] = {
 	[VT3_CMD_DESTROY_QP] = "DESTROY_QP",
 	[VT3_CMD_DOORBELL] = "DOORBELL",
 	[VT3_CMD_RESET] = "RESET",
+	[VT3_CMD_LISTEN] = "LISTEN",
+	[VT3_CMD_UNLISTEN] = "UNLISTEN",
+	[VT3_CMD_CONNECT] = "CONNECT",
+	[VT3_CMD_ACCEPT] = "ACCEPT",
+	[VT3_CMD_REJECT] = "REJECT",
+	[VT3_CMD_DISCONNECT] = "DISCONNECT",
 };
 
 static const char * const vt3_status_names[] = {
@@ -52,6 +61,9 @@ static const char * const vt3_event_names[] = {
 	[VT3_EV_CQ_ERROR] = "CQ_ERROR",
 	[VT3_EV_QP] = "QP",
 	[VT3_EV_DEVICE_FATAL] = "DEVICE_FATAL",
+	[VT3_EV_CONNECT_REQUEST] = "CONNECT_REQUEST",
+	[VT3_EV_CONNECT_REPLY] = "CONNECT_REPLY",
+	[VT3_EV_ESTABLISHED] = "ESTABLISHED",
 };
 
 static const char * const vt3_qp_state_names[] = {
@@ -79,7 +91,7 @@ static const char *vt3_status_name(unsigned int status)
 			status);
 }
 
-static const char *vt3_event_name(unsigned int event)
+const char *vt3_event_name(unsigned int event)
 {
 	return vt3_name(vt3_event_names, ARRAY_SIZE(vt3_event_names), event);
 }
@@ -311,40 +323,33 @@ static void vt3_ctrl_resp(struct vt3_dev *dev, const struct vt3_ctrl_hdr *hdr,
 			  vt3_cmd_name(opcode), seq);
 }
 
-static void vt3_ctrl_event(struct vt3_dev *dev, const struct vt3_ctrl_hdr *hdr,
-			   const void *payload, size_t len)
+/* Returns whether it took @skb over. */
+static bool vt3_ctrl_event(struct vt3_dev *dev, const struct vt3_ctrl_hdr *hdr,
+			   const void *payload, size_t len, struct sk_buff *skb)
 {
 	u16 type = le16_to_cpu(hdr->opcode);
 	struct vt3_event ev;
 
-	if (len < sizeof(ev)) {
-		ibdev_warn_ratelimited(&dev->ibdev,
-				       "short %s event (%zu bytes) dropped\n",
-				       vt3_event_name(type), len);
-		return;
-	}
-	memcpy(&ev, payload, sizeof(ev));
 	/* Events before the ib_device exists concern nothing of ours. */
 	if (!READ_ONCE(dev->attached))
-		return;
+		return false;
 
 	switch (type) {
 	case VT3_EV_CQ_COMPLETION:
 	case VT3_EV_CQ_ERROR:
+		if (len < sizeof(ev)) {
+			ibdev_warn_ratelimited(&dev->ibdev,
+					       "short %s event (%zu bytes) dropped\n",
+					       vt3_event_name(type), len);
+			return false;
+		}
+		memcpy(&ev, payload, sizeof(ev));
 		vt3_cq_event(dev, type, &ev);
-		break;
-	case VT3_EV_QP:
-		vt3_qp_event(dev, &ev);
-		break;
-	case VT3_EV_DEVICE_FATAL:
-		/* Recovery (flush every QP, DEVICE_FATAL) is a later step. */
-		ibdev_err_ratelimited(&dev->ibdev,
-				      "vt3d reports a fatal device error (code %u)\n",
-				      le32_to_cpu(ev.code));
-		break;
+		return false;
 	default:
-		ibdev_warn_ratelimited(&dev->ibdev, "unknown event %u dropped\n",
-				       type);
+		/* Lengths are checked where the payload is parsed. */
+		vt3_cm_queue_event(dev, skb);
+		return true;
 	}
 }
 
@@ -390,7 +395,8 @@ static int vt3_ctrl_rcv(struct sk_buff *skb, struct net_device *netdev,
 		vt3_ctrl_resp(dev, hdr, hdr + 1, len);
 		break;
 	case VT3_MSG_EVENT:
-		vt3_ctrl_event(dev, hdr, hdr + 1, len);
+		if (vt3_ctrl_event(dev, hdr, hdr + 1, len, skb))
+			return NET_RX_SUCCESS;
 		break;
 	default:
 		goto drop;

@@ -20,6 +20,7 @@
 #include <linux/device.h>
 #include <linux/dma-mapping.h>
 #include <linux/etherdevice.h>
+#include <linux/inetdevice.h>
 #include <linux/iommu.h>
 #include <linux/module.h>
 #include <linux/rtnetlink.h>
@@ -39,11 +40,23 @@ module_param_named(probe_timeout_ms, vt3_probe_timeout_ms, uint, 0644);
 MODULE_PARM_DESC(probe_timeout_ms,
 		 "ms to wait for vt3d to answer the probe of a netdev (default 2000)");
 
+/*
+ * vt3d reports the outcome of every CONNECT and ACCEPT (its TCP gives up
+ * after 60 s, MPA after 10 s); this only bounds the wait when it lost
+ * track, so that iw_cm, which blocks destroy until the outcome, cannot
+ * hang.
+ */
+unsigned int vt3_cm_timeout_ms = 90000;
+module_param_named(cm_timeout_ms, vt3_cm_timeout_ms, uint, 0644);
+MODULE_PARM_DESC(cm_timeout_ms,
+		 "ms to wait for vt3d to report the outcome of a connect or accept (default 90000)");
+
 /* Local sanity caps on what vt3d advertises (it is not trusted either). */
 #define VT3_MAX_DEPTH		BIT(16)
 #define VT3_MAX_PBL_PAGES	(KMALLOC_MAX_SIZE / sizeof(__le64))
 
 static struct workqueue_struct *vt3_wq;
+struct workqueue_struct *vt3_cm_wq;
 
 /* Serializes probes/attaches so one netdev never gets two ib_devices. */
 static DEFINE_MUTEX(vt3_attach_lock);
@@ -195,6 +208,7 @@ static struct vt3_dev *vt3_dev_create(struct net_device *netdev)
 	spin_lock_init(&dev->orphan_lock);
 	INIT_LIST_HEAD(&dev->orphans);
 	vt3_ctrl_init(dev);
+	vt3_cm_init(dev);
 
 	ibdev->node_type = RDMA_NODE_RNIC;
 	ibdev->phys_port_cnt = 1;
@@ -300,6 +314,7 @@ static void vt3_dealloc_driver(struct ib_device *ibdev)
 			netdev_warn(dev->netdev, "vt3: RESET failed (%d)\n", err);
 	}
 	vt3_ctrl_stop(dev);
+	vt3_cm_stop(dev);
 	/*
 	 * Memory whose destroy vt3d never confirmed can be given back only
 	 * when vt3d confirmed the RESET, or when the NIC itself is going
@@ -317,13 +332,15 @@ static void vt3_dealloc_driver(struct ib_device *ibdev)
 }
 
 /*
- * vt3d stopped answering: unregister (asynchronously: we may be inside a
- * verb of this very device).
+ * vt3d stopped answering: end every connection (no event will come for
+ * them) and unregister, both asynchronously: we may be inside a verb of
+ * this very device.
  */
 void vt3_device_lost(struct vt3_dev *dev)
 {
 	if (!ib_device_try_get(&dev->ibdev))
 		return;
+	vt3_cm_device_lost(dev);
 	ib_unregister_device_queued(&dev->ibdev);
 	ib_device_put(&dev->ibdev);
 }
@@ -431,6 +448,7 @@ static int vt3_netdev_event(struct notifier_block *nb, unsigned long event,
 		/* The GID is the MAC: have the core re-read it. */
 		ether_addr_copy(dev->mac, netdev->dev_addr);
 		vt3_port_event(dev, IB_EVENT_GID_CHANGE);
+		vt3_cm_addr_changed(dev);
 		break;
 	case NETDEV_CHANGENAME:
 		strscpy(ibdev->iw_ifname, netdev->name, sizeof(ibdev->iw_ifname));
@@ -447,6 +465,25 @@ static int vt3_netdev_event(struct notifier_block *nb, unsigned long event,
 
 static struct notifier_block vt3_netdev_nb = {
 	.notifier_call = vt3_netdev_event,
+};
+
+/* vt3d's TOE answers for the netdev's primary IPv4 address: keep it told. */
+static int vt3_inetaddr_event(struct notifier_block *nb, unsigned long event,
+			      void *arg)
+{
+	const struct in_ifaddr *ifa = arg;
+	struct ib_device *ibdev;
+
+	ibdev = ib_device_get_by_netdev(ifa->ifa_dev->dev, VT3_DRIVER_ID);
+	if (!ibdev)
+		return NOTIFY_DONE;
+	vt3_cm_addr_changed(to_vt3_dev(ibdev));
+	ib_device_put(ibdev);
+	return NOTIFY_DONE;
+}
+
+static struct notifier_block vt3_inetaddr_nb = {
+	.notifier_call = vt3_inetaddr_event,
 };
 
 static int vt3_newlink(const char *name, struct net_device *netdev)
@@ -513,31 +550,46 @@ static const struct ib_device_ops vt3_dev_ops = {
 
 static int __init vt3_init(void)
 {
-	int err;
+	int err = -ENOMEM;
 
 	vt3_wq = alloc_workqueue("vt3", WQ_UNBOUND, 0);
 	if (!vt3_wq)
 		return -ENOMEM;
+	vt3_cm_wq = alloc_workqueue("vt3_cm", WQ_UNBOUND, 0);
+	if (!vt3_cm_wq)
+		goto err_wq;
+	err = register_inetaddr_notifier(&vt3_inetaddr_nb);
+	if (err)
+		goto err_cm_wq;
 	/* Replays REGISTER/UP for existing netdevs: that queues their probes. */
 	err = register_netdevice_notifier(&vt3_netdev_nb);
-	if (err) {
-		destroy_workqueue(vt3_wq);
-		return err;
-	}
+	if (err)
+		goto err_inetaddr;
 	rdma_link_register(&vt3_link_ops);
 	/* NICs that are up are attached when insmod returns. */
 	flush_workqueue(vt3_wq);
 	return 0;
+
+err_inetaddr:
+	unregister_inetaddr_notifier(&vt3_inetaddr_nb);
+err_cm_wq:
+	destroy_workqueue(vt3_cm_wq);
+err_wq:
+	destroy_workqueue(vt3_wq);
+	return err;
 }
 
 static void __exit vt3_exit(void)
 {
 	rdma_link_unregister(&vt3_link_ops);
 	unregister_netdevice_notifier(&vt3_netdev_nb);
+	unregister_inetaddr_notifier(&vt3_inetaddr_nb);
 	/* No probe gets queued any more; let the queued ones finish. */
 	destroy_workqueue(vt3_wq);
 	/* Disassociates user contexts, destroys every object, RESETs. */
 	ib_unregister_driver(VT3_DRIVER_ID);
+	/* Each device cancelled its connection work when it went. */
+	destroy_workqueue(vt3_cm_wq);
 }
 
 module_init(vt3_init);

@@ -7,8 +7,10 @@
  *
  * IB states map on vt3d's iWARP states as: RESET/INIT/RTR -> IDLE,
  * RTS -> RTS, SQD -> CLOSING, SQE/ERR -> ERROR. A QP reaches RTS through
- * the connection manager (a later step); vt3d refuses RTS without a
- * connection.
+ * its connection (vt3_cm.c: vt3d moves it, the driver follows on the
+ * event); vt3d refuses RTS without one. A connected QP closes through
+ * VT3_CMD_DISCONNECT: gracefully on RTS -> SQD (iw_cm_disconnect), with an
+ * RST on any way to ERR or RESET.
  */
 #include <linux/log2.h>
 #include <rdma/uverbs_ioctl.h>
@@ -73,9 +75,39 @@ static void vt3_qp_release(struct kref *ref)
 	complete(&container_of(ref, struct vt3_qp, ref)->freed);
 }
 
-static void vt3_qp_put(struct vt3_qp *qp)
+void vt3_qp_put(struct vt3_qp *qp)
 {
 	kref_put(&qp->ref, vt3_qp_release);
+}
+
+/*
+ * A referenced QP by number, for work that may race with destroy_qp():
+ * that erases the QP under the same lock before dropping its own
+ * reference, so a QP found here is never at zero.
+ */
+struct vt3_qp *vt3_qp_get(struct vt3_dev *dev, u32 qpn)
+{
+	struct vt3_qp *qp;
+
+	xa_lock(&dev->qp_xa);
+	qp = xa_load(&dev->qp_xa, qpn);
+	if (qp)
+		kref_get(&qp->ref);
+	xa_unlock(&dev->qp_xa);
+	return qp;
+}
+
+/* The referenced QP with the lowest number >= *qpn, which is updated. */
+struct vt3_qp *vt3_qp_get_next(struct vt3_dev *dev, unsigned long *qpn)
+{
+	struct vt3_qp *qp;
+
+	xa_lock(&dev->qp_xa);
+	qp = xa_find(&dev->qp_xa, qpn, U32_MAX, XA_PRESENT);
+	if (qp)
+		kref_get(&qp->ref);
+	xa_unlock(&dev->qp_xa);
+	return qp;
 }
 
 static void vt3_qp_doorbell(struct vt3_qp *qp, u32 queues)
@@ -153,6 +185,7 @@ int vt3_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr,
 	spin_lock_init(&qp->sq_lock);
 	spin_lock_init(&qp->rq_lock);
 	INIT_WORK(&qp->db_work, vt3_qp_db_work);
+	vt3_cm_qp_init(qp);
 	qp->ib_state = IB_QPS_RESET;
 	qp->user = !!udata;
 	qp->sig_all = attr->sq_sig_type == IB_SIGNAL_ALL_WR;
@@ -255,9 +288,13 @@ int vt3_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 	bool forgot;
 	int err;
 
+	/*
+	 * A live connection is aborted and iw_cm told, so that it drops
+	 * its references, which are waited for below.
+	 */
+	vt3_cm_qp_destroy(qp);
 	xa_erase(&dev->qp_xa, qp->qpn);
 	cancel_work_sync(&qp->db_work);
-	/* iw_cm may still hold references; it drops them on its own. */
 	vt3_qp_put(qp);
 	wait_for_completion(&qp->freed);
 
@@ -302,6 +339,38 @@ static void vt3_qp_set_error(struct vt3_qp *qp)
 		  (atomic_t *)&vt3_qp_status(qp)->flags);
 	vt3_cq_set_error(to_vt3_cq(qp->ibqp.send_cq));
 	vt3_cq_set_error(to_vt3_cq(qp->ibqp.recv_cq));
+}
+
+/*
+ * The QP's connection ended (DESIGN.md section 5): the consumer sees the QP
+ * in error and its CQs' completion handlers run, so an application
+ * blocked on a CQ event wakes up and finds the work to flush.
+ */
+void vt3_qp_enter_error(struct vt3_qp *qp)
+{
+	struct vt3_cq *scq = to_vt3_cq(qp->ibqp.send_cq);
+	struct vt3_cq *rcq = to_vt3_cq(qp->ibqp.recv_cq);
+
+	lockdep_assert_held(&qp->state_lock);
+	if (qp->ib_state == IB_QPS_ERR)
+		return;
+	WRITE_ONCE(qp->ib_state, IB_QPS_ERR);
+	vt3_qp_set_error(qp);
+	vt3_cq_kick(scq);
+	if (rcq != scq)
+		vt3_cq_kick(rcq);
+}
+
+void vt3_qp_ib_event(struct vt3_qp *qp, enum ib_event_type type)
+{
+	struct ib_event ev = {
+		.device = qp->ibqp.device,
+		.element.qp = &qp->ibqp,
+		.event = type,
+	};
+
+	if (qp->ibqp.event_handler)
+		qp->ibqp.event_handler(&ev, qp->ibqp.qp_context);
 }
 
 int vt3_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
@@ -349,6 +418,22 @@ int vt3_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		}
 		vmask |= VT3_MODIFY_IRD;
 		req.ird = cpu_to_le32(attr->max_dest_rd_atomic);
+	}
+	if (qp->conn != VT3_CONN_NONE && next != cur) {
+		/* iw_cm_disconnect(): a graceful close, FIN after the SQ. */
+		if (cur == IB_QPS_RTS && next == IB_QPS_SQD) {
+			err = vt3_cm_disconnect(qp);
+			if (!err)
+				WRITE_ONCE(qp->ib_state, next);
+			goto out;
+		}
+		/*
+		 * Anything else that leaves the connection behind is an
+		 * abortive close; the MODIFY_QP below still sets the state.
+		 */
+		if (next == IB_QPS_RESET ||
+		    vt3_state_from_ib(next) == VT3_QPS_ERROR)
+			vt3_cm_abort(qp, -ECONNRESET);
 	}
 	if (vt3_state_from_ib(next) != vt3_state_from_ib(cur)) {
 		vmask |= VT3_MODIFY_STATE;
@@ -620,16 +705,4 @@ void vt3_iw_add_ref(struct ib_qp *ibqp)
 void vt3_iw_rem_ref(struct ib_qp *ibqp)
 {
 	vt3_qp_put(to_vt3_qp(ibqp));
-}
-
-/*
- * VT3_EV_QP: connection ends and errors. Surfacing them (status flags,
- * ib events, iw_cm events) comes with the connection manager.
- */
-void vt3_qp_event(struct vt3_dev *dev, const struct vt3_event *ev)
-{
-	ibdev_info_ratelimited(&dev->ibdev,
-			       "QP %u event: code %u detail %#x\n",
-			       le32_to_cpu(ev->handle), le32_to_cpu(ev->code),
-			       le32_to_cpu(ev->detail));
 }

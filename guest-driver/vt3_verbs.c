@@ -1,12 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * vt3 verbs: device and port queries, user contexts and their mmaps,
- * protection domains, and the iWARP connection manager entry points.
+ * protection domains.
  */
 #include <linux/etherdevice.h>
 #include <linux/mm.h>
 #include <rdma/ib_user_verbs.h>
-#include <rdma/iw_cm.h>
 #include <rdma/uverbs_ioctl.h>
 
 #include "vt3.h"
@@ -216,40 +215,5 @@ int vt3_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata)
 			     pd->pdn);
 	if (err)
 		ibdev_dbg(ibpd->device, "DEALLOC_PD %u: %d\n", pd->pdn, err);
-	return 0;
-}
-
-/*
- * Connection management lives in vt3d's TOE and arrives in a later step.
- * iw_cm calls these without checking that they exist, so they must: the
- * active side refuses.
- */
-int vt3_iw_connect(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param)
-{
-	return -EOPNOTSUPP;
-}
-
-int vt3_iw_accept(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param)
-{
-	return -EOPNOTSUPP;
-}
-
-int vt3_iw_reject(struct iw_cm_id *cm_id, const void *pdata, u8 pdata_len)
-{
-	return -EOPNOTSUPP;
-}
-
-/*
- * A listen that never sees a connection request. Refusing would break
- * every wildcard rdma_listen() in the guest: rdma_cm listens on each
- * device and gives up when one fails, siw's and rxe's listens included.
- */
-int vt3_iw_create_listen(struct iw_cm_id *cm_id, int backlog)
-{
-	return 0;
-}
-
-int vt3_iw_destroy_listen(struct iw_cm_id *cm_id)
-{
 	return 0;
 }

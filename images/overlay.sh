@@ -65,7 +65,7 @@ build_rdma_core() {
 inputs_hash() {
 	{
 		sha256sum "$IMAGES/initramfs.cpio.gz" "$REPO/guest-driver/vt3.ko" "${BASH_SOURCE[0]}" \
-			"$REPO/guest-driver/tests/vt3_ktest.ko" "$WORK/vt3-uverbs"
+			"$REPO/guest-driver/tests/vt3_ktest.ko" "$REPO/guest-driver/tests/vt3_kcm.ko" "$WORK/vt3-uverbs"
 		(cd "$STAGE" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
 	} | sha256sum | cut -d' ' -f1
 }
@@ -76,7 +76,7 @@ assemble() {
 	# The guest's /lib is a symlink to usr/lib, and the kernel's cpio
 	# unpacker would replace it by a real directory: never ship lib/.
 	mkdir -p "$root/usr/lib/modules/$KVER/extra" "$root/etc/vt3/init.d"
-	install -m 644 "$REPO/guest-driver/vt3.ko" "$REPO/guest-driver/tests/vt3_ktest.ko" \
+	install -m 644 "$REPO/guest-driver/vt3.ko" "$REPO/guest-driver/tests/vt3_ktest.ko" "$REPO/guest-driver/tests/vt3_kcm.ko" \
 		"$root/usr/lib/modules/$KVER/extra/"
 	install -D -m 755 "$WORK/vt3-uverbs" "$root/usr/bin/vt3-uverbs"
 	# rdma-core as the guest runs it: libraries, providers, tools, config.
