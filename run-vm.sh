@@ -52,6 +52,8 @@ ensure_host_packages() {
 		cmd=${pair%%:*} pkg=${pair#*:}
 		command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
 	done
+	# vt3-uverbs is linked statically (images/overlay.sh): libc.a.
+	[ -f /usr/lib/x86_64-linux-gnu/libc.a ] || missing+=(libc6-dev)
 	[ ${#missing[@]} -eq 0 ] && return 0
 	if [ "$(id -u)" -ne 0 ]; then
 		die "missing host packages: ${missing[*]} (run as root to install them, or: apt-get install ${missing[*]})"
