@@ -112,8 +112,20 @@ pick_accel() {
 	fi
 }
 
+# Linux queues at most net.unix.max_dgram_qlen (default 10) datagrams on an
+# unconnected unix socket: too few for a burst of TCP segments between
+# guests, which would then wait for retransmit timeouts. Raise it.
+ensure_dgram_queue() {
+	local want=1024 have
+	have=$(cat /proc/sys/net/unix/max_dgram_qlen 2>/dev/null || echo "$want")
+	[ "$have" -ge "$want" ] && return 0
+	log "raising net.unix.max_dgram_qlen from $have to $want (unix-dgram uplinks)"
+	echo "$want" >/proc/sys/net/unix/max_dgram_qlen || log "could not raise it; expect slow RDMA traffic"
+}
+
 prepare() {
 	ensure_host_packages
+	ensure_dgram_queue
 	QEMU=${QEMU:-$(command -v qemu-system-x86_64)}
 	[ -x "$QEMU" ] || die "QEMU not found at $QEMU"
 	ensure_vt3d
@@ -508,9 +520,11 @@ case_vt3d_lost() {
 # Connection cases of vt3.ko (pair_vt3_vt3 among their helpers).
 # shellcheck source=guest-driver/tests/cm-cases.sh
 source "$ROOT/guest-driver/tests/cm-cases.sh"
+# shellcheck source=tests/traffic-cases.sh
+source "$ROOT/tests/traffic-cases.sh"
 
 CASES=(nic-ping nic-tcp siw-over-vt3 vt3-restart driver-probe verbs rdma-res driver-unload vt3d-lost devinfo resources
-	"${CM_CASES[@]}" rping-vt3-vt3 rping-vt3-siw rping-siw-vt3)
+	"${CM_CASES[@]}" rping-vt3-vt3 rping-vt3-siw rping-siw-vt3 "${TRAFFIC_CASES[@]}")
 # Cases also run with QEMU 10.0 by `check` (the vhost-user paths that differ).
 QEMU10_CASES=(nic-ping vt3-restart devinfo)
 
@@ -530,7 +544,8 @@ describe() {
 	rping-vt3-vt3) echo "rping -V, 1000 iterations, between two vt3 guests" ;;
 	rping-vt3-siw) echo "rping -V: vt3 client, siw server" ;;
 	rping-siw-vt3) echo "rping -V: siw client, vt3 server" ;;
-	*) describe_cm "$1" ;;
+	vt3-* ) describe_cm "$1" ;;
+	*) describe_traffic "$1" ;;
 	esac
 }
 

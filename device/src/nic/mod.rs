@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::rnic::{Limits, Rnic};
-use crate::uplink::Uplink;
+use crate::uplink::{self, Uplink};
 
 /// EtherType of the driver↔device control channel (IEEE local
 /// experimental). Never forwarded to or accepted from the uplink.
@@ -59,6 +59,8 @@ pub struct NicStats {
     pub tx_bytes: AtomicU64,
     pub tx_malformed_chains: AtomicU64,
     pub tx_uplink_errors: AtomicU64,
+    /// Sends that had to wait for room at the peer (backpressure).
+    pub tx_uplink_waits: AtomicU64,
     pub tx_runts: AtomicU64,
     pub control_frames: AtomicU64,
     pub rx_frames: AtomicU64,
@@ -78,13 +80,14 @@ impl NicStats {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub fn rows(&self) -> [(&'static str, u64); 15] {
+    pub fn rows(&self) -> [(&'static str, u64); 16] {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         [
             ("tx_frames", g(&self.tx_frames)),
             ("tx_bytes", g(&self.tx_bytes)),
             ("tx_malformed_chains", g(&self.tx_malformed_chains)),
             ("tx_uplink_errors", g(&self.tx_uplink_errors)),
+            ("tx_uplink_waits", g(&self.tx_uplink_waits)),
             ("tx_runts", g(&self.tx_runts)),
             ("control_frames", g(&self.control_frames)),
             ("rx_frames", g(&self.rx_frames)),
@@ -150,7 +153,7 @@ impl Nic {
         match class {
             GuestFrame::Runt => NicStats::add(&self.stats.tx_runts, 1),
             GuestFrame::Control => NicStats::add(&self.stats.control_frames, 1),
-            GuestFrame::Uplink => match self.uplink.send(frame) {
+            GuestFrame::Uplink => match self.send_uplink(frame) {
                 Ok(()) => {
                     NicStats::add(&self.stats.tx_frames, 1);
                     NicStats::add(&self.stats.tx_bytes, frame.len() as u64);
@@ -166,13 +169,21 @@ impl Nic {
 
     /// Sends a frame the TOE built.
     pub fn offload_to_uplink(&self, frame: &[u8]) {
-        match self.uplink.send(frame) {
+        match self.send_uplink(frame) {
             Ok(()) => NicStats::add(&self.stats.toe_tx_frames, 1),
             Err(e) => {
                 log::trace!("uplink send (offload): {e}");
                 NicStats::add(&self.stats.tx_uplink_errors, 1);
             }
         }
+    }
+
+    fn send_uplink(&self, frame: &[u8]) -> std::io::Result<()> {
+        let (result, waited) = uplink::send_with_backpressure(self.uplink.as_ref(), frame);
+        if waited {
+            NicStats::add(&self.stats.tx_uplink_waits, 1);
+        }
+        result
     }
 
     pub fn count_offload_rx(&self) {

@@ -9,9 +9,10 @@ mod unix_dgram;
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
@@ -113,6 +114,58 @@ impl UplinkSpec {
         })
     }
 }
+
+/// How long a send waits for room at the peer before the frame counts as
+/// dropped: long enough for a busy peer to drain a burst, short enough that
+/// a peer that stopped reading cannot stall the device.
+pub const SEND_WAIT: Duration = Duration::from_millis(20);
+
+/// Sends one frame, waiting up to [`SEND_WAIT`] while the peer's queue is
+/// full (`WouldBlock`) — backpressure, as a NIC waits for its wire — since a
+/// dropped segment costs TCP a retransmit timeout. Returns how the send went
+/// and whether it had to wait.
+pub fn send_with_backpressure(uplink: &dyn Uplink, frame: &[u8]) -> (io::Result<()>, bool) {
+    let first = uplink.send(frame);
+    if !matches!(&first, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+        return (first, false);
+    }
+    let deadline = Instant::now() + SEND_WAIT;
+    let mut pause = Duration::from_micros(20);
+    loop {
+        // Unconnected datagram sockets do not report the peer's queue
+        // through poll(2), so back off and retry.
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(1));
+        match uplink.send(frame) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < deadline => {}
+            other => return (other, true),
+        }
+    }
+}
+
+/// Asks for socket buffers of `bytes` each way (the kernel caps them at
+/// net.core.{r,w}mem_max): bursts of full-size segments must fit.
+fn grow_socket_buffers(fd: RawFd, bytes: libc::c_int) {
+    for option in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+        // SAFETY: fd is an open socket owned by the caller; the option
+        // value is a c_int that lives across the call, with its size.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                option,
+                std::ptr::from_ref(&bytes).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            log::debug!("setsockopt({option}): {}", io::Error::last_os_error());
+        }
+    }
+}
+
+/// Socket buffer size requested for datagram uplinks.
+const SOCKET_BUFFER: libc::c_int = 4 << 20;
 
 /// Maps "nothing to read" to `Ok(None)`.
 fn nonblocking<T>(r: io::Result<T>) -> io::Result<Option<T>> {

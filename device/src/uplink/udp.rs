@@ -5,7 +5,7 @@ use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 
-use super::{nonblocking, Uplink};
+use super::{grow_socket_buffers, nonblocking, Uplink, SOCKET_BUFFER};
 
 #[derive(Debug)]
 pub struct UdpUplink {
@@ -18,6 +18,7 @@ impl UdpUplink {
         // Connecting filters what we receive to the configured peer.
         socket.connect(remote)?;
         socket.set_nonblocking(true)?;
+        grow_socket_buffers(socket.as_raw_fd(), SOCKET_BUFFER);
         Ok(Self { socket })
     }
 }

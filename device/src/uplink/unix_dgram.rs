@@ -7,7 +7,7 @@ use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 
-use super::{nonblocking, Uplink};
+use super::{grow_socket_buffers, nonblocking, Uplink, SOCKET_BUFFER};
 
 #[derive(Debug)]
 pub struct UnixDgramUplink {
@@ -27,6 +27,7 @@ impl UnixDgramUplink {
         }
         let socket = UnixDatagram::bind(local)?;
         socket.set_nonblocking(true)?;
+        grow_socket_buffers(socket.as_raw_fd(), SOCKET_BUFFER);
         Ok(Self { socket, local: local.to_owned(), remote: remote.to_owned() })
     }
 }

@@ -13,6 +13,17 @@
 /* Bumped on any incompatible change; the provider refuses a mismatch. */
 #define VT3_ABI_VERSION		1
 
+/*
+ * Vendor async event (DESIGN.md §5): a user QP's connection closed
+ * gracefully and no SQ WQE was flushed -- the case where a T3 posted no
+ * event at all. vt3.ko dispatches it through the QP's event handler, so
+ * uverbs reports it with the QP's user handle; libibverbs does not know
+ * the type and passes it on as a port event, and libvt3's async_event op
+ * turns it back into a QP event (element.qp) and does the QP's event
+ * accounting. The value is outside enum ib_event_type on purpose.
+ */
+#define VT3_EVENT_LLP_CLOSE_COMPLETE	0x8001
+
 struct vt3_alloc_ucontext_resp {
 	__u32	abi_version;		/* VT3_ABI_VERSION */
 	__u32	wqe_size;		/* VT3_WQE_SIZE */
