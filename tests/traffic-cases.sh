@@ -4,12 +4,14 @@
 # connections. Appends TRAFFIC_CASES to CASES.
 
 # shellcheck disable=SC2034 # run-vm.sh adds them to CASES
-TRAFFIC_CASES=(perftest-vt3-vt3 perftest-vt3-siw)
+TRAFFIC_CASES=(perftest-vt3-vt3 perftest-vt3-siw rdma-cm-examples multi-conn)
 
 describe_traffic() {
 	case $1 in
 	perftest-vt3-vt3) echo "ib_send/write/read_bw -R, 1 B to 1 MiB, both directions, two vt3 guests" ;;
 	perftest-vt3-siw) echo "ib_send/write/read_bw -R, 1 B to 1 MiB, both directions, vt3 and siw" ;;
+	multi-conn) echo "64 concurrent connections between two vt3 guests, each moving verified data" ;;
+	rdma-cm-examples) echo "rdma_server/rdma_client both ways and ucmatose with 8 connections, two vt3 guests" ;;
 	esac
 }
 
@@ -70,4 +72,43 @@ case_perftest_vt3_vt3() {
 case_perftest_vt3_siw() {
 	pair_vt3_siw || return 1
 	perftest_matrix
+}
+
+# rdma_cm's example programs from rdma-core, between two vt3 guests.
+case_rdma_cm_examples() {
+	pair_vt3_vt3 || return 1
+	local server client
+	for server in a b; do
+		[ "$server" = a ] && client=b || client=a
+		expect "$server" 10 "timeout 120 rdma_server > /tmp/rs.out 2>&1 & echo \$! > /tmp/rs.pid"
+		wait_rdma_listen "$server" || return 1
+		expect "$client" 120 "rdma_client -s $(ip_of "$server")"
+		expect "$server" 30 "for i in \$(seq 100); do kill -0 \$(cat /tmp/rs.pid) 2>/dev/null || { wait \$(cat /tmp/rs.pid) 2>/dev/null; cat /tmp/rs.out; exit 0; }; sleep 0.2; done; cat /tmp/rs.out; exit 1"
+		grep -q 'rdma_server: end 0' <<<"$LAST_OUT" || { fail "rdma_server on $server: $(tail -n 2 <<<"$LAST_OUT")"; return 1; }
+	done
+	# ucmatose: 8 connections, 100 messages each way on each.
+	expect a 10 "timeout 300 ucmatose -c 8 -C 100 > /tmp/uc.out 2>&1 & echo \$! > /tmp/uc.pid"
+	wait_rdma_listen a || return 1
+	expect b 300 "ucmatose -s $A_IP -c 8 -C 100"
+	grep -q 'test complete' <<<"$LAST_OUT" || { fail "ucmatose client: $(tail -n 3 <<<"$LAST_OUT")"; return 1; }
+	expect a 60 "for i in \$(seq 250); do kill -0 \$(cat /tmp/uc.pid) 2>/dev/null || break; sleep 0.2; done; cat /tmp/uc.out; grep -q 'return status 0' /tmp/uc.out"
+	expect_no_rnic_objects vt3a "after the examples"
+	expect_no_rnic_objects vt3b "after the examples"
+	RESULT="rdma_server/rdma_client both ways; ucmatose 8 connections × 100 messages"
+}
+
+# 64 concurrent connections between two vt3 guests (vt3-multiconn: one
+# thread per connection; SEND checked by the server, RDMA WRITE back
+# checked by the client, every round).
+case_multi_conn() {
+	pair_vt3_vt3 || return 1
+	local n=64 rounds=20
+	expect a 10 "timeout 600 vt3-multiconn -s -n $n -r $rounds > /tmp/mc.out 2>&1 & echo \$! > /tmp/mc.pid"
+	wait_rdma_listen a || return 1
+	expect b 600 "vt3-multiconn -c $A_IP -n $n -r $rounds"
+	local client=$LAST_OUT
+	expect a 120 "for i in \$(seq 600); do kill -0 \$(cat /tmp/mc.pid) 2>/dev/null || break; sleep 0.2; done; cat /tmp/mc.out; grep -q ' 0 failed' /tmp/mc.out"
+	expect_no_rnic_objects vt3a "after the connections"
+	expect_no_rnic_objects vt3b "after the connections"
+	RESULT=$(grep -o '[0-9]* connections.*' <<<"$client" | tail -n 1)
 }
