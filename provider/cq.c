@@ -134,25 +134,90 @@ static int vt3_wq_flush(struct vt3_wq *wq, int num, struct ibv_wc *wc)
 }
 
 /*
+ * A queue on cq->flushed got work again (a WR posted in error): back to
+ * cq->wqs. Called with cq->lock held.
+ */
+static void vt3_cq_take_reposts(struct vt3_cq *cq)
+{
+	struct vt3_wq *wq, *next;
+
+	/* Acquire: pairs with the release in vt3_cq_note_repost(). */
+	if (!__atomic_exchange_n(&cq->repost, 0, __ATOMIC_ACQ_REL))
+		return;
+	list_for_each_safe(&cq->flushed, wq, next, cq_entry) {
+		bool work;
+
+		pthread_spin_lock(&wq->lock);
+		work = !wq->flushing || wq->flush_pos != wq->prod;
+		pthread_spin_unlock(&wq->lock);
+		if (work) {
+			list_del_from(&cq->flushed, &wq->cq_entry);
+			list_add_tail(&cq->wqs, &wq->cq_entry);
+		}
+	}
+}
+
+/*
+ * A WR was taken on a queue in error: if its queue sits on cq->flushed,
+ * the next poll_cq looks at it again. Called after wq->lock was dropped
+ * (the release orders the new producer index before the flag).
+ */
+void vt3_cq_note_repost(struct vt3_wq *wq)
+{
+	__atomic_store_n(&wq->cq->repost, 1, __ATOMIC_RELEASE);
+}
+
+/*
+ * Modify to RESET: the queue is healthy again and may go into error
+ * anew, so poll_cq must look at it (cq->wqs).
+ */
+void vt3_cq_requeue(struct vt3_wq *wq)
+{
+	struct vt3_cq *cq = wq->cq;
+	struct vt3_wq *w;
+
+	pthread_spin_lock(&cq->lock);
+	list_for_each(&cq->flushed, w, cq_entry) {
+		if (w == wq) {
+			list_del_from(&cq->flushed, &wq->cq_entry);
+			list_add_tail(&cq->wqs, &wq->cq_entry);
+			break;
+		}
+	}
+	pthread_spin_unlock(&cq->lock);
+}
+
+/*
  * Flushes the queues of this CQ whose QP is in error, each once every
  * device CQE of it was returned (the CQ consumer index passed the queue's
- * flush mark). Called with cq->lock held.
+ * flush mark). A queue whose flush is complete moves to cq->flushed and
+ * is not looked at again until a WR is posted to it (repost) or its QP
+ * is reset. Called with cq->lock held.
  */
 static int vt3_cq_flush(struct vt3_cq *cq, int num, struct ibv_wc *wc)
 {
-	struct vt3_wq *wq;
+	struct vt3_wq *wq, *next;
 	int n = 0;
 
-	list_for_each(&cq->wqs, wq, cq_entry) {
+	vt3_cq_take_reposts(cq);
+	list_for_each_safe(&cq->wqs, wq, next, cq_entry) {
+		bool done = false;
+
 		if (n == num)
 			break;
 		pthread_spin_lock(&wq->lock);
 		if (vt3_wq_error(wq) && !wq->flushing &&
 		    (int32_t)(cq->cons - wq->flush_mark) >= 0)
 			wq->flushing = true;
-		if (wq->flushing)
+		if (wq->flushing) {
 			n += vt3_wq_flush(wq, num - n, wc + n);
+			done = wq->flush_pos == wq->prod;
+		}
 		pthread_spin_unlock(&wq->lock);
+		if (done) {
+			list_del_from(&cq->wqs, &wq->cq_entry);
+			list_add_tail(&cq->flushed, &wq->cq_entry);
+		}
 	}
 	return n;
 }

@@ -125,6 +125,7 @@ void vt3_qp_reset(struct vt3_qp *qp)
 		wqs[i]->error = false;
 		wqs[i]->flushing = false;
 		pthread_spin_unlock(&wqs[i]->lock);
+		vt3_cq_requeue(wqs[i]);
 	}
 }
 
@@ -300,7 +301,7 @@ int vt3_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 	struct vt3_wq *wq = &qp->sq;
 	struct vt3_sq_wqe wqe;
 	struct vt3_swqe swqe;
-	bool error, ring = false;
+	bool error, ring = false, repost = false;
 	uint32_t start;
 	int ret = 0;
 
@@ -328,12 +329,17 @@ int vt3_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 	 * moves (vt3d catches its consumer index up to it on RESET), and
 	 * the doorbell is the kick that wakes a waiter for the flush.
 	 */
-	if (wq->prod != start)
+	if (wq->prod != start) {
 		ring = vt3_wq_publish(wq) || error;
+		repost = error;
+	}
 out:
 	pthread_spin_unlock(&wq->lock);
 	if (ret)
 		*bad_wr = wr;
+	/* poll_cq may have put the queue aside as flushed. */
+	if (repost)
+		vt3_cq_note_repost(wq);
 	if (ring)
 		vt3_wq_doorbell(wq);
 	return ret;
@@ -367,7 +373,7 @@ int vt3_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 	struct vt3_wq *wq = &qp->rq;
 	struct vt3_rq_wqe wqe;
 	struct vt3_swqe swqe;
-	bool error, ring = false;
+	bool error, ring = false, repost = false;
 	uint32_t start;
 	int ret = 0;
 
@@ -391,12 +397,17 @@ int vt3_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 		wq->prod++;
 	}
 	/* As for the SQ. */
-	if (wq->prod != start)
+	if (wq->prod != start) {
 		ring = vt3_wq_publish(wq) || error;
+		repost = error;
+	}
 out:
 	pthread_spin_unlock(&wq->lock);
 	if (ret)
 		*bad_wr = wr;
+	/* poll_cq may have put the queue aside as flushed. */
+	if (repost)
+		vt3_cq_note_repost(wq);
 	if (ring)
 		vt3_wq_doorbell(wq);
 	return ret;

@@ -199,6 +199,7 @@ struct ibv_cq *vt3_create_cq(struct ibv_context *ibctx, int cqe,
 
 	pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
 	list_head_init(&cq->wqs);
+	list_head_init(&cq->flushed);
 	/* Indices are free running: start where the page says. */
 	cq->cons = le32toh(cq->status->cons);
 	return &cq->ibv_cq;
@@ -241,6 +242,7 @@ static void vt3_qp_unmap(struct vt3_qp *qp)
 struct ibv_qp *vt3_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
 	struct ibv_context *ibctx = pd->context;
+	struct vt3_context *ctx = to_vt3_ctx(ibctx);
 	struct uvt3_create_qp_resp resp = {};
 	struct ibv_create_qp cmd = {};
 	struct vt3_cq *scq, *rcq;
@@ -274,7 +276,7 @@ struct ibv_qp *vt3_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	qp->rq.ring_size = resp.drv.rq_size;
 	/* The kernel's word, within what a WQE holds. */
 	qp->max_inline = min_t(uint32_t, resp.drv.max_inline, VT3_MAX_INLINE);
-	qp->max_sge_rd = to_vt3_ctx(ibctx)->max_sge_rd;
+	qp->max_sge_rd = ctx->max_sge_rd;
 	qp->sig_all = attr->sq_sig_all;
 	qp->state = IBV_QPS_RESET;
 
@@ -308,6 +310,10 @@ struct ibv_qp *vt3_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	list_add_tail(&scq->wqs, &qp->sq.cq_entry);
 	list_add_tail(&rcq->wqs, &qp->rq.cq_entry);
 	vt3_unlock_cqs(scq, rcq);
+	/* ...and the async_event op finds it (vendor events name it by handle). */
+	pthread_mutex_lock(&ctx->qps_lock);
+	list_add_tail(&ctx->qps, &qp->ctx_entry);
+	pthread_mutex_unlock(&ctx->qps_lock);
 	return &qp->ibv_qp;
 
 err_unmap:
@@ -357,13 +363,23 @@ int vt3_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask,
 
 int vt3_destroy_qp(struct ibv_qp *ibqp)
 {
+	struct vt3_context *ctx = to_vt3_ctx(ibqp->context);
 	struct vt3_qp *qp = to_vt3_qp(ibqp);
 	int ret;
 
-	/* Kernel first: should it fail, the QP is still whole and usable. */
+	/*
+	 * Kernel first: should it fail, the QP is still whole and usable.
+	 * ibv_cmd_destroy_qp() also waits until every async event of the QP
+	 * read so far is accounted for (acked, or for the vendor event done
+	 * by the async_event op, async.c), so no one still looks it up.
+	 */
 	ret = ibv_cmd_destroy_qp(ibqp);
 	if (ret)
 		return ret;
+
+	pthread_mutex_lock(&ctx->qps_lock);
+	list_del_from(&ctx->qps, &qp->ctx_entry);
+	pthread_mutex_unlock(&ctx->qps_lock);
 
 	/*
 	 * Its CQEs left in the CQs are still returned (verbs let them be);

@@ -18,6 +18,7 @@ static void vt3_free_context(struct ibv_context *ibctx)
 	struct vt3_context *ctx =
 		container_of(ibctx, struct vt3_context, ibv_ctx.context);
 
+	pthread_mutex_destroy(&ctx->qps_lock);
 	verbs_uninit_context(&ctx->ibv_ctx);
 	free(ctx);
 }
@@ -39,6 +40,7 @@ static const struct verbs_context_ops vt3_ctx_ops = {
 	.destroy_qp = vt3_destroy_qp,
 	.post_send = vt3_post_send,
 	.post_recv = vt3_post_recv,
+	.async_event = vt3_async_event,
 	.free_context = vt3_free_context,
 };
 
@@ -104,6 +106,8 @@ static struct verbs_context *vt3_alloc_context(struct ibv_device *ibdev,
 		return NULL;
 	}
 
+	pthread_mutex_init(&ctx->qps_lock, NULL);
+	list_head_init(&ctx->qps);
 	verbs_set_ops(&ctx->ibv_ctx, &vt3_ctx_ops);
 	return &ctx->ibv_ctx;
 }

@@ -51,6 +51,14 @@ struct vt3_context {
 	struct verbs_context ibv_ctx;
 	/* Device limit on the SGEs of an RDMA READ (its local sink). */
 	uint32_t max_sge_rd;
+	/*
+	 * Every QP of the context (vt3_qp.ctx_entry), for the async_event
+	 * op: the vendor event names its QP only by the low 32 bits of the
+	 * user handle (async.c). A QP is on the list from create until
+	 * the kernel destroyed it (which waits for its events' accounting).
+	 */
+	pthread_mutex_t qps_lock;
+	struct list_head qps;
 };
 
 struct vt3_cq {
@@ -62,8 +70,18 @@ struct vt3_cq {
 	struct vt3_cqe *ring;		/* written by vt3d only: mapped read-only */
 	size_t ring_size;
 	struct vt3_cq_status *status;	/* prod from vt3d, cons from us */
-	/* Work queues completing here (vt3_wq.cq_entry), under lock. */
+	/*
+	 * Work queues completing here (vt3_wq.cq_entry), under lock: on wqs
+	 * those that may still owe flush completions or may yet go into
+	 * error (poll_cq looks at them while VT3_CQ_F_ERROR is set), on
+	 * flushed those in error whose flush is done. A WR posted to a QP
+	 * in error sets repost (atomic), and the next poll moves the queues
+	 * of flushed with work again back to wqs: a CQ whose QPs are all
+	 * flushed costs poll_cq one atomic exchange, not a walk.
+	 */
 	struct list_head wqs;
+	struct list_head flushed;
+	int repost;
 };
 
 /*
@@ -125,6 +143,7 @@ struct vt3_qp {
 	 */
 	int state;
 	struct vt3_qp_status *status;	/* producer indices from us, the rest from vt3d */
+	struct list_node ctx_entry;	/* vt3_context.qps */
 };
 
 static inline struct vt3_device *to_vt3_dev(struct ibv_device *ibdev)
@@ -184,8 +203,13 @@ void vt3_wq_doorbell(struct vt3_wq *wq);
 /* cq.c: reaping the mapped CQE ring, flushing */
 int vt3_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc);
 int vt3_req_notify_cq(struct ibv_cq *ibcq, int solicited_only);
+void vt3_cq_requeue(struct vt3_wq *wq);
+void vt3_cq_note_repost(struct vt3_wq *wq);
 void vt3_lock_cqs(struct vt3_cq *a, struct vt3_cq *b);
 void vt3_unlock_cqs(struct vt3_cq *a, struct vt3_cq *b);
+
+/* async.c: async events (DESIGN.md section 5, trigger 1) */
+void vt3_async_event(struct ibv_context *ibctx, struct ibv_async_event *event);
 
 /* Status page words: little endian, shared with vt3d (vt3_hw.h). */
 static inline uint32_t vt3_load_acquire(const __le32 *p)

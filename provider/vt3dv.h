@@ -14,10 +14,51 @@
 #define VT3DV_ABI_VERSION	1
 
 /*
- * Coming with the close/flush work (DESIGN.md §5): the vendor async event
- * LLP_CLOSE_COMPLETE, reported through ibv_get_async_event() with
- * event.element.qp set, when a connection closed gracefully and no send
- * WQE was flushed. Its event type constant will be defined here.
+ * Async events of a vt3 device (DESIGN.md section 5; docs/events.md).
+ *
+ * VT3DV_EVENT_LLP_CLOSE_COMPLETE: a vendor event type, outside enum
+ * ibv_event_type (compare event.event_type with it as an int). It comes
+ * from ibv_get_async_event() when a QP's connection closed gracefully
+ * (rdma_disconnect() on either side, the close handshake done) and no send
+ * WR was still outstanding: the case where a T3 reported nothing at all.
+ *
+ *   - event.element.qp is the ibv_qp, as for a QP event (libibverbs hands
+ *     the provider the type as a port event; libvt3 finds the QP again).
+ *   - When it arrives, the QP is in error and libvt3 has already noted
+ *     the flush: every receive WR still posted, and every signaled send
+ *     WR that the device had not completed, is owed exactly one
+ *     completion with IBV_WC_WR_FLUSH_ERR, which ibv_poll_cq() returns
+ *     after every completion the device wrote for that queue (per-queue
+ *     posting order). WRs posted afterwards are taken and flushed too.
+ *   - ibv_ack_async_event() is still required, as for every event. Its
+ *     accounting for ibv_destroy_qp() is however done by libvt3 inside
+ *     ibv_get_async_event() (libibverbs does not count unknown types),
+ *     so ibv_destroy_qp() will not wait for that ack: do not destroy the
+ *     QP while another thread still uses element.qp of this event.
+ *
+ * The other events an application sees from a vt3 device, standard
+ * libibverbs types (element as libibverbs documents):
+ *
+ *   IBV_EVENT_QP_FATAL       RST from the peer, retransmit/keepalive
+ *                            timeout, TERMINATE received or sent with a
+ *                            catastrophic or LLP error type
+ *   IBV_EVENT_QP_ACCESS_ERR  TERMINATE received/sent: protection error
+ *                            (invalid STag, bounds, rights)
+ *   IBV_EVENT_QP_REQ_ERR     TERMINATE received/sent: operation error;
+ *                            a malformed local WQE (it also completes
+ *                            with an error status)
+ *   IBV_EVENT_CQ_ERR         CQ overflow: completions were lost
+ *   IBV_EVENT_DEVICE_FATAL   vt3d gone (device lost): every QP in error
+ *
+ * For the three QP events (and DEVICE_FATAL for all QPs of the context)
+ * libvt3 notes the flush when the event is read, as for the vendor event.
+ * A peer's graceful disconnect while the QP is RTS produces no ib event
+ * (RDMA_CM_EVENT_DISCONNECTED for the rdma_cm user); the vendor event or a
+ * fatal one follows when the connection has ended. An application that
+ * never reads async events still gets every flush completion: ibv_poll_cq()
+ * and the post verbs notice the error too, and an armed CQ's completion
+ * channel wakes when the QP goes into error.
  */
+#define VT3DV_EVENT_LLP_CLOSE_COMPLETE	0x8001
 
 #endif /* VT3DV_H */
