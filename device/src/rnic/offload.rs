@@ -34,6 +34,11 @@ const TOE_BURST: usize = 8;
 /// work (WQEs fetched on RTS, a deferred close).
 const MAX_POLL_ROUNDS: usize = 4;
 
+/// `detail` of VT3_QPE_RESET: the peer's RST ended the connection …
+const RESET_RECEIVED: u32 = 0;
+/// … or an RST vt3d sent on its own (fault injection).
+const RESET_SENT: u32 = 1;
+
 /// A connection request reported to the driver and not yet answered.
 #[derive(Debug, Clone, Copy)]
 struct Request {
@@ -130,7 +135,9 @@ pub(super) fn status(e: EngineError) -> Status {
         EngineError::TooManyQps | EngineError::QueueFull | EngineError::Transport(TcpError::NoResources) => {
             Status::NoResource
         }
-        EngineError::InvalidState { .. } | EngineError::Transport(TcpError::InvalidState) => Status::State,
+        EngineError::InvalidState { .. }
+        | EngineError::FaultNotApplicable { .. }
+        | EngineError::Transport(TcpError::InvalidState) => Status::State,
         EngineError::PrivateDataTooLong(_)
         | EngineError::Config(_)
         | EngineError::Transport(_)
@@ -602,7 +609,10 @@ impl Rnic {
             EventKind::CloseComplete { sq_outstanding } => {
                 self.qp_event(qpn, QpEvent::CloseComplete, u32::from(sq_outstanding));
             }
-            EventKind::Reset => self.qp_event(qpn, QpEvent::Reset, 0),
+            EventKind::Reset => self.qp_event(qpn, QpEvent::Reset, RESET_RECEIVED),
+            // `vt3d ctl fault rst`: reported as a reset (QP_FATAL,
+            // -ECONNRESET), detail 1: this end sent it.
+            EventKind::ResetSent => self.qp_event(qpn, QpEvent::Reset, RESET_SENT),
             EventKind::Timeout => self.qp_event(qpn, QpEvent::Timeout, 0),
             EventKind::TerminateReceived { code, .. } => {
                 self.qp_event(qpn, QpEvent::TerminateReceived, term_detail(code));

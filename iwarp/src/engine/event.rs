@@ -237,9 +237,12 @@ pub enum EventKind {
     /// `status`; QP → ERROR (QP_REQ_ERR). A TERMINATE (local catastrophic)
     /// goes to the peer.
     WqeError { wr_id: u64, status: WcStatus },
-    /// The host moved the QP to ERROR (or injected an RST) while connected:
-    /// an RST went out.
+    /// The host moved the QP to ERROR while connected: an RST went out.
     Aborted,
+    /// Fault injection ([`super::Fault::SendRst`]): we sent an RST the ULP
+    /// did not ask for; QP → ERROR (reported like a reset: QP_FATAL,
+    /// -ECONNRESET).
+    ResetSent,
 }
 
 /// An event about a QP (`qpn`) or a not-yet-accepted connection (`conn`).

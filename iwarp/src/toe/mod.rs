@@ -23,7 +23,7 @@ use thiserror::Error;
 pub mod frame;
 mod smol;
 
-pub use smol::SmolToe;
+pub use smol::{FaultCounters, SmolToe, MAX_DELAYED_FRAMES};
 pub use smoltcp::time::{Duration, Instant};
 
 /// An Ethernet MAC address.
@@ -202,6 +202,10 @@ pub struct TcbInfo {
     pub recv_queue: usize,
     pub close_reason: Option<CloseReason>,
     pub blackholed: bool,
+    /// Fault injection: percentage of frames dropped both ways (0: none).
+    pub drop_percent: u8,
+    /// Fault injection: every frame we send is held this long.
+    pub delay: Option<Duration>,
 }
 
 /// Static TOE parameters.
@@ -252,6 +256,19 @@ impl TcpConfig {
             max_burst: 0,
             seed: 0x7633_746f_6521,
         }
+    }
+
+    /// A user timeout: a connection that hears nothing from its peer for
+    /// `timeout` closes as timed out ([`CloseReason::Timeout`]), whether
+    /// data is outstanding (retransmissions unanswered) or not; keep-alive
+    /// probes go out after `timeout / 3` of silence, so a healthy idle
+    /// connection never reaches it. A blackholed connection therefore ends
+    /// between `2/3 · timeout` and `timeout` after its last received
+    /// segment.
+    pub fn set_user_timeout(&mut self, timeout: Duration) {
+        let timeout = timeout.max(Duration::from_millis(300));
+        self.timeout = Some(timeout);
+        self.keep_alive = Some(timeout / 3);
     }
 
     /// The MSS we announce: MTU minus IPv4 and TCP headers.
@@ -359,6 +376,16 @@ pub trait Transport {
     /// Fault injection: silently drop every frame of this connection, both
     /// ways (the peer and we eventually time out).
     fn set_blackhole(&mut self, id: SocketId, on: bool);
+
+    /// Fault injection: drop `percent` % of this connection's frames, both
+    /// ways, with a PRNG seeded by `seed` (the same seed drops the same
+    /// frames of the same traffic); 0 stops it.
+    fn set_drop(&mut self, id: SocketId, percent: u8, seed: u64);
+
+    /// Fault injection: hold every frame this connection sends for
+    /// `delay` (data and ACKs alike, so the RTT grows by `delay` both
+    /// ways); `None` stops it (frames already held still wait their time).
+    fn set_delay(&mut self, id: SocketId, delay: Option<Duration>);
 }
 
 #[cfg(test)]

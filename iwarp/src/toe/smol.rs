@@ -28,7 +28,7 @@
 //!   TIME-WAIT (graceful), a local abort, or a close during a timer run
 //!   (timeout).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddrV4;
 
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
@@ -184,8 +184,55 @@ struct Entry {
     close_reason: Option<CloseReason>,
     observed: Observed,
     blackhole: bool,
+    /// Fault injection: drop this percentage of the connection's frames,
+    /// both ways, drawing from `rng` (seeded, so runs repeat).
+    drop_percent: u8,
+    rng: u64,
+    /// Fault injection: hold every frame the connection sends this long.
+    delay: Option<Duration>,
     /// Where our frames for this connection go.
     next_hop: MacAddr,
+}
+
+impl Entry {
+    /// Whether fault injection drops the next frame of this connection.
+    fn drops(&mut self) -> bool {
+        if self.blackhole {
+            return true;
+        }
+        if self.drop_percent == 0 {
+            return false;
+        }
+        // xorshift64*: deterministic for a seed, cheap, good enough.
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        let draw = x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32;
+        draw % 100 < u64::from(self.drop_percent)
+    }
+}
+
+/// Frames held back by the delay fault, at most this many (beyond: dropped).
+pub const MAX_DELAYED_FRAMES: usize = 4096;
+
+/// Frames of delayed connections, by release time (FIFO within a time).
+#[derive(Debug, Default)]
+struct DelayQueue {
+    frames: BTreeMap<(Instant, u64), Vec<u8>>,
+    next: u64,
+}
+
+/// What fault injection did to frames, TOE-wide.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultCounters {
+    /// Frames dropped by blackhole or drop-percentage faults (both ways).
+    pub dropped: u64,
+    /// Frames held back by the delay fault.
+    pub delayed: u64,
+    /// Frames dropped because the delay queue was full.
+    pub delay_overflow: u64,
 }
 
 #[derive(Debug, Default)]
@@ -211,6 +258,8 @@ pub struct SmolToe {
     listeners: HashMap<u16, Listener>,
     /// One outgoing frame being built.
     scratch: Vec<u8>,
+    delayed: DelayQueue,
+    faults: FaultCounters,
 }
 
 impl std::fmt::Debug for SmolToe {
@@ -263,6 +312,8 @@ struct TxPath<'a> {
     uplink: &'a mut dyn FnMut(&[u8]),
     slots: &'a mut [Slot],
     by_tuple: &'a HashMap<FourTuple, u32>,
+    delayed: &'a mut DelayQueue,
+    faults: &'a mut FaultCounters,
     budget: usize,
     /// IP MTU.
     mtu: usize,
@@ -305,7 +356,19 @@ impl TxPath<'_> {
                 // A blackholed connection still counts what TCP sent.
                 entry.observed.outgoing(&segment, self.now);
             }
-            if entry.blackhole {
+            if entry.drops() {
+                self.faults.dropped += 1;
+                return;
+            }
+            if let Some(delay) = entry.delay {
+                if self.delayed.frames.len() >= MAX_DELAYED_FRAMES {
+                    self.faults.delay_overflow += 1;
+                } else {
+                    self.faults.delayed += 1;
+                    let key = (self.now + delay, self.delayed.next);
+                    self.delayed.next = self.delayed.next.wrapping_add(1);
+                    self.delayed.frames.insert(key, frame.to_vec());
+                }
                 return;
             }
         }
@@ -404,6 +467,8 @@ impl SmolToe {
         iface_config.random_seed = config.seed;
         let mut slots = Vec::new();
         let by_tuple = HashMap::new();
+        let mut delayed = DelayQueue::default();
+        let mut faults = FaultCounters::default();
         let mut sink = |_: &[u8]| {};
         let mut port = Port {
             rx: None,
@@ -412,6 +477,8 @@ impl SmolToe {
                 uplink: &mut sink,
                 slots: &mut slots,
                 by_tuple: &by_tuple,
+                delayed: &mut delayed,
+                faults: &mut faults,
                 budget: 0,
                 mtu: config.mtu,
                 our_mac: config.mac,
@@ -433,11 +500,18 @@ impl SmolToe {
             by_tuple,
             listeners: HashMap::new(),
             scratch,
+            delayed,
+            faults,
         })
     }
 
     pub fn config(&self) -> &TcpConfig {
         &self.config
+    }
+
+    /// What fault injection did so far.
+    pub fn fault_counters(&self) -> FaultCounters {
+        self.faults
     }
 
     /// Sockets in the table, listening slots included.
@@ -513,6 +587,9 @@ impl SmolToe {
             close_reason: None,
             observed: Observed::default(),
             blackhole: false,
+            drop_percent: 0,
+            rng: 1,
+            delay: None,
             next_hop,
         };
         let index = match self.free.pop() {
@@ -599,6 +676,8 @@ impl SmolToe {
             slots,
             by_tuple,
             scratch,
+            delayed,
+            faults,
             ..
         } = self;
         let mut port = Port {
@@ -608,6 +687,8 @@ impl SmolToe {
                 uplink,
                 slots,
                 by_tuple,
+                delayed,
+                faults,
                 budget,
                 mtu,
                 our_mac,
@@ -757,7 +838,8 @@ impl Transport for SmolToe {
             let Some(entry) = self.entry_mut(id) else {
                 return;
             };
-            if entry.blackhole {
+            if entry.drops() {
+                self.faults.dropped += 1;
                 return;
             }
             // A SYN (no ACK) for a tuple we track is a duplicate or a
@@ -778,6 +860,13 @@ impl Transport for SmolToe {
     }
 
     fn egress(&mut self, now: Instant, uplink: &mut dyn FnMut(&[u8])) {
+        // Delayed frames whose time has come go first (they are older).
+        while let Some(entry) = self.delayed.frames.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            uplink(&entry.remove());
+        }
         let budget = if self.config.max_burst == 0 {
             usize::MAX
         } else {
@@ -788,7 +877,11 @@ impl Transport for SmolToe {
     }
 
     fn poll_at(&mut self, now: Instant) -> Option<Instant> {
-        self.iface.poll_at(now, &self.sockets)
+        let at = self.iface.poll_at(now, &self.sockets);
+        match (at, self.delayed.frames.keys().next().map(|k| k.0)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn listen(&mut self, port: u16, backlog: usize) -> Result<(), TcpError> {
@@ -1019,6 +1112,8 @@ impl Transport for SmolToe {
         };
         entry.released = true;
         entry.blackhole = false;
+        entry.drop_percent = 0;
+        entry.delay = None;
         let handle = entry.handle;
         if socket_done(self.sockets.get::<tcp::Socket>(handle)) {
             self.remove(id.index);
@@ -1067,6 +1162,8 @@ impl Transport for SmolToe {
             recv_queue: socket.recv_queue(),
             close_reason: entry.close_reason,
             blackholed: entry.blackhole,
+            drop_percent: entry.drop_percent,
+            delay: entry.delay,
         })
     }
 
@@ -1084,6 +1181,21 @@ impl Transport for SmolToe {
     fn set_blackhole(&mut self, id: SocketId, on: bool) {
         if let Some(entry) = self.entry_mut(id) {
             entry.blackhole = on;
+        }
+    }
+
+    fn set_drop(&mut self, id: SocketId, percent: u8, seed: u64) {
+        if let Some(entry) = self.entry_mut(id) {
+            entry.drop_percent = percent.min(100);
+            // xorshift needs a non-zero state; mix the seed so that small
+            // seeds differ from the first draw on.
+            entry.rng = (seed ^ 0x9e37_79b9_7f4a_7c15).max(1);
+        }
+    }
+
+    fn set_delay(&mut self, id: SocketId, delay: Option<Duration>) {
+        if let Some(entry) = self.entry_mut(id) {
+            entry.delay = delay.filter(|d| *d > Duration::ZERO);
         }
     }
 }

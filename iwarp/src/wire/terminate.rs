@@ -178,6 +178,11 @@ const REGISTRY: [(TermCode, u8, u8, u8, &str); 33] = {
 };
 
 impl TermCode {
+    /// Every registered code (the registry's `(code, name)` in order).
+    pub fn registry() -> impl Iterator<Item = (TermCode, &'static str)> {
+        REGISTRY.iter().map(|&(code, .., name)| (code, name))
+    }
+
     /// Every registered code (all but [`TermCode::Other`]).
     pub fn registered() -> impl Iterator<Item = TermCode> {
         REGISTRY.iter().map(|&(code, ..)| code)
@@ -196,6 +201,40 @@ impl TermCode {
                 },
                 |&(code, ..)| code,
             )
+    }
+
+    /// The registered code for a triple, or why the triple is not one of
+    /// RFC 5040's (layer), RFC 5040/5041/5044 and RFC 6581's (etype,
+    /// ecode) as registered with IANA (RFC 6580). For fault injection:
+    /// only codes a conforming peer can send are accepted.
+    pub fn registered_code(layer: u8, etype: u8, ecode: u8) -> Result<TermCode, String> {
+        let name = match layer {
+            layer::RDMAP => "RDMAP",
+            layer::DDP => "DDP",
+            layer::LLP => "LLP",
+            _ => return Err(format!("layer {layer} is none of 0 (RDMAP), 1 (DDP), 2 (LLP)")),
+        };
+        let known = |t: u8| REGISTRY.iter().filter(move |&&(_, l, et, ..)| l == layer && et == t);
+        if known(etype).next().is_none() {
+            let types: Vec<String> = (0..=15u8)
+                .filter(|&t| known(t).next().is_some())
+                .map(|t| t.to_string())
+                .collect();
+            return Err(format!(
+                "{name} (layer {layer}) has no error type {etype} (it has {})",
+                types.join(", ")
+            ));
+        }
+        match TermCode::from_fields(layer, etype, ecode) {
+            TermCode::Other { .. } => {
+                let codes: Vec<String> = known(etype).map(|&(.., c, _)| format!("{c:#04x}")).collect();
+                Err(format!(
+                    "{name} error type {etype} has no error code {ecode:#04x} (it has {})",
+                    codes.join(", ")
+                ))
+            }
+            code => Ok(code),
+        }
     }
 
     /// (layer, etype, ecode) as carried on the wire.
@@ -519,6 +558,20 @@ impl<'a> Repr<'a> {
 mod tests {
     #![allow(clippy::indexing_slicing, clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn only_registered_triples_are_codes() {
+        for code in TermCode::registered() {
+            let (l, t, c) = code.fields();
+            assert_eq!(TermCode::registered_code(l, t, c), Ok(code));
+        }
+        assert_eq!(TermCode::registry().count(), 33);
+        let err = |l, t, c| TermCode::registered_code(l, t, c).unwrap_err();
+        assert!(err(3, 0, 0).contains("layer 3"), "{}", err(3, 0, 0));
+        assert!(err(2, 1, 0).contains("LLP (layer 2) has no error type 1 (it has 0)"), "{}", err(2, 1, 0));
+        assert!(err(1, 2, 0).contains("no error code 0x00 (it has 0x01, 0x02"), "{}", err(1, 2, 0));
+        assert!(err(0, 0, 0xff).contains("0x00"), "{}", err(0, 0, 0xff));
+    }
 
     #[test]
     fn registry_is_consistent() {
