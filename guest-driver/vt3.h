@@ -131,6 +131,7 @@ struct vt3_dev {
 	struct work_struct ev_work;
 	struct work_struct addr_work;
 	struct work_struct lost_work;
+	atomic_t fatal;			/* IB_EVENT_DEVICE_FATAL dispatched */
 };
 
 struct vt3_ucontext {
@@ -165,11 +166,21 @@ struct vt3_cq {
 	bool user;
 	struct vt3_queue_mem ring;
 	struct vt3_queue_mem status;
-	spinlock_t lock;		/* kernel consumer: cons, polling */
+	spinlock_t lock;		/* kernel consumer: cons, polling, flush lists */
 	u32 cons;
+	/*
+	 * Kernel CQs: the QPs whose outstanding WQEs the driver completes
+	 * with IB_WC_WR_FLUSH_ERR (vt3_qp.c), after the device's CQEs.
+	 */
+	struct list_head flush_sq;	/* vt3_qp.sq_flush_node */
+	struct list_head flush_rq;	/* vt3_qp.rq_flush_node */
+	bool frozen;			/* device lost: no CQE past frozen_prod */
+	u32 frozen_prod;
 	spinlock_t comp_lock;		/* serializes comp_handler calls */
 	struct work_struct arm_work;	/* arm from IRQs-off context */
 	atomic_t arm_flags;
+	atomic_t armed;			/* the consumer armed; no event since */
+	struct work_struct kick_work;	/* completion event from a post */
 };
 
 /* Where a QP's connection is, as far as iw_cm was told (vt3_cm.c). */
@@ -206,6 +217,17 @@ struct vt3_qp {
 	spinlock_t rq_lock;
 	u32 sq_prod;
 	u32 rq_prod;
+	/*
+	 * Kernel QPs in error: the driver completes [sq_flush, sq_prod) and
+	 * [rq_flush, rq_prod) with IB_WC_WR_FLUSH_ERR when the CQ is polled.
+	 * Set under the CQ's lock and the queue's lock; read under either.
+	 */
+	bool sq_flushing;
+	bool rq_flushing;
+	u32 sq_flush;
+	u32 rq_flush;
+	struct list_head sq_flush_node;	/* send CQ's flush_sq */
+	struct list_head rq_flush_node;	/* recv CQ's flush_rq */
 	struct work_struct db_work;	/* doorbell from IRQs-off context */
 	atomic_t db_pending;
 
@@ -337,6 +359,9 @@ int vt3_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags);
 void vt3_cq_event(struct vt3_dev *dev, u16 type, const struct vt3_event *ev);
 void vt3_cq_set_error(struct vt3_cq *cq);
 void vt3_cq_kick(struct vt3_cq *cq);
+void vt3_cq_kick_later(struct vt3_cq *cq);
+void vt3_cq_freeze(struct vt3_cq *cq);
+void vt3_cq_freeze_all(struct vt3_dev *dev);
 
 /* vt3_qp.c */
 int vt3_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr,
@@ -358,5 +383,7 @@ struct vt3_qp *vt3_qp_get_next(struct vt3_dev *dev, unsigned long *qpn);
 void vt3_qp_put(struct vt3_qp *qp);
 void vt3_qp_enter_error(struct vt3_qp *qp);
 void vt3_qp_ib_event(struct vt3_qp *qp, enum ib_event_type type);
+int vt3_qp_poll_flush(struct vt3_cq *cq, int num, struct ib_wc *wc);
+bool vt3_qp_flush_pending(struct vt3_cq *cq);
 
 #endif /* VT3_H */

@@ -441,19 +441,35 @@ void vt3_cm_qp_destroy(struct vt3_qp *qp)
 	cancel_delayed_work_sync(&qp->cm_timer);
 }
 
-/* Every connection ends with @status: vt3d will report none of them. */
+/*
+ * The device is lost or reported itself dead (DESIGN.md section 5): it
+ * writes nothing more that counts, so every QP goes to error here (flags
+ * set by the driver, kernel QPs flushed, CQs kicked), every connection
+ * ends with @status (vt3d will report none), and consumers get
+ * IB_EVENT_DEVICE_FATAL once.
+ */
 static void vt3_cm_end_all(struct vt3_dev *dev, int status)
 {
+	struct ib_event ev = {
+		.device = &dev->ibdev,
+		.element.port_num = 1,
+		.event = IB_EVENT_DEVICE_FATAL,
+	};
 	unsigned long qpn = 0;
 	struct vt3_qp *qp;
 
+	/* First: no CQE vt3d might still write is taken after a flush. */
+	vt3_cq_freeze_all(dev);
 	while ((qp = vt3_qp_get_next(dev, &qpn))) {
 		mutex_lock(&qp->state_lock);
+		vt3_qp_enter_error(qp);
 		vt3_conn_end(qp, status);
 		mutex_unlock(&qp->state_lock);
 		vt3_qp_put(qp);
 		qpn++;
 	}
+	if (!atomic_xchg(&dev->fatal, 1))
+		ib_dispatch_event(&ev);
 }
 
 static void vt3_cm_lost_work(struct work_struct *work)
@@ -900,7 +916,18 @@ static void vt3_cm_qp_event(struct vt3_qp *qp, u32 code, u32 detail)
 		return;
 	case VT3_QPE_CLOSE_COMPLETE:
 		status = 0;
-		has_ibev = false;
+		if (detail)
+			/* SQ work was outstanding: it is lost. */
+			ibev = IB_EVENT_QP_FATAL;
+		else if (qp->user)
+			/*
+			 * The vendor event (vt3-abi.h): libvt3 turns it back
+			 * into a QP event. A kernel QP's work is flushed by
+			 * the driver: it needs none.
+			 */
+			ibev = (enum ib_event_type)VT3_EVENT_LLP_CLOSE_COMPLETE;
+		else
+			has_ibev = false;
 		break;
 	case VT3_QPE_RESET:
 		status = -ECONNRESET;

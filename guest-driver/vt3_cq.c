@@ -26,7 +26,7 @@ void vt3_cq_set_error(struct vt3_cq *cq)
  * A kernel CQ of IB_POLL_DIRECT is polled by its owner only (its handler
  * warns on any call).
  */
-void vt3_cq_kick(struct vt3_cq *cq)
+static void vt3_cq_notify(struct vt3_cq *cq)
 {
 	unsigned long flags;
 
@@ -36,6 +36,66 @@ void vt3_cq_kick(struct vt3_cq *cq)
 	if (cq->ibcq.comp_handler)
 		cq->ibcq.comp_handler(&cq->ibcq, cq->ibcq.cq_context);
 	spin_unlock_irqrestore(&cq->comp_lock, flags);
+}
+
+/*
+ * A completion event the driver raises itself (a QP went to error, flush
+ * work is waiting), delivered as vt3d delivers one: only to a CQ its
+ * consumer armed, which it disarms. A consumer that did not arm polls
+ * anyway (and sees the error flag or the flush completions then).
+ */
+void vt3_cq_kick(struct vt3_cq *cq)
+{
+	if (atomic_xchg(&cq->armed, 0))
+		vt3_cq_notify(cq);
+}
+
+static void vt3_cq_kick_work(struct work_struct *work)
+{
+	vt3_cq_kick(container_of(work, struct vt3_cq, kick_work));
+}
+
+/*
+ * From a post on a QP in error (any context, maybe inside the consumer's
+ * own completion handler): the event goes out from a worker.
+ */
+void vt3_cq_kick_later(struct vt3_cq *cq)
+{
+	/* The WQE published before the load; pairs with the arm's xchg. */
+	smp_mb();
+	if (atomic_read(&cq->armed))
+		queue_work(system_highpri_wq, &cq->kick_work);
+}
+
+/*
+ * The device is gone: whatever it might still write into a kernel CQ's
+ * ring is ignored from now on (the driver flushed those QPs' work).
+ */
+void vt3_cq_freeze(struct vt3_cq *cq)
+{
+	unsigned long flags;
+
+	if (cq->user)
+		return;
+	spin_lock_irqsave(&cq->lock, flags);
+	if (!cq->frozen) {
+		cq->frozen_prod = le32_to_cpu(smp_load_acquire(
+					&vt3_cq_status(cq)->prod));
+		cq->frozen = true;
+	}
+	spin_unlock_irqrestore(&cq->lock, flags);
+}
+
+void vt3_cq_freeze_all(struct vt3_dev *dev)
+{
+	unsigned long cqn;
+	struct vt3_cq *cq;
+
+	/* destroy_cq() erases, then waits for RCU readers. */
+	rcu_read_lock();
+	xa_for_each(&dev->cq_xa, cqn, cq)
+		vt3_cq_freeze(cq);
+	rcu_read_unlock();
 }
 
 static void vt3_cq_arm_work(struct work_struct *work)
@@ -81,6 +141,10 @@ int vt3_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 	spin_lock_init(&cq->lock);
 	spin_lock_init(&cq->comp_lock);
 	INIT_WORK(&cq->arm_work, vt3_cq_arm_work);
+	INIT_WORK(&cq->kick_work, vt3_cq_kick_work);
+	INIT_LIST_HEAD(&cq->flush_sq);
+	INIT_LIST_HEAD(&cq->flush_rq);
+	atomic_set(&cq->armed, 0);
 
 	err = vt3_queue_mem_alloc(dev, uctx ? &uctx->ibuc : NULL, &cq->ring,
 				  (size_t)cq->depth * sizeof(struct vt3_cqe),
@@ -151,6 +215,7 @@ int vt3_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
 	/* Event handlers run under RCU (softirq): none sees cq after this. */
 	synchronize_rcu();
 	cancel_work_sync(&cq->arm_work);
+	cancel_work_sync(&cq->kick_work);
 
 	err = vt3_cmd_handle(dev, VT3_CMD_DESTROY_CQ, cq->cqn);
 	forgot = vt3_forgot(err);
@@ -232,7 +297,8 @@ int vt3_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc)
 	st = vt3_cq_status(cq);
 	spin_lock_irqsave(&cq->lock, flags);
 	/* Pairs with vt3d's release store of prod after writing the CQE. */
-	prod = le32_to_cpu(smp_load_acquire(&st->prod));
+	prod = cq->frozen ? cq->frozen_prod :
+			    le32_to_cpu(smp_load_acquire(&st->prod));
 	if (prod - cq->cons > cq->depth) {
 		spin_unlock_irqrestore(&cq->lock, flags);
 		ibdev_err_ratelimited(ibcq->device,
@@ -253,6 +319,12 @@ int vt3_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc)
 	rcu_read_unlock();
 	/* The slots read may be reused by vt3d from now on. */
 	smp_store_release(&st->cons, cpu_to_le32(cq->cons));
+	/*
+	 * Flush completions come after every CQE vt3d wrote before it
+	 * reported the QP in error: those are below prod, read above.
+	 */
+	if (n < num && cq->cons == prod)
+		n += vt3_qp_poll_flush(cq, num - n, wc + n);
 	spin_unlock_irqrestore(&cq->lock, flags);
 	return n;
 }
@@ -269,9 +341,13 @@ int vt3_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags)
 	struct vt3_cmd_arm_cq req = { .cqn = cpu_to_le32(cq->cqn) };
 	u32 arm = (flags & IB_CQ_SOLICITED_MASK) == IB_CQ_SOLICITED ?
 		  VT3_ARM_SOLICITED : VT3_ARM_NEXT;
+	unsigned long irqflags;
+	bool missed;
 	int err = 0;
 	u32 prod;
 
+	/* Before the command: an event racing with it must find it armed. */
+	atomic_xchg(&cq->armed, 1);
 	if (irqs_disabled()) {
 		/* dev_queue_xmit() needs IRQs on: send from a worker. */
 		atomic_or(arm, &cq->arm_flags);
@@ -281,13 +357,21 @@ int vt3_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags)
 		err = vt3_post(to_vt3_dev(ibcq->device), VT3_CMD_ARM_CQ, &req,
 			       sizeof(req));
 	}
+	/* A lost device raises no event: only flush work is left, below. */
+	if (err && !cq->user && READ_ONCE(cq->frozen))
+		err = 0;
 	if (err)
 		return err;
 	if (!(flags & IB_CQ_REPORT_MISSED_EVENTS) || cq->user)
 		return 0;
+	spin_lock_irqsave(&cq->lock, irqflags);
 	/* Acquire: pairs with vt3d's release store of prod. */
-	prod = le32_to_cpu(smp_load_acquire(&vt3_cq_status(cq)->prod));
-	return prod != READ_ONCE(cq->cons);
+	prod = cq->frozen ? cq->frozen_prod :
+			    le32_to_cpu(smp_load_acquire(&vt3_cq_status(cq)->prod));
+	/* Flush completions raise no device event: report them here. */
+	missed = prod != cq->cons || vt3_qp_flush_pending(cq);
+	spin_unlock_irqrestore(&cq->lock, irqflags);
+	return missed;
 }
 
 /* VT3_EV_CQ_COMPLETION / VT3_EV_CQ_ERROR from vt3d (softirq). */
@@ -301,7 +385,9 @@ void vt3_cq_event(struct vt3_dev *dev, u16 type, const struct vt3_event *ev)
 	if (!cq)
 		goto out;
 	if (type == VT3_EV_CQ_COMPLETION) {
-		vt3_cq_kick(cq);
+		/* vt3d disarmed the CQ. */
+		atomic_set(&cq->armed, 0);
+		vt3_cq_notify(cq);
 	} else {
 		ibdev_warn_ratelimited(&dev->ibdev, "CQ %u overflowed\n",
 				       cq->cqn);

@@ -70,6 +70,8 @@ static struct vt3_qp_status *vt3_qp_status(struct vt3_qp *qp)
 	return vt3_pages_slot(qp->status.mem, 0);
 }
 
+static void vt3_qp_flush_stop(struct vt3_qp *qp);
+
 static void vt3_qp_release(struct kref *ref)
 {
 	complete(&container_of(ref, struct vt3_qp, ref)->freed);
@@ -185,6 +187,8 @@ int vt3_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr,
 	spin_lock_init(&qp->sq_lock);
 	spin_lock_init(&qp->rq_lock);
 	INIT_WORK(&qp->db_work, vt3_qp_db_work);
+	INIT_LIST_HEAD(&qp->sq_flush_node);
+	INIT_LIST_HEAD(&qp->rq_flush_node);
 	vt3_cm_qp_init(qp);
 	qp->ib_state = IB_QPS_RESET;
 	qp->user = !!udata;
@@ -293,6 +297,7 @@ int vt3_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 	 * its references, which are waited for below.
 	 */
 	vt3_cm_qp_destroy(qp);
+	vt3_qp_flush_stop(qp);
 	xa_erase(&dev->qp_xa, qp->qpn);
 	cancel_work_sync(&qp->db_work);
 	vt3_qp_put(qp);
@@ -332,19 +337,184 @@ static bool vt3_transition_ok(enum ib_qp_state cur, enum ib_qp_state next)
 	}
 }
 
-/* The QP is in error: tell the consumer through the status pages. */
-static void vt3_qp_set_error(struct vt3_qp *qp)
+/* ------------------------------------------------------------------ */
+/* Flushing kernel QPs                                                 */
+
+/*
+ * Kernel QPs' rings belong to the driver, so it flushes them itself
+ * (DESIGN.md section 5): once the QP is in error, vt3d writes no CQE for
+ * it and has published, before reporting the error, its consumer indices
+ * and every CQE of the WQEs it retired. What lies in [cons, prod) of each
+ * queue then completes with IB_WC_WR_FLUSH_ERR when the CQ is polled,
+ * after the ring's CQEs, as do WQEs posted later (ib_drain_qp). Every SQ
+ * WQE completes, signaled or not: a flushed WR always completes (IB
+ * semantics; ib_drain_sq posts an unsignaled one).
+ *
+ * A queue whose consumer index vt3d left beyond its producer index is not
+ * trusted: nothing of it is flushed.
+ */
+static u32 vt3_flush_start_index(struct vt3_qp *qp, __le32 *cons_p, u32 prod,
+				 u32 depth)
 {
-	atomic_or((__force int)cpu_to_le32(VT3_QP_F_ERROR),
-		  (atomic_t *)&vt3_qp_status(qp)->flags);
-	vt3_cq_set_error(to_vt3_cq(qp->ibqp.send_cq));
-	vt3_cq_set_error(to_vt3_cq(qp->ibqp.recv_cq));
+	/* Acquire: pairs with vt3d's release of cons (before its CQEs). */
+	u32 cons = le32_to_cpu(smp_load_acquire(cons_p));
+
+	if (prod - cons > depth) {
+		ibdev_warn_ratelimited(qp->ibqp.device,
+				       "QP %u: consumer %u not within producer %u - depth %u: not flushed\n",
+				       qp->qpn, cons, prod, depth);
+		return prod;
+	}
+	return cons;
+}
+
+static void vt3_qp_flush_start(struct vt3_qp *qp)
+{
+	struct vt3_cq *scq = to_vt3_cq(qp->ibqp.send_cq);
+	struct vt3_cq *rcq = to_vt3_cq(qp->ibqp.recv_cq);
+	struct vt3_qp_status *st = vt3_qp_status(qp);
+	unsigned long flags;
+
+	if (qp->user)
+		return;
+	spin_lock_irqsave(&scq->lock, flags);
+	spin_lock(&qp->sq_lock);
+	if (!qp->sq_flushing) {
+		qp->sq_flush = vt3_flush_start_index(qp, &st->sq_cons,
+						     qp->sq_prod, qp->sq_depth);
+		WRITE_ONCE(qp->sq_flushing, true);
+		list_add_tail(&qp->sq_flush_node, &scq->flush_sq);
+	}
+	spin_unlock(&qp->sq_lock);
+	spin_unlock_irqrestore(&scq->lock, flags);
+
+	spin_lock_irqsave(&rcq->lock, flags);
+	spin_lock(&qp->rq_lock);
+	if (!qp->rq_flushing) {
+		qp->rq_flush = vt3_flush_start_index(qp, &st->rq_cons,
+						     qp->rq_prod, qp->rq_depth);
+		WRITE_ONCE(qp->rq_flushing, true);
+		list_add_tail(&qp->rq_flush_node, &rcq->flush_rq);
+	}
+	spin_unlock(&qp->rq_lock);
+	spin_unlock_irqrestore(&rcq->lock, flags);
 }
 
 /*
- * The QP's connection ended (DESIGN.md section 5): the consumer sees the QP
- * in error and its CQs' completion handlers run, so an application
- * blocked on a CQ event wakes up and finds the work to flush.
+ * Destroy, or ERR -> RESET: what is not flushed yet never completes (RESET
+ * empties the queues; vt3d catches its consumer indices up).
+ */
+static void vt3_qp_flush_stop(struct vt3_qp *qp)
+{
+	struct vt3_cq *scq = to_vt3_cq(qp->ibqp.send_cq);
+	struct vt3_cq *rcq = to_vt3_cq(qp->ibqp.recv_cq);
+	unsigned long flags;
+
+	if (qp->user)
+		return;
+	spin_lock_irqsave(&scq->lock, flags);
+	spin_lock(&qp->sq_lock);
+	if (qp->sq_flushing) {
+		list_del_init(&qp->sq_flush_node);
+		WRITE_ONCE(qp->sq_flushing, false);
+	}
+	spin_unlock(&qp->sq_lock);
+	spin_unlock_irqrestore(&scq->lock, flags);
+
+	spin_lock_irqsave(&rcq->lock, flags);
+	spin_lock(&qp->rq_lock);
+	if (qp->rq_flushing) {
+		list_del_init(&qp->rq_flush_node);
+		WRITE_ONCE(qp->rq_flushing, false);
+	}
+	spin_unlock(&qp->rq_lock);
+	spin_unlock_irqrestore(&rcq->lock, flags);
+}
+
+static enum ib_wc_opcode vt3_flush_opcode(u8 opcode)
+{
+	switch (opcode) {
+	case VT3_WR_WRITE:
+		return IB_WC_RDMA_WRITE;
+	case VT3_WR_READ:
+		return IB_WC_RDMA_READ;
+	default:
+		return IB_WC_SEND;
+	}
+}
+
+static void vt3_flush_wc(struct ib_wc *wc, struct vt3_qp *qp, u64 wr_id,
+			 enum ib_wc_opcode opcode)
+{
+	memset(wc, 0, sizeof(*wc));
+	wc->wr_id = wr_id;
+	wc->status = IB_WC_WR_FLUSH_ERR;
+	wc->opcode = opcode;
+	wc->qp = &qp->ibqp;
+}
+
+/* Up to @num flush completions of @cq's QPs; cq->lock held. */
+int vt3_qp_poll_flush(struct vt3_cq *cq, int num, struct ib_wc *wc)
+{
+	const struct vt3_sq_wqe *sqe;
+	const struct vt3_rq_wqe *rqe;
+	struct vt3_qp *qp;
+	int n = 0;
+
+	lockdep_assert_held(&cq->lock);
+	list_for_each_entry(qp, &cq->flush_sq, sq_flush_node) {
+		spin_lock(&qp->sq_lock);
+		while (n < num && qp->sq_flush != qp->sq_prod) {
+			sqe = vt3_pages_slot(qp->sq.mem,
+					     (qp->sq_flush & (qp->sq_depth - 1)) *
+					     VT3_WQE_SIZE);
+			vt3_flush_wc(&wc[n++], qp, le64_to_cpu(READ_ONCE(sqe->wr_id)),
+				     vt3_flush_opcode(READ_ONCE(sqe->opcode)));
+			/* The slot is free for a post once this is seen. */
+			WRITE_ONCE(qp->sq_flush, qp->sq_flush + 1);
+		}
+		spin_unlock(&qp->sq_lock);
+		if (n == num)
+			return n;
+	}
+	list_for_each_entry(qp, &cq->flush_rq, rq_flush_node) {
+		spin_lock(&qp->rq_lock);
+		while (n < num && qp->rq_flush != qp->rq_prod) {
+			rqe = vt3_pages_slot(qp->rq.mem,
+					     (qp->rq_flush & (qp->rq_depth - 1)) *
+					     VT3_WQE_SIZE);
+			vt3_flush_wc(&wc[n++], qp, le64_to_cpu(READ_ONCE(rqe->wr_id)),
+				     IB_WC_RECV);
+			WRITE_ONCE(qp->rq_flush, qp->rq_flush + 1);
+		}
+		spin_unlock(&qp->rq_lock);
+		if (n == num)
+			return n;
+	}
+	return n;
+}
+
+/* Whether a poll of @cq would return flush completions; cq->lock held. */
+bool vt3_qp_flush_pending(struct vt3_cq *cq)
+{
+	struct vt3_qp *qp;
+
+	lockdep_assert_held(&cq->lock);
+	list_for_each_entry(qp, &cq->flush_sq, sq_flush_node)
+		if (READ_ONCE(qp->sq_flush) != READ_ONCE(qp->sq_prod))
+			return true;
+	list_for_each_entry(qp, &cq->flush_rq, rq_flush_node)
+		if (READ_ONCE(qp->rq_flush) != READ_ONCE(qp->rq_prod))
+			return true;
+	return false;
+}
+
+/*
+ * The QP is in error (DESIGN.md section 5): its consumer sees it through
+ * the status pages (vt3d sets the flags when it reports an error; the
+ * driver sets them too, for the cases vt3d cannot: device lost), a kernel
+ * QP's outstanding work is flushed, and the CQs' completion handlers run,
+ * so that a consumer blocked on a CQ event wakes up.
  */
 void vt3_qp_enter_error(struct vt3_qp *qp)
 {
@@ -352,10 +522,12 @@ void vt3_qp_enter_error(struct vt3_qp *qp)
 	struct vt3_cq *rcq = to_vt3_cq(qp->ibqp.recv_cq);
 
 	lockdep_assert_held(&qp->state_lock);
-	if (qp->ib_state == IB_QPS_ERR)
-		return;
+	atomic_or((__force int)cpu_to_le32(VT3_QP_F_ERROR),
+		  (atomic_t *)&vt3_qp_status(qp)->flags);
+	vt3_cq_set_error(scq);
+	vt3_cq_set_error(rcq);
+	vt3_qp_flush_start(qp);
 	WRITE_ONCE(qp->ib_state, IB_QPS_ERR);
-	vt3_qp_set_error(qp);
 	vt3_cq_kick(scq);
 	if (rcq != scq)
 		vt3_cq_kick(rcq);
@@ -392,6 +564,16 @@ int vt3_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	mutex_lock(&qp->state_lock);
 	cur = qp->ib_state;
 	next = mask & IB_QP_STATE ? attr->qp_state : cur;
+	/*
+	 * librdmacm's rdma_disconnect() moves the QP to SQD before it calls
+	 * iw_cm_disconnect(); after the peer closed, the connection may be
+	 * over already (vt3d answers the peer's FIN itself) and the QP in
+	 * ERR. iw_cm takes a disconnect in that state (IDLE) as done: so
+	 * does the QP, as siw's does.
+	 */
+	if (cur == IB_QPS_ERR && next == IB_QPS_SQD &&
+	    qp->conn == VT3_CONN_NONE && !(mask & ~IB_QP_STATE))
+		goto out;
 	if ((mask & IB_QP_CUR_STATE && attr->cur_qp_state != cur) ||
 	    !vt3_transition_ok(cur, next)) {
 		err = -EINVAL;
@@ -442,6 +624,13 @@ int vt3_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	if (vmask) {
 		req.mask = cpu_to_le32(vmask);
 		err = vt3_cmd(dev, VT3_CMD_MODIFY_QP, &req, sizeof(req), NULL, 0);
+		/*
+		 * A lost device processes nothing any more: the QP is in
+		 * error whatever it answered (ib_drain_qp must work then).
+		 */
+		if (err && vt3_state_from_ib(next) == VT3_QPS_ERROR &&
+		    READ_ONCE(dev->ctrl.lost))
+			err = 0;
 		if (err) {
 			ibdev_dbg(ibqp->device, "QP %u %s -> %s: %d\n", qp->qpn,
 				  vt3_ib_qp_state_name(cur),
@@ -449,8 +638,10 @@ int vt3_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 			goto out;
 		}
 	}
-	if (next != cur && vt3_state_from_ib(next) == VT3_QPS_ERROR)
-		vt3_qp_set_error(qp);
+	if (vt3_state_from_ib(next) == VT3_QPS_ERROR)
+		vt3_qp_enter_error(qp);
+	else if (next == IB_QPS_RESET && cur != IB_QPS_RESET)
+		vt3_qp_flush_stop(qp);
 	WRITE_ONCE(qp->ib_state, next);
 out:
 	mutex_unlock(&qp->state_lock);
@@ -505,12 +696,13 @@ out:
 	return err;
 }
 
-/* Kernel QPs accept work from INIT (RQ) and until an error (both). */
+/*
+ * Kernel QPs accept work from INIT on; in error too, where it completes
+ * with IB_WC_WR_FLUSH_ERR (what ib_drain_qp relies on).
+ */
 static bool vt3_qp_postable(struct vt3_qp *qp)
 {
-	enum ib_qp_state state = READ_ONCE(qp->ib_state);
-
-	return state != IB_QPS_RESET && state != IB_QPS_ERR;
+	return READ_ONCE(qp->ib_state) != IB_QPS_RESET;
 }
 
 static int vt3_build_sq_wqe(struct vt3_qp *qp, const struct ib_send_wr *wr,
@@ -583,6 +775,7 @@ int vt3_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 	struct vt3_qp_status *st;
 	struct vt3_sq_wqe wqe;
 	unsigned long flags;
+	bool flushing, posted;
 	u32 cons, start;
 	int err = 0;
 
@@ -603,8 +796,11 @@ int vt3_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 	st = vt3_qp_status(qp);
 	spin_lock_irqsave(&qp->sq_lock, flags);
 	start = qp->sq_prod;
+	/* In error, the driver consumes: slots before sq_flush are free. */
+	flushing = qp->sq_flushing;
 	/* Acquire: pairs with vt3d's release; slots before cons are free. */
-	cons = le32_to_cpu(smp_load_acquire(&st->sq_cons));
+	cons = flushing ? qp->sq_flush :
+			  le32_to_cpu(smp_load_acquire(&st->sq_cons));
 	for (; wr; wr = wr->next) {
 		if (qp->sq_prod - cons >= qp->sq_depth) {
 			err = -ENOMEM;
@@ -619,10 +815,16 @@ int vt3_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 		       &wqe, sizeof(wqe));
 		qp->sq_prod++;
 	}
-	if (qp->sq_prod != start)
+	posted = qp->sq_prod != start;
+	if (posted && flushing)
+		/* Kept in step for ERROR -> IDLE; vt3d reads no more. */
+		smp_store_release(&st->sq_prod, cpu_to_le32(qp->sq_prod));
+	else if (posted)
 		vt3_qp_publish(qp, &st->sq_prod, qp->sq_prod, VT3_QP_F_SQ_IDLE,
 			       VT3_DB_SQ);
 	spin_unlock_irqrestore(&qp->sq_lock, flags);
+	if (posted && flushing)
+		vt3_cq_kick_later(to_vt3_cq(ibqp->send_cq));
 	if (err)
 		*bad_wr = wr;
 	return err;
@@ -635,6 +837,7 @@ int vt3_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 	struct vt3_qp_status *st;
 	struct vt3_rq_wqe wqe;
 	unsigned long flags;
+	bool flushing, posted;
 	u32 cons, start;
 	int err = 0;
 	int i;
@@ -655,8 +858,10 @@ int vt3_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 	st = vt3_qp_status(qp);
 	spin_lock_irqsave(&qp->rq_lock, flags);
 	start = qp->rq_prod;
+	flushing = qp->rq_flushing;
 	/* Acquire: pairs with vt3d's release; slots before cons are free. */
-	cons = le32_to_cpu(smp_load_acquire(&st->rq_cons));
+	cons = flushing ? qp->rq_flush :
+			  le32_to_cpu(smp_load_acquire(&st->rq_cons));
 	for (; wr; wr = wr->next) {
 		if (qp->rq_prod - cons >= qp->rq_depth) {
 			err = -ENOMEM;
@@ -680,10 +885,15 @@ int vt3_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 		       &wqe, sizeof(wqe));
 		qp->rq_prod++;
 	}
-	if (qp->rq_prod != start)
+	posted = qp->rq_prod != start;
+	if (posted && flushing)
+		smp_store_release(&st->rq_prod, cpu_to_le32(qp->rq_prod));
+	else if (posted)
 		vt3_qp_publish(qp, &st->rq_prod, qp->rq_prod, VT3_QP_F_RQ_IDLE,
 			       VT3_DB_RQ);
 	spin_unlock_irqrestore(&qp->rq_lock, flags);
+	if (posted && flushing)
+		vt3_cq_kick_later(to_vt3_cq(ibqp->recv_cq));
 	if (err)
 		*bad_wr = wr;
 	return err;

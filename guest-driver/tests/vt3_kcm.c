@@ -10,8 +10,11 @@
  * to the server: ESTABLISHED with the QP in RTS, `rounds` SENDs the server
  * echoes, a graceful disconnect (DISCONNECTED, QP in ERR). The server
  * accepts one connection, echoes what it receives and logs its result on
- * DISCONNECTED. Each side logs "vt3_kcm: <role>: N passed, N failed";
- * unload the module afterwards.
+ * DISCONNECTED. After every connection's end (the refused connect too),
+ * each side drains its QP with ib_drain_qp(), which must return, and
+ * checks that the one receive still posted came back flushed
+ * (IB_WC_WR_FLUSH_ERR) and nothing else did. Each side logs
+ * "vt3_kcm: <role>: N passed, N failed"; unload the module afterwards.
  */
 #include <linux/completion.h>
 #include <linux/inet.h>
@@ -69,11 +72,16 @@ struct kcm_conn {
 	struct completion recv_done;
 	struct completion disconnected;
 	int received;
+	int flushed_recv;		/* IB_WC_WR_FLUSH_ERR receives */
+	int flushed_send;
 	bool connected;
+	struct work_struct drain_work;	/* server: drain after DISCONNECTED */
 };
 
 static struct kcm_conn *listener;	/* server: the listening id only */
 static struct kcm_conn *conn;		/* the connection */
+
+static void kcm_server_drain(struct work_struct *work);
 
 static struct kcm_conn *kcm_alloc(void)
 {
@@ -84,6 +92,7 @@ static struct kcm_conn *kcm_alloc(void)
 	init_completion(&c->cm_done);
 	init_completion(&c->recv_done);
 	init_completion(&c->disconnected);
+	INIT_WORK(&c->drain_work, kcm_server_drain);
 	return c;
 }
 
@@ -125,7 +134,11 @@ static int kcm_post_send(struct kcm_conn *c)
 
 static void kcm_send_done(struct ib_cq *cq, struct ib_wc *wc)
 {
-	if (wc->status != IB_WC_SUCCESS && wc->status != IB_WC_WR_FLUSH_ERR)
+	struct kcm_conn *c = cq->cq_context;
+
+	if (wc->status == IB_WC_WR_FLUSH_ERR)
+		c->flushed_send++;
+	else if (wc->status != IB_WC_SUCCESS)
 		CHECK(false, "send completion status %d", wc->status);
 }
 
@@ -134,7 +147,9 @@ static void kcm_recv_done(struct ib_cq *cq, struct ib_wc *wc)
 	struct kcm_conn *c = cq->cq_context;
 
 	if (wc->status != IB_WC_SUCCESS) {
-		if (wc->status != IB_WC_WR_FLUSH_ERR)
+		if (wc->status == IB_WC_WR_FLUSH_ERR)
+			c->flushed_recv++;
+		else
 			CHECK(false, "receive completion status %d", wc->status);
 		return;
 	}
@@ -229,6 +244,29 @@ static int kcm_qp_state(struct kcm_conn *c)
 	return err ? err : attr.qp_state;
 }
 
+/*
+ * ib_drain_qp() after the connection ended: it returns (it hangs or warns
+ * when the driver does not flush), and the receive still posted came back
+ * with IB_WC_WR_FLUSH_ERR, exactly once.
+ */
+static void kcm_drain(struct kcm_conn *c, const char *role)
+{
+	ib_drain_qp(c->qp);
+	CHECK(c->flushed_recv == 1 && c->flushed_send == 0,
+	      "%s: drained: %d receive(s), %d send(s) flushed (want 1, 0)",
+	      role, c->flushed_recv, c->flushed_send);
+	CHECK(kcm_qp_state(c) == IB_QPS_ERR, "%s: QP in ERR after the drain",
+	      role);
+}
+
+static void kcm_server_drain(struct work_struct *work)
+{
+	struct kcm_conn *c = container_of(work, struct kcm_conn, drain_work);
+
+	kcm_drain(c, "server");
+	pr_info("vt3_kcm: server: %d passed, %d failed\n", passed, failed);
+}
+
 static void kcm_conn_param(struct rdma_conn_param *param)
 {
 	memset(param, 0, sizeof(*param));
@@ -297,8 +335,8 @@ static int kcm_handler(struct rdma_cm_id *id, struct rdma_cm_event *event)
 		if (server) {
 			CHECK(c->received == rounds,
 			      "server: %d messages echoed", c->received);
-			pr_info("vt3_kcm: server: %d passed, %d failed\n",
-				passed, failed);
+			/* ib_drain_qp() blocks: not in the rdma_cm handler. */
+			schedule_work(&c->drain_work);
 		}
 		complete(&c->disconnected);
 		break;
@@ -378,8 +416,9 @@ static void kcm_client(void)
 	if (!c)
 		return;
 	err = rdma_connect(c->id, &param);
-	if (CHECK(!err, "client: connect to port %u (%d)", closed_port, err))
-		kcm_wait(c, RDMA_CM_EVENT_REJECTED);
+	if (CHECK(!err, "client: connect to port %u (%d)", closed_port, err) &&
+	    kcm_wait(c, RDMA_CM_EVENT_REJECTED))
+		kcm_drain(c, "client (refused)");
 	kcm_client_free(c);
 
 	dst.sin_port = htons(port);
@@ -410,8 +449,10 @@ static void kcm_client(void)
 	CHECK(i == rounds, "client: %d of %d echoes", i, rounds);
 	err = rdma_disconnect(c->id);
 	CHECK(!err, "client: disconnect (%d)", err);
-	if (kcm_wait(c, RDMA_CM_EVENT_DISCONNECTED))
+	if (kcm_wait(c, RDMA_CM_EVENT_DISCONNECTED)) {
 		CHECK(kcm_qp_state(c) == IB_QPS_ERR, "client: QP in ERR");
+		kcm_drain(c, "client");
+	}
 out:
 	kcm_client_free(c);
 	pr_info("vt3_kcm: client: %d passed, %d failed\n", passed, failed);
@@ -465,6 +506,7 @@ static void __exit kcm_exit(void)
 	if (conn) {
 		if (conn->connected && !completion_done(&conn->disconnected))
 			rdma_disconnect(conn->id);
+		flush_work(&conn->drain_work);
 		kcm_teardown(conn);
 		rdma_destroy_id(conn->id);
 		kfree(conn);
