@@ -19,7 +19,7 @@
  * The client is the side under test. Per scenario x style it connects,
  * posts work that cannot all complete (receives the server never matches,
  * signaled WRITEs, an unsignaled WRITE, scenario-specific WRs), prints
- * "READY <qpn> <peer qpn>" and waits (bounded) for the fault: its own
+ * "READY <qpn> <peer qpn> <rkey> <scenario> <style>" and waits (bounded) for the fault: its own
  * action, the server's, or one injected from the host (vt3d ctl fault ...,
  * killing vt3d). Then, in the given style:
  *   events    only reaps async events (ibv_get_async_event) until the
@@ -78,6 +78,7 @@ enum action {
 	ACT_ABORT,		/* destroy QP and id with the connection up */
 	ACT_SEND,		/* one SEND to the client */
 	ACT_WRITE_BADSTAG,	/* RDMA WRITE with a wrong key in the STag */
+	ACT_WRITE,		/* a valid RDMA WRITE to the client's buffer */
 };
 
 struct req_pd {			/* client -> server, in the connect */
@@ -86,6 +87,8 @@ struct req_pd {			/* client -> server, in the connect */
 	uint64_t addr;
 	uint32_t rkey;
 	uint32_t len;
+	uint32_t delay_ms;	/* act this long after the "go" */
+	uint32_t reserved;
 };
 
 struct rep_pd {			/* server -> client, in the accept */
@@ -162,6 +165,7 @@ struct sconn {
 	char *buf;
 	struct req_pd req;
 	bool disconnected;
+	double act_at;		/* the "go" came: act then (0: not yet) */
 };
 
 static void sconn_free(struct sconn *c, bool abort_conn)
@@ -265,10 +269,13 @@ static bool sconn_act(struct sconn *c)
 			perror("server: post_send");
 		break;
 	case ACT_WRITE_BADSTAG:
+	case ACT_WRITE:
 		wr.opcode = IBV_WR_RDMA_WRITE;
 		wr.wr.rdma.remote_addr = c->req.addr;
+		wr.wr.rdma.rkey = c->req.rkey;
 		/* Same index, another key: an invalid STag (RFC 5040). */
-		wr.wr.rdma.rkey = c->req.rkey ^ 0x5a;
+		if (c->req.action == ACT_WRITE_BADSTAG)
+			wr.wr.rdma.rkey ^= 0x5a;
 		if (ibv_post_send(c->id->qp, &wr, &bad))
 			perror("server: post_send");
 		break;
@@ -315,10 +322,13 @@ static int run_server(const char *bind_ip, int port)
 				vlog("server: wc wr_id %" PRIu64 " status %s\n",
 				     wc[i].wr_id, ibv_wc_status_str(wc[i].status));
 				if (wc[i].status == IBV_WC_SUCCESS &&
-				    wc[i].opcode == IBV_WC_RECV && sconn_act(&c)) {
+				    wc[i].opcode == IBV_WC_RECV && !c.act_at)
+					c.act_at = now() + c.req.delay_ms / 1000.0;
+			}
+			if (c.act_at > 0 && now() >= c.act_at) {
+				c.act_at = -1;
+				if (sconn_act(&c))
 					idle_since = now();
-					break;
-				}
 			}
 		}
 		if (poll(&pfd, 1, 20) <= 0)
@@ -401,37 +411,38 @@ struct scenario {
 	bool bad_wqe;
 	bool overflow;
 	bool host;		/* the fault comes from the host */
+	uint32_t delay_ms;	/* the server acts this long after the "go" */
 	int events[3];		/* expected (0 ends), on vt3 */
 };
 
 static const struct scenario scenarios[] = {
 	{ "local-close", "we rdma_disconnect", ACT_NONE, false, true, false, false, false,
-	  { EV_LLP_CLOSE_COMPLETE } },
+	  0, { EV_LLP_CLOSE_COMPLETE } },
 	{ "peer-close", "the server rdma_disconnects", ACT_DISCONNECT, true, false, false, false, false,
-	  { EV_LLP_CLOSE_COMPLETE } },
+	  0, { EV_LLP_CLOSE_COMPLETE } },
 	{ "peer-abort", "the server destroys QP and id, connection up (RST)", ACT_ABORT, true, false, false, false, false,
-	  { IBV_EVENT_QP_FATAL } },
+	  0, { IBV_EVENT_QP_FATAL } },
 	{ "bad-stag", "the server WRITEs with an invalid STag", ACT_WRITE_BADSTAG, true, false, false, false, false,
-	  { IBV_EVENT_QP_ACCESS_ERR } },
+	  0, { IBV_EVENT_QP_ACCESS_ERR } },
 	{ "bad-wqe", "we post a WRITE with an invalid lkey", ACT_NONE, false, false, true, false, false,
-	  { IBV_EVENT_QP_REQ_ERR } },
+	  0, { IBV_EVENT_QP_REQ_ERR } },
 	{ "cq-overflow", "24 signaled WRITEs on a CQ of 4, then we disconnect", ACT_NONE, false, true, false, true, false,
-	  { IBV_EVENT_CQ_ERR, EV_LLP_CLOSE_COMPLETE } },
+	  0, { IBV_EVENT_CQ_ERR, EV_LLP_CLOSE_COMPLETE } },
 	/* Faults from the host (vt3d ctl fault, killing vt3d): --expect overrides. */
 	{ "rst", "host: vt3d ctl fault rst", ACT_NONE, false, false, false, false, true,
-	  { IBV_EVENT_QP_FATAL } },
+	  0, { IBV_EVENT_QP_FATAL } },
 	{ "fin", "host: vt3d ctl fault fin (peer FIN), we disconnect on DISCONNECTED", ACT_NONE, false, false, false, false, true,
-	  { EV_LLP_CLOSE_COMPLETE } },
+	  0, { EV_LLP_CLOSE_COMPLETE } },
 	{ "timeout", "host: blackhole or the peer's vt3d killed", ACT_NONE, false, false, false, false, true,
-	  { IBV_EVENT_QP_FATAL } },
+	  0, { IBV_EVENT_QP_FATAL } },
 	{ "terminate", "host: TERMINATE from the peer (--expect by etype)", ACT_NONE, false, false, false, false, true,
-	  { IBV_EVENT_QP_FATAL } },
-	{ "crc", "host: corrupt-crc on the peer, the server SENDs", ACT_SEND, true, false, false, false, true,
-	  { IBV_EVENT_QP_FATAL } },
-	{ "stag", "host: invalidate-stag of our buffer, the server WRITEs", ACT_NONE, false, false, false, false, true,
-	  { IBV_EVENT_QP_ACCESS_ERR } },
+	  0, { IBV_EVENT_QP_FATAL } },
+	{ "crc", "host: corrupt-crc on the peer, the server SENDs 3 s later", ACT_SEND, true, false, false, false, true,
+	  3000, { IBV_EVENT_QP_FATAL } },
+	{ "stag", "host: invalidate-stag of our buffer, the server WRITEs 3 s later", ACT_WRITE, true, false, false, false, true,
+	  3000, { IBV_EVENT_QP_ACCESS_ERR } },
 	{ "device-fatal", "host: our vt3d killed or fault device-fatal", ACT_NONE, false, false, false, false, true,
-	  { IBV_EVENT_DEVICE_FATAL } },
+	  0, { IBV_EVENT_DEVICE_FATAL } },
 };
 
 static const char *const styles[] = { "events", "poll", "post", "cq-event", "idle" };
@@ -770,7 +781,8 @@ static int client_connect(struct client *c, const char *server, int port)
 	};
 	struct rdma_conn_param param = { .responder_resources = 1, .initiator_depth = 1,
 					 .retry_count = 7 };
-	struct req_pd req = { .magic = MAGIC, .action = c->sc->action, .len = BUF_SIZE };
+	struct req_pd req = { .magic = MAGIC, .action = c->sc->action, .len = BUF_SIZE,
+			      .delay_ms = c->sc->delay_ms };
 	char portstr[16];
 	int i;
 
@@ -1054,7 +1066,8 @@ static bool run_client_one(const struct scenario *sc, const char *style,
 	/* Let the WRITEs land (their CQEs wait in the CQ: device before flush). */
 	usleep(grace * 1e6);
 	c->cm_running = !pthread_create(&c->cm_thread, NULL, cm_thread, c);
-	printf("READY %u %u %s %s\n", c->id->qp->qp_num, c->peer.qpn, sc->name, style);
+	printf("READY %u %u %#x %s %s\n", c->id->qp->qp_num, c->peer.qpn, c->mr->rkey,
+	       sc->name, style);
 	fflush(stdout);
 	c->t_fault = now();
 	if (sc->local_close && !sc->overflow)
