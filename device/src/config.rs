@@ -27,33 +27,213 @@ pub struct CtlArgs {
     /// The management socket given to `vt3d serve --mgmt`.
     #[arg(long, value_name = "PATH")]
     pub mgmt: PathBuf,
-    /// Machine-readable output.
+    /// Machine-readable output (one JSON value; errors as {"error": ...}).
     #[arg(long)]
     pub json: bool,
     #[command(subcommand)]
     pub request: CtlRequest,
 }
 
-#[derive(Debug, Clone, Copy, Subcommand)]
+/// One management request as the socket reads it: the words of a
+/// `vt3d ctl` command line after `--mgmt PATH` (`--json` included), e.g.
+/// `--json fault drop --qp 3 --percent 10`.
+#[derive(Debug, Parser)]
+#[command(name = "vt3d-ctl", no_binary_name = true, disable_help_subcommand = true)]
+pub struct CtlLine {
+    #[arg(long)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub request: CtlRequest,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
 pub enum CtlRequest {
-    /// NIC counters, RDMA resource counts and iWARP engine counters.
+    /// NIC counters, RDMA resource counts, iWARP engine counters and
+    /// fault-injection counters.
     Stats,
     /// The TCB table of the TOE: state, 4-tuple, seq/ack, windows, RTT,
-    /// retransmits, bytes.
+    /// retransmits, bytes, faults in force.
     Tcb,
     /// The QP table: states, queue progress, connection.
     Qps,
+    /// The CQ table: depth, producer index, arming, users.
+    Cqs,
+    /// The MR table (TPT): STag, PD, rights, IOVA, length, validity.
+    Mrs,
+    /// Fault injection on a QP's connection (--qp: the guest's QP number,
+    /// as `vt3d ctl qps` shows it), an STag, or the whole device.
+    #[command(subcommand)]
+    Fault(FaultRequest),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
+pub enum FaultRequest {
+    /// Abort the connection: RST to the peer; this QP -> ERROR
+    /// (VT3_QPE_RESET, detail 1), the peer sees a reset.
+    Rst {
+        #[arg(long)]
+        qp: u32,
+    },
+    /// Close our half (FIN) like a graceful disconnect: the peer sees
+    /// PEER_CLOSE, this QP CLOSING then CLOSE_COMPLETE.
+    Fin {
+        #[arg(long)]
+        qp: u32,
+    },
+    /// Drop every frame of the connection, both ways: TCP times out on
+    /// both ends after `--tcp-timeout` (VT3_QPE_TIMEOUT).
+    Blackhole {
+        #[arg(long)]
+        qp: u32,
+        /// Lift the blackhole.
+        #[arg(long)]
+        off: bool,
+    },
+    /// Drop a percentage of the connection's frames, both ways, with a
+    /// seeded PRNG (the same seed drops the same frames of the same
+    /// traffic); --percent 0 stops.
+    Drop {
+        #[arg(long)]
+        qp: u32,
+        #[arg(long, value_parser = clap::value_parser!(u8).range(0..=100))]
+        percent: u8,
+        #[arg(long, default_value_t = 1, value_parser = number::<u64>)]
+        seed: u64,
+    },
+    /// Hold every frame the connection sends (data and ACKs) for MS
+    /// milliseconds: the RTT grows by MS both ways; --ms 0 stops.
+    Delay {
+        #[arg(long)]
+        qp: u32,
+        #[arg(long, value_parser = clap::value_parser!(u32).range(0..=60_000))]
+        ms: u32,
+    },
+    /// Corrupt the CRC of the next FPDU sent: the peer detects a CRC error
+    /// and answers with TERMINATE (LLP 2/0/0x02).
+    CorruptCrc {
+        #[arg(long)]
+        qp: u32,
+    },
+    /// Send a TERMINATE with this RFC 5040 code (a registered
+    /// layer/etype/ecode triple); this QP -> TERMINATE -> ERROR.
+    Terminate {
+        #[arg(long)]
+        qp: u32,
+        /// 0 RDMAP, 1 DDP, 2 LLP (MPA).
+        #[arg(long, value_parser = number::<u8>)]
+        layer: u8,
+        #[arg(long, value_parser = number::<u8>)]
+        etype: u8,
+        /// Decimal or 0x-prefixed hex.
+        #[arg(long, value_parser = number::<u8>)]
+        ecode: u8,
+    },
+    /// Invalidate an STag (as a Send with Invalidate would): the peer's
+    /// next RDMA WRITE or READ on it fails and this side sends TERMINATE.
+    InvalidateStag {
+        /// Decimal or 0x-prefixed hex.
+        #[arg(long, value_parser = number::<u32>)]
+        stag: u32,
+    },
+    /// Fatal device error: VT3_EV_DEVICE_FATAL, every QP -> ERROR,
+    /// commands refused until the driver resets the device.
+    DeviceFatal,
+}
+
+/// Decimal or `0x` hexadecimal.
+fn number<T: TryFrom<u64>>(s: &str) -> Result<T, String> {
+    let value = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => s.parse::<u64>(),
+    }
+    .map_err(|e| format!("{s:?}: {e}"))?;
+    T::try_from(value).map_err(|_| format!("{s} is out of range"))
+}
+
+impl FaultRequest {
+    /// The words after `fault`.
+    fn words(self) -> Vec<String> {
+        let qp = |name: &str, qp: u32| vec![name.to_owned(), "--qp".to_owned(), qp.to_string()];
+        match self {
+            Self::Rst { qp: n } => qp("rst", n),
+            Self::Fin { qp: n } => qp("fin", n),
+            Self::Blackhole { qp: n, off } => {
+                let mut w = qp("blackhole", n);
+                if off {
+                    w.push("--off".to_owned());
+                }
+                w
+            }
+            Self::Drop { qp: n, percent, seed } => {
+                let mut w = qp("drop", n);
+                w.extend(["--percent".to_owned(), percent.to_string(), "--seed".to_owned(), seed.to_string()]);
+                w
+            }
+            Self::Delay { qp: n, ms } => {
+                let mut w = qp("delay", n);
+                w.extend(["--ms".to_owned(), ms.to_string()]);
+                w
+            }
+            Self::CorruptCrc { qp: n } => qp("corrupt-crc", n),
+            Self::Terminate { qp: n, layer, etype, ecode } => {
+                let mut w = qp("terminate", n);
+                for (k, v) in [("--layer", layer), ("--etype", etype), ("--ecode", ecode)] {
+                    w.extend([k.to_owned(), v.to_string()]);
+                }
+                w
+            }
+            Self::InvalidateStag { stag } => vec!["invalidate-stag".to_owned(), "--stag".to_owned(), format!("{stag:#x}")],
+            Self::DeviceFatal => vec!["device-fatal".to_owned()],
+        }
+    }
 }
 
 impl CtlRequest {
     /// The request line sent to the management socket.
     pub fn line(self, json: bool) -> String {
-        let name = match self {
-            Self::Stats => "stats",
-            Self::Tcb => "tcb",
-            Self::Qps => "qps",
-        };
-        format!("{name} {}", if json { "json" } else { "text" })
+        let mut words: Vec<String> = Vec::new();
+        if json {
+            words.push("--json".to_owned());
+        }
+        match self {
+            Self::Stats => words.push("stats".to_owned()),
+            Self::Tcb => words.push("tcb".to_owned()),
+            Self::Qps => words.push("qps".to_owned()),
+            Self::Cqs => words.push("cqs".to_owned()),
+            Self::Mrs => words.push("mrs".to_owned()),
+            Self::Fault(f) => {
+                words.push("fault".to_owned());
+                words.extend(f.words());
+            }
+        }
+        words.join(" ")
+    }
+}
+
+impl CtlLine {
+    /// Parses a request line. The older form `stats json` / `tcb text`
+    /// (format as the last word) is accepted too.
+    pub fn parse(line: &str) -> Result<Self, String> {
+        let mut words: Vec<&str> = line.split_whitespace().collect();
+        let mut json = false;
+        match words.last() {
+            Some(&"json") if words.len() == 2 => {
+                json = true;
+                words.pop();
+            }
+            Some(&"text") if words.len() == 2 => {
+                words.pop();
+            }
+            _ => {}
+        }
+        let mut parsed = CtlLine::try_parse_from(words).map_err(|e| {
+            // The first line of clap's message names the problem.
+            let text = e.to_string();
+            let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("invalid request");
+            first.trim_start_matches("error: ").to_owned()
+        })?;
+        parsed.json |= json;
+        Ok(parsed)
     }
 }
 
@@ -76,6 +256,13 @@ pub struct ServeArgs {
     /// Largest IP MTU carried (frames up to MTU + 18 bytes).
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u16).range(68..=65000))]
     pub mtu: u16,
+    /// TCP user timeout of offloaded connections, in seconds: a connection
+    /// that hears nothing from its peer this long (unanswered
+    /// retransmissions or keep-alives, e.g. a blackhole) ends with
+    /// VT3_QPE_TIMEOUT. Keep-alives go out after a third of it.
+    #[arg(long, value_name = "SECS", default_value_t = crate::rnic::DEFAULT_TCP_TIMEOUT_SECS,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub tcp_timeout: u64,
 }
 
 fn mac_arg(s: &str) -> Result<MacAddr, String> {
@@ -90,11 +277,20 @@ pub struct Config {
     pub mac: Option<MacAddr>,
     pub mtu: usize,
     pub mgmt: Option<PathBuf>,
+    /// Seconds (`--tcp-timeout`).
+    pub tcp_timeout: u64,
 }
 
 impl From<ServeArgs> for Config {
     fn from(a: ServeArgs) -> Self {
-        Self { socket: a.socket, uplink: a.uplink, mac: a.mac, mtu: usize::from(a.mtu), mgmt: a.mgmt }
+        Self {
+            socket: a.socket,
+            uplink: a.uplink,
+            mac: a.mac,
+            mtu: usize::from(a.mtu),
+            mgmt: a.mgmt,
+            tcp_timeout: a.tcp_timeout,
+        }
     }
 }
 
@@ -155,7 +351,75 @@ mod tests {
         assert!(Cli::try_parse_from(["vt3d", "ctl", "--mgmt", "/m", "dance"]).is_err());
         let cli = Cli::try_parse_from(["vt3d", "ctl", "--mgmt", "/m", "tcb"]).unwrap();
         let Command::Ctl(c) = cli.command else { panic!("not ctl") };
-        assert_eq!(c.request.line(c.json), "tcb text");
-        assert_eq!(CtlRequest::Qps.line(true), "qps json");
+        assert_eq!(c.request.line(c.json), "tcb");
+        assert_eq!(CtlRequest::Qps.line(true), "--json qps");
+    }
+
+    fn ctl(args: &[&str]) -> Result<CtlRequest, String> {
+        let cli = Cli::try_parse_from(["vt3d", "ctl", "--mgmt", "/m"].iter().chain(args)).map_err(|e| e.to_string())?;
+        let Command::Ctl(c) = cli.command else { panic!("not ctl") };
+        Ok(c.request)
+    }
+
+    #[test]
+    fn fault_command_lines() {
+        let cases: [(&[&str], FaultRequest); 11] = [
+            (&["fault", "rst", "--qp", "3"], FaultRequest::Rst { qp: 3 }),
+            (&["fault", "fin", "--qp", "3"], FaultRequest::Fin { qp: 3 }),
+            (&["fault", "blackhole", "--qp", "3"], FaultRequest::Blackhole { qp: 3, off: false }),
+            (&["fault", "blackhole", "--qp", "3", "--off"], FaultRequest::Blackhole { qp: 3, off: true }),
+            (&["fault", "drop", "--qp", "3", "--percent", "10"], FaultRequest::Drop { qp: 3, percent: 10, seed: 1 }),
+            (
+                &["fault", "drop", "--qp", "3", "--percent", "100", "--seed", "0xff"],
+                FaultRequest::Drop { qp: 3, percent: 100, seed: 255 },
+            ),
+            (&["fault", "delay", "--qp", "3", "--ms", "250"], FaultRequest::Delay { qp: 3, ms: 250 }),
+            (&["fault", "corrupt-crc", "--qp", "3"], FaultRequest::CorruptCrc { qp: 3 }),
+            (
+                &["fault", "terminate", "--qp", "3", "--layer", "1", "--etype", "2", "--ecode", "0x05"],
+                FaultRequest::Terminate { qp: 3, layer: 1, etype: 2, ecode: 5 },
+            ),
+            (&["fault", "invalidate-stag", "--stag", "0x1a01"], FaultRequest::InvalidateStag { stag: 0x1a01 }),
+            (&["fault", "device-fatal"], FaultRequest::DeviceFatal),
+        ];
+        for (args, expected) in cases {
+            let request = ctl(args).unwrap();
+            assert_eq!(request, CtlRequest::Fault(expected), "{args:?}");
+            // The line sent to the socket parses back to the same request.
+            for json in [false, true] {
+                let line = CtlLine::parse(&request.line(json)).unwrap();
+                assert_eq!((line.request, line.json), (request, json), "{args:?}");
+            }
+        }
+        let bad: [(&[&str], &str); 7] = [
+            (&["fault", "rst"], "--qp"),
+            (&["fault", "drop", "--qp", "1", "--percent", "101"], "101"),
+            (&["fault", "delay", "--qp", "1", "--ms", "60001"], "60001"),
+            (&["fault", "terminate", "--qp", "1", "--layer", "256", "--etype", "0", "--ecode", "0"], "out of range"),
+            (&["fault", "invalidate-stag", "--stag", "0xzz"], "0xzz"),
+            (&["fault", "melt"], "melt"),
+            (&["fault", "rst", "--qp", "-1"], "-1"),
+        ];
+        for (args, needle) in bad {
+            let err = ctl(args).unwrap_err();
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+        assert_eq!(ctl(&["cqs"]).unwrap(), CtlRequest::Cqs);
+        assert_eq!(ctl(&["mrs"]).unwrap(), CtlRequest::Mrs);
+    }
+
+    #[test]
+    fn request_lines_parse_without_panicking() {
+        assert_eq!(CtlLine::parse("stats json").unwrap().request, CtlRequest::Stats);
+        assert!(CtlLine::parse("stats json").unwrap().json);
+        assert!(!CtlLine::parse("tcb text").unwrap().json);
+        assert!(CtlLine::parse("--json mrs").unwrap().json);
+        for bad in ["", "reboot", "tcb xml", "fault", "fault rst --qp", "--help", "help", "-V", "fault rst --qp 1 --qp 2", "\0\0"] {
+            let err = CtlLine::parse(bad).unwrap_err();
+            assert!(!err.is_empty(), "{bad:?}");
+        }
+        assert_eq!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0"]).unwrap().tcp_timeout, 15);
+        assert!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0", "--tcp-timeout", "0"]).is_err());
+        assert_eq!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0", "--tcp-timeout", "60"]).unwrap().tcp_timeout, 60);
     }
 }

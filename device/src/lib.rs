@@ -53,6 +53,7 @@ pub fn serve(config: &Config) -> Result<(), Error> {
         .open()
         .map_err(|source| Error::Uplink { spec: config.uplink.to_string(), source })?;
     let nic = Arc::new(Nic::new(uplink, config.mac, config.mtu));
+    nic.rnic().set_tcp_timeout(vt3_iwarp::toe::Duration::from_secs(config.tcp_timeout));
     let listener = vhost::bind_frontend_socket(&config.socket)?;
     if let Some(path) = &config.mgmt {
         let mgmt = vhost::bind_frontend_socket(path)?;

@@ -6,11 +6,18 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let result = match Cli::parse().command {
         Command::Serve(args) => vt3d::serve(&args.into()).map_err(|e| e.to_string()),
-        Command::Ctl(args) => {
-            vt3d::mgmt::request(&args.mgmt, &args.request.line(args.json))
-                .map(|answer| print!("{answer}"))
-                .map_err(|e| format!("{}: {e}", args.mgmt.display()))
-        }
+        Command::Ctl(args) => match vt3d::mgmt::request(&args.mgmt, &args.request.line(args.json)) {
+            Ok(answer) => {
+                print!("{answer}");
+                Ok(())
+            }
+            // Scripts reading JSON get the error as JSON too (and exit 1).
+            Err(e) if args.json => {
+                println!("{{\"error\":{}}}", vt3d::mgmt::json_string(&e.to_string()));
+                std::process::exit(1);
+            }
+            Err(e) => Err(format!("{}: {e}", args.mgmt.display())),
+        },
     };
     if let Err(e) = result {
         log::error!("{e}");

@@ -1,9 +1,11 @@
 //! The management socket (`vt3d serve --mgmt PATH`) and its client
 //! (`vt3d ctl`): one request line per connection, one answer.
 //!
-//! Requests: `stats`, `tcb` (the TOE's TCB table, like cxgbtool's) and
-//! `qps` (the QP table), each as `text` (the default) or `json`. Later:
-//! CQ/MR tables, fault injection (DESIGN.md §6).
+//! A request line is the words of a `vt3d ctl` command after `--mgmt
+//! PATH` ([`CtlLine`]): `stats`, `tcb` (the TOE's TCB table, like
+//! cxgbtool's), `qps`, `cqs`, `mrs`, and `fault …` (DESIGN.md §6), with
+//! `--json` for JSON. Errors answer `error: MESSAGE`. docs/vt3d-ctl.md
+//! documents every request and answer.
 
 use std::fmt::Write as _;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -15,8 +17,15 @@ use std::time::Duration;
 
 use vt3_iwarp::toe::TcbInfo;
 
+use vt3_iwarp::engine::Fault;
+use vt3_iwarp::toe::Duration as EngineDuration;
+use vt3_iwarp::wire::terminate::TermCode;
+
+use crate::config::{CtlLine, CtlRequest, FaultRequest};
 use crate::nic::Nic;
-use crate::rnic::Rnic;
+use crate::abi;
+use crate::rnic::fault::Injected;
+use crate::rnic::{tpt, Rnic};
 
 /// Longest request line accepted.
 const MAX_REQUEST: u64 = 256;
@@ -50,6 +59,7 @@ fn serve_one(stream: UnixStream, nic: &Nic) -> io::Result<()> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Value {
     Num(u64),
+    Bool(bool),
     Text(String),
     None,
 }
@@ -83,6 +93,7 @@ type Row = Vec<(&'static str, Value)>;
 fn text_cell(v: &Value) -> String {
     match v {
         Value::Num(n) => n.to_string(),
+        Value::Bool(b) => if *b { "yes" } else { "no" }.to_owned(),
         Value::Text(s) => s.clone(),
         Value::None => "-".to_owned(),
     }
@@ -91,8 +102,33 @@ fn text_cell(v: &Value) -> String {
 fn json_cell(v: &Value) -> String {
     match v {
         Value::Num(n) => n.to_string(),
-        Value::Text(s) => format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\"")),
+        Value::Bool(b) => b.to_string(),
+        Value::Text(s) => json_string(s),
         Value::None => "null".to_owned(),
+    }
+}
+
+/// A JSON string literal (control characters escaped too).
+pub fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+impl From<bool> for Value {
+    fn from(v: bool) -> Self {
+        Value::Bool(v)
     }
 }
 
@@ -125,14 +161,13 @@ fn json_table(rows: &[Row]) -> String {
 
 /// The answer to one request line.
 pub fn answer(request: &str, nic: &Nic) -> String {
-    let words: Vec<&str> = request.split_whitespace().collect();
-    let json = match words.get(1..) {
-        Some([]) | Some(["text"]) => false,
-        Some(["json"]) => true,
-        _ => return unknown(request),
+    let line = match CtlLine::parse(request) {
+        Ok(line) => line,
+        Err(e) => return format!("error: {e} (try: [--json] stats|tcb|qps|cqs|mrs|fault ...)\n"),
     };
-    match words.first() {
-        Some(&"stats") => {
+    let json = line.json;
+    match line.request {
+        CtlRequest::Stats => {
             let rows = stats_rows(nic);
             if json {
                 let body: Vec<String> = rows.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
@@ -141,14 +176,87 @@ pub fn answer(request: &str, nic: &Nic) -> String {
                 rows.iter().map(|(k, v)| format!("{k} {v}\n")).collect()
             }
         }
-        Some(&"tcb") => table(&tcb_rows(&nic.rnic()), json),
-        Some(&"qps") => table(&qp_rows(&nic.rnic()), json),
-        _ => unknown(request),
+        CtlRequest::Tcb => table(&tcb_rows(&nic.rnic()), json),
+        CtlRequest::Qps => table(&qp_rows(&nic.rnic()), json),
+        CtlRequest::Cqs => table(&cq_rows(&nic.rnic()), json),
+        CtlRequest::Mrs => table(&mr_rows(&nic.rnic()), json),
+        CtlRequest::Fault(fault) => {
+            let (name, fields, result) = inject(nic, fault);
+            match result {
+                Err(e) => format!("error: {e}\n"),
+                Ok(done) if json => {
+                    let mut row: Row = vec![("fault", name.into())];
+                    row.extend(fields);
+                    row.push(("state", done.state.into()));
+                    row.push(("detail", done.detail.as_str().into()));
+                    format!("{}\n", json_object(&row))
+                }
+                Ok(done) => format!("{}\n", done.detail),
+            }
+        }
     }
 }
 
-fn unknown(request: &str) -> String {
-    format!("error: unknown request {request:?} (try: stats|tcb|qps [text|json])\n")
+/// Runs one injection; returns its name, its parameters (for JSON) and
+/// what it did. The worker is kicked so that the engine acts at once
+/// (frames out, events to the driver).
+fn inject(nic: &Nic, request: FaultRequest) -> (&'static str, Row, Result<Injected, String>) {
+    let qp_fault = |fault: Fault, qp: u32| {
+        let now = nic.now();
+        let result = nic.rnic().inject(now, qp, fault);
+        (fault.name(), vec![("qp", Value::from(qp))], result)
+    };
+    let (name, mut fields, result) = match request {
+        FaultRequest::Rst { qp } => qp_fault(Fault::SendRst, qp),
+        FaultRequest::Fin { qp } => qp_fault(Fault::SendFin, qp),
+        FaultRequest::Blackhole { qp, off } => {
+            let mut r = qp_fault(Fault::Blackhole(!off), qp);
+            r.1.push(("on", Value::Bool(!off)));
+            r
+        }
+        FaultRequest::Drop { qp, percent, seed } => {
+            let mut r = qp_fault(Fault::Drop { percent, seed }, qp);
+            r.1.push(("percent", u32::from(percent).into()));
+            r.1.push(("seed", seed.into()));
+            r
+        }
+        FaultRequest::Delay { qp, ms } => {
+            let delay = (ms > 0).then(|| EngineDuration::from_millis(u64::from(ms)));
+            let mut r = qp_fault(Fault::Delay(delay), qp);
+            r.1.push(("ms", ms.into()));
+            r
+        }
+        FaultRequest::CorruptCrc { qp } => qp_fault(Fault::CorruptCrc, qp),
+        FaultRequest::Terminate { qp, layer, etype, ecode } => {
+            let fields = vec![
+                ("qp", Value::from(qp)),
+                ("layer", u32::from(layer).into()),
+                ("etype", u32::from(etype).into()),
+                ("ecode", u32::from(ecode).into()),
+            ];
+            match TermCode::registered_code(layer, etype, ecode) {
+                Ok(code) => {
+                    let mut r = qp_fault(Fault::Terminate(code), qp);
+                    r.1 = fields;
+                    r
+                }
+                Err(e) => {
+                    nic.rnic().count_refused();
+                    ("terminate", fields, Err(format!("not an RFC 5040 TERMINATE code: {e}")))
+                }
+            }
+        }
+        FaultRequest::InvalidateStag { stag } => {
+            let result = nic.rnic().invalidate_stag(stag);
+            ("invalidate-stag", vec![("stag", Value::Text(format!("{stag:#x}")))], result)
+        }
+        FaultRequest::DeviceFatal => ("device-fatal", Vec::new(), nic.rnic().request_device_fatal()),
+    };
+    if result.is_ok() {
+        nic.kick();
+    }
+    fields.retain(|(k, _)| *k != "state" && *k != "detail");
+    (name, fields, result)
 }
 
 fn table(rows: &[Row], json: bool) -> String {
@@ -183,6 +291,15 @@ fn stats_rows(nic: &Nic) -> Vec<(String, u64)> {
     ] {
         rows.push((format!("iwarp.{k}"), v));
     }
+    let t = rnic.offload().map(|o| o.engine().toe().fault_counters()).unwrap_or_default();
+    for (k, v) in [("dropped", t.dropped), ("delayed", t.delayed), ("delay_overflow", t.delay_overflow)] {
+        rows.push((format!("toe.fault_{k}"), v));
+    }
+    for (k, v) in rnic.fault_stats().rows() {
+        rows.push((format!("fault.{k}"), v));
+    }
+    rows.push(("rnic.fatal".to_owned(), u64::from(rnic.fatal().is_some())));
+    rows.push(("rnic.tcp_timeout_s".to_owned(), rnic.tcp_timeout().secs()));
     rows
 }
 
@@ -211,6 +328,9 @@ fn tcb_row(t: &TcbInfo) -> Row {
         ("send_queue", (t.send_queue as u64).into()),
         ("recv_queue", (t.recv_queue as u64).into()),
         ("closed", t.close_reason.map(|r| r.name()).into()),
+        ("blackhole", t.blackholed.into()),
+        ("drop_pct", u32::from(t.drop_percent).into()),
+        ("delay_ms", t.delay.map(|d| d.total_millis()).into()),
     ]
 }
 
@@ -257,6 +377,65 @@ fn qp_rows(rnic: &Rnic) -> Vec<Row> {
         .collect()
 }
 
+fn cq_rows(rnic: &Rnic) -> Vec<Row> {
+    rnic.cqs
+        .iter()
+        .map(|(cqn, cq)| {
+            let arm = match (cq.arm_flags & abi::ArmFlag::Next as u32 != 0, cq.arm_flags & abi::ArmFlag::Solicited as u32 != 0) {
+                (true, _) => Some("next"),
+                (false, true) => Some("solicited"),
+                (false, false) => None,
+            };
+            vec![
+                ("cqn", cqn.into()),
+                ("depth", cq.ring.depth.into()),
+                ("prod", cq.prod.into()),
+                ("armed", arm.into()),
+                ("qps", cq.qp_users.into()),
+                ("overflowed", cq.overflowed.into()),
+                ("pages", (cq.ring.pages.len() as u64).into()),
+            ]
+        })
+        .collect()
+}
+
+/// `vt3_access` bits as letters: lw (local write), rw (remote write), rr
+/// (remote read), mw (bind); local read is always allowed.
+fn access_text(access: u32) -> String {
+    let names: Vec<&str> = [(tpt::LOCAL_WRITE, "lw"), (tpt::REMOTE_WRITE, "rw"), (tpt::REMOTE_READ, "rr"), (tpt::MW_BIND, "mw")]
+        .iter()
+        .filter(|(bit, _)| access & bit != 0)
+        .map(|(_, name)| *name)
+        .collect();
+    if names.is_empty() {
+        "lr".to_owned()
+    } else {
+        names.join(",")
+    }
+}
+
+fn mr_rows(rnic: &Rnic) -> Vec<Row> {
+    rnic.tpt
+        .iter_stags()
+        .map(|(stag, mr)| {
+            let (kind, pages) = match &mr.backing {
+                tpt::Backing::Dma => ("dma", None),
+                tpt::Backing::Pages { pages, .. } => ("pages", Some(pages.len() as u64)),
+            };
+            vec![
+                ("stag", Value::Text(format!("{stag:#x}"))),
+                ("pdn", mr.pdn.into()),
+                ("access", Value::Text(access_text(mr.access))),
+                ("iova", Value::Text(format!("{:#x}", mr.iova))),
+                ("length", mr.length.into()),
+                ("kind", kind.into()),
+                ("pages", pages.into()),
+                ("valid", mr.valid.into()),
+            ]
+        })
+        .collect()
+}
+
 /// `vt3d ctl`: sends one request and returns the answer.
 pub fn request(path: &Path, line: &str) -> io::Result<String> {
     let mut stream = UnixStream::connect(path)?;
@@ -295,8 +474,16 @@ mod tests {
         // No engine yet: empty tables.
         assert_eq!(request(&path, "tcb").unwrap(), "");
         assert_eq!(request(&path, "qps json").unwrap(), "[]\n");
+        assert_eq!(request(&path, "--json cqs").unwrap(), "[]\n");
+        assert_eq!(request(&path, "mrs").unwrap(), "");
+        // Faults over the socket: the answer or the error.
+        let err = request(&path, "fault rst --qp 1").unwrap_err();
+        assert_eq!(err.to_string(), "no QP 1");
+        assert!(request(&path, "stats").unwrap().lines().any(|l| l == "fault.refused 1"));
+        let line = crate::config::CtlRequest::Fault(crate::config::FaultRequest::DeviceFatal).line(true);
+        assert!(request(&path, &line).unwrap_err().to_string().contains("no driver attached"));
         let err = request(&path, "reboot").unwrap_err();
-        assert!(err.to_string().contains("unknown request"));
+        assert!(err.to_string().contains("unrecognized subcommand 'reboot'"), "{err}");
         assert!(request(&path, "tcb xml").is_err());
         // An endless request line is cut off, not buffered: the answer is
         // an error (or a reset, the rest being unread), and the server
@@ -336,6 +523,108 @@ mod tests {
         let json = json_table(&rows);
         assert!(json.contains("\"state\":\"LISTEN\"") && json.contains("\"srtt_us\":null"), "{json}");
         assert!(qp_rows(&rnic).is_empty());
+    }
+
+    /// A NIC whose guest set its address and made a PD, a CQ, a DMA MR and
+    /// a QP (not connected).
+    fn nic_with_resources(dir: &std::path::Path) -> (Arc<Nic>, vm_memory::GuestMemoryMmap) {
+        use crate::abi::{Cmd, CmdCreateCq, CmdCreateQp, CmdHandle, CmdRegMr, CmdSetAddr};
+        use crate::rnic::Instant;
+        use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemoryMmap};
+
+        let spec: UplinkSpec = format!("unix-dgram:{},{}", dir.join("u").display(), dir.join("p").display())
+            .parse()
+            .unwrap();
+        let nic = Arc::new(Nic::new(spec.open().unwrap(), None, 1500));
+        let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap();
+        for (pbl, page) in [(0x1000u64, 0x4000u64), (0x1100, 0x5000), (0x1200, 0x6000)] {
+            mem.write_obj(page.to_le(), GuestAddress(pbl)).unwrap();
+        }
+        let now = Instant::from_millis(1);
+        let mut rnic = nic.rnic();
+        let addr = CmdSetAddr { mac: [0x52, 0x54, 0, 0, 0, 1], prefix_len: 24, reserved: 0, ipv4: [10, 0, 0, 1] };
+        rnic.execute(&mem, now, Cmd::SetAddr, addr.as_slice()).unwrap();
+        let handle = |r: Vec<u8>| abi::read_struct::<abi::RespHandle>(&r).unwrap().handle.to_native();
+        let pdn = handle(rnic.execute(&mem, now, Cmd::AllocPd, CmdHandle::default().as_slice()).unwrap());
+        let cq = CmdCreateCq { ring_pbl_addr: 0x1000.into(), status_addr: 0x3000.into(), ring_npages: 1.into(), depth: 16.into() };
+        let cqn = handle(rnic.execute(&mem, now, Cmd::CreateCq, cq.as_slice()).unwrap());
+        let mr = CmdRegMr {
+            iova: 0x10_0000.into(),
+            length: 0x1000.into(),
+            pdn: pdn.into(),
+            access: 7.into(),
+            flags: (abi::MrFlag::Dma as u32).into(),
+            ..Default::default()
+        };
+        rnic.execute(&mem, now, Cmd::RegMr, mr.as_slice()).unwrap();
+        let qp = CmdCreateQp {
+            sq_pbl_addr: 0x1100.into(),
+            rq_pbl_addr: 0x1200.into(),
+            status_addr: 0x3100.into(),
+            sq_npages: 1.into(),
+            rq_npages: 1.into(),
+            sq_depth: 16.into(),
+            rq_depth: 16.into(),
+            pdn: pdn.into(),
+            send_cqn: cqn.into(),
+            recv_cqn: cqn.into(),
+            max_send_sge: 4.into(),
+            max_recv_sge: 4.into(),
+            ..Default::default()
+        };
+        rnic.execute(&mem, now, Cmd::CreateQp, qp.as_slice()).unwrap();
+        drop(rnic);
+        (nic, mem)
+    }
+
+    #[test]
+    fn cq_and_mr_tables() {
+        let dir = tempfile::tempdir().unwrap();
+        let (nic, _mem) = nic_with_resources(dir.path());
+        let cqs = answer("cqs", &nic);
+        assert_eq!(cqs, "cqn depth prod armed qps overflowed pages\n1   16    0    -     2   no         1\n", "{cqs}");
+        let json = answer("--json cqs", &nic);
+        assert_eq!(json, "[{\"cqn\":1,\"depth\":16,\"prod\":0,\"armed\":null,\"qps\":2,\"overflowed\":false,\"pages\":1}]\n");
+        let mrs = answer("mrs", &nic);
+        assert!(mrs.starts_with("stag  pdn access   iova     length kind pages valid\n0x101 1   lw,rw,rr 0x100000 4096   dma  -     yes\n"), "{mrs}");
+        let json = answer("mrs json", &nic);
+        assert!(json.contains("\"stag\":\"0x101\",\"pdn\":1,\"access\":\"lw,rw,rr\"") && json.contains("\"valid\":true"), "{json}");
+        assert!(answer("qps", &nic).contains("IDLE"));
+    }
+
+    #[test]
+    fn fault_answers_and_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let (nic, mem) = nic_with_resources(dir.path());
+        let ask = |line: &str| answer(line, &nic);
+        // Errors name the problem, in both formats.
+        assert_eq!(ask("fault rst --qp 9"), "error: no QP 9\n");
+        assert_eq!(ask("--json fault fin --qp 9"), "error: no QP 9\n");
+        assert_eq!(ask("fault blackhole --qp 1"), "error: QP 1 is IDLE: not connected\n");
+        let bad = ask("fault terminate --qp 1 --layer 0 --etype 2 --ecode 0");
+        assert!(bad.starts_with("error: not an RFC 5040 TERMINATE code: RDMAP error type 2 has no error code 0x00"), "{bad}");
+        assert!(ask("fault terminate --qp 1 --layer 3 --etype 0 --ecode 0").contains("layer 3 is none of"));
+        assert!(ask("fault drop --qp 1 --percent 200").starts_with("error: "));
+        assert!(ask("fault").starts_with("error: "));
+        // Invalidate an STag: text, then JSON for another one.
+        let text = ask("fault invalidate-stag --stag 0x101");
+        assert!(text.starts_with("STag 0x101 (PD 1, iova 0x100000, 4096 octets) invalidated"), "{text}");
+        assert_eq!(ask("fault invalidate-stag --stag 257"), "error: STag 0x101 is invalid already\n");
+        assert!(ask("mrs").contains(" no\n"));
+        // Device fatal: needs a driver to tell; JSON answer.
+        assert!(ask("fault device-fatal").contains("no driver attached"));
+        nic.rnic().driver_mac = Some([0x52, 0x54, 0, 0, 0, 1]);
+        let json = ask("--json fault device-fatal");
+        assert!(json.starts_with("{\"fault\":\"device-fatal\",\"state\":null,\"detail\":\"device fatal: 1 QPs -> ERROR"), "{json}");
+        // The worker carries it out at its next run.
+        let mut frames = Vec::new();
+        nic.rnic().service(crate::rnic::Instant::from_millis(2), &mem, &mut |f: &[u8]| frames.push(f.to_vec()));
+        assert!(ask("qps").contains("ERROR"));
+        let stats = ask("stats");
+        for line in ["fault.invalidate_stag 1", "fault.device_fatal 1", "fault.refused 7", "rnic.fatal 1", "rnic.tcp_timeout_s 15"] {
+            assert!(stats.lines().any(|l| l == line), "{line}: {stats}");
+        }
+        assert!(ask("fault rst --qp 1").contains("fatal"));
     }
 
     #[test]

@@ -853,3 +853,198 @@ fn an_address_change_ends_connections() {
     let info = s.sim.a.rnic.offload().unwrap().engine().qp_info(idle.qpn).unwrap();
     assert_eq!(info.rq_posted, 1, "the posted receive was fetched again");
 }
+
+// ---- fault injection (`vt3d ctl fault …`): what each driver is told ----
+
+use vt3_iwarp::engine::Fault;
+use vt3_iwarp::wire::terminate::TermCode;
+use vt3d::rnic::fault::{Fatal, FATAL_INJECTED};
+
+fn qp_error_flag(g: &Guest, qp: &QpRings) -> bool {
+    g.qp_status(qp).flags.to_native() & QpStatusFlag::Error as u32 != 0
+}
+
+fn cq_error_flag(g: &Guest, cq: &CqRing) -> bool {
+    g.cq_status(cq).flags.to_native() & CqStatusFlag::Error as u32 != 0
+}
+
+#[test]
+fn injected_rst_is_a_reset_on_both_ends() {
+    let mut s = setup(16);
+    let (a_local, _) = s.bufs[0];
+    let (b_local, _) = s.bufs[1];
+    let now = s.sim.now;
+    s.sim.a.post_recv(now, &mut s.qa, 1, &a_local, 0, 4096);
+    s.sim.b.post_recv(now, &mut s.qb, 2, &b_local, 0, 4096);
+    connect(&mut s);
+    let now = s.sim.now;
+    let done = s.sim.a.rnic.inject(now, s.qa.qpn, Fault::SendRst).unwrap();
+    assert_eq!(done.state, Some("ERROR"));
+    assert!(done.detail.contains(&format!("RST sent to {}:{PORT}", IPS[1])), "{}", done.detail);
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| !sim.b.qp_events().is_empty()
+        && !sim.a.qp_events().is_empty()));
+    // Ours: RESET, detail 1 (we sent it); the peer's: RESET, detail 0.
+    assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, QpEvent::Reset as u32, 1)]);
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::Reset as u32, 0)]);
+    for (g, qp) in [(&s.sim.a, &s.qa), (&s.sim.b, &s.qb)] {
+        assert_eq!(g.qp_status(qp).state.to_native(), QpState::Error as u32);
+        assert!(qp_error_flag(g, qp) && cq_error_flag(g, &qp.rcq) && cq_error_flag(g, &qp.scq));
+    }
+    // No CQE after the error: the receives are left to the provider.
+    s.sim.run_for(Duration::from_secs(2));
+    let (mut ra, mut rb) = (s.qa.rcq, s.qb.rcq);
+    assert!(s.sim.a.poll_cq(&mut ra).is_empty() && s.sim.b.poll_cq(&mut rb).is_empty());
+    assert_eq!(s.sim.a.rnic.fault_stats().rst, 1);
+    // Refusals name the problem and are counted.
+    let now = s.sim.now;
+    let err = s.sim.a.rnic.inject(now, s.qa.qpn, Fault::SendRst).unwrap_err();
+    assert!(err.contains("not connected"), "{err}");
+    assert_eq!(s.sim.a.rnic.inject(now, 999, Fault::SendFin).unwrap_err(), "no QP 999");
+    assert_eq!(s.sim.a.rnic.fault_stats().refused, 2);
+}
+
+#[test]
+fn injected_terminate_and_crc_report_terminate_events() {
+    // TERMINATE with a chosen code: TERMINATE_SENT here, _RECEIVED there.
+    let mut s = setup(16);
+    connect(&mut s);
+    let now = s.sim.now;
+    let code = TermCode::registered_code(1, 2, 0x01).unwrap();
+    let done = s.sim.a.rnic.inject(now, s.qa.qpn, Fault::Terminate(code)).unwrap();
+    assert!(done.detail.contains("detail 0x1201"), "{}", done.detail);
+    let qa = s.qa;
+    assert!(s.sim.run_until(Duration::from_secs(5), |sim| !sim.b.qp_events().is_empty()
+        && qp_error_flag(&sim.a, &qa)));
+    assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, QpEvent::TerminateSent as u32, 0x1201)]);
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::TerminateReceived as u32, 0x1201)]);
+
+    // A bad CRC on the next FPDU: the peer detects it (LLP 2/0/02).
+    let mut s = setup(16);
+    let (a_local, _) = s.bufs[0];
+    let (b_local, _) = s.bufs[1];
+    let now = s.sim.now;
+    s.sim.b.post_recv(now, &mut s.qb, 1, &b_local, 0, 4096);
+    connect(&mut s);
+    let now = s.sim.now;
+    s.sim.a.rnic.inject(now, s.qa.qpn, Fault::CorruptCrc).unwrap();
+    let wqe = send_wqe(7, WrOpcode::Send, true, &[(a_local, 0, 100)]);
+    s.sim.a.post_send_wqe(now, &mut s.qa, &wqe);
+    assert!(s.sim.run_until(Duration::from_secs(5), |sim| !sim.a.qp_events().is_empty()));
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::TerminateSent as u32, 0x2002)]);
+    assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, QpEvent::TerminateReceived as u32, 0x2002)]);
+    let mut rb = s.qb.rcq;
+    assert!(s.sim.b.poll_cq(&mut rb).is_empty(), "the corrupted SEND completed nothing");
+}
+
+#[test]
+fn an_invalidated_stag_fails_the_peers_write() {
+    let mut s = setup(16);
+    let (a_local, _) = s.bufs[0];
+    let (_, b_exposed) = s.bufs[1];
+    connect(&mut s);
+    let done = s.sim.b.rnic.invalidate_stag(b_exposed.stag).unwrap();
+    assert!(done.detail.contains("invalidated"), "{}", done.detail);
+    assert!(!s.sim.b.rnic.tpt.get(b_exposed.stag).unwrap().valid);
+    assert!(s.sim.b.rnic.invalidate_stag(b_exposed.stag).unwrap_err().contains("invalid already"));
+    assert!(s.sim.b.rnic.invalidate_stag(0xdead_beef).unwrap_err().contains("no MR"));
+    let before = s.sim.b.read_bytes(b_exposed.guest, 64);
+    s.sim.a.write_bytes(a_local.guest, &pattern(64, 3));
+    let now = s.sim.now;
+    let wqe = rdma_wqe(9, WrOpcode::Write, (a_local, 0, 64), &b_exposed, 0);
+    s.sim.a.post_send_wqe(now, &mut s.qa, &wqe);
+    assert!(s.sim.run_until(Duration::from_secs(5), |sim| !sim.a.qp_events().is_empty()
+        && !sim.b.qp_events().is_empty()));
+    // DDP tagged buffer error, invalid STag: QP_ACCESS_ERR on both sides.
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::TerminateSent as u32, 0x1100)]);
+    assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, QpEvent::TerminateReceived as u32, 0x1100)]);
+    assert_eq!(s.sim.b.read_bytes(b_exposed.guest, 64), before, "nothing placed");
+    assert_eq!(s.sim.b.rnic.fault_stats().invalidate_stag, 1);
+}
+
+#[test]
+fn blackhole_times_out_within_the_tcp_timeout() {
+    let mut s = setup(16);
+    connect(&mut s);
+    // setup() started the engines with the default (15 s) timeout.
+    assert_eq!(s.sim.a.rnic.tcp_timeout(), Duration::from_secs(15));
+    let now = s.sim.now;
+    s.sim.a.rnic.inject(now, s.qa.qpn, Fault::Blackhole(true)).unwrap();
+    let start = s.sim.now;
+    assert!(s.sim.run_until(Duration::from_secs(20), |sim| !sim.a.qp_events().is_empty()
+        && !sim.b.qp_events().is_empty()));
+    let took = s.sim.now - start;
+    assert!(took <= Duration::from_millis(15_100) && took >= Duration::from_secs(9), "{took}");
+    assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, QpEvent::Timeout as u32, 0)]);
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::Timeout as u32, 0)]);
+    assert!(qp_error_flag(&s.sim.a, &s.qa) && qp_error_flag(&s.sim.b, &s.qb));
+}
+
+#[test]
+fn a_shorter_tcp_timeout_applies_to_new_engines() {
+    let mut sim = Sim::new(Guest::new(0), Guest::new(1), WireConfig::default());
+    sim.a.rnic.set_tcp_timeout(Duration::from_secs(3));
+    assert_eq!(sim.a.rnic.tcp_timeout(), Duration::from_secs(3));
+    let now = sim.now;
+    sim.a.set_addr(now, IPS[0].octets()).unwrap();
+    let toe = sim.a.rnic.offload().unwrap().engine().toe().config();
+    assert_eq!((toe.timeout, toe.keep_alive), (Some(Duration::from_secs(3)), Some(Duration::from_secs(1))));
+}
+
+#[test]
+fn device_fatal_flags_everything_and_refuses_commands_until_reset() {
+    let mut s = setup(16);
+    let (a_local, _) = s.bufs[0];
+    let (b_local, _) = s.bufs[1];
+    let now = s.sim.now;
+    s.sim.a.post_recv(now, &mut s.qa, 1, &a_local, 0, 4096);
+    s.sim.b.post_recv(now, &mut s.qb, 2, &b_local, 0, 4096);
+    connect(&mut s);
+    // A SEND from B completes on A before the fatal error: that CQE stays.
+    let now = s.sim.now;
+    let wqe = send_wqe(5, WrOpcode::Send, true, &[(b_local, 0, 10)]);
+    s.sim.b.post_send_wqe(now, &mut s.qb, &wqe);
+    let rcq_status = s.qa.rcq.status;
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| u32::from_le(
+        sim.a.mem.load::<u32>(GuestAddress(rcq_status), Ordering::Acquire).unwrap()) == 1));
+    let done = s.sim.a.rnic.request_device_fatal().unwrap();
+    assert!(done.detail.contains("1 QPs -> ERROR"), "{}", done.detail);
+    assert_eq!(s.sim.a.rnic.fatal(), Some(Fatal::Pending));
+    assert!(s.sim.a.rnic.request_device_fatal().is_err(), "once");
+    s.sim.run_for(Duration::from_millis(10));
+    assert_eq!(s.sim.a.rnic.fatal(), Some(Fatal::Dead));
+    // The event: DEVICE_FATAL, code 1 (injected), detail: QPs ended; no QP events.
+    let fatal: Vec<Event> =
+        s.sim.a.events.iter().filter(|(t, _)| *t == EventType::DeviceFatal).map(|(_, b)| read_struct(b).unwrap()).collect();
+    assert_eq!(fatal.len(), 1);
+    assert_eq!((fatal[0].handle.to_native(), fatal[0].code.to_native(), fatal[0].detail.to_native()), (0, FATAL_INJECTED, 1));
+    assert!(s.sim.a.qp_events().is_empty());
+    // Status pages: QP in ERROR with its flag, every CQ flagged; the CQE
+    // written before stays, nothing after.
+    assert_eq!(s.sim.a.qp_status(&s.qa).state.to_native(), QpState::Error as u32);
+    assert!(qp_error_flag(&s.sim.a, &s.qa) && cq_error_flag(&s.sim.a, &s.qa.scq) && cq_error_flag(&s.sim.a, &s.qa.rcq));
+    let mut ra = s.qa.rcq;
+    assert_eq!(s.sim.a.poll_cq(&mut ra).len(), 1);
+    // The peer's connection was reset.
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| !sim.b.qp_events().is_empty()));
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::Reset as u32, 0)]);
+    // Commands fail with STATE, teardown works, RESET brings it back.
+    let now = s.sim.now;
+    assert_eq!(s.sim.a.cmd(now, Cmd::AllocPd, &CmdHandle::default()), Err(Status::State));
+    let db = CmdDoorbell { qpn: s.qa.qpn.into(), queues: (DoorbellQueue::Rq as u32).into() };
+    assert_eq!(s.sim.a.cmd(now, Cmd::Doorbell, &db), Err(Status::State));
+    assert!(s.sim.a.cmd(now, Cmd::QueryDevice, &CmdHandle::default()).is_ok());
+    let to_error = CmdModifyQp {
+        qpn: s.qa.qpn.into(),
+        mask: (ModifyMask::State as u32).into(),
+        state: (QpState::Error as u32).into(),
+        ..Default::default()
+    };
+    assert!(s.sim.a.cmd(now, Cmd::ModifyQp, &to_error).is_ok());
+    let to_idle = CmdModifyQp { state: (QpState::Idle as u32).into(), ..to_error };
+    assert_eq!(s.sim.a.cmd(now, Cmd::ModifyQp, &to_idle), Err(Status::State));
+    assert!(s.sim.a.rnic.inject(now, s.qa.qpn, Fault::SendRst).unwrap_err().contains("fatal"));
+    s.sim.a.cmd(now, Cmd::DestroyQp, &CmdHandle { handle: s.qa.qpn.into(), reserved: 0.into() }).unwrap();
+    s.sim.a.cmd(now, Cmd::Reset, &CmdHandle::default()).unwrap();
+    assert_eq!(s.sim.a.rnic.fatal(), None);
+    assert!(s.sim.a.cmd(now, Cmd::AllocPd, &CmdHandle::default()).is_ok());
+}

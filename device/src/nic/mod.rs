@@ -8,9 +8,12 @@ pub mod virtio;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::rnic::{Limits, Rnic};
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+use crate::rnic::{Instant, Limits, Rnic};
 use crate::uplink::{self, Uplink};
 
 /// EtherType of the driver↔device control channel (IEEE local
@@ -125,16 +128,56 @@ pub struct Nic {
     /// The RDMA function's resources; they belong to the connected guest
     /// and are dropped when it goes away.
     rnic: Mutex<Rnic>,
+    /// The engine's clock (every engine of this process counts from here).
+    epoch: std::time::Instant,
+    /// Written by the management socket after it changed the engine (fault
+    /// injection): the worker runs the engine and delivers its events.
+    kick: Option<EventFd>,
 }
 
 impl Nic {
     pub fn new(uplink: Box<dyn Uplink>, mac: Option<MacAddr>, mtu: usize) -> Self {
         let rnic = Rnic::new(Limits::default(), u32::try_from(mtu).unwrap_or(u32::MAX));
-        Self { uplink, mac, mtu, stats: NicStats::default(), rnic: Mutex::new(rnic) }
+        let kick = EventFd::new(EFD_NONBLOCK).map_err(|e| log::warn!("no kick eventfd: {e}")).ok();
+        Self {
+            uplink,
+            mac,
+            mtu,
+            stats: NicStats::default(),
+            rnic: Mutex::new(rnic),
+            epoch: std::time::Instant::now(),
+            kick,
+        }
     }
 
     pub fn rnic(&self) -> MutexGuard<'_, Rnic> {
         self.rnic.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Now, on the engine's clock.
+    pub fn now(&self) -> Instant {
+        Instant::from_micros(i64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(i64::MAX))
+    }
+
+    /// Asks the worker to run the engine soon (see [`Nic::kick_fd`]).
+    pub fn kick(&self) {
+        if let Some(kick) = &self.kick {
+            if let Err(e) = kick.write(1) {
+                log::debug!("kick: {e}");
+            }
+        }
+    }
+
+    /// The eventfd the worker polls for [`Nic::kick`].
+    pub fn kick_fd(&self) -> Option<RawFd> {
+        self.kick.as_ref().map(AsRawFd::as_raw_fd)
+    }
+
+    /// Consumes pending kicks.
+    pub fn take_kick(&self) {
+        if let Some(kick) = &self.kick {
+            let _ = kick.read();
+        }
     }
 
     pub fn uplink(&self) -> &dyn Uplink {

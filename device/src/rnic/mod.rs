@@ -9,6 +9,7 @@
 //! data path between the guest's rings and the engine (`datapath`).
 
 mod datapath;
+pub mod fault;
 pub mod memory;
 mod offload;
 pub mod table;
@@ -200,7 +201,18 @@ pub struct Rnic {
     offload: Option<Offload>,
     pbl_used: u64,
     mtu: u32,
+    /// TCP user timeout of offloaded connections (`--tcp-timeout`).
+    tcp_timeout: vt3_iwarp::toe::Duration,
+    /// Injections done (`vt3d ctl fault`); kept across guest resets.
+    fault_stats: fault::FaultStats,
+    /// `fault device-fatal` requested or done; cleared by RESET.
+    fatal: Option<fault::Fatal>,
 }
+
+/// Default of `vt3d serve --tcp-timeout`: a connection that hears nothing
+/// from its peer this long (retransmissions or keep-alives unanswered,
+/// e.g. a blackhole) ends with VT3_QPE_TIMEOUT.
+pub const DEFAULT_TCP_TIMEOUT_SECS: u64 = 15;
 
 type CmdResult = Result<Vec<u8>, Status>;
 
@@ -249,6 +261,9 @@ impl Rnic {
             pbl_used: 0,
             limits,
             mtu,
+            tcp_timeout: vt3_iwarp::toe::Duration::from_secs(DEFAULT_TCP_TIMEOUT_SECS),
+            fault_stats: fault::FaultStats::default(),
+            fatal: None,
         }
     }
 
@@ -267,6 +282,7 @@ impl Rnic {
         self.driver_mac = None;
         self.offload = None;
         self.pbl_used = 0;
+        self.fatal = None;
     }
 
     /// The engine, once the guest's address is known.
@@ -306,6 +322,9 @@ impl Rnic {
     /// Executes one control command at time `now`; the result is the
     /// response payload (empty for commands without one) or the error status.
     pub fn execute<M: GuestMemory>(&mut self, mem: &M, now: Instant, cmd: Cmd, payload: &[u8]) -> CmdResult {
+        if let Some(answer) = self.fatal_gate(mem, now, cmd, payload) {
+            return answer;
+        }
         match cmd {
             Cmd::QueryDevice => reply(self.device_attr()),
             Cmd::QueryPort => reply(PortAttr {

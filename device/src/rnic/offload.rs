@@ -12,7 +12,7 @@ use vt3_iwarp::engine::{
     self, ConnId, ConnectFailure, ConnectParams, ConnectRequest, Engine, EngineConfig, EngineError, Event, EventKind,
     Io, QpConfig, WorkQueue,
 };
-use vt3_iwarp::toe::{CloseReason, FourTuple, SmolToe, TcpConfig, TcpError};
+use vt3_iwarp::toe::{CloseReason, Duration, FourTuple, SmolToe, TcpConfig, TcpError};
 use vt3_iwarp::wire::terminate::TermCode;
 
 use super::memory::GuestRam;
@@ -59,9 +59,11 @@ pub struct Offload {
 }
 
 impl Offload {
-    fn new(addr: &GuestAddr, mtu: u32, now: Instant) -> Result<Self, TcpError> {
+    fn new(addr: &GuestAddr, mtu: u32, now: Instant, timeout: Duration) -> Result<Self, TcpError> {
         let ip = Ipv4Addr::from(addr.ipv4);
         let mut tcp = TcpConfig::new(addr.mac, ip);
+        // A dead peer (or a blackhole) is noticed within `timeout`.
+        tcp.set_user_timeout(timeout);
         tcp.mtu = usize::try_from(mtu).unwrap_or(usize::MAX);
         // The uplinks are datagram sockets that drop what their receive
         // queue cannot hold: a window well inside UDP's default queue
@@ -119,6 +121,22 @@ impl Offload {
             return Err(Status::Invalid);
         }
         Ok(SocketAddrV4::new(ip, port))
+    }
+
+    /// Device fatal: every QP to ERROR (RST on live connections), every
+    /// listener and unanswered request dropped, and whatever the engine
+    /// reported about it discarded (VT3_EV_DEVICE_FATAL says it all).
+    pub(super) fn abandon_all(&mut self, now: Instant) {
+        let qpns: Vec<u32> = self.engine.qpns().collect();
+        for qpn in qpns {
+            let _ = self.engine.modify_qp(now, qpn, engine::QpState::Error);
+        }
+        for port in std::mem::take(&mut self.listening) {
+            self.engine.unlisten(port);
+        }
+        self.requests.clear();
+        while self.engine.pop_completion().is_some() {}
+        while self.engine.pop_event().is_some() {}
     }
 
     pub(super) fn set_ird_ord(&mut self, qpn: u32, ird: u32, ord: u32) -> Result<(), Status> {
@@ -252,7 +270,7 @@ impl Rnic {
             let offload = if ip.is_unspecified() {
                 None
             } else {
-                let o = Offload::new(&addr, self.mtu, now).map_err(|e| {
+                let o = Offload::new(&addr, self.mtu, now, self.tcp_timeout).map_err(|e| {
                     log::warn!("no TCP offload for {ip}: {e}");
                     Status::Invalid
                 })?;
@@ -500,6 +518,7 @@ impl Rnic {
         mem: &M,
         uplink: &mut dyn FnMut(&[u8]),
     ) -> Option<Instant> {
+        self.device_fatal(mem, now);
         for _ in 0..MAX_POLL_ROUNDS {
             let offload = self.offload.as_mut()?;
             let mut ram = GuestRam(mem);

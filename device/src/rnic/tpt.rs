@@ -116,6 +116,14 @@ impl Tpt {
         self.entries.iter().map(|(_, mr)| mr)
     }
 
+    /// Every region with its STag (`vt3d ctl mrs`).
+    pub fn iter_stags(&self) -> impl Iterator<Item = (u32, &Mr)> {
+        self.entries.iter().map(|(index, mr)| {
+            let key = self.keys.get(index as usize).copied().unwrap_or(0);
+            (index << 8 | u32::from(key), mr)
+        })
+    }
+
     pub fn clear(&mut self) {
         self.entries.clear();
     }

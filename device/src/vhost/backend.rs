@@ -40,6 +40,8 @@ const NUM_QUEUES: usize = 2;
 pub const UPLINK_EVENT: u16 = NUM_QUEUES as u16 + 1;
 /// Epoll id of the engine's timer.
 pub const TIMER_EVENT: u16 = UPLINK_EVENT + 1;
+/// Epoll id of the management socket's kick (fault injection).
+pub const KICK_EVENT: u16 = TIMER_EVENT + 1;
 /// Shortest timer: an engine that wants to run again at once waits this
 /// long (for a frame or a buffer) instead of spinning.
 const MIN_TIMER: Duration = Duration::from_micros(100);
@@ -138,8 +140,6 @@ pub struct NetBackend {
     event_idx: AtomicBool,
     datapath: Mutex<Datapath>,
     timer: Mutex<EngineTimer>,
-    /// The engine's clock starts with the connection.
-    epoch: std::time::Instant,
 }
 
 impl NetBackend {
@@ -162,7 +162,6 @@ impl NetBackend {
                 tx_throttled: false,
             }),
             timer: Mutex::new(EngineTimer::new()?),
-            epoch: std::time::Instant::now(),
         })
     }
 
@@ -172,7 +171,7 @@ impl NetBackend {
     }
 
     fn now(&self) -> Instant {
-        Instant::from_micros(i64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(i64::MAX))
+        self.nic.now()
     }
 
     /// Runs the engine, queues its events for the guest and re-arms the
@@ -190,6 +189,14 @@ impl NetBackend {
     pub fn abort_connections(&self) {
         let now = self.now();
         self.nic.rnic().abort_connections(now, &mut |frame| self.nic.offload_to_uplink(frame));
+    }
+
+    /// The management socket changed the engine (fault injection).
+    fn on_kick(&self) {
+        self.nic.take_kick();
+        let Ok(mem) = self.memory() else { return };
+        let mut dp = lock(&self.datapath);
+        self.run_engine(&*mem.memory(), &mut dp.device_frames);
     }
 
     fn on_timer(&self) {
@@ -447,6 +454,10 @@ impl VhostUserBackend for NetBackend {
             }
             TIMER_EVENT => {
                 self.on_timer();
+                self.receive(rx)?;
+            }
+            KICK_EVENT => {
+                self.on_kick();
                 self.receive(rx)?;
             }
             other => return Err(BackendError::UnknownEvent(other).into()),

@@ -20,7 +20,7 @@ use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 
 use crate::nic::Nic;
-use backend::{NetBackend, TIMER_EVENT, UPLINK_EVENT};
+use backend::{NetBackend, KICK_EVENT, TIMER_EVENT, UPLINK_EVENT};
 use relay::{poll_readable, Relay, RelayEnd};
 
 #[derive(Debug, Error)]
@@ -98,6 +98,9 @@ pub fn serve_frontend(
             .map_err(VhostError::Register)?;
         // Level triggered: an expiry stays readable until consumed.
         handler.register_listener(timer, EventSet::IN, u64::from(TIMER_EVENT)).map_err(VhostError::Register)?;
+        if let Some(kick) = nic.kick_fd() {
+            handler.register_listener(kick, EventSet::IN, u64::from(KICK_EVENT)).map_err(VhostError::Register)?;
+        }
     }
     let (mut private, daemon_end) = private_channel().map_err(VhostError::Channel)?;
     daemon.start(&mut private).map_err(daemon_error)?;
