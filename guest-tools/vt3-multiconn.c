@@ -244,8 +244,8 @@ static void *server_conn(void *arg)
 	struct hello hello;
 	unsigned int client;
 
-	if (rdma_post_recv(c->id, NULL, c->msg, msg_size, c->msg_mr) ||
-	    wait_recv(c, &wc))
+	/* accept_all posted the receive for the hello. */
+	if (wait_recv(c, &wc))
 		return fail(c, "hello", EIO), NULL;
 	if (wc.byte_len != sizeof(hello)) {
 		snprintf(c->error, sizeof(c->error), "hello of %u bytes", wc.byte_len);
@@ -337,7 +337,11 @@ static int accept_all(struct conn *conns)
 		/* rdma_get_request gives a synchronous id with its own event
 		 * channel: rdma_accept returns once established, and the
 		 * connection's thread waits for its own DISCONNECTED there. */
-		if ((err = register_buffers(c)) || rdma_accept(c->id, NULL)) {
+		/* The client sends its hello as soon as it is connected: an
+		 * iWARP SEND with no receive posted is a fatal DDP error. */
+		if ((err = register_buffers(c)) ||
+		    rdma_post_recv(c->id, NULL, c->msg, msg_size, c->msg_mr) ||
+		    rdma_accept(c->id, NULL)) {
 			fprintf(stderr, "%s: accept %u: %s\n", prog, i, strerror(err ? err : errno));
 			return 1;
 		}

@@ -102,12 +102,13 @@ case_rdma_cm_examples() {
 # checked by the client, every round).
 case_multi_conn() {
 	pair_vt3_vt3 || return 1
-	local n=64 rounds=20
+	local n=${MC_CONNS:-64} rounds=${MC_ROUNDS:-20}
 	expect a 10 "timeout 600 vt3-multiconn -s -n $n -r $rounds > /tmp/mc.out 2>&1 & echo \$! > /tmp/mc.pid"
 	wait_rdma_listen a || return 1
 	expect b 600 "vt3-multiconn -c $A_IP -n $n -r $rounds"
 	local client=$LAST_OUT
 	expect a 120 "for i in \$(seq 600); do kill -0 \$(cat /tmp/mc.pid) 2>/dev/null || break; sleep 0.2; done; cat /tmp/mc.out; grep -q ' 0 failed' /tmp/mc.out"
+	on a 10 "dmesg | grep -i vt3 | tail -40" || true; on b 10 "dmesg | grep -i vt3 | tail -40" || true
 	expect_no_rnic_objects vt3a "after the connections"
 	expect_no_rnic_objects vt3b "after the connections"
 	RESULT=$(grep -o '[0-9]* connections.*' <<<"$client" | tail -n 1)
