@@ -3,7 +3,7 @@
 //! through vt3d's relay (must work) and once straight to the daemon (the
 //! published crate drops the connection: the reason the relay exists).
 
-#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+#![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
 use std::io::{Read, Write};
 use std::os::fd::AsFd;

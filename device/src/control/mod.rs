@@ -117,5 +117,5 @@ pub fn event_frame(mac: [u8; 6], event: EventType, body: &[u8]) -> Vec<u8> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 mod tests;

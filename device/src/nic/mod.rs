@@ -48,7 +48,7 @@ pub fn classify_from_guest(frame: &[u8]) -> GuestFrame {
 
 /// EtherType of a frame, looking through one 802.1Q tag.
 pub fn ethertype(frame: &[u8]) -> Option<u16> {
-    let at = |i: usize| frame.get(i..i + 2).map(|b| u16::from_be_bytes([b[0], b[1]]));
+    let at = |i: usize| frame.get(i..i + 2).and_then(|b| b.try_into().ok()).map(u16::from_be_bytes);
     match at(12)? {
         0x8100 | 0x88a8 => at(16),
         t => Some(t),
@@ -287,7 +287,7 @@ pub fn parse_mac(s: &str) -> Option<MacAddr> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
     use std::io;

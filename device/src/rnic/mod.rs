@@ -63,7 +63,7 @@ impl Default for Limits {
         Self {
             max_qp: 1024,
             max_qp_wr: 4095,
-            max_sge: abi::VT3_MAX_SGE as u32,
+            max_sge: u32::try_from(abi::VT3_MAX_SGE).unwrap_or(u32::MAX),
             max_sge_rd: 1,
             max_cq: 2048,
             max_cqe: 65535,
@@ -71,13 +71,17 @@ impl Default for Limits {
             max_pd: 1024,
             max_ord: 8,
             max_ird: 8,
-            max_inline: abi::VT3_MAX_INLINE as u32,
+            max_inline: u32::try_from(abi::VT3_MAX_INLINE).unwrap_or(u32::MAX),
             max_mr_size: 4 << 30,
             max_pbl_pages: 1 << 20,
             pbl_budget: 4 << 20,
         }
     }
 }
+
+/// `VT3_PAGE_SIZE` as a length.
+const PAGE_BYTES: usize = 4096;
+const _: () = assert!(PAGE_BYTES as u64 == VT3_PAGE_SIZE);
 
 /// A guest ring: `depth` fixed-size entries spread over guest pages.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -501,7 +505,7 @@ impl Rnic {
             if page % VT3_PAGE_SIZE != 0 {
                 return Err(Status::Invalid);
             }
-            if !mem.check_range(GuestAddress(page), VT3_PAGE_SIZE as usize, Permissions::ReadWrite) {
+            if !mem.check_range(GuestAddress(page), PAGE_BYTES, Permissions::ReadWrite) {
                 return Err(Status::BadAddress);
             }
         }
@@ -574,7 +578,7 @@ impl Rnic {
 
     fn status_page<M: GuestMemory>(mem: &M, addr: u64, len: usize) -> Result<GuestAddress, Status> {
         let addr = GuestAddress(addr);
-        if addr.0 % 8 != 0 || !mem.check_range(addr, len, Permissions::ReadWrite) {
+        if !addr.0.is_multiple_of(8) || !mem.check_range(addr, len, Permissions::ReadWrite) {
             return Err(Status::BadAddress);
         }
         Ok(addr)

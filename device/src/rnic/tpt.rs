@@ -108,6 +108,10 @@ impl Tpt {
         self.entries.remove(index)
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     pub fn len(&self) -> usize {
         self.entries.len()
     }

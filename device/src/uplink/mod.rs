@@ -155,7 +155,7 @@ fn grow_socket_buffers(fd: RawFd, bytes: libc::c_int) {
                 libc::SOL_SOCKET,
                 option,
                 std::ptr::from_ref(&bytes).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>()).unwrap_or(4),
             )
         };
         if rc != 0 {

@@ -35,9 +35,10 @@ use crate::uplink::RECV_BUF_LEN;
 /// virtio-net queue indices.
 pub const RX_QUEUE: u16 = 0;
 pub const TX_QUEUE: u16 = 1;
-const NUM_QUEUES: usize = 2;
+const NUM_QUEUES: usize = NUM_QUEUES_U16 as usize;
+const NUM_QUEUES_U16: u16 = 2;
 /// Epoll id of the uplink socket; ids up to NUM_QUEUES are the library's.
-pub const UPLINK_EVENT: u16 = NUM_QUEUES as u16 + 1;
+pub const UPLINK_EVENT: u16 = NUM_QUEUES_U16 + 1;
 /// Epoll id of the engine's timer.
 pub const TIMER_EVENT: u16 = UPLINK_EVENT + 1;
 /// Epoll id of the management socket's kick (fault injection).

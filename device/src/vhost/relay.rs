@@ -239,7 +239,7 @@ pub fn poll_readable<const N: usize>(fds: [BorrowedFd<'_>; N]) -> io::Result<[bo
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
 
