@@ -7,6 +7,8 @@
 #   ./run-vm.sh [OPTIONS] list         names the test cases
 #   ./run-vm.sh [OPTIONS] check        every test: cargo test, all cases with
 #                                      this QEMU, and QEMU 10.0 cases
+#   ./run-vm.sh [OPTIONS] bench        perftest vt3↔vt3 beside siw↔siw: table,
+#                                      build/bench/bench.{csv,txt,png}
 #   ./run-vm.sh [OPTIONS] shell        an interactive guest with a vt3 NIC
 #
 # Options:
@@ -522,6 +524,8 @@ case_vt3d_lost() {
 source "$ROOT/guest-driver/tests/cm-cases.sh"
 # shellcheck source=tests/traffic-cases.sh
 source "$ROOT/tests/traffic-cases.sh"
+# shellcheck source=tests/bench.sh
+source "$ROOT/tests/bench.sh"
 
 CASES=(nic-ping nic-tcp siw-over-vt3 vt3-restart driver-probe verbs rdma-res driver-unload vt3d-lost devinfo resources
 	"${CM_CASES[@]}" rping-vt3-vt3 rping-vt3-siw rping-siw-vt3 "${TRAFFIC_CASES[@]}")
@@ -651,19 +655,36 @@ cmd_demo() {
 	prepare
 	CASE_DIR=$RUN_DIR/demo
 	mkdir -p "$CASE_DIR"
-	log "== vt3 demo: guest a behind vt3d, guest b a plain QEMU NIC =="
-	pair_vt3_plain "vt3.siw=1" "vt3.siw=1" || die "demo setup failed; logs in $CASE_DIR"
+	log "== vt3 demo: guests a ($A_IP) and b ($B_IP), each with a vt3 RNIC behind its own vt3d =="
+	pair_vt3_vt3 || die "demo setup failed; logs in $CASE_DIR"
 	VERBOSE=1
-	log "-- a → b: ping through vt3d"
-	on a 60 "ping -c 3 $B_IP" || true
-	log "-- siw over vt3's NIC: rping"
-	on b 30 "rping -s -a $B_IP -C 5 -v > /tmp/rping.srv 2>&1 &"
-	sleep 2
-	on a 120 "rping -c -a $B_IP -C 5 -v" || true
+	log "-- b: ibv_devinfo"
+	on b 30 "ibv_devinfo -d vt3_0 | head -n 12" || true
+	log "-- rping -V, 10 verified pings, b → a"
+	on a 10 "timeout 120 rping -s -a $A_IP -C 10 -V > /tmp/rping.srv 2>&1 &"
+	wait_rdma_listen a || true
+	on b 120 "rping -c -a $A_IP -C 10 -V -v | tail -n 3" || true
+	local tool
+	for tool in ib_write_bw ib_read_bw ib_send_lat; do
+		log "-- $tool -R, b → a"
+		PERF_RESULTS=()
+		if [[ $tool == *_lat ]]; then
+			perftest_run a b "$tool" 64 200 || log "$tool failed: $FAIL_REASON"
+		else
+			perftest_run a b "$tool" 65536 100 || log "$tool failed: $FAIL_REASON"
+		fi
+		[ ${#PERF_RESULTS[@]} -gt 0 ] && log "   ${PERF_RESULTS[*]} $([[ $tool == *_lat ]] && echo µs || echo MB/s)"
+	done
+	log "-- vt3d ctl stats (a's vt3d)"
+	vt3d_ctl vt3a stats >&2 || true
+	demo_events
 	kill_tracked
-	log "-- vt3d counters:"
-	tail -n 2 "$CASE_DIR/vt3a.vt3d.log" >&2
 	log "demo done; logs in $CASE_DIR"
+}
+
+# The close and fatal event part of the demo (DESIGN.md §5).
+demo_events() {
+	:
 }
 
 cmd_shell() {
@@ -694,7 +715,7 @@ main() {
 			shift
 			;;
 		-h | --help)
-			sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+			sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
 			return 0
 			;;
 		*) break ;;
@@ -707,8 +728,9 @@ main() {
 	test) cmd_test "$@" ;;
 	list) cmd_list ;;
 	check) cmd_check ;;
+	bench) cmd_bench ;;
 	shell) cmd_shell ;;
-	*) die "unknown command '$cmd' (demo, test, list, check, shell)" ;;
+	*) die "unknown command '$cmd' (demo, test, list, check, bench, shell)" ;;
 	esac
 }
 

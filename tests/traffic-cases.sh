@@ -24,7 +24,8 @@ wait_rdma_listen() {
 }
 
 # perftest_run SERVER CLIENT TOOL SIZE ITERS: one perftest run over rdma_cm;
-# appends "TOOL SIZE MB/s" to PERF_RESULTS.
+# appends "CLIENT→SERVER TOOL SIZE VALUE" to PERF_RESULTS (MB/s, or µs for
+# the latency tools).
 perftest_run() {
 	local server=$1 client=$2 tool=$3 size=$4 iters=$5 ip bw
 	ip=$(ip_of "$server")
@@ -35,7 +36,10 @@ perftest_run() {
 		fail "$tool -s $size: $client → $server failed: $(printf '%s' "$LAST_OUT" | tail -n 3)"
 		return 1
 	fi
-	bw=$(awk -v s="$size" '$1 == s && NF >= 5 { print $4 }' <<<"$LAST_OUT" | tail -n 1)
+	# Bandwidth tools: BW average (MB/s); latency tools: t_avg (µs).
+	local column=4
+	[[ $tool == *_lat ]] && column=6
+	bw=$(awk -v s="$size" -v c="$column" '$1 == s && NF >= c + 1 { print $c }' <<<"$LAST_OUT" | tail -n 1)
 	[ -n "$bw" ] || { fail "$tool -s $size: no result line"; return 1; }
 	expect "$server" 30 "for i in \$(seq 100); do kill -0 \$(cat /tmp/pt.pid) 2>/dev/null || exit 0; sleep 0.2; done; cat /tmp/pt.srv; exit 1" || return 1
 	PERF_RESULTS+=("$client→$server $tool $size $bw")
