@@ -211,8 +211,9 @@ impl Rnic {
             Fault::Terminate(code) => {
                 let (l, t, c) = code.fields();
                 format!(
-                    "QP {qpn}: TERMINATE layer {l} etype {t} ecode {c:#04x} ({code}) sent to {peer}; \
+                    "QP {qpn}: TERMINATE layer {l} etype {t} ecode {c:#04x} ({}) sent to {peer}; \
                      QP -> TERMINATE -> ERROR, the driver gets VT3_QPE_TERMINATE_SENT (detail {:#06x})",
+                    code.description(),
                     u32::from(l) << 12 | u32::from(t) << 8 | u32::from(c)
                 )
             }
