@@ -151,7 +151,7 @@ static int ev_parse(const char *s)
 		if (!strcmp(s, ev_name(all[i])))
 			return all[i];
 	if (!strcmp(s, "none"))
-		return 0;
+		return -2;
 	return -1;
 }
 
@@ -412,37 +412,37 @@ struct scenario {
 	bool overflow;
 	bool host;		/* the fault comes from the host */
 	uint32_t delay_ms;	/* the server acts this long after the "go" */
-	int events[3];		/* expected (0 ends), on vt3 */
+	const char *events;	/* expected on vt3, as for --expect */
 };
 
 static const struct scenario scenarios[] = {
 	{ "local-close", "we rdma_disconnect", ACT_NONE, false, true, false, false, false,
-	  0, { EV_LLP_CLOSE_COMPLETE } },
+	  0, "LLP_CLOSE_COMPLETE" },
 	{ "peer-close", "the server rdma_disconnects", ACT_DISCONNECT, true, false, false, false, false,
-	  0, { EV_LLP_CLOSE_COMPLETE } },
+	  0, "LLP_CLOSE_COMPLETE" },
 	{ "peer-abort", "the server destroys QP and id, connection up (RST)", ACT_ABORT, true, false, false, false, false,
-	  0, { IBV_EVENT_QP_FATAL } },
+	  0, "QP_FATAL" },
 	{ "bad-stag", "the server WRITEs with an invalid STag", ACT_WRITE_BADSTAG, true, false, false, false, false,
-	  0, { IBV_EVENT_QP_ACCESS_ERR } },
+	  0, "QP_ACCESS_ERR" },
 	{ "bad-wqe", "we post a WRITE with an invalid lkey", ACT_NONE, false, false, true, false, false,
-	  0, { IBV_EVENT_QP_REQ_ERR } },
+	  0, "QP_REQ_ERR" },
 	{ "cq-overflow", "24 signaled WRITEs on a CQ of 4, then we disconnect", ACT_NONE, false, true, false, true, false,
-	  0, { IBV_EVENT_CQ_ERR, EV_LLP_CLOSE_COMPLETE } },
+	  0, "CQ_ERR,LLP_CLOSE_COMPLETE" },
 	/* Faults from the host (vt3d ctl fault, killing vt3d): --expect overrides. */
 	{ "rst", "host: vt3d ctl fault rst", ACT_NONE, false, false, false, false, true,
-	  0, { IBV_EVENT_QP_FATAL } },
+	  0, "QP_FATAL" },
 	{ "fin", "host: vt3d ctl fault fin (peer FIN), we disconnect on DISCONNECTED", ACT_NONE, false, false, false, false, true,
-	  0, { EV_LLP_CLOSE_COMPLETE } },
+	  0, "LLP_CLOSE_COMPLETE" },
 	{ "timeout", "host: blackhole or the peer's vt3d killed", ACT_NONE, false, false, false, false, true,
-	  0, { IBV_EVENT_QP_FATAL } },
+	  0, "QP_FATAL" },
 	{ "terminate", "host: TERMINATE from the peer (--expect by etype)", ACT_NONE, false, false, false, false, true,
-	  0, { IBV_EVENT_QP_FATAL } },
+	  0, "QP_FATAL" },
 	{ "crc", "host: corrupt-crc on the peer, the server SENDs 3 s later", ACT_SEND, true, false, false, false, true,
-	  3000, { IBV_EVENT_QP_FATAL } },
+	  3000, "QP_FATAL" },
 	{ "stag", "host: invalidate-stag of our buffer, the server WRITEs 3 s later", ACT_WRITE, true, false, false, false, true,
-	  3000, { IBV_EVENT_QP_ACCESS_ERR } },
+	  3000, "QP_ACCESS_ERR" },
 	{ "device-fatal", "host: our vt3d killed or fault device-fatal", ACT_NONE, false, false, false, false, true,
-	  0, { IBV_EVENT_DEVICE_FATAL } },
+	  0, "DEVICE_FATAL" },
 };
 
 static const char *const styles[] = { "events", "poll", "post", "cq-event", "idle" };
@@ -451,6 +451,7 @@ struct client {
 	const struct scenario *sc;
 	const char *style;
 	int expect[4];
+	int nexpect;
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *id;
 	struct ibv_context *ctx;
@@ -639,7 +640,7 @@ static bool expected_event(struct client *c, int type)
 {
 	int i;
 
-	for (i = 0; c->expect[i]; i++)
+	for (i = 0; i < c->nexpect; i++)
 		if (c->expect[i] == type)
 			return true;
 	return false;
@@ -649,7 +650,7 @@ static bool events_complete(struct client *c)
 {
 	int i, j;
 
-	for (i = 0; c->expect[i]; i++) {
+	for (i = 0; i < c->nexpect; i++) {
 		for (j = 0; j < c->nev; j++)
 			if (c->got_ev[j] == c->expect[i])
 				break;
@@ -864,8 +865,6 @@ static void client_post_work(struct client *c)
 		post_send(c, IBV_WR_RDMA_WRITE, true, c->mr->lkey ^ 0x5a00, X_ERROR);
 		post_send(c, IBV_WR_RDMA_WRITE, true, c->mr->lkey, X_OK_OR_FLUSH);
 	}
-	if (c->sc->go)
-		post_send(c, IBV_WR_SEND, true, c->mr->lkey, X_OK_OR_FLUSH);
 }
 
 /* Runs the style until every WR is accounted for or the time is up. */
@@ -880,7 +879,7 @@ static void client_reap(struct client *c, double until)
 			cfail(c, "expected events did not all arrive");
 		/* The flush was noted when the event was read: all there now. */
 		poll_some(c);
-		if (!all_done(c) && !c->sc->overflow) {
+		if (!all_done(c)) {
 			double t = now();
 
 			while (!all_done(c) && now() < t + 2)
@@ -1031,32 +1030,48 @@ static void summary(struct client *c, char *out, size_t len)
 		n += snprintf(out + n, len - n, " %s", ev_name(c->got_ev[i]));
 	if (!c->nev && n < len)
 		n += snprintf(out + n, len - n, " -");
-	if (c->t_event && n < len)
-		n += snprintf(out + n, len - n, "; event %.3f s after the fault", c->t_event - c->t_fault);
+	/* Only the events style waits for the event as it comes. */
+	if (c->t_event && !strcmp(c->style, "events") && n < len)
+		n += snprintf(out + n, len - n, "; event %.3f s after %s", c->t_event - c->t_fault,
+			      c->sc->host ? "READY" : c->sc->go ? "the go" : "the fault");
+}
+
+/* "EV,EV" (or "none") into c->expect; -1 on an unknown name. */
+static int parse_events(struct client *c, const char *list)
+{
+	char *copy = strdup(list), *tok, *save;
+	int e, ret = 0;
+
+	c->nexpect = 0;
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		e = ev_parse(tok);
+		if (e == -1) {
+			fprintf(stderr, "unknown event %s\n", tok);
+			ret = -1;
+			break;
+		}
+		if (e != -2 && c->nexpect < 4)
+			c->expect[c->nexpect++] = e;
+	}
+	free(copy);
+	return ret;
 }
 
 static bool run_client_one(const struct scenario *sc, const char *style,
-			   const int *expect_override, const char *server, int port,
+			   const char *expect, const char *server, int port,
 			   double grace)
 {
 	struct client *c = calloc(1, sizeof(*c));
 	char sum[256];
 	double until;
 	bool pass;
-	int i;
 
 	c->sc = sc;
 	c->style = style;
-	if (expect_override) {
-		for (i = 0; i < 3 && expect_override[i]; i++)
-			c->expect[i] = expect_override[i];
-	} else {
-		for (i = 0; i < 3 && sc->events[i]; i++)
-			c->expect[i] = sc->events[i];
-	}
+	parse_events(c, expect ? expect : sc->events);
 	/* Idle reads no events: nothing to expect there. */
 	if (!strcmp(style, "idle"))
-		c->expect[0] = 0;
+		c->nexpect = 0;
 
 	if (client_connect(c, server, port))
 		goto out;
@@ -1070,6 +1085,11 @@ static bool run_client_one(const struct scenario *sc, const char *style,
 	       sc->name, style);
 	fflush(stdout);
 	c->t_fault = now();
+	/* The server acts on our "go" (after the delay we asked for). */
+	if (sc->go) {
+		post_send(c, IBV_WR_SEND, true, c->mr->lkey, X_OK_OR_FLUSH);
+		c->t_fault = now() + sc->delay_ms / 1000.0;
+	}
 	if (sc->local_close && !sc->overflow)
 		rdma_disconnect(c->id);
 	if (sc->overflow) {
@@ -1080,7 +1100,7 @@ static bool run_client_one(const struct scenario *sc, const char *style,
 	}
 	until = now() + timeout_s;
 	client_reap(c, until);
-	if (strcmp(style, "idle") && !c->sc->overflow && !all_done(c))
+	if (strcmp(style, "idle") && !all_done(c))
 		cfail(c, "not every WR completed within %d s", timeout_s);
 out:
 	stop_cm(c);
@@ -1151,8 +1171,7 @@ int main(int argc, char **argv)
 	};
 	const char *role, *bind_ip = NULL, *server = NULL;
 	char *scen_list = NULL, *style_list = NULL, *expect_list = NULL;
-	int port = 7471, expect[4] = {}, passed = 0, failed = 0, opt;
-	bool have_expect = false;
+	int port = 7471, passed = 0, failed = 0, opt;
 	double grace = 0.5;
 	char *s, *save, *sc_tok, *sc_save;
 
@@ -1188,19 +1207,10 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (expect_list) {
-		int n = 0, e;
+		struct client probe = {};
 
-		have_expect = true;
-		for (s = strtok_r(expect_list, ",", &save); s && n < 3;
-		     s = strtok_r(NULL, ",", &save)) {
-			e = ev_parse(s);
-			if (e < 0) {
-				fprintf(stderr, "unknown event %s\n", s);
-				return 2;
-			}
-			if (e)
-				expect[n++] = e;
-		}
+		if (parse_events(&probe, expect_list))
+			return 2;
 	}
 	for (sc_tok = strtok_r(scen_list, ",", &sc_save); sc_tok;
 	     sc_tok = strtok_r(NULL, ",", &sc_save)) {
@@ -1216,7 +1226,7 @@ int main(int argc, char **argv)
 				fprintf(stderr, "unknown style %s\n", s);
 				return 2;
 			}
-			if (run_client_one(sc, s, have_expect ? expect : NULL, server, port, grace))
+			if (run_client_one(sc, s, expect_list, server, port, grace))
 				passed++;
 			else
 				failed++;

@@ -16,7 +16,7 @@
 
 # shellcheck disable=SC2034 # run-vm.sh adds them to CASES
 FLUSH_CASES=(flush-local flush-local-siw flush-peer flush-peer-siw flush-bad-wqe flush-cq-overflow
-	flush-peer-gone flush-rst flush-blackhole flush-terminate flush-crc flush-stag flush-device-fatal)
+	flush-peer-gone flush-rst flush-fin flush-blackhole flush-terminate flush-crc flush-stag flush-device-fatal)
 
 describe_flush() {
 	case $1 in
@@ -28,7 +28,8 @@ describe_flush() {
 	flush-cq-overflow) echo "vt3-flushtest cq-overflow × 5 styles: CQ_ERR, then a close flushes the receives" ;;
 	flush-peer-gone) echo "the server's vt3d killed: TCP timeout, QP_FATAL, flush (events style)" ;;
 	flush-rst) echo "vt3d ctl fault rst on the peer's connection × 5 styles: QP_FATAL" ;;
-	flush-blackhole) echo "vt3d ctl fault blackhole: retransmit timeout, QP_FATAL (events, poll)" ;;
+	flush-fin) echo "vt3d ctl fault fin on the peer's connection × 5 styles: the client completes the close, LLP_CLOSE_COMPLETE" ;;
+	flush-blackhole) echo "vt3d ctl fault blackhole: retransmit timeout, QP_FATAL (events, poll, idle)" ;;
 	flush-terminate) echo "vt3d ctl fault terminate from the peer, each etype: QP_ACCESS_ERR / QP_REQ_ERR / QP_FATAL" ;;
 	flush-crc) echo "vt3d ctl fault corrupt-crc on the peer, a SEND arrives corrupted: QP_FATAL" ;;
 	flush-stag) echo "vt3d ctl fault invalidate-stag of the client's buffer, the peer WRITEs: QP_ACCESS_ERR" ;;
@@ -149,7 +150,7 @@ case_flush_cq_overflow() {
 case_flush_peer_gone() {
 	pair_vt3_vt3 || return 1
 	flush_server || return 1
-	flush_injected timeout events 240 QP_FATAL kill -9 "$(vt3d_main_pid vt3a)"
+	flush_injected timeout events 90 QP_FATAL kill -9 "$(vt3d_main_pid vt3a)"
 }
 
 # Faults through `vt3d ctl fault` on the server's vt3d (vt3a) against its
@@ -160,10 +161,16 @@ case_flush_rst() {
 	flush_injected_all rst "$(flush_styles)" 60 QP_FATAL vt3d_ctl vt3a fault rst --qp "{PEER}"
 }
 
+case_flush_fin() {
+	pair_vt3_vt3 || return 1
+	flush_server || return 1
+	flush_injected_all fin "$(flush_styles)" 60 LLP_CLOSE_COMPLETE vt3d_ctl vt3a fault fin --qp "{PEER}"
+}
+
 case_flush_blackhole() {
 	pair_vt3_vt3 || return 1
 	flush_server || return 1
-	flush_injected_all timeout events,poll 240 QP_FATAL vt3d_ctl vt3a fault blackhole --qp "{PEER}"
+	flush_injected_all timeout events,poll,idle 90 QP_FATAL vt3d_ctl vt3a fault blackhole --qp "{PEER}"
 }
 
 case_flush_terminate() {
@@ -171,12 +178,14 @@ case_flush_terminate() {
 	flush_server || return 1
 	# RDMAP (layer 0): etype 1 remote protection, 2 remote operation, 0 catastrophic.
 	flush_injected terminate events 60 QP_ACCESS_ERR vt3d_ctl vt3a fault terminate --layer 0 --etype 1 --ecode 0 --qp "{PEER}" || return 1
-	flush_injected terminate poll 60 QP_REQ_ERR vt3d_ctl vt3a fault terminate --layer 0 --etype 2 --ecode 0 --qp "{PEER}" || return 1
+	flush_injected terminate poll 60 QP_REQ_ERR vt3d_ctl vt3a fault terminate --layer 0 --etype 2 --ecode 6 --qp "{PEER}" || return 1
 	flush_injected terminate events 60 QP_FATAL vt3d_ctl vt3a fault terminate --layer 0 --etype 0 --ecode 0 --qp "{PEER}" || return 1
-	# DDP (layer 1): etype 1 tagged buffer, 2 untagged buffer errors.
+	# DDP (layer 1): etype 1 tagged buffer, 2 untagged buffer errors; LLP (2): MPA.
 	flush_injected terminate cq-event 60 QP_ACCESS_ERR vt3d_ctl vt3a fault terminate --layer 1 --etype 1 --ecode 0 --qp "{PEER}" || return 1
 	flush_injected terminate post 60 QP_REQ_ERR vt3d_ctl vt3a fault terminate --layer 1 --etype 2 --ecode 1 --qp "{PEER}" || return 1
-	RESULT="5 passed, 0 failed (terminate: RDMAP etype 0/1/2, DDP etype 1/2)"
+	flush_injected terminate idle 60 none vt3d_ctl vt3a fault terminate --layer 2 --etype 0 --ecode 2 --qp "{PEER}" || return 1
+	flush_injected terminate events 60 QP_FATAL vt3d_ctl vt3a fault terminate --layer 2 --etype 0 --ecode 2 --qp "{PEER}" || return 1
+	RESULT="7 passed, 0 failed (terminate: RDMAP etype 0/1/2, DDP etype 1/2, LLP CRC)"
 }
 
 case_flush_crc() {
