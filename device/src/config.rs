@@ -295,7 +295,7 @@ impl From<ServeArgs> for Config {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
     use clap::error::ErrorKind;
@@ -417,6 +417,24 @@ mod tests {
         for bad in ["", "reboot", "tcb xml", "fault", "fault rst --qp", "--help", "help", "-V", "fault rst --qp 1 --qp 2", "\0\0"] {
             let err = CtlLine::parse(bad).unwrap_err();
             assert!(!err.is_empty(), "{bad:?}");
+        }
+        // Random word salad from the vocabulary: an answer, never a panic.
+        let vocab = [
+            "fault", "rst", "fin", "blackhole", "drop", "delay", "corrupt-crc", "terminate", "invalidate-stag",
+            "device-fatal", "--qp", "--percent", "--seed", "--ms", "--layer", "--etype", "--ecode", "--stag", "--off",
+            "--json", "json", "text", "stats", "tcb", "qps", "cqs", "mrs", "0", "1", "255", "256", "0x", "0xffffffff",
+            "-1", "99999999999999999999", "\u{0}", "é", "--", "-", "help", "--help", "-h",
+        ];
+        let mut x = 0x1234_5678_9abc_def0u64;
+        for _ in 0..3000 {
+            let mut line = Vec::new();
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            for i in 0..(x % 9) {
+                line.push(vocab[((x >> (i * 6)) % vocab.len() as u64) as usize]);
+            }
+            let _ = CtlLine::parse(&line.join(" "));
         }
         assert_eq!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0"]).unwrap().tcp_timeout, 15);
         assert!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0", "--tcp-timeout", "0"]).is_err());
