@@ -84,7 +84,8 @@ set terminal png size 1000,600
 set output '$png'
 set datafile separator ','
 set logscale x 2
-set format x '%.0s%cB'
+set termoption noenhanced
+set format x '%.0b %BB'
 set xlabel 'message size'
 set ylabel 'MB/s'
 set key left top
