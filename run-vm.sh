@@ -524,11 +524,13 @@ case_vt3d_lost() {
 source "$ROOT/guest-driver/tests/cm-cases.sh"
 # shellcheck source=tests/traffic-cases.sh
 source "$ROOT/tests/traffic-cases.sh"
+# shellcheck source=tests/flush-cases.sh
+source "$ROOT/tests/flush-cases.sh"
 # shellcheck source=tests/bench.sh
 source "$ROOT/tests/bench.sh"
 
 CASES=(nic-ping nic-tcp siw-over-vt3 vt3-restart driver-probe verbs rdma-res driver-unload vt3d-lost devinfo resources
-	"${CM_CASES[@]}" rping-vt3-vt3 rping-vt3-siw rping-siw-vt3 "${TRAFFIC_CASES[@]}")
+	"${CM_CASES[@]}" rping-vt3-vt3 rping-vt3-siw rping-siw-vt3 "${TRAFFIC_CASES[@]}" "${FLUSH_CASES[@]}")
 # Cases also run with QEMU 10.0 by `check` (the vhost-user paths that differ).
 QEMU10_CASES=(nic-ping vt3-restart devinfo)
 
@@ -548,7 +550,8 @@ describe() {
 	rping-vt3-vt3) echo "rping -V, 1000 iterations, between two vt3 guests" ;;
 	rping-vt3-siw) echo "rping -V: vt3 client, siw server" ;;
 	rping-siw-vt3) echo "rping -V: siw client, vt3 server" ;;
-	vt3-* ) describe_cm "$1" ;;
+	vt3-*) describe_cm "$1" ;;
+	flush-*) describe_flush "$1" ;;
 	*) describe_traffic "$1" ;;
 	esac
 }
@@ -574,10 +577,10 @@ run_case() {
 	fi
 	local took=$(($(date +%s) - start))
 	if [ "$rc" -eq 0 ]; then
-		printf 'PASS %-14s %4ss  %s\n' "$name" "$took" "$RESULT"
+		printf 'PASS %-18s %4ss  %s\n' "$name" "$took" "$RESULT"
 		return 0
 	fi
-	printf 'FAIL %-14s %4ss  %s\n' "$name" "$took" "${FAIL_REASON:-setup failed}"
+	printf 'FAIL %-18s %4ss  %s\n' "$name" "$took" "${FAIL_REASON:-setup failed}"
 	printf '     logs: %s\n' "$CASE_DIR"
 	return 1
 }
@@ -647,7 +650,7 @@ count_line() {
 cmd_list() {
 	local name
 	for name in "${CASES[@]}"; do
-		printf '%-14s %s\n' "$name" "$(describe "$name")"
+		printf '%-18s %s\n' "$name" "$(describe "$name")"
 	done
 }
 
