@@ -107,25 +107,19 @@ static int wait_wc(struct conn *c, struct ibv_cq *cq, struct ibv_wc *wc)
 	}
 }
 
-static int wait_recv(struct conn *c, struct ibv_wc *wc)
+/* Waits for the next completion of one queue; names it in the error. */
+static int wait_queue(struct conn *c, bool recv, struct ibv_wc *wc)
 {
-	int err = wait_wc(c, c->id->recv_cq, wc);
+	int err = wait_wc(c, recv ? c->id->recv_cq : c->id->send_cq, wc);
 
 	if (err && !c->error[0])
-		snprintf(c->error, sizeof(c->error), "receive completion: status %s",
-			 ibv_wc_status_str(wc->status));
+		snprintf(c->error, sizeof(c->error), "%s completion: status %s",
+			 recv ? "receive" : "send", ibv_wc_status_str(wc->status));
 	return err;
 }
 
-static int wait_send(struct conn *c, struct ibv_wc *wc)
-{
-	int err = wait_wc(c, c->id->send_cq, wc);
-
-	if (err && !c->error[0])
-		snprintf(c->error, sizeof(c->error), "send completion: status %s",
-			 ibv_wc_status_str(wc->status));
-	return err;
-}
+#define wait_recv(c, wc) wait_queue(c, true, wc)
+#define wait_send(c, wc) wait_queue(c, false, wc)
 
 static int register_buffers(struct conn *c)
 {
