@@ -174,6 +174,7 @@ struct vt3_cq {
 	 */
 	struct list_head flush_sq;	/* vt3_qp.sq_flush_node */
 	struct list_head flush_rq;	/* vt3_qp.rq_flush_node */
+	struct list_head flush_orphans;	/* of destroyed QPs (vt3_qp.c) */
 	bool frozen;			/* device lost: no CQE past frozen_prod */
 	u32 frozen_prod;
 	spinlock_t comp_lock;		/* serializes comp_handler calls */
@@ -300,6 +301,7 @@ static inline bool vt3_forgot(int err)
 
 /* vt3_main.c */
 void vt3_device_lost(struct vt3_dev *dev);
+void vt3_device_fatal_event(struct vt3_dev *dev);
 
 /* vt3_cm.c */
 void vt3_cm_init(struct vt3_dev *dev);
@@ -385,5 +387,6 @@ void vt3_qp_enter_error(struct vt3_qp *qp);
 void vt3_qp_ib_event(struct vt3_qp *qp, enum ib_event_type type);
 int vt3_qp_poll_flush(struct vt3_cq *cq, int num, struct ib_wc *wc);
 bool vt3_qp_flush_pending(struct vt3_cq *cq);
+void vt3_cq_free_orphans(struct vt3_cq *cq);
 
 #endif /* VT3_H */

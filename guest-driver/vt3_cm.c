@@ -450,11 +450,6 @@ void vt3_cm_qp_destroy(struct vt3_qp *qp)
  */
 static void vt3_cm_end_all(struct vt3_dev *dev, int status)
 {
-	struct ib_event ev = {
-		.device = &dev->ibdev,
-		.element.port_num = 1,
-		.event = IB_EVENT_DEVICE_FATAL,
-	};
 	unsigned long qpn = 0;
 	struct vt3_qp *qp;
 
@@ -468,8 +463,7 @@ static void vt3_cm_end_all(struct vt3_dev *dev, int status)
 		vt3_qp_put(qp);
 		qpn++;
 	}
-	if (!atomic_xchg(&dev->fatal, 1))
-		ib_dispatch_event(&ev);
+	vt3_device_fatal_event(dev);
 }
 
 static void vt3_cm_lost_work(struct work_struct *work)

@@ -144,6 +144,7 @@ int vt3_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 	INIT_WORK(&cq->kick_work, vt3_cq_kick_work);
 	INIT_LIST_HEAD(&cq->flush_sq);
 	INIT_LIST_HEAD(&cq->flush_rq);
+	INIT_LIST_HEAD(&cq->flush_orphans);
 	atomic_set(&cq->armed, 0);
 
 	err = vt3_queue_mem_alloc(dev, uctx ? &uctx->ibuc : NULL, &cq->ring,
@@ -216,6 +217,7 @@ int vt3_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
 	synchronize_rcu();
 	cancel_work_sync(&cq->arm_work);
 	cancel_work_sync(&cq->kick_work);
+	vt3_cq_free_orphans(cq);
 
 	err = vt3_cmd_handle(dev, VT3_CMD_DESTROY_CQ, cq->cqn);
 	forgot = vt3_forgot(err);

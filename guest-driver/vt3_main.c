@@ -332,14 +332,37 @@ static void vt3_dealloc_driver(struct ib_device *ibdev)
 }
 
 /*
- * vt3d stopped answering: end every connection (no event will come for
- * them) and unregister, both asynchronously: we may be inside a verb of
- * this very device.
+ * IB_EVENT_DEVICE_FATAL, once, while the device is registered (the core
+ * flushes its event work when it unregisters). Any context.
+ */
+void vt3_device_fatal_event(struct vt3_dev *dev)
+{
+	struct ib_event ev = {
+		.device = &dev->ibdev,
+		.element.port_num = 1,
+		.event = IB_EVENT_DEVICE_FATAL,
+	};
+
+	if (!ib_device_try_get(&dev->ibdev))
+		return;
+	if (!atomic_xchg(&dev->fatal, 1)) {
+		ibdev_err(&dev->ibdev, "device fatal\n");
+		ib_dispatch_event(&ev);
+	}
+	ib_device_put(&dev->ibdev);
+}
+
+/*
+ * vt3d stopped answering: consumers get IB_EVENT_DEVICE_FATAL, every QP
+ * goes to error and every connection ends (no event will come for them),
+ * and the device is unregistered, all asynchronously: we may be inside a
+ * verb of this very device.
  */
 void vt3_device_lost(struct vt3_dev *dev)
 {
 	if (!ib_device_try_get(&dev->ibdev))
 		return;
+	vt3_device_fatal_event(dev);
 	vt3_cm_device_lost(dev);
 	ib_unregister_device_queued(&dev->ibdev);
 	ib_device_put(&dev->ibdev);

@@ -71,6 +71,7 @@ static struct vt3_qp_status *vt3_qp_status(struct vt3_qp *qp)
 }
 
 static void vt3_qp_flush_stop(struct vt3_qp *qp);
+static void vt3_qp_flush_orphan(struct vt3_qp *qp);
 
 static void vt3_qp_release(struct kref *ref)
 {
@@ -297,7 +298,7 @@ int vt3_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 	 * its references, which are waited for below.
 	 */
 	vt3_cm_qp_destroy(qp);
-	vt3_qp_flush_stop(qp);
+	vt3_qp_flush_orphan(qp);
 	xa_erase(&dev->qp_xa, qp->qpn);
 	cancel_work_sync(&qp->db_work);
 	vt3_qp_put(qp);
@@ -453,45 +454,153 @@ static void vt3_flush_wc(struct ib_wc *wc, struct vt3_qp *qp, u64 wr_id,
 	wc->qp = &qp->ibqp;
 }
 
+/* Up to @num flush completions of @qp's SQ; its CQ's lock held. */
+static int vt3_flush_sq(struct vt3_qp *qp, int num, struct ib_wc *wc)
+{
+	const struct vt3_sq_wqe *sqe;
+	int n = 0;
+
+	spin_lock(&qp->sq_lock);
+	while (n < num && qp->sq_flush != qp->sq_prod) {
+		sqe = vt3_pages_slot(qp->sq.mem,
+				     (qp->sq_flush & (qp->sq_depth - 1)) *
+				     VT3_WQE_SIZE);
+		vt3_flush_wc(&wc[n++], qp, le64_to_cpu(READ_ONCE(sqe->wr_id)),
+			     vt3_flush_opcode(READ_ONCE(sqe->opcode)));
+		/* The slot is free for a post once this is seen. */
+		WRITE_ONCE(qp->sq_flush, qp->sq_flush + 1);
+	}
+	spin_unlock(&qp->sq_lock);
+	return n;
+}
+
+static int vt3_flush_rq(struct vt3_qp *qp, int num, struct ib_wc *wc)
+{
+	const struct vt3_rq_wqe *rqe;
+	int n = 0;
+
+	spin_lock(&qp->rq_lock);
+	while (n < num && qp->rq_flush != qp->rq_prod) {
+		rqe = vt3_pages_slot(qp->rq.mem,
+				     (qp->rq_flush & (qp->rq_depth - 1)) *
+				     VT3_WQE_SIZE);
+		vt3_flush_wc(&wc[n++], qp, le64_to_cpu(READ_ONCE(rqe->wr_id)),
+			     IB_WC_RECV);
+		WRITE_ONCE(qp->rq_flush, qp->rq_flush + 1);
+	}
+	spin_unlock(&qp->rq_lock);
+	return n;
+}
+
+/*
+ * Flush completions of QPs destroyed before their CQ was polled: copied
+ * out of the rings, which go with the QP. wc.qp is NULL (the QP is gone).
+ */
+struct vt3_flush_orphans {
+	struct list_head node;		/* vt3_cq.flush_orphans */
+	int n, next;
+	struct ib_wc wc[];
+};
+
 /* Up to @num flush completions of @cq's QPs; cq->lock held. */
 int vt3_qp_poll_flush(struct vt3_cq *cq, int num, struct ib_wc *wc)
 {
-	const struct vt3_sq_wqe *sqe;
-	const struct vt3_rq_wqe *rqe;
+	struct vt3_flush_orphans *o, *tmp;
 	struct vt3_qp *qp;
 	int n = 0;
 
 	lockdep_assert_held(&cq->lock);
 	list_for_each_entry(qp, &cq->flush_sq, sq_flush_node) {
-		spin_lock(&qp->sq_lock);
-		while (n < num && qp->sq_flush != qp->sq_prod) {
-			sqe = vt3_pages_slot(qp->sq.mem,
-					     (qp->sq_flush & (qp->sq_depth - 1)) *
-					     VT3_WQE_SIZE);
-			vt3_flush_wc(&wc[n++], qp, le64_to_cpu(READ_ONCE(sqe->wr_id)),
-				     vt3_flush_opcode(READ_ONCE(sqe->opcode)));
-			/* The slot is free for a post once this is seen. */
-			WRITE_ONCE(qp->sq_flush, qp->sq_flush + 1);
-		}
-		spin_unlock(&qp->sq_lock);
+		n += vt3_flush_sq(qp, num - n, wc + n);
 		if (n == num)
 			return n;
 	}
 	list_for_each_entry(qp, &cq->flush_rq, rq_flush_node) {
-		spin_lock(&qp->rq_lock);
-		while (n < num && qp->rq_flush != qp->rq_prod) {
-			rqe = vt3_pages_slot(qp->rq.mem,
-					     (qp->rq_flush & (qp->rq_depth - 1)) *
-					     VT3_WQE_SIZE);
-			vt3_flush_wc(&wc[n++], qp, le64_to_cpu(READ_ONCE(rqe->wr_id)),
-				     IB_WC_RECV);
-			WRITE_ONCE(qp->rq_flush, qp->rq_flush + 1);
+		n += vt3_flush_rq(qp, num - n, wc + n);
+		if (n == num)
+			return n;
+	}
+	list_for_each_entry_safe(o, tmp, &cq->flush_orphans, node) {
+		while (n < num && o->next < o->n)
+			wc[n++] = o->wc[o->next++];
+		if (o->next == o->n) {
+			list_del(&o->node);
+			kfree(o);
 		}
-		spin_unlock(&qp->rq_lock);
 		if (n == num)
 			return n;
 	}
 	return n;
+}
+
+void vt3_cq_free_orphans(struct vt3_cq *cq)
+{
+	struct vt3_flush_orphans *o, *tmp;
+
+	list_for_each_entry_safe(o, tmp, &cq->flush_orphans, node)
+		kfree(o);
+	INIT_LIST_HEAD(&cq->flush_orphans);
+}
+
+/*
+ * destroy_qp of a kernel QP with work still to flush: it completes
+ * anyway (every WR completes exactly once), from copies on the CQ.
+ */
+static void vt3_qp_flush_orphan_one(struct vt3_qp *qp, struct vt3_cq *cq,
+				    bool sq)
+{
+	bool *flushing = sq ? &qp->sq_flushing : &qp->rq_flushing;
+	spinlock_t *lock = sq ? &qp->sq_lock : &qp->rq_lock;
+	struct vt3_flush_orphans *o;
+	unsigned long flags;
+	int i, want;
+
+	spin_lock_irqsave(&cq->lock, flags);
+	spin_lock(lock);
+	want = !*flushing ? 0 : sq ? qp->sq_prod - qp->sq_flush :
+				     qp->rq_prod - qp->rq_flush;
+	spin_unlock(lock);
+	spin_unlock_irqrestore(&cq->lock, flags);
+	o = want ? kzalloc(struct_size(o, wc, want), GFP_KERNEL) : NULL;
+	if (want && !o)
+		ibdev_warn(qp->ibqp.device,
+			   "QP %u: %d flush completions lost (no memory)\n",
+			   qp->qpn, want);
+
+	spin_lock_irqsave(&cq->lock, flags);
+	if (o) {
+		/* A poll meanwhile may have taken some: never more. */
+		o->n = sq ? vt3_flush_sq(qp, want, o->wc) :
+			    vt3_flush_rq(qp, want, o->wc);
+		for (i = 0; i < o->n; i++)
+			o->wc[i].qp = NULL;
+		if (o->n) {
+			list_add_tail(&o->node, &cq->flush_orphans);
+			o = NULL;
+		}
+	}
+	spin_lock(lock);
+	if (*flushing) {
+		list_del_init(sq ? &qp->sq_flush_node : &qp->rq_flush_node);
+		WRITE_ONCE(*flushing, false);
+	}
+	spin_unlock(lock);
+	spin_unlock_irqrestore(&cq->lock, flags);
+	kfree(o);
+}
+
+static void vt3_qp_flush_orphan(struct vt3_qp *qp)
+{
+	struct vt3_cq *scq = to_vt3_cq(qp->ibqp.send_cq);
+	struct vt3_cq *rcq = to_vt3_cq(qp->ibqp.recv_cq);
+
+	if (qp->user)
+		return;
+	vt3_qp_flush_orphan_one(qp, scq, true);
+	vt3_qp_flush_orphan_one(qp, rcq, false);
+	vt3_cq_kick(scq);
+	if (rcq != scq)
+		vt3_cq_kick(rcq);
 }
 
 /* Whether a poll of @cq would return flush completions; cq->lock held. */
@@ -506,7 +615,7 @@ bool vt3_qp_flush_pending(struct vt3_cq *cq)
 	list_for_each_entry(qp, &cq->flush_rq, rq_flush_node)
 		if (READ_ONCE(qp->rq_flush) != READ_ONCE(qp->rq_prod))
 			return true;
-	return false;
+	return !list_empty(&cq->flush_orphans);
 }
 
 /*

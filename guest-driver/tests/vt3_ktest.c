@@ -37,7 +37,8 @@ static void vt3_ktest_run(struct ib_device *dev)
 	struct ib_recv_wr rwr = {};
 	struct ib_send_wr swr = {};
 	struct ib_qp_attr qattr;
-	struct ib_wc wc[4];
+	struct ib_wc wc[8];
+	int nsend, nrecv, nflush, n, last_recv;
 	struct ib_sge sge;
 	struct ib_pd *pd;
 	struct ib_cq *cq;
@@ -51,7 +52,8 @@ static void vt3_ktest_run(struct ib_device *dev)
 	      IS_ERR(pd) ? 0 : pd->local_dma_lkey);
 	if (IS_ERR(pd))
 		return;
-	cq = ib_alloc_cq(dev, NULL, 64, 0, IB_POLL_WORKQUEUE);
+	/* Polled here: the WRs carry wr_ids, not wr_cqes. */
+	cq = ib_alloc_cq(dev, NULL, 64, 0, IB_POLL_DIRECT);
 	CHECK(!IS_ERR(cq), "ib_alloc_cq 64 (cqe %d)", IS_ERR(cq) ? 0 : cq->cqe);
 	if (IS_ERR(cq))
 		goto out_pd;
@@ -135,14 +137,53 @@ static void vt3_ktest_run(struct ib_device *dev)
 	CHECK(err, "INIT -> RTS refused without a connection (%d)", err);
 	err = vt3_ktest_modify(qp, IB_QPS_ERR);
 	CHECK(!err, "INIT -> ERR (%d)", err);
+
+	/* The driver flushes kernel QPs: posts in ERR complete flushed. */
+	rwr.wr_id = 3;
 	err = ib_post_recv(qp, &rwr, &bad_recv);
-	CHECK(err == -EINVAL, "post_recv in ERR refused until flushing exists (%d)",
-	      err);
+	CHECK(!err, "post_recv in ERR accepted (%d)", err);
+	swr.wr_id = 4;
+	swr.num_sge = 1;
+	swr.send_flags = 0;
+	err = ib_post_send(qp, &swr, &bad_send);
+	CHECK(!err, "unsignaled post_send in ERR accepted (%d)", err);
+	err = ib_req_notify_cq(cq, IB_CQ_NEXT_COMP | IB_CQ_REPORT_MISSED_EVENTS);
+	CHECK(err > 0, "flush completions reported as missed events (%d)", err);
+	nsend = nrecv = nflush = 0;
+	last_recv = 0;
+	while ((n = ib_poll_cq(cq, ARRAY_SIZE(wc), wc)) > 0) {
+		for (i = 0; i < n; i++) {
+			nflush += wc[i].status == IB_WC_WR_FLUSH_ERR &&
+				  wc[i].qp == qp;
+			if (wc[i].opcode == IB_WC_RECV) {
+				nrecv++;
+				last_recv = wc[i].wr_id;
+			} else if (wc[i].opcode == IB_WC_SEND) {
+				nsend++;
+			}
+		}
+	}
+	CHECK(n == 0 && nsend == 2 && nrecv == 17 && nflush == 19 &&
+	      last_recv == 3,
+	      "flushed: %d sends, %d receives (last %d), %d FLUSH_ERR (want 2, 17 (3), 19)",
+	      nsend, nrecv, last_recv, nflush);
+	err = ib_req_notify_cq(cq, IB_CQ_NEXT_COMP | IB_CQ_REPORT_MISSED_EVENTS);
+	CHECK(err == 0, "nothing missed after the flush (%d)", err);
+
+	/* Work left on a destroyed QP still completes, once. */
+	rwr.wr_id = 5;
+	err = ib_post_recv(qp, &rwr, &bad_recv);
+	CHECK(!err, "post_recv in ERR accepted (%d)", err);
 
 	ib_dma_unmap_single(dev, dma, 4096, DMA_BIDIRECTIONAL);
 	kfree(buf);
 	err = ib_destroy_qp(qp);
 	CHECK(!err, "ib_destroy_qp (%d)", err);
+	n = ib_poll_cq(cq, ARRAY_SIZE(wc), wc);
+	CHECK(n == 1 && wc[0].wr_id == 5 && wc[0].status == IB_WC_WR_FLUSH_ERR &&
+	      !wc[0].qp, "destroyed QP's receive flushed (%d)", n);
+	n = ib_poll_cq(cq, ARRAY_SIZE(wc), wc);
+	CHECK(n == 0, "nothing more (%d)", n);
 out_cq:
 	ib_free_cq(cq);
 out_pd:
