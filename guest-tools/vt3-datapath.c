@@ -826,6 +826,52 @@ static bool check_send_full_vt3(struct env *e)
  * RESET drops the outstanding WRs without completions; the QP is usable
  * again afterwards, and no longer in error.
  */
+/*
+ * A queue whose flush is complete is set aside by poll_cq (libvt3 does not
+ * walk it again on every poll); a WR posted to it later must still be
+ * flushed, on the next poll, and the other queue of the CQ too.
+ */
+static bool check_error_repost(struct env *e)
+{
+	static const uint64_t first[] = { 61 }, again_rq[] = { 62, 63 }, again_sq[] = { 64 };
+	static const enum ibv_wc_opcode recv_ops[] = { IBV_WC_RECV, IBV_WC_RECV };
+	static const enum ibv_wc_opcode send_ops[] = { IBV_WC_RDMA_WRITE };
+	struct ibv_recv_wr rwr[2];
+	struct ibv_send_wr swr;
+	struct reaped r;
+	int round;
+
+	TRY(make_cq(e, 0, false));
+	TRY(make_qp(e, 0, 0, 0, false));
+	TRY(to_state(e->qp[0], IBV_QPS_INIT));
+	recv_wr(&rwr[0], first[0], 1);
+	TRY(post_recv_ok(e->qp[0], rwr, "a RECV in INIT"));
+	TRY(to_state(e->qp[0], IBV_QPS_ERR));
+	TRY(reap(e->cq[0], 1, &r));
+	TRY(flushed_exactly(&r, e->qp[0], true, first, 1, recv_ops));
+	TRY(all_accounted(&r, 1));
+	/* Twice: the queues are set aside again after each flush. */
+	for (round = 0; round < 2; round++) {
+		TRY(no_completions(e->cq[0], "a flushed QP"));
+		recv_wr(&rwr[0], again_rq[0] + 10 * round, 1);
+		recv_wr(&rwr[1], again_rq[1] + 10 * round, 1);
+		chain_recv(rwr, 2);
+		TRY(post_recv_ok(e->qp[0], rwr, "2 RECVs after the flush"));
+		send_wr(&swr, again_sq[0] + 10 * round, IBV_WR_RDMA_WRITE, 1, IBV_SEND_SIGNALED);
+		TRY(post_send_ok(e->qp[0], &swr, "a WRITE after the flush"));
+		TRY(reap(e->cq[0], 3, &r));
+		{
+			uint64_t rq[2] = { again_rq[0] + 10 * round, again_rq[1] + 10 * round };
+			uint64_t sq[1] = { again_sq[0] + 10 * round };
+
+			TRY(flushed_exactly(&r, e->qp[0], true, rq, 2, recv_ops));
+			TRY(flushed_exactly(&r, e->qp[0], false, sq, 1, send_ops));
+		}
+		TRY(all_accounted(&r, 3));
+	}
+	return true;
+}
+
 static bool check_reset_reuse(struct env *e)
 {
 	struct ibv_recv_wr wr[2];
@@ -992,6 +1038,8 @@ static const struct check checks[] = {
 	{ "send-full", check_send_full, NULL, "the SQ takes max_send_wr WRs, then ENOMEM" },
 	{ "send-full-vt3", check_send_full_vt3, "siw leaves user WRs posted in ERROR in the ring",
 	  "flushed WRs free their SQ slots: fill, reap, fill again" },
+	{ "error-repost", check_error_repost, "siw leaves user WRs posted in ERROR in the ring",
+	  "WRs posted to a QP whose flush was complete are flushed on the next poll, twice" },
 	{ "reset-reuse", check_reset_reuse, "QP reuse after RESET is libvt3's contract with vt3d",
 	  "RESET drops WRs without completions; the QP then works and is not in error" },
 	{ "error-event", check_error_event, NULL, "an armed CQ gets an event when its QP goes to ERR" },

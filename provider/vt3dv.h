@@ -35,6 +35,11 @@
  *     ibv_get_async_event() (libibverbs does not count unknown types),
  *     so ibv_destroy_qp() will not wait for that ack: do not destroy the
  *     QP while another thread still uses element.qp of this event.
+ *     (Why at get time: ibv_get_async_event() calls the provider, and
+ *     ibv_ack_async_event() does not; rewriting event_type into a type
+ *     libibverbs counts at ack would hide the vendor type from the
+ *     application, and not counting at all makes ibv_destroy_qp() wait
+ *     forever, since uverbs counted the event when it was read.)
  *
  * The other events an application sees from a vt3 device, standard
  * libibverbs types (element as libibverbs documents):

@@ -15,11 +15,12 @@
 #   FLUSH_STYLES=events ./run-vm.sh test flush-local
 
 # shellcheck disable=SC2034 # run-vm.sh adds them to CASES
-FLUSH_CASES=(flush-local flush-local-siw flush-peer flush-peer-siw flush-bad-wqe flush-cq-overflow
+FLUSH_CASES=(flush-datapath flush-local flush-local-siw flush-peer flush-peer-siw flush-bad-wqe flush-cq-overflow
 	flush-peer-gone flush-rst flush-fin flush-blackhole flush-terminate flush-crc flush-stag flush-device-fatal)
 
 describe_flush() {
 	case $1 in
+	flush-datapath) echo "vt3-datapath on vt3_0: posting rules, ring full, the flush without a connection (incl. reposts after a flush)" ;;
 	flush-local) echo "vt3-flushtest local-close × 5 styles: LLP_CLOSE_COMPLETE, receives flushed, two vt3 guests" ;;
 	flush-local-siw) echo "vt3-flushtest local-close × 5 styles against a siw server" ;;
 	flush-peer) echo "vt3-flushtest peer-close, peer-abort (RST), bad-stag × 5 styles, two vt3 guests" ;;
@@ -103,6 +104,14 @@ flush_injected_all() {
 		passed=$((passed + 1))
 	done
 	RESULT="$passed passed, 0 failed ($scen)"
+}
+
+# libvt3's flush without a connection (single guest).
+case_flush_datapath() {
+	single_vt3 || return 1
+	expect a 300 "vt3-datapath -d vt3_0"
+	RESULT=$(printf '%s\n' "$LAST_OUT" | sed -n 's/^vt3-datapath: vt3_0: //p' | tail -n 1)
+	expect_no_rnic_objects vt3a "after vt3-datapath"
 }
 
 case_flush_local() {
