@@ -15,6 +15,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <stdlib.h>
 
 #include <ccan/array_size.h>
 
@@ -222,6 +223,65 @@ static int vt3_cq_flush(struct vt3_cq *cq, int num, struct ibv_wc *wc)
 	return n;
 }
 
+/*
+ * The queue's QP is being destroyed in error: what its flush still owes
+ * goes onto the CQ, to be returned after the queue's device CQEs like a
+ * live queue's. Called with wq->cq->lock and wq->lock held, the error
+ * noted (vt3_wq_error()).
+ */
+void vt3_cq_adopt(struct vt3_wq *wq)
+{
+	struct vt3_cq *cq = wq->cq;
+	struct vt3_orphan *o;
+	uint32_t n = wq->prod - wq->flush_pos;
+
+	if (!n)
+		return;
+	o = calloc(1, sizeof(*o) + n * sizeof(o->wc[0]));
+	if (!o) {
+		verbs_err(verbs_get_ctx(cq->ibv_cq.context),
+			  "libvt3: QP %u: no memory for %u flush completions\n",
+			  wq->qp->ibv_qp.qp_num, n);
+		return;
+	}
+	o->mark = wq->flushing ? cq->cons : wq->flush_mark;
+	o->n = vt3_wq_flush(wq, n, o->wc);
+	if (!o->n) {
+		free(o);
+		return;
+	}
+	list_add_tail(&cq->orphans, &o->entry);
+}
+
+/* Flush completions of destroyed QPs whose mark was passed. cq->lock held. */
+static int vt3_cq_orphans(struct vt3_cq *cq, int num, struct ibv_wc *wc)
+{
+	struct vt3_orphan *o, *next;
+	int n = 0;
+
+	list_for_each_safe(&cq->orphans, o, next, entry) {
+		if ((int32_t)(cq->cons - o->mark) < 0)
+			continue;
+		while (n < num && o->pos < o->n)
+			wc[n++] = o->wc[o->pos++];
+		if (o->pos < o->n)
+			break;
+		list_del_from(&cq->orphans, &o->entry);
+		free(o);
+	}
+	return n;
+}
+
+void vt3_cq_free_orphans(struct vt3_cq *cq)
+{
+	struct vt3_orphan *o, *next;
+
+	list_for_each_safe(&cq->orphans, o, next, entry) {
+		list_del_from(&cq->orphans, &o->entry);
+		free(o);
+	}
+}
+
 int vt3_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 {
 	struct vt3_cq *cq = to_vt3_cq(ibcq);
@@ -236,6 +296,8 @@ int vt3_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 	if (n >= 0 && n < num_entries &&
 	    vt3_load_acquire(&cq->status->flags) & VT3_CQ_F_ERROR)
 		n += vt3_cq_flush(cq, num_entries - n, wc + n);
+	if (n >= 0 && n < num_entries && !list_empty(&cq->orphans))
+		n += vt3_cq_orphans(cq, num_entries - n, wc + n);
 	pthread_spin_unlock(&cq->lock);
 	return n;
 }

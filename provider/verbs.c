@@ -200,6 +200,7 @@ struct ibv_cq *vt3_create_cq(struct ibv_context *ibctx, int cqe,
 	pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
 	list_head_init(&cq->wqs);
 	list_head_init(&cq->flushed);
+	list_head_init(&cq->orphans);
 	/* Indices are free running: start where the page says. */
 	cq->cons = le32toh(cq->status->cons);
 	return &cq->ibv_cq;
@@ -224,6 +225,7 @@ int vt3_destroy_cq(struct ibv_cq *ibcq)
 	if (ret)
 		return ret;
 
+	vt3_cq_free_orphans(cq);
 	vt3_cq_unmap(cq);
 	pthread_spin_destroy(&cq->lock);
 	free(cq);
@@ -365,7 +367,7 @@ int vt3_destroy_qp(struct ibv_qp *ibqp)
 {
 	struct vt3_context *ctx = to_vt3_ctx(ibqp->context);
 	struct vt3_qp *qp = to_vt3_qp(ibqp);
-	int ret;
+	int ret, i;
 
 	/*
 	 * Kernel first: should it fail, the QP is still whole and usable.
@@ -382,10 +384,20 @@ int vt3_destroy_qp(struct ibv_qp *ibqp)
 	pthread_mutex_unlock(&ctx->qps_lock);
 
 	/*
-	 * Its CQEs left in the CQs are still returned (verbs let them be);
-	 * its flush completions not yet returned go with it.
+	 * Its CQEs left in the CQs are still returned (verbs let them be),
+	 * and so are the flush completions it still owes if it is in error
+	 * (a QP destroyed without its flush having been reaped), after
+	 * them: the CQs adopt them. A QP not in error leaves none.
 	 */
 	vt3_lock_cqs(qp->sq.cq, qp->rq.cq);
+	for (i = 0; i < 2; i++) {
+		struct vt3_wq *wq = i ? &qp->rq : &qp->sq;
+
+		pthread_spin_lock(&wq->lock);
+		if (vt3_wq_error(wq))
+			vt3_cq_adopt(wq);
+		pthread_spin_unlock(&wq->lock);
+	}
 	list_del(&qp->sq.cq_entry);
 	list_del(&qp->rq.cq_entry);
 	vt3_unlock_cqs(qp->sq.cq, qp->rq.cq);

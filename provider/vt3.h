@@ -82,6 +82,20 @@ struct vt3_cq {
 	struct list_head wqs;
 	struct list_head flushed;
 	int repost;
+	/*
+	 * Flush completions of destroyed QPs (vt3_orphan), returned like a
+	 * live queue's, once the consumer index passed their mark: a QP
+	 * destroyed in error leaves them, as vt3.ko does for kernel QPs
+	 * (and libcxgb4 did).
+	 */
+	struct list_head orphans;
+};
+
+struct vt3_orphan {
+	struct list_node entry;		/* vt3_cq.orphans */
+	uint32_t mark;			/* CQ index after the queue's last CQE */
+	int pos, n;
+	struct ibv_wc wc[];
 };
 
 /*
@@ -205,6 +219,8 @@ int vt3_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc);
 int vt3_req_notify_cq(struct ibv_cq *ibcq, int solicited_only);
 void vt3_cq_requeue(struct vt3_wq *wq);
 void vt3_cq_note_repost(struct vt3_wq *wq);
+void vt3_cq_adopt(struct vt3_wq *wq);
+void vt3_cq_free_orphans(struct vt3_cq *cq);
 void vt3_lock_cqs(struct vt3_cq *a, struct vt3_cq *b);
 void vt3_unlock_cqs(struct vt3_cq *a, struct vt3_cq *b);
 

@@ -62,7 +62,8 @@
  * fatal one follows when the connection has ended. An application that
  * never reads async events still gets every flush completion: ibv_poll_cq()
  * and the post verbs notice the error too, and an armed CQ's completion
- * channel wakes when the QP goes into error.
+ * channel wakes when the QP goes into error. A QP destroyed in error
+ * before its flush was reaped leaves the flush completions on its CQs.
  */
 #define VT3DV_EVENT_LLP_CLOSE_COMPLETE	0x8001
 
