@@ -863,6 +863,7 @@ static void client_post_work(struct client *c)
 			post_send(c, IBV_WR_RDMA_WRITE, true, c->mr->lkey, X_MAYBE);
 	if (c->sc->bad_wqe) {
 		/* Its own error completion, then everything after it flushed. */
+		c->t_fault = now();
 		post_send(c, IBV_WR_RDMA_WRITE, true, c->mr->lkey ^ 0x5a00, X_ERROR);
 		post_send(c, IBV_WR_RDMA_WRITE, true, c->mr->lkey, X_OK_OR_FLUSH);
 	}
@@ -1085,7 +1086,8 @@ static bool run_client_one(const struct scenario *sc, const char *style,
 	printf("READY %u %u %#x %s %s\n", c->id->qp->qp_num, c->peer.qpn, c->mr->rkey,
 	       sc->name, style);
 	fflush(stdout);
-	c->t_fault = now();
+	if (!sc->bad_wqe)
+		c->t_fault = now();
 	/* The server acts on our "go" (after the delay we asked for). */
 	if (sc->go) {
 		post_send(c, IBV_WR_SEND, true, c->mr->lkey, X_OK_OR_FLUSH);
