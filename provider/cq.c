@@ -308,7 +308,7 @@ int vt3_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
  * published at the end of the last poll), so no device completion is
  * missed. Flush completions are ours and no device event announces them:
  * if some wait, ring the doorbell of their queue, which vt3.ko is to
- * turn into a run of the CQ's completion handler (the hook of issue 6).
+ * turn into a run of the CQ's completion handler (not done by vt3.ko yet).
  */
 int vt3_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 {

@@ -93,8 +93,8 @@ bool vt3_wq_error(struct vt3_wq *wq)
  * The flush hook (DESIGN.md section 5): notes the error on both queues,
  * whose outstanding WRs then complete with IBV_WC_WR_FLUSH_ERR from
  * poll_cq. poll_cq and the post verbs call it through vt3_wq_error();
- * the async_event op (issue 6) is to call it for QP_FATAL, QP_REQ_ERR,
- * QP_ACCESS_ERR and the vendor close event.
+ * the async_event op (async.c) calls it for QP_FATAL, QP_REQ_ERR,
+ * QP_ACCESS_ERR, DEVICE_FATAL and the vendor close event.
  */
 bool vt3_qp_check_error(struct vt3_qp *qp)
 {
@@ -185,7 +185,8 @@ static bool vt3_wq_publish(struct vt3_wq *wq)
  * into VT3_CMD_DOORBELL for this queue (as siw's user QPs do). Rung on a
  * QP in error, it is the hook that has vt3.ko run the completion handler
  * of this queue's CQ: flush completions are made here, not by vt3d, so no
- * device event announces them (issue 6).
+ * device event announces them (vt3.ko is to turn this doorbell into a
+ * run of the CQ's completion handler: provider/README.md).
  */
 void vt3_wq_doorbell(struct vt3_wq *wq)
 {
