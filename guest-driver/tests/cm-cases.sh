@@ -7,13 +7,14 @@
 # the cases after it need libvt3's data path.
 
 # shellcheck disable=SC2034 # run-vm.sh adds them to CASES
-CM_CASES=(vt3-listen vt3-kcm vt3-rping vt3-abort vt3-timeout vt3-lost-conn vt3-rmmod-conn)
+CM_CASES=(vt3-listen vt3-kcm vt3-rping vt3-disconnect vt3-abort vt3-timeout vt3-lost-conn vt3-rmmod-conn)
 
 describe_cm() {
 	case $1 in
 	vt3-listen) echo "rdma listens on ports guest TCP holds, wildcard (with siw) and IPv6 listens" ;;
 	vt3-kcm) echo "two vt3 guests: kernel rdma_cm client/server (reject, connect, 10 SENDs, disconnect)" ;;
 	vt3-rping) echo "two vt3 guests: rping -C 10, both sides exit, vt3d ends with no objects" ;;
+	vt3-disconnect) echo "rdma_disconnect after the peer's close succeeds (ib_send_bw -R, 3 rounds)" ;;
 	vt3-abort) echo "rping client killed: RST, the server gets CLOSE and exits" ;;
 	vt3-timeout) echo "the client's vt3d killed: the server's TCP times out, CLOSE, exit" ;;
 	vt3-lost-conn) echo "vt3d stops answering under a connection and a listener; re-probe" ;;
@@ -72,6 +73,29 @@ case_vt3_rping() {
 	on b 10 "dmesg | grep -i vt3" || true
 	expect_no_rnic_objects vt3a "after rping"
 	expect_no_rnic_objects vt3b "after rping"
+}
+
+# librdmacm's rdma_disconnect() moves the QP to SQD first: after the
+# peer's close completed (CLOSE delivered, QP in ERR) that must still
+# succeed, or perftest says "Failed to disconnect RDMA CM connection.".
+case_vt3_disconnect() {
+	pair_vt3_vt3 || return 1
+	local round out
+	for round in 1 2 3; do
+		expect a 10 "timeout 120 ib_send_bw -R -F -s 64 -n 50 > /tmp/pt.srv 2>&1 & echo \$! > /tmp/pt.pid" || return 1
+		expect a 60 "for i in \$(seq 250); do rdma res show cm_id | grep -q LISTEN && exit 0; sleep 0.2; done; exit 1" || return 1
+		expect b 120 "timeout 110 ib_send_bw -R -F -s 64 -n 50 $A_IP > /tmp/pt.cli 2>&1; rc=\$?; cat /tmp/pt.cli; exit \$rc" || return 1
+		out=$LAST_OUT
+		expect a 30 "for i in \$(seq 100); do kill -0 \$(cat /tmp/pt.pid) 2>/dev/null || break; sleep 0.2; done; cat /tmp/pt.srv" || return 1
+		out+=$LAST_OUT
+		if grep -qi 'fail' <<<"$out"; then
+			fail "round $round: $(grep -i 'fail' <<<"$out" | head -2)"
+			return 1
+		fi
+	done
+	on a 10 "dmesg | grep -i vt3 | tail -12" || true
+	expect_no_rnic_objects vt3a "after the runs"
+	expect_no_rnic_objects vt3b "after the runs"
 }
 
 # A long rping from b to a; then $1 happens to b.
