@@ -687,7 +687,16 @@ cmd_demo() {
 
 # The close and fatal event part of the demo (DESIGN.md §5).
 demo_events() {
-	:
+	log "-- close and fatal events (docs/events.md): vt3-flushtest client in b, server in a"
+	flush_server || { log "flushtest server did not start"; return 0; }
+	log "   a normal close: b disconnects with work outstanding; vt3.ko posts LLP_CLOSE_COMPLETE"
+	log "   and libvt3 flushes every receive when b reaps it"
+	on b 120 "vt3-flushtest client --server $A_IP --port $FLUSH_PORT --scenario local-close --style events --timeout 60 -v" || true
+	log "   a fatal error: \`vt3d ctl fault rst\` on a's end of the connection; b gets QP_FATAL"
+	log "   and all its work back, flushed"
+	flush_injected rst events 60 QP_FATAL vt3d_ctl vt3a fault rst --qp "{PEER}" || log "   failed: $FAIL_REASON"
+	printf '%s\n' "$LAST_OUT" >&2
+	FAIL_REASON=
 }
 
 cmd_shell() {
