@@ -155,13 +155,32 @@ kill_tracked() {
 }
 
 GUESTS=()
+VT3DS=()
 
 close_agents() {
 	local name
 	for name in "${GUESTS[@]}"; do
 		agent_close "$name" 2>/dev/null || true
 	done
-	GUESTS=()
+	GUESTS=() VT3DS=()
+}
+
+# dump_state WHY: what every vt3d and guest of the case holds, into the
+# case log (for a hang: taken while it hangs).
+dump_state() {
+	local name
+	printf '=== state: %s\n' "$1" >>"$CASE_DIR/commands.log"
+	for name in "${VT3DS[@]}"; do
+		{
+			printf '=== %s: qps, tcb, stats\n' "$name"
+			vt3d_ctl "$name" qps
+			vt3d_ctl "$name" tcb
+			vt3d_ctl "$name" stats
+		} >>"$CASE_DIR/commands.log" 2>&1 || true
+	done
+	for name in "${GUESTS[@]}"; do
+		on "$name" 20 "rdma res show qp; rdma res show cm_id; dmesg | tail -n 20" || true
+	done
 }
 
 on_exit() {
@@ -183,6 +202,7 @@ start_vt3d() {
 	local pid=$!
 	track "$pid"
 	eval "VT3D_PID_${name//-/_}=$pid"
+	VT3DS+=("$name")
 	local i
 	for i in $(seq 100); do
 		[ -S "$sock" ] && return 0

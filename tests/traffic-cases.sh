@@ -31,8 +31,12 @@ perftest_run() {
 	ip=$(ip_of "$server")
 	expect "$server" 10 "timeout 300 $tool -R -F -s $size -n $iters > /tmp/pt.srv 2>&1 & echo \$! > /tmp/pt.pid" || return 1
 	wait_rdma_listen "$server" || return 1
-	if ! on "$client" 300 "timeout 280 $tool -R -F -s $size -n $iters $ip"; then
+	# In the background, so that a hang can be looked at while it lasts.
+	expect "$client" 10 "rm -f /tmp/pt.rc; (timeout 280 $tool -R -F -s $size -n $iters $ip > /tmp/pt.cli 2>&1; echo \$? > /tmp/pt.rc) & echo \$! > /tmp/pt.cpid" || return 1
+	if ! on "$client" 260 "while [ ! -e /tmp/pt.rc ]; do sleep 0.2; done; cat /tmp/pt.cli; exit \$(cat /tmp/pt.rc)"; then
+		on "$client" 10 "[ ! -e /tmp/pt.rc ]" && dump_state "$tool -s $size hangs"
 		on "$server" 10 "cat /tmp/pt.srv" || true
+		on "$client" 10 "cat /tmp/pt.cli" || true
 		fail "$tool -s $size: $client → $server failed: $(printf '%s' "$LAST_OUT" | tail -n 3)"
 		return 1
 	fi
