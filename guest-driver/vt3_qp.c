@@ -877,6 +877,20 @@ static void vt3_qp_publish(struct vt3_qp *qp, __le32 *prod, u32 value,
 		vt3_qp_doorbell(qp, queue);
 }
 
+/*
+ * A user QP's doorbell. In error vt3d consumes nothing more: the provider
+ * flushes what it posted and rings to have the CQ's waiter woken (a post
+ * in error, or an arm with flush completions pending), so kick the CQ.
+ */
+static void vt3_user_doorbell(struct vt3_qp *qp, u32 queue, struct ib_cq *cq)
+{
+	if (le32_to_cpu(READ_ONCE(vt3_qp_status(qp)->flags)) & VT3_QP_F_ERROR) {
+		vt3_cq_kick(to_vt3_cq(cq));
+		return;
+	}
+	vt3_qp_doorbell(qp, queue);
+}
+
 int vt3_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 		  const struct ib_send_wr **bad_wr)
 {
@@ -894,7 +908,7 @@ int vt3_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 			*bad_wr = wr;
 			return -EINVAL;
 		}
-		vt3_qp_doorbell(qp, VT3_DB_SQ);
+		vt3_user_doorbell(qp, VT3_DB_SQ, ibqp->send_cq);
 		return 0;
 	}
 	if (!vt3_qp_postable(qp)) {
@@ -956,7 +970,7 @@ int vt3_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 			*bad_wr = wr;
 			return -EINVAL;
 		}
-		vt3_qp_doorbell(qp, VT3_DB_RQ);
+		vt3_user_doorbell(qp, VT3_DB_RQ, ibqp->recv_cq);
 		return 0;
 	}
 	if (!vt3_qp_postable(qp)) {
