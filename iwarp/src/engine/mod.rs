@@ -75,6 +75,13 @@ pub struct EngineConfig {
     /// MPA settings for parsing requests on listening ports (the accepting
     /// QP's own settings decide the reply).
     pub listen_mpa: negotiation::Config,
+    /// How long the initiator holds its RTR after the MPA reply. Linux siw
+    /// (6.1) as responder installs the socket upcall that reads the RTR only
+    /// after its MPA reply went out: an RTR arriving in between sits unread
+    /// in its socket until more data comes, so a peer that waits for the
+    /// responder to speak first (perftest, rping) hangs. A short hold lets
+    /// siw get there first.
+    pub rtr_hold: Duration,
 }
 
 impl Default for EngineConfig {
@@ -86,6 +93,7 @@ impl Default for EngineConfig {
             terminate_linger: Duration::from_secs(2),
             max_rx_ulpdu: u16::MAX,
             listen_mpa: negotiation::Config::default(),
+            rtr_hold: Duration::from_millis(20),
         }
     }
 }
@@ -364,6 +372,7 @@ impl<T: Transport> Engine<T> {
         };
         for qp in self.qps.values() {
             consider(qp.conn.as_ref().and_then(|conn| conn.deadline));
+            consider(qp.conn.as_ref().and_then(|conn| conn.stream.as_ref()?.tx_hold));
         }
         for pending in self.pending.values() {
             consider((!pending.requested).then_some(pending.deadline));
@@ -730,7 +739,7 @@ impl<T: Transport> Engine<T> {
             deadline: None,
             fin_sent: false,
             deframer: Some(FpduDeframer::new(self.config.max_rx_ulpdu, negotiated.crc)),
-            stream: Some(new_stream(negotiated, false, mss)),
+            stream: Some(new_stream(negotiated, false, mss, None)),
         });
         qp.end_reported = false;
         self.out.stats.connections_established += 1;
@@ -991,11 +1000,12 @@ impl<T: Transport> Engine<T> {
     }
 }
 
-fn new_stream(negotiated: Negotiated, initiator: bool, mss: u16) -> Stream {
+fn new_stream(negotiated: Negotiated, initiator: bool, mss: u16, tx_hold: Option<Instant>) -> Stream {
     Stream {
         negotiated,
         mulpdu: mulpdu(mss).max(64),
         tx_ready: initiator,
+        tx_hold,
         rtr_out: if initiator { negotiated.rtr } else { None },
         rtr_in: if initiator { None } else { negotiated.rtr },
         tx_msn: [1; 3],
@@ -1345,7 +1355,8 @@ fn receive<T: Transport>(
                 conn.phase = Phase::Streaming;
                 conn.deadline = None;
                 conn.deframer = Some(FpduDeframer::new(config.max_rx_ulpdu, negotiated.crc));
-                conn.stream = Some(new_stream(negotiated, true, mss));
+                let hold = negotiated.rtr.map(|_| now + config.rtr_hold);
+                conn.stream = Some(new_stream(negotiated, true, mss, hold));
                 out.stats.connections_established += 1;
                 set_state(qp, out, QpState::Rts);
                 out.qp_event(
@@ -1480,6 +1491,10 @@ fn transmit<T: Transport>(
     if state == QpState::Terminate && stream.terminate_out.is_none() {
         return;
     }
+    if stream.terminate_out.is_none() && stream.tx_hold.is_some_and(|until| now < until) {
+        return;
+    }
+    stream.tx_hold = None;
     let mut env = TxEnv {
         pdn: qp_config.pdn,
         memory: &*io.memory,

@@ -171,6 +171,8 @@ pub(crate) struct Stream {
     pub mulpdu: u16,
     /// The responder sends nothing before the initiator's first FPDU.
     pub tx_ready: bool,
+    /// The initiator sends nothing before this (`EngineConfig::rtr_hold`).
+    pub tx_hold: Option<Instant>,
     /// RTR message we still have to send (initiator) …
     pub rtr_out: Option<RtrKind>,
     /// … or expect as the first FPDU (responder).

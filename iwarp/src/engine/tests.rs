@@ -24,11 +24,16 @@ fn pair() -> Sim<Node, Node> {
         WireConfig::default(),
     );
     assert!(sim.connect_qps(1, 2, 40_000, QpConfig::new(PD)));
-    // Let the RTR reach B (B sends nothing before it).
-    sim.run_for(Duration::from_millis(10));
+    settle_rtr(&mut sim);
     sim.a.events.clear();
     sim.b.events.clear();
     sim
+}
+
+/// Lets A's RTR (held for `rtr_hold` after the MPA reply) reach B, which
+/// sends nothing before it.
+fn settle_rtr(sim: &mut Sim<Node, Node>) {
+    sim.run_for(EngineConfig::default().rtr_hold + Duration::from_millis(10));
 }
 
 fn states(events: &[EventKind]) -> Vec<(QpState, QpState)> {
@@ -258,6 +263,17 @@ mod idle {
 
 mod rts {
     use super::*;
+
+    #[test]
+    fn initiator_holds_its_rtr_for_rtr_hold() {
+        let mut sim = Sim::pair(NodeConfig::new(0), NodeConfig::new(1), WireConfig::default());
+        assert!(sim.connect_qps(1, 2, 40_000, QpConfig::new(PD)));
+        let hold = EngineConfig::default().rtr_hold;
+        sim.run_for(hold / 2);
+        assert_eq!(sim.b.engine.stats().fpdus_rx, 0, "RTR sent within the hold");
+        sim.run_for(hold);
+        assert_eq!(sim.b.engine.stats().fpdus_rx, 1, "RTR not sent after the hold");
+    }
 
     #[test]
     fn graceful_close_both_sides() {
@@ -796,7 +812,7 @@ mod faults {
         }
         let mut sim = Sim::pair(configs[0], configs[1], WireConfig::default());
         assert!(sim.connect_qps(1, 2, 40_000, QpConfig::new(PD)));
-        sim.run_for(Duration::from_millis(10));
+        settle_rtr(&mut sim);
         sim.a.events.clear();
         sim.b.events.clear();
         sim
