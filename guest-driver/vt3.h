@@ -117,6 +117,7 @@ struct vt3_dev {
 	struct vt3_limits lim;
 	u8 mac[ETH_ALEN];
 	int port_state;			/* enum ib_port_state, from the netdev */
+	struct delayed_work carrier_work; /* carrier loss: vt3d gone? */
 	struct xarray cq_xa;		/* cqn -> vt3_cq, for events */
 	struct xarray qp_xa;		/* qpn -> vt3_qp, for iw_get_qp, CQEs */
 	spinlock_t orphan_lock;

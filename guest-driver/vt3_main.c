@@ -56,6 +56,8 @@ MODULE_PARM_DESC(cm_timeout_ms,
 #define VT3_MAX_PBL_PAGES	(KMALLOC_MAX_SIZE / sizeof(__le64))
 
 static struct workqueue_struct *vt3_wq;
+
+static void vt3_carrier_work(struct work_struct *work);
 struct workqueue_struct *vt3_cm_wq;
 
 /* Serializes probes/attaches so one netdev never gets two ib_devices. */
@@ -209,6 +211,7 @@ static struct vt3_dev *vt3_dev_create(struct net_device *netdev)
 	INIT_LIST_HEAD(&dev->orphans);
 	vt3_ctrl_init(dev);
 	vt3_cm_init(dev);
+	INIT_DELAYED_WORK(&dev->carrier_work, vt3_carrier_work);
 
 	ibdev->node_type = RDMA_NODE_RNIC;
 	ibdev->phys_port_cnt = 1;
@@ -313,6 +316,7 @@ static void vt3_dealloc_driver(struct ib_device *ibdev)
 		else
 			netdev_warn(dev->netdev, "vt3: RESET failed (%d)\n", err);
 	}
+	cancel_delayed_work_sync(&dev->carrier_work);
 	vt3_ctrl_stop(dev);
 	vt3_cm_stop(dev);
 	/*
@@ -379,15 +383,46 @@ static void vt3_port_event(struct vt3_dev *dev, enum ib_event_type type)
 	ib_dispatch_event(&ev);
 }
 
+/* How long the carrier may stay away before vt3d counts as gone. */
+#define VT3_CARRIER_GRACE_MS	5000
+
+/*
+ * The carrier of a running virtio-net NIC under vt3d goes away when the
+ * vhost-user backend does (QEMU marks the link down): vt3d was killed or
+ * lost its frontend, and no command can reach it (the qdisc drops frames
+ * while the carrier is off), so no event will ever come from it either.
+ * If the carrier stays away, the device is lost: every consumer gets
+ * IB_EVENT_DEVICE_FATAL and every QP its flush (DESIGN.md section 5,
+ * "device lost"). A returning carrier probes the device anew.
+ */
+static void vt3_carrier_work(struct work_struct *work)
+{
+	struct vt3_dev *dev = container_of(to_delayed_work(work),
+					   struct vt3_dev, carrier_work);
+
+	if (!netif_running(dev->netdev) || netif_carrier_ok(dev->netdev) ||
+	    READ_ONCE(dev->ctrl.lost) || !READ_ONCE(dev->attached))
+		return;
+	ibdev_err(&dev->ibdev, "carrier gone for %u ms: vt3d is gone\n",
+		  VT3_CARRIER_GRACE_MS);
+	WRITE_ONCE(dev->ctrl.lost, true);
+	vt3_device_lost(dev);
+}
+
 static void vt3_port_update(struct vt3_dev *dev)
 {
-	int state = vt3_port_state(dev->netdev);
+	struct net_device *netdev = dev->netdev;
+	int state = vt3_port_state(netdev);
 
 	if (state == READ_ONCE(dev->port_state))
 		return;
 	WRITE_ONCE(dev->port_state, state);
 	vt3_port_event(dev, state == IB_PORT_ACTIVE ? IB_EVENT_PORT_ACTIVE :
 						      IB_EVENT_PORT_ERR);
+	/* Carrier loss, not an administrative down. */
+	if (netif_running(netdev) && !netif_carrier_ok(netdev))
+		queue_delayed_work(vt3_wq, &dev->carrier_work,
+				   msecs_to_jiffies(VT3_CARRIER_GRACE_MS));
 }
 
 /* The netdevs probed automatically: virtio-net NICs. */

@@ -16,7 +16,7 @@
 
 # shellcheck disable=SC2034 # run-vm.sh adds them to CASES
 FLUSH_CASES=(flush-datapath flush-local flush-local-siw flush-peer flush-peer-siw flush-bad-wqe flush-cq-overflow
-	flush-peer-gone flush-rst flush-fin flush-blackhole flush-terminate flush-crc flush-stag flush-device-fatal)
+	flush-peer-gone flush-rst flush-fin flush-blackhole flush-terminate flush-crc flush-stag flush-device-fatal flush-vt3d-killed)
 
 describe_flush() {
 	case $1 in
@@ -34,6 +34,7 @@ describe_flush() {
 	flush-terminate) echo "vt3d ctl fault terminate from the peer, each etype: QP_ACCESS_ERR / QP_REQ_ERR / QP_FATAL" ;;
 	flush-crc) echo "vt3d ctl fault corrupt-crc on the peer, a SEND arrives corrupted: QP_FATAL" ;;
 	flush-stag) echo "vt3d ctl fault invalidate-stag of the client's buffer, the peer WRITEs: QP_ACCESS_ERR" ;;
+	flush-vt3d-killed) echo "the client's own vt3d killed: DEVICE_FATAL, everything flushed (events style)" ;;
 	flush-device-fatal) echo "vt3d ctl fault device-fatal on the client's vt3d: DEVICE_FATAL, everything flushed" ;;
 	esac
 }
@@ -219,4 +220,12 @@ case_flush_device_fatal() {
 	pair_vt3_vt3 || return 1
 	flush_server || return 1
 	flush_injected device-fatal events 60 DEVICE_FATAL vt3d_ctl vt3b fault device-fatal
+}
+
+# The client's own vt3d killed: vt3.ko loses the device (DEVICE_FATAL), and
+# libvt3 still gives every WR back.
+case_flush_vt3d_killed() {
+	pair_vt3_vt3 || return 1
+	flush_server || return 1
+	flush_injected device-fatal events 60 DEVICE_FATAL kill "$(vt3d_main_pid vt3b)"
 }
