@@ -121,6 +121,8 @@ impl fmt::Display for NicStats {
 #[derive(Debug)]
 pub struct Nic {
     uplink: Box<dyn Uplink>,
+    /// The peer left a full queue unread for a whole send wait.
+    uplink_stalled: std::sync::atomic::AtomicBool,
     /// Unicast frames for other MACs are filtered when set.
     mac: Option<MacAddr>,
     mtu: usize,
@@ -141,6 +143,7 @@ impl Nic {
         let kick = EventFd::new(EFD_NONBLOCK).map_err(|e| log::warn!("no kick eventfd: {e}")).ok();
         Self {
             uplink,
+            uplink_stalled: std::sync::atomic::AtomicBool::new(false),
             mac,
             mtu,
             stats: NicStats::default(),
@@ -222,7 +225,7 @@ impl Nic {
     }
 
     fn send_uplink(&self, frame: &[u8]) -> std::io::Result<()> {
-        let (result, waited) = uplink::send_with_backpressure(self.uplink.as_ref(), frame);
+        let (result, waited) = uplink::send_with_backpressure(self.uplink.as_ref(), frame, &self.uplink_stalled);
         if waited {
             NicStats::add(&self.stats.tx_uplink_waits, 1);
         }

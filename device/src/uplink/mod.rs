@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
@@ -122,11 +123,17 @@ pub const SEND_WAIT: Duration = Duration::from_millis(20);
 
 /// Sends one frame, waiting up to [`SEND_WAIT`] while the peer's queue is
 /// full (`WouldBlock`) — backpressure, as a NIC waits for its wire — since a
-/// dropped segment costs TCP a retransmit timeout. Returns how the send went
-/// and whether it had to wait.
-pub fn send_with_backpressure(uplink: &dyn Uplink, frame: &[u8]) -> (io::Result<()>, bool) {
+/// dropped segment costs TCP a retransmit timeout. `stalled` remembers a
+/// wait that timed out: until the peer takes a frame again, sends do not
+/// wait, so a peer that stopped reading costs one try per frame, not
+/// [`SEND_WAIT`]. Returns how the send went and whether it waited.
+pub fn send_with_backpressure(uplink: &dyn Uplink, frame: &[u8], stalled: &AtomicBool) -> (io::Result<()>, bool) {
     let first = uplink.send(frame);
-    if !matches!(&first, Err(e) if e.kind() == io::ErrorKind::WouldBlock) {
+    let full = matches!(&first, Err(e) if e.kind() == io::ErrorKind::WouldBlock);
+    if !full || stalled.load(Ordering::Relaxed) {
+        if first.is_ok() {
+            stalled.store(false, Ordering::Relaxed);
+        }
         return (first, false);
     }
     let deadline = Instant::now() + SEND_WAIT;
@@ -138,7 +145,10 @@ pub fn send_with_backpressure(uplink: &dyn Uplink, frame: &[u8]) -> (io::Result<
         pause = (pause * 2).min(Duration::from_millis(1));
         match uplink.send(frame) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < deadline => {}
-            other => return (other, true),
+            other => {
+                stalled.store(matches!(&other, Err(e) if e.kind() == io::ErrorKind::WouldBlock), Ordering::Relaxed);
+                return (other, true);
+            }
         }
     }
 }
@@ -180,6 +190,52 @@ fn nonblocking<T>(r: io::Result<T>) -> io::Result<Option<T>> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// Refuses sends (queue full) while `full` is set.
+    #[derive(Debug, Default)]
+    struct FullPeer {
+        full: AtomicBool,
+        sends: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Uplink for FullPeer {
+        fn send(&self, _frame: &[u8]) -> io::Result<()> {
+            self.sends.fetch_add(1, Ordering::Relaxed);
+            if self.full.load(Ordering::Relaxed) {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            Ok(())
+        }
+        fn recv(&self, _buf: &mut [u8]) -> io::Result<Option<usize>> {
+            Ok(None)
+        }
+    }
+
+    impl AsRawFd for FullPeer {
+        fn as_raw_fd(&self) -> RawFd {
+            -1
+        }
+    }
+
+    #[test]
+    fn a_peer_that_stops_reading_costs_one_wait_not_one_per_frame() {
+        let peer = FullPeer::default();
+        let stalled = AtomicBool::new(false);
+        peer.full.store(true, Ordering::Relaxed);
+        let start = Instant::now();
+        let (result, waited) = send_with_backpressure(&peer, b"x", &stalled);
+        assert!(result.is_err() && waited && start.elapsed() >= SEND_WAIT);
+        assert!(stalled.load(Ordering::Relaxed));
+        // Stalled: one try, no wait.
+        let before = peer.sends.load(Ordering::Relaxed);
+        let (result, waited) = send_with_backpressure(&peer, b"x", &stalled);
+        assert!(result.is_err() && !waited);
+        assert_eq!(peer.sends.load(Ordering::Relaxed), before + 1);
+        // The peer reads again: the stall is over, waits are back.
+        peer.full.store(false, Ordering::Relaxed);
+        assert!(send_with_backpressure(&peer, b"x", &stalled).0.is_ok());
+        assert!(!stalled.load(Ordering::Relaxed));
+    }
 
     #[test]
     fn parses_every_kind() {
