@@ -22,8 +22,12 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-IMAGES=${VT3_IMAGES:-$ROOT/build/images}
-VT3D=$ROOT/target/release/vt3d
+# shellcheck source=tools/cache-dir.sh
+source "$ROOT/tools/cache-dir.sh"
+IMAGES=${VT3_IMAGES:-$VT3_CACHE/images}
+# Cargo's target dir is a cache too: dependencies built once per machine.
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$VT3_CACHE/target}
+VT3D=$CARGO_TARGET_DIR/release/vt3d
 QEMU=${VT3_QEMU:-}
 KEEP=0
 

@@ -9,8 +9,10 @@
 #   OUT/manifest.txt        every package and module that went in, with versions
 #
 # Usage: images/build.sh [--out DIR] [--clean]
-#   --out DIR   output directory (default <repo>/build/images)
-#   --clean     wipe the cache (VT3_CACHE, default <repo>/build/cache) first
+#   --out DIR   output directory (default $VT3_CACHE/images)
+#   --clean     wipe the cache ($VT3_CACHE/image-build) first
+#
+# VT3_CACHE: tools/cache-dir.sh (/var/cache/vt3 for root), outside the clone.
 #
 # Everything downloaded or built is cached, keyed by package versions and by the
 # content of the inputs (images/build.sh, images/init), so an unchanged rebuild
@@ -20,8 +22,10 @@ export LC_ALL=C
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 IMAGES=$REPO/images
-OUT=$REPO/build/images
-CACHE=${VT3_CACHE:-$REPO/build/cache}
+# shellcheck source=../tools/cache-dir.sh
+source "$REPO/tools/cache-dir.sh"
+OUT=$VT3_CACHE/images
+CACHE=$VT3_CACHE/image-build
 CLEAN=0
 
 # Kernel modules for the guest. Their dependencies are added from modules.dep;
@@ -450,7 +454,7 @@ missing_sonames() {
 		awk '/: +file format elf/ { f = $1; sub(/:$/, "", f) } $1 == "NEEDED" { print $2, f }' |
 		sort -u -k1,1 | while read -r so by; do
 		local d found=0
-		for d in "${libdirs[@]}"; do [[ -e $ROOTFS/$d/$so ]] && found=1 && break; done
+		for d in "${libdirs[@]}"; do in_root "$d/$so" && found=1 && break; done
 		((found)) || printf '%s %s\n' "$so" "${by#"$ROOTFS"}"
 	done
 }
@@ -485,6 +489,11 @@ install_alternatives() {
 	done
 }
 
+# in_root PATH: PATH (relative) exists in the guest root, as a file or as a
+# link. Never `[[ -e ]]` alone: the guest's links are absolute
+# (usr/bin/sh -> /usr/bin/busybox) and would be followed on the host.
+in_root() { [[ -L $ROOTFS/$1 || -e $ROOTFS/$1 ]]; }
+
 # Applet links for everything busybox does and no Debian package ships, so
 # the real ip, nc, rdma... win. Asks the guest busybox itself (through the
 # guest's own loader, so the host libc does not matter) for its applets.
@@ -498,11 +507,11 @@ install_busybox_links() {
 		*) continue ;; # linuxrc
 		esac
 		# Skip names a package ships in either bin or sbin (ip is in both).
-		[[ -e $ROOTFS/usr/bin/${dst##*/} || -e $ROOTFS/usr/sbin/${dst##*/} || -L $ROOTFS/$dst ]] && continue
+		in_root "usr/bin/${dst##*/}" || in_root "usr/sbin/${dst##*/}" || in_root "$dst" && continue
 		ln -s /usr/bin/busybox "$ROOTFS/$dst"
 	done < <("$ROOTFS/usr/lib64/ld-linux-x86-64.so.2" --library-path "$ROOTFS/usr/lib/x86_64-linux-gnu" \
 		"$bb" --list-full)
-	[[ -e $ROOTFS/usr/bin/sh ]] || die "busybox has no sh applet"
+	in_root usr/bin/sh || die "busybox has no sh applet"
 }
 
 # The requested modules and everything modules.dep says they need.
@@ -581,7 +590,7 @@ build_initramfs() {
 		sha256sum "$KROOT/lib/modules/$KVER/extra/siw.ko" | cut -d' ' -f1
 		printf '%s\n' "${KERNEL_MODULES[@]}" "${GUEST_PACKAGES[@]}"
 		for p in $(printf '%s\n' "${!POOL_PKGS[@]}" | sort); do echo "$p=${POOL_PKGS[$p]}"; done
-		sha256sum "${IMAGE_INPUTS[@]}"
+		sha256sum "${IMAGE_INPUTS[@]}" | cut -d' ' -f1
 	)
 	key=$(sha256sum <<<"$key" | cut -d' ' -f1)
 	if stamp_ok "$OUT/.stamp" "$key" && [[ -f $OUT/initramfs.cpio.gz && -f $OUT/vmlinuz ]]; then

@@ -9,7 +9,7 @@
 # The overlay is a second gzip'd newc cpio appended to the base one (the
 # kernel unpacks concatenated archives in order, later files win).
 #
-#   images/overlay.sh [--images DIR]     (default DIR: build/images)
+#   images/overlay.sh [--images DIR]     (default DIR: $VT3_CACHE/images)
 #   -> DIR/initramfs-vt3.cpio.gz
 #
 # In the guest, `vt3.driver=1` on the kernel command line loads vt3.ko
@@ -19,7 +19,9 @@ set -euo pipefail
 export LC_ALL=C
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-IMAGES=$REPO/build/images
+# shellcheck source=../tools/cache-dir.sh
+source "$REPO/tools/cache-dir.sh"
+IMAGES=$VT3_CACHE/images
 
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -43,8 +45,8 @@ die() {
 [ -f "$IMAGES/initramfs.cpio.gz" ] || die "no base image in $IMAGES (run images/build.sh first)"
 KVER=$(cat "$IMAGES/kver")
 KDIR=$(cat "$IMAGES/kbuild-dir")
-WORK=$REPO/build/overlay
-STAGE=$REPO/build/rdma-core/stage
+WORK=$VT3_CACHE/overlay
+STAGE=$VT3_CACHE/rdma-core/stage
 OUT=$IMAGES/initramfs-vt3.cpio.gz
 
 build_module() {
@@ -63,9 +65,11 @@ build_rdma_core() {
 
 # Inputs of the overlay, hashed: rebuild only when one changed.
 inputs_hash() {
+	# Contents only (no paths): the same inputs from any clone hit the cache.
 	{
 		sha256sum "$IMAGES/initramfs.cpio.gz" "$REPO/guest-driver/vt3.ko" "${BASH_SOURCE[0]}" \
-			"$REPO/guest-driver/tests/vt3_ktest.ko" "$REPO/guest-driver/tests/vt3_kcm.ko" "$WORK/vt3-uverbs"
+			"$REPO/guest-driver/tests/vt3_ktest.ko" "$REPO/guest-driver/tests/vt3_kcm.ko" "$WORK/vt3-uverbs" |
+			cut -d' ' -f1
 		(cd "$STAGE" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
 	} | sha256sum | cut -d' ' -f1
 }

@@ -3,14 +3,16 @@
 # a unix-datagram "wire" (no vt3d involved) and checks, through the agent,
 # ping, siw (ibv_devices, rping, ib_write_bw -R) and a TCP transfer with nc -N.
 #
-# Usage: images/selftest.sh [--images DIR]   (default <repo>/build/images)
+# Usage: images/selftest.sh [--images DIR]   (default $VT3_CACHE/images)
 # Env:   QEMU (default qemu-system-x86_64), VT3_ACCEL (default tcg),
 #        VERBOSE=1 (show the output of passing checks too)
 # shellcheck source-path=SCRIPTDIR
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-IMG=$REPO/build/images
+# shellcheck source=../tools/cache-dir.sh
+source "$REPO/tools/cache-dir.sh"
+IMG=$VT3_CACHE/images
 QEMU=${QEMU:-qemu-system-x86_64}
 ACCEL=${VT3_ACCEL:-tcg}
 BOOT_TIMEOUT=120

@@ -11,14 +11,17 @@
 #
 # Usage: provider/build-rdma-core.sh [--out DIR] [--work DIR] [--clean]
 #   --out DIR    staging directory (default WORK/stage)
-#   --work DIR   source copy, cmake build dir and fetch manifest (default <repo>/build/rdma-core)
+#   --work DIR   source copy, cmake build dir and fetch manifest (default $VT3_CACHE/rdma-core,
+#                outside the clone: tools/cache-dir.sh)
 #   --clean      wipe WORK first
 #
 # rdma-core itself is never committed: it is the vendor/rdma-core tree of the
 # crate ibverbs-sys 0.3.2+55.0, fetched with cargo into the cargo cache. The
-# copy in WORK/src gets two add_subdirectory() lines; providers/vt3 and
-# vt3-guest-tools in it are symlinks to this repository, so editing provider/
-# and rerunning this script (or `ninja -C WORK/build`) rebuilds incrementally.
+# copy in WORK/src gets two add_subdirectory() lines; providers/vt3,
+# vt3-guest-tools and vt3-include in it are copies of provider/, guest-tools/
+# and guest-driver/include/, refreshed when their content changes: the build
+# depends on what the sources say, never on where the clone is, so every
+# clone on a machine shares one WORK and ninja rebuilds only what changed.
 #
 # Cached: a stamp holds the hash of every input (this script, provider/,
 # guest-tools/, guest-driver/include/); an unchanged rebuild only checks it.
@@ -26,7 +29,9 @@ set -euo pipefail
 export LC_ALL=C
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-WORK=$REPO/build/rdma-core
+# shellcheck source=../tools/cache-dir.sh
+source "$REPO/tools/cache-dir.sh"
+WORK=$VT3_CACHE/rdma-core
 STAGE=
 CLEAN=0
 
@@ -180,11 +185,9 @@ fetch_crate() {
 }
 
 # Patch the copied tree: our provider next to siw, our tools next to the
-# librdmacm examples. Symlinks keep provider/ and guest-tools/ editable in place.
+# librdmacm examples (their files are copied in by sync_our_sources).
 patch_tree() {
 	local src=$1
-	ln -sfn "$REPO/provider" "$src/providers/vt3"
-	ln -sfn "$REPO/guest-tools" "$src/vt3-guest-tools"
 	sed -i -e 's|^add_subdirectory(providers/siw)$|&\nadd_subdirectory(providers/vt3)|' \
 		-e 's|^add_subdirectory(librdmacm/examples)$|&\nadd_subdirectory(vt3-guest-tools)|' \
 		"$src/CMakeLists.txt"
@@ -198,7 +201,7 @@ patch_tree() {
 # version and the code that makes it.
 prepare_source() {
 	local key crate
-	key="$CRATE-$CRATE_VERSION $(declare -f fetch_crate patch_tree | sha256sum | cut -c1-16) $REPO"
+	key="$CRATE-$CRATE_VERSION $(declare -f fetch_crate patch_tree | sha256sum | cut -c1-16)"
 	stamp_ok "$WORK/src/.vt3-stamp" "$key" && return 0
 	crate=$(fetch_crate)
 	log "unpacking rdma-core $RDMA_CORE_VERSION from $crate"
@@ -212,19 +215,36 @@ prepare_source() {
 	mv "$WORK/src.tmp" "$WORK/src"
 }
 
+# Our sources into the tree: a file is rewritten only when its content
+# differs, so ninja sees a new mtime exactly where something changed.
+sync_our_sources() {
+	local src=$WORK/src from to f
+	for pair in provider:providers/vt3 guest-tools:vt3-guest-tools guest-driver/include:vt3-include; do
+		from=$REPO/${pair%%:*} to=$src/${pair#*:}
+		[[ -L $to ]] && rm -f "$to" # trees made by older versions of this script
+		mkdir -p "$to"
+		(cd "$from" && find . -type f ! -name '*~' ! -name '*.sh' -print) | while read -r f; do
+			cmp -s "$from/$f" "$to/$f" || install -D -m 644 "$from/$f" "$to/$f"
+		done
+		# Files gone from the repository go from the tree too.
+		(cd "$to" && find . -type f -print) | while read -r f; do
+			[[ -f $from/$f ]] || rm -f "$to/$f"
+		done
+	done
+}
+
 configure() {
 	local key
 	# Build paths are mapped away so the staged bytes (build ids included) do
-	# not depend on where the repository and WORK are; of several matching
-	# maps the last wins, and WORK may be inside REPO.
-	local cflags="-ffile-prefix-map=$REPO=/usr/src/vt3"
-	cflags+=" -ffile-prefix-map=$WORK/src=/usr/src/rdma-core-$RDMA_CORE_VERSION"
+	# not depend on where WORK is.
+	local cflags="-ffile-prefix-map=$WORK/src=/usr/src/rdma-core-$RDMA_CORE_VERSION"
 	cflags+=" -ffile-prefix-map=$WORK/build=/usr/src/rdma-core-$RDMA_CORE_VERSION/build"
 	key="${CMAKE_ARGS[*]} $cflags"
 	[[ -f $WORK/build/build.ninja ]] && stamp_ok "$WORK/build/.vt3-stamp" "$key" && return 0
 	log "cmake"
 	rm -rf "$WORK/build"
 	cmake -S "$WORK/src" -B "$WORK/build" "${CMAKE_ARGS[@]}" -DCMAKE_C_FLAGS="$cflags" \
+		-DVT3_ABI_INCLUDE_DIR="$WORK/src/vt3-include" \
 		-DPYTHON_EXECUTABLE="$(command -v python3)" >"$WORK/cmake.log" 2>&1 ||
 		die "cmake failed, see $WORK/cmake.log"
 	stamp_set "$WORK/build/.vt3-stamp" "$key"
@@ -262,11 +282,13 @@ fi
 lock_work
 ensure_host_packages
 KEY="$(inputs_hash) $STAGE"
+log "inputs $(cut -d' ' -f1 <<<"$KEY")"
 if [[ -d $STAGE ]] && stamp_ok "$WORK/.stamp" "$KEY"; then
 	log "up to date: $STAGE"
 	exit 0
 fi
 prepare_source
+sync_our_sources
 configure
 build_and_stage
 stamp_set "$WORK/.stamp" "$KEY"

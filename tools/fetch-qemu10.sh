@@ -2,14 +2,16 @@
 # Unpacks QEMU 10.0 from bookworm-backports into a folder beside the system
 # QEMU (nothing is installed) and prints the path of a wrapper that runs it.
 #
-#   tools/fetch-qemu10.sh [DIR]      (default DIR: build/qemu10)
+#   tools/fetch-qemu10.sh [DIR]      (default DIR: $VT3_CACHE/qemu10)
 #
 # Needs root only to add the bookworm-backports apt source when it is
 # missing. The wrapper points QEMU at its own ROMs and at SeaBIOS.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-OUT=${1:-$ROOT/build/qemu10}
+# shellcheck source=cache-dir.sh
+source "$ROOT/tools/cache-dir.sh"
+OUT=${1:-$VT3_CACHE/qemu10}
 WRAPPER=$OUT/qemu-system-x86_64
 PACKAGES=(qemu-system-x86 qemu-system-common qemu-system-data)
 

@@ -1,0 +1,203 @@
+"""pytest fixtures for vt3 guests. In your own suite:
+
+    pytest_plugins = ["vt3lab.fixtures"]
+
+    def test_mine(vt3_pair):                  # shared boot, health-checked after
+        vt3_pair.a.check("ibv_devinfo -d vt3_0")
+
+Shared setups (`vt3_pair`, `vt3_siw`, `vt3_plain`, `single_vt3`) boot once
+and serve every scenario that asks for them; after each scenario a health
+check (vt3d holds no objects, no leftover guest processes, no kernel
+warning since the scenario began) fails the scenario if something was left
+behind, and a failed scenario gets the next one a new boot. `fresh_*`
+fixtures boot a setup of their own (for destructive scenarios: vt3d
+killed, device fatal, rmmod). Tests are run grouped by setup.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from .lab import config_from_env
+from .proc import install_signal_handlers
+from .setups import SETUPS, Setup, SingleVt3, Vt3Pair, Vt3Plain, Vt3Siw
+
+SHARED = {"vt3_plain": Vt3Plain, "single_vt3": SingleVt3, "vt3_pair": Vt3Pair, "vt3_siw": Vt3Siw}
+FRESH = {f"fresh_{k}": v for k, v in SHARED.items()}
+SETUP_ORDER = list(SHARED) + list(FRESH)
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("vt3lab")
+    g.addoption("--vt3-run-dir", help="where setups keep consoles and logs (default: a new temp dir)")
+    g.addoption("--vt3-keep", action="store_true", help="keep the run directory even when everything passed")
+    g.addoption("--case", action="append", default=[],
+                help="run only this case (the test's name without test_, '-' for '_'); repeatable")
+
+
+def case_name(item) -> str:
+    return item.originalname.removeprefix("test_").replace("_", "-")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    wanted = config.getoption("--case")
+    if wanted:
+        known = {case_name(i) for i in items}
+        unknown = [w for w in wanted if w not in known]
+        if unknown:
+            raise pytest.UsageError(f"unknown case(s) {unknown} (./run-vm.sh list)")
+        keep = [i for i in items if case_name(i) in wanted]
+        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+        items[:] = keep
+
+    def key(indexed):
+        idx, item = indexed
+        for n, fixture in enumerate(SETUP_ORDER):
+            if fixture in item.fixturenames:
+                return (n, idx)
+        return (-1, idx)
+    items[:] = [i for _, i in sorted(enumerate(items), key=key)]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, f"rep_{rep.when}", rep)
+
+
+class Lab:
+    """The session's setups: at most one shared setup lives at a time."""
+
+    def __init__(self, rundir: Path):
+        self.cfg = config_from_env()
+        self.rundir = rundir
+        self.current: Setup | None = None
+        self.failed_dirs: list[Path] = []
+        self.timings: list[tuple[str, str, float]] = []  # (setup dir, what, seconds)
+
+    def _boot(self, cls) -> Setup:
+        t0 = time.monotonic()
+        setup = cls(self.cfg, self.rundir)
+        try:
+            setup.start()
+        except BaseException:
+            self.failed_dirs.append(setup.dir)
+            raise
+        finally:
+            self.timings.append((setup.dir.name, "boot", time.monotonic() - t0))
+        return setup
+
+    def shared(self, cls) -> Setup:
+        if self.current is not None and (type(self.current) is not cls or self.current.broken):
+            self.release(self.current)
+        if self.current is None:
+            self.current = self._boot(cls)
+        return self.current
+
+    def fresh(self, cls) -> Setup:
+        if self.current is not None:
+            self.release(self.current)
+        return self._boot(cls)
+
+    def release(self, setup: Setup) -> None:
+        setup.stop()
+        if self.current is setup:
+            self.current = None
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.release(self.current)
+
+
+@pytest.fixture(scope="session")
+def lab(request):
+    install_signal_handlers()
+    opt = request.config.getoption("--vt3-run-dir")
+    rundir = Path(opt) if opt else Path(tempfile.mkdtemp(prefix="vt3-run."))
+    rundir.mkdir(parents=True, exist_ok=True)
+    the_lab = Lab(rundir)
+    request.config._vt3lab = the_lab
+    yield the_lab
+    the_lab.close()
+
+
+def _scenario(lab: Lab, request, cls, fresh: bool):
+    setup = lab.fresh(cls) if fresh else lab.shared(cls)
+    mark = setup.mark()
+    name = request.node.name
+    with open(setup.dir / "commands.log", "a") as f:
+        f.write(f"\n===== [{time.strftime('%H:%M:%S')}] scenario {name}\n")
+    t0 = time.monotonic()
+    yield setup
+    lab.timings.append((setup.dir.name, name, time.monotonic() - t0))
+    rep = getattr(request.node, "rep_call", None)
+    failed = rep is None or not rep.passed
+    problems: list[str] = []
+    if failed:
+        (setup.dir / f"failure-{name}.txt").write_text(
+            (rep.longreprtext if rep is not None else "no report") + "\n\n" + setup.dump())
+        lab.failed_dirs.append(setup.dir)
+    else:
+        try:
+            problems = setup.health(mark)
+        except Exception as e:  # a dead guest or vt3d is a health problem too
+            problems = [f"health check failed: {e}"]
+    if fresh or failed or problems:
+        setup.broken = True
+        lab.release(setup)
+    if problems:
+        lab.failed_dirs.append(setup.dir)
+        (setup.dir / f"health-{name}.txt").write_text("\n".join(problems))
+        pytest.fail("after the scenario: " + "; ".join(problems), pytrace=False)
+
+
+def _make_fixture(fixture: str, cls, fresh: bool):
+    def fx(lab, request):
+        yield from _scenario(lab, request, cls, fresh)
+    fx.__name__ = fixture
+    fx.__doc__ = f"{'A fresh' if fresh else 'The shared'} {cls.kind} setup ({cls.__doc__ or cls.kind})"
+    return pytest.fixture(fx)
+
+
+for _name, _cls in SHARED.items():
+    globals()[_name] = _make_fixture(_name, _cls, False)
+for _name, _cls in FRESH.items():
+    globals()[_name] = _make_fixture(_name, _cls, True)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    the_lab: Lab | None = getattr(config, "_vt3lab", None)
+    if the_lab is None:
+        return
+    tr = terminalreporter
+    boots = [t for t in the_lab.timings if t[1] == "boot"]
+    tr.write_sep("-", "vt3lab timings")
+    by_setup: dict[str, float] = {}
+    for d, _, secs in the_lab.timings:
+        by_setup[d] = by_setup.get(d, 0) + secs
+    for d, secs in by_setup.items():
+        n = sum(1 for t in the_lab.timings if t[0] == d and t[1] != "boot")
+        boot = next((s for dd, w, s in boots if dd == d), 0)
+        tr.write_line(f"{d:28s} boot {boot:5.0f} s, {n:2d} scenario(s), {secs:6.0f} s in all")
+    keep = config.getoption("--vt3-keep")
+    if the_lab.failed_dirs:
+        artifact = the_lab.rundir / "failed-setups.tar.gz"
+        with tarfile.open(artifact, "w:gz") as tar:
+            for d in dict.fromkeys(the_lab.failed_dirs):
+                for f in sorted(d.iterdir()):
+                    if f.is_file() and f.suffix in (".console", ".log", ".txt"):
+                        tar.add(f, arcname=f"{d.name}/{f.name}")
+        tr.write_line(f"vt3lab: failures kept in {the_lab.rundir} (consoles, vt3d logs, commands.log); "
+                      f"compact artifact {artifact}")
+    elif not keep and not os.environ.get("VT3_KEEP"):
+        shutil.rmtree(the_lab.rundir, ignore_errors=True)
+    else:
+        tr.write_line(f"vt3lab: run directory kept: {the_lab.rundir}")

@@ -1,0 +1,362 @@
+"""A QEMU guest of the vt3 test image: QEMU in its own process group, QMP,
+and the command agent of images/init (protocol: images/README.md) on its
+second serial port, reached through a unix socket."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .proc import Process, wait_for
+from .qmp import Qmp, QmpError
+
+# Serial transfer and TCG slowness on top of a command's own timeout.
+AGENT_MARGIN = 30
+KERNEL_TROUBLE = re.compile(r"WARNING:|BUG:|Oops|Call Trace|general protection fault|Kernel panic")
+# What the agent itself runs for a command; never a leftover of a scenario.
+AGENT_COMMS = {"sh", "timeout", "cat", "sleep"}
+
+
+class GuestError(Exception):
+    """A guest problem, with the tail of its console."""
+
+    def __init__(self, guest: "Guest", what: str):
+        self.guest = guest
+        super().__init__(f"{guest.name}: {what}\n--- {guest.name} console tail ---\n{guest.console_tail()}")
+
+
+class GuestDead(GuestError):
+    pass
+
+
+class CommandTimeout(GuestError):
+    pass
+
+
+class CommandFailed(AssertionError):
+    def __init__(self, guest: "Guest", cmd: str, result: "Result", what: str = ""):
+        tail = "\n".join(result.out.splitlines()[-12:])
+        super().__init__(f"{guest.name}: {what or 'command failed'} (exit {result.rc}): {cmd}\n{tail}")
+        self.result = result
+
+
+@dataclass
+class Result:
+    rc: int
+    out: str
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    def lines(self) -> list[str]:
+        return self.out.splitlines()
+
+
+@dataclass
+class Nic:
+    """vt3: vhost-user to a vt3d; dgram: a plain QEMU virtio-net on a unix
+    datagram socket pair."""
+    kind: str
+    vhost_socket: Path | None = None
+    peer_socket: Path | None = None
+
+    @staticmethod
+    def vt3(vhost_socket: Path) -> "Nic":
+        return Nic("vt3", vhost_socket=vhost_socket)
+
+    @staticmethod
+    def dgram(peer_socket: Path) -> "Nic":
+        return Nic("dgram", peer_socket=peer_socket)
+
+
+@dataclass
+class LabConfig:
+    qemu: str
+    qemu_major: int
+    accel: str
+    vmlinuz: Path
+    initrd: Path
+    vt3d: Path
+    memory: str = "512M"
+    boot_timeout: float = 240
+    lifetime: float = 3600
+
+
+class Guest:
+    def __init__(self, cfg: LabConfig, workdir: Path, name: str, nic: Nic, ip: str, mac: str,
+                 kernel_args: str = ""):
+        self.cfg = cfg
+        self.name = name
+        self.ip = ip
+        self.mac = mac
+        self.nic = nic
+        self.workdir = workdir
+        self.console = workdir / f"{name}.console"
+        self.commands_log = workdir / "commands.log"
+        self.agent_path = workdir / f"{name}.agent"
+        self.qmp_path = workdir / f"{name}.qmp"
+        self.kernel_args = kernel_args
+        self._lines: "queue.Queue[str | None]" = queue.Queue()
+        self._seq = 0
+        self.sock: socket.socket | None = None
+        self.qmp: Qmp | None = None
+        self.proc: Process | None = None
+        self.baseline_pids: set[int] = set()
+
+    # ------------------------------------------------------------ lifecycle
+
+    def qemu_argv(self) -> list[str]:
+        c = self.cfg
+        args = [c.qemu, "-accel", c.accel, "-M", "q35", "-smp", "1", "-m", c.memory,
+                "-display", "none", "-monitor", "none", "-no-reboot", "-nodefaults",
+                "-kernel", str(c.vmlinuz), "-initrd", str(c.initrd),
+                "-append", f"console=ttyS0 panic=-1 loglevel=5 vt3.name={self.name} "
+                           f"vt3.ip={self.ip}/24 {self.kernel_args}".strip(),
+                "-serial", f"file:{self.console}",
+                "-chardev", f"socket,id=agent,path={self.agent_path},server=on,wait=off",
+                "-serial", "chardev:agent",
+                "-qmp", f"unix:{self.qmp_path},server=on,wait=off"]
+        if self.nic.kind == "vt3":
+            # QEMU 7.2 under TCG segfaults in msix_set_vector_notifiers for a
+            # vhost-user virtio-net-pci with MSI-X; later QEMUs are fine.
+            intx = ",vectors=0" if c.qemu_major < 8 else ""
+            args += ["-object", f"memory-backend-memfd,id=mem,size={c.memory},share=on",
+                     "-numa", "node,memdev=mem",
+                     "-chardev", f"socket,id=vhost,path={self.nic.vhost_socket}",
+                     "-netdev", "vhost-user,id=n0,chardev=vhost",
+                     "-device", f"virtio-net-pci,netdev=n0,mac={self.mac},romfile={intx}"]
+        else:
+            args += ["-netdev", f"dgram,id=n0,local.type=unix,local.path={self.workdir / (self.name + '.dgram')},"
+                                f"remote.type=unix,remote.path={self.nic.peer_socket}",
+                     "-device", f"virtio-net-pci,netdev=n0,mac={self.mac},romfile="]
+        return args
+
+    def start(self) -> "Guest":
+        """Starts QEMU and connects to the agent and QMP; does not wait for
+        the boot (see wait_ready), so several guests boot in parallel."""
+        for p in (self.agent_path, self.qmp_path):
+            p.unlink(missing_ok=True)
+        self._lines = queue.Queue()
+        self.proc = Process(f"qemu {self.name}", self.qemu_argv(), self.workdir / f"{self.name}.qemu.log",
+                            self.cfg.lifetime)
+        if not wait_for(lambda: self.agent_path.exists() or not self.proc.alive(), 15, 0.02):
+            raise GuestDead(self, "QEMU made no agent socket")
+        if not self.proc.alive():
+            raise GuestDead(self, f"QEMU exited at once: {self.qemu_log_tail()}")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(str(self.agent_path))
+        threading.Thread(target=self._reader, args=(self.sock, self._lines), daemon=True).start()
+        try:
+            self.qmp = Qmp(self.qmp_path)
+        except (QmpError, OSError) as e:
+            raise GuestDead(self, f"QMP: {e}") from None
+        return self
+
+    @staticmethod
+    def _reader(sock: socket.socket, lines: "queue.Queue[str | None]") -> None:
+        buf = b""
+        while True:
+            try:
+                data = sock.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                lines.put(None)
+                return
+            buf += data
+            *complete, buf = buf.split(b"\n")
+            for line in complete:
+                lines.put(line.decode(errors="replace").rstrip("\r"))
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        timeout = timeout or self.cfg.boot_timeout
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise GuestDead(self, f"no agent @@READY within {timeout:.0f} s")
+            try:
+                line = self._lines.get(timeout=min(left, 1))
+            except queue.Empty:
+                if not self.alive():
+                    raise GuestDead(self, f"QEMU exited during boot: {self.qemu_log_tail()}") from None
+                continue
+            if line is None:
+                raise GuestDead(self, "agent socket closed during boot")
+            if line == "@@READY":
+                break
+        errors = [l for l in self.console_text().splitlines() if "vt3-init: ERROR" in l]
+        if errors:
+            raise GuestDead(self, "init reported errors: " + "; ".join(errors))
+        self.baseline_pids = set(self.user_processes())
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.alive()
+
+    def stop(self) -> None:
+        """Powers the guest off (quit over QMP, then the process group)."""
+        if self.qmp:
+            try:
+                if self.alive():
+                    self.qmp.execute("quit")
+            except (QmpError, OSError):
+                pass
+            self.qmp.close()
+            self.qmp = None
+        if self.sock:
+            self.sock.close()
+            self.sock = None
+        if self.proc:
+            self.proc.wait(3)
+            self.proc.stop()
+
+    # ------------------------------------------------------------- commands
+
+    def _log(self, text: str) -> None:
+        with open(self.commands_log, "a") as f:
+            f.write(text)
+
+    def run(self, cmd: str, timeout: int = 30) -> Result:
+        """Runs CMD (one line, `sh -c`) in the guest under `timeout`;
+        returns its exit status (124/143: the guest-side timeout killed
+        it) and output. Raises GuestDead or CommandTimeout (no answer
+        within timeout + AGENT_MARGIN) with the console tail."""
+        if "\n" in cmd or not cmd.strip():
+            raise ValueError("one non-empty line, please")
+        if not self.alive() or self.sock is None:
+            raise GuestDead(self, f"not running (for: {cmd})")
+        self._seq += 1
+        rid = f"{self.name}.{self._seq}.{time.monotonic_ns() % 100000}"
+        t0 = time.time()
+        self._log(f"[{time.strftime('%H:%M:%S', time.localtime(t0))}] [{self.name}]$ {cmd}\n")
+        self.sock.sendall(f"{rid} {int(timeout)} {cmd}\n".encode())
+        deadline = time.monotonic() + timeout + AGENT_MARGIN
+        out: list[str] = []
+        begun = False
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._log(f"  (no answer within {timeout + AGENT_MARGIN} s)\n")
+                raise CommandTimeout(self, f"no answer within {timeout + AGENT_MARGIN} s to: {cmd}")
+            try:
+                line = self._lines.get(timeout=min(left, 1))
+            except queue.Empty:
+                if not self.alive():
+                    raise GuestDead(self, f"QEMU exited during: {cmd}") from None
+                continue
+            if line is None:
+                raise GuestDead(self, f"agent connection closed during: {cmd}")
+            if not begun:
+                # Lines before our @@BEGIN belong to earlier, timed-out requests.
+                begun = line == f"@@BEGIN {rid}"
+                continue
+            m = re.fullmatch(rf"@@END {re.escape(rid)} (\d+)", line)
+            if m:
+                result = Result(int(m.group(1)), "\n".join(out))
+                body = "".join(f"  {l}\n" for l in out)
+                self._log(f"{body}  (exit {result.rc}, {time.time() - t0:.1f} s)\n")
+                return result
+            out.append(line)
+
+    def check(self, cmd: str, timeout: int = 30, what: str = "") -> str:
+        """Like run, but a non-zero exit status fails (CommandFailed);
+        returns the output."""
+        r = self.run(cmd, timeout)
+        if r.rc != 0:
+            raise CommandFailed(self, cmd, r, what)
+        return r.out
+
+    def spawn(self, cmd: str, tag: str, lifetime: int = 900) -> None:
+        """Starts CMD in the background in the guest, bounded by `lifetime`;
+        its output goes to /tmp/TAG.out, its exit status to /tmp/TAG.rc."""
+        quoted = cmd.replace("'", "'\\''")
+        self.check(f"rm -f /tmp/{tag}.rc; (timeout {lifetime} sh -c '{quoted}' > /tmp/{tag}.out 2>&1; "
+                   f"echo $? > /tmp/{tag}.rc) & echo $! > /tmp/{tag}.pid", 10)
+
+    def join(self, tag: str, timeout: int) -> Result:
+        """Waits for a spawned command; its exit status and output. A
+        command still running at the timeout is a CommandTimeout."""
+        r = self.run(f"i=0; while [ ! -e /tmp/{tag}.rc ] && [ $i -lt {timeout * 5} ]; do sleep 0.2; i=$((i+1)); done; "
+                     f"cat /tmp/{tag}.out; [ -e /tmp/{tag}.rc ] || exit 255; exit $(cat /tmp/{tag}.rc)",
+                     timeout + 10)
+        if r.rc == 255 and not self.run(f"[ -e /tmp/{tag}.rc ]", 10).ok:
+            raise CommandTimeout(self, f"'{tag}' still running after {timeout} s:\n{r.out[-2000:]}")
+        return r
+
+    def running(self, tag: str) -> bool:
+        return not self.run(f"[ -e /tmp/{tag}.rc ]", 10).ok
+
+    def kill(self, tag: str, sig: str = "TERM") -> None:
+        self.run(f"kill -{sig} $(cat /tmp/{tag}.pid) 2>/dev/null; pkill -{sig} -P $(cat /tmp/{tag}.pid) 2>/dev/null; true", 10)
+
+    # --------------------------------------------------------- observation
+
+    def user_processes(self) -> dict[int, str]:
+        """pid → comm of every user-space process (kernel threads have an
+        empty cmdline)."""
+        out = self.check("for p in /proc/[0-9]*; do [ -s $p/cmdline ] && echo ${p#/proc/} $(cat $p/comm 2>/dev/null); done; true", 20)
+        procs = {}
+        for line in out.splitlines():
+            pid, _, comm = line.partition(" ")
+            if pid.isdigit():
+                procs[int(pid)] = comm
+        return procs
+
+    def leftover_processes(self) -> dict[int, str]:
+        return {pid: comm for pid, comm in self.user_processes().items()
+                if pid not in self.baseline_pids and comm not in AGENT_COMMS}
+
+    def console_text(self) -> str:
+        try:
+            return self.console.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def console_mark(self) -> tuple[int, int]:
+        """Where the console is now: (inode, size); a rebooted guest has a
+        new console file."""
+        try:
+            st = self.console.stat()
+            return (st.st_ino, st.st_size)
+        except OSError:
+            return (0, 0)
+
+    def console_since(self, mark: tuple[int, int]) -> str:
+        try:
+            with open(self.console, "rb") as f:
+                if os.fstat(f.fileno()).st_ino == mark[0]:
+                    f.seek(mark[1])
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def kernel_trouble_since(self, mark: tuple[int, int]) -> list[str]:
+        return [l for l in self.console_since(mark).splitlines() if KERNEL_TROUBLE.search(l)]
+
+    def console_tail(self, lines: int = 25) -> str:
+        return "\n".join(self.console_text().splitlines()[-lines:])
+
+    def qemu_log_tail(self, lines: int = 5) -> str:
+        try:
+            return "\n".join((self.workdir / f"{self.name}.qemu.log").read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def set_link(self, up: bool) -> None:
+        """The NIC's link as the guest sees it (QMP set_link)."""
+        assert self.qmp
+        self.qmp.execute("set_link", name="n0", up=up)
+
+    def status(self) -> str:
+        assert self.qmp
+        return self.qmp.execute("query-status")["status"]
+
+    def __repr__(self) -> str:
+        return f"Guest({self.name}, {self.ip})"

@@ -1,0 +1,233 @@
+"""Ready setups of vt3d processes and guests, for the lab's tests and for
+anyone's pytest suite:
+
+    Vt3Pair    two vt3 guests, each behind its own vt3d, the vt3d wired together
+    Vt3Siw     a vt3 guest (a) and a siw guest (b) on a plain QEMU NIC
+    Vt3Plain   a vt3 guest (a, vt3.ko loaded) beside a plain QEMU guest (b)
+    SingleVt3  one vt3 guest whose uplink leads nowhere
+    SiwPair    two siw guests, each behind its own vt3d (the bench's anchor)
+
+A setup boots its guests in parallel; `health()` says what a scenario left
+behind (objects in vt3d, processes in a guest, kernel warnings), so one
+boot can serve many scenarios."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from .guest import Guest, LabConfig, Nic
+from .vt3d import Vt3d
+
+A_IP, B_IP = "10.77.0.1", "10.77.0.2"
+A_MAC, B_MAC = "52:54:00:77:00:01", "52:54:00:77:00:02"
+KMOD = "/lib/modules/$(uname -r)/extra"
+
+_serial = itertools.count(1)
+
+
+class Setup:
+    kind = "setup"
+
+    def __init__(self, cfg: LabConfig, rundir: Path):
+        self.cfg = cfg
+        self.dir = rundir / f"{next(_serial):02d}-{self.kind}"
+        self.dir.mkdir(parents=True)
+        self.vt3d: dict[str, Vt3d] = {}
+        self.guests: dict[str, Guest] = {}
+        self.broken = False
+
+    # Subclasses: build() makes vt3ds and guests (not started), ready() after boot.
+    def build(self) -> None:
+        raise NotImplementedError
+
+    def ready(self) -> None:
+        pass
+
+    def start(self) -> "Setup":
+        try:
+            self.build()
+            for g in self.guests.values():
+                g.start()
+            for g in self.guests.values():
+                g.wait_ready()
+            self.ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def add_vt3d(self, name: str, uplink: str, mac: str, *extra: str) -> Vt3d:
+        d = Vt3d(self.cfg.vt3d, self.dir, name, uplink, mac, *extra, lifetime=self.cfg.lifetime)
+        self.vt3d[name] = d
+        return d
+
+    def add_guest(self, name: str, nic: Nic, ip: str, mac: str, kernel_args: str = "") -> Guest:
+        g = Guest(self.cfg, self.dir, name, nic, ip, mac, kernel_args)
+        self.guests[name] = g
+        return g
+
+    def up(self, name: str) -> str:
+        return str(self.dir / f"{name}.up")
+
+    def __getattr__(self, name: str):
+        # setup.a, setup.b: the guests; setup.vt3a: a vt3d.
+        guests = self.__dict__.get("guests", {})
+        if name in guests:
+            return guests[name]
+        vt3d = self.__dict__.get("vt3d", {})
+        if name in vt3d:
+            return vt3d[name]
+        raise AttributeError(name)
+
+    def restart_guest(self, name: str) -> Guest:
+        """Powers guest NAME off and boots it again with the same NIC."""
+        old = self.guests[name]
+        old.stop()
+        n = len(list(self.dir.glob(f"{name}.console*")))
+        old.console.rename(self.dir / f"{name}.console.{n}")
+        new = Guest(self.cfg, self.dir, name, old.nic, old.ip, old.mac, old.kernel_args)
+        self.guests[name] = new
+        new.start()
+        new.wait_ready()
+        return new
+
+    # ---------------------------------------------------------- scenarios
+
+    def mark(self) -> dict[str, tuple[int, int]]:
+        return {n: g.console_mark() for n, g in self.guests.items()}
+
+    def health(self, mark: dict[str, tuple[int, int]]) -> list[str]:
+        """What the last scenario left behind; empty when the setup is as
+        it was. Leftover processes are killed."""
+        problems = []
+        for name, d in self.vt3d.items():
+            if not d.alive():
+                problems.append(f"vt3d {name} is not running")
+                continue
+            held = d.wait_no_objects()
+            if held:
+                problems.append(f"vt3d {name} still holds {held}")
+        for name, g in self.guests.items():
+            if not g.alive():
+                problems.append(f"guest {name} is not running")
+                continue
+            left = g.leftover_processes()
+            if left:
+                problems.append(f"guest {name}: leftover processes {sorted(left.items())}")
+                g.run("kill -9 " + " ".join(map(str, left)) + " 2>/dev/null; true", 10)
+            trouble = g.kernel_trouble_since(mark.get(name, (0, 0)))
+            if trouble:
+                problems.append(f"guest {name}: kernel trouble: {trouble[0]}")
+        return problems
+
+    def dump(self) -> str:
+        """What every vt3d and guest holds (for a failure, taken at once)."""
+        out = []
+        for d in self.vt3d.values():
+            if d.alive():
+                out.append(d.dump())
+        for g in self.guests.values():
+            if g.alive():
+                try:
+                    r = g.run("rdma res show qp; rdma res show cm_id; ps; dmesg | tail -n 30", 20)
+                    out.append(f"=== guest {g.name}\n{r.out}")
+                except Exception as e:  # a dump never hides the failure
+                    out.append(f"=== guest {g.name}: {e}")
+        return "\n".join(out)
+
+    def stop(self) -> None:
+        for g in self.guests.values():
+            g.stop()
+        for d in self.vt3d.values():
+            d.stop()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.dir})"
+
+
+def wait_device(g: Guest, device: str = "vt3_0") -> None:
+    g.check(f"for i in $(seq 100); do [ -e /sys/class/infiniband/{device} ] && exit 0; sleep 0.2; done; "
+            "dmesg | tail -20; exit 1", 40, f"no {device}")
+
+
+def debug_vt3(g: Guest) -> None:
+    """vt3.ko's dynamic debug messages into the log (for failures)."""
+    g.check("mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug; "
+            "echo 'module vt3 +p' > /sys/kernel/debug/dynamic_debug/control", 10)
+
+
+class Vt3Pair(Setup):
+    kind = "vt3-pair"
+
+    def build(self) -> None:
+        self.add_vt3d("vt3a", f"unix-dgram:{self.up('vt3a')},{self.up('vt3b')}", A_MAC)
+        self.add_vt3d("vt3b", f"unix-dgram:{self.up('vt3b')},{self.up('vt3a')}", B_MAC)
+        self.add_guest("a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, "vt3.driver=1")
+        self.add_guest("b", Nic.vt3(self.vt3b.socket), B_IP, B_MAC, "vt3.driver=1")
+
+    def ready(self) -> None:
+        for g in (self.a, self.b):
+            wait_device(g)
+            debug_vt3(g)
+        self.a.check(f"ping -c 2 -W 5 {B_IP}", 60)
+
+
+class Vt3Siw(Setup):
+    """a: vt3 (vt3.ko on vt3d's NIC); b: siw on a plain QEMU NIC."""
+    kind = "vt3-siw"
+
+    def build(self) -> None:
+        self.add_vt3d("vt3a", f"unix-dgram:{self.up('vt3a')},{self.dir / 'b.dgram'}", A_MAC)
+        self.add_guest("a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, "vt3.driver=1")
+        self.add_guest("b", Nic.dgram(Path(self.up("vt3a"))), B_IP, B_MAC, "vt3.siw=1")
+
+    def ready(self) -> None:
+        wait_device(self.a)
+        debug_vt3(self.a)
+        wait_device(self.b, "siw0")
+
+
+class Vt3Plain(Setup):
+    """a: vt3 guest with vt3.ko, vt3d carrying up to 9000-byte MTUs; b: a
+    plain QEMU guest on the same segment."""
+    kind = "vt3-plain"
+    vt3d_args: tuple[str, ...] = ("--mtu", "9000")
+
+    def build(self) -> None:
+        self.add_vt3d("vt3a", f"unix-dgram:{self.up('vt3a')},{self.dir / 'b.dgram'}", A_MAC, *self.vt3d_args)
+        self.add_guest("a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, "vt3.driver=1")
+        self.add_guest("b", Nic.dgram(Path(self.up("vt3a"))), B_IP, B_MAC)
+
+    def ready(self) -> None:
+        wait_device(self.a)
+
+
+class SingleVt3(Setup):
+    """One vt3 guest with vt3.ko; its uplink leads nowhere."""
+    kind = "single-vt3"
+
+    def build(self) -> None:
+        self.add_vt3d("vt3a", f"unix-dgram:{self.up('vt3a')},{self.dir / 'nobody.dgram'}", A_MAC)
+        self.add_guest("a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, "vt3.driver=1")
+
+    def ready(self) -> None:
+        wait_device(self.a)
+
+
+class SiwPair(Vt3Pair):
+    """Two siw guests, each behind its own vt3d (vt3d only as their NIC)."""
+    kind = "siw-pair"
+
+    def build(self) -> None:
+        super().build()
+        for g in self.guests.values():
+            g.kernel_args = "vt3.siw=1"
+
+    def ready(self) -> None:
+        for g in (self.a, self.b):
+            wait_device(g, "siw0")
+        self.a.check(f"ping -c 2 -W 5 {B_IP}", 60)
+
+
+SETUPS = {cls.kind: cls for cls in (Vt3Pair, Vt3Siw, Vt3Plain, SingleVt3, SiwPair)}

@@ -1,0 +1,106 @@
+"""A vt3d process: `vt3d serve` with its management socket, and `ctl`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from .proc import Process, wait_for
+
+RNIC_OBJECTS = ("pd", "mr", "cq", "qp")
+
+
+class Vt3dError(Exception):
+    pass
+
+
+class Vt3d:
+    def __init__(self, binary: Path, workdir: Path, name: str, uplink: str, mac: str,
+                 *extra: str, lifetime: float = 3600):
+        self.binary = Path(binary)
+        self.name = name
+        self.socket = workdir / f"{name}.vhost"
+        self.mgmt = workdir / f"{name}.mgmt"
+        self.log = workdir / f"{name}.vt3d.log"
+        argv = [str(self.binary), "serve", "--socket", str(self.socket), "--mgmt", str(self.mgmt),
+                "--uplink", uplink, "--mac", mac, *extra]
+        self.proc = Process(f"vt3d {name}", argv, self.log, lifetime,
+                            env={"RUST_LOG": os.environ.get("RUST_LOG", "info")})
+        if not wait_for(lambda: self.socket.exists() or not self.proc.alive(), 10):
+            raise Vt3dError(f"vt3d {name}: no socket after 10 s")
+        if not self.proc.alive():
+            raise Vt3dError(f"vt3d {name} exited: {self.log_tail()}")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def ctl_raw(self, *args: str, timeout: float = 10) -> subprocess.CompletedProcess:
+        return subprocess.run([str(self.binary), "ctl", "--mgmt", str(self.mgmt), "--json", *map(str, args)],
+                              capture_output=True, text=True, timeout=timeout)
+
+    def ctl(self, *args: str, timeout: float = 10):
+        """`vt3d ctl --json ARGS`, parsed; raises Vt3dError with vt3d's
+        reason when it answers an error."""
+        r = self.ctl_raw(*args, timeout=timeout)
+        try:
+            value = json.loads(r.stdout) if r.stdout.strip() else None
+        except json.JSONDecodeError:
+            raise Vt3dError(f"ctl {' '.join(args)}: not JSON: {r.stdout[:200]!r} {r.stderr[:200]!r}") from None
+        if r.returncode != 0 or (isinstance(value, dict) and "error" in value):
+            reason = value.get("error") if isinstance(value, dict) else r.stderr.strip()
+            raise Vt3dError(f"ctl {' '.join(args)}: exit {r.returncode}: {reason}")
+        return value
+
+    def stats(self) -> dict:
+        return self.ctl("stats")
+
+    def objects(self) -> dict[str, int]:
+        s = self.stats()
+        return {k: s[f"rnic.{k}"] for k in RNIC_OBJECTS}
+
+    def held(self) -> dict[str, int]:
+        """The RDMA objects vt3d still holds (empty when none)."""
+        return {k: n for k, n in self.objects().items() if n}
+
+    def wait_no_objects(self, timeout: float = 15) -> dict[str, int]:
+        """Until vt3d holds no PD/MR/CQ/QP (teardown is asynchronous);
+        returns what is still held at the deadline."""
+        held: dict[str, int] = {}
+
+        def none():
+            nonlocal held
+            held = self.held()
+            return not held
+        wait_for(none, timeout, 0.5)
+        return held
+
+    def dump(self) -> str:
+        out = []
+        for table in ("qps", "tcb", "stats"):
+            try:
+                out.append(f"=== {self.name} {table}\n{json.dumps(self.ctl(table), indent=1)}")
+            except (Vt3dError, subprocess.TimeoutExpired) as e:
+                out.append(f"=== {self.name} {table}: {e}")
+        return "\n".join(out)
+
+    def main_pid(self) -> int:
+        return self.proc.pid
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        os.kill(self.proc.pid, sig)
+
+    def alive(self) -> bool:
+        return self.proc.alive()
+
+    def stop(self) -> int | None:
+        return self.proc.stop()
