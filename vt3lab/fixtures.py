@@ -147,7 +147,7 @@ def _scenario(lab: Lab, request, cls, fresh: bool):
         lab.failed_dirs.append(setup.dir)
     else:
         try:
-            problems = setup.health(mark)
+            problems = setup.health(mark, destructive=fresh)
         except Exception as e:  # a dead guest or vt3d is a health problem too
             problems = [f"health check failed: {e}"]
     if fresh or failed or problems:

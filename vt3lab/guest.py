@@ -294,7 +294,13 @@ class Guest:
         return not self.run(f"[ -e /tmp/{tag}.rc ]", 10).ok
 
     def kill(self, tag: str, sig: str = "TERM") -> None:
-        self.run(f"kill -{sig} $(cat /tmp/{tag}.pid) 2>/dev/null; pkill -{sig} -P $(cat /tmp/{tag}.pid) 2>/dev/null; true", 10)
+        """Signals a spawned command: every process under its wrapper
+        (which lives on to record the exit status)."""
+        # No pgrep in the image: children from /proc/PID/stat (field 4 is the parent).
+        self.check("kids() { for p in /proc/[0-9]*; do read -r _ _ _ pp _ < $p/stat 2>/dev/null && "
+                   "[ \"$pp\" = $1 ] && echo ${p#/proc/}; done; }; "
+                   f"k() {{ for c in $(kids $1); do k $c; done; [ $1 = $top ] || kill -{sig} $1 2>/dev/null; }}; "
+                   f"top=$(cat /tmp/{tag}.pid) && k $top; true", 10)
 
     # --------------------------------------------------------- observation
 

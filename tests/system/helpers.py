@@ -28,7 +28,7 @@ def no_objects(setup: Setup, when: str) -> None:
 
 def summary(out: str, prog: str) -> tuple[int, int]:
     """(passed, failed) from a tool's closing 'PROG…: N passed, N failed'."""
-    m = re.findall(rf"^{re.escape(prog)}.*?(\d+) passed, (\d+) failed", out, re.M)
+    m = re.findall(rf"{re.escape(prog)}.*?(\d+) passed, (\d+) failed", out)
     assert m, f"{prog} printed no summary:\n{out[-1500:]}"
     return int(m[-1][0]), int(m[-1][1])
 
