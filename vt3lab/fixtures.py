@@ -38,6 +38,7 @@ def pytest_addoption(parser):
     g = parser.getgroup("vt3lab")
     g.addoption("--vt3-run-dir", help="where setups keep consoles and logs (default: a new temp dir)")
     g.addoption("--vt3-keep", action="store_true", help="keep the run directory even when everything passed")
+    g.addoption("--vt3-list", action="store_true", help="print the cases (name, setup, description) and exit")
     g.addoption("--case", action="append", default=[],
                 help="run only this case (the test's name without test_, '-' for '_'); repeatable")
 
@@ -64,6 +65,25 @@ def pytest_collection_modifyitems(session, config, items):
                 return (n, idx)
         return (-1, idx)
     items[:] = [i for _, i in sorted(enumerate(items), key=key)]
+
+
+def setup_of(item) -> str:
+    return next((f for f in SETUP_ORDER if f in item.fixturenames), "-")
+
+
+def pytest_collection_finish(session):
+    if not session.config.getoption("--vt3-list"):
+        return
+    seen = set()
+    for item in session.items:
+        name = case_name(item)
+        if name in seen:
+            continue
+        seen.add(name)
+        doc = (item.function.__doc__ or "").strip().splitlines()
+        marks = ",".join(m.name for m in item.iter_markers() if m.name in ("qemu10", "soak"))
+        print(f"{name:24s} {setup_of(item):18s} {doc[0] if doc else ''}{'  [' + marks + ']' if marks else ''}")
+    pytest.exit("listed", 0)
 
 
 @pytest.hookimpl(hookwrapper=True)
