@@ -45,8 +45,9 @@ die() {
 [ -f "$IMAGES/initramfs.cpio.gz" ] || die "no base image in $IMAGES (run images/build.sh first)"
 KVER=$(cat "$IMAGES/kver")
 KDIR=$(cat "$IMAGES/kbuild-dir")
-WORK=$VT3_CACHE/overlay
-STAGE=$VT3_CACHE/rdma-core/stage
+# A build of the overlay per images directory (tools/mutants.sh builds its own).
+WORK=$IMAGES/overlay-work
+STAGE=${VT3_RDMA_CORE_WORK:-$VT3_CACHE/rdma-core}/stage
 OUT=$IMAGES/initramfs-vt3.cpio.gz
 
 build_module() {

@@ -31,7 +31,7 @@ export LC_ALL=C
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=../tools/cache-dir.sh
 source "$REPO/tools/cache-dir.sh"
-WORK=$VT3_CACHE/rdma-core
+WORK=${VT3_RDMA_CORE_WORK:-$VT3_CACHE/rdma-core}
 STAGE=
 CLEAN=0
 

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Deliberately broken builds must turn the suite red, for the right reason
+# (DESIGN.md §7.6). Each mutant is a patched copy of this checkout in a temp
+# dir, with its own images, rdma-core build and cargo target dir (copies of
+# the caches, so only what the patch touches is rebuilt; the shared caches
+# are never written). Not part of CI: `./run-vm.sh mutants [NAME…]`.
+#
+#   skip-flush     libvt3 never flushes the last WR of a queue
+#   double-flush   libvt3 delivers the last flush of a queue twice
+#   cqe-after-err  vt3d writes a CQE for an outstanding receive after it set
+#                  the QP's error flag
+#
+# A mutant is KILLED when the cases fail and the failure report names the
+# broken rule (REASON, a regex); SURVIVED when they pass; WRONG-REASON when
+# they fail for something else. Exit 0 only when every mutant was killed.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=cache-dir.sh
+source "$ROOT/tools/cache-dir.sh"
+CASES=(flush-datapath flush-local flush-rst)
+OUT=$ROOT/build/mutants
+
+declare -A FILE ANCHOR REPLACEMENT REASON
+FILE[skip-flush]=provider/cq.c
+ANCHOR[skip-flush]='		wq->flush_pos++;
+		if (!e->signaled)
+			continue;'
+REPLACEMENT[skip-flush]='		wq->flush_pos++;
+		if (!e->signaled || wq->flush_pos == wq->prod) /* MUTANT */
+			continue;'
+REASON[skip-flush]='not every WR completed|completions, expected|expected [0-9]+'
+
+FILE[double-flush]=provider/cq.c
+ANCHOR[double-flush]='			.qp_num = wq->qp->ibv_qp.qp_num,
+		};'
+REPLACEMENT[double-flush]='			.qp_num = wq->qp->ibv_qp.qp_num,
+		};
+		if (n < num && wq->flush_pos == wq->prod) { /* MUTANT */
+			wc[n] = wc[n - 1];
+			n++;
+		}'
+REASON[double-flush]='completed twice|duplicate|an extra'
+
+FILE[cqe-after-err]=device/src/rnic/datapath.rs
+ANCHOR[cqe-after-err]='        publish_state(mem, qp.status_addr, to);'
+REPLACEMENT[cqe-after-err]='        publish_state(mem, qp.status_addr, to);
+        // MUTANT: the first outstanding receive completes after the error flag.
+        let late = (to == QpState::Error && qp.rq_work.consumed != qp.rq_work.fetched)
+            .then(|| qp.rq.entry_addr(qp.rq_work.consumed))
+            .flatten()
+            .and_then(|a| mem.read_obj::<RqWqe>(a).ok())
+            .map(|w| (qp.recv_cqn, w.wr_id.to_native()));
+        if let Some((cqn, wr_id)) = late {
+            let c = Completion { qpn, queue: WorkQueue::Recv, wr_id, opcode: engine::WcOpcode::Recv,
+                status: WcStatus::Success, byte_len: 0, invalidated_stag: None, solicited: false, signaled: true };
+            self.post_cqe(mem, cqn, &wqe::cqe(&c), false);
+        }
+        let Some(qp) = self.qps.get_mut(qpn) else { return };'
+REASON[cqe-after-err]='completed twice|after a FLUSH_ERR|order or duplicate|an extra'
+
+log() { printf '[mutants] %s\n' "$*" >&2; }
+
+# mutate NAME DIR: the patch, or a clear error when its anchor moved.
+mutate() {
+	local name=$1 dir=$2
+	ANCHOR=${ANCHOR[$name]} REPLACEMENT=${REPLACEMENT[$name]} /usr/bin/python3 - "$dir/${FILE[$name]}" <<'PY'
+import os, sys
+path = sys.argv[1]
+src = open(path).read()
+anchor, repl = os.environ["ANCHOR"], os.environ["REPLACEMENT"]
+if src.count(anchor) != 1:
+    sys.exit(f"mutants: the anchor is not in {path} exactly once: update tools/mutants.sh")
+open(path, "w").write(src.replace(anchor, repl))
+PY
+}
+
+run_mutant() {
+	local name=$1 dir out
+	dir=$(mktemp -d "${TMPDIR:-/tmp}/vt3-mutant-$name.XXXXXX")
+	out=$OUT/$name
+	rm -rf "$out" && mkdir -p "$out"
+	log "$name: copying the checkout and the caches to $dir"
+	(cd "$ROOT" && git ls-files -z | xargs -0 cp --parents -t "$dir")
+	mutate "$name" "$dir" || return 2
+	mkdir -p "$dir/images" "$dir/target"
+	cp -a "$VT3_CACHE/images/." "$dir/images/"
+	rm -f "$dir/images/initramfs-vt3.cpio.gz"
+	cp -a "$VT3_CACHE/rdma-core" "$dir/rdma-core"
+	[ "${FILE[$name]#device/}" = "${FILE[$name]}" ] || cp -a "$VT3_CACHE/target/release" "$dir/target/"
+	log "$name: ${CASES[*]} with the mutant (log: $out/run.log)"
+	local rc=0
+	(cd "$dir" && VT3_IMAGES=$dir/images VT3_RDMA_CORE_WORK=$dir/rdma-core CARGO_TARGET_DIR=$dir/target \
+		./run-vm.sh test "${CASES[@]}") >"$out/run.log" 2>&1 || rc=$?
+	cp -a "$dir/build/test-results/." "$out/" 2>/dev/null || true
+	local reasons
+	reasons=$(cat "$out"/system/failure-*.txt "$out"/system/*/failure-*.txt 2>/dev/null | grep -E "FAIL|Error|assert" | head -n 20 || true)
+	if [ "$rc" -eq 0 ]; then
+		RESULT[$name]="SURVIVED: $(tail -n 1 "$out/run.log")"
+	elif grep -qE "${REASON[$name]}" "$out/run.log" "$out"/system/*/failure-*.txt 2>/dev/null; then
+		RESULT[$name]="KILLED: $(tail -n 1 "$out/run.log"); reason: $(grep -ohE "${REASON[$name]}[^\"]{0,80}" "$out/run.log" "$out"/system/*/failure-*.txt 2>/dev/null | head -n 1)"
+	else
+		RESULT[$name]="WRONG-REASON: $(tail -n 1 "$out/run.log"); first failures: $(printf '%s' "$reasons" | head -n 3 | tr '\n' ' ')"
+	fi
+	rm -rf "$dir"
+}
+
+declare -A RESULT
+names=("$@")
+[ ${#names[@]} -gt 0 ] || names=(skip-flush double-flush cqe-after-err)
+for n in "${names[@]}"; do
+	[ -n "${FILE[$n]:-}" ] || { log "unknown mutant $n (skip-flush double-flush cqe-after-err)"; exit 2; }
+	run_mutant "$n" || RESULT[$n]="ERROR: could not build the mutant"
+done
+killed=0
+for n in "${names[@]}"; do
+	printf '%-14s %s\n' "$n" "${RESULT[$n]}"
+	[[ ${RESULT[$n]} == KILLED* ]] && killed=$((killed + 1))
+done
+echo "$killed of ${#names[@]} mutants killed"
+[ "$killed" -eq ${#names[@]} ]
