@@ -103,6 +103,7 @@ def _on_signal(signum, _frame):
 
 def install_signal_handlers() -> None:
     if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _on_signal)  # even when started with SIGINT ignored
         signal.signal(signal.SIGTERM, _on_signal)
         signal.signal(signal.SIGHUP, _on_signal)
 

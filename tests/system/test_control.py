@@ -16,6 +16,7 @@ VT3_UVERBS_CHECKS = 35
 VT3_KTEST_CHECKS = 29
 
 
+@pytest.mark.qemu10
 def test_devinfo(vt3_plain):
     """ibv_devices/ibv_devinfo -v show vt3_0: iWARP, PORT_ACTIVE, the device limits"""
     a = vt3_plain.a

@@ -3,6 +3,8 @@ plain QEMU guest (b)."""
 
 import re
 
+import pytest
+
 from helpers import A_IP, B_IP, rping_between
 from vt3lab import KMOD
 from vt3lab.setups import wait_device
@@ -19,6 +21,7 @@ def ping(g, ip, n, size=None):
     assert f"{n} packets transmitted, {n} packets received" in out, out
 
 
+@pytest.mark.qemu10
 def test_nic_ping(vt3_plain):
     """ping (and 9000-byte jumbo ping, unfragmented) between a vt3 guest and a plain guest"""
     a, b = vt3_plain.a, vt3_plain.b
@@ -74,6 +77,7 @@ def test_siw_over_vt3(vt3_plain):
         wait_device(a)
 
 
+@pytest.mark.qemu10
 def test_vt3_restart(vt3_plain):
     """QEMU restarted against the same vt3d; the NIC works again"""
     pid = vt3_plain.vt3a.pid
