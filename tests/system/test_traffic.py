@@ -1,0 +1,192 @@
+"""Traffic between guests: rping with verified data, perftest over
+rdma_cm, rdma-core's rdma_cm examples, many connections at once (ported
+from run-vm.sh and tests/traffic-cases.sh)."""
+
+import re
+
+import pytest
+
+from helpers import A_IP, count, no_objects, perftest, wait_rdma_listen
+
+SIZES = (1, 64, 4096, 65536, 1048576)
+TOOLS = ("ib_send_bw", "ib_write_bw", "ib_read_bw")
+# (server, client): b serves a, then a serves b.
+DIRECTIONS = {"a-to-b": ("b", "a"), "b-to-a": ("a", "b")}
+
+
+def tail(text: str, n: int = 15) -> str:
+    return "\n".join(text.splitlines()[-n:])
+
+
+def iters_for(size: int) -> int:
+    return 20 if size >= 65536 else 200
+
+
+# All an rping says on stderr when it ends well: the client disconnects
+# after its last ping; the server, which loops until then, hears it while
+# it waits for the next ping (state 10: DISCONNECTED, exit 0).
+RPING_CLEAN_END = {
+    "client": ["client DISCONNECT EVENT..."],
+    "server": ["server DISCONNECT EVENT...", "wait for RDMA_READ_ADV state 10"],
+}
+
+
+def ping_numbers(out: str, prefix: str) -> list[int]:
+    return [int(n) for n in re.findall(rf"^{prefix}ping data: rdma-ping-(\d+): ", out, re.M)]
+
+
+def rping_verified(server, client, pings: int) -> None:
+    """rping -V (data verified) from CLIENT to SERVER: both ends exit 0,
+    each prints pings 0..PINGS-1 once and in order, and nothing on stderr
+    but its clean end. (stderr is kept apart: written unbuffered
+    between two blocks of stdout, it splits a ping line in two.)"""
+    server.spawn(f"rping -s -a {server.ip} -C {pings} -V -v 2> /tmp/rping-srv.err", "rping-srv", 900)
+    wait_rdma_listen(server, 7174)
+    c = client.run(f"rping -c -a {server.ip} -C {pings} -V -v 2> /tmp/rping-cli.err", 900)
+    c_err = client.check("cat /tmp/rping-cli.err", 10)
+    assert c.rc == 0, f"rping client on {client.name}: exit {c.rc}:\n{tail(c.out, 5)}\n{c_err}"
+    s = server.join("rping-srv", 60)
+    s_err = server.check("cat /tmp/rping-srv.err", 10)
+    assert s.rc == 0, f"rping server on {server.name}: exit {s.rc}:\n{tail(s.out, 5)}\n{s_err}"
+    for who, out, err, prefix in (("client", c.out, c_err, ""), ("server", s.out, s_err, "server ")):
+        seen = ping_numbers(out, prefix)
+        assert seen == list(range(pings)), \
+            f"rping {who} printed {len(seen)} pings, want 0..{pings - 1} in order:\n{tail(out, 5)}"
+        assert err.splitlines() == RPING_CLEAN_END[who], f"rping {who}'s stderr:\n{tail(err)}"
+
+
+def perf(setup, server: str, client: str, tool: str, size: int) -> float:
+    """One perftest run (helpers.perftest: both ends exit 0, the client
+    prints its result line); then the server's result line too, and no
+    line of either saying fail or error (perftest reports some failures,
+    e.g. "Failed to disconnect RDMA CM connection.", and exits 0)."""
+    s, c = setup.guests[server], setup.guests[client]
+    iters = iters_for(size)
+    bw = perftest(s, c, tool, size, iters, setup=setup)
+    what = f"{tool} -s {size}: {client}→{server}"
+    for g, tag in ((c, "pt-cli"), (s, "pt-srv")):
+        out = g.check(f"cat /tmp/{tag}.out", 10)
+        bad = [l for l in out.splitlines() if re.search(r"fail|error", l, re.I)]
+        assert not bad, f"{what}: {g.name} ({tag}): " + "; ".join(bad[:3])
+        # #bytes #iterations BW-peak BW-average MsgRate: every message
+        # counted, at a rate above zero (BW in MB/s with two decimals is
+        # 0.00 for 1-byte messages under TCG; the Mpps rate has six).
+        rows = re.findall(rf"^\s*{size}\s+(\d+)\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s*$", out, re.M)
+        assert rows, f"{what}: {g.name} ({tag}): no result line:\n{tail(out)}"
+        done, rate = int(rows[-1][0]), float(rows[-1][1])
+        assert done == iters and rate > 0, f"{what}: {g.name} ({tag}): {done} of {iters} iterations, {rate} Mpps"
+    return bw
+
+
+def perf_matrix(setup, direction: str, tool: str) -> None:
+    server, client = DIRECTIONS[direction]
+    results = [f"{client}→{server} {tool} {size} {perf(setup, server, client, tool, size):.2f} MB/s"
+               for size in SIZES]
+    print("\n" + "\n".join(results))
+    no_objects(setup, f"after {tool} {client}→{server}")
+
+
+# ------------------------------------------------------------------ rping
+
+@pytest.mark.qemu10
+def test_rping_vt3_vt3(vt3_pair):
+    """rping -V, 1000 iterations, between two vt3 guests"""
+    rping_verified(vt3_pair.b, vt3_pair.a, 1000)
+    no_objects(vt3_pair, "after rping")
+
+
+def test_rping_vt3_siw(vt3_siw):
+    """rping -V: vt3 client, siw server"""
+    rping_verified(vt3_siw.b, vt3_siw.a, 100)
+    no_objects(vt3_siw, "after rping")
+
+
+def test_rping_siw_vt3(vt3_siw):
+    """rping -V: siw client, vt3 server"""
+    rping_verified(vt3_siw.a, vt3_siw.b, 100)
+    no_objects(vt3_siw, "after rping")
+
+
+# --------------------------------------------------------------- perftest
+
+@pytest.mark.parametrize("tool", TOOLS)
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_perftest_vt3_vt3(vt3_pair, direction, tool):
+    """ib_send/write/read_bw -R, 1 B to 1 MiB, both directions, two vt3 guests"""
+    perf_matrix(vt3_pair, direction, tool)
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_perftest_vt3_siw(vt3_siw, direction, tool):
+    """ib_send/write/read_bw -R, 1 B to 1 MiB, both directions, vt3 and siw"""
+    perf_matrix(vt3_siw, direction, tool)
+
+
+@pytest.mark.qemu10
+def test_perftest_qemu10(vt3_pair):
+    """ib_write_bw -R, 64 KiB, a→b, two vt3 guests (the perftest run for QEMU 10)"""
+    bw = perf(vt3_pair, "b", "a", "ib_write_bw", 65536)
+    print(f"\na→b ib_write_bw 65536 {bw:.2f} MB/s")
+    no_objects(vt3_pair, "after ib_write_bw")
+
+
+# ------------------------------------------------------- rdma_cm examples
+
+def test_rdma_cm_examples(vt3_pair):
+    """rdma_server/rdma_client both ways and ucmatose with 8 connections, two vt3 guests"""
+    for sname, cname in (("a", "b"), ("b", "a")):
+        server, client = vt3_pair.guests[sname], vt3_pair.guests[cname]
+        server.spawn("rdma_server", "rs", 120)
+        wait_rdma_listen(server, 7471)
+        c = client.run(f"rdma_client -s {server.ip}", 120)
+        assert c.rc == 0 and "rdma_client: end 0" in c.out, \
+            f"rdma_client on {cname}: exit {c.rc}:\n{tail(c.out)}"
+        s = server.join("rs", 30)
+        assert s.rc == 0 and "rdma_server: end 0" in s.out, \
+            f"rdma_server on {sname}: exit {s.rc}:\n{tail(s.out)}"
+    # ucmatose: 8 connections, 100 messages each way on each.
+    a, b = vt3_pair.a, vt3_pair.b
+    a.spawn("ucmatose -c 8 -C 100", "uc", 300)
+    wait_rdma_listen(a, 7471)
+    c = b.run(f"ucmatose -s {A_IP} -c 8 -C 100", 300)
+    assert c.rc == 0, f"ucmatose client: exit {c.rc}:\n{tail(c.out)}"
+    s = a.join("uc", 60)
+    assert s.rc == 0, f"ucmatose server: exit {s.rc}:\n{tail(s.out)}"
+    # "test complete" comes on failure too: the transfers and the status count.
+    for who, r in (("client", c), ("server", s)):
+        for want in ("data transfers complete", "test complete", "return status 0"):
+            assert want in r.out, f"ucmatose {who}: no '{want}':\n{tail(r.out)}"
+        bad = [l for l in r.out.splitlines() if re.search(r"fail|error", l, re.I)]
+        assert not bad, f"ucmatose {who}: " + "; ".join(bad[:3])
+    assert "disconnected" in s.out, f"ucmatose server: no 'disconnected':\n{tail(s.out)}"
+    no_objects(vt3_pair, "after the examples")
+
+
+# ---------------------------------------------------- many connections
+
+MC_CONNS, MC_ROUNDS, MC_BYTES = 64, 20, 4096  # vt3-multiconn's -m default
+
+
+def test_multi_conn(vt3_pair):
+    """64 concurrent connections between two vt3 guests, each moving verified data"""
+    # vt3-multiconn: one thread per connection; SEND checked by the
+    # server, RDMA WRITE back checked by the client, every round.
+    a, b = vt3_pair.a, vt3_pair.b
+    n, rounds = MC_CONNS, MC_ROUNDS
+    a.spawn(f"vt3-multiconn -s -n {n} -r {rounds}", "mc", 600)
+    wait_rdma_listen(a, 7474)
+    c = b.run(f"vt3-multiconn -c {A_IP} -n {n} -r {rounds}", 600)
+    s = a.join("mc", 120)
+    want = n * rounds * MC_BYTES
+    for who, r in (("client", c), ("server", s)):
+        assert r.rc == 0, f"vt3-multiconn {who}: exit {r.rc}:\n{tail(r.out)}"
+        m = re.findall(rf"^vt3-multiconn: {who}: (\d+) connections, (\d+) rounds, (\d+) bytes verified, "
+                       rf"(\d+) failed in [\d.]+ s$", r.out, re.M)
+        assert len(m) == 1, f"vt3-multiconn {who}: no summary:\n{tail(r.out)}"
+        conns, rnds, verified, failed = map(int, m[0])
+        assert (conns, rnds, failed) == (n, rounds, 0), f"vt3-multiconn {who}: {m[0]}"
+        assert verified == want, f"vt3-multiconn {who}: {verified} bytes verified, want {want}"
+        assert count(r.out, r"^vt3-multiconn: connection \d+: ") == 0, f"vt3-multiconn {who}:\n{tail(r.out)}"
+    print(f"\n{n} connections × {rounds} rounds, {want} bytes verified each side")
+    no_objects(vt3_pair, "after the connections")
