@@ -151,14 +151,15 @@ prepare() {
 # ------------------------------------------------------------------ tests
 
 # pytest NAME ARGS…: the full-system tests; JUnit XML in RESULTS/NAME.xml,
-# a failed run's consoles and logs in RESULTS/NAME/.
+# a failed run's consoles and logs in RESULTS/NAME/. VT3_PYTEST_ARGS: more
+# pytest options (e.g. --maxfail=1).
 run_pytest() {
 	local name=$1
 	shift
 	mkdir -p "$RESULTS"
 	rm -rf "${RESULTS:?}/$name" "$RESULTS/$name.xml"
-	(cd "$ROOT" && "$PYTHON" -m pytest tests/system -v --junitxml="$RESULTS/$name.xml" \
-		--vt3-run-dir "$RESULTS/$name" "${KEEP_ARGS[@]}" "$@")
+	(cd "$ROOT" && "$PYTHON" -m pytest tests/system -v --durations=20 --junitxml="$RESULTS/$name.xml" \
+		--vt3-run-dir "$RESULTS/$name" "${KEEP_ARGS[@]}" ${VT3_PYTEST_ARGS:-} "$@")
 }
 
 # The closing line of a JUnit file: passed = run and neither failed, errored

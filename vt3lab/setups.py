@@ -157,7 +157,7 @@ def wait_device(g: Guest, device: str = "vt3_0") -> None:
 
 def debug_vt3(g: Guest) -> None:
     """vt3.ko's dynamic debug messages into the log (for failures)."""
-    g.check("mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug; "
+    g.check("grep -q ' /sys/kernel/debug debugfs ' /proc/mounts || mount -t debugfs none /sys/kernel/debug; "
             "echo 'module vt3 +p' > /sys/kernel/debug/dynamic_debug/control", 10)
 
 

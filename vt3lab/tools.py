@@ -20,19 +20,42 @@ def wait_rdma_listen(g: Guest, port: int | None = None, timeout: int = 60) -> No
             "rdma res show cm_id; exit 1", timeout + 5, "no rdma_cm listen")
 
 
-def rping_between(server: Guest, client: Guest, pings: int, verify: bool = True) -> str:
-    """rping (-V: data verified) from CLIENT to SERVER; both ends must exit
-    0 and the client must print every ping."""
+# What rping prints on stderr at a clean end, and nothing else.
+RPING_CLEAN_END = {
+    "client": ["client DISCONNECT EVENT..."],
+    "server": ["server DISCONNECT EVENT...", "wait for RDMA_READ_ADV state 10"],
+}
+
+
+def tail(text: str, n: int = 15) -> str:
+    return "\n".join(text.splitlines()[-n:])
+
+
+def ping_numbers(out: str, prefix: str) -> list[int]:
+    return [int(n) for n in re.findall(rf"^{prefix}ping data: rdma-ping-(\d+): ", out, re.M)]
+
+
+def rping_between(server: Guest, client: Guest, pings: int, verify: bool = True, port: int = 7174) -> str:
+    """rping (-V: data verified) from CLIENT to SERVER: both ends exit 0,
+    each prints pings 0..PINGS-1 once and in order, and nothing on stderr
+    but its clean end. (stderr is kept apart: written unbuffered between
+    two blocks of stdout, it would split a ping line in two.) Returns the
+    client's output."""
     v = "-V" if verify else ""
-    server.spawn(f"rping -s -a {server.ip} -C {pings} {v} -v", "rping-srv", 900)
-    wait_rdma_listen(server)
-    r = client.run(f"rping -c -a {server.ip} -C {pings} {v} -v", 900)
-    assert r.rc == 0, f"rping client exit {r.rc}:\n{r.out[-800:]}"
-    seen = count(r.out, r"ping data: ")
-    assert seen == pings, f"rping client printed {seen} of {pings} pings"
+    server.spawn(f"rping -s -a {server.ip} -p {port} -C {pings} {v} -v 2> /tmp/rping-srv.err", "rping-srv", 900)
+    wait_rdma_listen(server, port)
+    c = client.run(f"rping -c -a {server.ip} -p {port} -C {pings} {v} -v 2> /tmp/rping-cli.err", 900)
+    c_err = client.check("cat /tmp/rping-cli.err", 10)
+    assert c.rc == 0, f"rping client on {client.name}: exit {c.rc}:\n{tail(c.out, 5)}\n{c_err}"
     s = server.join("rping-srv", 60)
-    assert s.rc == 0, f"rping server exit {s.rc}:\n{s.out[-800:]}"
-    return r.out
+    s_err = server.check("cat /tmp/rping-srv.err", 10)
+    assert s.rc == 0, f"rping server on {server.name}: exit {s.rc}:\n{tail(s.out, 5)}\n{s_err}"
+    for who, out, err, prefix in (("client", c.out, c_err, ""), ("server", s.out, s_err, "server ")):
+        seen = ping_numbers(out, prefix)
+        assert seen == list(range(pings)), \
+            f"rping {who} printed {len(seen)} pings, want 0..{pings - 1} in order:\n{tail(out, 5)}"
+        assert err.splitlines() == RPING_CLEAN_END[who], f"rping {who}'s stderr:\n{tail(err)}"
+    return c.out
 
 
 def perftest(server: Guest, client: Guest, tool: str, size: int, iters: int, extra: str = "",

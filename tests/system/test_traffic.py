@@ -1,12 +1,12 @@
 """Traffic between guests: rping with verified data, perftest over
-rdma_cm, rdma-core's rdma_cm examples, many connections at once (ported
-from run-vm.sh and tests/traffic-cases.sh)."""
+rdma_cm, rdma-core's rdma_cm examples, many connections at once."""
 
 import re
 
 import pytest
 
-from helpers import A_IP, count, no_objects, perftest, wait_rdma_listen
+from helpers import A_IP, count, no_objects, perftest, rping_between, wait_rdma_listen
+from vt3lab.tools import tail
 
 SIZES = (1, 64, 4096, 65536, 1048576)
 TOOLS = ("ib_send_bw", "ib_write_bw", "ib_read_bw")
@@ -14,45 +14,10 @@ TOOLS = ("ib_send_bw", "ib_write_bw", "ib_read_bw")
 DIRECTIONS = {"a-to-b": ("b", "a"), "b-to-a": ("a", "b")}
 
 
-def tail(text: str, n: int = 15) -> str:
-    return "\n".join(text.splitlines()[-n:])
-
-
 def iters_for(size: int) -> int:
     return 20 if size >= 65536 else 200
 
 
-# All an rping says on stderr when it ends well: the client disconnects
-# after its last ping; the server, which loops until then, hears it while
-# it waits for the next ping (state 10: DISCONNECTED, exit 0).
-RPING_CLEAN_END = {
-    "client": ["client DISCONNECT EVENT..."],
-    "server": ["server DISCONNECT EVENT...", "wait for RDMA_READ_ADV state 10"],
-}
-
-
-def ping_numbers(out: str, prefix: str) -> list[int]:
-    return [int(n) for n in re.findall(rf"^{prefix}ping data: rdma-ping-(\d+): ", out, re.M)]
-
-
-def rping_verified(server, client, pings: int) -> None:
-    """rping -V (data verified) from CLIENT to SERVER: both ends exit 0,
-    each prints pings 0..PINGS-1 once and in order, and nothing on stderr
-    but its clean end. (stderr is kept apart: written unbuffered
-    between two blocks of stdout, it splits a ping line in two.)"""
-    server.spawn(f"rping -s -a {server.ip} -C {pings} -V -v 2> /tmp/rping-srv.err", "rping-srv", 900)
-    wait_rdma_listen(server, 7174)
-    c = client.run(f"rping -c -a {server.ip} -C {pings} -V -v 2> /tmp/rping-cli.err", 900)
-    c_err = client.check("cat /tmp/rping-cli.err", 10)
-    assert c.rc == 0, f"rping client on {client.name}: exit {c.rc}:\n{tail(c.out, 5)}\n{c_err}"
-    s = server.join("rping-srv", 60)
-    s_err = server.check("cat /tmp/rping-srv.err", 10)
-    assert s.rc == 0, f"rping server on {server.name}: exit {s.rc}:\n{tail(s.out, 5)}\n{s_err}"
-    for who, out, err, prefix in (("client", c.out, c_err, ""), ("server", s.out, s_err, "server ")):
-        seen = ping_numbers(out, prefix)
-        assert seen == list(range(pings)), \
-            f"rping {who} printed {len(seen)} pings, want 0..{pings - 1} in order:\n{tail(out, 5)}"
-        assert err.splitlines() == RPING_CLEAN_END[who], f"rping {who}'s stderr:\n{tail(err)}"
 
 
 def perf(setup, server: str, client: str, tool: str, size: int) -> float:
@@ -91,19 +56,19 @@ def perf_matrix(setup, direction: str, tool: str) -> None:
 @pytest.mark.qemu10
 def test_rping_vt3_vt3(vt3_pair):
     """rping -V, 1000 iterations, between two vt3 guests"""
-    rping_verified(vt3_pair.b, vt3_pair.a, 1000)
+    rping_between(vt3_pair.b, vt3_pair.a, 1000)
     no_objects(vt3_pair, "after rping")
 
 
 def test_rping_vt3_siw(vt3_siw):
     """rping -V: vt3 client, siw server"""
-    rping_verified(vt3_siw.b, vt3_siw.a, 100)
+    rping_between(vt3_siw.b, vt3_siw.a, 100)
     no_objects(vt3_siw, "after rping")
 
 
 def test_rping_siw_vt3(vt3_siw):
     """rping -V: siw client, vt3 server"""
-    rping_verified(vt3_siw.a, vt3_siw.b, 100)
+    rping_between(vt3_siw.a, vt3_siw.b, 100)
     no_objects(vt3_siw, "after rping")
 
 
