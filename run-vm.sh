@@ -58,7 +58,7 @@ ensure_host_packages() {
 	# vt3-uverbs is linked statically (images/overlay.sh): libc.a.
 	[ -f /usr/lib/x86_64-linux-gnu/libc.a ] || missing+=(libc6-dev)
 	# Debian's own Python and pytest (not whatever python3 is first on PATH).
-	"$PYTHON" -c 'import pytest' 2>/dev/null || missing+=(python3 python3-pytest)
+	"$PYTHON" -c 'import pytest, xdist' 2>/dev/null || missing+=(python3 python3-pytest python3-pytest-xdist)
 	[ ${#missing[@]} -eq 0 ] && return 0
 	if [ "$(id -u)" -ne 0 ]; then
 		die "missing host packages: ${missing[*]} (run as root to install them, or: apt-get install ${missing[*]})"
@@ -153,12 +153,17 @@ prepare() {
 # pytest NAME ARGS…: the full-system tests; JUnit XML in RESULTS/NAME.xml,
 # a failed run's consoles and logs in RESULTS/NAME/. VT3_PYTEST_ARGS: more
 # pytest options (e.g. --maxfail=1).
+# Setups run JOBS at a time (pytest-xdist, one worker each; default 2: the
+# guests leave a 2-core host half idle, waiting on each other).
+JOBS=${VT3_JOBS:-2}
+
 run_pytest() {
-	local name=$1
+	local name=$1 parallel=()
 	shift
 	mkdir -p "$RESULTS"
 	rm -rf "${RESULTS:?}/$name" "$RESULTS/$name.xml"
-	(cd "$ROOT" && "$PYTHON" -m pytest tests/system -v --durations=20 --junitxml="$RESULTS/$name.xml" \
+	[ "$JOBS" -le 1 ] || parallel=(-n "$JOBS" --dist loadgroup)
+	(cd "$ROOT" && "$PYTHON" -m pytest tests/system -v "${parallel[@]}" --durations=20 --junitxml="$RESULTS/$name.xml" \
 		--vt3-run-dir "$RESULTS/$name" "${KEEP_ARGS[@]}" ${VT3_PYTEST_ARGS:-} "$@")
 }
 

@@ -16,6 +16,7 @@ killed, device fatal, rmmod). Tests are run grouped by setup.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tarfile
@@ -29,7 +30,9 @@ from .lab import config_from_env
 from .proc import install_signal_handlers
 from .setups import SETUPS, Setup, SingleVt3, Vt3Pair, Vt3Plain, Vt3Siw
 
-SHARED = {"vt3_plain": Vt3Plain, "single_vt3": SingleVt3, "vt3_pair": Vt3Pair, "vt3_siw": Vt3Siw}
+# The biggest session first: under pytest-xdist it starts while the other
+# worker takes the rest.
+SHARED = {"vt3_pair": Vt3Pair, "vt3_plain": Vt3Plain, "single_vt3": SingleVt3, "vt3_siw": Vt3Siw}
 FRESH = {f"fresh_{k}": v for k, v in SHARED.items()}
 SETUP_ORDER = list(SHARED) + list(FRESH)
 
@@ -47,6 +50,7 @@ def case_name(item) -> str:
     return item.originalname.removeprefix("test_").replace("_", "-")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(session, config, items):
     wanted = config.getoption("--case")
     if wanted:
@@ -65,6 +69,11 @@ def pytest_collection_modifyitems(session, config, items):
                 return (n, idx)
         return (-1, idx)
     items[:] = [i for _, i in sorted(enumerate(items), key=key)]
+    # pytest-xdist (--dist loadgroup): a shared setup's scenarios stay on
+    # one worker, in this order; each fresh one may go anywhere.
+    for item in items:
+        fixture = setup_of(item)
+        item.add_marker(pytest.mark.xdist_group(fixture if fixture in SHARED else item.name))
 
 
 def setup_of(item) -> str:
@@ -147,11 +156,15 @@ def lab(request):
     request.config._vt3lab = the_lab
     yield the_lab
     the_lab.close()
+    # For the summary, which under pytest-xdist runs in another process.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    (rundir / f"lab-{worker}.json").write_text(json.dumps(
+        {"timings": the_lab.timings, "failed_dirs": [str(d) for d in dict.fromkeys(the_lab.failed_dirs)]}))
 
 
 def _scenario(lab: Lab, request, cls, fresh: bool):
     setup = lab.fresh(cls) if fresh else lab.shared(cls)
-    mark = setup.mark()
+    setup.mark_scenario()
     name = request.node.name
     with open(setup.dir / "commands.log", "a") as f:
         f.write(f"\n===== [{time.strftime('%H:%M:%S')}] scenario {name}\n")
@@ -167,7 +180,7 @@ def _scenario(lab: Lab, request, cls, fresh: bool):
         lab.failed_dirs.append(setup.dir)
     else:
         try:
-            problems = setup.health(mark, destructive=fresh)
+            problems = setup.health(setup.scenario_mark, destructive=fresh)
         except Exception as e:  # a dead guest or vt3d is a health problem too
             problems = [f"health check failed: {e}"]
     if fresh or failed or problems:
@@ -193,31 +206,47 @@ for _name, _cls in FRESH.items():
     globals()[_name] = _make_fixture(_name, _cls, True)
 
 
+def pytest_configure(config):
+    opt = config.getoption("--vt3-run-dir", None)
+    config._vt3_rundir = Path(opt) if opt else None
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    the_lab: Lab | None = getattr(config, "_vt3lab", None)
-    if the_lab is None:
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller sums up
+        return
+    lab: Lab | None = getattr(config, "_vt3lab", None)
+    rundir = lab.rundir if lab is not None else config._vt3_rundir
+    if rundir is None or not rundir.is_dir():
+        return
+    timings, failed_dirs = [], []
+    for record in sorted(rundir.glob("lab-*.json")):
+        data = json.loads(record.read_text())
+        timings += [tuple(t) for t in data["timings"]]
+        failed_dirs += [Path(d) for d in data["failed_dirs"]]
+    if not timings:
         return
     tr = terminalreporter
-    boots = [t for t in the_lab.timings if t[1] == "boot"]
     tr.write_sep("-", "vt3lab timings")
-    by_setup: dict[str, float] = {}
-    for d, _, secs in the_lab.timings:
-        by_setup[d] = by_setup.get(d, 0) + secs
-    for d, secs in by_setup.items():
-        n = sum(1 for t in the_lab.timings if t[0] == d and t[1] != "boot")
-        boot = next((s for dd, w, s in boots if dd == d), 0)
-        tr.write_line(f"{d:28s} boot {boot:5.0f} s, {n:2d} scenario(s), {secs:6.0f} s in all")
-    keep = config.getoption("--vt3-keep")
-    if the_lab.failed_dirs:
-        artifact = the_lab.rundir / "failed-setups.tar.gz"
+    by_setup: dict[str, list[float]] = {}
+    for d, what, secs in timings:
+        row = by_setup.setdefault(d, [0.0, 0, 0.0])
+        if what == "boot":
+            row[0] += secs
+        else:
+            row[1] += 1
+            row[2] += secs
+    for d, (boot, n, secs) in sorted(by_setup.items()):
+        tr.write_line(f"{d:32s} boot {boot:5.0f} s, {n:2d} scenario(s), {secs:6.0f} s of scenarios")
+    if failed_dirs:
+        artifact = rundir / "failed-setups.tar.gz"
         with tarfile.open(artifact, "w:gz") as tar:
-            for d in dict.fromkeys(the_lab.failed_dirs):
+            for d in dict.fromkeys(failed_dirs):
                 for f in sorted(d.iterdir()):
-                    if f.is_file() and f.suffix in (".console", ".log", ".txt"):
+                    if f.is_file() and (f.suffix in (".log", ".txt") or ".console" in f.name):
                         tar.add(f, arcname=f"{d.name}/{f.name}")
-        tr.write_line(f"vt3lab: failures kept in {the_lab.rundir} (consoles, vt3d logs, commands.log); "
+        tr.write_line(f"vt3lab: failures kept in {rundir} (consoles, vt3d logs, commands.log); "
                       f"compact artifact {artifact}")
-    elif not keep and not os.environ.get("VT3_KEEP"):
-        shutil.rmtree(the_lab.rundir, ignore_errors=True)
+    elif not config.getoption("--vt3-keep") and exitstatus == 0:
+        shutil.rmtree(rundir, ignore_errors=True)
     else:
-        tr.write_line(f"vt3lab: run directory kept: {the_lab.rundir}")
+        tr.write_line(f"vt3lab: run directory kept: {rundir}")

@@ -14,6 +14,7 @@ boot can serve many scenarios."""
 from __future__ import annotations
 
 import itertools
+import os
 from pathlib import Path
 
 from .guest import Guest, LabConfig, Nic
@@ -31,7 +32,9 @@ class Setup:
 
     def __init__(self, cfg: LabConfig, rundir: Path):
         self.cfg = cfg
-        self.dir = rundir / f"{next(_serial):02d}-{self.kind}"
+        # pytest-xdist workers share the run directory: gw0-01-vt3-pair, …
+        worker = os.environ.get("PYTEST_XDIST_WORKER")
+        self.dir = rundir / f"{worker + '-' if worker else ''}{next(_serial):02d}-{self.kind}"
         self.dir.mkdir(parents=True)
         self.vt3d: dict[str, Vt3d] = {}
         self.guests: dict[str, Guest] = {}
@@ -95,7 +98,13 @@ class Setup:
     # ---------------------------------------------------------- scenarios
 
     def mark(self) -> dict[str, tuple[int, int]]:
+        """Where every guest's console is now; the fixtures keep the mark
+        of the running scenario in `scenario_mark` (a scenario that makes
+        kernel noise on purpose moves it on with mark_scenario())."""
         return {n: g.console_mark() for n, g in self.guests.items()}
+
+    def mark_scenario(self) -> None:
+        self.scenario_mark = self.mark()
 
     def health(self, mark: dict[str, tuple[int, int]], destructive: bool = False) -> list[str]:
         """What the last scenario left behind; empty when the setup is as
