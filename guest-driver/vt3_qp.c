@@ -676,12 +676,11 @@ int vt3_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	/*
 	 * librdmacm's rdma_disconnect() moves the QP to SQD before it calls
 	 * iw_cm_disconnect(); after the peer closed, the connection may be
-	 * over already (vt3d answers the peer's FIN itself) and the QP in
-	 * ERR. iw_cm takes a disconnect in that state (IDLE) as done: so
-	 * does the QP, as siw's does.
+	 * over already (vt3d answers the peer's FIN itself), or still ending,
+	 * and the QP in ERR. iw_cm takes a disconnect then as done: so does
+	 * the QP, as siw's does in ERROR.
 	 */
-	if (cur == IB_QPS_ERR && next == IB_QPS_SQD &&
-	    qp->conn == VT3_CONN_NONE && !(mask & ~IB_QP_STATE))
+	if (cur == IB_QPS_ERR && next == IB_QPS_SQD && !(mask & ~IB_QP_STATE))
 		goto out;
 	if ((mask & IB_QP_CUR_STATE && attr->cur_qp_state != cur) ||
 	    !vt3_transition_ok(cur, next)) {

@@ -568,6 +568,14 @@ fn a_closed_qp_leaves_its_leftovers_to_the_provider() {
     }));
     assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::CloseComplete as u32, 0)]);
     assert_eq!(s.sim.b.qp_status(&s.qb).rq_cons.to_native(), 0, "the receive is the provider's to flush");
+    // The peer's graceful disconnect after the close completed (its driver
+    // had not heard of it yet): done, not an error, and nothing changes.
+    assert!(s.sim.run_until(Duration::from_secs(5), |sim| {
+        sim.a.qp_status(&s.qa).state.to_native() == QpState::Idle as u32
+    }));
+    let now = s.sim.now;
+    assert_eq!(s.sim.a.cmd(now, Cmd::Disconnect, &CmdDisconnect { qpn: s.qa.qpn.into(), abort: 0.into() }), Ok(Vec::new()));
+    assert_eq!(s.sim.a.qp_status(&s.qa).state.to_native(), QpState::Idle as u32);
     // Posting to the closed QP: nothing is fetched (the provider flushes it).
     let now = s.sim.now;
     s.sim.b.post_recv(now, &mut s.qb, 2, &b_local, 0, 4096);

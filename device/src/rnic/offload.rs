@@ -441,14 +441,18 @@ impl Rnic {
             _ => return Err(Status::Invalid),
         };
         let offload = self.offload.as_mut().ok_or(Status::State)?;
-        let state = self.qps.get(qpn).ok_or(Status::NotFound)?.state;
+        let qp = self.qps.get(qpn).ok_or(Status::NotFound)?;
+        let (state, spent) = (qp.state, qp.spent);
         if abort {
             offload.engine.modify_qp(now, qpn, engine::QpState::Error).map_err(status)?;
         } else {
             match state {
                 QpState::Rts => {}
-                // The connection is ending already.
+                // The connection is ending already, or is over: the peer's
+                // close completed before the driver heard of it (librdmacm's
+                // rdma_disconnect() after the peer's FIN). Nothing to do.
                 QpState::Closing | QpState::Terminate | QpState::Error => return Ok(Vec::new()),
+                QpState::Idle if spent => return Ok(Vec::new()),
                 QpState::Idle => return Err(Status::State),
             }
             self.fetch(mem, qpn, WorkQueue::Send);
