@@ -28,7 +28,7 @@ import pytest
 
 from .lab import config_from_env
 from .proc import install_signal_handlers
-from .setups import SETUPS, Setup, SingleVt3, Vt3Pair, Vt3Plain, Vt3Siw
+from .setups import Setup, SingleVt3, Vt3Pair, Vt3Plain, Vt3Siw
 
 # The biggest session first: under pytest-xdist it starts while the other
 # worker takes the rest.

@@ -70,7 +70,8 @@ class Setup:
         self.guests[name] = g
         return g
 
-    def up(self, name: str) -> str:
+    def uplink_socket(self, name: str) -> str:
+        """The unix datagram socket of vt3d NAME's uplink."""
         return str(self.dir / f"{name}.up")
 
     def __getattr__(self, name: str):
@@ -125,6 +126,9 @@ class Setup:
                 if not destructive:
                     problems.append(f"guest {name} is not running")
                 continue
+            status = g.status()
+            if status != "running":
+                problems.append(f"guest {name}: QEMU says {status}")
             left = g.leftover_processes()
             if left:
                 problems.append(f"guest {name}: leftover processes {sorted(left.items())}")
@@ -174,8 +178,8 @@ class Vt3Pair(Setup):
     kind = "vt3-pair"
 
     def build(self) -> None:
-        self.add_vt3d("vt3a", f"unix-dgram:{self.up('vt3a')},{self.up('vt3b')}", A_MAC)
-        self.add_vt3d("vt3b", f"unix-dgram:{self.up('vt3b')},{self.up('vt3a')}", B_MAC)
+        self.add_vt3d("vt3a", f"unix-dgram:{self.uplink_socket('vt3a')},{self.uplink_socket('vt3b')}", A_MAC)
+        self.add_vt3d("vt3b", f"unix-dgram:{self.uplink_socket('vt3b')},{self.uplink_socket('vt3a')}", B_MAC)
         self.add_guest("a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, "vt3.driver=1")
         self.add_guest("b", Nic.vt3(self.vt3b.socket), B_IP, B_MAC, "vt3.driver=1")
 
@@ -191,9 +195,9 @@ class Vt3Siw(Setup):
     kind = "vt3-siw"
 
     def build(self) -> None:
-        self.add_vt3d("vt3a", f"unix-dgram:{self.up('vt3a')},{self.dir / 'b.dgram'}", A_MAC)
+        self.add_vt3d("vt3a", f"unix-dgram:{self.uplink_socket('vt3a')},{self.dir / 'b.dgram'}", A_MAC)
         self.add_guest("a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, "vt3.driver=1")
-        self.add_guest("b", Nic.dgram(Path(self.up("vt3a"))), B_IP, B_MAC, "vt3.siw=1")
+        self.add_guest("b", Nic.dgram(Path(self.uplink_socket("vt3a"))), B_IP, B_MAC, "vt3.siw=1")
 
     def ready(self) -> None:
         wait_device(self.a)
@@ -208,9 +212,9 @@ class Vt3Plain(Setup):
     vt3d_args: tuple[str, ...] = ("--mtu", "9000")
 
     def build(self) -> None:
-        self.add_vt3d("vt3a", f"unix-dgram:{self.up('vt3a')},{self.dir / 'b.dgram'}", A_MAC, *self.vt3d_args)
+        self.add_vt3d("vt3a", f"unix-dgram:{self.uplink_socket('vt3a')},{self.dir / 'b.dgram'}", A_MAC, *self.vt3d_args)
         self.add_guest("a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, "vt3.driver=1")
-        self.add_guest("b", Nic.dgram(Path(self.up("vt3a"))), B_IP, B_MAC)
+        self.add_guest("b", Nic.dgram(Path(self.uplink_socket("vt3a"))), B_IP, B_MAC)
 
     def ready(self) -> None:
         wait_device(self.a)
@@ -221,7 +225,7 @@ class SingleVt3(Setup):
     kind = "single-vt3"
 
     def build(self) -> None:
-        self.add_vt3d("vt3a", f"unix-dgram:{self.up('vt3a')},{self.dir / 'nobody.dgram'}", A_MAC)
+        self.add_vt3d("vt3a", f"unix-dgram:{self.uplink_socket('vt3a')},{self.dir / 'nobody.dgram'}", A_MAC)
         self.add_guest("a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, "vt3.driver=1")
 
     def ready(self) -> None:

@@ -93,9 +93,6 @@ class Vt3d:
                 out.append(f"=== {self.name} {table}: {e}")
         return "\n".join(out)
 
-    def main_pid(self) -> int:
-        return self.proc.pid
-
     def kill(self, sig: int = signal.SIGKILL) -> None:
         os.kill(self.proc.pid, sig)
 
