@@ -151,14 +151,28 @@ class Guest:
             raise GuestDead(self, "QEMU made no agent socket")
         if not self.proc.alive():
             raise GuestDead(self, f"QEMU exited at once: {self.qemu_log_tail()}")
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(str(self.agent_path))
+        self.sock = self._connect_agent()
         threading.Thread(target=self._reader, args=(self.sock, self._lines), daemon=True).start()
         try:
             self.qmp = Qmp(self.qmp_path)
         except (QmpError, OSError) as e:
             raise GuestDead(self, f"QMP: {e}") from None
         return self
+
+    def _connect_agent(self, timeout: float = 15) -> socket.socket:
+        # QEMU binds the socket before it listens: a refused connect in
+        # between is retried.
+        deadline = time.monotonic() + timeout
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(str(self.agent_path))
+                return sock
+            except ConnectionRefusedError:
+                sock.close()
+                if time.monotonic() > deadline or not self.alive():
+                    raise GuestDead(self, "the agent socket refused every connection") from None
+                time.sleep(0.02)
 
     @staticmethod
     def _reader(sock: socket.socket, lines: "queue.Queue[str | None]") -> None:
