@@ -3,6 +3,7 @@
 //! share (the control EtherType from the guest; offloaded TCP from the
 //! uplink, which the backend hands to the RNIC's engine).
 
+pub mod guest_frames;
 pub mod virtio;
 
 use std::fmt;
@@ -62,8 +63,10 @@ pub struct NicStats {
     pub tx_bytes: AtomicU64,
     pub tx_malformed_chains: AtomicU64,
     pub tx_uplink_errors: AtomicU64,
-    /// Sends that had to wait for room at the peer (backpressure).
-    pub tx_uplink_waits: AtomicU64,
+    /// Frames that found the uplink full and waited for writability.
+    pub tx_uplink_queued: AtomicU64,
+    /// Frames dropped because the uplink's send queue was full too.
+    pub tx_uplink_dropped: AtomicU64,
     pub tx_runts: AtomicU64,
     pub control_frames: AtomicU64,
     pub rx_frames: AtomicU64,
@@ -72,7 +75,18 @@ pub struct NicStats {
     pub rx_dropped_no_room: AtomicU64,
     pub rx_dropped_oversize: AtomicU64,
     pub rx_dropped_control: AtomicU64,
+    /// Frames for the guest dropped, oldest first, while the RX ring had
+    /// no buffers and the held-frame queue was full.
+    pub rx_dropped_backlog: AtomicU64,
     pub rx_filtered: AtomicU64,
+    /// Times a virtqueue was found broken (an impossible available index,
+    /// ring memory gone) and left alone until the frontend resets it.
+    pub tx_queue_broken: AtomicU64,
+    pub rx_queue_broken: AtomicU64,
+    /// Times a wake-up spent its budget with work left (it resumes on its
+    /// own; a steady count means a guest or peer keeps vt3d saturated).
+    pub tx_budget_yields: AtomicU64,
+    pub rx_budget_yields: AtomicU64,
     /// Frames of offloaded connections, from and to the uplink.
     pub toe_rx_frames: AtomicU64,
     pub toe_tx_frames: AtomicU64,
@@ -83,14 +97,15 @@ impl NicStats {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub fn rows(&self) -> [(&'static str, u64); 16] {
+    pub fn rows(&self) -> [(&'static str, u64); 22] {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         [
             ("tx_frames", g(&self.tx_frames)),
             ("tx_bytes", g(&self.tx_bytes)),
             ("tx_malformed_chains", g(&self.tx_malformed_chains)),
             ("tx_uplink_errors", g(&self.tx_uplink_errors)),
-            ("tx_uplink_waits", g(&self.tx_uplink_waits)),
+            ("tx_uplink_queued", g(&self.tx_uplink_queued)),
+            ("tx_uplink_dropped", g(&self.tx_uplink_dropped)),
             ("tx_runts", g(&self.tx_runts)),
             ("control_frames", g(&self.control_frames)),
             ("rx_frames", g(&self.rx_frames)),
@@ -99,7 +114,12 @@ impl NicStats {
             ("rx_dropped_no_room", g(&self.rx_dropped_no_room)),
             ("rx_dropped_oversize", g(&self.rx_dropped_oversize)),
             ("rx_dropped_control", g(&self.rx_dropped_control)),
+            ("rx_dropped_backlog", g(&self.rx_dropped_backlog)),
             ("rx_filtered", g(&self.rx_filtered)),
+            ("tx_queue_broken", g(&self.tx_queue_broken)),
+            ("rx_queue_broken", g(&self.rx_queue_broken)),
+            ("tx_budget_yields", g(&self.tx_budget_yields)),
+            ("rx_budget_yields", g(&self.rx_budget_yields)),
             ("toe_rx_frames", g(&self.toe_rx_frames)),
             ("toe_tx_frames", g(&self.toe_tx_frames)),
         ]
@@ -121,8 +141,8 @@ impl fmt::Display for NicStats {
 #[derive(Debug)]
 pub struct Nic {
     uplink: Box<dyn Uplink>,
-    /// The peer left a full queue unread for a whole send wait.
-    uplink_stalled: std::sync::atomic::AtomicBool,
+    /// Frames waiting for the uplink to become writable.
+    send_queue: Mutex<uplink::SendQueue>,
     /// Unicast frames for other MACs are filtered when set.
     mac: Option<MacAddr>,
     mtu: usize,
@@ -143,7 +163,7 @@ impl Nic {
         let kick = EventFd::new(EFD_NONBLOCK).map_err(|e| log::warn!("no kick eventfd: {e}")).ok();
         Self {
             uplink,
-            uplink_stalled: std::sync::atomic::AtomicBool::new(false),
+            send_queue: Mutex::new(uplink::SendQueue::default()),
             mac,
             mtu,
             stats: NicStats::default(),
@@ -224,12 +244,53 @@ impl Nic {
         }
     }
 
+    /// Sends a frame, or holds it while the uplink is full (never waits).
     fn send_uplink(&self, frame: &[u8]) -> std::io::Result<()> {
-        let (result, waited) = uplink::send_with_backpressure(self.uplink.as_ref(), frame, &self.uplink_stalled);
-        if waited {
-            NicStats::add(&self.stats.tx_uplink_waits, 1);
+        let sent = self.send_queue().send(self.uplink.as_ref(), frame);
+        match sent {
+            uplink::Sent::Now => Ok(()),
+            uplink::Sent::Queued => {
+                NicStats::add(&self.stats.tx_uplink_queued, 1);
+                Ok(())
+            }
+            uplink::Sent::Dropped => {
+                NicStats::add(&self.stats.tx_uplink_dropped, 1);
+                Err(std::io::ErrorKind::WouldBlock.into())
+            }
+            uplink::Sent::Failed(e) => Err(e),
         }
-        result
+    }
+
+    fn send_queue(&self) -> MutexGuard<'_, uplink::SendQueue> {
+        self.send_queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Sends held frames while the uplink takes them (it polled writable);
+    /// returns whether none is left.
+    pub fn flush_uplink(&self) -> bool {
+        let mut queue = self.send_queue();
+        if queue.is_empty() {
+            return true;
+        }
+        let empty = queue.flush(self.uplink.as_ref());
+        NicStats::add(&self.stats.tx_uplink_errors, std::mem::take(&mut queue.flush_failures));
+        empty
+    }
+
+    /// Frames wait for the uplink.
+    pub fn uplink_backlog(&self) -> usize {
+        self.send_queue().len()
+    }
+
+    /// So many frames wait for the uplink that the guest's TX ring should
+    /// be left unread until it drains (backpressure to the guest).
+    pub fn uplink_congested(&self) -> bool {
+        self.uplink_backlog() >= uplink::TX_PAUSE_PENDING
+    }
+
+    /// Forgets frames held for the uplink (the guest went away).
+    pub fn drop_uplink_backlog(&self) {
+        self.send_queue().clear();
     }
 
     pub fn count_offload_rx(&self) {
@@ -272,6 +333,20 @@ impl Nic {
 
     pub fn count_rx_dropped(&self) {
         NicStats::add(&self.stats.rx_dropped_no_room, 1);
+    }
+
+    pub fn count_rx_dropped_backlog(&self, n: u64) {
+        NicStats::add(&self.stats.rx_dropped_backlog, n);
+    }
+
+    /// Counts a virtqueue found broken (`tx`: the TX queue, else RX).
+    pub fn count_queue_broken(&self, tx: bool) {
+        NicStats::add(if tx { &self.stats.tx_queue_broken } else { &self.stats.rx_queue_broken }, 1);
+    }
+
+    /// Counts a wake-up that spent its budget with work left.
+    pub fn count_budget_yield(&self, tx: bool) {
+        NicStats::add(if tx { &self.stats.tx_budget_yields } else { &self.stats.rx_budget_yields }, 1);
     }
 }
 

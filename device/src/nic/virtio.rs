@@ -6,6 +6,9 @@
 //! Descriptor chains come from the guest and are untrusted: a malformed
 //! chain is returned to the guest with used length 0 and counted.
 
+use std::ops::ControlFlow;
+use std::sync::atomic::Ordering;
+
 use thiserror::Error;
 use virtio_queue::{DescriptorChain, Queue, QueueT};
 use vm_memory::{Address, Bytes, GuestAddress, GuestMemory, Permissions};
@@ -75,44 +78,99 @@ pub struct Scratch {
     used: Vec<(u16, u32)>,
 }
 
-/// Drains the TX queue, handing each frame (virtio-net header stripped) to
-/// `sink`. Runs the EVENT_IDX-safe loop: notifications stay off while
-/// draining and the queue is re-checked after re-enabling them.
-/// Returns whether any chain was used (the caller then signals if
-/// `needs_notification` says so).
+/// Why a queue can no longer be served. The guest broke the ring; only
+/// re-initialising it (the frontend stops the ring and sets it up again)
+/// makes it usable.
+#[derive(Debug, Error)]
+pub enum QueueError {
+    #[error("available index {avail} is {ahead} entries ahead of the next one to take ({next}), in a ring of {size}")]
+    AvailIndexBeyondRing { avail: u16, next: u16, ahead: u16, size: u16 },
+    #[error("available index {avail} announces chains the ring does not give")]
+    MissingChain { avail: u16 },
+    #[error("ring access: {0}")]
+    Ring(#[from] virtio_queue::Error),
+}
+
+/// How many chains the guest made available and the device has not taken
+/// yet. More than the ring holds is impossible for a well-behaved driver:
+/// the queue is broken (taking chains anyway would reprocess old entries,
+/// and virtio-queue refuses them, so a retry loop would spin).
+pub fn pending_chains<M: GuestMemory>(queue: &Queue, mem: &M) -> Result<u16, QueueError> {
+    let avail = queue.avail_idx(mem, Ordering::Acquire)?.0;
+    let next = queue.next_avail();
+    let ahead = avail.wrapping_sub(next);
+    let size = queue.size();
+    if ahead > size {
+        return Err(QueueError::AvailIndexBeyondRing { avail, next, ahead, size });
+    }
+    Ok(ahead)
+}
+
+/// Result of one [`drain_tx`] call.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TxDrain {
+    /// Chains were returned (the caller then signals if
+    /// `needs_notification` says so).
+    pub used_any: bool,
+    /// Stopped early (budget spent, or the sink asked to stop) with chains
+    /// possibly left: guest notifications stay disabled and the caller
+    /// must come back without waiting for a kick.
+    pub more: bool,
+}
+
+/// Drains up to `budget` chains from the TX queue, handing each frame
+/// (virtio-net header stripped) to `sink`, which may ask to stop after its
+/// frame. Runs the EVENT_IDX-safe loop: notifications stay off while
+/// draining and the queue is re-checked after re-enabling them. An
+/// impossible available index is an error, never a retry.
 pub fn drain_tx<M, F>(
     queue: &mut Queue,
     mem: &M,
     layout: &NetLayout,
     scratch: &mut Scratch,
     stats: &mut ChainStats,
+    budget: usize,
     mut sink: F,
-) -> Result<bool, virtio_queue::Error>
+) -> Result<TxDrain, QueueError>
 where
     M: GuestMemory,
-    F: FnMut(&[u8]),
+    F: FnMut(&[u8]) -> ControlFlow<()>,
 {
-    let mut used_any = false;
+    let mut done = TxDrain::default();
+    let mut taken = 0usize;
     loop {
         queue.disable_notification(mem)?;
-        while let Some(chain) = queue.pop_descriptor_chain(mem) {
+        while pending_chains(queue, mem)? > 0 {
+            if taken >= budget {
+                done.more = true;
+                return Ok(done);
+            }
+            let Some(chain) = queue.pop_descriptor_chain(mem) else {
+                return Err(QueueError::MissingChain { avail: queue.avail_idx(mem, Ordering::Relaxed)?.0 });
+            };
+            taken += 1;
             let head = chain.head_index();
-            match read_tx_chain(chain, mem, layout, &mut scratch.frame) {
+            let flow = match read_tx_chain(chain, mem, layout, &mut scratch.frame) {
                 Ok(frame) => {
                     stats.frames += 1;
                     stats.bytes += frame.len() as u64;
-                    sink(frame);
+                    sink(frame)
                 }
                 Err(e) => {
                     log::debug!("TX chain {head} refused: {e}");
                     stats.malformed += 1;
+                    ControlFlow::Continue(())
                 }
-            }
+            };
             queue.add_used(mem, head, 0)?;
-            used_any = true;
+            done.used_any = true;
+            if flow.is_break() {
+                done.more = true;
+                return Ok(done);
+            }
         }
         if !queue.enable_notification(mem)? {
-            return Ok(used_any);
+            return Ok(done);
         }
     }
 }
@@ -164,7 +222,7 @@ pub fn deliver_rx<M>(
     scratch: &mut Scratch,
     stats: &mut ChainStats,
     frame: &[u8],
-) -> Result<RxOutcome, virtio_queue::Error>
+) -> Result<RxOutcome, QueueError>
 where
     M: GuestMemory,
 {
@@ -180,7 +238,15 @@ where
 
     while written < total {
         let position = queue.next_avail();
-        let Some(chain) = queue.pop_descriptor_chain(mem) else {
+        let chain = match pending_chains(queue, mem) {
+            Ok(0) => None,
+            Ok(_) => match queue.pop_descriptor_chain(mem) {
+                Some(chain) => Some(chain),
+                None => return Err(QueueError::MissingChain { avail: queue.avail_idx(mem, Ordering::Relaxed)?.0 }),
+            },
+            Err(e) => return Err(e),
+        };
+        let Some(chain) = chain else {
             if let Some(p) = first_good {
                 queue.set_next_avail(p);
             }
@@ -231,7 +297,7 @@ fn return_all<M>(
     scratch: &mut Scratch,
     bad_head: Option<u16>,
     stats: &mut ChainStats,
-) -> Result<RxOutcome, virtio_queue::Error>
+) -> Result<RxOutcome, QueueError>
 where
     M: GuestMemory,
 {
@@ -361,6 +427,22 @@ mod tests {
 
     fn frame(len: usize) -> Vec<u8> {
         (0..len).map(|i| (i * 7 + 3) as u8).collect()
+    }
+
+    /// Runs `f` on its own thread and fails the test if it does not
+    /// return within seconds: a regression to a spinning loop fails
+    /// instead of hanging the suite.
+    pub(super) fn with_watchdog<T: Send + 'static>(
+        mem: GuestMemoryMmap,
+        f: impl FnOnce(&GuestMemoryMmap) -> T + Send + 'static,
+    ) -> T {
+        let (done, result) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(f(&mem));
+        });
+        result
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("the datapath did not return: it spins on the ring")
     }
 
     mod rx {
@@ -552,6 +634,21 @@ mod tests {
         }
 
         #[test]
+        fn rx_avail_index_beyond_ring_is_an_error() {
+            let mem = memory();
+            let mq = MockSplitQueue::new(&mem, QSIZE);
+            add_rx_buffers(&mq, &[2048; 2]);
+            mq.avail().idx().store(2 + QSIZE);
+            let mut q: Queue = mq.create_queue().unwrap();
+            let result = with_watchdog(mem.clone(), move |mem| {
+                let (mut s, mut st) = (Scratch::default(), ChainStats::default());
+                deliver_rx(&mut q, mem, &layout(true), &mut s, &mut st, &frame(60))
+            });
+            assert!(matches!(result, Err(QueueError::AvailIndexBeyondRing { ahead: 18, .. })), "{result:?}");
+            assert_eq!(mq.used().idx().load(), 0);
+        }
+
+        #[test]
         fn event_idx_notification_follows_used_event() {
             let mem = memory();
             let mq = MockSplitQueue::new(&mem, QSIZE);
@@ -584,9 +681,86 @@ mod tests {
             q.set_event_idx(true);
             let (mut s, mut st) = (Scratch::default(), ChainStats::default());
             let mut frames = Vec::new();
-            let used = drain_tx(&mut q, mem, layout, &mut s, &mut st, |f| frames.push(f.to_vec()))
-                .unwrap();
-            (frames, st, used)
+            let done = drain_tx(&mut q, mem, layout, &mut s, &mut st, usize::MAX, |f| {
+                frames.push(f.to_vec());
+                ControlFlow::Continue(())
+            })
+            .unwrap();
+            assert!(!done.more);
+            (frames, st, done.used_any)
+        }
+
+        /// Adds `n` good one-descriptor TX chains of 72 bytes (60-byte frames).
+        fn add_tx_frames(mq: &MockSplitQueue<GuestMemoryMmap>, mem: &GuestMemoryMmap, n: u16) {
+            let descs: Vec<_> = (0..n)
+                .map(|i| {
+                    let addr = DATA + u64::from(i) * 0x1000;
+                    put(mem, addr, &[i as u8; 72]);
+                    desc(addr, 72, 0)
+                })
+                .collect();
+            mq.add_desc_chains(&descs, 0).unwrap();
+        }
+
+        #[test]
+        fn tx_avail_index_beyond_ring_marks_queue_broken() {
+            let mem = memory();
+            let mq = MockSplitQueue::new(&mem, QSIZE);
+            add_tx_frames(&mq, &mem, 2);
+            // One write by the guest: the available index a ring and more ahead.
+            mq.avail().idx().store(QSIZE + 3);
+            let mut q: Queue = mq.create_queue().unwrap();
+            q.set_event_idx(true);
+            let result = with_watchdog(mem.clone(), move |mem| {
+                let (mut s, mut st) = (Scratch::default(), ChainStats::default());
+                drain_tx(&mut q, mem, &layout(true), &mut s, &mut st, usize::MAX, |_| ControlFlow::Continue(()))
+                    .map(|_| ())
+            });
+            assert!(
+                matches!(result, Err(QueueError::AvailIndexBeyondRing { avail: 19, next: 0, ahead: 19, size: QSIZE })),
+                "{result:?}"
+            );
+            assert_eq!(mq.used().idx().load(), 0, "nothing taken from a broken ring");
+        }
+
+        #[test]
+        fn budget_leaves_the_rest_for_the_next_call() {
+            let mem = memory();
+            let mq = MockSplitQueue::new(&mem, QSIZE);
+            add_tx_frames(&mq, &mem, 10);
+            let mut q: Queue = mq.create_queue().unwrap();
+            q.set_event_idx(true);
+            let (mut s, mut st) = (Scratch::default(), ChainStats::default());
+            let mut frames = 0;
+            let mut count = |_: &[u8]| {
+                frames += 1;
+                ControlFlow::Continue(())
+            };
+            let done = drain_tx(&mut q, &mem, &layout(true), &mut s, &mut st, 4, &mut count).unwrap();
+            assert_eq!(done, TxDrain { used_any: true, more: true });
+            assert_eq!((mq.used().idx().load(), q.next_avail()), (4, 4));
+            let done = drain_tx(&mut q, &mem, &layout(true), &mut s, &mut st, 4, &mut count).unwrap();
+            assert_eq!(done, TxDrain { used_any: true, more: true });
+            let done = drain_tx(&mut q, &mem, &layout(true), &mut s, &mut st, 4, &mut count).unwrap();
+            assert_eq!(done, TxDrain { used_any: true, more: false });
+            assert_eq!(frames, 10);
+            assert_eq!(mq.used().idx().load(), 10);
+        }
+
+        #[test]
+        fn sink_can_stop_the_drain_after_its_frame() {
+            let mem = memory();
+            let mq = MockSplitQueue::new(&mem, QSIZE);
+            add_tx_frames(&mq, &mem, 5);
+            let mut q: Queue = mq.create_queue().unwrap();
+            let (mut s, mut st) = (Scratch::default(), ChainStats::default());
+            let mut seen = 0;
+            let done = drain_tx(&mut q, &mem, &layout(true), &mut s, &mut st, usize::MAX, |_| {
+                seen += 1;
+                if seen == 2 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+            })
+            .unwrap();
+            assert_eq!((done.more, seen, mq.used().idx().load()), (true, 2, 2));
         }
 
         fn put(mem: &GuestMemoryMmap, addr: u64, bytes: &[u8]) {

@@ -2,6 +2,7 @@
 //! side of the guest. Each datagram or tap read carries exactly one frame,
 //! byte-compatible with QEMU's `-netdev socket,udp=` and `-netdev dgram`.
 
+mod send_queue;
 mod tap;
 mod udp;
 mod unix_dgram;
@@ -12,11 +13,9 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::PathBuf;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
-
 use thiserror::Error;
 
+pub use send_queue::{SendQueue, Sent, MAX_PENDING_SENDS, TX_PAUSE_PENDING};
 pub use tap::TapUplink;
 pub use udp::UdpUplink;
 pub use unix_dgram::UnixDgramUplink;
@@ -27,8 +26,11 @@ pub const RECV_BUF_LEN: usize = 65_536;
 
 /// One Ethernet segment vt3d is attached to.
 pub trait Uplink: AsRawFd + Send + Sync + fmt::Debug {
-    /// Sends one frame. Transient failures (peer not up yet, buffer full)
-    /// are errors the caller counts as drops, like a NIC with no link.
+    /// Sends one frame without blocking. `WouldBlock` means the peer (or
+    /// the socket buffer) is full: the caller keeps the frame and retries
+    /// once the fd polls writable, so the fd must report writability for
+    /// this peer (datagram uplinks are connected to it). Other failures
+    /// (peer not up yet) are drops, like a NIC with no link.
     fn send(&self, frame: &[u8]) -> io::Result<()>;
     /// Receives one frame without blocking; `Ok(None)` when none is pending.
     fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>>;
@@ -116,43 +118,6 @@ impl UplinkSpec {
     }
 }
 
-/// How long a send waits for room at the peer before the frame counts as
-/// dropped: long enough for a busy peer to drain a burst, short enough that
-/// a peer that stopped reading cannot stall the device.
-pub const SEND_WAIT: Duration = Duration::from_millis(20);
-
-/// Sends one frame, waiting up to [`SEND_WAIT`] while the peer's queue is
-/// full (`WouldBlock`) — backpressure, as a NIC waits for its wire — since a
-/// dropped segment costs TCP a retransmit timeout. `stalled` remembers a
-/// wait that timed out: until the peer takes a frame again, sends do not
-/// wait, so a peer that stopped reading costs one try per frame, not
-/// [`SEND_WAIT`]. Returns how the send went and whether it waited.
-pub fn send_with_backpressure(uplink: &dyn Uplink, frame: &[u8], stalled: &AtomicBool) -> (io::Result<()>, bool) {
-    let first = uplink.send(frame);
-    let full = matches!(&first, Err(e) if e.kind() == io::ErrorKind::WouldBlock);
-    if !full || stalled.load(Ordering::Relaxed) {
-        if first.is_ok() {
-            stalled.store(false, Ordering::Relaxed);
-        }
-        return (first, false);
-    }
-    let deadline = Instant::now() + SEND_WAIT;
-    let mut pause = Duration::from_micros(20);
-    loop {
-        // Unconnected datagram sockets do not report the peer's queue
-        // through poll(2), so back off and retry.
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(1));
-        match uplink.send(frame) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < deadline => {}
-            other => {
-                stalled.store(matches!(&other, Err(e) if e.kind() == io::ErrorKind::WouldBlock), Ordering::Relaxed);
-                return (other, true);
-            }
-        }
-    }
-}
-
 /// Asks for socket buffers of `bytes` each way (the kernel caps them at
 /// net.core.{r,w}mem_max): bursts of full-size segments must fit.
 fn grow_socket_buffers(fd: RawFd, bytes: libc::c_int) {
@@ -190,52 +155,6 @@ fn nonblocking<T>(r: io::Result<T>) -> io::Result<Option<T>> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    /// Refuses sends (queue full) while `full` is set.
-    #[derive(Debug, Default)]
-    struct FullPeer {
-        full: AtomicBool,
-        sends: std::sync::atomic::AtomicUsize,
-    }
-
-    impl Uplink for FullPeer {
-        fn send(&self, _frame: &[u8]) -> io::Result<()> {
-            self.sends.fetch_add(1, Ordering::Relaxed);
-            if self.full.load(Ordering::Relaxed) {
-                return Err(io::ErrorKind::WouldBlock.into());
-            }
-            Ok(())
-        }
-        fn recv(&self, _buf: &mut [u8]) -> io::Result<Option<usize>> {
-            Ok(None)
-        }
-    }
-
-    impl AsRawFd for FullPeer {
-        fn as_raw_fd(&self) -> RawFd {
-            -1
-        }
-    }
-
-    #[test]
-    fn a_peer_that_stops_reading_costs_one_wait_not_one_per_frame() {
-        let peer = FullPeer::default();
-        let stalled = AtomicBool::new(false);
-        peer.full.store(true, Ordering::Relaxed);
-        let start = Instant::now();
-        let (result, waited) = send_with_backpressure(&peer, b"x", &stalled);
-        assert!(result.is_err() && waited && start.elapsed() >= SEND_WAIT);
-        assert!(stalled.load(Ordering::Relaxed));
-        // Stalled: one try, no wait.
-        let before = peer.sends.load(Ordering::Relaxed);
-        let (result, waited) = send_with_backpressure(&peer, b"x", &stalled);
-        assert!(result.is_err() && !waited);
-        assert_eq!(peer.sends.load(Ordering::Relaxed), before + 1);
-        // The peer reads again: the stall is over, waits are back.
-        peer.full.store(false, Ordering::Relaxed);
-        assert!(send_with_backpressure(&peer, b"x", &stalled).0.is_ok());
-        assert!(!stalled.load(Ordering::Relaxed));
-    }
 
     #[test]
     fn parses_every_kind() {

@@ -6,6 +6,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{grow_socket_buffers, nonblocking, Uplink, SOCKET_BUFFER};
 
@@ -14,6 +15,11 @@ pub struct UnixDgramUplink {
     socket: UnixDatagram,
     local: PathBuf,
     remote: PathBuf,
+    /// Connected to `remote`: only then does poll(2) report the peer's
+    /// queue (EPOLLOUT once it has room), which the worker waits on when a
+    /// send would block. An unconnected datagram socket always polls
+    /// writable, so a full peer could never be waited for.
+    connected: AtomicBool,
 }
 
 impl UnixDgramUplink {
@@ -28,14 +34,42 @@ impl UnixDgramUplink {
         let socket = UnixDatagram::bind(local)?;
         socket.set_nonblocking(true)?;
         grow_socket_buffers(socket.as_raw_fd(), SOCKET_BUFFER);
-        Ok(Self { socket, local: local.to_owned(), remote: remote.to_owned() })
+        let uplink = Self { socket, local: local.to_owned(), remote: remote.to_owned(), connected: AtomicBool::new(false) };
+        // The peer may start (or restart) after us: connecting is retried
+        // by every send until it works.
+        if let Err(e) = uplink.connect() {
+            log::debug!("unix-dgram: peer {} not there yet: {e}", remote.display());
+        }
+        Ok(uplink)
     }
+
+    fn connect(&self) -> io::Result<()> {
+        self.socket.connect(&self.remote)?;
+        self.connected.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// The connected peer's socket is gone (it exited or was re-created).
+fn peer_gone(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ECONNREFUSED | libc::ENOTCONN | libc::ECONNRESET))
 }
 
 impl Uplink for UnixDgramUplink {
     fn send(&self, frame: &[u8]) -> io::Result<()> {
-        // Not connected: the peer may start (or restart) after us.
-        self.socket.send_to(frame, &self.remote).map(drop)
+        if !self.connected.load(Ordering::Relaxed) {
+            self.connect()?;
+        }
+        match self.socket.send(frame) {
+            // A peer that restarted binds a new socket at the same path:
+            // connect to that one and try once more.
+            Err(e) if peer_gone(&e) => {
+                self.connected.store(false, Ordering::Relaxed);
+                self.connect()?;
+                self.socket.send(frame).map(drop)
+            }
+            other => other.map(drop),
+        }
     }
 
     fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
@@ -82,7 +116,9 @@ mod tests {
         let n = peer.recv(&mut buf).unwrap();
         assert_eq!(&buf[..n], &frame[..]);
 
-        stranger.send_to(b"noise", &a).unwrap();
+        // Connected to its peer, the uplink refuses strangers outright
+        // (EPERM for them); were it not connected yet, recv drops theirs.
+        let _ = stranger.send_to(b"noise", &a);
         peer.send_to(&frame[..100], &a).unwrap();
         assert_eq!(up.recv(&mut buf).unwrap(), Some(100));
         assert_eq!(up.recv(&mut buf).unwrap(), None);
@@ -99,6 +135,44 @@ mod tests {
         std::fs::write(&f, b"keep me").unwrap();
         assert!(UnixDgramUplink::open(&f, &dir.path().join("b")).is_err());
         assert_eq!(std::fs::read(&f).unwrap(), b"keep me");
+    }
+
+    fn writable(fd: RawFd) -> bool {
+        let mut pfd = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
+        // SAFETY: one valid pollfd that lives across the call; no timeout.
+        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+        n == 1 && pfd.revents & libc::POLLOUT != 0
+    }
+
+    #[test]
+    fn a_full_peer_is_reported_by_poll_and_a_started_peer_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        // The peer starts after the uplink: the first send finds it.
+        let up = UnixDgramUplink::open(&a, &b).unwrap();
+        assert!(up.send(&[1u8; 60]).is_err(), "no peer yet");
+        let peer = UnixDatagram::bind(&b).unwrap();
+        up.send(&[2u8; 60]).unwrap();
+        // Fill the peer's queue: poll says not writable, then writable
+        // once the peer reads.
+        let mut sent = 1;
+        while up.send(&[3u8; 60]).is_ok() {
+            sent += 1;
+            assert!(sent < 100_000);
+        }
+        assert!(!writable(up.as_raw_fd()), "a full peer must not poll writable");
+        let mut buf = [0u8; 64];
+        for _ in 0..sent {
+            peer.recv(&mut buf).unwrap();
+        }
+        assert!(writable(up.as_raw_fd()));
+        // The peer restarts at the same path: the uplink reconnects.
+        drop(peer);
+        std::fs::remove_file(&b).unwrap();
+        let peer = UnixDatagram::bind(&b).unwrap();
+        up.send(&[4u8; 60]).unwrap();
+        assert_eq!(peer.recv(&mut buf).unwrap(), 60);
+        assert_eq!(buf[0], 4);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 use std::collections::VecDeque;
 use std::io;
+use std::ops::ControlFlow;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -21,13 +22,15 @@ use virtio_queue::QueueT;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier};
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use vmm_sys_util::timerfd::TimerFd;
 
 use crate::nic::virtio::{
-    deliver_rx, drain_tx, ChainStats, NetLayout, RxOutcome, Scratch, VNET_HDR_LEN,
+    deliver_rx, drain_tx, ChainStats, NetLayout, QueueError, RxOutcome, Scratch, VNET_HDR_LEN,
     VNET_HDR_LEN_LEGACY,
 };
 use crate::control::{self, Outcome};
+use crate::nic::guest_frames::HeldFrames;
 use crate::nic::{GuestFrame, Nic};
 use crate::rnic::Instant;
 use crate::uplink::RECV_BUF_LEN;
@@ -43,6 +46,19 @@ pub const UPLINK_EVENT: u16 = NUM_QUEUES_U16 + 1;
 pub const TIMER_EVENT: u16 = UPLINK_EVENT + 1;
 /// Epoll id of the management socket's kick (fault injection).
 pub const KICK_EVENT: u16 = TIMER_EVENT + 1;
+/// Epoll id of the backend's own wake-up: a budget ran out with work left.
+pub const RESUME_EVENT: u16 = KICK_EVENT + 1;
+/// TX chains taken per wake-up (a NAPI weight): a guest that keeps its TX
+/// ring full cannot keep the worker from RX, the engine and the uplink.
+pub const TX_BUDGET: usize = 128;
+/// Frames put into the RX ring per wake-up (the device's, held and new).
+pub const RX_BUDGET: usize = 128;
+/// Frames read from the uplink per wake-up: a flooding peer yields to the
+/// guest's rings and the engine's timers.
+pub const UPLINK_BUDGET: usize = 256;
+/// A full uplink is retried this soon even without EPOLLOUT (a tap or a
+/// peer that never polls writable must not strand held frames).
+const UPLINK_RETRY: Duration = Duration::from_millis(1);
 /// Shortest timer: an engine that wants to run again at once waits this
 /// long (for a frame or a buffer) instead of spinning.
 const MIN_TIMER: Duration = Duration::from_micros(100);
@@ -72,15 +88,20 @@ impl From<BackendError> for std::io::Error {
 struct Datapath {
     layout: NetLayout,
     scratch: Scratch,
-    /// Uplink receive buffer; holds a frame waiting for RX buffers.
+    /// Uplink receive buffer.
     rx_buf: Vec<u8>,
-    /// Length of the frame held in `rx_buf` while the RX ring is full.
-    rx_pending: Option<usize>,
+    /// Uplink frames for the guest waiting for RX buffers (bounded; the
+    /// oldest is dropped beyond it).
+    held: HeldFrames,
     /// The device's own frames for the guest (control responses, events):
-    /// delivered before uplink traffic and never dropped.
+    /// delivered before uplink traffic and never dropped. At most
+    /// [`MAX_DEVICE_FRAMES`] plus the reply to one command: past the cap
+    /// the TX ring is not read and the engine's events wait in the RNIC.
     device_frames: VecDeque<Vec<u8>>,
     /// TX was left unread because `device_frames` was full.
     tx_throttled: bool,
+    /// TX was left unread because frames wait for the uplink.
+    tx_waits_uplink: bool,
 }
 
 /// The engine's timer: a non-blocking timerfd in the worker's epoll,
@@ -109,6 +130,15 @@ impl EngineTimer {
     fn expired(&mut self) {
         let _ = self.fd.wait();
         self.armed = None;
+    }
+
+    /// Makes sure the timer fires within `within` (keeps an earlier expiry).
+    fn arm_within(&mut self, now: Instant, within: Duration) {
+        let micros = i64::try_from(within.as_micros()).unwrap_or(i64::MAX);
+        let at = Instant::from_micros(now.total_micros().saturating_add(micros));
+        if self.armed.is_none_or(|armed| armed > at) {
+            self.arm(now, Some(at));
+        }
     }
 
     fn arm(&mut self, now: Instant, at: Option<Instant>) {
@@ -141,6 +171,11 @@ pub struct NetBackend {
     event_idx: AtomicBool,
     datapath: Mutex<Datapath>,
     timer: Mutex<EngineTimer>,
+    /// Per queue: found broken, left alone until the frontend re-initialises it.
+    broken: [AtomicBool; NUM_QUEUES],
+    /// Written when a budget ran out with work left; the worker polls it
+    /// as [`RESUME_EVENT`] (level triggered: it fires until read).
+    resume: EventFd,
 }
 
 impl NetBackend {
@@ -158,17 +193,25 @@ impl NetBackend {
                 layout,
                 scratch: Scratch::default(),
                 rx_buf: vec![0; RECV_BUF_LEN],
-                rx_pending: None,
+                held: HeldFrames::default(),
                 device_frames: VecDeque::new(),
                 tx_throttled: false,
+                tx_waits_uplink: false,
             }),
             timer: Mutex::new(EngineTimer::new()?),
+            broken: [AtomicBool::new(false), AtomicBool::new(false)],
+            resume: EventFd::new(EFD_NONBLOCK)?,
         })
     }
 
     /// The timer to register with the worker's epoll as [`TIMER_EVENT`].
     pub fn timer_fd(&self) -> RawFd {
         lock(&self.timer).fd.as_raw_fd()
+    }
+
+    /// The eventfd to register with the worker's epoll as [`RESUME_EVENT`].
+    pub fn resume_fd(&self) -> RawFd {
+        self.resume.as_raw_fd()
     }
 
     fn now(&self) -> Instant {
@@ -181,7 +224,13 @@ impl NetBackend {
         let now = self.now();
         let mut rnic = self.nic.rnic();
         let next = rnic.service(now, mem, &mut |frame| self.nic.offload_to_uplink(frame));
+        // Events the guest has no room for stay with the RNIC until
+        // frames drain (its event queue is bounded, see Rnic::push_event).
+        let room = MAX_DEVICE_FRAMES.saturating_sub(device_frames.len());
+        let keep = room.min(rnic.events.len());
+        let later = rnic.events.split_off(keep);
         control::take_events(&mut rnic, device_frames);
+        rnic.events = later;
         drop(rnic);
         lock(&self.timer).arm(now, next);
     }
@@ -213,22 +262,36 @@ impl NetBackend {
         lock(&self.mem).clone().ok_or(BackendError::NoMemory)
     }
 
+    /// Takes up to [`TX_BUDGET`] chains from the TX ring: uplink frames
+    /// are sent, control frames executed. The ring is left unread while
+    /// the device's frames for the guest are at their cap, or while frames
+    /// wait for a full uplink; each is resumed by what relieves it.
     fn transmit(&self, tx: &VringRwLock) -> Result<(), BackendError> {
-        let mem = self.memory()?;
+        let Ok(mem) = self.memory() else { return Ok(()) };
         let mem = mem.memory();
+        if self.is_broken(TX_QUEUE) {
+            return Ok(());
+        }
         let mut dp = lock(&self.datapath);
-        let Datapath { layout, scratch, device_frames, tx_throttled, .. } = &mut *dp;
+        let Datapath { layout, scratch, device_frames, tx_throttled, tx_waits_uplink, .. } = &mut *dp;
         if device_frames.len() >= MAX_DEVICE_FRAMES {
             *tx_throttled = true;
             return Ok(());
         }
         *tx_throttled = false;
+        if self.nic.uplink_congested() {
+            *tx_waits_uplink = true;
+            return Ok(());
+        }
         let mut stats = ChainStats::default();
         let now = self.now();
         let mut commands = false;
-        let used = {
+        let drained = {
             let mut state = tx.get_mut();
-            drain_tx(state.get_queue_mut(), &*mem, layout, scratch, &mut stats, |frame| {
+            if !state.get_queue().ready() || !state.is_enabled() {
+                return Ok(());
+            }
+            drain_tx(state.get_queue_mut(), &*mem, layout, scratch, &mut stats, TX_BUDGET, |frame| {
                 if self.nic.from_guest(frame) == GuestFrame::Control {
                     commands = true;
                     match control::handle_frame(&mut self.nic.rnic(), &*mem, frame, now) {
@@ -236,51 +299,123 @@ impl NetBackend {
                         Outcome::Silent | Outcome::Ignored => {}
                     }
                 }
-            })?
+                // Stop before the guest's replies or the uplink's queue
+                // outgrow their bounds.
+                if device_frames.len() >= MAX_DEVICE_FRAMES || self.nic.uplink_congested() {
+                    return ControlFlow::Break(());
+                }
+                ControlFlow::Continue(())
+            })
         };
         // Doorbells and connection commands give the engine work.
         if commands {
             self.run_engine(&*mem, device_frames);
         }
         self.nic.count_tx_malformed(stats.malformed);
-        if used {
-            signal(tx)?;
+        match drained {
+            Ok(done) => {
+                if done.more {
+                    if device_frames.len() >= MAX_DEVICE_FRAMES {
+                        *tx_throttled = true;
+                    } else if self.nic.uplink_congested() {
+                        *tx_waits_uplink = true;
+                    } else {
+                        self.nic.count_budget_yield(true);
+                        self.resume();
+                    }
+                }
+                drop(dp);
+                if done.used_any {
+                    self.signal(TX_QUEUE, tx);
+                }
+            }
+            Err(e) => {
+                drop(dp);
+                self.mark_broken(TX_QUEUE, &e);
+                // Chains taken before the ring broke are back in it.
+                self.signal(TX_QUEUE, tx);
+            }
         }
         Ok(())
     }
 
-    /// Delivers queued device frames; returns whether any was delivered and
-    /// whether the queue is now empty.
+    /// Delivers queued device frames while the budget lasts; returns
+    /// whether any chain was used.
     fn deliver_device_frames<M: vm_memory::GuestMemory>(
         queue: &mut virtio_queue::Queue,
         mem: &M,
         dp: &mut Datapath,
         stats: &mut ChainStats,
-    ) -> Result<bool, BackendError> {
+        budget: &mut usize,
+    ) -> Result<bool, QueueError> {
         let mut delivered = false;
         while let Some(frame) = dp.device_frames.front() {
-            let avail_before = queue.avail_idx(mem, Ordering::Acquire)?;
-            match deliver_rx(queue, mem, &dp.layout, &mut dp.scratch, stats, frame)? {
-                RxOutcome::Delivered { .. } => {
+            if *budget == 0 {
+                break;
+            }
+            let outcome = deliver_one(queue, mem, &dp.layout, &mut dp.scratch, stats, frame)?;
+            if outcome.is_some() {
+                *budget -= 1;
+            }
+            match outcome {
+                Some(RxOutcome::Delivered { .. }) => {
                     dp.device_frames.pop_front();
                     delivered = true;
                 }
                 // Chains were consumed (and returned): retry this frame.
-                RxOutcome::Dropped => delivered = true,
-                RxOutcome::NoBuffers => {
-                    queue.enable_notification(mem)?;
-                    if queue.avail_idx(mem, Ordering::Acquire)? == avail_before {
-                        break;
-                    }
-                }
+                Some(RxOutcome::Dropped) => delivered = true,
+                Some(RxOutcome::NoBuffers) => {}
+                None => break,
             }
         }
         Ok(delivered)
     }
 
-    /// Moves frames from the uplink into the RX ring until either runs dry.
-    /// When the ring is full, the frame in hand is kept and the uplink is
-    /// left unread (backpressure) until the guest's next RX kick.
+    /// Delivers held uplink frames (after the device's own, which keep
+    /// their priority) while the budget lasts; returns whether any chain
+    /// was used.
+    fn deliver_held<M: vm_memory::GuestMemory>(
+        &self,
+        queue: &mut virtio_queue::Queue,
+        mem: &M,
+        dp: &mut Datapath,
+        stats: &mut ChainStats,
+        budget: &mut usize,
+    ) -> Result<bool, QueueError> {
+        let mut delivered = false;
+        while dp.device_frames.is_empty() {
+            let Some(frame) = dp.held.front() else { break };
+            if *budget == 0 {
+                break;
+            }
+            let outcome = deliver_one(queue, mem, &dp.layout, &mut dp.scratch, stats, frame)?;
+            if outcome.is_some() {
+                *budget -= 1;
+            }
+            match outcome {
+                Some(RxOutcome::Delivered { .. }) => {
+                    dp.held.pop_front();
+                    delivered = true;
+                }
+                Some(RxOutcome::Dropped) => {
+                    dp.held.pop_front();
+                    delivered = true; // chains were returned
+                    self.nic.count_rx_dropped();
+                }
+                Some(RxOutcome::NoBuffers) => {}
+                None => break,
+            }
+        }
+        Ok(delivered)
+    }
+
+    /// Moves frames into the RX ring: the device's own first, then uplink
+    /// frames held for lack of buffers, then new uplink frames. The uplink
+    /// is read even while the ring is full (or broken): frames of
+    /// offloaded connections go to the engine, which needs no RX buffer;
+    /// frames for the guest wait in a small bounded queue (the oldest
+    /// dropped beyond it). Every step has a budget per wake-up; work left
+    /// over resumes by itself ([`RESUME_EVENT`]).
     fn receive(&self, vring: &VringRwLock) -> Result<(), BackendError> {
         let Ok(mem) = self.memory() else {
             return Ok(()); // not set up yet; the RX enable event resumes us
@@ -289,88 +424,215 @@ impl NetBackend {
         let mut dp = lock(&self.datapath);
         let dp = &mut *dp;
         let mut stats = ChainStats::default();
-        let mut delivered = false;
-        {
+        let mut pass = RxPass::default();
+        let result = {
             let mut state = vring.get_mut();
-            if !state.get_queue().ready() || !state.is_enabled() {
-                log::trace!("RX ring not ready");
-                return Ok(());
+            let usable = state.get_queue().ready() && state.is_enabled() && !self.is_broken(RX_QUEUE);
+            let ring = usable.then(|| state.get_queue_mut());
+            self.rx_pass(ring, &*mem, dp, &mut stats, &mut pass)
+        };
+        self.nic.count_rx(&stats);
+        if let Err(e) = result {
+            self.mark_broken(RX_QUEUE, &e);
+        }
+        if pass.more {
+            self.nic.count_budget_yield(false);
+            self.resume();
+        }
+        if pass.delivered {
+            self.signal(RX_QUEUE, vring);
+        }
+        Ok(())
+    }
+
+    fn rx_pass<M: vm_memory::GuestMemory>(
+        &self,
+        mut ring: Option<&mut virtio_queue::Queue>,
+        mem: &M,
+        dp: &mut Datapath,
+        stats: &mut ChainStats,
+        pass: &mut RxPass,
+    ) -> Result<(), QueueError> {
+        let mut budget = RX_BUDGET;
+        if let Some(queue) = ring.as_deref_mut() {
+            pass.delivered |= Self::deliver_device_frames(queue, mem, dp, stats, &mut budget)?;
+            pass.delivered |= self.deliver_held(queue, mem, dp, stats, &mut budget)?;
+        }
+        let now = self.now();
+        let mut rnic = self.nic.rnic();
+        let mut offloaded = false;
+        let mut reads = 0usize;
+        loop {
+            // Reading on once the ring's budget is spent would only fill
+            // the held queue and drop from it: the rest waits for the
+            // resumed pass (a ring without buffers spends no budget).
+            if reads == UPLINK_BUDGET || (budget == 0 && ring.is_some()) {
+                pass.more = true;
+                break;
             }
-            let queue = state.get_queue_mut();
-            delivered |= Self::deliver_device_frames(queue, &*mem, dp, &mut stats)?;
-            let now = self.now();
-            let mut rnic = self.nic.rnic();
-            let mut offloaded = false;
-            // Uplink frames wait while device frames do (they keep order
-            // and priority); the RX kick resumes both.
-            while dp.device_frames.is_empty() {
-                let len = match dp.rx_pending.take() {
-                    Some(len) => len,
-                    None => match self.nic.uplink().recv(&mut dp.rx_buf) {
-                        Ok(Some(len)) => len,
-                        Ok(None) => break,
-                        Err(e) => {
-                            log::warn!("uplink receive: {e}");
-                            break;
-                        }
-                    },
+            reads += 1;
+            let len = match self.nic.uplink().recv(&mut dp.rx_buf) {
+                Ok(Some(len)) => len,
+                Ok(None) => break,
+                Err(e) => {
+                    log::warn!("uplink receive: {e}");
+                    break;
+                }
+            };
+            let frame = dp.rx_buf.get(..len).unwrap_or_default();
+            if !self.nic.accept_from_uplink(frame) {
+                continue;
+            }
+            // Offloaded connections and RDMA listening ports go to the
+            // engine; everything else (ARP included) to the guest.
+            if rnic.wants(frame) {
+                self.nic.count_offload_rx();
+                rnic.receive(now, frame, &mut |reply| self.nic.offload_to_uplink(reply));
+                offloaded = true;
+                continue;
+            }
+            // Straight into the ring when nothing is ahead of it (no copy);
+            // otherwise behind the frames already waiting.
+            let direct = dp.device_frames.is_empty() && dp.held.is_empty() && budget > 0;
+            if let (true, Some(queue)) = (direct, ring.as_deref_mut()) {
+                let outcome = match deliver_one(queue, mem, &dp.layout, &mut dp.scratch, stats, frame) {
+                    Ok(outcome) => outcome,
+                    Err(e) => {
+                        // Kept for the ring's re-initialisation (or the drop).
+                        dp.held.push(frame);
+                        return Err(e);
+                    }
                 };
-                let frame = dp.rx_buf.get(..len).unwrap_or_default();
-                if !self.nic.accept_from_uplink(frame) {
-                    continue;
+                if outcome.is_some() {
+                    budget -= 1;
                 }
-                // Offloaded connections and RDMA listening ports go to the
-                // engine; everything else (ARP included) to the guest.
-                if rnic.wants(frame) {
-                    self.nic.count_offload_rx();
-                    rnic.receive(now, frame, &mut |reply| self.nic.offload_to_uplink(reply));
-                    offloaded = true;
-                    continue;
-                }
-                let avail_before = queue.avail_idx(&*mem, Ordering::Acquire)?;
-                let outcome = deliver_rx(queue, &*mem, &dp.layout, &mut dp.scratch, &mut stats, frame)?;
                 log::trace!("RX {len} bytes: {outcome:?}");
                 match outcome {
-                    RxOutcome::Delivered { .. } => delivered = true,
-                    RxOutcome::Dropped => {
-                        delivered = true; // chains were returned
+                    Some(RxOutcome::Delivered { .. }) => {
+                        pass.delivered = true;
+                        continue;
+                    }
+                    Some(RxOutcome::Dropped) => {
+                        pass.delivered = true; // chains were returned
                         self.nic.count_rx_dropped();
+                        continue;
                     }
-                    RxOutcome::NoBuffers => {
-                        dp.rx_pending = Some(len);
-                        queue.enable_notification(&*mem)?;
-                        // Retry only if the guest added buffers meanwhile;
-                        // otherwise wait for its kick (no busy loop).
-                        if queue.avail_idx(&*mem, Ordering::Acquire)? == avail_before {
-                            break;
-                        }
-                    }
+                    Some(RxOutcome::NoBuffers) | None => {}
                 }
             }
-            drop(rnic);
-            // What the engine made of them (placements, CQEs, events)
-            // reaches the guest in the same pass.
-            if offloaded {
-                self.run_engine(&*mem, &mut dp.device_frames);
-                delivered |= Self::deliver_device_frames(queue, &*mem, dp, &mut stats)?;
+            if dp.held.push(frame) {
+                self.nic.count_rx_dropped_backlog(1);
+            }
+            if let Some(queue) = ring.as_deref_mut() {
+                pass.delivered |= self.deliver_held(queue, mem, dp, stats, &mut budget)?;
             }
         }
-        self.nic.count_rx(&stats);
-        if delivered {
-            signal(vring)?;
+        drop(rnic);
+        // What the engine made of them (placements, CQEs, events)
+        // reaches the guest in the same pass.
+        if offloaded {
+            self.run_engine(mem, &mut dp.device_frames);
+        }
+        if let Some(queue) = ring {
+            pass.delivered |= Self::deliver_device_frames(queue, mem, dp, stats, &mut budget)?;
+            pass.delivered |= self.deliver_held(queue, mem, dp, stats, &mut budget)?;
+            // The budget ran out with frames left (not a lack of buffers:
+            // that waits for the guest's kick).
+            if budget == 0 && !(dp.device_frames.is_empty() && dp.held.is_empty()) {
+                pass.more = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks queue `index` broken: logged and counted once, then left
+    /// alone until the frontend stops and re-initialises it.
+    ///
+    /// A virtio device would set DEVICE_NEEDS_RESET and raise a
+    /// configuration interrupt here, but a vhost-user-net backend cannot:
+    /// QEMU's vhost-user protocol carries no device-status change from the
+    /// backend (its config-change message only re-reads the config space).
+    /// So the queue stays stopped until the guest resets the device, which
+    /// QEMU turns into GET_VRING_BASE ([`VhostUserBackend::stop_vring`]).
+    fn mark_broken(&self, index: u16, e: &QueueError) {
+        let Some(flag) = self.broken.get(usize::from(index)) else { return };
+        if !flag.swap(true, Ordering::AcqRel) {
+            log::error!("queue {index} broken: {e} (needs a device reset)");
+            self.nic.count_queue_broken(index == TX_QUEUE);
+        }
+    }
+
+    fn is_broken(&self, index: u16) -> bool {
+        self.broken.get(usize::from(index)).is_none_or(|flag| flag.load(Ordering::Acquire))
+    }
+
+    /// Asks the worker to come back without a guest kick (a budget ran
+    /// out with work left).
+    fn resume(&self) {
+        if let Err(e) = self.resume.write(1) {
+            log::warn!("resume event: {e}");
+        }
+    }
+
+    /// Interrupts the guest if the used ring moved past what it asked
+    /// for; a ring whose event index cannot be read is broken.
+    fn signal(&self, index: u16, vring: &VringRwLock) {
+        match vring.needs_notification() {
+            Ok(false) => {}
+            Ok(true) => {
+                if let Err(e) = vring.signal_used_queue() {
+                    log::warn!("signal used queue: {e}");
+                }
+            }
+            Err(e) => self.mark_broken(index, &QueueError::Ring(e)),
+        }
+    }
+
+    /// Sends frames held for a full uplink; once it has room again, a TX
+    /// ring left unread for it is read again.
+    fn flush_uplink(&self, tx: &VringRwLock, rx: &VringRwLock) -> Result<(), BackendError> {
+        if !self.nic.flush_uplink() && self.nic.uplink_congested() {
+            return Ok(());
+        }
+        let waiting = std::mem::take(&mut lock(&self.datapath).tx_waits_uplink);
+        if waiting {
+            self.transmit(tx)?;
+            self.receive(rx)?;
         }
         Ok(())
     }
 }
 
-/// Interrupts the guest if the used ring moved past what it asked for.
-fn signal(vring: &VringRwLock) -> Result<(), BackendError> {
-    if vring.needs_notification()? {
-        if let Err(e) = vring.signal_used_queue() {
-            log::warn!("signal used queue: {e}");
-        }
+/// What one RX pass did.
+#[derive(Debug, Default)]
+struct RxPass {
+    /// Chains were used: the guest may need an interrupt.
+    delivered: bool,
+    /// A budget ran out with work left.
+    more: bool,
+}
+
+/// Delivers one frame. `None`: no buffers, and the guest added none since
+/// (notifications are re-enabled, its kick resumes delivery);
+/// `Some(NoBuffers)`: it added some meanwhile, retry.
+fn deliver_one<M: vm_memory::GuestMemory>(
+    queue: &mut virtio_queue::Queue,
+    mem: &M,
+    layout: &NetLayout,
+    scratch: &mut Scratch,
+    stats: &mut ChainStats,
+    frame: &[u8],
+) -> Result<Option<RxOutcome>, QueueError> {
+    let avail_before = queue.avail_idx(mem, Ordering::Acquire)?;
+    let outcome = deliver_rx(queue, mem, layout, scratch, stats, frame)?;
+    if outcome != RxOutcome::NoBuffers {
+        return Ok(Some(outcome));
     }
-    Ok(())
+    queue.enable_notification(mem)?;
+    if queue.avail_idx(mem, Ordering::Acquire)? == avail_before {
+        return Ok(None);
+    }
+    Ok(Some(RxOutcome::NoBuffers))
 }
 
 /// A poisoned lock only means another handler panicked; the data is
@@ -438,6 +700,11 @@ impl VhostUserBackend for NetBackend {
         let [rx, tx] = vrings else {
             return Err(BackendError::UnknownEvent(device_event).into());
         };
+        // Whatever woke us, frames held for a full uplink go first if it
+        // has room (EPOLLOUT comes as an UPLINK_EVENT).
+        if self.nic.uplink_backlog() > 0 {
+            self.flush_uplink(tx, rx)?;
+        }
         match device_event {
             // A TX kick may queue control responses: deliver them at once.
             TX_QUEUE => {
@@ -461,8 +728,42 @@ impl VhostUserBackend for NetBackend {
                 self.on_kick();
                 self.receive(rx)?;
             }
+            // A budget ran out: carry on where it stopped, TX and RX alike
+            // (each takes its budget again, so both make progress).
+            RESUME_EVENT => {
+                let _ = self.resume.read();
+                self.transmit(tx)?;
+                self.receive(rx)?;
+            }
             other => return Err(BackendError::UnknownEvent(other).into()),
+        }
+        if self.nic.uplink_backlog() > 0 {
+            lock(&self.timer).arm_within(self.now(), UPLINK_RETRY);
         }
         Ok(())
     }
+
+    /// GET_VRING_BASE: the frontend stopped the ring, and sets it up again
+    /// (SET_VRING_ADDR, SET_VRING_BASE, a kick) before it is used: a
+    /// broken ring gets a fresh start.
+    fn stop_vring(&self, queue_index: u32) -> std::io::Result<()> {
+        let index = usize::try_from(queue_index).unwrap_or(usize::MAX);
+        if let Some(flag) = self.broken.get(index) {
+            if flag.swap(false, Ordering::AcqRel) {
+                log::info!("queue {queue_index} re-initialised by the frontend: served again");
+            }
+        }
+        Ok(())
+    }
+
+    fn reset_device(&self) {
+        for flag in &self.broken {
+            flag.store(false, Ordering::Release);
+        }
+    }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
+#[path = "backend_tests.rs"]
+mod tests;

@@ -20,7 +20,7 @@ use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 
 use crate::nic::Nic;
-use backend::{NetBackend, KICK_EVENT, TIMER_EVENT, UPLINK_EVENT};
+use backend::{NetBackend, KICK_EVENT, RESUME_EVENT, TIMER_EVENT, UPLINK_EVENT};
 use relay::{poll_readable, Relay, RelayEnd};
 
 #[derive(Debug, Error)]
@@ -89,12 +89,18 @@ pub fn serve_frontend(
     let mut daemon =
         VhostUserDaemon::new("vt3d-net".to_owned(), Arc::clone(&backend), mem).map_err(daemon_error)?;
     for handler in daemon.get_epoll_handlers().iter().take(1) {
+        // EPOLLOUT too: a send that would block holds its frame until the
+        // uplink reports room (edge triggered, so only when that changes).
         handler
             .register_listener(
                 nic.uplink().as_raw_fd(),
-                EventSet::IN | EventSet::EDGE_TRIGGERED,
+                EventSet::IN | EventSet::OUT | EventSet::EDGE_TRIGGERED,
                 u64::from(UPLINK_EVENT),
             )
+            .map_err(VhostError::Register)?;
+        // Level triggered: pending until the worker reads it.
+        handler
+            .register_listener(backend.resume_fd(), EventSet::IN, u64::from(RESUME_EVENT))
             .map_err(VhostError::Register)?;
         // Level triggered: an expiry stays readable until consumed.
         handler.register_listener(timer, EventSet::IN, u64::from(TIMER_EVENT)).map_err(VhostError::Register)?;
@@ -115,6 +121,10 @@ pub fn serve_frontend(
     drop(daemon);
     // The guest is gone, and with it every resource it created.
     backend.abort_connections();
+    // The RSTs just sent may wait for room: one more try, then the old
+    // guest's frames are forgotten.
+    nic.flush_uplink();
+    nic.drop_uplink_backlog();
     let mut rnic = nic.rnic();
     log::info!("dropping the guest's RDMA resources: {:?}", rnic.counts());
     rnic.reset();
