@@ -275,6 +275,9 @@ fn stats_rows(nic: &Nic) -> Vec<(String, u64)> {
     for (k, v) in [("pd", c.pd), ("mr", c.mr), ("cq", c.cq), ("qp", c.qp)] {
         rows.push((format!("rnic.{k}"), v as u64));
     }
+    for (k, v) in rnic.ring_stats() {
+        rows.push((format!("rnic.{k}"), v));
+    }
     let e = rnic.offload().map(|o| o.engine().stats()).unwrap_or_default();
     for (k, v) in [
         ("fpdus_tx", e.fpdus_tx),

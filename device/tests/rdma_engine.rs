@@ -1056,3 +1056,51 @@ fn device_fatal_flags_everything_and_refuses_commands_until_reset() {
     assert_eq!(s.sim.a.rnic.fatal(), None);
     assert!(s.sim.a.cmd(now, Cmd::AllocPd, &CmdHandle::default()).is_ok());
 }
+
+#[test]
+fn an_impossible_producer_index_moves_the_qp_to_error() {
+    let mut s = setup(16);
+    connect(&mut s);
+    let now = s.sim.now;
+    // One write by the guest: the SQ producer index a ring and more ahead.
+    s.qa.sq_prod = s.qa.sq_prod.wrapping_add(s.qa.depth + 1);
+    s.sim.a.ring_doorbell(now, &s.qa, DoorbellQueue::Sq);
+    assert!(s.sim.run_until(Duration::from_secs(3), |sim| {
+        sim.a.qp_status(&s.qa).state.to_native() == QpState::Error as u32
+    }));
+    assert_eq!(s.sim.a.qp_status(&s.qa).sq_cons.to_native(), 0, "nothing was read from the ring");
+    let mut scq = s.qa.scq;
+    assert!(s.sim.a.poll_cq(&mut scq).is_empty(), "no completion for garbage");
+    assert!(s.sim.a.qp_events().contains(&(s.qa.qpn, QpEvent::BadWqe as u32, WcStatus::LocQpOpErr as u32)));
+    assert!(qp_error_flag(&s.sim.a, &s.qa));
+    assert_eq!(s.sim.a.rnic.ring_stats()[0], ("qp_ring_errors", 1));
+    // The peer learns the connection is gone.
+    assert!(s.sim.run_until(Duration::from_secs(3), |sim| !sim.b.qp_events().is_empty()));
+}
+
+#[test]
+fn a_deep_ring_is_fetched_over_several_passes() {
+    let mut s = setup(16);
+    let now = s.sim.now;
+    let g = &mut s.sim.a;
+    let pdn = g.handle(now, Cmd::AllocPd, &CmdHandle::default());
+    let (scq, rcq) = (g.cq(now, 512), g.cq(now, 16));
+    let mut qp = g.qp(now, pdn, scq, rcq, 512);
+    // 300 WQEs behind one doorbell (an IDLE QP takes them and waits).
+    for i in 0..300u32 {
+        let slot = u64::from(qp.sq_prod & (qp.depth - 1));
+        g.mem.write_obj(send_wqe(u64::from(i), WrOpcode::Send, false, &[]), GuestAddress(qp.sq + slot * 128)).unwrap();
+        qp.sq_prod += 1;
+    }
+    g.ring_doorbell(now, &qp, DoorbellQueue::Sq);
+    let fetched = |g: &Guest| g.rnic.qps.get(qp.qpn).unwrap().sq_work.fetched;
+    assert_eq!(fetched(g), 128, "one budget per doorbell");
+    assert_eq!(g.qp_status(&qp).flags.to_native() & QpStatusFlag::SqIdle as u32, 0, "not idle: no doorbell needed");
+    let mut tx = |_: &[u8]| {};
+    assert_eq!(g.rnic.service(now, &g.mem, &mut tx), Some(now), "more to fetch: run again at once");
+    assert_eq!(fetched(g), 256);
+    g.rnic.service(now, &g.mem, &mut tx);
+    assert_eq!(fetched(g), 300);
+    assert_ne!(g.qp_status(&qp).flags.to_native() & QpStatusFlag::SqIdle as u32, 0);
+    assert_eq!(g.doorbells, 1);
+}

@@ -91,9 +91,17 @@ fn read_recv_wr<M: GuestMemory>(mem: &M, addr: Option<GuestAddress>, limits: &wq
     }
 }
 
+/// WQEs handed to the engine per queue per fetch (a NAPI weight): a deep
+/// ring is taken over several engine passes, so one QP cannot hold the
+/// worker while others and the virtqueues wait. The rest is fetched on
+/// the next pass without a new doorbell (the IDLE flag stays clear).
+pub const FETCH_BUDGET: u32 = 128;
+
 impl Rnic {
     /// Hands the WQEs the guest produced on `queue` of `qpn` to the engine;
-    /// returns whether any was posted. Runs the doorbell-suppression
+    /// returns whether any was posted. A producer index more than the
+    /// ring's depth ahead of the consumer index is impossible: nothing is
+    /// read and the QP goes to ERROR at the next engine pass. Runs the doorbell-suppression
     /// protocol: the IDLE flag is clear while vt3d reads the ring, and
     /// before vt3d stops it sets the flag, issues a full barrier and
     /// re-reads the producer index, so a WQE posted in between is never
@@ -115,11 +123,34 @@ impl Rnic {
         };
         flags.fetch_and_not(mem, fields.idle);
         let mut posted = false;
+        let mut budget = FETCH_BUDGET;
         let mut seen = prod_word.load(mem, Ordering::Acquire);
         'ring: while let Some(prod) = seen {
-            // Never more than a ring's worth ahead of the consumer index,
-            // whatever the producer index claims.
+            let outstanding = prod.wrapping_sub(work.consumed);
+            if outstanding > ring.depth {
+                log::warn!(
+                    "QP {qpn}: {queue:?} producer index {prod} is {outstanding} ahead of the consumer index {} \
+                     in a ring of {}: QP to ERROR",
+                    work.consumed,
+                    ring.depth
+                );
+                flags.fetch_or(mem, fields.idle);
+                if !self.ring_faults.contains(&(qpn, queue)) {
+                    self.ring_faults.push((qpn, queue));
+                }
+                return posted;
+            }
+            // Never more than a ring's worth ahead of the consumer index.
             while work.fetched != prod && work.fetched.wrapping_sub(work.consumed) < ring.depth {
+                if budget == 0 {
+                    // Not idle: the guest rings no doorbell, the next
+                    // engine pass carries on.
+                    if !self.fetch_pending.contains(&(qpn, queue)) {
+                        self.fetch_pending.push((qpn, queue));
+                    }
+                    return posted;
+                }
+                budget -= 1;
                 let addr = ring.entry_addr(work.fetched);
                 let result = match queue {
                     WorkQueue::Send => offload.engine.post_send(qpn, read_send_wr(mem, addr, &limits)),

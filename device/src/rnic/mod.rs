@@ -211,7 +211,24 @@ pub struct Rnic {
     fault_stats: fault::FaultStats,
     /// `fault device-fatal` requested or done; cleared by RESET.
     fatal: Option<fault::Fatal>,
+    /// Work queues whose producer index was impossible: their QPs go to
+    /// ERROR at the next engine pass.
+    ring_faults: Vec<(u32, WorkQueue)>,
+    /// Work queues with WQEs left after a fetch spent its budget.
+    fetch_pending: Vec<(u32, WorkQueue)>,
+    /// Connection requests refused because the driver's events were not
+    /// being taken (`rnic.requests_refused_busy`).
+    requests_refused_busy: u64,
+    /// QPs sent to ERROR for an impossible producer index
+    /// (`rnic.qp_ring_errors`).
+    qp_ring_errors: u64,
 }
+
+/// Driver events held at most before new connection requests are refused
+/// (as a full backlog refuses them): every other event is bounded by the
+/// objects the guest created, but a peer could open connections without
+/// end while the guest takes no events.
+pub const MAX_PENDING_EVENTS: usize = 4096;
 
 /// Default of `vt3d serve --tcp-timeout`: a connection that hears nothing
 /// from its peer this long (retransmissions or keep-alives unanswered,
@@ -268,6 +285,10 @@ impl Rnic {
             tcp_timeout: vt3_iwarp::toe::Duration::from_secs(DEFAULT_TCP_TIMEOUT_SECS),
             fault_stats: fault::FaultStats::default(),
             fatal: None,
+            ring_faults: Vec::new(),
+            fetch_pending: Vec::new(),
+            requests_refused_busy: 0,
+            qp_ring_errors: 0,
         }
     }
 
@@ -287,6 +308,13 @@ impl Rnic {
         self.offload = None;
         self.pbl_used = 0;
         self.fatal = None;
+        self.ring_faults.clear();
+        self.fetch_pending.clear();
+    }
+
+    /// Counters of the ring handling, for `vt3d ctl stats` (`rnic.NAME`).
+    pub fn ring_stats(&self) -> [(&'static str, u64); 2] {
+        [("qp_ring_errors", self.qp_ring_errors), ("requests_refused_busy", self.requests_refused_busy)]
     }
 
     /// The engine, once the guest's address is known.

@@ -10,7 +10,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use vm_memory::GuestMemory;
 use vt3_iwarp::engine::{
     self, ConnId, ConnectFailure, ConnectParams, ConnectRequest, Engine, EngineConfig, EngineError, Event, EventKind,
-    Io, QpConfig, WorkQueue,
+    Io, QpConfig, WcStatus, WorkQueue,
 };
 use vt3_iwarp::toe::{CloseReason, Duration, FourTuple, SmolToe, TcpConfig, TcpError};
 use vt3_iwarp::wire::terminate::TermCode;
@@ -523,6 +523,7 @@ impl Rnic {
         uplink: &mut dyn FnMut(&[u8]),
     ) -> Option<Instant> {
         self.device_fatal(mem, now);
+        self.service_rings(now, mem);
         for _ in 0..MAX_POLL_ROUNDS {
             let offload = self.offload.as_mut()?;
             let mut ram = GuestRam(mem);
@@ -531,7 +532,36 @@ impl Rnic {
                 break;
             }
         }
-        self.offload.as_mut()?.engine.poll_at(now)
+        let next = self.offload.as_mut()?.engine.poll_at(now);
+        // WQEs left by a fetch budget, or a ring gone bad: run again soon.
+        if !self.fetch_pending.is_empty() || !self.ring_faults.is_empty() {
+            return Some(now);
+        }
+        next
+    }
+
+    /// Continues fetches that spent their budget, and sends the QPs whose
+    /// producer index was impossible to ERROR (the guest broke its ring:
+    /// nothing in it can be trusted, so nothing more is read from it).
+    fn service_rings<M: GuestMemory>(&mut self, now: Instant, mem: &M) {
+        for (qpn, queue) in std::mem::take(&mut self.fetch_pending) {
+            self.fetch(mem, qpn, queue);
+        }
+        for (qpn, _queue) in std::mem::take(&mut self.ring_faults) {
+            let Some(offload) = self.offload.as_mut() else { continue };
+            if self.qps.get(qpn).is_none() {
+                continue;
+            }
+            self.qp_ring_errors += 1;
+            if offload.engine.qp_state(qpn) == Some(engine::QpState::Error) {
+                continue;
+            }
+            let _ = offload.engine.modify_qp(now, qpn, engine::QpState::Error);
+            // Reported as a bad WQE (QP_REQ_ERR): the queue's contents are
+            // what is malformed.
+            self.qp_event(qpn, QpEvent::BadWqe, WcStatus::LocQpOpErr as u32);
+        }
+        self.pump(now, mem);
     }
 
     /// Delivers what the engine produced, completions first (they precede
@@ -573,7 +603,16 @@ impl Rnic {
     /// ORD/IRD; an MPA revision 1 peer sends none, so the device maximum.
     fn connect_request(&mut self, conn: ConnId, request: &ConnectRequest) {
         let limits = self.limits;
+        let busy = self.events.len() >= super::MAX_PENDING_EVENTS;
         let Some(offload) = self.offload.as_mut() else { return };
+        if busy {
+            // The driver is not taking events: refuse, as a full backlog
+            // would, rather than queue events without end.
+            self.requests_refused_busy += 1;
+            log::debug!("connection request {:?} refused: {} driver events pending", request.tuple, self.events.len());
+            let _ = offload.engine.reject(conn, &[]);
+            return;
+        }
         let conn_id = offload.new_conn_id();
         offload.requests.insert(conn_id, Request { conn, tuple: request.tuple });
         let cap = |v: Option<u16>, max: u32| v.map_or(max, |v| u32::from(v).min(max));
