@@ -1104,3 +1104,33 @@ fn a_deep_ring_is_fetched_over_several_passes() {
     assert_ne!(g.qp_status(&qp).flags.to_native() & QpStatusFlag::SqIdle as u32, 0);
     assert_eq!(g.doorbells, 1);
 }
+
+#[test]
+fn a_malformed_receive_wqe_fails_in_order_with_its_own_status() {
+    let mut s = setup(16);
+    let (a_local, _) = s.bufs[0];
+    let (b_local, _) = s.bufs[1];
+    let now = s.sim.now;
+    s.sim.b.post_recv(now, &mut s.qb, 1, &b_local, 0, 4096);
+    // Five SGEs on a QP that allows four.
+    let slot = u64::from(s.qb.rq_prod & (s.qb.depth - 1));
+    let bad = RqWqe { wr_id: 2.into(), num_sge: 5, ..Default::default() };
+    s.sim.b.mem.write_obj(bad, GuestAddress(s.qb.rq + slot * 128)).unwrap();
+    s.qb.rq_prod += 1;
+    s.sim.b.ring_doorbell(now, &s.qb, DoorbellQueue::Rq);
+    connect(&mut s);
+    let now = s.sim.now;
+    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(10, WrOpcode::Send, true, &[(a_local, 0, 64)]));
+    // A zero-length SEND must not complete the malformed WQE successfully.
+    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(11, WrOpcode::Send, true, &[]));
+    assert!(s.sim.run_until(Duration::from_secs(5), |sim| {
+        sim.b.qp_status(&s.qb).state.to_native() == QpState::Error as u32
+    }));
+    let mut rcq = s.qb.rcq;
+    let got: Vec<(u64, u8)> = s.sim.b.poll_cq(&mut rcq).iter().map(|c| (c.wr_id.to_native(), c.status)).collect();
+    assert_eq!(got, vec![(1, 0), (2, WcStatus::LocQpOpErr as u8)], "in order, its own status, nothing after");
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::BadWqe as u32, WcStatus::LocQpOpErr as u32)]);
+    // The peer hears that the error is b's own (RDMAP local catastrophic).
+    assert!(s.sim.run_until(Duration::from_secs(3), |sim| !sim.a.qp_events().is_empty()));
+    assert_eq!(s.sim.a.qp_events()[0], (s.qa.qpn, QpEvent::TerminateReceived as u32, 0x0000));
+}

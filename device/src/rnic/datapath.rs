@@ -65,30 +65,39 @@ fn accepts(state: Option<engine::QpState>, queue: WorkQueue) -> bool {
     }
 }
 
-/// Reads and parses the WQE at `addr`; a malformed one becomes the
-/// request the engine fails in order (see [`wqe::refused_send_wr`]).
-fn read_send_wr<M: GuestMemory>(mem: &M, addr: Option<GuestAddress>, limits: &wqe::WqeLimits) -> engine::SendWr {
-    let raw = addr.and_then(|a| mem.read_obj::<SqWqe>(a).ok());
-    match raw.ok_or(BadWqe::Unreadable).and_then(|w| wqe::send_wr(&w, limits)) {
-        Ok(wr) => wr,
-        Err(e) => {
-            let wr_id = raw.map_or(0, |w| w.wr_id.to_native());
-            log::debug!("send WQE {wr_id:#x} refused: {e}");
-            wqe::refused_send_wr(wr_id)
-        }
-    }
+/// A WQE the guest got wrong: its wr_id (0 if unreadable) and the status
+/// it completes with, in posting order ([`engine::Engine::post_refused`]).
+struct Refused {
+    wr_id: u64,
+    status: WcStatus,
 }
 
-fn read_recv_wr<M: GuestMemory>(mem: &M, addr: Option<GuestAddress>, limits: &wqe::WqeLimits) -> engine::RecvWr {
+/// Reads and parses the send WQE at `addr`.
+fn read_send_wr<M: GuestMemory>(
+    mem: &M,
+    addr: Option<GuestAddress>,
+    limits: &wqe::WqeLimits,
+) -> Result<engine::SendWr, Refused> {
+    let raw = addr.and_then(|a| mem.read_obj::<SqWqe>(a).ok());
+    raw.ok_or(BadWqe::Unreadable).and_then(|w| wqe::send_wr(&w, limits)).map_err(|e| {
+        let wr_id = raw.map_or(0, |w| w.wr_id.to_native());
+        log::debug!("send WQE {wr_id:#x} refused: {e}");
+        Refused { wr_id, status: e.status() }
+    })
+}
+
+/// Reads and parses the receive WQE at `addr`.
+fn read_recv_wr<M: GuestMemory>(
+    mem: &M,
+    addr: Option<GuestAddress>,
+    limits: &wqe::WqeLimits,
+) -> Result<engine::RecvWr, Refused> {
     let raw = addr.and_then(|a| mem.read_obj::<RqWqe>(a).ok());
-    match raw.ok_or(BadWqe::Unreadable).and_then(|w| wqe::recv_wr(&w, limits)) {
-        Ok(wr) => wr,
-        Err(e) => {
-            let wr_id = raw.map_or(0, |w| w.wr_id.to_native());
-            log::debug!("receive WQE {wr_id:#x} refused: {e}");
-            wqe::refused_recv_wr(wr_id)
-        }
-    }
+    raw.ok_or(BadWqe::Unreadable).and_then(|w| wqe::recv_wr(&w, limits)).map_err(|e| {
+        let wr_id = raw.map_or(0, |w| w.wr_id.to_native());
+        log::debug!("receive WQE {wr_id:#x} refused: {e}");
+        Refused { wr_id, status: e.status() }
+    })
 }
 
 /// WQEs handed to the engine per queue per fetch (a NAPI weight): a deep
@@ -152,9 +161,16 @@ impl Rnic {
                 }
                 budget -= 1;
                 let addr = ring.entry_addr(work.fetched);
+                let engine = &mut offload.engine;
                 let result = match queue {
-                    WorkQueue::Send => offload.engine.post_send(qpn, read_send_wr(mem, addr, &limits)),
-                    WorkQueue::Recv => offload.engine.post_recv(qpn, read_recv_wr(mem, addr, &limits)),
+                    WorkQueue::Send => match read_send_wr(mem, addr, &limits) {
+                        Ok(wr) => engine.post_send(qpn, wr),
+                        Err(bad) => engine.post_refused(qpn, queue, bad.wr_id, bad.status),
+                    },
+                    WorkQueue::Recv => match read_recv_wr(mem, addr, &limits) {
+                        Ok(wr) => engine.post_recv(qpn, wr),
+                        Err(bad) => engine.post_refused(qpn, queue, bad.wr_id, bad.status),
+                    },
                 };
                 if let Err(e) = result {
                     log::debug!("QP {qpn}: WQE {} not posted: {e}", work.fetched);

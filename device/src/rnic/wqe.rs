@@ -4,7 +4,7 @@
 
 use thiserror::Error;
 use vm_memory::ByteValued;
-use vt3_iwarp::engine::{Completion, InlineData, RecvWr, SendOpcode, SendWr, Sge, SgeList, WorkQueue};
+use vt3_iwarp::engine::{Completion, InlineData, RecvWr, SendOpcode, SendWr, Sge, SgeList, WcStatus, WorkQueue};
 
 use crate::abi::{self, CqeFlag, RqWqe, SqWqe, WqeFlag, VT3_MAX_SGE};
 
@@ -83,12 +83,20 @@ pub fn send_wr(wqe: &SqWqe, limits: &WqeLimits) -> Result<SendWr, BadWqe> {
     })
 }
 
-/// What the engine is given for a refused send WQE: a request its own
-/// checks refuse when it reaches the WQE (inline data on a READ), so the
-/// WQE completes in posting order with VT3_WC_LOC_QP_OP_ERR, a TERMINATE
-/// goes out and the QP moves to ERROR (DESIGN §5, bad local WQE).
-pub fn refused_send_wr(wr_id: u64) -> SendWr {
-    SendWr { inline: InlineData::new(&[]), ..SendWr::new(wr_id, SendOpcode::Read) }
+impl BadWqe {
+    /// The status the WQE completes with (in posting order, through
+    /// [`vt3_iwarp::engine::Engine::post_refused`]; DESIGN §5, bad local
+    /// WQE): every malformed field (opcode, flags, SGE count, inline
+    /// length) is an operation error, as the verbs name a WR the QP cannot
+    /// carry out; an lkey, STag or bounds error is found by the engine
+    /// (VT3_WC_LOC_PROT_ERR) when it uses the WR.
+    pub fn status(&self) -> WcStatus {
+        match self {
+            BadWqe::Opcode(_) | BadWqe::Flags(_) | BadWqe::NumSge(_) | BadWqe::InlineLen(_) | BadWqe::Unreadable => {
+                WcStatus::LocQpOpErr
+            }
+        }
+    }
 }
 
 /// Parses a receive WQE.
@@ -100,14 +108,6 @@ pub fn recv_wr(wqe: &RqWqe, limits: &WqeLimits) -> Result<RecvWr, BadWqe> {
     Ok(RecvWr { wr_id: wqe.wr_id.to_native(), sges: sges(payload, wqe.num_sge) })
 }
 
-/// What the engine is given for a refused receive WQE: one octet through
-/// STag 0, which never names a region. The engine has no way to fail a
-/// receive WQE before a Send arrives; the first Send that lands in it
-/// completes it with VT3_WC_LOC_PROT_ERR and moves the QP to ERROR with a
-/// TERMINATE.
-pub fn refused_recv_wr(wr_id: u64) -> RecvWr {
-    RecvWr { wr_id, sges: SgeList::single(Sge { addr: 0, length: 1, lkey: 0 }) }
-}
 
 /// The CQE for a completion.
 pub fn cqe(c: &Completion) -> abi::Cqe {
@@ -252,12 +252,10 @@ mod tests {
     }
 
     #[test]
-    fn refused_wqes_fail_in_the_engine() {
-        let wr = refused_send_wr(77);
-        assert_eq!((wr.wr_id, wr.opcode, wr.signaled), (77, SendOpcode::Read, true));
-        assert!(wr.inline.is_some(), "inline data on a READ is refused by the engine");
-        let wr = refused_recv_wr(78);
-        assert_eq!((wr.wr_id, wr.sges.as_slice()[0].lkey, wr.sges.total_len()), (78, 0, 1));
+    fn malformed_fields_are_operation_errors() {
+        for bad in [BadWqe::Opcode(9), BadWqe::Flags(0x80), BadWqe::NumSge(5), BadWqe::InlineLen(65), BadWqe::Unreadable] {
+            assert_eq!(bad.status(), WcStatus::LocQpOpErr, "{bad}");
+        }
     }
 
     #[test]

@@ -573,23 +573,59 @@ impl<T: Transport> Engine<T> {
             sent: 0,
             checked: false,
             result: None,
+            refused: None,
         });
+        Ok(())
+    }
+
+    /// A WQE the device could not parse (bad opcode, flags, SGE count,
+    /// inline length: DESIGN.md §5, "bad local WQE"). It takes its place
+    /// in the queue and, when the queue reaches it, completes with
+    /// `status` (never SUCCESS: that becomes LOC_QP_OP_ERR); the QP goes
+    /// to ERROR, through TERMINATE when connected: the peer gets a
+    /// TERMINATE "RDMAP local catastrophic", the error being ours. Nothing
+    /// after it completes; nothing is posted after a refused receive.
+    pub fn post_refused(
+        &mut self,
+        qpn: u32,
+        queue: WorkQueue,
+        wr_id: u64,
+        status: WcStatus,
+    ) -> Result<(), EngineError> {
+        let status = if status == WcStatus::Success {
+            WcStatus::LocQpOpErr
+        } else {
+            status
+        };
+        match queue {
+            WorkQueue::Send => {
+                self.post_send(qpn, SendWr::new(wr_id, SendOpcode::Send))?;
+                let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+                if let Some(entry) = qp.queues.sq.back_mut() {
+                    entry.refused = Some(status);
+                }
+                // Not connected and nothing ahead of it: its turn is now.
+                if qp.conn.is_none() && qp.queues.sq.len() == 1 {
+                    fail_refused_send(qp, &mut self.out);
+                }
+            }
+            WorkQueue::Recv => {
+                let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+                check_recv_post(qp)?;
+                qp.queues.rq_refused = Some(qp::RefusedRecv { wr_id, status });
+                if qp.conn.is_none() {
+                    let linger = self.config.terminate_linger;
+                    fail_due_recv_refusal(qp, &mut self.toe, &mut self.out, Instant::ZERO, linger);
+                }
+            }
+        }
         Ok(())
     }
 
     /// Queues a receive WR (IDLE, RTS or CLOSING).
     pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), EngineError> {
         let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
-        if !matches!(qp.state, QpState::Idle | QpState::Rts | QpState::Closing) {
-            return Err(EngineError::InvalidState {
-                qpn,
-                state: qp.state,
-                what: "post_recv",
-            });
-        }
-        if qp.queues.rq.len() >= qp.config.rq_depth as usize {
-            return Err(EngineError::QueueFull);
-        }
+        check_recv_post(qp)?;
         qp.queues.rq.push_back(wr);
         Ok(())
     }
@@ -1036,6 +1072,109 @@ fn set_state(qp: &mut Qp, out: &mut Outputs, to: QpState) {
     out.qp_event(qp.qpn, EventKind::StateChanged { from, to });
 }
 
+/// Whether a receive WR may be posted to `qp` now.
+fn check_recv_post(qp: &Qp) -> Result<(), EngineError> {
+    let qpn = qp.qpn;
+    if !matches!(qp.state, QpState::Idle | QpState::Rts | QpState::Closing) {
+        return Err(EngineError::InvalidState {
+            qpn,
+            state: qp.state,
+            what: "post_recv",
+        });
+    }
+    if qp.queues.rq_refused.is_some() {
+        return Err(EngineError::InvalidState {
+            qpn,
+            state: qp.state,
+            what: "post_recv after a refused receive WQE",
+        });
+    }
+    // The refused one (if any) takes a slot too.
+    if qp.queues.rq.len() >= qp.config.rq_depth as usize {
+        return Err(EngineError::QueueFull);
+    }
+    Ok(())
+}
+
+/// A refused send WR at the front of an unconnected QP's SQ: it completes
+/// with its status and the QP goes to ERROR.
+fn fail_refused_send(qp: &mut Qp, out: &mut Outputs) {
+    let Some(front) = qp.queues.sq.front_mut() else {
+        return;
+    };
+    let Some(status) = front.refused else { return };
+    let wr_id = front.wr.wr_id;
+    front.result = Some((status, 0));
+    out.stats.wqe_errors += 1;
+    retire_sq(qp, out);
+    if !qp.end_reported {
+        qp.end_reported = true;
+        out.qp_event(qp.qpn, EventKind::WqeError { wr_id, status });
+    }
+    set_state(qp, out, QpState::Error);
+}
+
+/// Fails a refused receive WR whose turn came: every receive WR before it
+/// completed and no Send is being placed. Connected, the QP enters
+/// TERMINATE (ours: RDMAP local catastrophic); otherwise ERROR.
+fn fail_due_recv_refusal<T: Transport>(
+    qp: &mut Qp,
+    toe: &mut T,
+    out: &mut Outputs,
+    now: Instant,
+    linger: Duration,
+) {
+    let Some(refused) = qp.queues.rq_refused else {
+        return;
+    };
+    if !qp.queues.rq.is_empty() || matches!(qp.state, QpState::Terminate | QpState::Error) {
+        return;
+    }
+    let connected = match qp.conn.as_mut() {
+        None => false,
+        Some(conn) => match conn.stream.as_mut() {
+            // Still connecting: its turn comes in RTS.
+            None => return,
+            Some(stream) if stream.rx_send.is_some() => return,
+            Some(stream) => {
+                stream.rx_stopped = true;
+                stream.terminate_out = Some(rx::terminate_message(
+                    stream.tx_msn[2],
+                    TermCode::RdmapLocalCatastrophic,
+                    None,
+                ));
+                true
+            }
+        },
+    };
+    qp.queues.rq_refused = None;
+    out.completions.push_back(Completion {
+        qpn: qp.qpn,
+        queue: WorkQueue::Recv,
+        wr_id: refused.wr_id,
+        opcode: WcOpcode::Recv,
+        status: refused.status,
+        byte_len: 0,
+        invalidated_stag: None,
+        solicited: false,
+        signaled: true,
+    });
+    out.stats.wqe_errors += 1;
+    let kind = EventKind::WqeError {
+        wr_id: refused.wr_id,
+        status: refused.status,
+    };
+    if connected {
+        enter_terminate(qp, toe, out, now, linger, kind);
+    } else {
+        if !qp.end_reported {
+            qp.end_reported = true;
+            out.qp_event(qp.qpn, kind);
+        }
+        set_state(qp, out, QpState::Error);
+    }
+}
+
 /// Completes finished send WQEs in posting order (none once in ERROR).
 fn retire_sq(qp: &mut Qp, out: &mut Outputs) {
     if qp.state == QpState::Error {
@@ -1267,7 +1406,9 @@ fn service_qp<T: Transport>(
             }
         }
     }
+    fail_due_recv_refusal(qp, toe, out, now, config.terminate_linger);
     receive(qp, toe, out, io, now, config);
+    fail_due_recv_refusal(qp, toe, out, now, config.terminate_linger);
     handle_status(qp, toe, out);
     transmit(qp, toe, out, io, now, config);
     // Deadlines: the MPA reply, the TERMINATE linger.
@@ -1414,6 +1555,8 @@ fn receive<T: Transport>(
             };
             enter_terminate(qp, toe, out, now, config.terminate_linger, kind);
         }
+        // Failed right after `receive`, in `service_qp`.
+        Some(RxStop::RefusedRecvDue) => {}
         Some(RxStop::Failed(error)) => {
             out.stats.protocol_errors += 1;
             let kind = EventKind::LocalError {

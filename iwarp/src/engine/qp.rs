@@ -77,6 +77,18 @@ pub(crate) struct SqEntry {
     pub checked: bool,
     /// Done, with this status and byte count: retire in order.
     pub result: Option<(WcStatus, u32)>,
+    /// The device could not parse the WQE: it fails with this status
+    /// when transmission reaches it.
+    pub refused: Option<WcStatus>,
+}
+
+/// A receive WQE the device could not parse. It sits after every receive
+/// WR posted before it and completes with `status` once they all have;
+/// nothing is posted after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RefusedRecv {
+    pub wr_id: u64,
+    pub status: WcStatus,
 }
 
 /// An RDMA READ we issued, waiting for its response.
@@ -216,6 +228,8 @@ pub(crate) struct Queues {
     pub issued: usize,
     pub next_seq: u64,
     pub rq: VecDeque<RecvWr>,
+    /// A refused receive WQE after `rq`.
+    pub rq_refused: Option<RefusedRecv>,
     pub orq: VecDeque<OrqEntry>,
     pub irq: VecDeque<IrqEntry>,
 }
@@ -232,6 +246,7 @@ impl Queues {
         self.sq.clear();
         self.issued = 0;
         self.rq.clear();
+        self.rq_refused = None;
         self.orq.clear();
         self.irq.clear();
     }

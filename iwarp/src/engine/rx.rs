@@ -62,6 +62,9 @@ pub(crate) enum RxStop {
     Terminated(TermCode),
     /// We found an error; the TERMINATE is in `stream.terminate_out`.
     Failed(ProtocolError),
+    /// A Send arrived when a refused receive WQE's turn had come: the
+    /// caller fails that WQE (a local error, not the peer's).
+    RefusedRecvDue,
 }
 
 /// Consumes FPDU-mode bytes from `input` until it is empty or something
@@ -228,7 +231,12 @@ fn handle_ulpdu(
         Opcode::Send
         | Opcode::SendInvalidate
         | Opcode::SendSolicited
-        | Opcode::SendSolicitedInvalidate => send(queues, stream, env, &header, payload),
+        | Opcode::SendSolicitedInvalidate => {
+            if queues.rq.is_empty() && queues.rq_refused.is_some() && stream.rx_send.is_none() {
+                return Err(RxStop::RefusedRecvDue);
+            }
+            send(queues, stream, env, &header, payload)
+        }
         Opcode::RdmaReadRequest => read_request(queues, stream, env, &header, payload, ulpdu),
         Opcode::Terminate => {
             let term = terminate::Packet::new_unchecked(payload);

@@ -1151,3 +1151,100 @@ mod faults {
         }
     }
 }
+
+/// WQEs the device could not parse ([`Engine::post_refused`]): each
+/// completes in posting order with its own status, the QP goes to ERROR,
+/// the peer's TERMINATE says the error is ours, and nothing completes
+/// after it (DESIGN §5, bad local WQE).
+mod refused {
+    use super::*;
+
+    fn post_recv(node: &mut Node, qpn: u32, wr_id: u64) {
+        let (stag, iova) = registered_buffer(node, 4096);
+        let sges = SgeList::single(Sge { addr: iova, length: 4096, lkey: stag });
+        node.engine.post_recv(qpn, RecvWr { wr_id, sges }).unwrap();
+    }
+
+    fn post_send(node: &mut Node, qpn: u32, wr_id: u64, len: u32) {
+        let (stag, iova) = registered_buffer(node, 4096);
+        let mut wr = SendWr::new(wr_id, SendOpcode::Send);
+        wr.sges = SgeList::single(Sge { addr: iova, length: len, lkey: stag });
+        node.engine.post_send(qpn, wr).unwrap();
+    }
+
+    fn results(node: &Node, qpn: u32) -> Vec<(u64, WcStatus)> {
+        node.completions.iter().filter(|c| c.qpn == qpn).map(|c| (c.wr_id, c.status)).collect()
+    }
+
+    fn local_terminate_at_peer(node: &Node, qpn: u32) -> bool {
+        others(&node.qp_events(qpn))
+            == vec![EventKind::TerminateReceived {
+                code: TermCode::RdmapLocalCatastrophic,
+                class: ErrorClass::Catastrophic,
+            }]
+    }
+
+    #[test]
+    fn a_refused_receive_completes_after_the_ones_before_it() {
+        let mut sim = pair();
+        post_recv(&mut sim.b, 2, 1);
+        sim.b.engine.post_refused(2, WorkQueue::Recv, 2, WcStatus::LocQpOpErr).unwrap();
+        assert!(
+            matches!(
+                sim.b.engine.post_recv(2, RecvWr { wr_id: 3, sges: SgeList::EMPTY }),
+                Err(EngineError::InvalidState { .. })
+            ),
+            "nothing is posted after it"
+        );
+        // Two Sends, the second a zero-length one: never a SUCCESS for
+        // the refused WQE.
+        post_send(&mut sim.a, 1, 10, 100);
+        post_send(&mut sim.a, 1, 11, 0);
+        settle(&mut sim, 5);
+        assert_eq!(results(&sim.b, 2), vec![(1, WcStatus::Success), (2, WcStatus::LocQpOpErr)]);
+        assert_eq!(
+            others(&sim.b.qp_events(2)),
+            vec![EventKind::WqeError { wr_id: 2, status: WcStatus::LocQpOpErr }]
+        );
+        assert_eq!(sim.b.state(2), Some(QpState::Error));
+        assert!(local_terminate_at_peer(&sim.a, 1), "{:?}", sim.a.qp_events(1));
+    }
+
+    #[test]
+    fn a_refused_receive_whose_turn_came_fails_without_waiting_for_a_send() {
+        let mut sim = pair();
+        sim.b.engine.post_refused(2, WorkQueue::Recv, 7, WcStatus::LocQpOpErr).unwrap();
+        settle(&mut sim, 2);
+        assert_eq!(results(&sim.b, 2), vec![(7, WcStatus::LocQpOpErr)]);
+        assert_eq!(sim.b.state(2), Some(QpState::Error));
+        assert!(local_terminate_at_peer(&sim.a, 1), "{:?}", sim.a.qp_events(1));
+    }
+
+    #[test]
+    fn a_refused_send_completes_in_order_and_nothing_after_it() {
+        let mut sim = pair();
+        post_recv(&mut sim.b, 2, 1);
+        post_recv(&mut sim.b, 2, 2);
+        post_send(&mut sim.a, 1, 10, 100);
+        sim.a.engine.post_refused(1, WorkQueue::Send, 11, WcStatus::LocQpOpErr).unwrap();
+        post_send(&mut sim.a, 1, 12, 100);
+        settle(&mut sim, 5);
+        assert_eq!(results(&sim.a, 1), vec![(10, WcStatus::Success), (11, WcStatus::LocQpOpErr)]);
+        assert_eq!(sim.a.state(1), Some(QpState::Error));
+        assert_eq!(results(&sim.b, 2), vec![(1, WcStatus::Success)], "WR 12 never went out");
+        assert!(local_terminate_at_peer(&sim.b, 2), "{:?}", sim.b.qp_events(2));
+    }
+
+    #[test]
+    fn unconnected_qps_fail_a_refused_wqe_at_once() {
+        let mut sim = pair();
+        sim.a.engine.create_qp(5, QpConfig::new(PD)).unwrap();
+        sim.a.engine.post_refused(5, WorkQueue::Send, 50, WcStatus::Success).unwrap();
+        sim.a.engine.create_qp(6, QpConfig::new(PD)).unwrap();
+        sim.a.engine.post_refused(6, WorkQueue::Recv, 60, WcStatus::LocProtErr).unwrap();
+        settle(&mut sim, 1);
+        assert_eq!(results(&sim.a, 5), vec![(50, WcStatus::LocQpOpErr)], "SUCCESS is never a refusal");
+        assert_eq!(results(&sim.a, 6), vec![(60, WcStatus::LocProtErr)]);
+        assert_eq!((sim.a.state(5), sim.a.state(6)), (Some(QpState::Error), Some(QpState::Error)));
+    }
+}

@@ -259,7 +259,11 @@ pub(crate) fn transmit<T: Transport>(
                     return Ok(TxProgress::Idle);
                 };
                 if !entry.checked {
-                    if let Err(status) = validate(&entry.wr, env.pdn, env.regions, ord) {
+                    let checked = match entry.refused {
+                        Some(status) => Err(status),
+                        None => validate(&entry.wr, env.pdn, env.regions, ord),
+                    };
+                    if let Err(status) = checked {
                         return Err(TxStop::WqeError {
                             seq: entry.seq,
                             wr_id: entry.wr.wr_id,
