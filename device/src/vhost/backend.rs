@@ -27,7 +27,7 @@ use crate::nic::virtio::{
     deliver_rx, drain_tx, ChainStats, NetLayout, RxOutcome, Scratch, VNET_HDR_LEN,
     VNET_HDR_LEN_LEGACY,
 };
-use crate::control::{self, Outcome};
+use crate::control::{Channel, Outcome, QueueAddrs};
 use crate::nic::{GuestFrame, Nic};
 use crate::rnic::Instant;
 use crate::uplink::RECV_BUF_LEN;
@@ -141,6 +141,10 @@ pub struct NetBackend {
     event_idx: AtomicBool,
     datapath: Mutex<Datapath>,
     timer: Mutex<EngineTimer>,
+    /// The driver's session; it ends with this frontend connection.
+    channel: Mutex<Channel>,
+    /// The guest's virtqueues, the proof a HELLO must carry.
+    queues: Mutex<QueueAddrs>,
 }
 
 impl NetBackend {
@@ -151,7 +155,6 @@ impl NetBackend {
             max_frame: nic.max_frame(),
         };
         Ok(Self {
-            nic,
             mem: Mutex::new(None),
             event_idx: AtomicBool::new(false),
             datapath: Mutex::new(Datapath {
@@ -163,6 +166,9 @@ impl NetBackend {
                 tx_throttled: false,
             }),
             timer: Mutex::new(EngineTimer::new()?),
+            channel: Mutex::new(Channel::new(Arc::clone(&nic.control_stats))),
+            queues: Mutex::new(QueueAddrs::default()),
+            nic,
         })
     }
 
@@ -181,7 +187,7 @@ impl NetBackend {
         let now = self.now();
         let mut rnic = self.nic.rnic();
         let next = rnic.service(now, mem, &mut |frame| self.nic.offload_to_uplink(frame));
-        control::take_events(&mut rnic, device_frames);
+        lock(&self.channel).take_events(&mut rnic, device_frames);
         drop(rnic);
         lock(&self.timer).arm(now, next);
     }
@@ -231,9 +237,11 @@ impl NetBackend {
             drain_tx(state.get_queue_mut(), &*mem, layout, scratch, &mut stats, |frame| {
                 if self.nic.from_guest(frame) == GuestFrame::Control {
                     commands = true;
-                    match control::handle_frame(&mut self.nic.rnic(), &*mem, frame, now) {
+                    let queues = *lock(&self.queues);
+                    let mut rnic = self.nic.rnic();
+                    match lock(&self.channel).handle_frame(&mut rnic, &*mem, frame, &queues, now) {
                         Outcome::Reply(frames) => device_frames.extend(frames),
-                        Outcome::Silent | Outcome::Ignored => {}
+                        Outcome::Silent | Outcome::Refused(_) => {}
                     }
                 }
             })?
@@ -363,6 +371,13 @@ impl NetBackend {
     }
 }
 
+/// Where the guest put a virtqueue (guest-physical, from vhost-user).
+fn ring_addrs(vring: &VringRwLock) -> crate::abi::RingAddrs {
+    let state = vring.get_ref();
+    let q = state.get_queue();
+    crate::abi::RingAddrs { desc: q.desc_table().into(), avail: q.avail_ring().into(), used: q.used_ring().into() }
+}
+
 /// Interrupts the guest if the used ring moved past what it asked for.
 fn signal(vring: &VringRwLock) -> Result<(), BackendError> {
     if vring.needs_notification()? {
@@ -438,6 +453,7 @@ impl VhostUserBackend for NetBackend {
         let [rx, tx] = vrings else {
             return Err(BackendError::UnknownEvent(device_event).into());
         };
+        *lock(&self.queues) = QueueAddrs { rx: ring_addrs(rx), tx: ring_addrs(tx) };
         match device_event {
             // A TX kick may queue control responses: deliver them at once.
             TX_QUEUE => {
