@@ -21,6 +21,7 @@
 #include <linux/kref.h>
 #include <linux/mutex.h>
 #include <linux/netdevice.h>
+#include <linux/siphash.h>
 #include <linux/skbuff.h>
 #include <linux/spinlock.h>
 #include <linux/workqueue.h>
@@ -73,9 +74,30 @@ struct vt3_limits {
 };
 
 /* Control channel state (vt3_ctrl.c). */
+/* Why a frame from vt3d was refused (hw_counters ctrl_refused_*). */
+enum vt3_refusal {
+	VT3_REFUSED_SHORT,
+	VT3_REFUSED_VERSION,
+	VT3_REFUSED_TYPE,
+	VT3_REFUSED_NO_SESSION,
+	VT3_REFUSED_MAC,
+	VT3_REFUSED_REPLAY,
+	VT3_REFUSED_MAX
+};
+
 struct vt3_ctrl {
 	struct mutex cmd_lock;		/* one synchronous command at a time */
+	/*
+	 * The session (vt3_hw.h "Who may drive the device"): set by the
+	 * HELLO under cmd_lock, before any other frame is sent or taken.
+	 */
+	siphash_key_t key;
+	bool keyed;
+	atomic64_t sent;		/* counter of the last frame sent */
+	atomic64_t refused[VT3_REFUSED_MAX];
 	spinlock_t lock;		/* the fields below */
+	u64 rx_highest;			/* replay window of frames from vt3d */
+	u64 rx_seen;
 	u32 next_seq;
 	bool waiting;			/* a synchronous command awaits its RESP */
 	u32 wait_seq;
@@ -282,6 +304,8 @@ const char *vt3_event_name(unsigned int event);
 void vt3_ctrl_init(struct vt3_dev *dev);
 void vt3_ctrl_start(struct vt3_dev *dev);
 void vt3_ctrl_stop(struct vt3_dev *dev);
+int vt3_ctrl_hello(struct vt3_dev *dev, unsigned int timeout_ms);
+extern const struct rdma_stat_desc vt3_refusal_stats[VT3_REFUSED_MAX];
 int vt3_cmd(struct vt3_dev *dev, enum vt3_cmd opcode, const void *req,
 	    size_t req_len, void *resp, size_t resp_len);
 int vt3_cmd_timeout(struct vt3_dev *dev, enum vt3_cmd opcode,

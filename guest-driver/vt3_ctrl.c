@@ -13,10 +13,13 @@
  * process context in arrival order (vt3_cm.c).
  */
 #include <linux/etherdevice.h>
+#include <linux/if_vlan.h>
 #include <linux/if_ether.h>
 #include <linux/pkt_sched.h>
 #include <linux/random.h>
 #include <linux/skbuff.h>
+#include <linux/virtio.h>
+#include <asm/unaligned.h>
 
 #include "vt3.h"
 
@@ -43,6 +46,16 @@ static const char * const vt3_cmd_names[] = {
 	[VT3_CMD_ACCEPT] = "ACCEPT",
 	[VT3_CMD_REJECT] = "REJECT",
 	[VT3_CMD_DISCONNECT] = "DISCONNECT",
+	[VT3_CMD_HELLO] = "HELLO",
+};
+
+const struct rdma_stat_desc vt3_refusal_stats[VT3_REFUSED_MAX] = {
+	[VT3_REFUSED_SHORT] = { .name = "ctrl_refused_short" },
+	[VT3_REFUSED_VERSION] = { .name = "ctrl_refused_version" },
+	[VT3_REFUSED_TYPE] = { .name = "ctrl_refused_type" },
+	[VT3_REFUSED_NO_SESSION] = { .name = "ctrl_refused_no_session" },
+	[VT3_REFUSED_MAC] = { .name = "ctrl_refused_mac" },
+	[VT3_REFUSED_REPLAY] = { .name = "ctrl_refused_replay" },
 };
 
 static const char * const vt3_status_names[] = {
@@ -137,8 +150,8 @@ static int vt3_ctrl_xmit(struct vt3_dev *dev, u16 opcode, u32 seq,
 
 	if (len > U16_MAX)
 		return -EINVAL;
-	skb = alloc_skb(hlen + sizeof(*hdr) + len + netdev->needed_tailroom,
-			gfp);
+	skb = alloc_skb(hlen + sizeof(*hdr) + len + VT3_CTRL_MAC_LEN +
+			netdev->needed_tailroom, gfp);
 	if (!skb)
 		return -ENOMEM;
 	skb_reserve(skb, hlen);
@@ -149,8 +162,11 @@ static int vt3_ctrl_xmit(struct vt3_dev *dev, u16 opcode, u32 seq,
 	hdr->opcode = cpu_to_le16(opcode);
 	hdr->seq = cpu_to_le32(seq);
 	hdr->len = cpu_to_le16(len);
+	hdr->counter = cpu_to_le64(atomic64_inc_return(&dev->ctrl.sent));
 	if (len)
 		skb_put_data(skb, payload, len);
+	put_unaligned_le64(siphash(hdr, sizeof(*hdr) + len, &dev->ctrl.key),
+			   skb_put(skb, VT3_CTRL_MAC_LEN));
 
 	skb->dev = netdev;
 	skb->protocol = htons(VT3_ETHERTYPE);
@@ -353,6 +369,64 @@ static bool vt3_ctrl_event(struct vt3_dev *dev, const struct vt3_ctrl_hdr *hdr,
 	}
 }
 
+static void vt3_refuse(struct vt3_dev *dev, enum vt3_refusal why)
+{
+	atomic64_inc(&dev->ctrl.refused[why]);
+}
+
+/* Takes @counter once, within the window below the highest taken. */
+static bool vt3_ctrl_take_counter(struct vt3_ctrl *c, u64 counter)
+{
+	u64 behind;
+	bool taken = false;
+
+	spin_lock(&c->lock);
+	if (counter > c->rx_highest) {
+		behind = counter - c->rx_highest;
+		c->rx_seen = behind >= VT3_CTRL_REPLAY_WINDOW ?
+			     0 : c->rx_seen << behind;
+		c->rx_seen |= 1;
+		c->rx_highest = counter;
+		taken = true;
+	} else {
+		behind = c->rx_highest - counter;
+		if (behind < VT3_CTRL_REPLAY_WINDOW &&
+		    !(c->rx_seen & BIT_ULL(behind))) {
+			c->rx_seen |= BIT_ULL(behind);
+			taken = true;
+		}
+	}
+	spin_unlock(&c->lock);
+	return taken;
+}
+
+/*
+ * Whether a frame is vt3d's, of this session, and new: its MAC (after the
+ * @len payload bytes, linear) matches our key and its counter was not
+ * taken before. Anything else is counted and dropped, unanswered.
+ */
+static bool vt3_ctrl_authentic(struct vt3_dev *dev,
+			       const struct vt3_ctrl_hdr *hdr, size_t len)
+{
+	struct vt3_ctrl *c = &dev->ctrl;
+	u64 mac;
+
+	if (!READ_ONCE(c->keyed)) {
+		vt3_refuse(dev, VT3_REFUSED_NO_SESSION);
+		return false;
+	}
+	mac = get_unaligned_le64((const u8 *)(hdr + 1) + len);
+	if (siphash(hdr, sizeof(*hdr) + len, &c->key) != mac) {
+		vt3_refuse(dev, VT3_REFUSED_MAC);
+		return false;
+	}
+	if (!vt3_ctrl_take_counter(c, le64_to_cpu(hdr->counter))) {
+		vt3_refuse(dev, VT3_REFUSED_REPLAY);
+		return false;
+	}
+	return true;
+}
+
 /*
  * RX handler for VT3_ETHERTYPE, bound to our netdev only. Runs in softirq
  * under rcu_read_lock(), which vt3_destroy_cq() relies on. Nothing in the
@@ -370,25 +444,34 @@ static int vt3_ctrl_rcv(struct sk_buff *skb, struct net_device *netdev,
 		return NET_RX_DROP;
 	/*
 	 * Only frames that came in on our netdev (not through an upper
-	 * device's other slave) and were addressed to our MAC are vt3d's.
+	 * device's other slave), untagged and addressed to our MAC, can be
+	 * vt3d's; which of them are is for the MAC to say.
 	 */
-	if (orig_dev != dev->netdev || skb->pkt_type != PACKET_HOST)
+	if (orig_dev != dev->netdev || skb->pkt_type != PACKET_HOST ||
+	    skb_vlan_tag_present(skb))
 		goto drop;
-	if (!pskb_may_pull(skb, sizeof(*hdr)))
+	if (!pskb_may_pull(skb, sizeof(*hdr))) {
+		vt3_refuse(dev, VT3_REFUSED_SHORT);
 		goto drop;
+	}
 	hdr = (const struct vt3_ctrl_hdr *)skb->data;
 	len = le16_to_cpu(hdr->len);
 	if (hdr->version != VT3_CTRL_VERSION) {
+		vt3_refuse(dev, VT3_REFUSED_VERSION);
 		ibdev_warn_ratelimited(&dev->ibdev,
-				       "control frame version %u dropped\n",
-				       hdr->version);
+				       "control frame of protocol v%u refused: vt3.ko speaks v%u (vt3.ko and vt3d must come from the same release)\n",
+				       hdr->version, VT3_CTRL_VERSION);
 		goto drop;
 	}
-	/* Ethernet padding may follow the payload: more is fine. */
-	if (skb->len < sizeof(*hdr) + len ||
-	    !pskb_may_pull(skb, sizeof(*hdr) + len))
+	/* Ethernet padding may follow the MAC: more is fine. */
+	if (skb->len < sizeof(*hdr) + len + VT3_CTRL_MAC_LEN ||
+	    !pskb_may_pull(skb, sizeof(*hdr) + len + VT3_CTRL_MAC_LEN)) {
+		vt3_refuse(dev, VT3_REFUSED_SHORT);
 		goto drop;
+	}
 	hdr = (const struct vt3_ctrl_hdr *)skb->data;
+	if (!vt3_ctrl_authentic(dev, hdr, len))
+		goto drop;
 
 	switch (hdr->type) {
 	case VT3_MSG_RESP:
@@ -399,6 +482,7 @@ static int vt3_ctrl_rcv(struct sk_buff *skb, struct net_device *netdev,
 			return NET_RX_SUCCESS;
 		break;
 	default:
+		vt3_refuse(dev, VT3_REFUSED_TYPE);
 		goto drop;
 	}
 	consume_skb(skb);
@@ -420,6 +504,82 @@ void vt3_ctrl_init(struct vt3_dev *dev)
 	 * this netdev (one that gave up waiting) must not match ours.
 	 */
 	c->next_seq = get_random_u32();
+}
+
+/*
+ * The virtqueues of the virtio-net device under @netdev: the proof that a
+ * HELLO comes from the guest kernel (vt3_hw.h).
+ */
+static int vt3_ring_addrs(struct net_device *netdev, struct vt3_cmd_hello *req)
+{
+	struct device *parent = netdev->dev.parent;
+	struct virtio_device *vdev;
+	struct virtqueue *vq;
+	unsigned int found = 0;
+
+	if (!parent || !is_virtio_device(parent))
+		return -EOPNOTSUPP;
+	vdev = dev_to_virtio(parent);
+	virtio_device_for_each_vq(vdev, vq) {
+		struct vt3_ring_addrs *r;
+
+		if (vq->index == 0)
+			r = &req->rx;
+		else if (vq->index == 1)
+			r = &req->tx;
+		else
+			continue;
+		r->desc = cpu_to_le64(virtqueue_get_desc_addr(vq));
+		r->avail = cpu_to_le64(virtqueue_get_avail_addr(vq));
+		r->used = cpu_to_le64(virtqueue_get_used_addr(vq));
+		found++;
+	}
+	return found == 2 ? 0 : -EOPNOTSUPP;
+}
+
+/*
+ * Starts a session: a fresh key in a kernel page that only vt3d reads
+ * (never on the wire), named by a HELLO with the netdev's virtqueues. The
+ * page is wiped and freed once the answer came or the wait ended: a HELLO
+ * vt3d takes up late finds no key in it and is refused.
+ */
+int vt3_ctrl_hello(struct vt3_dev *dev, unsigned int timeout_ms)
+{
+	struct vt3_ctrl *c = &dev->ctrl;
+	struct vt3_cmd_hello req = {};
+	struct vt3_session_page *sp;
+	struct page *page;
+	int err;
+
+	err = vt3_ring_addrs(dev->netdev, &req);
+	if (err)
+		return err;
+	page = alloc_page(GFP_KERNEL | __GFP_ZERO);
+	if (!page)
+		return -ENOMEM;
+	sp = page_address(page);
+
+	mutex_lock(&c->cmd_lock);
+	get_random_bytes(&c->key, sizeof(c->key));
+	atomic64_set(&c->sent, 0);
+	spin_lock_bh(&c->lock);
+	c->rx_highest = 0;
+	c->rx_seen = 1;		/* counter 0 is never sent */
+	spin_unlock_bh(&c->lock);
+	WRITE_ONCE(c->keyed, true);
+	mutex_unlock(&c->cmd_lock);
+
+	sp->magic = cpu_to_le32(VT3_SESSION_MAGIC);
+	sp->version = cpu_to_le32(VT3_CTRL_VERSION);
+	sp->key[0] = cpu_to_le64(c->key.key[0]);
+	sp->key[1] = cpu_to_le64(c->key.key[1]);
+	req.session_page = cpu_to_le64(page_to_phys(page));
+
+	err = vt3_cmd_timeout(dev, VT3_CMD_HELLO, &req, sizeof(req), NULL, 0,
+			      timeout_ms);
+	memzero_explicit(sp, sizeof(*sp));
+	__free_page(page);
+	return err;
 }
 
 /* Starts receiving on dev->netdev. */

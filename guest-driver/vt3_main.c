@@ -131,6 +131,9 @@ static int vt3_dev_query(struct vt3_dev *dev)
 	u32 max_msg_size = U32_MAX;
 	int err;
 
+	err = vt3_ctrl_hello(dev, vt3_probe_timeout_ms);
+	if (err)
+		return err;
 	err = vt3_cmd_timeout(dev, VT3_CMD_QUERY_DEVICE, NULL, 0, &attr,
 			      sizeof(attr), vt3_probe_timeout_ms);
 	if (err)
@@ -560,11 +563,31 @@ static struct rdma_link_ops vt3_link_ops = {
 	.newlink = vt3_newlink,
 };
 
+/* Control frames refused (vt3_ctrl.c): hw_counters of the device. */
+static struct rdma_hw_stats *vt3_alloc_hw_device_stats(struct ib_device *ibdev)
+{
+	return rdma_alloc_hw_stats_struct(vt3_refusal_stats, VT3_REFUSED_MAX,
+					  RDMA_HW_STATS_DEFAULT_LIFESPAN);
+}
+
+static int vt3_get_hw_stats(struct ib_device *ibdev,
+			    struct rdma_hw_stats *stats, u32 port, int index)
+{
+	struct vt3_dev *dev = to_vt3_dev(ibdev);
+	int i;
+
+	for (i = 0; i < VT3_REFUSED_MAX; i++)
+		stats->value[i] = atomic64_read(&dev->ctrl.refused[i]);
+	return VT3_REFUSED_MAX;
+}
+
 static const struct ib_device_ops vt3_dev_ops = {
 	.owner = THIS_MODULE,
 	.driver_id = VT3_DRIVER_ID,
 	.uverbs_abi_ver = VT3_ABI_VERSION,
 
+	.alloc_hw_device_stats = vt3_alloc_hw_device_stats,
+	.get_hw_stats = vt3_get_hw_stats,
 	.alloc_pd = vt3_alloc_pd,
 	.alloc_ucontext = vt3_alloc_ucontext,
 	.create_cq = vt3_create_cq,

@@ -58,6 +58,8 @@ build_module() {
 	# Static: it must not depend on which libc the guest has.
 	gcc -static -O2 -Wall -o "$WORK/vt3-uverbs" "$REPO/guest-driver/tests/vt3-uverbs.c" ||
 		die "building vt3-uverbs failed (needs libc6-dev)"
+	gcc -static -O2 -Wall -I"$REPO/guest-driver/include" -o "$WORK/vt3-forge" "$REPO/guest-driver/tests/vt3-forge.c" ||
+		die "building vt3-forge failed"
 }
 
 build_rdma_core() {
@@ -69,7 +71,8 @@ inputs_hash() {
 	# Contents only (no paths): the same inputs from any clone hit the cache.
 	{
 		sha256sum "$IMAGES/initramfs.cpio.gz" "$REPO/guest-driver/vt3.ko" "${BASH_SOURCE[0]}" \
-			"$REPO/guest-driver/tests/vt3_ktest.ko" "$REPO/guest-driver/tests/vt3_kcm.ko" "$WORK/vt3-uverbs" |
+			"$REPO/guest-driver/tests/vt3_ktest.ko" "$REPO/guest-driver/tests/vt3_kcm.ko" \
+			"$REPO/guest-driver/tests/vt3_kforge.ko" "$WORK/vt3-uverbs" "$WORK/vt3-forge" |
 			cut -d' ' -f1
 		(cd "$STAGE" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
 	} | sha256sum | cut -d' ' -f1
@@ -82,8 +85,9 @@ assemble() {
 	# unpacker would replace it by a real directory: never ship lib/.
 	mkdir -p "$root/usr/lib/modules/$KVER/extra" "$root/etc/vt3/init.d"
 	install -m 644 "$REPO/guest-driver/vt3.ko" "$REPO/guest-driver/tests/vt3_ktest.ko" "$REPO/guest-driver/tests/vt3_kcm.ko" \
-		"$root/usr/lib/modules/$KVER/extra/"
+		"$REPO/guest-driver/tests/vt3_kforge.ko" "$root/usr/lib/modules/$KVER/extra/"
 	install -D -m 755 "$WORK/vt3-uverbs" "$root/usr/bin/vt3-uverbs"
+	install -D -m 755 "$WORK/vt3-forge" "$root/usr/bin/vt3-forge"
 	# rdma-core as the guest runs it: libraries, providers, tools, config.
 	(cd "$STAGE" && find . \( -path ./usr/include -o -path ./usr/share/man -o -path ./usr/share/doc \
 		-o -name '*.a' -o -path '*/pkgconfig' \) -prune -o -print |

@@ -7,7 +7,10 @@
 use vm_memory::{ByteValued, Le16, Le32, Le64};
 
 pub const VT3_ETHERTYPE: u16 = 0x88b5;
-pub const VT3_CTRL_VERSION: u8 = 1;
+pub const VT3_CTRL_VERSION: u8 = 2;
+pub const VT3_CTRL_REPLAY_WINDOW: u64 = 64;
+pub const VT3_CTRL_MAC_LEN: usize = 8;
+pub const VT3_SESSION_MAGIC: u32 = 0x5333_5456;
 pub const VT3_PAGE_SHIFT: u32 = 12;
 pub const VT3_PAGE_SIZE: u64 = 1 << VT3_PAGE_SHIFT;
 pub const VT3_VENDOR_ID: u32 = 0x1425;
@@ -110,6 +113,7 @@ abi_enums! {
         Accept = "VT3_CMD_ACCEPT" = 20,
         Reject = "VT3_CMD_REJECT" = 21,
         Disconnect = "VT3_CMD_DISCONNECT" = 22,
+        Hello = "VT3_CMD_HELLO" = 23,
     }
 
     pub enum Status: u16 {
@@ -244,6 +248,26 @@ abi_structs! {
         pub status: Le16,
         pub len: Le16,
         pub reserved: Le32,
+        pub counter: Le64,
+    }
+
+    pub struct SessionPage = "vt3_session_page" {
+        pub magic: Le32,
+        pub version: Le32,
+        pub key: [Le64; 2],
+        pub reserved: Le64,
+    }
+
+    pub struct RingAddrs = "vt3_ring_addrs" {
+        pub desc: Le64,
+        pub avail: Le64,
+        pub used: Le64,
+    }
+
+    pub struct CmdHello = "vt3_cmd_hello" {
+        pub session_page: Le64,
+        pub rx: RingAddrs,
+        pub tx: RingAddrs,
     }
 
     pub struct DeviceAttr = "vt3_device_attr" {
@@ -511,6 +535,9 @@ pub fn constant_values() -> Vec<(&'static str, u64)> {
     vec![
         ("VT3_ETHERTYPE", u64::from(VT3_ETHERTYPE)),
         ("VT3_CTRL_VERSION", u64::from(VT3_CTRL_VERSION)),
+        ("VT3_CTRL_REPLAY_WINDOW", VT3_CTRL_REPLAY_WINDOW),
+        ("VT3_CTRL_MAC_LEN", VT3_CTRL_MAC_LEN as u64),
+        ("VT3_SESSION_MAGIC", u64::from(VT3_SESSION_MAGIC)),
         ("VT3_PAGE_SHIFT", u64::from(VT3_PAGE_SHIFT)),
         ("VT3_PAGE_SIZE", VT3_PAGE_SIZE),
         ("VT3_VENDOR_ID", u64::from(VT3_VENDOR_ID)),

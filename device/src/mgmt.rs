@@ -270,6 +270,7 @@ fn table(rows: &[Row], json: bool) -> String {
 fn stats_rows(nic: &Nic) -> Vec<(String, u64)> {
     let mut rows: Vec<(String, u64)> =
         nic.stats.rows().iter().map(|(k, v)| (format!("nic.{k}"), *v)).collect();
+    rows.extend(nic.control_stats.rows().into_iter().map(|(k, v)| (format!("control.{k}"), v)));
     let rnic = nic.rnic();
     let c = rnic.counts();
     for (k, v) in [("pd", c.pd), ("mr", c.mr), ("cq", c.cq), ("qp", c.qp)] {

@@ -14,7 +14,7 @@ use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemoryMmap};
 use vt3_iwarp::sim::{Endpoint, Sim, WireConfig, IPS, MACS};
 use vt3_iwarp::toe::{Duration, Instant};
 use vt3d::abi::*;
-use vt3d::control::{build_frame, handle_frame, take_events, Outcome};
+use vt3d::control::{build_frame, Channel, DriverEnd, Outcome, QueueAddrs};
 use vt3d::rnic::{Limits, Rnic};
 
 const MEM: usize = 8 << 20;
@@ -23,6 +23,7 @@ const STATUS: u64 = 0x1f_0000;
 const PAGES: u64 = 0x20_0000;
 const PORT: u16 = 7174;
 const PAGE: u64 = VT3_PAGE_SIZE;
+const SESSION_PAGE: u64 = 0x1e_0000;
 
 /// A CQ as the provider sees it.
 #[derive(Debug, Clone, Copy)]
@@ -58,10 +59,11 @@ struct Mr {
 
 /// One guest: its memory, its RNIC, and what vt3.ko and libvt3 would do.
 struct Guest {
+    chan: Channel,
+    end: DriverEnd,
     rnic: Rnic,
     mem: GuestMemoryMmap,
     mac: [u8; 6],
-    seq: u32,
     /// Events received, in order: (type, payload).
     events: Vec<(EventType, Vec<u8>)>,
     frames: VecDeque<Vec<u8>>,
@@ -85,7 +87,7 @@ impl Endpoint for Guest {
 
     fn poll(&mut self, now: Instant, tx: &mut dyn FnMut(&[u8])) {
         self.next_poll = self.rnic.service(now, &self.mem, tx);
-        take_events(&mut self.rnic, &mut self.frames);
+        self.chan.take_events(&mut self.rnic, &mut self.frames);
         while let Some(f) = self.frames.pop_front() {
             self.record_event(&f);
         }
@@ -108,11 +110,12 @@ fn pd_bytes(data: &[u8]) -> PrivateData {
 
 impl Guest {
     fn new(index: usize) -> Self {
-        Self {
+        let mut guest = Self {
+            chan: Channel::new(std::sync::Arc::default()),
+            end: DriverEnd::new([index as u64 + 1, 0x5eed]),
             rnic: Rnic::new(Limits::default(), 1500),
             mem: GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM)]).unwrap(),
             mac: MACS[index],
-            seq: 0,
             events: Vec::new(),
             frames: VecDeque::new(),
             next_poll: None,
@@ -120,16 +123,22 @@ impl Guest {
             next_page: PAGES,
             next_status: STATUS,
             doorbells: 0,
-        }
+        };
+        let hello = guest.end.hello(&guest.mem, SESSION_PAGE, &QueueAddrs::default());
+        let frame = build_frame(guest.mac, guest.mac, &hello);
+        let Outcome::Reply(resp) = guest.chan.handle_frame(&mut guest.rnic, &guest.mem, &frame, &QueueAddrs::default(), Instant::from_millis(0)) else {
+            panic!("HELLO refused");
+        };
+        guest.end.open(&resp[14..]).unwrap();
+        guest
     }
 
     fn record_event(&mut self, frame: &[u8]) {
         assert_eq!(&frame[..6], &self.mac, "events go to the driver's MAC");
-        let hdr: CtrlHdr = read_struct(&frame[14..]).unwrap();
-        assert_eq!(hdr.r#type, MsgType::Event as u8);
-        let body = frame[30..].to_vec();
-        assert_eq!(body.len(), usize::from(hdr.len.to_native()));
-        self.events.push((EventType::try_from(hdr.opcode.to_native()).unwrap(), body));
+        let ev = self.end.open(&frame[14..]).expect("an event sealed for the driver");
+        assert_eq!(ev.hdr.r#type, MsgType::Event as u8);
+        let (kind, body) = (EventType::try_from(ev.hdr.opcode.to_native()).unwrap(), ev.payload.to_vec());
+        self.events.push((kind, body));
     }
 
     /// Sends a command as vt3.ko does; returns the response payload.
@@ -138,29 +147,27 @@ impl Guest {
     }
 
     fn raw(&mut self, now: Instant, cmd: Cmd, args: &[u8]) -> Result<Vec<u8>, Status> {
-        self.seq += 1;
-        let hdr = CtrlHdr {
-            version: VT3_CTRL_VERSION,
-            r#type: MsgType::Cmd as u8,
-            opcode: (cmd as u16).into(),
-            seq: self.seq.into(),
-            status: 0.into(),
-            len: (args.len() as u16).into(),
-            reserved: 0.into(),
-        };
-        let frame = build_frame(self.mac, self.mac, &hdr, args);
-        let frames = match handle_frame(&mut self.rnic, &self.mem, &frame, now) {
-            Outcome::Reply(frames) => frames,
+        let (seq, ctrl) = self.end.command(cmd as u16, args);
+        let frame = build_frame(self.mac, self.mac, &ctrl);
+        let frames = match self.chan.handle_frame(&mut self.rnic, &self.mem, &frame, &QueueAddrs::default(), now) {
+            Outcome::Reply(frame) => {
+                let mut frames = vec![frame];
+                let mut events = VecDeque::new();
+                self.chan.take_events(&mut self.rnic, &mut events);
+                frames.extend(events);
+                frames
+            }
             Outcome::Silent => return Ok(Vec::new()),
-            Outcome::Ignored => panic!("command ignored"),
+            Outcome::Refused(why) => panic!("command refused: {why:?}"),
         };
-        let resp: CtrlHdr = read_struct(&frames[0][14..]).unwrap();
-        assert_eq!(resp.seq.to_native(), self.seq);
+        let resp = self.end.open(&frames[0][14..]).expect("a response sealed for the driver");
+        assert_eq!(resp.hdr.seq.to_native(), seq);
+        let (status, body) = (resp.hdr.status.to_native(), resp.payload.to_vec());
         for f in &frames[1..] {
             self.record_event(f);
         }
-        match Status::try_from(resp.status.to_native()).unwrap() {
-            Status::Ok => Ok(frames[0][30..].to_vec()),
+        match Status::try_from(status).unwrap() {
+            Status::Ok => Ok(body),
             s => Err(s),
         }
     }

@@ -21,6 +21,7 @@ use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
 use virtio_queue::mock::MockSplitQueue;
 use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 use vmm_sys_util::eventfd::EventFd;
+use vt3d::control::{build_frame, DriverEnd, QueueAddrs, Refusal};
 use vt3d::abi;
 use vt3d::nic::Nic;
 use vt3d::uplink::UplinkSpec;
@@ -168,28 +169,42 @@ fn frames_cross_between_rings_and_uplink() {
     assert_eq!(&buf[..n], &outbound[..]);
     wait_for("the TX used ring", || tx.used().idx().load() == 1);
 
+    // A HELLO that names other virtqueues is refused without an answer; the
+    // kernel's (the rings vt3d was given over vhost-user) starts a session.
+    let queues = queue_addrs(&rx, &tx);
+    let mut wrong = queues;
+    wrong.rx.used = (wrong.rx.used.to_native() + 64).into();
+    let forged = with_vnet_hdr(&build_frame(GUEST_MAC, GUEST_MAC, &DriverEnd::new([9, 9]).hello(&mem, SESSION_PAGE, &wrong)));
+    let mut driver = DriverEnd::new([1, 2]);
+    let hello = with_vnet_hdr(&build_frame(GUEST_MAC, GUEST_MAC, &driver.hello(&mem, SESSION_PAGE + 0x1000, &queues)));
     // A control command on TX is answered on RX and never leaves vt3d.
-    let hdr = abi::CtrlHdr {
-        version: abi::VT3_CTRL_VERSION,
-        r#type: abi::MsgType::Cmd as u8,
-        opcode: (abi::Cmd::QueryDevice as u16).into(),
-        seq: 0x1234_5678.into(),
-        ..Default::default()
-    };
-    let mut cmd = vec![0u8; HDR];
-    cmd.extend_from_slice(&vt3d::control::build_frame([0x52, 0x54, 0, 0, 0, 1], [0x52, 0x54, 0, 0, 0, 1], &hdr, &[]));
-    mem.write_slice(&cmd, GuestAddress(TX_DATA + 0x4000)).unwrap();
-    let desc = RawDescriptor::from(SplitDescriptor::new(TX_DATA + 0x4000, cmd.len() as u32, 0, 0));
-    tx.add_desc_chains(&[desc], 2).unwrap();
+    let (seq, query) = driver.command(abi::Cmd::QueryDevice as u16, &[]);
+    let query = with_vnet_hdr(&build_frame(GUEST_MAC, GUEST_MAC, &query));
+    let mut descs = Vec::new();
+    for (i, f) in [&forged, &hello, &query].into_iter().enumerate() {
+        let at = TX_DATA + 0x4000 + i as u64 * 0x1000;
+        mem.write_slice(f, GuestAddress(at)).unwrap();
+        descs.push(RawDescriptor::from(SplitDescriptor::new(at, f.len() as u32, 0, 0)));
+    }
+    for (i, d) in descs.iter().enumerate() {
+        tx.add_desc_chains(std::slice::from_ref(d), 2 + i as u16).unwrap();
+    }
     guest.kicks[1].write(1).unwrap();
-    wait_for("the control response", || rx.used().idx().load() == 4);
-    let e = rx.used().ring().ref_at(3).unwrap().load();
-    let mut resp = vec![0u8; e.len() as usize];
-    mem.read_slice(&mut resp, GuestAddress(RX_BUFS + u64::from(e.id()) * 0x1000)).unwrap();
-    let rhdr: abi::CtrlHdr = abi::read_struct(&resp[HDR + 14..]).unwrap();
-    assert_eq!(rhdr.r#type, abi::MsgType::Resp as u8);
-    assert_eq!((rhdr.seq.to_native(), rhdr.status.to_native()), (0x1234_5678, 0));
-    let attr: abi::DeviceAttr = abi::read_struct(&resp[HDR + 30..]).unwrap();
+    wait_for("the control responses", || rx.used().idx().load() == 5);
+    assert_eq!(nic.control_stats.refused(Refusal::Hello), 1, "the forged HELLO");
+    let answer = |i: usize| {
+        let e = rx.used().ring().ref_at(i).unwrap().load();
+        let mut resp = vec![0u8; e.len() as usize];
+        mem.read_slice(&mut resp, GuestAddress(RX_BUFS + u64::from(e.id()) * 0x1000)).unwrap();
+        resp
+    };
+    let hello_resp = answer(3);
+    assert_eq!(driver.open(&hello_resp[HDR + 14..]).unwrap().hdr.status.to_native(), 0);
+    let resp = answer(4);
+    let opened = driver.open(&resp[HDR + 14..]).unwrap();
+    assert_eq!(opened.hdr.r#type, abi::MsgType::Resp as u8);
+    assert_eq!((opened.hdr.seq.to_native(), opened.hdr.status.to_native()), (seq, 0));
+    let attr: abi::DeviceAttr = abi::read_struct(opened.payload).unwrap();
     assert_eq!(attr.vendor_id.to_native(), abi::VT3_VENDOR_ID);
     peer.set_nonblocking(true).unwrap();
     assert!(peer.recv(&mut buf).is_err(), "a control frame reached the uplink");
@@ -197,7 +212,7 @@ fn frames_cross_between_rings_and_uplink() {
     wait_for("the filtered frame to be counted", || {
         nic.stats.rx_filtered.load(std::sync::atomic::Ordering::Relaxed) == 1
     });
-    assert_eq!(rx.used().idx().load(), 4, "filtered frame must not reach the guest");
+    assert_eq!(rx.used().idx().load(), 5, "filtered frame must not reach the guest");
 
     drop(guest.frontend);
     assert_eq!(server.join().unwrap(), RelayEnd::FrontendClosed);
@@ -248,18 +263,26 @@ fn syn(port: u16) -> Vec<u8> {
     f
 }
 
-fn command(cmd: abi::Cmd, seq: u32, payload: &[u8]) -> Vec<u8> {
-    let hdr = abi::CtrlHdr {
-        version: abi::VT3_CTRL_VERSION,
-        r#type: abi::MsgType::Cmd as u8,
-        opcode: (cmd as u16).into(),
-        seq: seq.into(),
-        len: (payload.len() as u16).into(),
-        ..Default::default()
+const SESSION_PAGE: u64 = 0x7f_0000;
+
+/// The virtqueues as the frontend gave them to vt3d.
+fn queue_addrs(rx: &MockSplitQueue<GuestMemoryMmap>, tx: &MockSplitQueue<GuestMemoryMmap>) -> QueueAddrs {
+    let ring = |q: &MockSplitQueue<GuestMemoryMmap>| abi::RingAddrs {
+        desc: q.desc_table_addr().0.into(),
+        avail: q.avail_addr().0.into(),
+        used: q.used_addr().0.into(),
     };
+    QueueAddrs { rx: ring(rx), tx: ring(tx) }
+}
+
+fn with_vnet_hdr(frame: &[u8]) -> Vec<u8> {
     let mut f = vec![0u8; HDR];
-    f.extend_from_slice(&vt3d::control::build_frame(GUEST_MAC, GUEST_MAC, &hdr, payload));
+    f.extend_from_slice(frame);
     f
+}
+
+fn command(driver: &mut DriverEnd, cmd: abi::Cmd, payload: &[u8]) -> Vec<u8> {
+    with_vnet_hdr(&build_frame(GUEST_MAC, GUEST_MAC, &driver.command(cmd as u16, payload).1))
 }
 
 /// The backend's demux and timer: once the driver set the guest's address
@@ -298,22 +321,29 @@ fn offloaded_tcp_goes_to_the_engine() {
         backlog: 4.into(),
         reserved: 0.into(),
     };
-    let cmds = [command(abi::Cmd::SetAddr, 1, set_addr.as_slice()), command(abi::Cmd::Listen, 2, listen.as_slice())];
+    let mut driver = DriverEnd::new([3, 4]);
+    let hello = with_vnet_hdr(&build_frame(GUEST_MAC, GUEST_MAC, &driver.hello(&mem, SESSION_PAGE, &queue_addrs(&rx, &tx))));
+    let cmds = [
+        hello,
+        command(&mut driver, abi::Cmd::SetAddr, set_addr.as_slice()),
+        command(&mut driver, abi::Cmd::Listen, listen.as_slice()),
+    ];
     let mut descs = Vec::new();
     for (i, c) in cmds.iter().enumerate() {
         let at = TX_DATA + i as u64 * 0x1000;
         mem.write_slice(c, GuestAddress(at)).unwrap();
         descs.push(RawDescriptor::from(SplitDescriptor::new(at, c.len() as u32, 0, 0)));
     }
-    tx.add_desc_chains(&descs[..1], 0).unwrap();
-    tx.add_desc_chains(&descs[1..], 1).unwrap();
+    for (i, d) in descs.iter().enumerate() {
+        tx.add_desc_chains(std::slice::from_ref(d), i as u16).unwrap();
+    }
     guest.kicks[1].write(1).unwrap();
-    wait_for("both responses", || rx.used().idx().load() == 2);
-    for i in 0..2u16 {
+    wait_for("three responses", || rx.used().idx().load() == 3);
+    for i in 0..3u16 {
         let e = rx.used().ring().ref_at(usize::from(i)).unwrap().load();
         let mut resp = vec![0u8; e.len() as usize];
         mem.read_slice(&mut resp, GuestAddress(RX_BUFS + u64::from(e.id()) * 0x1000)).unwrap();
-        let hdr: abi::CtrlHdr = abi::read_struct(&resp[HDR + 14..]).unwrap();
+        let hdr = driver.open(&resp[HDR + 14..]).unwrap().hdr;
         assert_eq!((hdr.seq.to_native(), hdr.status.to_native()), (u32::from(i) + 1, 0));
     }
 
@@ -334,12 +364,12 @@ fn offloaded_tcp_goes_to_the_engine() {
     let start = Instant::now();
     syn_ack(&mut buf);
     assert!(start.elapsed() > Duration::from_millis(100), "a retransmission, not a duplicate");
-    assert_eq!(rx.used().idx().load(), 2);
+    assert_eq!(rx.used().idx().load(), 3);
     let counted = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     wait_for("the counters", || counted(&nic.stats.toe_rx_frames) == 1 && counted(&nic.stats.toe_tx_frames) == 2);
     // A SYN for a port nobody listens on is the guest kernel's.
     peer.send_to(&syn(7175), &up_path).unwrap();
-    wait_for("the SYN in the guest", || rx.used().idx().load() == 3);
+    wait_for("the SYN in the guest", || rx.used().idx().load() == 4);
 
     drop(guest.frontend);
     assert_eq!(server.join().unwrap(), RelayEnd::FrontendClosed);

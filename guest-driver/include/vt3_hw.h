@@ -14,13 +14,46 @@
  * ---------------
  * Ethernet frames of EtherType VT3_ETHERTYPE through the virtio-net netdev
  * vt3d backs. After the 14-byte Ethernet header comes a struct
- * vt3_ctrl_hdr and `len` bytes of payload. The driver sends VT3_MSG_CMD
+ * vt3_ctrl_hdr, `len` bytes of payload and a MAC (below). The driver sends VT3_MSG_CMD
  * frames (destination: the netdev's own MAC) and vt3d answers each with one
  * VT3_MSG_RESP carrying the same `seq` and `opcode`, plus the response
  * payload when status is VT3_OK. vt3d sends VT3_MSG_EVENT frames on its own.
  * vt3d consumes every VT3_ETHERTYPE frame from the guest and never forwards
  * one to the uplink; it drops those arriving from the uplink; it never drops
  * its own frames to the guest (they wait while the RX ring is full).
+ *
+ * Who may drive the device (authentication)
+ * -----------------------------------------
+ * Threat model: any guest process may send and sniff raw frames on the NIC
+ * (a packet socket needs only CAP_NET_RAW), the frames vt3.ko and vt3d
+ * exchange included. It cannot read kernel memory or learn guest-physical
+ * addresses (GPAs). Only vt3.ko may command vt3d and only vt3d may send
+ * vt3.ko responses and events, so no frame is trusted for what it says:
+ *
+ * - Session key. At each probe vt3.ko puts a fresh random 128-bit key in a
+ *   kernel page (struct vt3_session_page) and sends VT3_CMD_HELLO naming
+ *   that page's GPA. The key itself never crosses the wire: vt3d reads it
+ *   from guest memory. A sniffer learns the page's address, not its
+ *   contents.
+ * - Proof of kernel. HELLO also carries the GPAs of the netdev's own
+ *   virtqueues (RX and TX: descriptor table, available and used ring),
+ *   which only the guest kernel knows and which vt3d learnt from QEMU
+ *   over vhost-user. vt3d refuses a HELLO whose rings do not match; so a
+ *   process cannot start a session of its own, not even with a key in a
+ *   page it sprayed (it would have to guess those addresses).
+ * - Every frame, both ways, carries a counter (in vt3_ctrl_hdr) and a MAC
+ *   right after the `len` payload bytes: SipHash-2-4 with the session key
+ *   over the header and the payload, little endian. Counters start at 1 and grow by one per frame sent in
+ *   each direction; a receiver takes each counter once, within a window of
+ *   VT3_CTRL_REPLAY_WINDOW below the highest it took (frames of several
+ *   CPUs may overtake each other on the way). The type is covered, so a
+ *   command cannot be reflected as an answer.
+ * - A valid HELLO starts a new session: vt3d drops every object of the
+ *   previous one (as VT3_CMD_RESET). Anything else that fails these
+ *   checks is refused: counted (vt3d ctl stats: ctrl_refused_*; vt3.ko:
+ *   hw_counters ctrl_refused_*), never answered, and without effect on
+ *   the session. A frame of another VT3_CTRL_VERSION is refused the same
+ *   way, with a log line naming both versions.
  *
  * Guest memory
  * ------------
@@ -86,7 +119,7 @@
  *
  * Limits: max_cqe and max_qp_wr count usable entries; rings have a depth of
  * the next power of two above. fw_ver is major << 32 | minor << 16 | sub.
- * Events are addressed to the guest MAC that sent the last command.
+ * Events are addressed to the guest MAC that sent the HELLO.
  */
 #ifndef VT3_HW_H
 #define VT3_HW_H
@@ -99,7 +132,9 @@
 #endif
 
 #define VT3_ETHERTYPE		0x88B5
-#define VT3_CTRL_VERSION	1
+#define VT3_CTRL_VERSION	2
+#define VT3_CTRL_REPLAY_WINDOW	64
+#define VT3_SESSION_MAGIC	0x53335456	/* "VT3S" */
 #define VT3_PAGE_SHIFT		12
 #define VT3_PAGE_SIZE		(1u << VT3_PAGE_SHIFT)
 
@@ -124,7 +159,10 @@ struct vt3_ctrl_hdr {
 	__le16	status;		/* RESP: enum vt3_status; otherwise 0 */
 	__le16	len;		/* payload bytes after this header */
 	__le32	reserved;
+	__le64	counter;	/* frames sent this session in this direction */
 };
+/* After the `len` payload bytes: __le64 mac (VT3_CTRL_MAC_LEN bytes). */
+#define VT3_CTRL_MAC_LEN	8
 
 enum vt3_cmd {
 	VT3_CMD_QUERY_DEVICE = 1,	/* -> vt3_device_attr */
@@ -150,6 +188,7 @@ enum vt3_cmd {
 	VT3_CMD_ACCEPT = 20,		/* vt3_cmd_accept; then VT3_EV_ESTABLISHED */
 	VT3_CMD_REJECT = 21,		/* vt3_cmd_reject */
 	VT3_CMD_DISCONNECT = 22,	/* vt3_cmd_disconnect */
+	VT3_CMD_HELLO = 23,		/* vt3_cmd_hello: starts a session */
 };
 
 enum vt3_status {
@@ -204,6 +243,30 @@ struct vt3_cmd_set_addr {
 	__u8	prefix_len;
 	__u8	reserved;
 	__be32	ipv4;
+};
+
+/*
+ * The kernel page a HELLO names. vt3d reads it once, while it executes
+ * the HELLO; the driver wipes and frees it when the answer came.
+ */
+struct vt3_session_page {
+	__le32	magic;			/* VT3_SESSION_MAGIC */
+	__le32	version;		/* VT3_CTRL_VERSION */
+	__le64	key[2];			/* SipHash-2-4 key words k0, k1 */
+	__le64	reserved;
+};
+
+/* Virtqueue addresses of the netdev, as the guest kernel set them up. */
+struct vt3_ring_addrs {
+	__le64	desc;
+	__le64	avail;
+	__le64	used;
+};
+
+struct vt3_cmd_hello {
+	__le64	session_page;		/* GPA of a vt3_session_page */
+	struct vt3_ring_addrs rx;	/* virtqueue 0 */
+	struct vt3_ring_addrs tx;	/* virtqueue 1 */
 };
 
 /* Commands that name one object: pdn, stag, cqn or qpn. */
@@ -585,7 +648,10 @@ struct vt3_cq_status {
 #else
 #define VT3_ASSERT_SIZE(t, n) _Static_assert(sizeof(struct t) == (n), #t)
 #endif
-VT3_ASSERT_SIZE(vt3_ctrl_hdr, 16);
+VT3_ASSERT_SIZE(vt3_ctrl_hdr, 24);
+VT3_ASSERT_SIZE(vt3_session_page, 32);
+VT3_ASSERT_SIZE(vt3_ring_addrs, 24);
+VT3_ASSERT_SIZE(vt3_cmd_hello, 56);
 VT3_ASSERT_SIZE(vt3_device_attr, 88);
 VT3_ASSERT_SIZE(vt3_port_attr, 16);
 VT3_ASSERT_SIZE(vt3_cmd_set_addr, 12);

@@ -1,28 +1,37 @@
 //! The control channel (DESIGN.md §2): EtherType 0x88B5 frames between
-//! vt3.ko and vt3d. Parses a command frame, runs it against the RNIC and
-//! builds the response frame; builds event frames.
+//! vt3.ko and vt3d. Authenticates a command frame (auth.rs), runs it
+//! against the RNIC and builds the sealed response; seals events.
+
+mod auth;
 
 use std::collections::VecDeque;
 
-use vm_memory::{ByteValued, GuestMemory};
+use vm_memory::GuestMemory;
 
-use crate::abi::{self, Cmd, CtrlHdr, EventType, MsgType, Status, VT3_CTRL_VERSION, VT3_ETHERTYPE};
+pub use auth::{header, mac, unseal, ChannelStats, DriverEnd, Key, QueueAddrs, Refusal, ReplayWindow, Sealed, Session};
+
+use crate::abi::{Cmd, CtrlHdr, MsgType, Status, VT3_CTRL_VERSION, VT3_ETHERTYPE};
 use crate::rnic::{Instant, Rnic};
 
 const ETH_HDR: usize = 14;
-const CTRL_HDR: usize = std::mem::size_of::<CtrlHdr>();
 
 /// What a control frame from the guest turned into.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// Send these frames back to the guest: the response, then any events
-    /// the command raised.
-    Reply(Vec<Vec<u8>>),
+    /// Send this frame back to the guest: the response.
+    Reply(Vec<u8>),
     /// Nothing to send (a doorbell that went well).
     Silent,
-    /// Not a command we can answer (too short to carry a header, or not a
-    /// command message); counted and dropped.
-    Ignored,
+    /// Refused without an answer (counted).
+    Refused(Refusal),
+}
+
+/// The device's end of the control channel: at most one session, that of
+/// the driver whose HELLO proved it is the guest kernel.
+#[derive(Debug)]
+pub struct Channel {
+    session: Option<Session>,
+    stats: std::sync::Arc<ChannelStats>,
 }
 
 fn mac_at(frame: &[u8], at: usize) -> [u8; 6] {
@@ -33,36 +42,81 @@ fn mac_at(frame: &[u8], at: usize) -> [u8; 6] {
     mac
 }
 
-/// Builds a control frame to `dst` from `src`.
-pub fn build_frame(dst: [u8; 6], src: [u8; 6], hdr: &CtrlHdr, payload: &[u8]) -> Vec<u8> {
-    let mut f = Vec::with_capacity(ETH_HDR + CTRL_HDR + payload.len());
+/// Builds an Ethernet frame to `dst` from `src` around a sealed control
+/// part.
+pub fn build_frame(dst: [u8; 6], src: [u8; 6], ctrl: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(ETH_HDR + ctrl.len());
     f.extend_from_slice(&dst);
     f.extend_from_slice(&src);
     f.extend_from_slice(&VT3_ETHERTYPE.to_be_bytes());
-    f.extend_from_slice(hdr.as_slice());
-    f.extend_from_slice(payload);
+    f.extend_from_slice(ctrl);
     f
 }
 
-/// Handles one control frame from the guest at time `now`.
-pub fn handle_frame<M: GuestMemory>(rnic: &mut Rnic, mem: &M, frame: &[u8], now: Instant) -> Outcome {
-    let Some(hdr) = frame.get(ETH_HDR..).and_then(abi::read_struct::<CtrlHdr>) else {
-        return Outcome::Ignored;
-    };
-    if hdr.r#type != MsgType::Cmd as u8 {
-        return Outcome::Ignored;
+impl Channel {
+    pub fn new(stats: std::sync::Arc<ChannelStats>) -> Self {
+        Self { session: None, stats }
     }
-    let body = frame.get(ETH_HDR + CTRL_HDR..).unwrap_or_default();
-    let opcode = hdr.opcode.to_native();
-    let guest = mac_at(frame, 6);
-    let result = if hdr.version != VT3_CTRL_VERSION {
-        Err(Status::Unsupported)
-    } else {
-        match (Cmd::try_from(opcode), body.get(..usize::from(hdr.len.to_native()))) {
-            (Err(_), _) => Err(Status::Unsupported),
-            (Ok(_), None) => Err(Status::Invalid),
-            (Ok(cmd), Some(payload)) => {
-                let r = rnic.execute(mem, now, cmd, payload);
+
+    pub fn stats(&self) -> &ChannelStats {
+        &self.stats
+    }
+
+    /// Whether a driver has a session (events have somewhere to go).
+    pub fn has_session(&self) -> bool {
+        self.session.is_some()
+    }
+
+    /// The frontend went away: its driver's session with it.
+    pub fn end_session(&mut self) {
+        self.session = None;
+    }
+
+    /// Handles one control frame from the guest at time `now`; `queues`
+    /// are the guest's virtqueues (the proof a HELLO must carry).
+    pub fn handle_frame<M: GuestMemory>(
+        &mut self,
+        rnic: &mut Rnic,
+        mem: &M,
+        frame: &[u8],
+        queues: &QueueAddrs,
+        now: Instant,
+    ) -> Outcome {
+        let sealed = match auth::unseal(frame.get(ETH_HDR..).unwrap_or_default()) {
+            Ok(m) => m,
+            Err(why) => return refuse(&self.stats, why, frame),
+        };
+        if sealed.hdr.r#type != MsgType::Cmd as u8 {
+            return refuse(&self.stats, Refusal::NotCommand, frame);
+        }
+        let opcode = sealed.hdr.opcode.to_native();
+        let guest = mac_at(frame, 6);
+        if opcode == Cmd::Hello as u16 {
+            match auth::accept_hello(mem, &sealed, queues) {
+                Ok(session) => {
+                    if self.session.is_some() {
+                        log::info!("a new driver session replaces the old one: its objects are dropped");
+                    }
+                    // Objects belong to the session that made them.
+                    rnic.reset();
+                    rnic.driver_mac = Some(guest);
+                    let session = self.session.insert(session);
+                    self.stats.sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Outcome::Reply(seal_reply(session, &sealed.hdr, Status::Ok, &[], guest));
+                }
+                Err(why) => return refuse(&self.stats, why, frame),
+            }
+        }
+        let Some(session) = self.session.as_mut() else {
+            return refuse(&self.stats, Refusal::NoSession, frame);
+        };
+        if let Err(why) = session.open(&sealed) {
+            return refuse(&self.stats, why, frame);
+        }
+        let result = match Cmd::try_from(opcode) {
+            Err(_) => Err(Status::Unsupported),
+            Ok(cmd) => {
+                let r = rnic.execute(mem, now, cmd, sealed.payload);
                 rnic.driver_mac = Some(guest);
                 if let Err(status) = r {
                     log::debug!("{} failed: {}", cmd.name(), status.name());
@@ -72,48 +126,58 @@ pub fn handle_frame<M: GuestMemory>(rnic: &mut Rnic, mem: &M, frame: &[u8], now:
                 }
                 r
             }
-        }
-    };
-    let (status, payload) = match result {
-        Ok(p) => (Status::Ok, p),
-        Err(s) => (s, Vec::new()),
-    };
-    let resp = CtrlHdr {
-        version: VT3_CTRL_VERSION,
-        r#type: MsgType::Resp as u8,
-        opcode: opcode.into(),
-        seq: hdr.seq,
-        status: (status as u16).into(),
-        len: u16::try_from(payload.len()).unwrap_or(0).into(),
-        reserved: 0.into(),
-    };
-    let mut frames = vec![build_frame(guest, mac_at(frame, 0), &resp, &payload)];
-    frames.extend(rnic.events.drain(..).map(|(event, body)| event_frame(guest, event, &body)));
-    Outcome::Reply(frames)
-}
+        };
+        let (status, payload) = match result {
+            Ok(p) => (Status::Ok, p),
+            Err(s) => (s, Vec::new()),
+        };
+        // Events the command raised stay with the RNIC: the caller takes
+        // them (take_events) as far as the guest has room.
+        Outcome::Reply(seal_reply(session, &sealed.hdr, status, &payload, guest))
+    }
 
-/// Moves the RNIC's pending events into `out` as frames for the driver
-/// (the MAC of the last command; events raised before any command have
-/// no one to go to and are dropped).
-pub fn take_events(rnic: &mut Rnic, out: &mut VecDeque<Vec<u8>>) {
-    match rnic.driver_mac {
-        Some(mac) => out.extend(rnic.events.drain(..).map(|(event, body)| event_frame(mac, event, &body))),
-        None => rnic.events.clear(),
+    /// Moves the RNIC's pending events into `out` as sealed frames for the
+    /// driver (events with no session to go to are dropped).
+    pub fn take_events(&mut self, rnic: &mut Rnic, out: &mut VecDeque<Vec<u8>>) {
+        let (Some(session), Some(mac)) = (self.session.as_mut(), rnic.driver_mac) else {
+            rnic.events.clear();
+            return;
+        };
+        for (event, body) in rnic.events.drain(..) {
+            let hdr = header(MsgType::Event, event as u16, 0, 0, body.len());
+            out.push_back(build_frame(mac, mac, &session.seal(hdr, &body)));
+        }
     }
 }
 
-/// Builds an event frame for the guest at `mac`.
-pub fn event_frame(mac: [u8; 6], event: EventType, body: &[u8]) -> Vec<u8> {
-    let hdr = CtrlHdr {
-        version: VT3_CTRL_VERSION,
-        r#type: MsgType::Event as u8,
-        opcode: (event as u16).into(),
-        seq: 0.into(),
-        status: 0.into(),
-        len: u16::try_from(body.len()).unwrap_or(0).into(),
-        reserved: 0.into(),
-    };
-    build_frame(mac, mac, &hdr, body)
+/// Counts a refused frame and logs the first of each kind, then every
+/// power of ten (a flood must not flood the log too).
+fn refuse(stats: &ChannelStats, why: Refusal, frame: &[u8]) -> Outcome {
+    let n = stats.refuse(why);
+    if is_power_of_ten(n) {
+        let version = frame.get(ETH_HDR).copied().unwrap_or(0);
+        match why {
+            Refusal::Version => log::warn!(
+                "control frame of protocol v{version} refused: this vt3d speaks v{VT3_CTRL_VERSION} \
+                 (vt3.ko and vt3d must come from the same release) [{n} so far]"
+            ),
+            _ => log::warn!("control frame refused ({}) [{n} so far]", why.name()),
+        }
+    }
+    Outcome::Refused(why)
+}
+
+fn seal_reply(session: &mut Session, cmd: &CtrlHdr, status: Status, payload: &[u8], guest: [u8; 6]) -> Vec<u8> {
+    let hdr = header(MsgType::Resp, cmd.opcode.to_native(), cmd.seq.to_native(), status as u16, payload.len());
+    build_frame(guest, guest, &session.seal(hdr, payload))
+}
+
+fn is_power_of_ten(n: u64) -> bool {
+    let mut p = 1u64;
+    while p < n {
+        p = p.saturating_mul(10);
+    }
+    p == n
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use super::*;
 use crate::abi::*;
 use crate::rnic::{Counts, Limits};
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemoryMmap};
 
 const GUEST: [u8; 6] = [0x52, 0x54, 0, 0, 0, 1];
 const MEM: usize = 64 << 20;
@@ -12,7 +12,18 @@ const PAGES: u64 = 0x20_0000; // ring and buffer pages from here
 const STATUS: u64 = 0x1f_0000; // status pages
 const NOW: crate::rnic::Instant = crate::rnic::Instant::from_millis_const(1000);
 
+const SESSION_PAGE: u64 = 0x1e_0000;
+const KEY: Key = [0x0123_4567_89ab_cdef, 0x0fed_cba9_8765_4321];
+
+/// The guest's virtqueues, as vhost-user told vt3d.
+fn queues() -> QueueAddrs {
+    let ring = |base: u64| RingAddrs { desc: base.into(), avail: (base + 0x1000).into(), used: (base + 0x2000).into() };
+    QueueAddrs { rx: ring(0x3_0000), tx: ring(0x4_0000) }
+}
+
 struct Driver {
+    chan: Channel,
+    end: DriverEnd,
     rnic: Rnic,
     mem: GuestMemoryMmap,
     /// Event frames that followed the last response.
@@ -32,8 +43,20 @@ impl Driver {
         Self::with_limits(Limits::default())
     }
 
+    /// A driver whose HELLO vt3d took.
     fn with_limits(limits: Limits) -> Self {
+        let mut d = Self::without_session(limits);
+        let hello = d.end.hello(&d.mem, SESSION_PAGE, &queues());
+        let (status, _) = d.send(&build_frame(GUEST, GUEST, &hello));
+        assert_eq!(status, Status::Ok as u16);
+        assert_eq!(d.chan.stats().sessions.load(std::sync::atomic::Ordering::Relaxed), 1);
+        d
+    }
+
+    fn without_session(limits: Limits) -> Self {
         Self {
+            chan: Channel::new(std::sync::Arc::default()),
+            end: DriverEnd::new(KEY),
             rnic: Rnic::new(limits, 1500),
             mem: GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM)]).unwrap(),
             events: Vec::new(),
@@ -44,18 +67,16 @@ impl Driver {
         }
     }
 
+    /// A command frame sealed by the driver, header fields as given.
     fn frame(&mut self, version: u8, opcode: u16, len: u16, payload: &[u8]) -> Vec<u8> {
         self.seq += 1;
-        let hdr = CtrlHdr {
-            version,
-            r#type: MsgType::Cmd as u8,
-            opcode: opcode.into(),
-            seq: self.seq.into(),
-            status: 0.into(),
-            len: len.into(),
-            reserved: 0.into(),
-        };
-        build_frame(GUEST, GUEST, &hdr, payload)
+        let mut hdr = header(MsgType::Cmd, opcode, self.seq, 0, usize::from(len));
+        hdr.version = version;
+        build_frame(GUEST, GUEST, &self.end.seal(hdr, payload))
+    }
+
+    fn deliver(&mut self, frame: &[u8]) -> Outcome {
+        self.chan.handle_frame(&mut self.rnic, &self.mem, frame, &queues(), NOW)
     }
 
     /// Sends a command; returns (status, response payload).
@@ -64,20 +85,34 @@ impl Driver {
         self.send(&f)
     }
 
+    /// Sends a frame that must be answered; checks the answer is sealed
+    /// for the driver, and so are the events after it.
     fn send(&mut self, frame: &[u8]) -> (u16, Vec<u8>) {
-        let Outcome::Reply(frames) = handle_frame(&mut self.rnic, &self.mem, frame, NOW) else {
+        let Outcome::Reply(resp) = self.deliver(frame) else {
             panic!("no reply");
         };
-        let resp = frames[0].clone();
-        self.events = frames[1..].to_vec();
+        let mut frames = vec![resp];
+        let mut events = std::collections::VecDeque::new();
+        self.chan.take_events(&mut self.rnic, &mut events);
+        frames.extend(events);
+        let resp = &frames[0];
         assert_eq!(&resp[12..14], &VT3_ETHERTYPE.to_be_bytes());
         assert_eq!(&resp[..6], &GUEST);
-        let hdr: CtrlHdr = read_struct(&resp[14..]).unwrap();
-        assert_eq!(hdr.r#type, MsgType::Resp as u8);
-        assert_eq!(hdr.seq.to_native(), self.seq, "response must echo seq");
-        let body = resp[30..].to_vec();
-        assert_eq!(body.len(), usize::from(hdr.len.to_native()));
-        (hdr.status.to_native(), body)
+        let opened = self.end.open(&resp[14..]).expect("a response the driver takes");
+        assert_eq!(opened.hdr.r#type, MsgType::Resp as u8);
+        assert_eq!(opened.hdr.seq.to_native(), self.end_seq(frame), "response must echo seq");
+        let body = opened.payload.to_vec();
+        let status = opened.hdr.status.to_native();
+        for ev in &frames[1..] {
+            let e = self.end.open(&ev[14..]).expect("an event the driver takes");
+            assert_eq!(e.hdr.r#type, MsgType::Event as u8);
+        }
+        self.events = frames[1..].to_vec();
+        (status, body)
+    }
+
+    fn end_seq(&self, frame: &[u8]) -> u32 {
+        read_struct::<CtrlHdr>(&frame[14..]).unwrap().seq.to_native()
     }
 
     fn cmd<T: ByteValued>(&mut self, cmd: Cmd, args: &T) -> Result<Vec<u8>, Status> {
@@ -333,7 +368,7 @@ mod cq_and_qp {
         assert_eq!(&ev[..6], &GUEST);
         let hdr: CtrlHdr = read_struct(&ev[14..]).unwrap();
         assert_eq!((hdr.r#type, hdr.opcode.to_native()), (MsgType::Event as u8, EventType::CqCompletion as u16));
-        let body: Event = read_struct(&ev[30..]).unwrap();
+        let body: Event = read_struct(&ev[14 + std::mem::size_of::<CtrlHdr>()..]).unwrap();
         assert_eq!(body.handle.to_native(), cqn);
         assert_eq!(d.rnic.cqs.get(cqn).unwrap().arm_flags, 0, "one event, then disarmed");
     }
@@ -401,11 +436,12 @@ mod hostile {
     use super::*;
 
     #[test]
-    fn unknown_opcode_and_version_are_unsupported() {
+    fn unknown_opcode_is_unsupported_and_another_version_refused() {
         let mut d = Driver::new();
         assert_eq!(d.raw(999, &[]).0, Status::Unsupported as u16);
-        let f = d.frame(2, Cmd::AllocPd as u16, 0, &[]);
-        assert_eq!(d.send(&f).0, Status::Unsupported as u16);
+        let f = d.frame(VT3_CTRL_VERSION - 1, Cmd::AllocPd as u16, 0, &[]);
+        assert_eq!(d.deliver(&f), Outcome::Refused(Refusal::Version));
+        assert_eq!(d.chan.stats().refused(Refusal::Version), 1);
         assert_eq!(d.counts().pd, 0);
     }
 
@@ -413,35 +449,34 @@ mod hostile {
     fn short_payloads_are_invalid() {
         let mut d = Driver::new();
         let no_args = |c: &&Cmd| matches!(c, Cmd::QueryDevice | Cmd::QueryPort | Cmd::AllocPd | Cmd::Reset);
-        for cmd in Cmd::ALL.iter().filter(|c| !no_args(c)) {
+        for cmd in Cmd::ALL.iter().filter(|c| !no_args(c) && **c != Cmd::Hello) {
             assert_eq!(d.raw(*cmd as u16, &[1, 2, 3]).0, Status::Invalid as u16, "{}", cmd.name());
         }
-        // `len` claims more than the frame carries.
+        // `len` claims more than the frame carries: nothing to check a MAC over.
         let f = d.frame(VT3_CTRL_VERSION, Cmd::DeallocPd as u16, 8, &[1, 0]);
-        assert_eq!(d.send(&f).0, Status::Invalid as u16);
+        assert_eq!(d.deliver(&f), Outcome::Refused(Refusal::Short));
     }
 
     #[test]
-    fn frames_that_are_not_commands_are_ignored() {
+    fn frames_that_are_not_commands_are_refused() {
         let mut d = Driver::new();
-        let mem = d.mem.clone();
-        assert_eq!(handle_frame(&mut d.rnic, &mem, &[0u8; 20], NOW), Outcome::Ignored);
-        let mut resp = d.frame(VT3_CTRL_VERSION, 1, 0, &[]);
-        resp[15] = MsgType::Resp as u8;
-        assert_eq!(handle_frame(&mut d.rnic, &mem, &resp, NOW), Outcome::Ignored);
+        assert_eq!(d.deliver(&[0u8; 20]), Outcome::Refused(Refusal::Short));
+        d.seq += 1;
+        let resp = header(MsgType::Resp, 1, d.seq, 0, 0);
+        let f = build_frame(GUEST, GUEST, &d.end.seal(resp, &[]));
+        assert_eq!(d.deliver(&f), Outcome::Refused(Refusal::NotCommand));
     }
 
     #[test]
     fn doorbells_are_silent_unless_wrong() {
         let mut d = Driver::new();
-        let mem = d.mem.clone();
         let pdn = d.pd();
         let c = d.cq(16);
         let a = d.qp_args(pdn, c, c, 16);
         let qpn = d.handle(Cmd::CreateQp, &a).unwrap();
         let db = CmdDoorbell { qpn: qpn.into(), queues: 1.into() };
         let f = d.frame(VT3_CTRL_VERSION, Cmd::Doorbell as u16, 8, db.as_slice());
-        assert_eq!(handle_frame(&mut d.rnic, &mem, &f, NOW), Outcome::Silent);
+        assert_eq!(d.deliver(&f), Outcome::Silent);
         let bad = CmdDoorbell { qpn: (qpn + 1).into(), queues: 1.into() };
         assert_eq!(d.cmd(Cmd::Doorbell, &bad), Err(Status::NotFound));
     }
@@ -451,7 +486,6 @@ mod hostile {
     #[test]
     fn random_frames_never_panic() {
         let mut d = Driver::with_limits(Limits { max_pbl_pages: 64, pbl_budget: 4096, ..Limits::default() });
-        let mem = d.mem.clone();
         let mut x = 0x2545_f491_4f6c_dd1du64;
         let mut next = || {
             x ^= x << 13;
@@ -461,19 +495,158 @@ mod hostile {
         };
         for _ in 0..20_000 {
             let len = (next() % 120) as usize;
-            let mut f: Vec<u8> = (0..len).map(|_| next() as u8).collect();
-            if len >= 30 && next() % 2 == 0 {
-                // Often make it a plausible command so execution is reached.
-                f[14] = VT3_CTRL_VERSION;
-                f[15] = MsgType::Cmd as u8;
-                f[16] = (next() % 24) as u8;
-                f[17] = 0;
-                f[24] = (len - 30) as u8;
-                f[25] = 0;
+            let f: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            if next() % 2 == 0 {
+                // Often a command the driver sealed, so execution is reached.
+                let opcode = (next() % 25) as u16;
+                let claimed = if next() % 8 == 0 { next() as u16 } else { len as u16 };
+                let f = d.frame(VT3_CTRL_VERSION, opcode, claimed, &f);
+                let _ = d.deliver(&f);
+            } else {
+                let _ = d.deliver(&f);
             }
-            let _ = handle_frame(&mut d.rnic, &mem, &f, NOW);
         }
         let c = d.rnic.counts();
         assert!(c.pd <= 1024 && c.mr <= 16384);
+    }
+}
+
+/// A guest process with a packet socket: it sends and sniffs frames but
+/// cannot read kernel memory or learn guest-physical addresses.
+mod forgery {
+    use super::*;
+
+    const ATTACKER_KEY: Key = [0xdead, 0xbeef];
+    const SPRAYED_PAGE: u64 = 0x1d_0000;
+
+    fn attacker() -> DriverEnd {
+        DriverEnd::new(ATTACKER_KEY)
+    }
+
+    fn pd_args() -> CmdHandle {
+        zeroed()
+    }
+
+    #[test]
+    fn commands_before_any_hello_are_refused() {
+        let mut d = Driver::without_session(Limits::default());
+        let (_, f) = d.end.command(Cmd::AllocPd as u16, pd_args().as_slice());
+        assert_eq!(d.deliver(&build_frame(GUEST, GUEST, &f)), Outcome::Refused(Refusal::NoSession));
+        assert_eq!(d.chan.stats().refused(Refusal::NoSession), 1);
+        assert_eq!(d.counts().pd, 0);
+    }
+
+    #[test]
+    fn every_command_with_a_key_of_its_own_is_refused() {
+        let mut d = Driver::new();
+        let pdn = d.pd();
+        let mut evil = attacker();
+        for cmd in Cmd::ALL {
+            let (_, f) = evil.command(*cmd as u16, &[0u8; 64]);
+            let why = if *cmd == Cmd::Hello { Refusal::Hello } else { Refusal::Mac };
+            assert_eq!(d.deliver(&build_frame(GUEST, GUEST, &f)), Outcome::Refused(why), "{}", cmd.name());
+        }
+        // A DMA MR over all of guest RAM, the prize.
+        let dma = CmdRegMr {
+            length: u64::MAX.into(),
+            pdn: pdn.into(),
+            access: 7.into(),
+            flags: (MrFlag::Dma as u32).into(),
+            ..zeroed()
+        };
+        let (_, f) = evil.command(Cmd::RegMr as u16, dma.as_slice());
+        assert_eq!(d.deliver(&build_frame(GUEST, GUEST, &f)), Outcome::Refused(Refusal::Mac));
+        assert_eq!(d.chan.stats().refused(Refusal::Mac), Cmd::ALL.len() as u64);
+        assert_eq!((d.counts().pd, d.counts().mr), (1, 0), "nothing but the driver's PD");
+        // The driver's session goes on undisturbed.
+        assert_eq!(d.pd(), pdn + 1);
+    }
+
+    #[test]
+    fn a_hello_without_the_kernels_virtqueues_is_refused() {
+        let mut d = Driver::new();
+        let pdn = d.pd();
+        // A key in a page the attacker sprayed, virtqueues guessed wrong.
+        let mut guess = queues();
+        guess.tx.desc = (guess.tx.desc.to_native() + 0x1000).into();
+        let f = attacker().hello(&d.mem, SPRAYED_PAGE, &guess);
+        assert_eq!(d.deliver(&build_frame(GUEST, GUEST, &f)), Outcome::Refused(Refusal::Hello));
+        assert_eq!(d.chan.stats().refused(Refusal::Hello), 1);
+        assert_eq!(d.chan.stats().sessions.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert_eq!(d.counts().pd, 1, "the session and its objects stay");
+        assert_eq!(d.pd(), pdn + 1);
+    }
+
+    #[test]
+    fn a_replayed_hello_is_refused_once_vt3d_wiped_the_page() {
+        let mut d = Driver::without_session(Limits::default());
+        let hello = build_frame(GUEST, GUEST, &d.end.hello(&d.mem, SESSION_PAGE, &queues()));
+        let (status, _) = d.send(&hello);
+        assert_eq!(status, Status::Ok as u16);
+        let magic: u32 = d.mem.read_obj(GuestAddress(SESSION_PAGE)).unwrap();
+        assert_eq!(magic, 0, "vt3d wipes the magic once it has the key");
+        d.pd();
+        assert_eq!(d.deliver(&hello), Outcome::Refused(Refusal::Hello));
+        assert_eq!(d.counts().pd, 1);
+    }
+
+    #[test]
+    fn replayed_and_modified_commands_are_refused() {
+        let mut d = Driver::new();
+        let f = d.frame(VT3_CTRL_VERSION, Cmd::AllocPd as u16, 8, pd_args().as_slice());
+        assert_eq!(d.send(&f).0, Status::Ok as u16);
+        assert_eq!(d.deliver(&f), Outcome::Refused(Refusal::Replay));
+        assert_eq!(d.counts().pd, 1);
+        // Sniffed and changed: DEALLOC_PD of the driver's PD 1, made from a
+        // frame of the same length.
+        let g = d.frame(VT3_CTRL_VERSION, Cmd::QueryQp as u16, 8, &[1, 0, 0, 0, 0, 0, 0, 0]);
+        let mut changed = g.clone();
+        changed[16] = Cmd::DeallocPd as u8;
+        assert_eq!(d.deliver(&changed), Outcome::Refused(Refusal::Mac));
+        assert_eq!(d.counts().pd, 1);
+        assert_eq!(d.chan.stats().refused(Refusal::Replay), 1);
+        // The genuine frame was never taken: it still goes through once.
+        assert_eq!(d.send(&g).0, Status::NotFound as u16);
+    }
+
+    #[test]
+    fn frames_of_several_cpus_may_overtake_each_other() {
+        let mut d = Driver::new();
+        let first = d.frame(VT3_CTRL_VERSION, Cmd::AllocPd as u16, 8, pd_args().as_slice());
+        let second = d.frame(VT3_CTRL_VERSION, Cmd::AllocPd as u16, 8, pd_args().as_slice());
+        assert_eq!(d.send(&second).0, Status::Ok as u16);
+        assert_eq!(d.send(&first).0, Status::Ok as u16);
+        assert_eq!(d.counts().pd, 2);
+    }
+
+    #[test]
+    fn answers_and_events_are_sealed_for_the_driver_alone() {
+        let mut d = Driver::new();
+        let f = d.frame(VT3_CTRL_VERSION, Cmd::AllocPd as u16, 8, pd_args().as_slice());
+        let Outcome::Reply(resp) = d.deliver(&f) else { panic!("no reply") };
+        let frames = [resp];
+        assert!(attacker().open(&frames[0][14..]).is_err(), "sealed with the session key");
+        let mut driver = d.end.clone();
+        assert!(driver.open(&frames[0][14..]).is_ok());
+        assert_eq!(driver.open(&frames[0][14..]).unwrap_err(), Refusal::Replay, "taken once");
+        // A forged event (what an attacker would send to vt3.ko).
+        let ev = header(MsgType::Event, EventType::DeviceFatal as u16, 0, 0, 0);
+        assert_eq!(d.end.open(&attacker().seal(ev, &[])).unwrap_err(), Refusal::Mac);
+    }
+
+    #[test]
+    fn a_new_hello_from_the_kernel_starts_over() {
+        let mut d = Driver::new();
+        d.pd();
+        let mut reloaded = DriverEnd::new([7, 7]);
+        let f = reloaded.hello(&d.mem, SESSION_PAGE + 0x1000, &queues());
+        let Outcome::Reply(resp) = d.deliver(&build_frame(GUEST, GUEST, &f)) else { panic!("no reply") };
+        let frames = [resp];
+        assert!(reloaded.open(&frames[0][14..]).is_ok());
+        assert_eq!(d.counts().pd, 0, "objects belong to the session that made them");
+        // The old driver's frames are refused from now on.
+        let old = d.frame(VT3_CTRL_VERSION, Cmd::AllocPd as u16, 8, pd_args().as_slice());
+        assert_eq!(d.deliver(&old), Outcome::Refused(Refusal::Mac));
+        assert_eq!(d.chan.stats().sessions.load(std::sync::atomic::Ordering::Relaxed), 2);
     }
 }

@@ -147,6 +147,8 @@ pub struct Nic {
     mac: Option<MacAddr>,
     mtu: usize,
     pub stats: NicStats,
+    /// The control channel's counters (sessions, refused frames).
+    pub control_stats: std::sync::Arc<crate::control::ChannelStats>,
     /// The RDMA function's resources; they belong to the connected guest
     /// and are dropped when it goes away.
     rnic: Mutex<Rnic>,
@@ -167,6 +169,7 @@ impl Nic {
             mac,
             mtu,
             stats: NicStats::default(),
+            control_stats: std::sync::Arc::default(),
             rnic: Mutex::new(rnic),
             epoch: std::time::Instant::now(),
             kick,

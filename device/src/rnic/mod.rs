@@ -490,6 +490,8 @@ impl Rnic {
             Cmd::Accept => self.accept(mem, now, &args(payload)?),
             Cmd::Reject => self.reject(&args(payload)?),
             Cmd::Disconnect => self.disconnect(mem, now, &args(payload)?),
+            // Sessions belong to the control channel, which never passes it on.
+            Cmd::Hello => Err(Status::Invalid),
         }
     }
 

@@ -29,7 +29,7 @@ use crate::nic::virtio::{
     deliver_rx, drain_tx, ChainStats, NetLayout, QueueError, RxOutcome, Scratch, VNET_HDR_LEN,
     VNET_HDR_LEN_LEGACY,
 };
-use crate::control::{self, Outcome};
+use crate::control::{Channel, Outcome, QueueAddrs};
 use crate::nic::guest_frames::HeldFrames;
 use crate::nic::{GuestFrame, Nic};
 use crate::rnic::Instant;
@@ -176,6 +176,10 @@ pub struct NetBackend {
     /// Written when a budget ran out with work left; the worker polls it
     /// as [`RESUME_EVENT`] (level triggered: it fires until read).
     resume: EventFd,
+    /// The driver's session; it ends with this frontend connection.
+    channel: Mutex<Channel>,
+    /// The guest's virtqueues, the proof a HELLO must carry.
+    queues: Mutex<QueueAddrs>,
 }
 
 impl NetBackend {
@@ -186,7 +190,6 @@ impl NetBackend {
             max_frame: nic.max_frame(),
         };
         Ok(Self {
-            nic,
             mem: Mutex::new(None),
             event_idx: AtomicBool::new(false),
             datapath: Mutex::new(Datapath {
@@ -201,6 +204,9 @@ impl NetBackend {
             timer: Mutex::new(EngineTimer::new()?),
             broken: [AtomicBool::new(false), AtomicBool::new(false)],
             resume: EventFd::new(EFD_NONBLOCK)?,
+            channel: Mutex::new(Channel::new(Arc::clone(&nic.control_stats))),
+            queues: Mutex::new(QueueAddrs::default()),
+            nic,
         })
     }
 
@@ -229,7 +235,7 @@ impl NetBackend {
         let room = MAX_DEVICE_FRAMES.saturating_sub(device_frames.len());
         let keep = room.min(rnic.events.len());
         let later = rnic.events.split_off(keep);
-        control::take_events(&mut rnic, device_frames);
+        lock(&self.channel).take_events(&mut rnic, device_frames);
         rnic.events = later;
         drop(rnic);
         lock(&self.timer).arm(now, next);
@@ -294,9 +300,11 @@ impl NetBackend {
             drain_tx(state.get_queue_mut(), &*mem, layout, scratch, &mut stats, TX_BUDGET, |frame| {
                 if self.nic.from_guest(frame) == GuestFrame::Control {
                     commands = true;
-                    match control::handle_frame(&mut self.nic.rnic(), &*mem, frame, now) {
-                        Outcome::Reply(frames) => device_frames.extend(frames),
-                        Outcome::Silent | Outcome::Ignored => {}
+                    let queues = *lock(&self.queues);
+                    let mut rnic = self.nic.rnic();
+                    match lock(&self.channel).handle_frame(&mut rnic, &*mem, frame, &queues, now) {
+                        Outcome::Reply(frame) => device_frames.push_back(frame),
+                        Outcome::Silent | Outcome::Refused(_) => {}
                     }
                 }
                 // Stop before the guest's replies or the uplink's queue
@@ -603,6 +611,13 @@ impl NetBackend {
     }
 }
 
+/// Where the guest put a virtqueue (guest-physical, from vhost-user).
+fn ring_addrs(vring: &VringRwLock) -> crate::abi::RingAddrs {
+    let state = vring.get_ref();
+    let q = state.get_queue();
+    crate::abi::RingAddrs { desc: q.desc_table().into(), avail: q.avail_ring().into(), used: q.used_ring().into() }
+}
+
 /// What one RX pass did.
 #[derive(Debug, Default)]
 struct RxPass {
@@ -700,6 +715,7 @@ impl VhostUserBackend for NetBackend {
         let [rx, tx] = vrings else {
             return Err(BackendError::UnknownEvent(device_event).into());
         };
+        *lock(&self.queues) = QueueAddrs { rx: ring_addrs(rx), tx: ring_addrs(tx) };
         // Whatever woke us, frames held for a full uplink go first if it
         // has room (EPOLLOUT comes as an UPLINK_EVENT).
         if self.nic.uplink_backlog() > 0 {

@@ -16,7 +16,8 @@ use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryMmap
 use vmm_sys_util::epoll::EventSet;
 
 use super::*;
-use crate::abi::{self, CtrlHdr, MsgType, VT3_CTRL_VERSION};
+use crate::abi;
+use crate::control::{build_frame, DriverEnd, QueueAddrs};
 use crate::nic::guest_frames::MAX_HELD_FRAMES;
 use crate::uplink::{Uplink, TX_PAUSE_PENDING};
 
@@ -185,14 +186,24 @@ fn sent_seqs(s: &Setup) -> Vec<u16> {
     s.wire.sent.lock().unwrap().iter().map(|f| u16::from_be_bytes([f[14], f[15]])).collect()
 }
 
-fn query_device() -> Vec<u8> {
-    let hdr = CtrlHdr {
-        version: VT3_CTRL_VERSION,
-        r#type: MsgType::Cmd as u8,
-        opcode: (abi::Cmd::QueryDevice as u16).into(),
-        ..Default::default()
-    };
-    control::build_frame([0x52, 0x54, 0, 0, 0, 0xee], [0x52, 0x54, 0, 0, 0, 1], &hdr, &[])
+const GUEST_MAC: [u8; 6] = [0x52, 0x54, 0, 0, 0, 1];
+const SESSION_PAGE: u64 = 0x1f0_0000;
+
+impl Setup {
+    /// The driver's HELLO frame: the virtqueues as the vrings were given.
+    fn hello(&self, driver: &mut DriverEnd) -> Vec<u8> {
+        let ring = |q: &MockSplitQueue<'_, GuestMemoryMmap>, used: u64| abi::RingAddrs {
+            desc: q.desc_table_addr().0.into(),
+            avail: q.avail_addr().0.into(),
+            used: used.into(),
+        };
+        let queues = QueueAddrs { rx: ring(&self.rx, RX_USED), tx: ring(&self.tx, TX_USED) };
+        build_frame(GUEST_MAC, GUEST_MAC, &driver.hello(self.mem, SESSION_PAGE, &queues))
+    }
+}
+
+fn query_device(driver: &mut DriverEnd) -> Vec<u8> {
+    build_frame(GUEST_MAC, GUEST_MAC, &driver.command(abi::Cmd::QueryDevice as u16, &[]).1)
 }
 
 #[test]
@@ -251,7 +262,9 @@ fn device_frames_stay_bounded_within_one_drain() {
     let s = setup();
     // Nearly full already: the guest posts no RX buffers.
     lock(&s.backend.datapath).device_frames.extend((0..MAX_DEVICE_FRAMES - 10).map(|_| vec![0u8; 64]));
-    let commands: Vec<_> = (0..200).map(|_| query_device()).collect();
+    let mut driver = DriverEnd::new([1, 2]);
+    let mut commands = vec![s.hello(&mut driver)];
+    commands.extend((0..200).map(|_| query_device(&mut driver)));
     s.transmit(&commands);
     s.event(TX_QUEUE);
     let queued = lock(&s.backend.datapath).device_frames.len();
@@ -263,21 +276,25 @@ fn device_frames_stay_bounded_within_one_drain() {
 #[test]
 fn engine_events_wait_in_the_rnic_when_device_frames_are_full() {
     let s = setup();
+    // Events go to a driver with a session (its HELLO's answer waits too).
+    let mut driver = DriverEnd::new([1, 2]);
+    s.transmit(&[s.hello(&mut driver)]);
+    s.event(TX_QUEUE);
+    assert_eq!(s.nic.control_stats.sessions.load(Ordering::Relaxed), 1);
     {
         let mut rnic = s.nic.rnic();
-        rnic.driver_mac = Some([0x52, 0x54, 0, 0, 0, 1]);
         for _ in 0..MAX_DEVICE_FRAMES + 500 {
             rnic.events.push_back((abi::EventType::Qp, vec![0u8; 16]));
         }
     }
     s.event(KICK_EVENT);
     assert_eq!(lock(&s.backend.datapath).device_frames.len(), MAX_DEVICE_FRAMES);
-    assert_eq!(s.nic.rnic().events.len(), 500, "kept, not dropped");
+    assert_eq!(s.nic.rnic().events.len(), 501, "kept, not dropped");
     // Buffers come: frames go out and the waiting events follow.
     s.post_rx(0, QSIZE);
     s.event(RX_QUEUE);
     s.event(TIMER_EVENT);
-    assert!(s.nic.rnic().events.len() < 500);
+    assert!(s.nic.rnic().events.len() < 501);
 }
 
 #[test]
