@@ -1,58 +1,16 @@
 //! CRC32c (Castagnoli), the MPA FPDU checksum (RFC 5044 §6, same CRC as
 //! iSCSI, RFC 3720 §12.1).
 //!
-//! Slicing-by-8 over tables built at compile time: no allocation, no
-//! per-call setup. [`Crc32c::finish`] returns the conventional CRC value
+//! A thin wrapper over the `crc32c` crate: the SSE4.2 `crc32` instruction
+//! (or ARMv8's) where the CPU has it, detected at run time, software
+//! elsewhere. The CRC is computed once per FPDU on each side, so it was half
+//! of the engine's own CPU time with the slicing-by-8 tables this module
+//! carried before (~2 GB/s against 14–26 GB/s). No allocation, no per-call
+//! setup. [`Crc32c::finish`] returns the conventional CRC value
 //! (`"123456789"` → `0xE306_9283`). On the wire MPA carries that value's
 //! **little-endian** bytes — the order in which RFC 3720 appendix B.4 lists
 //! its examples (32 zero bytes → `aa 36 91 8a`) and the order in which Linux
 //! (siw, iSCSI) emits it. Use [`Crc32c::finish_wire`] for the trailer bytes.
-
-/// The reflected Castagnoli polynomial 0x1EDC6F41.
-const POLYNOMIAL: u32 = 0x82F6_3B78;
-
-/// `TABLES[k][b]` is the CRC contribution of byte `b` followed by `k` zero bytes.
-static TABLES: [[u32; 256]; 8] = build_tables();
-
-// Evaluated at compile time only: an out-of-range index here would fail the
-// build, never a running device.
-#[allow(clippy::indexing_slicing, clippy::cast_possible_truncation)]
-const fn build_tables() -> [[u32; 256]; 8] {
-    let mut tables = [[0u32; 256]; 8];
-    let mut byte = 0;
-    while byte < 256 {
-        let mut crc = byte as u32;
-        let mut bit = 0;
-        while bit < 8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ POLYNOMIAL
-            } else {
-                crc >> 1
-            };
-            bit += 1;
-        }
-        tables[0][byte] = crc;
-        byte += 1;
-    }
-    let mut byte = 0;
-    while byte < 256 {
-        let mut slice = 1;
-        while slice < 8 {
-            let previous = tables[slice - 1][byte];
-            tables[slice][byte] = (previous >> 8) ^ tables[0][(previous & 0xff) as usize];
-            slice += 1;
-        }
-        byte += 1;
-    }
-    tables
-}
-
-/// Table lookup; a `u8` index is always inside a 256-entry table.
-#[inline(always)]
-#[allow(clippy::indexing_slicing)]
-fn lookup(slice: usize, byte: u8) -> u32 {
-    TABLES[slice & 7][usize::from(byte)]
-}
 
 /// An incremental CRC32c computation.
 ///
@@ -80,26 +38,9 @@ impl Crc32c {
 
     /// Feeds `data`; may be called any number of times.
     pub fn update(&mut self, data: &[u8]) -> &mut Self {
-        let mut crc = self.state;
-        let mut words = data.chunks_exact(8);
-        for word in &mut words {
-            let mut bytes = [0u8; 8];
-            bytes.copy_from_slice(word); // chunks_exact guarantees 8 bytes
-            let low =
-                (crc ^ u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])).to_le_bytes();
-            crc = lookup(7, low[0])
-                ^ lookup(6, low[1])
-                ^ lookup(5, low[2])
-                ^ lookup(4, low[3])
-                ^ lookup(3, bytes[4])
-                ^ lookup(2, bytes[5])
-                ^ lookup(1, bytes[6])
-                ^ lookup(0, bytes[7]);
-        }
-        for &byte in words.remainder() {
-            crc = lookup(0, crc.to_le_bytes()[0] ^ byte) ^ (crc >> 8);
-        }
-        self.state = crc;
+        // The crate continues from a finished CRC value, the register
+        // inverted: keep the register here, invert on the way in and out.
+        self.state = !crc32c::crc32c_append(!self.state, data);
         self
     }
 
@@ -116,13 +57,16 @@ impl Crc32c {
 
 /// One-shot CRC32c of `data`.
 pub fn checksum(data: &[u8]) -> u32 {
-    Crc32c::new().update(data).finish()
+    crc32c::crc32c(data)
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::indexing_slicing)]
     use super::*;
+
+    /// The reflected Castagnoli polynomial 0x1EDC6F41.
+    const POLYNOMIAL: u32 = 0x82F6_3B78;
 
     /// Bitwise reference implementation, the definition of the CRC.
     fn reference(data: &[u8]) -> u32 {

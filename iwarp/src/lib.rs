@@ -2,7 +2,7 @@
 //!
 //! Wire layer (no I/O, no clock, no allocation per packet):
 //!
-//! * [`crc32c`]: the MPA CRC (Castagnoli), table driven.
+//! * [`crc32c`]: the MPA CRC (Castagnoli), hardware where the CPU has it.
 //! * [`wire`]: smoltcp-style `Packet<T>` views and `Repr` values for MPA
 //!   (request/reply frames, FPDUs), DDP, RDMAP and TERMINATE.
 //! * [`stream`]: the FPDU deframer (any TCP segmentation in, whole ULPDUs
