@@ -197,7 +197,12 @@ struct vt3_cq {
 	 */
 	struct list_head flush_sq;	/* vt3_qp.sq_flush_node */
 	struct list_head flush_rq;	/* vt3_qp.rq_flush_node */
-	struct list_head flush_orphans;	/* of destroyed QPs (vt3_qp.c) */
+	/*
+	 * Destroyed QPs whose CQEs may still be in the ring (struct
+	 * vt3_gone): skipped, so a QP number vt3d hands out again never
+	 * gets the old QP's completions.
+	 */
+	struct list_head gone;
 	bool frozen;			/* device lost: no CQE past frozen_prod */
 	u32 frozen_prod;
 	spinlock_t comp_lock;		/* serializes comp_handler calls */
@@ -251,6 +256,7 @@ struct vt3_qp {
 	u32 sq_flush;
 	u32 rq_flush;
 	struct list_head sq_flush_node;	/* send CQ's flush_sq */
+	bool destroyed;			/* under both CQs' locks: no flush again */
 	struct list_head rq_flush_node;	/* recv CQ's flush_rq */
 	struct work_struct db_work;	/* doorbell from IRQs-off context */
 	atomic_t db_pending;
@@ -412,6 +418,7 @@ void vt3_qp_enter_error(struct vt3_qp *qp);
 void vt3_qp_ib_event(struct vt3_qp *qp, enum ib_event_type type);
 int vt3_qp_poll_flush(struct vt3_cq *cq, int num, struct ib_wc *wc);
 bool vt3_qp_flush_pending(struct vt3_cq *cq);
-void vt3_cq_free_orphans(struct vt3_cq *cq);
+void vt3_cq_forget(struct vt3_cq *cq, u32 qpn);
+void vt3_cq_free_gone(struct vt3_cq *cq);
 
 #endif /* VT3_H */

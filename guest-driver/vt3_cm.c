@@ -468,7 +468,14 @@ static void vt3_cm_end_all(struct vt3_dev *dev, int status)
 
 static void vt3_cm_lost_work(struct work_struct *work)
 {
-	vt3_cm_end_all(container_of(work, struct vt3_dev, lost_work), -EIO);
+	struct vt3_dev *dev = container_of(work, struct vt3_dev, lost_work);
+
+	vt3_cm_end_all(dev, -EIO);
+	/* Unless it is being unregistered already (rmmod, NIC gone). */
+	if (ib_device_try_get(&dev->ibdev)) {
+		ib_unregister_device_queued(&dev->ibdev);
+		ib_device_put(&dev->ibdev);
+	}
 }
 
 /* vt3d stopped answering (any context: a command may hold a QP's lock). */

@@ -68,15 +68,25 @@ void vt3_cq_kick_later(struct vt3_cq *cq)
 }
 
 /*
- * The device is gone: whatever it might still write into a kernel CQ's
- * ring is ignored from now on (the driver flushed those QPs' work).
+ * The device is gone: whatever it might still write into a CQ's ring is
+ * ignored from now on (the driver and the provider flush those QPs'
+ * work). A user CQ's consumer learns it from the status page
+ * (VT3_CQ_F_FROZEN, frozen_prod); a kernel CQ's from cq->frozen.
  */
 void vt3_cq_freeze(struct vt3_cq *cq)
 {
+	struct vt3_cq_status *st = vt3_cq_status(cq);
 	unsigned long flags;
 
-	if (cq->user)
+	if (cq->user) {
+		if (le32_to_cpu(READ_ONCE(st->flags)) & VT3_CQ_F_FROZEN)
+			return;
+		WRITE_ONCE(st->frozen_prod, READ_ONCE(st->prod));
+		/* The snapshot before the flag: pairs with the consumer's acquire. */
+		smp_wmb();
+		atomic_or(cpu_to_le32(VT3_CQ_F_FROZEN), (atomic_t *)&st->flags);
 		return;
+	}
 	spin_lock_irqsave(&cq->lock, flags);
 	if (!cq->frozen) {
 		cq->frozen_prod = le32_to_cpu(smp_load_acquire(
@@ -144,7 +154,7 @@ int vt3_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
 	INIT_WORK(&cq->kick_work, vt3_cq_kick_work);
 	INIT_LIST_HEAD(&cq->flush_sq);
 	INIT_LIST_HEAD(&cq->flush_rq);
-	INIT_LIST_HEAD(&cq->flush_orphans);
+	INIT_LIST_HEAD(&cq->gone);
 	atomic_set(&cq->armed, 0);
 
 	err = vt3_queue_mem_alloc(dev, uctx ? &uctx->ibuc : NULL, &cq->ring,
@@ -217,7 +227,7 @@ int vt3_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata)
 	synchronize_rcu();
 	cancel_work_sync(&cq->arm_work);
 	cancel_work_sync(&cq->kick_work);
-	vt3_cq_free_orphans(cq);
+	vt3_cq_free_gone(cq);
 
 	err = vt3_cmd_handle(dev, VT3_CMD_DESTROY_CQ, cq->cqn);
 	forgot = vt3_forgot(err);
@@ -244,6 +254,69 @@ static enum ib_wc_status vt3_wc_status(u8 status)
 	};
 
 	return status < ARRAY_SIZE(map) ? map[status] : IB_WC_GENERAL_ERR;
+}
+
+struct vt3_gone {
+	struct list_head node;		/* vt3_cq.gone */
+	u32 qpn;
+	u32 mark;			/* the CQ's producer index at the destroy */
+};
+
+static u32 vt3_cq_prod(struct vt3_cq *cq)
+{
+	/* Pairs with vt3d's release store of prod after writing the CQE. */
+	return cq->frozen ? cq->frozen_prod :
+			    le32_to_cpu(smp_load_acquire(&vt3_cq_status(cq)->prod));
+}
+
+/*
+ * Kernel CQs: the QP @qpn was destroyed (vt3d writes no more CQEs for
+ * it), and none of its completions is delivered from now on. cq->lock
+ * held; atomic context.
+ */
+void vt3_cq_forget(struct vt3_cq *cq, u32 qpn)
+{
+	struct vt3_gone *g;
+	u32 prod = vt3_cq_prod(cq);
+
+	lockdep_assert_held(&cq->lock);
+	if (prod == cq->cons)
+		return;
+	g = kmalloc(sizeof(*g), GFP_ATOMIC);
+	if (!g) {
+		ibdev_warn(cq->ibcq.device,
+			   "CQ %u: no memory to skip QP %u's CQEs\n", cq->cqn, qpn);
+		return;
+	}
+	g->qpn = qpn;
+	g->mark = prod;
+	list_add_tail(&g->node, &cq->gone);
+}
+
+void vt3_cq_free_gone(struct vt3_cq *cq)
+{
+	struct vt3_gone *g, *tmp;
+
+	list_for_each_entry_safe(g, tmp, &cq->gone, node)
+		kfree(g);
+	INIT_LIST_HEAD(&cq->gone);
+}
+
+/* Whether the CQE at cq->cons is a destroyed QP's; drops passed marks. */
+static bool vt3_cqe_of_gone_qp(struct vt3_cq *cq, u32 qpn)
+{
+	struct vt3_gone *g, *tmp;
+	bool gone = false;
+
+	list_for_each_entry_safe(g, tmp, &cq->gone, node) {
+		if ((s32)(cq->cons - g->mark) >= 0) {
+			list_del(&g->node);
+			kfree(g);
+		} else if (g->qpn == qpn) {
+			gone = true;
+		}
+	}
+	return gone;
 }
 
 /* Translates one CQE (already copied out of the ring); false: skip it. */
@@ -314,9 +387,11 @@ int vt3_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc)
 					    (cq->cons & (cq->depth - 1)) *
 					    sizeof(cqe)),
 		       sizeof(cqe));
-		cq->cons++;
-		if (vt3_cqe_to_wc(dev, &cqe, &wc[n]))
+		if ((list_empty(&cq->gone) ||
+		     !vt3_cqe_of_gone_qp(cq, le32_to_cpu(cqe.qpn))) &&
+		    vt3_cqe_to_wc(dev, &cqe, &wc[n]))
 			n++;
+		cq->cons++;
 	}
 	rcu_read_unlock();
 	/* The slots read may be reused by vt3d from now on. */

@@ -360,19 +360,16 @@ void vt3_device_fatal_event(struct vt3_dev *dev)
 }
 
 /*
- * vt3d stopped answering: consumers get IB_EVENT_DEVICE_FATAL, every QP
- * goes to error and every connection ends (no event will come for them),
- * and the device is unregistered, all asynchronously: we may be inside a
- * verb of this very device.
+ * vt3d stopped answering: every CQ freezes, every QP goes to error and
+ * every connection ends (no event will come for them), then consumers get
+ * IB_EVENT_DEVICE_FATAL (so whoever flushes on it finds the QPs in
+ * error), and then the device is unregistered: all asynchronously, in
+ * that order (vt3_cm.c's lost work), as we may be inside a verb of this
+ * very device.
  */
 void vt3_device_lost(struct vt3_dev *dev)
 {
-	if (!ib_device_try_get(&dev->ibdev))
-		return;
-	vt3_device_fatal_event(dev);
 	vt3_cm_device_lost(dev);
-	ib_unregister_device_queued(&dev->ibdev);
-	ib_device_put(&dev->ibdev);
 }
 
 static void vt3_port_event(struct vt3_dev *dev, enum ib_event_type type)

@@ -71,7 +71,7 @@ static struct vt3_qp_status *vt3_qp_status(struct vt3_qp *qp)
 }
 
 static void vt3_qp_flush_stop(struct vt3_qp *qp);
-static void vt3_qp_flush_orphan(struct vt3_qp *qp);
+static void vt3_qp_forget(struct vt3_qp *qp);
 
 static void vt3_qp_release(struct kref *ref)
 {
@@ -298,7 +298,7 @@ int vt3_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 	 * its references, which are waited for below.
 	 */
 	vt3_cm_qp_destroy(qp);
-	vt3_qp_flush_orphan(qp);
+	vt3_qp_forget(qp);
 	xa_erase(&dev->qp_xa, qp->qpn);
 	cancel_work_sync(&qp->db_work);
 	vt3_qp_put(qp);
@@ -380,7 +380,7 @@ static void vt3_qp_flush_start(struct vt3_qp *qp)
 		return;
 	spin_lock_irqsave(&scq->lock, flags);
 	spin_lock(&qp->sq_lock);
-	if (!qp->sq_flushing) {
+	if (!qp->sq_flushing && !qp->destroyed) {
 		qp->sq_flush = vt3_flush_start_index(qp, &st->sq_cons,
 						     qp->sq_prod, qp->sq_depth);
 		WRITE_ONCE(qp->sq_flushing, true);
@@ -391,7 +391,7 @@ static void vt3_qp_flush_start(struct vt3_qp *qp)
 
 	spin_lock_irqsave(&rcq->lock, flags);
 	spin_lock(&qp->rq_lock);
-	if (!qp->rq_flushing) {
+	if (!qp->rq_flushing && !qp->destroyed) {
 		qp->rq_flush = vt3_flush_start_index(qp, &st->rq_cons,
 						     qp->rq_prod, qp->rq_depth);
 		WRITE_ONCE(qp->rq_flushing, true);
@@ -492,20 +492,9 @@ static int vt3_flush_rq(struct vt3_qp *qp, int num, struct ib_wc *wc)
 	return n;
 }
 
-/*
- * Flush completions of QPs destroyed before their CQ was polled: copied
- * out of the rings, which go with the QP. wc.qp is NULL (the QP is gone).
- */
-struct vt3_flush_orphans {
-	struct list_head node;		/* vt3_cq.flush_orphans */
-	int n, next;
-	struct ib_wc wc[];
-};
-
 /* Up to @num flush completions of @cq's QPs; cq->lock held. */
 int vt3_qp_poll_flush(struct vt3_cq *cq, int num, struct ib_wc *wc)
 {
-	struct vt3_flush_orphans *o, *tmp;
 	struct vt3_qp *qp;
 	int n = 0;
 
@@ -520,87 +509,52 @@ int vt3_qp_poll_flush(struct vt3_cq *cq, int num, struct ib_wc *wc)
 		if (n == num)
 			return n;
 	}
-	list_for_each_entry_safe(o, tmp, &cq->flush_orphans, node) {
-		while (n < num && o->next < o->n)
-			wc[n++] = o->wc[o->next++];
-		if (o->next == o->n) {
-			list_del(&o->node);
-			kfree(o);
-		}
-		if (n == num)
-			return n;
-	}
 	return n;
 }
 
-void vt3_cq_free_orphans(struct vt3_cq *cq)
-{
-	struct vt3_flush_orphans *o, *tmp;
-
-	list_for_each_entry_safe(o, tmp, &cq->flush_orphans, node)
-		kfree(o);
-	INIT_LIST_HEAD(&cq->flush_orphans);
-}
-
 /*
- * destroy_qp of a kernel QP with work still to flush: it completes
- * anyway (every WR completes exactly once), from copies on the CQ.
+ * destroy_qp of a kernel QP: none of its completions is delivered from now
+ * on (kernel ULPs dereference wc->qp): what it still owed a flush goes
+ * with it, its CQEs still in the rings are skipped, and a device loss
+ * after this cannot put it on a flush list again.
  */
-static void vt3_qp_flush_orphan_one(struct vt3_qp *qp, struct vt3_cq *cq,
-				    bool sq)
-{
-	bool *flushing = sq ? &qp->sq_flushing : &qp->rq_flushing;
-	spinlock_t *lock = sq ? &qp->sq_lock : &qp->rq_lock;
-	struct vt3_flush_orphans *o;
-	unsigned long flags;
-	int i, want;
-
-	spin_lock_irqsave(&cq->lock, flags);
-	spin_lock(lock);
-	want = !*flushing ? 0 : sq ? qp->sq_prod - qp->sq_flush :
-				     qp->rq_prod - qp->rq_flush;
-	spin_unlock(lock);
-	spin_unlock_irqrestore(&cq->lock, flags);
-	o = want ? kzalloc(struct_size(o, wc, want), GFP_KERNEL) : NULL;
-	if (want && !o)
-		ibdev_warn(qp->ibqp.device,
-			   "QP %u: %d flush completions lost (no memory)\n",
-			   qp->qpn, want);
-
-	spin_lock_irqsave(&cq->lock, flags);
-	if (o) {
-		/* A poll meanwhile may have taken some: never more. */
-		o->n = sq ? vt3_flush_sq(qp, want, o->wc) :
-			    vt3_flush_rq(qp, want, o->wc);
-		for (i = 0; i < o->n; i++)
-			o->wc[i].qp = NULL;
-		if (o->n) {
-			list_add_tail(&o->node, &cq->flush_orphans);
-			o = NULL;
-		}
-	}
-	spin_lock(lock);
-	if (*flushing) {
-		list_del_init(sq ? &qp->sq_flush_node : &qp->rq_flush_node);
-		WRITE_ONCE(*flushing, false);
-	}
-	spin_unlock(lock);
-	spin_unlock_irqrestore(&cq->lock, flags);
-	kfree(o);
-}
-
-static void vt3_qp_flush_orphan(struct vt3_qp *qp)
+static void vt3_qp_forget(struct vt3_qp *qp)
 {
 	struct vt3_cq *scq = to_vt3_cq(qp->ibqp.send_cq);
 	struct vt3_cq *rcq = to_vt3_cq(qp->ibqp.recv_cq);
+	unsigned long flags;
 
 	if (qp->user)
 		return;
-	vt3_qp_flush_orphan_one(qp, scq, true);
-	vt3_qp_flush_orphan_one(qp, rcq, false);
-	vt3_cq_kick(scq);
-	if (rcq != scq)
-		vt3_cq_kick(rcq);
+	local_irq_save(flags);
+	if (scq == rcq) {
+		spin_lock(&scq->lock);
+	} else {
+		/* Address order, as every path that takes both. */
+		spin_lock(scq < rcq ? &scq->lock : &rcq->lock);
+		spin_lock_nested(scq < rcq ? &rcq->lock : &scq->lock,
+				 SINGLE_DEPTH_NESTING);
+	}
+	spin_lock(&qp->sq_lock);
+	spin_lock_nested(&qp->rq_lock, SINGLE_DEPTH_NESTING);
+	qp->destroyed = true;
+	if (qp->sq_flushing) {
+		list_del_init(&qp->sq_flush_node);
+		WRITE_ONCE(qp->sq_flushing, false);
+	}
+	if (qp->rq_flushing) {
+		list_del_init(&qp->rq_flush_node);
+		WRITE_ONCE(qp->rq_flushing, false);
+	}
+	spin_unlock(&qp->rq_lock);
+	spin_unlock(&qp->sq_lock);
+	vt3_cq_forget(scq, qp->qpn);
+	if (rcq != scq) {
+		vt3_cq_forget(rcq, qp->qpn);
+		spin_unlock(&rcq->lock);
+	}
+	spin_unlock(&scq->lock);
+	local_irq_restore(flags);
 }
 
 /* Whether a poll of @cq would return flush completions; cq->lock held. */
@@ -615,7 +569,7 @@ bool vt3_qp_flush_pending(struct vt3_cq *cq)
 	list_for_each_entry(qp, &cq->flush_rq, rq_flush_node)
 		if (READ_ONCE(qp->rq_flush) != READ_ONCE(qp->rq_prod))
 			return true;
-	return !list_empty(&cq->flush_orphans);
+	return false;
 }
 
 /*

@@ -9,9 +9,9 @@
  * it does not know, which VT3_EVENT_LLP_CLOSE_COMPLETE is, it stores the
  * kernel's 64-bit element (the QP's user handle, i.e. its ibv_qp pointer)
  * into element.port_num, an int: only the low 32 bits survive. We find
- * the QP among the context's QPs by those bits, preferring one whose status
- * page says it is in error (vt3.ko sets VT3_QP_F_ERROR before it
- * dispatches any connection-end event), and put it into element.qp.
+ * the QP among the context's QPs by those bits, which no two QPs share
+ * (verbs.c allocates them from one small region), and put it into
+ * element.qp.
  *
  * Accounting. uverbs counted the event in the QP's events_reported when
  * ibv_get_async_event() read it, and ibv_destroy_qp() waits until
@@ -40,22 +40,18 @@ static_assert(VT3DV_EVENT_LLP_CLOSE_COMPLETE == VT3_EVENT_LLP_CLOSE_COMPLETE,
 	      "vt3dv.h names the kernel's vendor event");
 
 /*
- * The QP whose user handle has these low 32 bits; with several (QP
- * structs 4 GiB apart), the one in error. Called with ctx->qps_lock held.
+ * The QP whose user handle (its address) has these low 32 bits: QP
+ * structs live in one region far smaller than 4 GiB (verbs.c), so there
+ * is at most one. Called with ctx->qps_lock held.
  */
 static struct vt3_qp *vt3_find_qp(struct vt3_context *ctx, uint32_t handle)
 {
-	struct vt3_qp *qp, *found = NULL;
+	struct vt3_qp *qp;
 
-	list_for_each(&ctx->qps, qp, ctx_entry) {
-		if ((uint32_t)(uintptr_t)&qp->ibv_qp != handle)
-			continue;
-		if (vt3_qp_flags(qp) & VT3_QP_F_ERROR)
+	list_for_each(&ctx->qps, qp, ctx_entry)
+		if ((uint32_t)(uintptr_t)&qp->ibv_qp == handle)
 			return qp;
-		if (!found)
-			found = qp;
-	}
-	return found;
+	return NULL;
 }
 
 /* What ibv_ack_async_event() does for a QP event (libibverbs device.c). */
@@ -88,7 +84,7 @@ static void vt3_llp_close_complete(struct vt3_context *ctx,
 			    "libvt3: LLP_CLOSE_COMPLETE for QP %u without its error flag\n",
 			    qp->ibv_qp.qp_num);
 	/* Flush first: once counted, ibv_destroy_qp() may free the QP. */
-	vt3_qp_check_error(qp);
+	vt3_qp_check_error(qp, VT3_BY_EVENT);
 	event->element.qp = &qp->ibv_qp;
 	vt3_qp_event_done(&qp->ibv_qp);
 	pthread_mutex_unlock(&ctx->qps_lock);
@@ -104,12 +100,12 @@ void vt3_async_event(struct ibv_context *ibctx, struct ibv_async_event *event)
 	case IBV_EVENT_QP_REQ_ERR:
 	case IBV_EVENT_QP_ACCESS_ERR:
 		/* Not acked yet: ibv_destroy_qp() cannot free it meanwhile. */
-		vt3_qp_check_error(to_vt3_qp(event->element.qp));
+		vt3_qp_check_error(to_vt3_qp(event->element.qp), VT3_BY_EVENT);
 		break;
 	case IBV_EVENT_DEVICE_FATAL:
 		pthread_mutex_lock(&ctx->qps_lock);
 		list_for_each(&ctx->qps, qp, ctx_entry)
-			vt3_qp_check_error(qp);
+			vt3_qp_check_error(qp, VT3_BY_EVENT);
 		pthread_mutex_unlock(&ctx->qps_lock);
 		break;
 	case VT3_EVENT_LLP_CLOSE_COMPLETE:

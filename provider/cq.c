@@ -6,11 +6,17 @@
  *
  * vt3d never writes flush CQEs: once a QP is in error, every WR it has
  * not retired completes here, once, with IBV_WC_WR_FLUSH_ERR: every
- * receive, and every signaled send, of [consumer index, producer index)
- * (vt3_hw.h). Those completions are made from the queue's shadow (qp.c)
- * only after poll_cq returned every device CQE of that queue, so each
- * queue keeps its order: device completions first, then flushes in posting
- * order, including WRs posted after the error.
+ * receive and every send, signaled or not, of [consumer index, producer
+ * index) (vt3_hw.h; a WR that completes in error always generates a
+ * completion, ibv_post_send(3)). Those completions are made from the
+ * queue's shadow (qp.c) only after poll_cq returned every device CQE of
+ * that queue, so each queue keeps its order: device completions first,
+ * then flushes in posting order, including WRs posted after the error.
+ *
+ * A destroyed QP's completions are never returned afterwards, as mlx5's
+ * cq_clean does: its device CQEs still in the ring are skipped (the CQ
+ * remembers its QP number up to the producer index at the destroy), and
+ * the flush it still owed goes with it.
  */
 #include <config.h>
 
@@ -87,14 +93,46 @@ static void vt3_cqe_to_wc(const struct vt3_cqe *cqe, struct ibv_wc *wc)
 	}
 }
 
+/*
+ * Whether the CQE at the consumer index belongs to a destroyed QP; drops
+ * the marks the consumer index has passed. cq->lock held.
+ */
+static bool vt3_cqe_of_gone_qp(struct vt3_cq *cq, uint32_t qpn)
+{
+	struct vt3_gone *g, *next;
+	bool gone = false;
+
+	list_for_each_safe(&cq->gone, g, next, entry) {
+		if ((int32_t)(cq->cons - g->mark) >= 0) {
+			list_del_from(&cq->gone, &g->entry);
+			free(g);
+		} else if (g->qpn == qpn) {
+			gone = true;
+		}
+	}
+	return gone;
+}
+
+/*
+ * The producer index to read up to: vt3d's (acquire: pairs with its
+ * release store after writing the CQEs), or, once vt3.ko declared the
+ * device lost, the one it froze (vt3_hw.h, VT3_CQ_F_FROZEN).
+ */
+uint32_t vt3_cq_prod(struct vt3_cq *cq)
+{
+	if (vt3_load_acquire(&cq->status->flags) & VT3_CQ_F_FROZEN)
+		return le32toh(cq->status->frozen_prod);
+	return vt3_load_acquire(&cq->status->prod);
+}
+
 /* Device CQEs up to the producer index as read once. */
 static int vt3_poll_device(struct vt3_cq *cq, int num, struct ibv_wc *wc)
 {
 	uint32_t prod;
 	int n = 0;
+	bool moved = false;
 
-	/* Acquire: pairs with vt3d's release store after writing the CQEs. */
-	prod = vt3_load_acquire(&cq->status->prod);
+	prod = vt3_cq_prod(cq);
 	if (prod - cq->cons > cq->depth) {
 		verbs_err(verbs_get_ctx(cq->ibv_cq.context),
 			  "libvt3: CQ producer %u is past consumer %u + depth %u\n",
@@ -102,12 +140,18 @@ static int vt3_poll_device(struct vt3_cq *cq, int num, struct ibv_wc *wc)
 		return -EIO;
 	}
 	while (n < num && cq->cons != prod) {
-		vt3_cqe_to_wc(&cq->ring[cq->cons & (cq->depth - 1)], &wc[n]);
+		const struct vt3_cqe *cqe = &cq->ring[cq->cons & (cq->depth - 1)];
+
+		if (list_empty(&cq->gone) ||
+		    !vt3_cqe_of_gone_qp(cq, le32toh(cqe->qpn)))
+			vt3_cqe_to_wc(cqe, &wc[n++]);
 		cq->cons++;
-		n++;
+		moved = true;
 	}
+	if (!list_empty(&cq->gone))
+		vt3_cqe_of_gone_qp(cq, 0);
 	/* Release: our reads of the slots come before vt3d may reuse them. */
-	if (n)
+	if (moved)
 		vt3_store_release(&cq->status->cons, cq->cons);
 	return n;
 }
@@ -122,8 +166,6 @@ static int vt3_wq_flush(struct vt3_wq *wq, int num, struct ibv_wc *wc)
 			&wq->swqe[wq->flush_pos & (wq->depth - 1)];
 
 		wq->flush_pos++;
-		if (!e->signaled)
-			continue;
 		wc[n++] = (struct ibv_wc){
 			.wr_id = e->wr_id,
 			.status = IBV_WC_WR_FLUSH_ERR,
@@ -207,7 +249,7 @@ static int vt3_cq_flush(struct vt3_cq *cq, int num, struct ibv_wc *wc)
 		if (n == num)
 			break;
 		pthread_spin_lock(&wq->lock);
-		if (vt3_wq_error(wq) && !wq->flushing &&
+		if (vt3_wq_error(wq, VT3_BY_POLL) && !wq->flushing &&
 		    (int32_t)(cq->cons - wq->flush_mark) >= 0)
 			wq->flushing = true;
 		if (wq->flushing) {
@@ -224,61 +266,35 @@ static int vt3_cq_flush(struct vt3_cq *cq, int num, struct ibv_wc *wc)
 }
 
 /*
- * The queue's QP is being destroyed in error: what its flush still owes
- * goes onto the CQ, to be returned after the queue's device CQEs like a
- * live queue's. Called with wq->cq->lock and wq->lock held, the error
- * noted (vt3_wq_error()).
+ * The QP of @wq was destroyed (vt3d confirmed: it writes no more CQEs
+ * for it): its CQEs below the producer index are skipped from now on.
+ * Called with cq->lock held.
  */
-void vt3_cq_adopt(struct vt3_wq *wq)
+void vt3_cq_forget(struct vt3_cq *cq, uint32_t qpn)
 {
-	struct vt3_cq *cq = wq->cq;
-	struct vt3_orphan *o;
-	uint32_t n = wq->prod - wq->flush_pos;
+	struct vt3_gone *g;
+	uint32_t prod = vt3_cq_prod(cq);
 
-	if (!n)
+	if (prod == cq->cons)
 		return;
-	o = calloc(1, sizeof(*o) + n * sizeof(o->wc[0]));
-	if (!o) {
+	g = calloc(1, sizeof(*g));
+	if (!g) {
 		verbs_err(verbs_get_ctx(cq->ibv_cq.context),
-			  "libvt3: QP %u: no memory for %u flush completions\n",
-			  wq->qp->ibv_qp.qp_num, n);
+			  "libvt3: no memory to forget QP %u's CQEs\n", qpn);
 		return;
 	}
-	o->mark = wq->flushing ? cq->cons : wq->flush_mark;
-	o->n = vt3_wq_flush(wq, n, o->wc);
-	if (!o->n) {
-		free(o);
-		return;
-	}
-	list_add_tail(&cq->orphans, &o->entry);
+	g->qpn = qpn;
+	g->mark = prod;
+	list_add_tail(&cq->gone, &g->entry);
 }
 
-/* Flush completions of destroyed QPs whose mark was passed. cq->lock held. */
-static int vt3_cq_orphans(struct vt3_cq *cq, int num, struct ibv_wc *wc)
+void vt3_cq_free_gone(struct vt3_cq *cq)
 {
-	struct vt3_orphan *o, *next;
-	int n = 0;
+	struct vt3_gone *g, *next;
 
-	list_for_each_safe(&cq->orphans, o, next, entry) {
-		if ((int32_t)(cq->cons - o->mark) < 0)
-			continue;
-		while (n < num && o->pos < o->n)
-			wc[n++] = o->wc[o->pos++];
-		if (o->pos < o->n)
-			break;
-		list_del_from(&cq->orphans, &o->entry);
-		free(o);
-	}
-	return n;
-}
-
-void vt3_cq_free_orphans(struct vt3_cq *cq)
-{
-	struct vt3_orphan *o, *next;
-
-	list_for_each_safe(&cq->orphans, o, next, entry) {
-		list_del_from(&cq->orphans, &o->entry);
-		free(o);
+	list_for_each_safe(&cq->gone, g, next, entry) {
+		list_del_from(&cq->gone, &g->entry);
+		free(g);
 	}
 }
 
@@ -296,8 +312,6 @@ int vt3_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 	if (n >= 0 && n < num_entries &&
 	    vt3_load_acquire(&cq->status->flags) & VT3_CQ_F_ERROR)
 		n += vt3_cq_flush(cq, num_entries - n, wc + n);
-	if (n >= 0 && n < num_entries && !list_empty(&cq->orphans))
-		n += vt3_cq_orphans(cq, num_entries - n, wc + n);
 	pthread_spin_unlock(&cq->lock);
 	return n;
 }
@@ -326,7 +340,7 @@ int vt3_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 		bool pending;
 
 		pthread_spin_lock(&wq->lock);
-		pending = vt3_wq_error(wq) && wq->flush_pos != wq->prod;
+		pending = vt3_wq_error(wq, VT3_BY_POLL) && wq->flush_pos != wq->prod;
 		pthread_spin_unlock(&wq->lock);
 		if (pending) {
 			vt3_wq_doorbell(wq);

@@ -57,6 +57,27 @@ int vt3_wq_init(struct vt3_qp *qp, struct vt3_wq *wq, struct vt3_cq *cq,
 	return 0;
 }
 
+/*
+ * The triggers that may note a flush: all three, or those the testing knob
+ * VT3_FLUSH_TRIGGERS=event,poll,post (any subset) names. Read when a QP's
+ * error is first seen, so a test may change it between QPs.
+ */
+static unsigned int vt3_allowed_triggers(void)
+{
+	const char *env = getenv("VT3_FLUSH_TRIGGERS");
+	unsigned int mask = 0;
+
+	if (!env)
+		return VT3_BY_EVENT | VT3_BY_POLL | VT3_BY_POST;
+	if (strstr(env, "event"))
+		mask |= VT3_BY_EVENT;
+	if (strstr(env, "poll"))
+		mask |= VT3_BY_POLL;
+	if (strstr(env, "post"))
+		mask |= VT3_BY_POST;
+	return mask;
+}
+
 void vt3_wq_cleanup(struct vt3_wq *wq)
 {
 	if (!wq->swqe)
@@ -72,16 +93,17 @@ void vt3_wq_cleanup(struct vt3_wq *wq)
  * indices, then its last CQE of the QP, then the error flag, and retires
  * nothing afterwards. Read after the flag (acquire), the consumer index
  * starts the WQEs to flush and the CQ producer index is past every device
- * CQE of this queue. Called with wq->lock held.
+ * CQE of this queue. @by is the trigger asking (the testing knob may
+ * leave it out). Called with wq->lock held.
  */
-bool vt3_wq_error(struct vt3_wq *wq)
+bool vt3_wq_error(struct vt3_wq *wq, enum vt3_trigger by)
 {
 	if (wq->error)
 		return true;
-	if (!(vt3_qp_flags(wq->qp) & VT3_QP_F_ERROR))
+	if (!(vt3_qp_flags(wq->qp) & VT3_QP_F_ERROR) || !(vt3_allowed_triggers() & by))
 		return false;
 	wq->flush_pos = vt3_load_acquire(wq->cons_idx);
-	wq->flush_mark = vt3_load_acquire(&wq->cq->status->prod);
+	wq->flush_mark = vt3_cq_prod(wq->cq);
 	/* A consumer index past ours is a device bug: flush nothing. */
 	if (wq->prod - wq->flush_pos > wq->depth)
 		wq->flush_pos = wq->prod;
@@ -96,15 +118,15 @@ bool vt3_wq_error(struct vt3_wq *wq)
  * the async_event op (async.c) calls it for QP_FATAL, QP_REQ_ERR,
  * QP_ACCESS_ERR, DEVICE_FATAL and the vendor close event.
  */
-bool vt3_qp_check_error(struct vt3_qp *qp)
+bool vt3_qp_check_error(struct vt3_qp *qp, enum vt3_trigger by)
 {
 	bool error;
 
 	pthread_spin_lock(&qp->sq.lock);
-	error = vt3_wq_error(&qp->sq);
+	error = vt3_wq_error(&qp->sq, by);
 	pthread_spin_unlock(&qp->sq.lock);
 	pthread_spin_lock(&qp->rq.lock);
-	error = vt3_wq_error(&qp->rq) || error;
+	error = vt3_wq_error(&qp->rq, by) || error;
 	pthread_spin_unlock(&qp->rq.lock);
 	return error;
 }
@@ -277,9 +299,8 @@ static int vt3_build_send(struct vt3_qp *qp, const struct ibv_send_wr *wr,
 		return EINVAL;
 
 	swqe->wr_id = wr->wr_id;
-	swqe->signaled = qp->sig_all || wr->send_flags & IBV_SEND_SIGNALED;
 	wqe->wr_id = htole64(wr->wr_id);
-	if (swqe->signaled)
+	if (qp->sig_all || wr->send_flags & IBV_SEND_SIGNALED)
 		wqe->flags |= VT3_WQE_SIGNALED;
 	if (wr->send_flags & IBV_SEND_FENCE)
 		wqe->flags |= VT3_WQE_FENCE;
@@ -307,7 +328,7 @@ int vt3_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 	int ret = 0;
 
 	pthread_spin_lock(&wq->lock);
-	error = vt3_wq_error(wq);
+	error = vt3_wq_error(wq, VT3_BY_POST);
 	if (!error && !vt3_qp_may_post(qp, false)) {
 		ret = EINVAL;
 		goto out;
@@ -363,7 +384,6 @@ static int vt3_build_recv(struct vt3_qp *qp, const struct ibv_recv_wr *wr,
 	}
 	swqe->wr_id = wr->wr_id;
 	swqe->wc_opcode = IBV_WC_RECV;
-	swqe->signaled = true;
 	return 0;
 }
 
@@ -379,7 +399,7 @@ int vt3_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 	int ret = 0;
 
 	pthread_spin_lock(&wq->lock);
-	error = vt3_wq_error(wq);
+	error = vt3_wq_error(wq, VT3_BY_POST);
 	if (!error && !vt3_qp_may_post(qp, true)) {
 		ret = EINVAL;
 		goto out;

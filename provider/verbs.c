@@ -200,7 +200,7 @@ struct ibv_cq *vt3_create_cq(struct ibv_context *ibctx, int cqe,
 	pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
 	list_head_init(&cq->wqs);
 	list_head_init(&cq->flushed);
-	list_head_init(&cq->orphans);
+	list_head_init(&cq->gone);
 	/* Indices are free running: start where the page says. */
 	cq->cons = le32toh(cq->status->cons);
 	return &cq->ibv_cq;
@@ -225,7 +225,7 @@ int vt3_destroy_cq(struct ibv_cq *ibcq)
 	if (ret)
 		return ret;
 
-	vt3_cq_free_orphans(cq);
+	vt3_cq_free_gone(cq);
 	vt3_cq_unmap(cq);
 	pthread_spin_destroy(&cq->lock);
 	free(cq);
@@ -241,6 +241,56 @@ static void vt3_qp_unmap(struct vt3_qp *qp)
 	vt3_munmap(qp->status, sizeof(*qp->status));
 }
 
+/*
+ * QP structs come from one region of the process, far smaller than 4 GiB,
+ * so no two live QPs share the low 32 bits of their address: the vendor
+ * event names its QP by those bits only (async.c). Slots are reused.
+ */
+#define VT3_QP_ARENA_SIZE	(64u << 20)
+#define VT3_QP_SLOT		((sizeof(struct vt3_qp) + 63) & ~(size_t)63)
+
+static pthread_mutex_t vt3_qp_arena_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *vt3_qp_arena;
+static size_t vt3_qp_arena_used;
+static void *vt3_qp_free_slots;		/* each free slot starts with the next */
+
+static struct vt3_qp *vt3_qp_alloc(void)
+{
+	void *slot = NULL;
+
+	pthread_mutex_lock(&vt3_qp_arena_lock);
+	if (!vt3_qp_arena) {
+		/* Pages are only backed once a slot on them is used. */
+		void *arena = mmap(NULL, VT3_QP_ARENA_SIZE, PROT_READ | PROT_WRITE,
+				   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+		if (arena != MAP_FAILED)
+			vt3_qp_arena = arena;
+	}
+	if (vt3_qp_free_slots) {
+		slot = vt3_qp_free_slots;
+		vt3_qp_free_slots = *(void **)slot;
+	} else if (vt3_qp_arena && vt3_qp_arena_used + VT3_QP_SLOT <= VT3_QP_ARENA_SIZE) {
+		slot = vt3_qp_arena + vt3_qp_arena_used;
+		vt3_qp_arena_used += VT3_QP_SLOT;
+	}
+	pthread_mutex_unlock(&vt3_qp_arena_lock);
+	if (!slot) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	memset(slot, 0, sizeof(struct vt3_qp));
+	return slot;
+}
+
+static void vt3_qp_free(struct vt3_qp *qp)
+{
+	pthread_mutex_lock(&vt3_qp_arena_lock);
+	*(void **)qp = vt3_qp_free_slots;
+	vt3_qp_free_slots = qp;
+	pthread_mutex_unlock(&vt3_qp_arena_lock);
+}
+
 struct ibv_qp *vt3_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
 	struct ibv_context *ibctx = pd->context;
@@ -251,14 +301,14 @@ struct ibv_qp *vt3_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	struct vt3_qp *qp;
 	int ret;
 
-	qp = calloc(1, sizeof(*qp));
+	qp = vt3_qp_alloc();
 	if (!qp)
 		return NULL;
 
 	ret = ibv_cmd_create_qp(pd, &qp->ibv_qp, attr, &cmd, sizeof(cmd),
 				&resp.ibv_resp, sizeof(resp));
 	if (ret) {
-		free(qp);
+		vt3_qp_free(qp);
 		errno = ret;
 		return NULL;
 	}
@@ -323,7 +373,7 @@ err_unmap:
 	vt3_qp_unmap(qp);
 err_destroy:
 	ibv_cmd_destroy_qp(&qp->ibv_qp);
-	free(qp);
+	vt3_qp_free(qp);
 	errno = ret;
 	return NULL;
 }
@@ -384,25 +434,19 @@ int vt3_destroy_qp(struct ibv_qp *ibqp)
 	pthread_mutex_unlock(&ctx->qps_lock);
 
 	/*
-	 * Its CQEs left in the CQs are still returned (verbs let them be),
-	 * and so are the flush completions it still owes if it is in error
-	 * (a QP destroyed without its flush having been reaped), after
-	 * them: the CQs adopt them. A QP not in error leaves none.
+	 * None of its completions is returned from now on (as mlx5 cleans
+	 * its CQs): its CQEs still in the rings are skipped, the flush it
+	 * still owed goes with it.
 	 */
 	vt3_lock_cqs(qp->sq.cq, qp->rq.cq);
-	for (i = 0; i < 2; i++) {
-		struct vt3_wq *wq = i ? &qp->rq : &qp->sq;
-
-		pthread_spin_lock(&wq->lock);
-		if (vt3_wq_error(wq))
-			vt3_cq_adopt(wq);
-		pthread_spin_unlock(&wq->lock);
-	}
+	vt3_cq_forget(qp->sq.cq, qp->ibv_qp.qp_num);
+	if (qp->rq.cq != qp->sq.cq)
+		vt3_cq_forget(qp->rq.cq, qp->ibv_qp.qp_num);
 	list_del(&qp->sq.cq_entry);
 	list_del(&qp->rq.cq_entry);
 	vt3_unlock_cqs(qp->sq.cq, qp->rq.cq);
 
 	vt3_qp_unmap(qp);
-	free(qp);
+	vt3_qp_free(qp);
 	return 0;
 }

@@ -83,19 +83,16 @@ struct vt3_cq {
 	struct list_head flushed;
 	int repost;
 	/*
-	 * Flush completions of destroyed QPs (vt3_orphan), returned like a
-	 * live queue's, once the consumer index passed their mark: a QP
-	 * destroyed in error leaves them, as vt3.ko does for kernel QPs
-	 * (and libcxgb4 did).
+	 * Destroyed QPs whose CQEs may still be in the ring (vt3_gone),
+	 * under lock: poll_cq skips them (cq.c).
 	 */
-	struct list_head orphans;
+	struct list_head gone;
 };
 
-struct vt3_orphan {
-	struct list_node entry;		/* vt3_cq.orphans */
-	uint32_t mark;			/* CQ index after the queue's last CQE */
-	int pos, n;
-	struct ibv_wc wc[];
+struct vt3_gone {
+	struct list_node entry;		/* vt3_cq.gone */
+	uint32_t qpn;
+	uint32_t mark;			/* CQ producer index at the destroy */
 };
 
 /*
@@ -105,7 +102,6 @@ struct vt3_orphan {
 struct vt3_swqe {
 	uint64_t wr_id;
 	uint8_t wc_opcode;		/* enum ibv_wc_opcode */
-	bool signaled;			/* a completion is owed (every receive) */
 };
 
 /*
@@ -210,8 +206,15 @@ int vt3_wq_init(struct vt3_qp *qp, struct vt3_wq *wq, struct vt3_cq *cq,
 		bool recv, uint32_t max_sge);
 void vt3_wq_cleanup(struct vt3_wq *wq);
 void vt3_qp_reset(struct vt3_qp *qp);
-bool vt3_wq_error(struct vt3_wq *wq);
-bool vt3_qp_check_error(struct vt3_qp *qp);
+/* The three flush triggers (DESIGN.md section 5); see VT3_FLUSH_TRIGGERS. */
+enum vt3_trigger {
+	VT3_BY_EVENT = 1 << 0,
+	VT3_BY_POLL = 1 << 1,
+	VT3_BY_POST = 1 << 2,
+};
+
+bool vt3_wq_error(struct vt3_wq *wq, enum vt3_trigger by);
+bool vt3_qp_check_error(struct vt3_qp *qp, enum vt3_trigger by);
 void vt3_wq_doorbell(struct vt3_wq *wq);
 
 /* cq.c: reaping the mapped CQE ring, flushing */
@@ -219,8 +222,9 @@ int vt3_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc);
 int vt3_req_notify_cq(struct ibv_cq *ibcq, int solicited_only);
 void vt3_cq_requeue(struct vt3_wq *wq);
 void vt3_cq_note_repost(struct vt3_wq *wq);
-void vt3_cq_adopt(struct vt3_wq *wq);
-void vt3_cq_free_orphans(struct vt3_cq *cq);
+uint32_t vt3_cq_prod(struct vt3_cq *cq);
+void vt3_cq_forget(struct vt3_cq *cq, uint32_t qpn);
+void vt3_cq_free_gone(struct vt3_cq *cq);
 void vt3_lock_cqs(struct vt3_cq *a, struct vt3_cq *b);
 void vt3_unlock_cqs(struct vt3_cq *a, struct vt3_cq *b);
 

@@ -25,8 +25,8 @@
  *   - event.element.qp is the ibv_qp, as for a QP event (libibverbs hands
  *     the provider the type as a port event; libvt3 finds the QP again).
  *   - When it arrives, the QP is in error and libvt3 has already noted
- *     the flush: every receive WR still posted, and every signaled send
- *     WR that the device had not completed, is owed exactly one
+ *     the flush: every receive WR still posted, and every send WR,
+ *     signaled or not, that the device had not completed, is owed exactly one
  *     completion with IBV_WC_WR_FLUSH_ERR, which ibv_poll_cq() returns
  *     after every completion the device wrote for that queue (per-queue
  *     posting order). WRs posted afterwards are taken and flushed too.
@@ -62,8 +62,15 @@
  * fatal one follows when the connection has ended. An application that
  * never reads async events still gets every flush completion: ibv_poll_cq()
  * and the post verbs notice the error too, and an armed CQ's completion
- * channel wakes when the QP goes into error. A QP destroyed in error
- * before its flush was reaped leaves the flush completions on its CQs.
+ * channel wakes when the QP goes into error. Once ibv_destroy_qp()
+ * returned, no completion of that QP is returned any more (its CQEs still
+ * in the CQ are skipped and the flush it still owed goes with it, as
+ * mlx5 cleans its CQs): reap before destroying what you want to see.
+ *
+ * Testing knob: the environment variable VT3_FLUSH_TRIGGERS, a comma
+ * list of "event", "poll" and "post" (default: all three), restricts
+ * which of the three notes a QP's flush, so a test can prove each one
+ * works on its own.
  */
 #define VT3DV_EVENT_LLP_CLOSE_COMPLETE	0x8001
 

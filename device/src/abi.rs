@@ -236,6 +236,7 @@ abi_enums! {
     pub enum CqStatusFlag: u32 {
         Error = "VT3_CQ_F_ERROR" = 1,
         Overflow = "VT3_CQ_F_OVERFLOW" = 2,
+        Frozen = "VT3_CQ_F_FROZEN" = 4,
     }
 }
 
@@ -504,7 +505,7 @@ abi_structs! {
         pub prod: Le32,
         pub cons: Le32,
         pub flags: Le32,
-        pub reserved: Le32,
+        pub frozen_prod: Le32,
     }
 }
 

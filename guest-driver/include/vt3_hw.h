@@ -630,13 +630,19 @@ struct vt3_qp_status {
 enum vt3_cq_status_flags {
 	VT3_CQ_F_ERROR = 1 << 0,	/* a QP feeding this CQ is in error */
 	VT3_CQ_F_OVERFLOW = 1 << 1,
+	/*
+	 * Set by vt3.ko, never by vt3d: the device is lost. Consumers read
+	 * frozen_prod instead of prod from then on, so nothing vt3d might
+	 * still write is taken after the driver declared every QP in error.
+	 */
+	VT3_CQ_F_FROZEN = 1 << 2,
 };
 
 struct vt3_cq_status {
 	__le32	prod;			/* written by vt3d */
 	__le32	cons;			/* written by the consumer */
 	__le32	flags;			/* enum vt3_cq_status_flags (atomic OR) */
-	__le32	reserved;
+	__le32	frozen_prod;		/* written by vt3.ko before VT3_CQ_F_FROZEN */
 };
 
 /* ------------------------------------------------------------------ */
