@@ -1,0 +1,8 @@
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+#[path = "../harness.rs"]
+mod harness;
+
+fuzz_target!(|data: &[u8]| harness::control_command(data));
