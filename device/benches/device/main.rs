@@ -1,0 +1,36 @@
+//! vt3d as deployed: two `vt3d serve` processes on a real uplink, each
+//! driven by a synthetic guest over vhost-user, next to the host's own
+//! numbers measured in the same run. A benchmark, never a timed test.
+//!
+//! ```sh
+//! cargo bench -p vt3d --bench device                 # full (~1 min)
+//! cargo bench -p vt3d --bench device -- --short      # a few seconds
+//! cargo bench -p vt3d --bench device -- --out PATH   # JSON elsewhere
+//! ```
+//!
+//! Writes `build/bench/device.json` (keys in run.rs) and prints a table.
+//! `VT3D=path` runs another vt3d binary; `VT3_BENCH_SECS` sets the seconds
+//! per measurement.
+#![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
+
+mod anchors;
+mod guest;
+mod run;
+mod vring;
+mod vt3d;
+
+use std::path::PathBuf;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let out = args
+        .iter()
+        .position(|a| a == "--out")
+        .and_then(|i| args.get(i + 1))
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../build/bench/device.json"), PathBuf::from);
+    let mut opts = if args.iter().any(|a| a == "--short") { run::Options::short(out) } else { run::Options::full(out) };
+    if let Some(secs) = std::env::var("VT3_BENCH_SECS").ok().and_then(|s| s.parse().ok()) {
+        opts.secs = secs;
+    }
+    run::run(&opts);
+}

@@ -1,0 +1,492 @@
+//! The scenarios, the table and `build/bench/device.json`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use vt3d::abi::{Access, Cmd, EventCm, EventType, WcStatus, WrOpcode};
+
+use crate::anchors;
+use crate::guest::{accept_args, connect_args, listen_args, rdma_wqe, sq_wqe, CqRing, Guest, Mr, QpRings};
+use crate::vt3d::{UplinkKind, Vt3d};
+
+const MACS: [[u8; 6]; 2] = [[0x52, 0x54, 0, 0xb3, 0, 1], [0x52, 0x54, 0, 0xb3, 0, 2]];
+const IPS: [[u8; 4]; 2] = [[10, 93, 0, 1], [10, 93, 0, 2]];
+const PORT: u16 = 7174;
+const MIB: u64 = 1 << 20;
+/// Each side registers this much (WRITE/READ sources and sinks share it).
+const MR_LEN: u64 = 8 * MIB;
+const QP_DEPTH: u32 = 16;
+/// 1 MiB WRs in flight per QP.
+const IN_FLIGHT: u32 = 8;
+/// `--mtu`'s upper bound: the largest MTU both uplinks carry (a UDP
+/// datagram holds 65507 octets, a unix datagram more).
+pub const MAX_MTU: u32 = 65_000;
+const ALL: u32 = Access::LocalWrite as u32 | Access::RemoteWrite as u32 | Access::RemoteRead as u32;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Seconds per measurement.
+    pub secs: f64,
+    pub uplinks: Vec<UplinkKind>,
+    pub mtus: Vec<u32>,
+    /// QPs of the many-QP measurement.
+    pub qps: usize,
+    /// Idle connections of the memory measurement.
+    pub idle_conns: usize,
+    pub out: PathBuf,
+}
+
+impl Options {
+    /// The full run (`cargo bench -p vt3d --bench device`).
+    pub fn full(out: PathBuf) -> Self {
+        Self {
+            secs: 2.0,
+            uplinks: vec![UplinkKind::UnixDgram, UplinkKind::Udp],
+            mtus: vec![1500, 9000, MAX_MTU],
+            qps: 64,
+            idle_conns: 512,
+            out,
+        }
+    }
+
+    /// A few seconds: CI checks that it runs and writes its keys.
+    pub fn short(out: PathBuf) -> Self {
+        Self { secs: 0.25, uplinks: vec![UplinkKind::UnixDgram], mtus: vec![1500, MAX_MTU], qps: 64, idle_conns: 32, out }
+    }
+}
+
+pub fn median(samples: &mut [f64]) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples.get(samples.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn percentile(samples: &[f64], p: f64) -> f64 {
+    // sorted by median() before
+    let at = ((samples.len() as f64 - 1.0) * p).round() as usize;
+    samples.get(at).copied().unwrap_or(f64::NAN)
+}
+
+/// Two vt3d processes and their synthetic guests, set up as vt3.ko would:
+/// an address, a PD, CQs and a registered buffer each; B listens.
+struct Pair {
+    a: Guest,
+    b: Guest,
+    procs: [Vt3d; 2],
+    scq: [CqRing; 2],
+    rcq: [CqRing; 2],
+    pd: [u32; 2],
+    mr: [Mr; 2],
+    next_port: u16,
+}
+
+impl Pair {
+    fn start(dir: &Path, uplink: UplinkKind, mtu: u32, cq_depth: u32) -> Self {
+        let procs = Vt3d::pair(dir, uplink, mtu, MACS);
+        let boot = |i: usize| {
+            let mut g = Guest::boot(&procs[i].socket, MACS[i], IPS[i], 160 << 20, [0xb3 + i as u64, 0x5eed]);
+            g.set_addr();
+            let pd = g.pd();
+            let scq = g.cq(cq_depth);
+            let rcq = g.cq(cq_depth);
+            let mr = g.mr(pd, MR_LEN, ALL);
+            (g, pd, scq, rcq, mr)
+        };
+        let (a, pa, sa, ra, ma) = boot(0);
+        let (mut b, pb, sb, rb, mb) = boot(1);
+        b.cmd(Cmd::Listen, vt3d_bytes(&listen_args(PORT))).expect("LISTEN");
+        Self { a, b, procs, scq: [sa, sb], rcq: [ra, rb], pd: [pa, pb], mr: [ma, mb], next_port: 40_000 }
+    }
+
+    fn cpu_seconds(&self) -> f64 {
+        self.procs.iter().map(Vt3d::cpu_seconds).sum()
+    }
+
+    fn failure(&self, what: &str) -> ! {
+        panic!(
+            "{what}\n--- vt3d a ---\n{}\n{}\n{}\n--- vt3d b ---\n{}\n{}\n{}",
+            self.procs[0].log_tail(),
+            self.procs[0].ctl("qps"),
+            self.procs[0].ctl("tcb"),
+            self.procs[1].log_tail(),
+            self.procs[1].ctl("qps"),
+            self.procs[1].ctl("tcb"),
+        );
+    }
+
+    /// `n` connections A → B, each between two fresh QPs, `wave` at a time
+    /// (B's backlog holds 128 requests).
+    fn connect(&mut self, n: usize) -> Vec<(QpRings, QpRings)> {
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            let wave = (n - out.len()).min(64);
+            let mut pending = Vec::new();
+            let mut b_qps = Vec::new();
+            for _ in 0..wave {
+                let qa = self.a.qp(self.pd[0], &self.scq[0], &self.rcq[0], QP_DEPTH);
+                let qb = self.b.qp(self.pd[1], &self.scq[1], &self.rcq[1], QP_DEPTH);
+                let port = self.next_port;
+                self.next_port += 1;
+                let args = connect_args(qa.qpn, port, &self.b, PORT);
+                self.a.cmd(Cmd::Connect, vt3d_bytes(&args)).expect("CONNECT");
+                pending.push(qa);
+                b_qps.push(qb);
+            }
+            let mut accepted: BTreeMap<u32, QpRings> = BTreeMap::new();
+            let mut replies = Vec::new();
+            let start = Instant::now();
+            while replies.len() < wave {
+                let mut progress = self.b.poll_rx() | self.a.poll_rx();
+                while let Some(body) = self.b.take_event(EventType::ConnectRequest) {
+                    let req: EventCm = vt3d::abi::read_struct(&body).expect("a CONNECT_REQUEST");
+                    let qb = b_qps.pop().unwrap_or_else(|| self.failure("more requests than connects"));
+                    self.b
+                        .cmd(Cmd::Accept, vt3d_bytes(&accept_args(req.conn_id.to_native(), qb.qpn)))
+                        .unwrap_or_else(|s| self.failure(&format!("ACCEPT: {}", s.name())));
+                    let port = u16::from_be_bytes(req.remote.port);
+                    accepted.insert(u32::from(port), qb);
+                    progress = true;
+                }
+                while self.b.take_event(EventType::Established).is_some() {}
+                while let Some(body) = self.a.take_event(EventType::ConnectReply) {
+                    let reply: EventCm = vt3d::abi::read_struct(&body).expect("a CONNECT_REPLY");
+                    if reply.status.to_native() != 0 {
+                        self.failure(&format!("connection refused: status {}", reply.status.to_native()));
+                    }
+                    replies.push((reply.qpn.to_native(), u16::from_be_bytes(reply.local.port)));
+                    progress = true;
+                }
+                if start.elapsed() > Duration::from_secs(30) {
+                    self.failure(&format!("{} of {wave} connections after 30 s", replies.len()));
+                }
+                if !progress {
+                    std::thread::yield_now();
+                }
+            }
+            for (qpn, port) in replies {
+                let qa = *pending.iter().find(|q| q.qpn == qpn).unwrap_or_else(|| self.failure("a reply for no QP"));
+                let qb = accepted.remove(&u32::from(port)).unwrap_or_else(|| self.failure("a reply for no request"));
+                out.push((qa, qb));
+            }
+        }
+        out
+    }
+
+    /// 1 MiB WRITEs (or READs) from A on every QP, `IN_FLIGHT` each, for
+    /// `secs`: octets per second, vt3d CPU seconds (both processes).
+    fn stream(&mut self, qps: &mut [(QpRings, QpRings)], opcode: WrOpcode, secs: f64) -> (f64, f64) {
+        let len = MIB as u32;
+        let slots = MR_LEN / MIB;
+        let index: BTreeMap<u32, usize> = qps.iter().enumerate().map(|(i, (qa, _))| (qa.qpn, i)).collect();
+        let (local, remote) = (self.mr[0], self.mr[1]);
+        let mut posted = 0u64;
+        let post = |guest: &mut Guest, qa: &mut QpRings, n: u64| {
+            let slot = n % slots;
+            guest.post_send(qa, &rdma_wqe(n, opcode, &local, slot * MIB, len, &remote, slot * MIB));
+        };
+        for (qa, _) in qps.iter_mut() {
+            for _ in 0..IN_FLIGHT {
+                post(&mut self.a, qa, posted);
+                posted += 1;
+            }
+        }
+        let mut cqes = Vec::new();
+        let cpu0 = self.cpu_seconds();
+        let start = Instant::now();
+        let mut done = 0u64;
+        let mut last = Instant::now();
+        while start.elapsed().as_secs_f64() < secs {
+            cqes.clear();
+            if self.a.poll_cq(&mut self.scq[0], &mut cqes) == 0 {
+                self.a.poll_rx();
+                if last.elapsed() > Duration::from_secs(10) {
+                    self.failure("no completion for 10 s");
+                }
+                std::thread::sleep(Duration::from_micros(20));
+                continue;
+            }
+            last = Instant::now();
+            for c in &cqes {
+                if c.status != WcStatus::Success as u8 {
+                    self.failure(&format!("{opcode:?} completed with status {}", c.status));
+                }
+                done += u64::from(len);
+                let Some(&i) = index.get(&c.qpn.to_native()) else { continue };
+                if let Some((qa, _)) = qps.get_mut(i) {
+                    post(&mut self.a, qa, posted);
+                    posted += 1;
+                }
+            }
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        let cpu = self.cpu_seconds() - cpu0;
+        // Let the WRs in flight finish before the next measurement.
+        self.drain(qps);
+        (done as f64 / elapsed, cpu)
+    }
+
+    fn drain(&mut self, qps: &[(QpRings, QpRings)]) {
+        let start = Instant::now();
+        let mut cqes = Vec::new();
+        while qps.iter().any(|(qa, _)| qa.sq_outstanding(&self.a) > 0) && start.elapsed() < Duration::from_secs(10) {
+            cqes.clear();
+            self.a.poll_cq(&mut self.scq[0], &mut cqes);
+            self.a.poll_rx();
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        cqes.clear();
+        self.a.poll_cq(&mut self.scq[0], &mut cqes);
+    }
+
+    /// 64-octet SEND ping-pong on one connection: (median, p99) round trip, µs.
+    fn ping_pong(&mut self, qp: &mut (QpRings, QpRings), secs: f64) -> (f64, f64) {
+        let (qa, qb) = qp;
+        let (ma, mb) = (self.mr[0], self.mr[1]);
+        let recv_at = 4 * MIB;
+        for i in 0..8 {
+            self.a.post_recv(qa, i, &ma, recv_at + i * 64, 64);
+            self.b.post_recv(qb, i, &mb, recv_at + i * 64, 64);
+        }
+        let mut cqes = Vec::new();
+        let mut samples = Vec::new();
+        let start = Instant::now();
+        let mut n = 0u64;
+        while start.elapsed().as_secs_f64() < secs {
+            let sent = Instant::now();
+            self.a.post_send(qa, &sq_wqe(n, WrOpcode::Send, &ma, 0, 64));
+            self.await_recv(1, sent);
+            self.b.post_recv(qb, n, &mb, recv_at + (n % 8) * 64, 64);
+            self.b.post_send(qb, &sq_wqe(n, WrOpcode::Send, &mb, 0, 64));
+            self.await_recv(0, sent);
+            samples.push(sent.elapsed().as_secs_f64() * 1e6);
+            self.a.post_recv(qa, n, &ma, recv_at + (n % 8) * 64, 64);
+            for side in 0..2 {
+                cqes.clear();
+                let g = if side == 0 { &mut self.a } else { &mut self.b };
+                g.poll_cq(&mut self.scq[side], &mut cqes);
+            }
+            n += 1;
+        }
+        let p50 = median(&mut samples);
+        (p50, percentile(&samples, 0.99))
+    }
+
+    fn await_recv(&mut self, side: usize, since: Instant) {
+        let mut cqes = Vec::new();
+        loop {
+            let g = if side == 0 { &mut self.a } else { &mut self.b };
+            if g.poll_cq(&mut self.rcq[side], &mut cqes) > 0 {
+                if cqes.iter().any(|c| c.status != WcStatus::Success as u8) {
+                    self.failure("a receive completed in error");
+                }
+                return;
+            }
+            if since.elapsed() > Duration::from_secs(10) {
+                self.failure("no SEND arrived for 10 s");
+            }
+            std::thread::yield_now();
+        }
+    }
+}
+
+fn vt3d_bytes<T: vm_memory::ByteValued>(v: &T) -> &[u8] {
+    v.as_slice()
+}
+
+/// What one uplink × MTU gave.
+#[derive(Debug, Default, Clone)]
+struct Row {
+    write_mbs: f64,
+    cpu_s_per_gb: f64,
+    read_mbs: Option<f64>,
+    qps_mbs: Option<f64>,
+    rtt_us: Option<(f64, f64)>,
+}
+
+fn mbs(bytes_per_sec: f64) -> f64 {
+    bytes_per_sec / 1e6
+}
+
+pub fn run(opts: &Options) -> Value {
+    let dir = tempfile::Builder::new().prefix("vt3-device-bench").tempdir().expect("temp dir");
+    let started = Instant::now();
+    println!(
+        "vt3d device benchmark: two `vt3d serve` ({}), synthetic guests over vhost-user, {} s per measurement",
+        crate::vt3d::binary().display(),
+        opts.secs
+    );
+
+    let tcp = anchors::tcp_loopback(opts.secs);
+    let mut raw = BTreeMap::new();
+    for &u in &opts.uplinks {
+        let rate = anchors::datagram_rate(u, 1514, opts.secs / 2.0, dir.path());
+        let pp = anchors::datagram_ping_pong(u, opts.secs / 2.0, dir.path());
+        raw.insert(u.name(), (rate, pp));
+    }
+
+    let mut rows: BTreeMap<(&str, u32), Row> = BTreeMap::new();
+    for &u in &opts.uplinks {
+        for &mtu in &opts.mtus {
+            let mut pair = Pair::start(dir.path(), u, mtu, 1024);
+            let mut one = pair.connect(1);
+            let (rate, cpu) = pair.stream(&mut one, WrOpcode::Write, opts.secs);
+            let mut row = Row { write_mbs: mbs(rate), cpu_s_per_gb: cpu / (rate * opts.secs / 1e9), ..Row::default() };
+            if mtu == 1500 {
+                row.read_mbs = Some(mbs(pair.stream(&mut one, WrOpcode::Read, opts.secs).0));
+                if let Some(qp) = one.first_mut() {
+                    row.rtt_us = Some(pair.ping_pong(qp, opts.secs));
+                }
+                let mut many = pair.connect(opts.qps);
+                row.qps_mbs = Some(mbs(pair.stream(&mut many, WrOpcode::Write, opts.secs).0));
+            }
+            println!("  {} MTU {mtu}: {:.0} MB/s", u.name(), row.write_mbs);
+            rows.insert((u.name(), mtu), row);
+        }
+    }
+
+    // Memory per idle connection: RSS before and after, both processes.
+    let primary = opts.uplinks.first().copied().unwrap_or(UplinkKind::UnixDgram);
+    let mut pair = Pair::start(dir.path(), primary, 1500, 64);
+    let warm = pair.connect(1);
+    drop(warm);
+    std::thread::sleep(Duration::from_millis(100));
+    let before: Vec<u64> = pair.procs.iter().map(Vt3d::rss_kib).collect();
+    let idle = pair.connect(opts.idle_conns);
+    std::thread::sleep(Duration::from_millis(200));
+    let after: Vec<u64> = pair.procs.iter().map(Vt3d::rss_kib).collect();
+    let grown: u64 = after.iter().zip(&before).map(|(a, b)| a.saturating_sub(*b)).sum();
+    let rss_per_conn = grown as f64 / 2.0 / idle.len().max(1) as f64;
+    drop(pair);
+
+    let report = Report { opts, tcp, raw, rows, rss_per_conn, idle: idle.len(), primary };
+    let value = report.json();
+    report.print();
+    if let Some(parent) = opts.out.parent() {
+        std::fs::create_dir_all(parent).expect("output directory");
+    }
+    std::fs::write(&opts.out, serde_json::to_string_pretty(&value).expect("JSON") + "\n").expect("write the JSON");
+    println!("\nwrote {} ({:.1} s in all)", opts.out.display(), started.elapsed().as_secs_f64());
+    value
+}
+
+struct Report<'a> {
+    opts: &'a Options,
+    tcp: f64,
+    /// Per uplink: raw 1514-octet datagrams per second, ping-pong µs.
+    raw: BTreeMap<&'static str, (f64, f64)>,
+    rows: BTreeMap<(&'static str, u32), Row>,
+    rss_per_conn: f64,
+    idle: usize,
+    primary: UplinkKind,
+}
+
+/// Payload of one frame at `mtu`: TCP/IP headers, MPA/DDP/CRC per FPDU.
+fn payload_per_frame(mtu: u32) -> f64 {
+    f64::from(mtu - 40 - 30)
+}
+
+impl Report<'_> {
+    fn max_mtu(&self) -> u32 {
+        self.opts.mtus.iter().copied().max().unwrap_or(1500)
+    }
+
+    fn json(&self) -> Value {
+        let p = self.primary.name();
+        let row = |mtu| self.rows.get(&(p, mtu)).cloned().unwrap_or_default();
+        let (rate, pp) = self.raw.get(p).copied().unwrap_or((f64::NAN, f64::NAN));
+        let r1500 = row(1500);
+        let ceiling = mbs(rate * payload_per_frame(1500));
+        let rtt = r1500.rtt_us.map_or(f64::NAN, |r| r.0);
+        let qp64 = r1500.qps_mbs.map_or(f64::NAN, |m| m / r1500.write_mbs);
+        let max = row(self.max_mtu());
+        let mut per_uplink = serde_json::Map::new();
+        for &u in &self.opts.uplinks {
+            let mut m = serde_json::Map::new();
+            for &mtu in &self.opts.mtus {
+                let r = self.rows.get(&(u.name(), mtu)).cloned().unwrap_or_default();
+                m.insert(format!("write_1m_{mtu}_mbs"), json!(r.write_mbs));
+                m.insert(format!("cpu_s_per_gb_{mtu}"), json!(r.cpu_s_per_gb));
+                if let Some(v) = r.read_mbs {
+                    m.insert(format!("read_1m_{mtu}_mbs"), json!(v));
+                }
+                if let Some(v) = r.qps_mbs {
+                    m.insert(format!("write_1m_{mtu}_{}qp_mbs", self.opts.qps), json!(v));
+                }
+                if let Some((p50, p99)) = r.rtt_us {
+                    m.insert("rtt_64_us".into(), json!(p50));
+                    m.insert("rtt_64_p99_us".into(), json!(p99));
+                }
+            }
+            let (rate, pp) = self.raw.get(u.name()).copied().unwrap_or((f64::NAN, f64::NAN));
+            m.insert("raw_1514_per_s".into(), json!(rate));
+            m.insert("raw_1500_ceiling_mbs".into(), json!(mbs(rate * payload_per_frame(1500))));
+            m.insert("raw_pingpong_us".into(), json!(pp));
+            per_uplink.insert(u.name().into(), Value::Object(m));
+        }
+        json!({
+            "uplink": p,
+            "max_mtu": self.max_mtu(),
+            "secs": self.opts.secs,
+            "write_1m_max_mtu_mbs": max.write_mbs,
+            "tcp_loopback_mbs": mbs(self.tcp),
+            "write_1m_1500_mbs": r1500.write_mbs,
+            "raw_1500_ceiling_mbs": ceiling,
+            "rtt_64_us": rtt,
+            "raw_pingpong_us": pp,
+            "qp64_vs_qp1": qp64,
+            "qps": self.opts.qps,
+            "rss_per_idle_conn_kib": self.rss_per_conn,
+            "idle_conns": self.idle,
+            "read_1m_1500_mbs": r1500.read_mbs,
+            "cpu_s_per_gb_1500": r1500.cpu_s_per_gb,
+            "ratios": {
+                "max_mtu_vs_tcp_loopback": max.write_mbs / mbs(self.tcp),
+                "write_1500_vs_raw_ceiling": r1500.write_mbs / ceiling,
+                "rtt_vs_raw_pingpong": rtt / pp,
+            },
+            "uplinks": per_uplink,
+        })
+    }
+
+    fn print(&self) {
+        println!("\n| measurement | {} | host anchor (same run) |", self.opts.uplinks.iter().map(|u| format!("vt3d over {}", u.name())).collect::<Vec<_>>().join(" | "));
+        println!("|---|{}---|", "---|".repeat(self.opts.uplinks.len()));
+        let cells = |f: &dyn Fn(&str) -> String| self.opts.uplinks.iter().map(|u| f(u.name())).collect::<Vec<_>>().join(" | ");
+        for &mtu in &self.opts.mtus {
+            let anchor = if mtu == 1500 { format!("TCP loopback 1 MiB writes: {:.0} MB/s", mbs(self.tcp)) } else { String::new() };
+            println!(
+                "| RDMA WRITE 1 MiB, 1 QP, MTU {mtu} | {} | {anchor} |",
+                cells(&|u| self.rows.get(&(u, mtu)).map_or("-".into(), |r| format!("{:.0} MB/s ({:.2} CPU-s/GB)", r.write_mbs, r.cpu_s_per_gb)))
+            );
+        }
+        println!(
+            "| RDMA READ 1 MiB, 1 QP, MTU 1500 | {} | |",
+            cells(&|u| self.rows.get(&(u, 1500)).and_then(|r| r.read_mbs).map_or("-".into(), |m| format!("{m:.0} MB/s")))
+        );
+        println!(
+            "| RDMA WRITE 1 MiB, {} QPs, MTU 1500 | {} | |",
+            self.opts.qps,
+            cells(&|u| self.rows.get(&(u, 1500)).and_then(|r| r.qps_mbs.map(|m| (m, r.write_mbs))).map_or("-".into(), |(m, one)| format!("{m:.0} MB/s ({:.2}× 1 QP)", m / one)))
+        );
+        println!(
+            "| SEND 64 B ping-pong RTT (p50 / p99) | {} | datagram ping-pong p50: {} |",
+            cells(&|u| self.rows.get(&(u, 1500)).and_then(|r| r.rtt_us).map_or("-".into(), |(a, b)| format!("{a:.1} / {b:.1} µs"))),
+            cells(&|u| self.raw.get(u).map_or("-".into(), |r| format!("{:.1} µs", r.1)))
+        );
+        println!(
+            "| raw datagrams, 1514 B (no vt3d) | {} | |",
+            cells(&|u| self.raw.get(u).map_or("-".into(), |r| format!("{:.0} k/s = {:.0} MB/s of payload at MTU 1500", r.0 / 1e3, mbs(r.0 * payload_per_frame(1500)))))
+        );
+        println!("| vt3d RSS per idle connection | {:.1} KiB ({} connections, {}) | |", self.rss_per_conn, self.idle, self.primary.name());
+        let v = self.json();
+        println!("\nGoals (DESIGN §8, issue 15), ratios of this run ({}):", self.primary.name());
+        let r = &v["ratios"];
+        println!("  write_1m_max_mtu / tcp_loopback   = {:.2} (goal ≥ 0.5)", r["max_mtu_vs_tcp_loopback"].as_f64().unwrap_or(f64::NAN));
+        println!("  write_1m_1500 / raw_1500_ceiling  = {:.2} (goal ≥ 0.8)", r["write_1500_vs_raw_ceiling"].as_f64().unwrap_or(f64::NAN));
+        println!("  rtt_64 / raw_pingpong             = {:.2} (goal ≤ 1.5)", r["rtt_vs_raw_pingpong"].as_f64().unwrap_or(f64::NAN));
+        println!("  qp64_vs_qp1                       = {:.2} (goal ≥ 0.9)", v["qp64_vs_qp1"].as_f64().unwrap_or(f64::NAN));
+        println!("  rss_per_idle_conn_kib             = {:.1} (goal ≤ 20)", self.rss_per_conn);
+    }
+}
