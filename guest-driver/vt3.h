@@ -255,6 +255,9 @@ struct vt3_qp {
 	bool rq_flushing;
 	u32 sq_flush;
 	u32 rq_flush;
+	/* CQ index past every device CQE of the queue: flushes due from there. */
+	u32 sq_flush_mark;
+	u32 rq_flush_mark;
 	struct list_head sq_flush_node;	/* send CQ's flush_sq */
 	bool destroyed;			/* under both CQs' locks: no flush again */
 	struct list_head rq_flush_node;	/* recv CQ's flush_rq */
@@ -328,6 +331,17 @@ int vt3_cmd_handle(struct vt3_dev *dev, enum vt3_cmd opcode, u32 handle);
 static inline bool vt3_forgot(int err)
 {
 	return !err || err == -ENOENT;
+}
+
+/*
+ * Whether a failed create or register command surely made nothing in
+ * vt3d: it answered with an error status, or the command never left.
+ * Unanswered (-ETIMEDOUT) or not understood (-EPROTO), vt3d may hold the
+ * object with our memory: that memory is kept until a RESET is confirmed.
+ */
+static inline bool vt3_refused(int err)
+{
+	return err != -ETIMEDOUT && err != -EPROTO;
 }
 
 /* vt3_main.c */
@@ -419,6 +433,7 @@ void vt3_qp_ib_event(struct vt3_qp *qp, enum ib_event_type type);
 int vt3_qp_poll_flush(struct vt3_cq *cq, int num, struct ib_wc *wc);
 bool vt3_qp_flush_pending(struct vt3_cq *cq);
 void vt3_cq_forget(struct vt3_cq *cq, u32 qpn);
+u32 vt3_cq_prod(struct vt3_cq *cq);
 void vt3_cq_free_gone(struct vt3_cq *cq);
 
 #endif /* VT3_H */

@@ -209,9 +209,9 @@ err_destroy:
 	vt3_queue_mem_release(dev, &cq->ring, forgot);
 	return err;
 err_status:
-	vt3_queue_mem_release(dev, &cq->status, true);
+	vt3_queue_mem_release(dev, &cq->status, vt3_refused(err));
 err_ring:
-	vt3_queue_mem_release(dev, &cq->ring, true);
+	vt3_queue_mem_release(dev, &cq->ring, vt3_refused(err));
 	return err;
 }
 
@@ -262,7 +262,7 @@ struct vt3_gone {
 	u32 mark;			/* the CQ's producer index at the destroy */
 };
 
-static u32 vt3_cq_prod(struct vt3_cq *cq)
+u32 vt3_cq_prod(struct vt3_cq *cq)
 {
 	/* Pairs with vt3d's release store of prod after writing the CQE. */
 	return cq->frozen ? cq->frozen_prod :
@@ -381,6 +381,11 @@ int vt3_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc)
 				      cq->cqn, prod, cq->cons, cq->depth);
 		return -EIO;
 	}
+	/*
+	 * Due flush completions first (every device CQE of their queue was
+	 * returned): a CQ other QPs keep busy cannot starve ib_drain_qp.
+	 */
+	n = vt3_qp_poll_flush(cq, num, wc);
 	rcu_read_lock();
 	while (n < num && cq->cons != prod) {
 		memcpy(&cqe, vt3_pages_slot(cq->ring.mem,
@@ -396,12 +401,6 @@ int vt3_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc)
 	rcu_read_unlock();
 	/* The slots read may be reused by vt3d from now on. */
 	smp_store_release(&st->cons, cpu_to_le32(cq->cons));
-	/*
-	 * Flush completions come after every CQE vt3d wrote before it
-	 * reported the QP in error: those are below prod, read above.
-	 */
-	if (n < num && cq->cons == prod)
-		n += vt3_qp_poll_flush(cq, num - n, wc + n);
 	spin_unlock_irqrestore(&cq->lock, flags);
 	return n;
 }
@@ -462,8 +461,13 @@ void vt3_cq_event(struct vt3_dev *dev, u16 type, const struct vt3_event *ev)
 	if (!cq)
 		goto out;
 	if (type == VT3_EV_CQ_COMPLETION) {
-		/* vt3d disarmed the CQ. */
-		atomic_set(&cq->armed, 0);
+		/*
+		 * vt3d disarmed the CQ, but this event may answer an arm
+		 * older than the consumer's last: clearing 'armed' here could
+		 * swallow the driver's next kick (an error, flush work). A
+		 * kick on a CQ armed only in our books costs one spurious
+		 * completion event at worst, which consumers tolerate.
+		 */
 		vt3_cq_notify(cq);
 	} else {
 		ibdev_warn_ratelimited(&dev->ibdev, "CQ %u overflowed\n",

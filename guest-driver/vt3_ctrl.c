@@ -134,7 +134,8 @@ static int vt3_status_to_errno(unsigned int status)
 	case VT3_ERR_UNSUPPORTED:
 		return -EOPNOTSUPP;
 	default:
-		return -EIO;
+		/* A status we do not know: what vt3d did is unknown. */
+		return -EPROTO;
 	}
 }
 
@@ -213,19 +214,19 @@ static u32 vt3_ctrl_seq(struct vt3_ctrl *c)
 	return seq;
 }
 
-int vt3_cmd_timeout(struct vt3_dev *dev, enum vt3_cmd opcode,
-		    const void *req, size_t req_len, void *resp,
-		    size_t resp_len, unsigned int timeout_ms)
+/*
+ * One command and the wait for its answer; cmd_lock held. Returns the
+ * result, -ETIMEDOUT when nothing answered in time.
+ */
+static int vt3_cmd_once(struct vt3_dev *dev, enum vt3_cmd opcode,
+			const void *req, size_t req_len, void *resp,
+			size_t resp_len, unsigned int timeout_ms, u32 *seqp)
 {
 	struct vt3_ctrl *c = &dev->ctrl;
 	unsigned long left = 1;
 	bool answered;
 	u32 seq;
 	int err;
-
-	mutex_lock(&c->cmd_lock);
-	if (!vt3_ctrl_usable(dev, &err))
-		goto out;
 
 	spin_lock_bh(&c->lock);
 	seq = c->next_seq++;
@@ -250,17 +251,49 @@ int vt3_cmd_timeout(struct vt3_dev *dev, enum vt3_cmd opcode,
 	if (answered)
 		err = c->result;
 	spin_unlock_bh(&c->lock);
+	*seqp = seq;
+	return !left && !answered ? -ETIMEDOUT : err;
+}
 
-	if (!left && !answered) {
-		err = -ETIMEDOUT;
-		if (READ_ONCE(dev->attached)) {
-			ibdev_err(&dev->ibdev,
-				  "%s (seq %u) not answered in %u ms: vt3d is gone\n",
-				  vt3_cmd_name(opcode), seq, timeout_ms);
-			WRITE_ONCE(c->lost, true);
-			vt3_device_lost(dev);
-		}
+/* Extra probes before a silent vt3d counts as gone (a slow host stalls). */
+#define VT3_LIVENESS_PROBES	2
+
+int vt3_cmd_timeout(struct vt3_dev *dev, enum vt3_cmd opcode,
+		    const void *req, size_t req_len, void *resp,
+		    size_t resp_len, unsigned int timeout_ms)
+{
+	struct vt3_ctrl *c = &dev->ctrl;
+	struct vt3_port_attr port;
+	int err, i, probe = -ETIMEDOUT;
+	u32 seq, pseq;
+
+	mutex_lock(&c->cmd_lock);
+	if (!vt3_ctrl_usable(dev, &err))
+		goto out;
+	err = vt3_cmd_once(dev, opcode, req, req_len, resp, resp_len,
+			   timeout_ms, &seq);
+	if (err != -ETIMEDOUT || !READ_ONCE(dev->attached))
+		goto out;
+	/*
+	 * No answer. Declaring the device lost freezes every CQ and puts
+	 * every QP in error without vt3d's word, so first ask whether it is
+	 * there at all: if it answers, only this command's outcome is
+	 * unknown (its caller keeps what it handed over, vt3_refused()).
+	 */
+	for (i = 0; i < VT3_LIVENESS_PROBES && probe == -ETIMEDOUT; i++)
+		probe = vt3_cmd_once(dev, VT3_CMD_QUERY_PORT, NULL, 0, &port,
+				     sizeof(port), timeout_ms, &pseq);
+	if (probe != -ETIMEDOUT) {
+		ibdev_warn(&dev->ibdev,
+			   "%s (seq %u) not answered in %u ms, but vt3d answers: outcome unknown\n",
+			   vt3_cmd_name(opcode), seq, timeout_ms);
+		goto out;
 	}
+	ibdev_err(&dev->ibdev,
+		  "%s (seq %u) and %d probes not answered in %u ms each: vt3d is gone\n",
+		  vt3_cmd_name(opcode), seq, VT3_LIVENESS_PROBES, timeout_ms);
+	WRITE_ONCE(c->lost, true);
+	vt3_device_lost(dev);
 out:
 	mutex_unlock(&c->cmd_lock);
 	return err;

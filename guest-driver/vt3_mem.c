@@ -197,6 +197,7 @@ static int vt3_access(int ib_access, u32 *access)
 	return 0;
 }
 
+/* Registers @mem (NULL: a DMA MR); on failure @mem is released or kept. */
 static struct ib_mr *vt3_reg_mr(struct vt3_pd *pd, struct vt3_cmd_reg_mr *req,
 				struct vt3_pages *mem)
 {
@@ -206,13 +207,21 @@ static struct ib_mr *vt3_reg_mr(struct vt3_pd *pd, struct vt3_cmd_reg_mr *req,
 	int err;
 
 	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
-	if (!mr)
+	if (!mr) {
+		if (mem)
+			vt3_pages_put(mem);
 		return ERR_PTR(-ENOMEM);
+	}
 	req->pdn = cpu_to_le32(pd->pdn);
 	err = vt3_cmd(dev, VT3_CMD_REG_MR, req, sizeof(*req), &resp,
 		      sizeof(resp));
 	if (err) {
 		kfree(mr);
+		/* vt3d may have registered it: the pages stay (vt3_refused). */
+		if (mem && !vt3_refused(err))
+			vt3_orphan(dev, mem);
+		else if (mem)
+			vt3_pages_put(mem);
 		return ERR_PTR(err);
 	}
 	mr->mem = mem;
@@ -251,7 +260,6 @@ struct ib_mr *vt3_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 	struct ib_block_iter biter;
 	struct vt3_pages *mem;
 	struct ib_umem *umem;
-	struct ib_mr *ibmr;
 	size_t npages, i = 0;
 	u32 access;
 	int err;
@@ -296,12 +304,8 @@ struct ib_mr *vt3_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 	/* Where the region starts in its first PBL page. */
 	req.page_offset = cpu_to_le32(ib_umem_offset(umem) &
 				      (VT3_PAGE_SIZE - 1));
-	ibmr = vt3_reg_mr(to_vt3_pd(ibpd), &req, mem);
-	if (IS_ERR(ibmr)) {
-		err = PTR_ERR(ibmr);
-		goto err_mem;
-	}
-	return ibmr;
+	/* Consumes mem on failure. */
+	return vt3_reg_mr(to_vt3_pd(ibpd), &req, mem);
 
 err_mem:
 	vt3_pages_put(mem);

@@ -246,12 +246,6 @@ int vt3_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr,
 		goto err_status;
 	qp->qpn = le32_to_cpu(resp.handle);
 	ibqp->qp_num = qp->qpn;
-	err = xa_insert(&dev->qp_xa, qp->qpn, qp, GFP_KERNEL);
-	if (err) {
-		ibdev_err(&dev->ibdev, "CREATE_QP returned qpn %u in use\n",
-			  qp->qpn);
-		goto err_destroy;
-	}
 
 	if (udata) {
 		uresp.qpn = qp->qpn;
@@ -262,15 +256,23 @@ int vt3_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr,
 		uresp.max_inline = qp->max_inline;
 		err = ib_copy_to_udata(udata, &uresp, sizeof(uresp));
 		if (err)
-			goto err_xa;
+			goto err_destroy;
+	}
+	/*
+	 * Findable (events, CQEs) only once nothing can fail: an error path
+	 * after this would have to wait for the references others took.
+	 */
+	err = xa_insert(&dev->qp_xa, qp->qpn, qp, GFP_KERNEL);
+	if (err) {
+		ibdev_err(&dev->ibdev, "CREATE_QP returned qpn %u in use\n",
+			  qp->qpn);
+		goto err_destroy;
 	}
 	attr->cap.max_send_wr = qp->sq_depth;
 	attr->cap.max_recv_wr = qp->rq_depth;
 	attr->cap.max_inline_data = qp->max_inline;
 	return 0;
 
-err_xa:
-	xa_erase(&dev->qp_xa, qp->qpn);
 err_destroy:
 	forgot = vt3_forgot(vt3_cmd_handle(dev, VT3_CMD_DESTROY_QP, qp->qpn));
 	vt3_queue_mem_release(dev, &qp->status, forgot);
@@ -278,11 +280,11 @@ err_destroy:
 	vt3_queue_mem_release(dev, &qp->sq, forgot);
 	return err;
 err_status:
-	vt3_queue_mem_release(dev, &qp->status, true);
+	vt3_queue_mem_release(dev, &qp->status, vt3_refused(err));
 err_rq:
-	vt3_queue_mem_release(dev, &qp->rq, true);
+	vt3_queue_mem_release(dev, &qp->rq, vt3_refused(err));
 err_sq:
-	vt3_queue_mem_release(dev, &qp->sq, true);
+	vt3_queue_mem_release(dev, &qp->sq, vt3_refused(err));
 	return err;
 }
 
@@ -383,6 +385,7 @@ static void vt3_qp_flush_start(struct vt3_qp *qp)
 	if (!qp->sq_flushing && !qp->destroyed) {
 		qp->sq_flush = vt3_flush_start_index(qp, &st->sq_cons,
 						     qp->sq_prod, qp->sq_depth);
+		qp->sq_flush_mark = vt3_cq_prod(scq);
 		WRITE_ONCE(qp->sq_flushing, true);
 		list_add_tail(&qp->sq_flush_node, &scq->flush_sq);
 	}
@@ -394,6 +397,7 @@ static void vt3_qp_flush_start(struct vt3_qp *qp)
 	if (!qp->rq_flushing && !qp->destroyed) {
 		qp->rq_flush = vt3_flush_start_index(qp, &st->rq_cons,
 						     qp->rq_prod, qp->rq_depth);
+		qp->rq_flush_mark = vt3_cq_prod(rcq);
 		WRITE_ONCE(qp->rq_flushing, true);
 		list_add_tail(&qp->rq_flush_node, &rcq->flush_rq);
 	}
@@ -500,11 +504,15 @@ int vt3_qp_poll_flush(struct vt3_cq *cq, int num, struct ib_wc *wc)
 
 	lockdep_assert_held(&cq->lock);
 	list_for_each_entry(qp, &cq->flush_sq, sq_flush_node) {
+		if ((s32)(cq->cons - qp->sq_flush_mark) < 0)
+			continue;
 		n += vt3_flush_sq(qp, num - n, wc + n);
 		if (n == num)
 			return n;
 	}
 	list_for_each_entry(qp, &cq->flush_rq, rq_flush_node) {
+		if ((s32)(cq->cons - qp->rq_flush_mark) < 0)
+			continue;
 		n += vt3_flush_rq(qp, num - n, wc + n);
 		if (n == num)
 			return n;

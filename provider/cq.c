@@ -303,15 +303,23 @@ int vt3_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 	struct vt3_cq *cq = to_vt3_cq(ibcq);
 	int n;
 
+	int flushed = 0;
+
 	pthread_spin_lock(&cq->lock);
-	n = vt3_poll_device(cq, num_entries, wc);
 	/*
 	 * vt3d and vt3.ko flag a QP in error before its CQs: the CQ flag
-	 * (it stays set) spares a look at every QP on a healthy CQ.
+	 * (it stays set) spares a look at every QP on a healthy CQ. Flush
+	 * completions that are due (every device CQE of their queue was
+	 * returned) go first, so a CQ that other QPs keep busy cannot starve
+	 * a drain.
 	 */
-	if (n >= 0 && n < num_entries &&
-	    vt3_load_acquire(&cq->status->flags) & VT3_CQ_F_ERROR)
-		n += vt3_cq_flush(cq, num_entries - n, wc + n);
+	if (vt3_load_acquire(&cq->status->flags) & VT3_CQ_F_ERROR)
+		flushed = vt3_cq_flush(cq, num_entries, wc);
+	n = vt3_poll_device(cq, num_entries - flushed, wc + flushed);
+	if (n >= 0)
+		n += flushed;
+	else if (flushed)
+		n = flushed;
 	pthread_spin_unlock(&cq->lock);
 	return n;
 }
