@@ -215,7 +215,7 @@ def test_vt3_lost_conn(fresh_vt3_pair):
         a.check("for i in $(seq 200); do ls /sys/class/infiniband/ | grep -q vt3 || exit 0; sleep 0.2; done; "
                 "ls /sys/class/infiniband; exit 1", 60, "vt3_0 still registered")
         alog = kmsg_since(a, ma)
-        assert re.search(r"vt3_0: \S+ \(seq \d+\) not answered in \d+ ms: vt3d is gone", alog), \
+        assert re.search(r"vt3_0: \S+ \(seq \d+\) and 2 probes not answered in \d+ ms each: vt3d is gone", alog), \
             f"a: no 'vt3d is gone':\n{tail(alog, 25)}"
         removal = "cma detected device removal!!!!"
         assert_gone(a, "rping-srv", 60, 255, [removal], "connected rping server")
