@@ -83,7 +83,7 @@
  * WQEs, the RQ's WQEs), so a flush knows which WQEs already completed.
  * sq_cons/rq_cons count WQEs vt3d has retired (signaled or not); they are
  * published before the CQE. After a QP's error, the WQEs to flush are
- * [cons, prod) of each queue (every RQ WQE, the signaled SQ WQEs).
+ * [cons, prod) of each queue (every WQE, signaled or not).
  * MODIFY_QP ERROR -> IDLE sets cons = prod and clears VT3_QP_F_ERROR: send
  * it only after the flush. After a clean close the QP is IDLE but its
  * rings are not read again until that ERROR -> IDLE reset.
