@@ -21,6 +21,7 @@
 #include <config.h>
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #include <ccan/array_size.h>
@@ -329,20 +330,25 @@ int vt3_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
  * once if CQEs wait when it processes the arm (prod != the cons we
  * published at the end of the last poll), so no device completion is
  * missed. Flush completions are ours and no device event announces them:
- * if some wait, ring the doorbell of their queue, which vt3.ko is to
- * turn into a run of the CQ's completion handler (not done by vt3.ko yet).
+ * if some wait, ring the doorbell of their queue: on a QP in error vt3.ko
+ * turns it into a run of the CQ's completion handler (the armed CQ's
+ * event).
  */
 int vt3_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 {
 	struct vt3_cq *cq = to_vt3_cq(ibcq);
-	struct vt3_wq *wq;
+	struct vt3_wq *wq, *ring = NULL;
 	int ret;
 
 	ret = ibv_cmd_req_notify_cq(ibcq, solicited_only);
 	if (ret || !(vt3_load_acquire(&cq->status->flags) & VT3_CQ_F_ERROR))
 		return ret;
 
-	/* Under cq->lock: destroy_qp cannot free the queue meanwhile. */
+	/*
+	 * Found under cq->lock, rung outside it (a syscall must not hold up
+	 * pollers spinning on the lock): 'ringing' keeps destroy_qp from
+	 * freeing the queue meanwhile (vt3_cq_wait_ringing()).
+	 */
 	pthread_spin_lock(&cq->lock);
 	list_for_each(&cq->wqs, wq, cq_entry) {
 		bool pending;
@@ -351,10 +357,25 @@ int vt3_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 		pending = vt3_wq_error(wq, VT3_BY_POLL) && wq->flush_pos != wq->prod;
 		pthread_spin_unlock(&wq->lock);
 		if (pending) {
-			vt3_wq_doorbell(wq);
+			ring = wq;
+			__atomic_add_fetch(&cq->ringing, 1, __ATOMIC_ACQ_REL);
 			break;
 		}
 	}
 	pthread_spin_unlock(&cq->lock);
+	if (ring) {
+		vt3_wq_doorbell(ring);
+		__atomic_sub_fetch(&cq->ringing, 1, __ATOMIC_RELEASE);
+	}
 	return 0;
+}
+
+/*
+ * destroy_qp took its queues off @cq: waits until no req_notify_cq still
+ * rings a doorbell it found before (a syscall's time).
+ */
+void vt3_cq_wait_ringing(struct vt3_cq *cq)
+{
+	while (__atomic_load_n(&cq->ringing, __ATOMIC_ACQUIRE))
+		sched_yield();
 }

@@ -445,6 +445,8 @@ int vt3_destroy_qp(struct ibv_qp *ibqp)
 	list_del(&qp->sq.cq_entry);
 	list_del(&qp->rq.cq_entry);
 	vt3_unlock_cqs(qp->sq.cq, qp->rq.cq);
+	vt3_cq_wait_ringing(qp->sq.cq);
+	vt3_cq_wait_ringing(qp->rq.cq);
 
 	vt3_qp_unmap(qp);
 	vt3_qp_free(qp);

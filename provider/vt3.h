@@ -87,6 +87,7 @@ struct vt3_cq {
 	 * under lock: poll_cq skips them (cq.c).
 	 */
 	struct list_head gone;
+	int ringing;			/* req_notify_cq doorbells in flight (atomic) */
 };
 
 struct vt3_gone {
@@ -225,6 +226,7 @@ void vt3_cq_note_repost(struct vt3_wq *wq);
 uint32_t vt3_cq_prod(struct vt3_cq *cq);
 void vt3_cq_forget(struct vt3_cq *cq, uint32_t qpn);
 void vt3_cq_free_gone(struct vt3_cq *cq);
+void vt3_cq_wait_ringing(struct vt3_cq *cq);
 void vt3_lock_cqs(struct vt3_cq *a, struct vt3_cq *b);
 void vt3_unlock_cqs(struct vt3_cq *a, struct vt3_cq *b);
 
