@@ -11,7 +11,12 @@
 #                                      QEMU, the QEMU 10.0 set
 #   ./run-vm.sh [OPTIONS] soak         the long runs (not in CI)
 #   ./run-vm.sh [OPTIONS] mutants      deliberately broken builds must fail
-#   ./run-vm.sh [OPTIONS] bench        perftest vt3↔vt3 beside siw↔siw
+#   ./run-vm.sh [OPTIONS] bench [--device-only] [--short]
+#                                      vt3d's own bench (two vt3d processes,
+#                                      synthetic guests, no QEMU: device.json),
+#                                      then perftest vt3↔vt3 beside siw↔siw;
+#                                      --short: the device bench's few-second
+#                                      form only (implies --device-only)
 #   ./run-vm.sh [OPTIONS] up [SETUP]   boot a setup (vt3-pair, vt3-siw, …) and wait
 #   ./run-vm.sh [OPTIONS] shell        an interactive guest with a vt3 NIC
 #
@@ -272,6 +277,26 @@ cmd_check() {
 	[ "$FAILED" -eq 0 ]
 }
 
+# The device bench (device/benches/device: real vt3d processes driven by
+# synthetic guests, build/bench/device.json), then the perftest table.
+cmd_bench() {
+	local device_only=0 short=()
+	for arg; do
+		case $arg in
+		--device-only) device_only=1 ;;
+		--short) short=(--short) device_only=1 ;;
+		*) die "bench: unknown option '$arg' (--device-only, --short)" ;;
+		esac
+	done
+	ensure_rust
+	log "== device bench (cargo bench -p vt3d --bench device ${short[*]})"
+	(cd "$ROOT" && cargo bench -q -p vt3d --bench device -- "${short[@]}" --out "$ROOT/build/bench/device.json") ||
+		die "device bench failed"
+	[ "$device_only" = 1 ] && return 0
+	HOST_TOOLS+=" gnuplot:gnuplot-nox"
+	vt3lab bench
+}
+
 cmd_soak() {
 	prepare
 	local rc=0
@@ -320,7 +345,7 @@ main() {
 			shift
 			;;
 		-h | --help)
-			sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
+			sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'
 			return 0
 			;;
 		*) break ;;
@@ -335,10 +360,7 @@ main() {
 	check) cmd_check ;;
 	soak) cmd_soak ;;
 	mutants) prepare && "$ROOT/tools/mutants.sh" "$@" ;;
-	bench)
-		HOST_TOOLS+=" gnuplot:gnuplot-nox"
-		vt3lab bench
-		;;
+	bench) cmd_bench "$@" ;;
 	up) vt3lab up --setup "${1:-vt3-pair}" ;;
 	shell) cmd_shell ;;
 	*) die "unknown command '$cmd' (demo, test, list, check, soak, mutants, bench, up, shell)" ;;

@@ -66,6 +66,17 @@ impl Dgram {
         }
     }
 
+    /// Blocking, but never for long: a sender left blocked on a full
+    /// queue once its receiver stopped must still see the end.
+    fn set_blocking(&self) {
+        let limit = Some(Duration::from_millis(50));
+        let r = match self {
+            Self::Udp(s) => s.set_nonblocking(false).and_then(|()| s.set_write_timeout(limit)).and_then(|()| s.set_read_timeout(limit)),
+            Self::Unix(s) => s.set_nonblocking(false).and_then(|()| s.set_write_timeout(limit)).and_then(|()| s.set_read_timeout(limit)),
+        };
+        r.expect("blocking socket");
+    }
+
     fn recv(&self, buf: &mut [u8]) -> Option<usize> {
         match self {
             Self::Udp(s) => s.recv(buf).ok(),
@@ -109,9 +120,13 @@ pub fn tcp_loopback(secs: f64) -> f64 {
     rate
 }
 
-/// Datagrams of `size` octets one way as fast as they go: received per second.
+/// Datagrams of `size` octets one way as fast as they go: received per
+/// second. Blocking sockets, as a worker waiting in epoll: on a shared
+/// machine two spinning threads measure the scheduler, not the socket.
 pub fn datagram_rate(kind: UplinkKind, size: usize, secs: f64, dir: &Path) -> f64 {
     let (a, b) = Dgram::pair(kind, dir, &format!("rate{size}"));
+    a.set_blocking();
+    b.set_blocking();
     let stop = Arc::new(AtomicBool::new(false));
     let sender = {
         let stop = Arc::clone(&stop);
@@ -123,6 +138,7 @@ pub fn datagram_rate(kind: UplinkKind, size: usize, secs: f64, dir: &Path) -> f6
         })
     };
     let mut buf = vec![0u8; 65_536];
+    let _ = b.recv(&mut buf); // the first one starts the clock
     let start = Instant::now();
     let mut frames = 0u64;
     while start.elapsed() < Duration::from_secs_f64(secs) {

@@ -175,7 +175,7 @@ impl Pair {
     }
 
     /// 1 MiB WRITEs (or READs) from A on every QP, `IN_FLIGHT` each, for
-    /// `secs`: octets per second, vt3d CPU seconds (both processes).
+    /// `secs`: octets per second, vt3d CPU seconds (both processes) per GB.
     fn stream(&mut self, qps: &mut [(QpRings, QpRings)], opcode: WrOpcode, secs: f64) -> (f64, f64) {
         let len = MIB as u32;
         let slots = MR_LEN / MIB;
@@ -197,7 +197,8 @@ impl Pair {
         let start = Instant::now();
         let mut done = 0u64;
         let mut last = Instant::now();
-        while start.elapsed().as_secs_f64() < secs {
+        // At least one WR, however short the run (a debug vt3d in CI).
+        while start.elapsed().as_secs_f64() < secs || done == 0 {
             cqes.clear();
             if self.a.poll_cq(&mut self.scq[0], &mut cqes) == 0 {
                 self.a.poll_rx();
@@ -224,7 +225,7 @@ impl Pair {
         let cpu = self.cpu_seconds() - cpu0;
         // Let the WRs in flight finish before the next measurement.
         self.drain(qps);
-        (done as f64 / elapsed, cpu)
+        (done as f64 / elapsed, cpu / (done as f64 / 1e9))
     }
 
     fn drain(&mut self, qps: &[(QpRings, QpRings)]) {
@@ -318,21 +319,28 @@ pub fn run(opts: &Options) -> Value {
         opts.secs
     );
 
-    let tcp = anchors::tcp_loopback(opts.secs);
+    // The anchors run before and after vt3d and keep the better of the
+    // two: a shared machine only ever makes them slower.
+    let anchor_pass = |raw: &mut BTreeMap<&'static str, (f64, f64)>| {
+        let tcp = anchors::tcp_loopback(opts.secs / 2.0);
+        for &u in &opts.uplinks {
+            let rate = anchors::datagram_rate(u, 1514, opts.secs / 2.0, dir.path());
+            let pp = anchors::datagram_ping_pong(u, opts.secs / 2.0, dir.path());
+            let best = raw.get(u.name()).map_or((rate, pp), |&(r, p)| (r.max(rate), p.min(pp)));
+            raw.insert(u.name(), best);
+        }
+        tcp
+    };
     let mut raw = BTreeMap::new();
-    for &u in &opts.uplinks {
-        let rate = anchors::datagram_rate(u, 1514, opts.secs / 2.0, dir.path());
-        let pp = anchors::datagram_ping_pong(u, opts.secs / 2.0, dir.path());
-        raw.insert(u.name(), (rate, pp));
-    }
+    let mut tcp = anchor_pass(&mut raw);
 
     let mut rows: BTreeMap<(&str, u32), Row> = BTreeMap::new();
     for &u in &opts.uplinks {
         for &mtu in &opts.mtus {
             let mut pair = Pair::start(dir.path(), u, mtu, 1024);
             let mut one = pair.connect(1);
-            let (rate, cpu) = pair.stream(&mut one, WrOpcode::Write, opts.secs);
-            let mut row = Row { write_mbs: mbs(rate), cpu_s_per_gb: cpu / (rate * opts.secs / 1e9), ..Row::default() };
+            let (rate, cpu_s_per_gb) = pair.stream(&mut one, WrOpcode::Write, opts.secs);
+            let mut row = Row { write_mbs: mbs(rate), cpu_s_per_gb, ..Row::default() };
             if mtu == 1500 {
                 row.read_mbs = Some(mbs(pair.stream(&mut one, WrOpcode::Read, opts.secs).0));
                 if let Some(qp) = one.first_mut() {
@@ -360,6 +368,7 @@ pub fn run(opts: &Options) -> Value {
     let rss_per_conn = grown as f64 / 2.0 / idle.len().max(1) as f64;
     drop(pair);
 
+    tcp = tcp.max(anchor_pass(&mut raw));
     let report = Report { opts, tcp, raw, rows, rss_per_conn, idle: idle.len(), primary };
     let value = report.json();
     report.print();
@@ -471,15 +480,21 @@ impl Report<'_> {
             cells(&|u| self.rows.get(&(u, 1500)).and_then(|r| r.qps_mbs.map(|m| (m, r.write_mbs))).map_or("-".into(), |(m, one)| format!("{m:.0} MB/s ({:.2}× 1 QP)", m / one)))
         );
         println!(
-            "| SEND 64 B ping-pong RTT (p50 / p99) | {} | datagram ping-pong p50: {} |",
+            "| SEND 64 B ping-pong RTT (p50 / p99) | {} | 64 B datagram ping-pong p50: {} |",
             cells(&|u| self.rows.get(&(u, 1500)).and_then(|r| r.rtt_us).map_or("-".into(), |(a, b)| format!("{a:.1} / {b:.1} µs"))),
-            cells(&|u| self.raw.get(u).map_or("-".into(), |r| format!("{:.1} µs", r.1)))
+            self.raw.iter().map(|(u, r)| format!("{u} {:.1} µs", r.1)).collect::<Vec<_>>().join(", ")
         );
         println!(
-            "| raw datagrams, 1514 B (no vt3d) | {} | |",
-            cells(&|u| self.raw.get(u).map_or("-".into(), |r| format!("{:.0} k/s = {:.0} MB/s of payload at MTU 1500", r.0 / 1e3, mbs(r.0 * payload_per_frame(1500)))))
+            "| raw datagrams, 1514 B (no vt3d) | {} | the MTU 1500 ceiling: rate × 1430 B of payload |",
+            cells(&|u| self.raw.get(u).map_or("-".into(), |r| format!("{:.0} k/s = {:.0} MB/s", r.0 / 1e3, mbs(r.0 * payload_per_frame(1500)))))
         );
-        println!("| vt3d RSS per idle connection | {:.1} KiB ({} connections, {}) | |", self.rss_per_conn, self.idle, self.primary.name());
+        println!(
+            "| vt3d RSS per idle connection | {:.1} KiB ({} connections over {}) |{} |",
+            self.rss_per_conn,
+            self.idle,
+            self.primary.name(),
+            " |".repeat(self.opts.uplinks.len() - 1)
+        );
         let v = self.json();
         println!("\nGoals (DESIGN §8, issue 15), ratios of this run ({}):", self.primary.name());
         let r = &v["ratios"];
