@@ -508,19 +508,19 @@ struct fault {
 };
 
 static const struct fault faults[] = {
-	{ "disconnect",		LOCAL,	S_QP,		E_CLOSE | E_FATAL },
-	{ "abort",		LOCAL,	S_QP,		0 },
-	{ "bad-wqe",		LOCAL,	S_QP,		E_REQ },
-	{ "peer-close",		PEER,	S_QP,		E_CLOSE | E_FATAL },
-	{ "peer-abort",		PEER,	S_QP,		E_FATAL },
-	{ "rst",		HOST,	S_QP,		E_FATAL },
-	{ "fin",		HOST,	S_QP,		E_CLOSE | E_FATAL },
-	{ "blackhole",		HOST,	S_QP,		E_FATAL },
-	{ "drop",		HOST,	S_NOEVENT,	0 },
-	{ "delay",		HOST,	S_NOEVENT,	0 },
-	{ "corrupt-crc",	HOST,	S_QP,		E_FATAL },
-	{ "terminate",		HOST,	S_QP,		0 },
-	{ "invalidate-stag",	HOST,	S_QP,		0 },
+	{ "disconnect",		LOCAL,	S_QP,		E_CLOSE | E_FATAL, false },
+	{ "abort",		LOCAL,	S_QP,		0, false },
+	{ "bad-wqe",		LOCAL,	S_QP,		E_REQ, false },
+	{ "peer-close",		PEER,	S_QP,		E_CLOSE | E_FATAL, false },
+	{ "peer-abort",		PEER,	S_QP,		E_FATAL, false },
+	{ "rst",		HOST,	S_QP,		E_FATAL, false },
+	{ "fin",		HOST,	S_QP,		E_CLOSE | E_FATAL, false },
+	{ "blackhole",		HOST,	S_QP,		E_FATAL, false },
+	{ "drop",		HOST,	S_NOEVENT,	0, false },
+	{ "delay",		HOST,	S_NOEVENT,	0, false },
+	{ "corrupt-crc",	HOST,	S_QP,		E_FATAL, false },
+	{ "terminate",		HOST,	S_QP,		0, false },
+	{ "invalidate-stag",	HOST,	S_QP,		0, false },
 	{ "device-fatal",	HOST,	S_DEVICE,	E_DEVICE,	true },
 	{ "peer-killed",	HOST,	S_ALL,		E_FATAL,	true },
 	{ "peer-vt3d-killed",	HOST,	S_ALL,		E_FATAL,	true },
@@ -1863,7 +1863,7 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: vt3-chaos server [--port P] [--timeout S] [-v]\n"
 		"       vt3-chaos client --server IP [--port P] [--seed S] [--runs N] [--faults F[,F..]]\n"
-		"                        [--ack FILE] [--duration MS] [--tcp-timeout S] [-v]\n"
+		"                        [--cycle] [--ack FILE] [--duration MS] [--tcp-timeout S] [-v]\n"
 		"       vt3-chaos list\n"
 		"faults (default: every non-destructive one):\n");
 	for (i = 0; i < N_FAULTS; i++)
@@ -1885,11 +1885,12 @@ int main(int argc, char **argv)
 		{ "duration", required_argument, NULL, 'd' },
 		{ "tcp-timeout", required_argument, NULL, 'T' },
 		{ "timeout", required_argument, NULL, 't' },
+		{ "cycle", no_argument, NULL, 'c' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{}
 	};
 	uint64_t seed = 0;
-	bool seed_given = false;
+	bool seed_given = false, cycle = false;
 	int runs = 1, duration_ms = 1500, allowed[N_FAULTS], nallowed = 0, opt, i;
 	char *fault_list = NULL;
 	const char *role;
@@ -1904,7 +1905,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	optind = 2;
-	while ((opt = getopt_long(argc, argv, "p:s:S:n:f:a:d:T:t:v", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "p:s:S:n:f:a:d:T:t:cv", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'p': port = atoi(optarg); break;
 		case 's': server_ip = optarg; break;
@@ -1915,6 +1916,7 @@ int main(int argc, char **argv)
 		case 'd': duration_ms = atoi(optarg); break;
 		case 'T': tcp_timeout = atoi(optarg); break;
 		case 't': timeout_s = atoi(optarg); break;
+		case 'c': cycle = true; break;
 		case 'v': verbose = 1; break;
 		default: usage(); return 2;
 		}
@@ -1949,7 +1951,11 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	printf("vt3-chaos: seed %" PRIu64 ", %d run(s)\n", seed, runs);
 	for (i = 0; i < runs; i++) {
-		if (run_one(i, seed + i, allowed, nallowed, duration_ms))
+		/* --cycle: the faults in turn (as --faults F alone would pick F). */
+		bool ok = cycle ? run_one(i, seed + i, &allowed[i % nallowed], 1, duration_ms) :
+				  run_one(i, seed + i, allowed, nallowed, duration_ms);
+
+		if (ok)
 			passed++;
 		else
 			failed++;
