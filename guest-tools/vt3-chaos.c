@@ -209,7 +209,9 @@ struct sconn {
 	struct rdma_cm_id *id;
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
-	struct ibv_mr *mr;
+	struct ibv_mr *mr;	/* its own SEND and receive buffers */
+	struct ibv_mr *rmr;	/* what the client WRITEs and READs: another STag,
+				 * so invalidating it fails only the client's access */
 	uint8_t *buf;
 	struct req_pd req;
 	double act_at;		/* 0: nothing to do */
@@ -231,6 +233,8 @@ static void sconn_free(struct sconn *c, bool abort_conn)
 		rdma_destroy_qp(c->id);
 	if (c->mr)
 		ibv_dereg_mr(c->mr);
+	if (c->rmr)
+		ibv_dereg_mr(c->rmr);
 	if (c->cq)
 		ibv_destroy_cq(c->cq);
 	if (c->pd)
@@ -363,8 +367,10 @@ static void sconn_setup(struct rdma_cm_event *ev)
 	c->buf = calloc(1, SRV_BUF);
 	c->pd = c->buf ? ibv_alloc_pd(c->id->verbs) : NULL;
 	c->cq = c->pd ? ibv_create_cq(c->id->verbs, SRV_RQ + SRV_SQ, NULL, NULL, 0) : NULL;
-	c->mr = c->cq ? ibv_reg_mr(c->pd, c->buf, SRV_BUF, IBV_ACCESS_LOCAL_WRITE |
-				   IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ) : NULL;
+	c->rmr = c->cq ? ibv_reg_mr(c->pd, c->buf, SRV_RECV(0), IBV_ACCESS_LOCAL_WRITE |
+				    IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ) : NULL;
+	c->mr = c->rmr ? ibv_reg_mr(c->pd, c->buf + SRV_RECV(0), SRV_BUF - SRV_RECV(0),
+				    IBV_ACCESS_LOCAL_WRITE) : NULL;
 	attr.send_cq = attr.recv_cq = c->cq;
 	if (c->req.magic != MAGIC || !c->mr || rdma_create_qp(c->id, c->pd, &attr)) {
 		perror("server: setup");
@@ -378,7 +384,7 @@ static void sconn_setup(struct rdma_cm_event *ev)
 		srv_post_recv(c, i);
 	rep.qpn = c->id->qp->qp_num;
 	rep.addr = (uintptr_t)c->buf;
-	rep.rkey = c->mr->rkey;
+	rep.rkey = c->rmr->rkey;
 	param.private_data = &rep;
 	param.private_data_len = sizeof(rep);
 	if (rdma_accept(c->id, &param)) {
