@@ -1,0 +1,362 @@
+"""The randomized fault soak (DESIGN.md sections 5 and 7.5, issue 12):
+vt3-chaos's server in guest a, its client (the side under test) in guest b,
+two vt3 guests whose vt3d time a silent connection out after
+TCP_TIMEOUT s (a blackhole ends in seconds, not 15).
+
+The client runs a batch of runs, seed S, S+1, …; each run connects 4-16
+QPs on shared CQs, streams verified SEND/WRITE/READ traffic from 2-4
+threads in random styles, and takes one fault at a random moment. Faults
+the host does (every `vt3d ctl fault` kind, killing the server, either
+vt3d, rmmod) the client announces with
+
+    READY <run> <seed> <fault> <side> <qpn> <peer qpn> <stag> <a1> <a2> <a3>
+
+and keeps its traffic flowing until the harness, having done the fault,
+writes the run number into ACK. Each run prints one "RUN <i> seed <s>
+fault <f> … ok|FAIL: …" line (every WR accounted for exactly once, order,
+no completion after destroy, the fault's events, no hang), then
+"vt3-chaos: N passed, N failed". Every batch here counts what it asked
+for: a run that silently does not happen fails.
+
+Destructive faults (the device or the peer gone for the rest of the
+batch) run one per batch at the end, and the setup is brought back
+(vt3.ko reloaded, the server restarted, a vt3d and its guest restarted).
+
+VT3_CHAOS_SEED fixes the first seed (default: from the clock, printed).
+Replay one run in the guests by hand:
+    vt3-chaos server &                                   (in a)
+    vt3-chaos client --server 10.77.0.1 --seed S --runs 1 --faults F --ack /tmp/chaos.ack --tcp-timeout 4
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from helpers import A_IP, B_IP, no_objects, wait_rdma_listen
+from vt3lab import KMOD
+from vt3lab.fixtures import _scenario
+from vt3lab.setups import A_MAC, B_MAC, Vt3Pair, debug_vt3, wait_device
+from vt3lab.guest import Nic
+from vt3lab.vt3d import Vt3d
+
+PORT = 7472
+SRV, CLI = "chaos-srv", "chaos-cli"
+ACK = "/tmp/chaos.ack"
+TCP_TIMEOUT = 4
+DURATION_MS = 1500
+
+NON_DESTRUCTIVE = ("disconnect", "abort", "bad-wqe", "peer-close", "peer-abort", "rst", "fin", "blackhole",
+                   "drop", "delay", "corrupt-crc", "terminate", "invalidate-stag")
+CHEAP_DESTRUCTIVE = ("device-fatal", "rmmod", "peer-killed")
+REBOOTING = ("peer-vt3d-killed", "vt3d-killed")
+ALL_FAULTS = NON_DESTRUCTIVE + CHEAP_DESTRUCTIVE + REBOOTING
+HOST_FAULTS = set(ALL_FAULTS) - {"disconnect", "abort", "bad-wqe", "peer-close", "peer-abort"}
+
+RUN = re.compile(r"^RUN (?P<run>\d+) seed (?P<seed>\d+) fault (?P<fault>\S+) side (?P<side>\d) target q(?P<target>\d+) "
+                 r"qps (?P<qps>\d+) cqs (?P<cqs>\d+) threads (?P<threads>\d+) styles (?P<styles>\S+); "
+                 r"(?P<secs>[\d.]+) s: (?P<verdict>ok|FAIL): (?P<rest>.*)$", re.M)
+COUNTS = re.compile(r"^sq (\d+) posted (\d+) ok (\d+) flushed (\d+) error (\d+) silent; "
+                    r"rq (\d+) posted (\d+) ok (\d+) flushed (\d+) error; ")
+# Exploration only (e.g. --signaled-flush-only); the case passes nothing.
+EXTRA_ARGS = os.environ.get("VT3_CHAOS_ARGS", "")
+SUMMARY = re.compile(r"^vt3-chaos: (\d+) passed, (\d+) failed$", re.M)
+
+
+def tail(out: str, n: int = 25) -> str:
+    return "\n".join(out.splitlines()[-n:])
+
+
+# -------------------------------------------------------------------- setup
+
+class ChaosPair(Vt3Pair):
+    """Vt3Pair with a short TCP timeout in both vt3d; a vt3d and its guest
+    can be restarted (after a fault killed the vt3d)."""
+    kind = "chaos-pair"
+
+    def vt3d_args(self, name: str) -> tuple[str, str, str, str]:
+        peer = "vt3b" if name == "vt3a" else "vt3a"
+        mac = A_MAC if name == "vt3a" else B_MAC
+        return (name, f"unix-dgram:{self.uplink_socket(name)},{self.uplink_socket(peer)}", mac,
+                "--tcp-timeout", str(TCP_TIMEOUT))
+
+    def build(self) -> None:
+        for name in ("vt3a", "vt3b"):
+            self.add_vt3d(*self.vt3d_args(name))
+        self.add_guest("a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, "vt3.driver=1")
+        self.add_guest("b", Nic.vt3(self.vt3b.socket), B_IP, B_MAC, "vt3.driver=1")
+
+    def restart(self, guest: str) -> None:
+        """A new vt3d behind GUEST and a fresh boot of GUEST (QEMU loses
+        its vhost-user backend for good when vt3d dies)."""
+        name = "vt3" + guest
+        old = self.vt3d.pop(name, None)
+        if old is not None:
+            old.stop()
+        self.add_vt3d(*self.vt3d_args(name))
+        g = self.restart_guest(guest)
+        wait_device(g)
+        debug_vt3(g)
+        self.a.check(f"ping -c 2 -W 5 {self.b.ip}", 60)
+
+
+@pytest.fixture
+def chaos_pair(lab, request):
+    """The shared ChaosPair (health-checked after each scenario)."""
+    yield from _scenario(lab, request, ChaosPair, False)
+
+
+# ------------------------------------------------------------------- server
+
+def start_server(g) -> None:
+    g.spawn(f"echo $$ > /tmp/{SRV}.spid; exec vt3-chaos server --port {PORT} --timeout 3000", SRV, 4000)
+    wait_rdma_listen(g, PORT)
+
+
+def stop_server(g, killed: bool = False) -> str:
+    """Ends the server; it must have run until now (or been KILLED by the
+    fault) and found no wrong data."""
+    if not killed:
+        assert g.running(SRV), f"vt3-chaos server exited early:\n{tail(g.join(SRV, 10).out)}"
+        g.run(f"kill -TERM $(cat /tmp/{SRV}.spid) 2>/dev/null; true", 10)
+    r = g.join(SRV, 60)
+    want = 137 if killed else 143
+    assert r.rc == want, f"vt3-chaos server: exit {r.rc}, want {want}:\n{tail(r.out)}"
+    bad = [l for l in r.out.splitlines() if l.startswith("SERVER BAD")]
+    assert not bad, f"the server received wrong data ({len(bad)} connection(s)):\n" + "\n".join(bad[:5])
+    return r.out
+
+
+# -------------------------------------------------------------- host faults
+
+def ctl_fault(d: Vt3d, name: str, *args, qp: int | None = None) -> dict:
+    argv = ["fault", name, *map(str, args)] + (["--qp", str(qp)] if qp is not None else [])
+    answer = d.ctl(*argv)
+    assert isinstance(answer, dict) and answer.get("fault") == name, f"vt3d {d.name} {' '.join(argv)}: {answer!r}"
+    return answer
+
+
+def kill_vt3d(p: ChaosPair, name: str) -> None:
+    d = p.vt3d[name]
+    d.kill(signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while d.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not d.alive(), f"vt3d {name} still running 10 s after SIGKILL"
+
+
+def do_fault(p: ChaosPair, ready: list[str]) -> None:
+    """The host's part of the fault a READY line names."""
+    _, run, seed, name, side, qpn, peer_qpn, stag, a1, a2, a3 = ready
+    d, qp = (p.vt3a, int(peer_qpn)) if side == "0" else (p.vt3b, int(qpn))
+    if name in ("rst", "fin", "blackhole", "corrupt-crc"):
+        ctl_fault(d, name, qp=qp)
+    elif name == "drop":
+        ctl_fault(d, name, "--percent", a1, "--seed", a2, qp=qp)
+    elif name == "delay":
+        ctl_fault(d, name, "--ms", a1, qp=qp)
+    elif name == "terminate":
+        ctl_fault(d, name, "--layer", a1, "--etype", a2, "--ecode", a3, qp=qp)
+    elif name == "invalidate-stag":
+        answer = ctl_fault(d, name, "--stag", stag)
+        assert int(answer.get("stag", "0"), 16) == int(stag, 16), f"invalidate-stag answered {answer!r}, asked {stag}"
+    elif name == "device-fatal":
+        ctl_fault(p.vt3b, name)
+    elif name == "rmmod":
+        p.b.check("rmmod vt3", 120, "rmmod vt3 under traffic")
+    elif name == "peer-killed":
+        p.a.check(f"kill -KILL $(cat /tmp/{SRV}.spid)", 10)
+    elif name == "peer-vt3d-killed":
+        kill_vt3d(p, "vt3a")
+    elif name == "vt3d-killed":
+        kill_vt3d(p, "vt3b")
+    else:
+        raise AssertionError(f"READY for a fault the harness does not know: {' '.join(ready)}")
+
+
+# ------------------------------------------------------------------ batches
+
+class Tally:
+    def __init__(self):
+        self.runs = 0
+        self.faults: dict[str, int] = {}
+        self.seconds = 0.0
+        self.wrs = 0
+
+    def __str__(self) -> str:
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.faults.items()))
+        return f"{self.runs} runs, {len(self.faults)} fault kinds ({kinds}), {self.wrs} WRs, {self.seconds:.0f} s"
+
+
+def batch(p: ChaosPair, tally: Tally, seed: int, runs: int, faults: tuple[str, ...]) -> list[str]:
+    """RUNS runs of the client from SEED over FAULTS (in turn), the host
+    faults done as READY lines come; every run reported, every count adds
+    up. Returns the runs that failed (their lines)."""
+    b = p.b
+    what = f"seed {seed} × {runs} ({','.join(faults)})"
+    b.check(f"rm -f {ACK}", 10)
+    b.spawn(f"exec vt3-chaos client --server {A_IP} --port {PORT} --seed {seed} --runs {runs} "
+            f"--faults {','.join(faults)} --cycle --ack {ACK} --duration {DURATION_MS} --tcp-timeout {TCP_TIMEOUT}"
+            f"{' ' + EXTRA_ARGS if EXTRA_ARGS else ''}",
+            CLI, 120 + runs * 120)
+    t0 = time.monotonic()
+    handled = 0
+    try:
+        while True:
+            # The next READY line, or nothing once the client is done.
+            r = b.run(f"i=0; while [ $i -lt 3000 ]; do [ $(grep -c '^READY' /tmp/{CLI}.out) -gt {handled} ] && break; "
+                      f"[ -e /tmp/{CLI}.rc ] && break; sleep 0.1; i=$((i+1)); done; "
+                      f"grep '^READY' /tmp/{CLI}.out | sed -n '{handled + 1}p'", 330)
+            line = r.out.strip()
+            if not line:
+                break
+            ready = line.split()
+            assert len(ready) == 11, f"{what}: odd READY line {line!r}"
+            do_fault(p, ready)
+            handled += 1
+            b.check(f"echo {ready[1]} > {ACK}", 10)
+        res = b.join(CLI, 60)
+    except BaseException:
+        try:
+            b.run(f"kill -KILL $(cat /tmp/{CLI}.pid) 2>/dev/null; true", 10)
+        except Exception:
+            pass
+        raise
+    secs = time.monotonic() - t0
+    out = res.out
+    failed = [m.group(0) for m in RUN.finditer(out) if m.group("verdict") == "FAIL"]
+    hung = [l for l in out.splitlines() if l.startswith("RUN ") and " FAIL: hangs in " in l]
+    assert not hung, f"{what}: a run hung (the tool's watchdog ended it):\n" + "\n".join(hung) + \
+        f"\n--- client output tail ---\n{tail(out, 8)}"
+    got = [(int(m.group("run")), int(m.group("seed"))) for m in RUN.finditer(out)]
+    assert got == [(i, seed + i) for i in range(runs)], \
+        f"{what}: result lines for {got[:5]}…, want runs 0..{runs - 1} (exit {res.rc}):\n{tail(out)}"
+    sums = SUMMARY.findall(out)
+    assert sums and tuple(map(int, sums[-1])) == (runs - len(failed), len(failed)), \
+        f"{what}: summary {sums[-1] if sums else 'missing'}, {len(failed)} FAIL lines of {runs}:\n{tail(out)}"
+    assert res.rc == (1 if failed else 0), f"{what}: client exit {res.rc} with {len(failed)} failed:\n{tail(out)}"
+    parsed = []
+    for m in RUN.finditer(out):
+        c = COUNTS.match(m.group("rest"))
+        assert c, f"{what}: unparsable counts: {m.group(0)}"
+        sq_posted, sq_ok, sq_flush, sq_err, sq_silent, rq_posted, rq_ok, rq_flush, rq_err = map(int, c.groups())
+        # Each WR at most once, in one of the counts (the tool checks each one).
+        assert sq_ok + sq_flush + sq_err + sq_silent <= sq_posted and rq_ok + rq_flush + rq_err <= rq_posted, \
+            f"{what}: counts exceed what was posted: {m.group(0)}"
+        assert sq_ok > 0 and rq_ok > 0, f"{what}: no traffic completed before the fault: {m.group(0)}"
+        tally.faults[m.group("fault")] = tally.faults.get(m.group("fault"), 0) + 1
+        tally.wrs += sq_posted + rq_posted
+        parsed.append({"fault": m.group("fault"), "line": m.group(0)})
+    host = sum(1 for r in parsed if r["fault"] in HOST_FAULTS)
+    assert handled == host, f"{what}: {handled} READY lines handled, {host} runs with a host fault"
+    tally.runs += runs
+    tally.seconds += secs
+    return failed
+
+
+def kernel_clean(p: ChaosPair, when: str) -> None:
+    for g in p.guests.values():
+        trouble = g.kernel_trouble_since(p.scenario_mark.get(g.name, (0, 0)))
+        assert not trouble, f"guest {g.name}: kernel trouble {when}: {trouble[:3]}"
+
+
+def recover(p: ChaosPair, fault: str) -> None:
+    """The setup as before a destructive fault."""
+    kernel_clean(p, f"after {fault}")
+    if fault == "device-fatal":
+        p.b.check(f"rmmod vt3 && insmod {KMOD}/vt3.ko", 120)
+        wait_device(p.b)
+        assert p.vt3b.stats()["rnic.fatal"] == 0, "vt3d still fatal after vt3.ko's reset"
+    elif fault == "rmmod":
+        p.b.check(f"insmod {KMOD}/vt3.ko", 120)
+        wait_device(p.b)
+    elif fault == "peer-killed":
+        stop_server(p.a, killed=True)
+        start_server(p.a)
+    elif fault == "peer-vt3d-killed":
+        p.restart("a")
+        start_server(p.a)
+    elif fault == "vt3d-killed":
+        p.restart("b")
+
+
+def chaos(p: ChaosPair, seed: int, rounds: list[tuple[int, tuple[str, ...]]]) -> Tally:
+    """ROUNDS of (runs, faults): a batch each, destructive ones recovered
+    from; objects back to zero and the kernels clean after each."""
+    tally = Tally()
+    failures: list[str] = []
+    start_server(p.a)
+    try:
+        for runs, faults in rounds:
+            failures += batch(p, tally, seed, runs, faults)
+            seed += runs
+            if any(f not in NON_DESTRUCTIVE for f in faults):
+                assert len(faults) == 1 and runs == 1, f"a destructive fault ends a batch: {faults}"
+                recover(p, faults[0])
+            no_objects(p, f"after the batch ending with seed {seed - 1}")
+            kernel_clean(p, f"after the batch ending with seed {seed - 1}")
+    except BaseException:
+        print(f"vt3-chaos figures until the failure: {tally}")
+        p.a.run(f"kill -KILL $(cat /tmp/{SRV}.spid) 2>/dev/null; true", 10) if p.a.alive() else None
+        raise
+    stop_server(p.a)
+    print(f"vt3-chaos figures: {tally}, {len(failures)} failed")
+    (p.dir / "chaos-figures.txt").write_text(f"{tally}, {len(failures)} failed\n" + "\n".join(failures) + "\n")
+    # Every run was made (a failure does not hide the rest); each is owed.
+    assert not failures, f"{len(failures)} of {tally.runs} runs failed (replay: --seed S --runs 1 --faults F):\n" + \
+        "\n".join(failures[:8])
+    return tally
+
+
+def first_seed() -> int:
+    seed = int(os.environ.get("VT3_CHAOS_SEED", "0")) or int(time.time()) % 1000000 * 1000
+    print(f"vt3-chaos: first seed {seed} (VT3_CHAOS_SEED={seed} replays this case)")
+    return seed
+
+
+def plan_from_env(default: list[tuple[int, tuple[str, ...]]]) -> list[tuple[int, tuple[str, ...]]]:
+    """VT3_CHAOS_PLAN="N:F,F;1:rmmod" instead of the case's batches (to
+    replay or narrow a run: a destructive fault alone in its batch)."""
+    text = os.environ.get("VT3_CHAOS_PLAN", "")
+    if not text:
+        return default
+    rounds = []
+    for part in text.split(";"):
+        n, _, faults = part.partition(":")
+        rounds.append((int(n), tuple(faults.split(",")) if faults else NON_DESTRUCTIVE))
+    unknown = [f for _, fs in rounds for f in fs if f not in ALL_FAULTS]
+    if unknown:
+        raise ValueError(f"VT3_CHAOS_PLAN: unknown fault(s) {unknown}; known: {','.join(ALL_FAULTS)}")
+    return rounds
+
+
+def test_chaos(chaos_pair):
+    """≥ 50 randomized fault runs (every fault kind), exactly-once accounting of every WR, objects back to zero"""
+    p = chaos_pair
+    rounds = plan_from_env([(46, NON_DESTRUCTIVE)] + [(1, (f,)) for f in CHEAP_DESTRUCTIVE + REBOOTING])
+    tally = chaos(p, first_seed(), rounds)
+    if os.environ.get("VT3_CHAOS_PLAN"):
+        return  # a narrowed run: the counts below are the full case's
+    assert tally.runs >= 50, f"only {tally}"
+    missing = [f for f in ALL_FAULTS if f not in tally.faults]
+    assert not missing, f"fault kinds never hit: {missing} ({tally})"
+
+
+@pytest.mark.soak
+def test_chaos_soak(chaos_pair):
+    """≥ 1000 randomized fault runs, every fault kind many times; 0 lost, 0 duplicated, 0 hangs"""
+    p = chaos_pair
+    rounds = []
+    for n in range(16):
+        rounds.append((60, NON_DESTRUCTIVE))
+        rounds += [(1, (f,)) for f in CHEAP_DESTRUCTIVE]
+        if n % 4 == 3:
+            rounds += [(1, (f,)) for f in REBOOTING]
+    tally = chaos(p, first_seed(), rounds)
+    assert tally.runs >= 1000, f"only {tally}"
+    few = [f for f in ALL_FAULTS if tally.faults.get(f, 0) < 4]
+    assert not few, f"fault kinds hit fewer than 4 times: {few} ({tally})"
