@@ -29,6 +29,7 @@
 #include <rdma/ib_verbs.h>
 #include <rdma/iw_cm.h>
 
+#include "vt3_compat.h"
 #include "include/vt3_hw.h"
 #include "include/uapi/vt3-abi.h"
 
@@ -399,7 +400,7 @@ bool vt3_udata_in_ok(struct ib_udata *udata);
 
 /* vt3_cq.c */
 int vt3_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
-		  struct ib_udata *udata);
+		  struct vt3_create_cq_attrs *attrs);
 int vt3_destroy_cq(struct ib_cq *ibcq, struct ib_udata *udata);
 int vt3_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc);
 int vt3_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags);

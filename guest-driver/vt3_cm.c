@@ -34,7 +34,6 @@
  * wildcard listen vt3 cannot serve stays inactive here rather than fail
  * everybody's (siw's on the same netdev included).
  */
-#include <asm/unaligned.h>
 #include <linux/etherdevice.h>
 #include <linux/inetdevice.h>
 #include <linux/net.h>

@@ -123,8 +123,9 @@ static void vt3_cq_arm_work(struct work_struct *work)
 }
 
 int vt3_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
-		  struct ib_udata *udata)
+		  struct vt3_create_cq_attrs *attrs)
 {
+	struct ib_udata *udata = VT3_CREATE_CQ_UDATA(attrs);
 	struct vt3_dev *dev = to_vt3_dev(ibcq->device);
 	struct vt3_ucontext *uctx = rdma_udata_to_drv_context(udata,
 				struct vt3_ucontext, ibuc);

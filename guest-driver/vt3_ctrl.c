@@ -19,7 +19,6 @@
 #include <linux/random.h>
 #include <linux/skbuff.h>
 #include <linux/virtio.h>
-#include <asm/unaligned.h>
 
 #include "vt3.h"
 

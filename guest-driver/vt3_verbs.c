@@ -159,7 +159,7 @@ int vt3_mmap(struct ib_ucontext *ibuc, struct vm_area_struct *vma)
 	if (!rdma)
 		return -EINVAL;
 	entry = to_vt3_mmap(rdma);
-	vma->vm_flags &= ~VM_MAYEXEC;
+	vt3_vma_clear_flags(vma, VM_MAYEXEC);
 	/* Fails with -ENXIO when the VMA is larger than the object. */
 	err = vm_map_pages_zero(vma, entry->mem->pages, entry->mem->npages);
 	rdma_user_mmap_entry_put(rdma);
