@@ -306,6 +306,17 @@ impl Guest {
         self.events.remove(at).map(|(_, body)| body)
     }
 
+    /// The QP events received so far, as (qpn, code, detail): an error
+    /// report's first line.
+    pub fn qp_events(&self) -> Vec<(u32, u32, u32)> {
+        self.events
+            .iter()
+            .filter(|(k, _)| *k == EventType::Qp)
+            .filter_map(|(_, body)| read_struct::<Event>(body))
+            .map(|e| (e.handle.to_native(), e.code.to_native(), e.detail.to_native()))
+            .collect()
+    }
+
     /// `len` octets of fresh guest memory, page aligned.
     pub fn alloc(&mut self, len: u64) -> u64 {
         let at = self.heap;
@@ -402,6 +413,13 @@ impl Guest {
 
     pub fn qp_status(&self, qp: &QpRings) -> QpStatus {
         self.mem.read_obj(GuestAddress(qp.status)).expect("QP status page")
+    }
+
+    /// vt3d took every RQ WQE posted so far: idle on the RQ again with
+    /// nothing left to fetch (vt3_hw.h "Doorbells").
+    pub fn rq_fetched(&self, qp: &QpRings) -> bool {
+        let st = self.qp_status(qp);
+        st.flags.to_native() & QpStatusFlag::RqIdle as u32 != 0 && st.rq_prod.to_native() == qp.rq_prod
     }
 
     /// libvt3's doorbell rule (vt3_hw.h "Doorbells"): publish the producer

@@ -104,9 +104,13 @@ impl Pair {
         self.procs.iter().map(Vt3d::cpu_seconds).sum()
     }
 
-    fn failure(&self, what: &str) -> ! {
+    fn failure(&mut self, what: &str) -> ! {
+        self.a.poll_rx();
+        self.b.poll_rx();
         panic!(
-            "{what}\n--- vt3d a ---\n{}\n{}\n{}\n--- vt3d b ---\n{}\n{}\n{}",
+            "{what}\nQP events (qpn, code, detail): a {:?}, b {:?}\n--- vt3d a ---\n{}\n{}\n{}\n--- vt3d b ---\n{}\n{}\n{}",
+            self.a.qp_events(),
+            self.b.qp_events(),
             self.procs[0].log_tail(),
             self.procs[0].ctl("qps"),
             self.procs[0].ctl("tcb"),
@@ -223,6 +227,11 @@ impl Pair {
         }
         let elapsed = start.elapsed().as_secs_f64();
         let cpu = self.cpu_seconds() - cpu0;
+        if std::env::var_os("VT3_BENCH_TCB").is_some() {
+            let tcb = self.procs[0].ctl("tcb");
+            let rows: Vec<&str> = tcb.lines().filter(|l| !l.contains("LISTEN")).take(4).collect();
+            println!("{opcode:?} on {} QPs, sender's TCBs:\n{}", qps.len(), rows.join("\n"));
+        }
         // Let the WRs in flight finish before the next measurement.
         self.drain(qps);
         (done as f64 / elapsed, cpu / (done as f64 / 1e9))
@@ -249,6 +258,16 @@ impl Pair {
         for i in 0..8 {
             self.a.post_recv(qa, i, &ma, recv_at + i * 64, 64);
             self.b.post_recv(qb, i, &mb, recv_at + i * 64, 64);
+        }
+        // A receive is the device's once it fetched it: vt3d looks at the
+        // RQ on a doorbell, not when a SEND arrives, so a SEND that beats
+        // the peer's doorbell finds no buffer (TERMINATE). Later receives
+        // are posted before the SEND that makes the peer answer.
+        for (g, q) in [(&self.a, &*qa), (&self.b, &*qb)] {
+            let start = Instant::now();
+            while !g.rq_fetched(q) && start.elapsed() < Duration::from_secs(5) {
+                std::thread::yield_now();
+            }
         }
         let mut cqes = Vec::new();
         let mut samples = Vec::new();

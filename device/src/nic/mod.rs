@@ -161,7 +161,8 @@ pub struct Nic {
 
 impl Nic {
     pub fn new(uplink: Box<dyn Uplink>, mac: Option<MacAddr>, mtu: usize) -> Self {
-        let rnic = Rnic::new(Limits::default(), u32::try_from(mtu).unwrap_or(u32::MAX));
+        let mut rnic = Rnic::new(Limits::default(), u32::try_from(mtu).unwrap_or(u32::MAX));
+        rnic.set_uplink_queue(uplink::receive_queue_bytes(uplink.as_raw_fd()));
         let kick = EventFd::new(EFD_NONBLOCK).map_err(|e| log::warn!("no kick eventfd: {e}")).ok();
         Self {
             uplink,

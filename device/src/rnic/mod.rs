@@ -207,6 +207,8 @@ pub struct Rnic {
     mtu: u32,
     /// TCP user timeout of offloaded connections (`--tcp-timeout`).
     tcp_timeout: vt3_iwarp::toe::Duration,
+    /// Octets the uplink's receive queue holds, if known: sizes TCP windows.
+    uplink_queue: Option<usize>,
     /// Injections done (`vt3d ctl fault`); kept across guest resets.
     fault_stats: fault::FaultStats,
     /// `fault device-fatal` requested or done; cleared by RESET.
@@ -283,6 +285,7 @@ impl Rnic {
             limits,
             mtu,
             tcp_timeout: vt3_iwarp::toe::Duration::from_secs(DEFAULT_TCP_TIMEOUT_SECS),
+            uplink_queue: None,
             fault_stats: fault::FaultStats::default(),
             fatal: None,
             ring_faults: Vec::new(),

@@ -26,10 +26,24 @@ use crate::abi::{
 const MAX_BACKLOG: usize = 128;
 /// Listening ports per guest (each holds up to a backlog of sockets).
 const MAX_LISTENERS: usize = 32;
-/// TCP socket buffers (so windows) of offloaded connections.
-const TOE_BUFFER: usize = 64 * 1024;
-/// Frames the TOE sends per poll.
-const TOE_BURST: usize = 8;
+/// Smallest TCP socket buffer (so window) of an offloaded connection.
+const MIN_WINDOW: usize = 64 * 1024;
+/// Largest: beyond it a datagram uplink's queue overflows long before
+/// the window is used.
+const MAX_WINDOW: usize = 1024 * 1024;
+/// Full-size segments a window holds at least, whatever the MTU: with
+/// fewer, a jumbo-frame connection waits for an ACK after every segment.
+const MIN_WINDOW_SEGMENTS: usize = 4;
+/// Frames the TOE sends per engine poll: a budget per wake-up so the
+/// guest's rings get their turn, not pacing — work left over resumes at
+/// once (vhost/backend.rs), and the uplink's send queue holds a burst the
+/// socket cannot take yet.
+const TOE_BURST: usize = 64;
+/// Delayed-ACK time: a lone segment at the end of a window is acknowledged
+/// within it (smoltcp's 10 ms default stalls a window-limited flow), long
+/// enough for a ping-pong's answer to carry the ACK. Two full segments are
+/// acknowledged at once anyway.
+const ACK_DELAY: Duration = Duration::from_millis(1);
 /// Engine polls per service call when handling its output gave it new
 /// work (WQEs fetched on RTS, a deferred close).
 const MAX_POLL_ROUNDS: usize = 4;
@@ -59,19 +73,18 @@ pub struct Offload {
 }
 
 impl Offload {
-    fn new(addr: &GuestAddr, mtu: u32, now: Instant, timeout: Duration) -> Result<Self, TcpError> {
+    fn new(addr: &GuestAddr, mtu: u32, window: usize, now: Instant, timeout: Duration) -> Result<Self, TcpError> {
         let ip = Ipv4Addr::from(addr.ipv4);
         let mut tcp = TcpConfig::new(addr.mac, ip);
         // A dead peer (or a blackhole) is noticed within `timeout`.
         tcp.set_user_timeout(timeout);
         tcp.mtu = usize::try_from(mtu).unwrap_or(usize::MAX);
-        // The uplinks are datagram sockets that drop what their receive
-        // queue cannot hold: a window well inside UDP's default queue
-        // (208 KiB), and bursts of at most a unix-dgram queue (10
-        // datagrams by default); the rest follows at the next poll.
-        tcp.rx_buffer = TOE_BUFFER;
-        tcp.tx_buffer = TOE_BUFFER;
+        // See toe_window: the peer's datagram queue drops what it cannot
+        // hold, congestion control backs off when it does.
+        tcp.rx_buffer = window;
+        tcp.tx_buffer = window;
         tcp.max_burst = TOE_BURST;
+        tcp.ack_delay = Some(ACK_DELAY);
         // Initial sequence numbers and ports differ from run to run.
         tcp.seed = RandomState::new().build_hasher().finish();
         let toe = SmolToe::new(tcp, now)?;
@@ -146,6 +159,18 @@ impl Offload {
 }
 
 /// The response status for an engine refusal.
+/// The TCP window (socket buffers) of offloaded connections at `mtu` on an
+/// uplink whose receive queue holds `queue` octets: half of it, as the peer
+/// is assumed to run the same uplink (a window past the peer's queue only
+/// turns into drops), at least [`MIN_WINDOW_SEGMENTS`] full segments and
+/// [`MIN_WINDOW`], at most [`MAX_WINDOW`]. Buffers are allocated zeroed, so
+/// an idle connection's pages stay untouched (not resident).
+pub(super) fn toe_window(mtu: u32, queue: Option<usize>) -> usize {
+    let mss = usize::try_from(mtu).unwrap_or(usize::MAX).saturating_sub(40);
+    let from_queue = queue.map_or(MIN_WINDOW, |q| q / 2);
+    from_queue.clamp(MIN_WINDOW, MAX_WINDOW).max(mss.saturating_mul(MIN_WINDOW_SEGMENTS)).min(MAX_WINDOW)
+}
+
 pub(super) fn status(e: EngineError) -> Status {
     match e {
         EngineError::NoSuchQp(_) | EngineError::NoSuchConnection => Status::NotFound,
@@ -257,6 +282,12 @@ impl Cm<'_> {
 }
 
 impl Rnic {
+    /// How many octets the uplink's receive queue holds (`None`: unknown):
+    /// sizes the TCP windows of engines started from now on ([`toe_window`]).
+    pub fn set_uplink_queue(&mut self, octets: Option<usize>) {
+        self.uplink_queue = octets;
+    }
+
     /// VT3_CMD_SET_ADDR: starts the engine for the address, or a new one if
     /// the address changed (connections of the old one are lost: their QPs
     /// go to ERROR). IPv4 0.0.0.0 stops the engine.
@@ -270,7 +301,8 @@ impl Rnic {
             let offload = if ip.is_unspecified() {
                 None
             } else {
-                let o = Offload::new(&addr, self.mtu, now, self.tcp_timeout).map_err(|e| {
+                let window = toe_window(self.mtu, self.uplink_queue);
+                let o = Offload::new(&addr, self.mtu, window, now, self.tcp_timeout).map_err(|e| {
                     log::warn!("no TCP offload for {ip}: {e}");
                     Status::Invalid
                 })?;
@@ -714,6 +746,18 @@ impl Rnic {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn windows_follow_the_mtu_and_the_uplink_queue() {
+        // UDP's default queue (rmem 212992, reported doubled): half of it.
+        assert_eq!(toe_window(1500, Some(425_984)), 212_992);
+        // No queue to go by (tap): the floor; a tiny queue: the floor too.
+        assert_eq!(toe_window(1500, None), MIN_WINDOW);
+        assert_eq!(toe_window(1500, Some(4096)), MIN_WINDOW);
+        // Jumbo frames: four segments at least, the ceiling at most.
+        assert_eq!(toe_window(65_000, Some(425_984)), 4 * 64_960);
+        assert_eq!(toe_window(65_000, Some(64 << 20)), MAX_WINDOW);
+    }
 
     #[test]
     fn terminate_detail_is_the_rfc_5040_layout() {

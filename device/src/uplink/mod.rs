@@ -139,6 +139,23 @@ fn grow_socket_buffers(fd: RawFd, bytes: libc::c_int) {
     }
 }
 
+/// How many octets the receive queue of socket `fd` holds (SO_RCVBUF, as
+/// the kernel reports it: the doubled, capped value, which counts its own
+/// per-datagram overhead); `None` when `fd` is no socket (tap).
+pub fn receive_queue_bytes(fd: RawFd) -> Option<usize> {
+    let mut value: libc::c_int = 0;
+    let mut len = libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>()).unwrap_or(4);
+    // SAFETY: fd is an open descriptor owned by the caller; value and len
+    // live across the call and len says how large value is.
+    let rc = unsafe {
+        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, std::ptr::from_mut(&mut value).cast(), &mut len)
+    };
+    if rc != 0 {
+        return None;
+    }
+    usize::try_from(value).ok().filter(|&v| v > 0)
+}
+
 /// Socket buffer size requested for datagram uplinks.
 const SOCKET_BUFFER: libc::c_int = 4 << 20;
 

@@ -59,8 +59,11 @@ pub const UPLINK_BUDGET: usize = 256;
 /// A full uplink is retried this soon even without EPOLLOUT (a tap or a
 /// peer that never polls writable must not strand held frames).
 const UPLINK_RETRY: Duration = Duration::from_millis(1);
-/// Shortest timer: an engine that wants to run again at once waits this
-/// long (for a frame or a buffer) instead of spinning.
+/// Shortest timer, for deadlines in the future (and an engine that wants
+/// to run again while the uplink is full, where EPOLLOUT normally comes
+/// first). An engine with work pending now is resumed at once instead
+/// ([`NetBackend::run_engine`]): a timer there would pace every connection
+/// to one burst per tick.
 const MIN_TIMER: Duration = Duration::from_micros(100);
 /// QEMU allows rx/tx_queue_size up to 1024.
 const MAX_QUEUE_SIZE: usize = 1024;
@@ -180,6 +183,9 @@ pub struct NetBackend {
     channel: Mutex<Channel>,
     /// The guest's virtqueues, the proof a HELLO must carry.
     queues: Mutex<QueueAddrs>,
+    /// The engine has work now (a burst budget ran out): run it at the
+    /// next wake-up, which [`RESUME_EVENT`] brings at once.
+    engine_due: AtomicBool,
 }
 
 impl NetBackend {
@@ -206,6 +212,7 @@ impl NetBackend {
             resume: EventFd::new(EFD_NONBLOCK)?,
             channel: Mutex::new(Channel::new(Arc::clone(&nic.control_stats))),
             queues: Mutex::new(QueueAddrs::default()),
+            engine_due: AtomicBool::new(false),
             nic,
         })
     }
@@ -238,7 +245,27 @@ impl NetBackend {
         lock(&self.channel).take_events(&mut rnic, device_frames);
         rnic.events = later;
         drop(rnic);
+        // Work pending now: come back after the rings had their turn, not
+        // after a timer tick. Behind a full uplink, EPOLLOUT (or the
+        // timer) brings it back once frames can leave.
+        if next.is_some_and(|at| at <= now) {
+            self.engine_due.store(true, Ordering::Release);
+            if !self.nic.uplink_congested() {
+                self.resume();
+                return;
+            }
+        }
         lock(&self.timer).arm(now, next);
+    }
+
+    /// Runs the engine if it asked to run again at once.
+    fn run_engine_if_due(&self) {
+        if self.nic.uplink_congested() || !self.engine_due.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(mem) = self.memory() else { return };
+        let mut dp = lock(&self.datapath);
+        self.run_engine(&*mem.memory(), &mut dp.device_frames);
     }
 
     /// The frontend is gone: resets the guest's connections on the wire.
@@ -721,6 +748,9 @@ impl VhostUserBackend for NetBackend {
         if self.nic.uplink_backlog() > 0 {
             self.flush_uplink(tx, rx)?;
         }
+        // Whatever woke us (its own resume event, EPOLLOUT, a kick), an
+        // engine with work left continues first.
+        self.run_engine_if_due();
         match device_event {
             // A TX kick may queue control responses: deliver them at once.
             TX_QUEUE => {

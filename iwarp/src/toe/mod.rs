@@ -231,6 +231,11 @@ pub struct TcpConfig {
     pub ack_delay: Option<Duration>,
     /// Nagle's algorithm (off: iWARP sends whole FPDUs and wants latency).
     pub nagle: bool,
+    /// Reno congestion control (RFC 5681): a datagram uplink drops what its
+    /// queue cannot hold, and without it a loss costs the whole window again
+    /// and again; off, smoltcp sends as much as the peer's window allows.
+    /// (smoltcp's CUBIC needs floating point from `std` or `libm`.)
+    pub congestion_control: bool,
     /// Sockets of all kinds, listening slots included.
     pub max_sockets: usize,
     /// Frames emitted per [`Transport::egress`] call at most (pacing, so a
@@ -252,6 +257,7 @@ impl TcpConfig {
             keep_alive: Some(Duration::from_secs(15)),
             ack_delay: Some(Duration::from_millis(10)),
             nagle: false,
+            congestion_control: true,
             max_sockets: 1024,
             max_burst: 0,
             seed: 0x7633_746f_6521,

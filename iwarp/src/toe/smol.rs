@@ -561,6 +561,11 @@ impl SmolToe {
         );
         socket.set_nagle_enabled(config.nagle);
         socket.set_ack_delay(config.ack_delay);
+        socket.set_congestion_control(if config.congestion_control {
+            tcp::CongestionControl::Reno
+        } else {
+            tcp::CongestionControl::None
+        });
         socket.set_timeout(config.timeout);
         socket.set_keep_alive(config.keep_alive);
         socket
