@@ -7,7 +7,8 @@
 #   ./run-vm.sh [OPTIONS] test [CASE…] full-system tests (all by default)
 #   ./run-vm.sh [OPTIONS] list         names the test cases
 #   ./run-vm.sh [OPTIONS] check        every test, as CI runs it: cargo test,
-#                                      the image self-test, all cases with this
+#                                      the compile check (vt3.ko on 6.1 and
+#                                      6.12), the image self-test, all cases with this
 #                                      QEMU, the QEMU 10.0 set
 #   ./run-vm.sh [OPTIONS] soak         the long runs (not in CI)
 #   ./run-vm.sh [OPTIONS] mutants      deliberately broken builds must fail
@@ -246,6 +247,16 @@ check_selftest() {
 	fi
 }
 
+# tools/compile-check.sh: vt3.ko and its test modules, W=1, against each
+# Debian 12 kernel's headers; one testcase per kernel.
+check_compile() {
+	log "== compile check (vt3.ko, W=1, Debian 12's 6.1 and 6.12)"
+	rm -f "$RESULTS/compile-check.xml"
+	"$ROOT/tools/compile-check.sh" --junit "$RESULTS/compile-check.xml" >&2 || true
+	set -- $(junit_counts "$RESULTS/compile-check.xml")
+	PASSED=$((PASSED + $1)) FAILED=$((FAILED + $2))
+}
+
 check_pytest() {
 	local name=$1
 	shift
@@ -263,6 +274,7 @@ cmd_check() {
 	prepare
 	mkdir -p "$RESULTS"
 	check_cargo
+	check_compile
 	check_selftest
 	check_pytest "qemu$("$QEMU" --version | sed -n 's/^QEMU emulator version \([0-9]*\)\..*/\1/p')"
 	local qemu10
@@ -345,7 +357,7 @@ main() {
 			shift
 			;;
 		-h | --help)
-			sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'
+			sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'
 			return 0
 			;;
 		*) break ;;
