@@ -2,6 +2,7 @@
 //! side of the guest. Each datagram or tap read carries exactly one frame,
 //! byte-compatible with QEMU's `-netdev socket,udp=` and `-netdev dgram`.
 
+mod batch;
 mod send_queue;
 mod tap;
 mod udp;
@@ -15,6 +16,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use thiserror::Error;
 
+pub use batch::{RecvBatch, RECV_BATCH};
 pub use send_queue::{SendQueue, Sent, MAX_PENDING_SENDS, TX_PAUSE_PENDING};
 pub use tap::TapUplink;
 pub use udp::UdpUplink;
@@ -34,6 +36,17 @@ pub trait Uplink: AsRawFd + Send + Sync + fmt::Debug {
     fn send(&self, frame: &[u8]) -> io::Result<()>;
     /// Receives one frame without blocking; `Ok(None)` when none is pending.
     fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>>;
+
+    /// Receives up to `bufs.len()` frames without blocking, frame `i` into
+    /// `bufs[i]` with its length in `lens[i]`; returns how many (0: none
+    /// pending). Datagram uplinks take them in one `recvmmsg`.
+    fn recv_batch(&self, bufs: &mut [Vec<u8>], lens: &mut [usize]) -> io::Result<usize> {
+        let (Some(buf), Some(len)) = (bufs.first_mut(), lens.first_mut()) else { return Ok(0) };
+        Ok(self.recv(buf)?.map_or(0, |n| {
+            *len = n;
+            1
+        }))
+    }
 }
 
 /// `--uplink` as given on the command line.

@@ -38,6 +38,16 @@ impl Uplink for UdpUplink {
             }
         }
     }
+
+    fn recv_batch(&self, bufs: &mut [Vec<u8>], lens: &mut [usize]) -> io::Result<usize> {
+        loop {
+            match super::batch::recvmmsg(self.socket.as_raw_fd(), bufs, lens, None) {
+                // An ICMP port-unreachable (see recv): not a frame.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
+                other => return other,
+            }
+        }
+    }
 }
 
 impl AsRawFd for UdpUplink {

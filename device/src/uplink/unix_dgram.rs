@@ -83,6 +83,27 @@ impl Uplink for UnixDgramUplink {
             log::debug!("unix-dgram: ignoring datagram from {from:?}");
         }
     }
+
+    fn recv_batch(&self, bufs: &mut [Vec<u8>], lens: &mut [usize]) -> io::Result<usize> {
+        // SAFETY: sockaddr_un is plain old data; all-zero is a valid value.
+        let mut names: Vec<libc::sockaddr_un> = (0..bufs.len()).map(|_| unsafe { std::mem::zeroed() }).collect();
+        let got = super::batch::recvmmsg(self.socket.as_raw_fd(), bufs, lens, Some(&mut names))?;
+        // Only the peer's datagrams are frames (as recv): keep those, in order.
+        let mut kept = 0;
+        for i in 0..got {
+            let from_peer = names.get(i).is_some_and(|n| super::batch::is_path(n, &self.remote));
+            if !from_peer {
+                log::debug!("unix-dgram: ignoring a datagram from another socket");
+                continue;
+            }
+            if i != kept {
+                bufs.swap(i, kept);
+                lens.swap(i, kept);
+            }
+            kept += 1;
+        }
+        Ok(kept)
+    }
 }
 
 impl AsRawFd for UnixDgramUplink {
@@ -122,6 +143,24 @@ mod tests {
         peer.send_to(&frame[..100], &a).unwrap();
         assert_eq!(up.recv(&mut buf).unwrap(), Some(100));
         assert_eq!(up.recv(&mut buf).unwrap(), None);
+    }
+
+    #[test]
+    fn a_batch_takes_the_peers_frames_in_order_and_drops_strangers() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b, c) = (dir.path().join("a"), dir.path().join("b"), dir.path().join("c"));
+        let peer = UnixDatagram::bind(&b).unwrap();
+        let stranger = UnixDatagram::bind(&c).unwrap();
+        // Not connected yet (no send so far): a stranger's datagram gets in.
+        let mut up = UnixDgramUplink::open(&a, &dir.path().join("nobody")).unwrap();
+        up.remote = b.clone();
+        peer.send_to(&[1u8; 60], &a).unwrap();
+        stranger.send_to(b"noise", &a).unwrap();
+        peer.send_to(&[2u8; 1514], &a).unwrap();
+        let mut batch = crate::uplink::RecvBatch::default();
+        assert_eq!(batch.next_frame(&up).unwrap(), Some(&[1u8; 60][..]));
+        assert_eq!(batch.next_frame(&up).unwrap(), Some(&[2u8; 1514][..]));
+        assert_eq!(batch.next_frame(&up).unwrap(), None);
     }
 
     #[test]

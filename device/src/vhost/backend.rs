@@ -33,7 +33,7 @@ use crate::control::{Channel, Outcome, QueueAddrs};
 use crate::nic::guest_frames::HeldFrames;
 use crate::nic::{GuestFrame, Nic};
 use crate::rnic::Instant;
-use crate::uplink::RECV_BUF_LEN;
+use crate::uplink::RecvBatch;
 
 /// virtio-net queue indices.
 pub const RX_QUEUE: u16 = 0;
@@ -92,7 +92,8 @@ struct Datapath {
     layout: NetLayout,
     scratch: Scratch,
     /// Uplink receive buffer.
-    rx_buf: Vec<u8>,
+    /// Uplink frames received at once (recvmmsg), taken one by one.
+    rx_batch: RecvBatch,
     /// Uplink frames for the guest waiting for RX buffers (bounded; the
     /// oldest is dropped beyond it).
     held: HeldFrames,
@@ -201,7 +202,7 @@ impl NetBackend {
             datapath: Mutex::new(Datapath {
                 layout,
                 scratch: Scratch::default(),
-                rx_buf: vec![0; RECV_BUF_LEN],
+                rx_batch: RecvBatch::default(),
                 held: HeldFrames::default(),
                 device_frames: VecDeque::new(),
                 tx_throttled: false,
@@ -506,15 +507,15 @@ impl NetBackend {
                 break;
             }
             reads += 1;
-            let len = match self.nic.uplink().recv(&mut dp.rx_buf) {
-                Ok(Some(len)) => len,
+            let frame = match dp.rx_batch.next_frame(self.nic.uplink()) {
+                Ok(Some(frame)) => frame,
                 Ok(None) => break,
                 Err(e) => {
                     log::warn!("uplink receive: {e}");
                     break;
                 }
             };
-            let frame = dp.rx_buf.get(..len).unwrap_or_default();
+            let len = frame.len();
             if !self.nic.accept_from_uplink(frame) {
                 continue;
             }
