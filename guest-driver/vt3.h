@@ -355,6 +355,7 @@ void vt3_cm_stop(struct vt3_dev *dev);
 void vt3_cm_queue_event(struct vt3_dev *dev, struct sk_buff *skb);
 void vt3_cm_addr_changed(struct vt3_dev *dev);
 void vt3_cm_device_lost(struct vt3_dev *dev);
+void vt3_cm_going_away(struct vt3_dev *dev);
 void vt3_cm_qp_init(struct vt3_qp *qp);
 void vt3_cm_qp_destroy(struct vt3_qp *qp);
 int vt3_cm_disconnect(struct vt3_qp *qp);

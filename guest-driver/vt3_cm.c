@@ -477,6 +477,37 @@ static void vt3_cm_lost_work(struct work_struct *work)
 	}
 }
 
+/*
+ * The device is going away (rmmod, the NIC leaving) while vt3d still
+ * answers: every QP goes to error through vt3d (which publishes its last
+ * CQEs, then the flags), then consumers get DEVICE_FATAL, while user
+ * contexts are still there to flush on it. A lost device had all that
+ * done already (vt3_cm_end_all).
+ */
+void vt3_cm_going_away(struct vt3_dev *dev)
+{
+	struct ib_qp_attr attr = { .qp_state = IB_QPS_ERR };
+	unsigned long qpn = 0;
+	struct vt3_qp *qp;
+
+	if (READ_ONCE(dev->ctrl.lost))
+		return;
+	/* The NIC is down already (it is leaving): vt3d cannot be told. */
+	if (!netif_running(dev->netdev) || !netif_carrier_ok(dev->netdev)) {
+		vt3_cm_end_all(dev, -ENODEV);
+		return;
+	}
+	while ((qp = vt3_qp_get_next(dev, &qpn))) {
+		enum ib_qp_state state = READ_ONCE(qp->ib_state);
+
+		if (state != IB_QPS_ERR && state != IB_QPS_RESET)
+			vt3_modify_qp(&qp->ibqp, &attr, IB_QP_STATE, NULL);
+		vt3_qp_put(qp);
+		qpn++;
+	}
+	vt3_device_fatal_event(dev);
+}
+
 /* vt3d stopped answering (any context: a command may hold a QP's lock). */
 void vt3_cm_device_lost(struct vt3_dev *dev)
 {

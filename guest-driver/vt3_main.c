@@ -626,6 +626,29 @@ static const struct ib_device_ops vt3_dev_ops = {
 	INIT_RDMA_OBJ_SIZE(ib_ucontext, vt3_ucontext, ibuc),
 };
 
+/*
+ * vt3 is an ib client of its own devices too: registered after ib_uverbs
+ * (a module it depends on), it is removed before it when a device goes,
+ * so QPs go to error and DEVICE_FATAL is raised while user contexts can
+ * still see both (vt3_cm_going_away()).
+ */
+static int vt3_client_add(struct ib_device *ibdev)
+{
+	return ibdev->ops.driver_id == VT3_DRIVER_ID ? 0 : -EOPNOTSUPP;
+}
+
+static void vt3_client_remove(struct ib_device *ibdev, void *data)
+{
+	if (ibdev->ops.driver_id == VT3_DRIVER_ID)
+		vt3_cm_going_away(to_vt3_dev(ibdev));
+}
+
+static struct ib_client vt3_client = {
+	.name = "vt3",
+	.add = vt3_client_add,
+	.remove = vt3_client_remove,
+};
+
 static int __init vt3_init(void)
 {
 	int err = -ENOMEM;
@@ -636,9 +659,12 @@ static int __init vt3_init(void)
 	vt3_cm_wq = alloc_workqueue("vt3_cm", WQ_UNBOUND, 0);
 	if (!vt3_cm_wq)
 		goto err_wq;
-	err = register_inetaddr_notifier(&vt3_inetaddr_nb);
+	err = ib_register_client(&vt3_client);
 	if (err)
 		goto err_cm_wq;
+	err = register_inetaddr_notifier(&vt3_inetaddr_nb);
+	if (err)
+		goto err_client;
 	/* Replays REGISTER/UP for existing netdevs: that queues their probes. */
 	err = register_netdevice_notifier(&vt3_netdev_nb);
 	if (err)
@@ -650,6 +676,8 @@ static int __init vt3_init(void)
 
 err_inetaddr:
 	unregister_inetaddr_notifier(&vt3_inetaddr_nb);
+err_client:
+	ib_unregister_client(&vt3_client);
 err_cm_wq:
 	destroy_workqueue(vt3_cm_wq);
 err_wq:
@@ -666,6 +694,7 @@ static void __exit vt3_exit(void)
 	destroy_workqueue(vt3_wq);
 	/* Disassociates user contexts, destroys every object, RESETs. */
 	ib_unregister_driver(VT3_DRIVER_ID);
+	ib_unregister_client(&vt3_client);
 	/* Each device cancelled its connection work when it went. */
 	destroy_workqueue(vt3_cm_wq);
 }
