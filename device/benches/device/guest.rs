@@ -415,13 +415,6 @@ impl Guest {
         self.mem.read_obj(GuestAddress(qp.status)).expect("QP status page")
     }
 
-    /// vt3d took every RQ WQE posted so far: idle on the RQ again with
-    /// nothing left to fetch (vt3_hw.h "Doorbells").
-    pub fn rq_fetched(&self, qp: &QpRings) -> bool {
-        let st = self.qp_status(qp);
-        st.flags.to_native() & QpStatusFlag::RqIdle as u32 != 0 && st.rq_prod.to_native() == qp.rq_prod
-    }
-
     /// libvt3's doorbell rule (vt3_hw.h "Doorbells"): publish the producer
     /// index, full barrier, ring only if vt3d said the queue is idle.
     fn ring_doorbell(&mut self, qp: &QpRings, queue: DoorbellQueue) {

@@ -122,6 +122,18 @@ impl Vt3d {
             .unwrap_or_default()
     }
 
+    /// RQ WQEs vt3d fetched from QP `qpn`'s ring (`vt3d ctl qps`).
+    pub fn rq_fetched(&self, qpn: u32) -> Option<u64> {
+        let table = self.ctl("qps");
+        let mut lines = table.lines();
+        let header: Vec<&str> = lines.next()?.split_whitespace().collect();
+        let column = header.iter().position(|h| *h == "rq_fetched")?;
+        lines
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|row| row.first() == Some(&qpn.to_string().as_str()))
+            .and_then(|row| row.get(column).and_then(|v| v.parse().ok()))
+    }
+
     /// The child's log so far (for a failure report).
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
