@@ -237,9 +237,19 @@ impl Nic {
         class
     }
 
-    /// Sends a frame the TOE built.
+    /// Queues a frame the TOE built; [`Nic::flush_uplink`] sends what an
+    /// engine pass produced in batches (one `sendmmsg` each).
     pub fn offload_to_uplink(&self, frame: &[u8]) {
-        match self.send_uplink(frame) {
+        let sent = self.send_queue().defer(self.uplink.as_ref(), frame);
+        let sent = match sent {
+            uplink::Sent::Dropped => {
+                NicStats::add(&self.stats.tx_uplink_dropped, 1);
+                Err(std::io::ErrorKind::WouldBlock.into())
+            }
+            uplink::Sent::Failed(e) => Err(e),
+            uplink::Sent::Now | uplink::Sent::Queued => Ok(()),
+        };
+        match sent {
             Ok(()) => NicStats::add(&self.stats.toe_tx_frames, 1),
             Err(e) => {
                 log::trace!("uplink send (offload): {e}");

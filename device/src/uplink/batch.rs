@@ -1,4 +1,4 @@
-//! Receiving many datagrams per system call (`recvmmsg`): on loopback a
+//! Many datagrams per system call (`recvmmsg`, `sendmmsg`): on loopback a
 //! syscall per 1514-octet frame is a large part of the cost of a frame.
 //! The wire is unchanged: each datagram is still one Ethernet frame.
 
@@ -11,6 +11,8 @@ use super::{Uplink, RECV_BUF_LEN};
 
 /// Datagrams taken per `recvmmsg`.
 pub const RECV_BATCH: usize = 32;
+/// Datagrams given per `sendmmsg` at most.
+pub const SEND_BATCH: usize = 64;
 
 /// Frames received at once, handed out one by one.
 #[derive(Debug)]
@@ -94,4 +96,28 @@ pub(super) fn is_path(name: &libc::sockaddr_un, path: &Path) -> bool {
     let want = path.as_os_str().as_bytes();
     let got: Vec<u8> = name.sun_path.iter().take_while(|&&c| c != 0).map(|&c| c.to_ne_bytes()[0]).collect();
     got == want
+}
+
+/// `sendmmsg` of `frames` on a connected non-blocking socket: how many the
+/// kernel took (fewer than all when the queue filled up); an error only
+/// when the first one was refused.
+pub(super) fn sendmmsg(fd: RawFd, frames: &[&[u8]]) -> io::Result<usize> {
+    let n = frames.len().min(SEND_BATCH);
+    let mut iovs = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; SEND_BATCH];
+    // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
+    let mut msgs: [libc::mmsghdr; SEND_BATCH] = unsafe { std::mem::zeroed() };
+    for ((iov, msg), frame) in iovs.iter_mut().zip(msgs.iter_mut()).zip(frames).take(n) {
+        // The kernel only reads through iov_base (a send).
+        *iov = libc::iovec { iov_base: frame.as_ptr().cast_mut().cast(), iov_len: frame.len() };
+        msg.msg_hdr.msg_iov = std::ptr::from_mut(iov);
+        msg.msg_hdr.msg_iovlen = 1;
+    }
+    let count = libc::c_uint::try_from(n).unwrap_or(0);
+    // SAFETY: msgs holds `count` headers, each pointing at one iovec of
+    // iovs that describes a live frame of `frames`; all outlive the call.
+    let rc = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), count, libc::MSG_DONTWAIT) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(usize::try_from(rc).unwrap_or(0))
 }

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use thiserror::Error;
 
-pub use batch::{RecvBatch, RECV_BATCH};
+pub use batch::{RecvBatch, RECV_BATCH, SEND_BATCH};
 pub use send_queue::{SendQueue, Sent, MAX_PENDING_SENDS, TX_PAUSE_PENDING};
 pub use tap::TapUplink;
 pub use udp::UdpUplink;
@@ -36,6 +36,20 @@ pub trait Uplink: AsRawFd + Send + Sync + fmt::Debug {
     fn send(&self, frame: &[u8]) -> io::Result<()>;
     /// Receives one frame without blocking; `Ok(None)` when none is pending.
     fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>>;
+
+    /// Sends the first frames of `frames` without blocking, in order;
+    /// returns how many went. Fewer than all: the next one was refused
+    /// (send it alone to learn why). An error: the first was refused for
+    /// another reason than a full queue. Datagram uplinks use one
+    /// `sendmmsg`.
+    fn send_batch(&self, frames: &[&[u8]]) -> io::Result<usize> {
+        for (sent, frame) in frames.iter().enumerate() {
+            if let Err(e) = self.send(frame) {
+                return if sent == 0 && e.kind() != io::ErrorKind::WouldBlock { Err(e) } else { Ok(sent) };
+            }
+        }
+        Ok(frames.len())
+    }
 
     /// Receives up to `bufs.len()` frames without blocking, frame `i` into
     /// `bufs[i]` with its length in `lens[i]`; returns how many (0: none

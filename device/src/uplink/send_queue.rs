@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 use std::io;
 
-use super::Uplink;
+use super::{Uplink, SEND_BATCH};
 
 /// Frames held for the uplink at most: a burst of full-size segments
 /// (about 2.3 MB at a 9000-octet MTU), enough for the engine's bursts of
@@ -65,24 +65,66 @@ impl SendQueue {
         }
     }
 
-    /// Sends waiting frames until the uplink is full again; returns whether
-    /// the queue is empty.
+    /// Queues `frame` behind the others without sending it: the caller
+    /// flushes the lot in one batch ([`SendQueue::flush`]) once it has
+    /// produced them (an engine poll). Past [`SEND_BATCH`] frames waiting,
+    /// a batch goes at once, so the queue's bound is not spent by one poll.
+    pub fn defer(&mut self, uplink: &dyn Uplink, frame: &[u8]) -> Sent {
+        if self.frames.len() >= SEND_BATCH {
+            self.flush(uplink);
+        }
+        self.hold(frame)
+    }
+
+    /// Sends waiting frames, a batch per system call, until the uplink is
+    /// full again; returns whether the queue is empty.
     pub fn flush(&mut self, uplink: &dyn Uplink) -> bool {
-        while let Some(frame) = self.frames.front() {
-            match uplink.send(frame) {
+        while !self.frames.is_empty() {
+            let mut batch: [&[u8]; SEND_BATCH] = [&[]; SEND_BATCH];
+            let mut n = 0;
+            for (slot, frame) in batch.iter_mut().zip(&self.frames) {
+                *slot = frame;
+                n += 1;
+            }
+            let sent = match uplink.send_batch(batch.get(..n).unwrap_or_default()) {
+                Ok(sent) => sent.min(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
-                result => {
-                    if let Err(e) = result {
-                        log::trace!("uplink send (held frame): {e}");
-                        self.flush_failures += 1;
-                    }
-                    if let Some(buf) = self.frames.pop_front() {
-                        self.spare.push(buf);
+                Err(e) => {
+                    log::trace!("uplink send (held frame): {e}");
+                    self.flush_failures += 1;
+                    1 // the refused frame is dropped
+                }
+            };
+            self.recycle(sent);
+            if sent < n && sent > 0 {
+                continue; // the next batch starts with the refused frame
+            }
+            if sent == 0 {
+                // Why was it refused? A full queue: wait for EPOLLOUT;
+                // anything else: drop it and go on.
+                let Some(frame) = self.frames.front() else { break };
+                match uplink.send(frame) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                    result => {
+                        if let Err(e) = result {
+                            log::trace!("uplink send (held frame): {e}");
+                            self.flush_failures += 1;
+                        }
+                        self.recycle(1);
                     }
                 }
             }
         }
         true
+    }
+
+    /// The first `n` frames are gone: their buffers are kept for reuse.
+    fn recycle(&mut self, n: usize) {
+        for _ in 0..n {
+            if let Some(buf) = self.frames.pop_front() {
+                self.spare.push(buf);
+            }
+        }
     }
 
     /// Forgets every waiting frame (the uplink's peer is gone for good).

@@ -39,6 +39,13 @@ impl Uplink for UdpUplink {
         }
     }
 
+    fn send_batch(&self, frames: &[&[u8]]) -> io::Result<usize> {
+        match super::batch::sendmmsg(self.socket.as_raw_fd(), frames) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            other => other,
+        }
+    }
+
     fn recv_batch(&self, bufs: &mut [Vec<u8>], lens: &mut [usize]) -> io::Result<usize> {
         loop {
             match super::batch::recvmmsg(self.socket.as_raw_fd(), bufs, lens, None) {

@@ -84,6 +84,20 @@ impl Uplink for UnixDgramUplink {
         }
     }
 
+    fn send_batch(&self, frames: &[&[u8]]) -> io::Result<usize> {
+        // Not connected yet, or the peer restarted: send() finds it.
+        let Some(first) = frames.first() else { return Ok(0) };
+        if !self.connected.load(Ordering::Relaxed) {
+            self.send(first)?;
+            return Ok(1);
+        }
+        match super::batch::sendmmsg(self.socket.as_raw_fd(), frames) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+            Err(e) if peer_gone(&e) => self.send(first).map(|()| 1),
+            other => other,
+        }
+    }
+
     fn recv_batch(&self, bufs: &mut [Vec<u8>], lens: &mut [usize]) -> io::Result<usize> {
         // SAFETY: sockaddr_un is plain old data; all-zero is a valid value.
         let mut names: Vec<libc::sockaddr_un> = (0..bufs.len()).map(|_| unsafe { std::mem::zeroed() }).collect();
@@ -161,6 +175,35 @@ mod tests {
         assert_eq!(batch.next_frame(&up).unwrap(), Some(&[1u8; 60][..]));
         assert_eq!(batch.next_frame(&up).unwrap(), Some(&[2u8; 1514][..]));
         assert_eq!(batch.next_frame(&up).unwrap(), None);
+    }
+
+    #[test]
+    fn a_batch_is_sent_in_order_and_stops_at_a_full_peer() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        let peer = UnixDatagram::bind(&b).unwrap();
+        let up = UnixDgramUplink::open(&a, &b).unwrap();
+        let frames: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; 60 + usize::from(i)]).collect();
+        let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
+        assert_eq!(up.send_batch(&refs).unwrap(), 5);
+        let mut buf = vec![0u8; 2048];
+        for f in &frames {
+            let n = peer.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..n], &f[..]);
+        }
+        // A peer that never reads: the batch stops where its queue is full.
+        let big = vec![7u8; 60_000];
+        let many: Vec<&[u8]> = (0..64).map(|_| big.as_slice()).collect();
+        let mut total = 0;
+        loop {
+            let sent = up.send_batch(&many).unwrap();
+            total += sent;
+            if sent < many.len() {
+                break;
+            }
+            assert!(total < 1 << 20, "the peer's queue never filled");
+        }
+        assert_eq!(up.send(&big).unwrap_err().kind(), io::ErrorKind::WouldBlock);
     }
 
     #[test]

@@ -238,6 +238,8 @@ impl NetBackend {
         let now = self.now();
         let mut rnic = self.nic.rnic();
         let next = rnic.service(now, mem, &mut |frame| self.nic.offload_to_uplink(frame));
+        // The pass's frames leave together (receive()'s ACKs too).
+        self.nic.flush_uplink();
         // Events the guest has no room for stay with the RNIC until
         // frames drain (its event queue is bounded, see Rnic::push_event).
         let room = MAX_DEVICE_FRAMES.saturating_sub(device_frames.len());
@@ -273,6 +275,7 @@ impl NetBackend {
     pub fn abort_connections(&self) {
         let now = self.now();
         self.nic.rnic().abort_connections(now, &mut |frame| self.nic.offload_to_uplink(frame));
+        self.nic.flush_uplink();
     }
 
     /// The management socket changed the engine (fault injection).
@@ -784,7 +787,9 @@ impl VhostUserBackend for NetBackend {
             }
             other => return Err(BackendError::UnknownEvent(other).into()),
         }
-        if self.nic.uplink_backlog() > 0 {
+        // Frames the engine queued in this wake-up and did not flush yet
+        // (a receive whose ACK needed no engine pass) leave now.
+        if self.nic.uplink_backlog() > 0 && !self.nic.flush_uplink() {
             lock(&self.timer).arm_within(self.now(), UPLINK_RETRY);
         }
         Ok(())
