@@ -24,11 +24,11 @@ OUT=$ROOT/build/mutants
 declare -A FILE ANCHOR REPLACEMENT REASON
 FILE[skip-flush]=provider/cq.c
 ANCHOR[skip-flush]='		wq->flush_pos++;
-		if (!e->signaled)
-			continue;'
+		wc[n++] = (struct ibv_wc){'
 REPLACEMENT[skip-flush]='		wq->flush_pos++;
-		if (!e->signaled || wq->flush_pos == wq->prod) /* MUTANT */
-			continue;'
+		if (wq->flush_pos == wq->prod) /* MUTANT */
+			continue;
+		wc[n++] = (struct ibv_wc){'
 REASON[skip-flush]='missing wr_id|not every WR completed|WR[s]? without a completion'
 
 FILE[double-flush]=provider/cq.c
