@@ -526,18 +526,21 @@ static int vt3_cm_check_param(struct vt3_dev *dev,
 	return 0;
 }
 
+/* Ports an active open tries when the TOE still holds the first ones. */
+#define VT3_PORT_TRIES	8
+
 int vt3_iw_connect(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param)
 {
 	struct vt3_dev *dev = to_vt3_dev(cm_id->device);
 	struct sockaddr_storage laddr, raddr;
 	struct sockaddr_in *lsin = (struct sockaddr_in *)&laddr;
 	struct sockaddr_in *rsin = (struct sockaddr_in *)&raddr;
+	struct socket *port = NULL, *tried[VT3_PORT_TRIES];
 	struct vt3_cmd_connect *req;
-	struct socket *port = NULL;
+	int err, tries = 0;
 	bool pick_port;
 	struct vt3_qp *qp;
 	__be32 guest_ip;
-	int err;
 
 	/* The addresses on the wire: with IW_F_NO_PORT_MAP, cm_id's own. */
 	laddr = cm_id->m_local_addr;
@@ -597,6 +600,25 @@ int vt3_iw_connect(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param)
 		goto out_unlock;
 	}
 	err = vt3_cmd(dev, VT3_CMD_CONNECT, req, sizeof(*req), NULL, 0);
+	/*
+	 * The TOE may still hold a connection from that port which the guest
+	 * stack already let go of (it ended under the TOE, in TIME_WAIT
+	 * there): another one, as connect(2) would pick. The ports tried stay
+	 * reserved until then, so none comes back.
+	 */
+	for (tries = 0; err == -EBUSY && pick_port && tries < VT3_PORT_TRIES;
+	     tries++) {
+		tried[tries] = port;
+		lsin->sin_port = 0;
+		port = NULL;
+		err = vt3_port_reserve(dev, lsin, false, &port);
+		if (err)
+			break;
+		req->local.port = lsin->sin_port;
+		err = vt3_cmd(dev, VT3_CMD_CONNECT, req, sizeof(*req), NULL, 0);
+	}
+	while (tries--)
+		sock_release(tried[tries]);
 	if (err)
 		goto out_unlock;
 	if (pick_port) {
