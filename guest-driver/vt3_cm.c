@@ -367,7 +367,15 @@ static void vt3_conn_end(struct vt3_qp *qp, int status)
 		vt3_conn_upcall(qp, IW_CM_EVENT_ESTABLISHED, 0, NULL);
 		fallthrough;
 	default:
-		vt3_conn_upcall(qp, IW_CM_EVENT_CLOSE, status, NULL);
+		/*
+		 * A device being removed: rdma_cm tells its consumers
+		 * DEVICE_REMOVAL next and destroys the id (iw_cm ends an
+		 * established id itself); a CLOSE now would reach them first,
+		 * as a DISCONNECTED, as if the peer had ended it. Connects and
+		 * accepts still get their outcome: iw_cm waits for it.
+		 */
+		if (!READ_ONCE(to_vt3_dev(qp->ibqp.device)->removing))
+			vt3_conn_upcall(qp, IW_CM_EVENT_CLOSE, status, NULL);
 		break;
 	}
 	vt3_conn_release(qp);
@@ -490,6 +498,7 @@ void vt3_cm_going_away(struct vt3_dev *dev)
 	unsigned long qpn = 0;
 	struct vt3_qp *qp;
 
+	WRITE_ONCE(dev->removing, true);
 	if (READ_ONCE(dev->ctrl.lost))
 		return;
 	/* The NIC is down already (it is leaving): vt3d cannot be told. */

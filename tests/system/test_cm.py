@@ -71,14 +71,16 @@ def rping_pid(g) -> str:
     return pid[0]
 
 
-def assert_gone(g, tag: str, timeout: int, rc, messages: list[str], what: str):
+def assert_gone(g, tag: str, timeout: int, rc, messages: list[str], what: str, unwanted: tuple[str, ...] = ()):
     """The spawned command TAG ends within TIMEOUT with exit status RC (or
-    one of them) and prints every one of MESSAGES."""
+    one of them), prints every one of MESSAGES and none of UNWANTED."""
     r = wait_exit(g, tag, timeout)
     rcs = rc if isinstance(rc, (tuple, list, set)) else (rc,)
     assert r.rc in rcs, f"{g.name}: {what}: exit {r.rc}, want {rc}:\n{tail(r.out)}"
     for m in messages:
         assert m in r.out, f"{g.name}: {what}: no '{m}':\n{tail(r.out)}"
+    for m in unwanted:
+        assert m not in r.out, f"{g.name}: {what}: '{m}':\n{tail(r.out)}"
     return r
 
 
@@ -237,10 +239,13 @@ def test_vt3_rmmod_conn(fresh_vt3_pair):
     setup = fresh_vt3_pair
     a, b = setup.a, setup.b
     removal = "cma detected device removal!!!!"
+    # The side removed sees DEVICE_REMOVAL only, never a DISCONNECTED
+    # first (rping would take that for a clean end and exit 0).
+    disconnect = ("DISCONNECT EVENT",)
     # The server's side.
     rping_long(setup)
     a.check("rmmod vt3 && ! ls /sys/class/infiniband/vt3_0 2>/dev/null", 120)
-    assert_gone(a, "rping-srv", 60, 255, [removal], "rping server under rmmod")
+    assert_gone(a, "rping-srv", 60, 255, [removal], "rping server under rmmod", disconnect)
     assert_gone(b, "rping-cli", 120, 0, ["client DISCONNECT EVENT..."], "rping client after the peer's rmmod")
     no_objects(setup, "after rmmod on the server's side")
     a.check(f"insmod {KMOD}/vt3.ko", 60)
@@ -249,6 +254,6 @@ def test_vt3_rmmod_conn(fresh_vt3_pair):
     # The client's side.
     rping_long(setup)
     b.check("rmmod vt3 && ! ls /sys/class/infiniband/vt3_0 2>/dev/null", 120)
-    assert_gone(b, "rping-cli", 60, 255, [removal], "rping client under rmmod")
+    assert_gone(b, "rping-cli", 60, 255, [removal], "rping client under rmmod", disconnect)
     assert_gone(a, "rping-srv", 120, 0, ["server DISCONNECT EVENT..."], "rping server after the peer's rmmod")
     no_objects(setup, "after rmmod on the client's side")
