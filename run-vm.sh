@@ -331,7 +331,7 @@ cmd_shell() {
 	local intx=
 	[ "$("$QEMU" --version | sed -n 's/^QEMU emulator version \([0-9]*\)\..*/\1/p')" -lt 8 ] && intx=,vectors=0
 	timeout 14400 "$QEMU" -accel "$ACCEL" -M q35 -smp 1 -m 512M -nographic \
-		-no-reboot -kernel "$IMAGES/vmlinuz" -initrd "$IMAGES/initramfs-vt3.cpio.gz" \
+		-no-reboot -kernel "$IMAGES/vmlinux" -initrd "$IMAGES/initramfs-vt3.cpio" \
 		-append "console=ttyS0 panic=-1 vt3.name=shell vt3.ip=10.77.0.1/24 vt3.driver=1 vt3.shell=1" \
 		-object memory-backend-memfd,id=mem,size=512M,share=on -numa node,memdev=mem \
 		-chardev "socket,id=vhost,path=$dir/vt3a.vhost" -netdev vhost-user,id=n0,chardev=vhost \

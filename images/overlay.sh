@@ -6,11 +6,13 @@
 #     kernel-verbs exerciser, and vt3-uverbs, raw uverbs without a provider);
 #   - rdma-core 55 with libvt3 and guest-tools/ (provider/build-rdma-core.sh),
 #     replacing Debian's rdma-core 44 libraries and tools file for file.
-# The overlay is a second gzip'd newc cpio appended to the base one (the
-# kernel unpacks concatenated archives in order, later files win).
+# The overlay is a second newc cpio appended to the base one (the kernel
+# unpacks concatenated archives in order, later files win). The result is
+# left uncompressed: under TCG the guest unpacks 40 MB of cpio 1.5 s sooner
+# than it inflates the same gzip'd.
 #
 #   images/overlay.sh [--images DIR]     (default DIR: $VT3_CACHE/images)
-#   -> DIR/initramfs-vt3.cpio.gz
+#   -> DIR/initramfs-vt3.cpio
 #
 # In the guest, `vt3.driver=1` on the kernel command line loads vt3.ko
 # (a hook in /etc/vt3/init.d, run by images/init before "ready").
@@ -48,7 +50,7 @@ KDIR=$(cat "$IMAGES/kbuild-dir")
 # A build of the overlay per images directory (tools/mutants.sh builds its own).
 WORK=$IMAGES/overlay-work
 STAGE=${VT3_RDMA_CORE_WORK:-$VT3_CACHE/rdma-core}/stage
-OUT=$IMAGES/initramfs-vt3.cpio.gz
+OUT=$IMAGES/initramfs-vt3.cpio
 
 build_module() {
 	say "vt3.ko for $KVER"
@@ -104,8 +106,11 @@ assemble() {
 grep -qw 'vt3.driver=1' /proc/cmdline || exit 0
 insmod "/lib/modules/$(uname -r)/extra/vt3.ko" || { echo "vt3-init: ERROR insmod vt3.ko failed"; exit 1; }
 HOOK
-	(cd "$root" && find . -mindepth 1 | sort | cpio -o -H newc --quiet -R 0:0 | gzip -9n) >"$WORK/overlay.cpio.gz"
-	cat "$IMAGES/initramfs.cpio.gz" "$WORK/overlay.cpio.gz" >"$OUT.tmp"
+	{
+		gzip -dc "$IMAGES/initramfs.cpio.gz"
+		(cd "$root" && find . -mindepth 1 | sort | cpio -o -H newc --quiet -R 0:0)
+	} >"$OUT.tmp"
+	rm -f "$IMAGES/initramfs-vt3.cpio.gz" # what this wrote before
 	mv "$OUT.tmp" "$OUT"
 }
 

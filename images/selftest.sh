@@ -20,7 +20,7 @@ VERBOSE=${VERBOSE:-}
 [[ ${1:-} != --images ]] || IMG=$2
 
 command -v "$QEMU" >/dev/null || { echo "selftest: no $QEMU (apt-get install qemu-system-x86)" >&2; exit 1; }
-[[ -f $IMG/vmlinuz && -f $IMG/initramfs.cpio.gz ]] || { echo "selftest: no images in $IMG (run images/build.sh)" >&2; exit 1; }
+[[ -f $IMG/vmlinux && -f $IMG/initramfs.cpio.gz ]] || { echo "selftest: no images in $IMG (run images/build.sh)" >&2; exit 1; }
 
 # shellcheck source=agent-host.sh
 . "$REPO/images/agent-host.sh"
@@ -42,7 +42,7 @@ start_guest() {
 	local name=$1 ip=$2 mac=$3 peer=$4
 	agent_mkfifo "$name" "$WORK"
 	timeout 600 "$QEMU" -accel "$ACCEL" -m 512M -smp 1 -nographic -no-reboot \
-		-kernel "$IMG/vmlinuz" -initrd "$IMG/initramfs.cpio.gz" \
+		-kernel "$IMG/vmlinux" -initrd "$IMG/initramfs.cpio.gz" \
 		-append "console=ttyS0 panic=-1 vt3.name=$name vt3.ip=$ip/24 vt3.siw=1" \
 		-serial "file:$WORK/$name.console" \
 		-chardev "pipe,id=ag,path=$WORK/$name.agent" -serial chardev:ag \

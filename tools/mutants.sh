@@ -85,7 +85,7 @@ run_mutant() {
 	mutate "$name" "$dir" || return 2
 	mkdir -p "$dir/images" "$dir/target"
 	cp -a "$VT3_CACHE/images/." "$dir/images/"
-	rm -f "$dir/images/initramfs-vt3.cpio.gz"
+	rm -f "$dir/images/initramfs-vt3.cpio"
 	cp -a "$VT3_CACHE/rdma-core" "$dir/rdma-core"
 	[ "${FILE[$name]#device/}" = "${FILE[$name]}" ] || cp -a "$VT3_CACHE/target/release" "$dir/target/"
 	log "$name: ${CASES[*]} with the mutant (log: $out/run.log)"

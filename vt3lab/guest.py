@@ -82,7 +82,7 @@ class LabConfig:
     qemu: str
     qemu_major: int
     accel: str
-    vmlinuz: Path
+    kernel: Path          # vmlinux (ELF, booted by its PVH entry) or a bzImage
     initrd: Path
     vt3d: Path
     memory: str = "512M"
@@ -117,7 +117,7 @@ class Guest:
         c = self.cfg
         args = [c.qemu, "-accel", c.accel, "-M", "q35", "-smp", "1", "-m", c.memory,
                 "-display", "none", "-monitor", "none", "-no-reboot", "-nodefaults",
-                "-kernel", str(c.vmlinuz), "-initrd", str(c.initrd),
+                "-kernel", str(c.kernel), "-initrd", str(c.initrd),
                 "-append", f"console=ttyS0 panic=-1 loglevel=5 vt3.name={self.name} "
                            f"vt3.ip={self.ip}/24 {self.kernel_args}".strip(),
                 "-serial", f"file:{self.console}",
