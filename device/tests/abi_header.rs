@@ -11,8 +11,12 @@ use std::process::Command;
 
 use vt3d::abi;
 
+/// The clone being tested: cargo names it at run time too, and a test
+/// binary reused from another clone's build (a shared target dir) must
+/// not read that clone's files.
 fn header_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../guest-driver/include")
+    let crate_dir = std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    PathBuf::from(crate_dir).join("../guest-driver/include")
 }
 
 /// C field name for a Rust field name.

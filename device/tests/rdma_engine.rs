@@ -1141,3 +1141,46 @@ fn a_malformed_receive_wqe_fails_in_order_with_its_own_status() {
     assert!(s.sim.run_until(Duration::from_secs(3), |sim| !sim.a.qp_events().is_empty()));
     assert_eq!(s.sim.a.qp_events()[0], (s.qa.qpn, QpEvent::TerminateReceived as u32, 0x0000));
 }
+
+#[test]
+fn a_receive_posted_before_its_doorbell_arrives_takes_the_send() {
+    let mut s = setup(16);
+    let (a_local, _) = s.bufs[0];
+    let (b_local, _) = s.bufs[1];
+    connect(&mut s);
+    // b posts a receive: the WQE and the producer index are in its memory,
+    // the doorbell is still in b's TX queue when a's SEND arrives.
+    let g = &mut s.sim.b;
+    let mut wqe = RqWqe { wr_id: 7.into(), num_sge: 1, ..Default::default() };
+    wqe.sge[0] = Sge { addr: b_local.iova.into(), length: 4096.into(), lkey: b_local.stag.into() };
+    let slot = u64::from(s.qb.rq_prod & (s.qb.depth - 1));
+    g.mem.write_obj(wqe, GuestAddress(s.qb.rq + slot * 128)).unwrap();
+    s.qb.rq_prod += 1;
+    g.mem.store(s.qb.rq_prod.to_le(), GuestAddress(s.qb.status + 4), Ordering::Release).unwrap();
+    assert_ne!(g.qp_status(&s.qb).flags.to_native() & QpStatusFlag::RqIdle as u32, 0, "the doorbell is owed");
+    let data = pattern(100, 3);
+    s.sim.a.write_bytes(a_local.guest, &data);
+    let now = s.sim.now;
+    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(1, WrOpcode::Send, true, &[(a_local, 0, 100)]));
+    assert!(s.sim.run_until(Duration::from_secs(1), |sim| {
+        sim.b.cq_status(&s.qb.rcq).prod.to_native() == 1
+            || sim.b.qp_status(&s.qb).state.to_native() == QpState::Error as u32
+    }));
+    let mut rcq = s.qb.rcq;
+    let got: Vec<(u64, u8, u32)> =
+        s.sim.b.poll_cq(&mut rcq).iter().map(|c| (c.wr_id.to_native(), c.status, c.byte_len.to_native())).collect();
+    assert_eq!(got, vec![(7, 0, 100)], "placed in the receive the guest had posted");
+    assert_eq!(s.sim.b.read_bytes(b_local.guest, 100), data);
+    assert_eq!(s.sim.b.qp_status(&s.qb).state.to_native(), QpState::Rts as u32);
+    assert!(s.sim.b.qp_events().is_empty() && s.sim.a.qp_events().is_empty());
+
+    // With no receive posted at all, a SEND is still the DDP error it is
+    // (untagged, MSN with no buffer), not waited for.
+    let now = s.sim.now;
+    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(2, WrOpcode::Send, true, &[(a_local, 0, 100)]));
+    assert!(s.sim.run_until(Duration::from_secs(3), |sim| !sim.a.qp_events().is_empty()));
+    assert_eq!(s.sim.a.qp_events()[0], (s.qa.qpn, QpEvent::TerminateReceived as u32, 0x1202));
+    assert!(s.sim.run_until(Duration::from_secs(3), |sim| {
+        sim.b.qp_status(&s.qb).state.to_native() == QpState::Error as u32
+    }));
+}

@@ -557,6 +557,7 @@ impl Rnic {
         self.device_fatal(mem, now);
         self.service_rings(now, mem);
         for _ in 0..MAX_POLL_ROUNDS {
+            self.fetch_starved_receives(mem);
             let offload = self.offload.as_mut()?;
             let mut ram = GuestRam(mem);
             offload.engine.poll(now, &mut Io { memory: &mut ram, regions: &mut self.tpt, uplink: &mut *uplink });
@@ -570,6 +571,19 @@ impl Rnic {
             return Some(now);
         }
         next
+    }
+
+    /// Reads the receive ring of every QP with data waiting and no receive
+    /// WQE: a SEND is refused for want of a buffer only if the guest has
+    /// posted none by the time it is placed, not because the doorbell for
+    /// one was still in the TX queue behind the peer's data, or left for
+    /// the next pass by a fetch budget.
+    fn fetch_starved_receives<M: GuestMemory>(&mut self, mem: &M) {
+        let Some(offload) = self.offload.as_ref() else { return };
+        let starved: Vec<u32> = offload.engine.starved_receive_queues().collect();
+        for qpn in starved {
+            self.fetch(mem, qpn, WorkQueue::Recv);
+        }
     }
 
     /// Continues fetches that spent their budget, and sends the QPs whose

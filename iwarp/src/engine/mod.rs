@@ -440,6 +440,21 @@ impl<T: Transport> Engine<T> {
         Ok(())
     }
 
+    /// QPs with received data waiting and no receive WQE left for it:
+    /// the device looks at their receive rings before the next
+    /// [`Engine::poll`], which would otherwise answer a SEND with a
+    /// TERMINATE for want of a buffer the guest may have posted already
+    /// (its doorbell still on the way, or left for later by a fetch
+    /// budget).
+    pub fn starved_receive_queues(&self) -> impl Iterator<Item = u32> + '_ {
+        self.qps.values().filter_map(|qp| {
+            let conn = qp.conn.as_ref()?;
+            let receiving = matches!(qp.state, QpState::Rts | QpState::Closing)
+                && conn.stream.as_ref().is_some_and(|s| !s.rx_stopped);
+            (receiving && qp.queues.rq.is_empty() && self.toe.recv_queue(conn.sock) > 0).then_some(qp.qpn)
+        })
+    }
+
     pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
         self.qps.get(&qpn).map(|qp| qp.state)
     }

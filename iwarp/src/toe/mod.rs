@@ -345,6 +345,9 @@ pub trait Transport {
     /// `f` returns how many it consumed. Returns the total consumed.
     fn recv(&mut self, id: SocketId, f: &mut dyn FnMut(&[u8]) -> usize) -> Result<usize, TcpError>;
 
+    /// Octets received in order and not read yet (0 for an unknown id).
+    fn recv_queue(&self, id: SocketId) -> usize;
+
     /// Free octets in the send buffer (0 once our FIN is queued).
     fn send_space(&self, id: SocketId) -> usize;
 

@@ -1049,6 +1049,10 @@ impl Transport for SmolToe {
         Ok(total)
     }
 
+    fn recv_queue(&self, id: SocketId) -> usize {
+        self.socket(id).map_or(0, |socket| socket.recv_queue())
+    }
+
     fn send_space(&self, id: SocketId) -> usize {
         match self.socket(id) {
             Some(socket) if socket.may_send() => socket.send_capacity() - socket.send_queue(),
