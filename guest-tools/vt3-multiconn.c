@@ -7,7 +7,9 @@
  * client's buffer (rkey exchanged in the first message), then SENDs a
  * short ack; the client checks the written bytes. Completions are waited
  * for on completion channels (req_notify_cq + ibv_get_cq_event), so the
- * CQ event path is exercised as well.
+ * CQ event path is exercised as well. Every work request carries a wr_id
+ * naming (connection, round, message): each completion must be the one
+ * expected next on its queue, with that wr_id, its opcode and its QP.
  *
  * Usage: vt3-multiconn -s                 [-p PORT] [-n CONNS] [-r ROUNDS] [-m BYTES]
  *        vt3-multiconn -c SERVER_ADDRESS  [-p PORT] [-n CONNS] [-r ROUNDS] [-m BYTES]
@@ -63,6 +65,16 @@ static void fail(struct conn *c, const char *what, int err)
 		snprintf(c->error, sizeof(c->error), "%s: %s", what, strerror(err));
 }
 
+/* What each work request is, in its wr_id with the connection and round. */
+enum wr_kind { WR_HELLO = 1, WR_HELLO_ACK, WR_MSG, WR_ACK, WR_WRITE };
+
+static uint64_t wr_id(const struct conn *c, unsigned int round, enum wr_kind kind)
+{
+	return (uint64_t)c->index << 40 | (uint64_t)round << 8 | kind;
+}
+
+#define CTX(c, round, kind) ((void *)(uintptr_t)wr_id(c, round, kind))
+
 static uint8_t pattern(unsigned int conn, unsigned int round, size_t i)
 {
 	return (uint8_t)(conn * 131 + round * 17 + i * 7 + (i >> 8));
@@ -107,19 +119,36 @@ static int wait_wc(struct conn *c, struct ibv_cq *cq, struct ibv_wc *wc)
 	}
 }
 
-/* Waits for the next completion of one queue; names it in the error. */
-static int wait_queue(struct conn *c, bool recv, struct ibv_wc *wc)
+/*
+ * Waits for the next completion of one queue: it must be the work request
+ * expected next there (wr_id), of its opcode, on this connection's QP.
+ * Names what went wrong in the error.
+ */
+static int wait_queue(struct conn *c, bool recv, struct ibv_wc *wc, uint64_t want,
+		      enum ibv_wc_opcode opcode)
 {
+	const char *q = recv ? "receive" : "send";
 	int err = wait_wc(c, recv ? c->id->recv_cq : c->id->send_cq, wc);
 
-	if (err && !c->error[0])
-		snprintf(c->error, sizeof(c->error), "%s completion: status %s",
-			 recv ? "receive" : "send", ibv_wc_status_str(wc->status));
-	return err;
+	if (err) {
+		if (!c->error[0])
+			snprintf(c->error, sizeof(c->error), "%s completion: status %s", q,
+				 ibv_wc_status_str(wc->status));
+		return err;
+	}
+	if (wc->wr_id != want || wc->opcode != opcode || wc->qp_num != c->id->qp->qp_num) {
+		snprintf(c->error, sizeof(c->error),
+			 "%s completion: wr_id %#" PRIx64 " opcode %d qp %u, expected %#" PRIx64
+			 " opcode %d qp %u", q, wc->wr_id, wc->opcode, wc->qp_num, want, opcode,
+			 c->id->qp->qp_num);
+		return EIO;
+	}
+	return 0;
 }
 
-#define wait_recv(c, wc) wait_queue(c, true, wc)
-#define wait_send(c, wc) wait_queue(c, false, wc)
+#define wait_recv(c, wc, r, kind) wait_queue(c, true, wc, wr_id(c, r, kind), IBV_WC_RECV)
+#define wait_send(c, wc, r, kind) wait_queue(c, false, wc, wr_id(c, r, kind), IBV_WC_SEND)
+#define wait_write(c, wc, r) wait_queue(c, false, wc, wr_id(c, r, WR_WRITE), IBV_WC_RDMA_WRITE)
 
 static int register_buffers(struct conn *c)
 {
@@ -189,7 +218,7 @@ static void *client_conn(void *arg)
 		return NULL;
 	}
 	/* The server's ack for the connection's hello. */
-	if (rdma_post_recv(c->id, NULL, c->ack, ACK_SIZE, c->ack_mr) ||
+	if (rdma_post_recv(c->id, CTX(c, 0, WR_HELLO_ACK), c->ack, ACK_SIZE, c->ack_mr) ||
 	    rdma_connect(c->id, NULL)) {
 		fail(c, "connect", errno);
 		return NULL;
@@ -197,20 +226,20 @@ static void *client_conn(void *arg)
 	hello = (struct hello){ .addr = (uintptr_t)c->wbuf, .rkey = c->wbuf_mr->rkey,
 				.conn = c->index };
 	memcpy(c->msg, &hello, sizeof(hello));
-	if (rdma_post_send(c->id, NULL, c->msg, sizeof(hello), c->msg_mr, 0) ||
-	    wait_send(c, &wc) || wait_recv(c, &wc))
+	if (rdma_post_send(c->id, CTX(c, 0, WR_HELLO), c->msg, sizeof(hello), c->msg_mr, 0) ||
+	    wait_send(c, &wc, 0, WR_HELLO) || wait_recv(c, &wc, 0, WR_HELLO_ACK))
 		return fail(c, "hello", EIO), NULL;
 
 	for (unsigned int r = 0; r < rounds; r++) {
 		for (size_t i = 0; i < msg_size; i++)
 			c->msg[i] = pattern(c->index, r, i);
 		memset(c->wbuf, 0, msg_size);
-		if (rdma_post_recv(c->id, NULL, c->ack, ACK_SIZE, c->ack_mr) ||
-		    rdma_post_send(c->id, NULL, c->msg, msg_size, c->msg_mr, 0)) {
+		if (rdma_post_recv(c->id, CTX(c, r, WR_ACK), c->ack, ACK_SIZE, c->ack_mr) ||
+		    rdma_post_send(c->id, CTX(c, r, WR_MSG), c->msg, msg_size, c->msg_mr, 0)) {
 			fail(c, "post", errno);
 			break;
 		}
-		if (wait_send(c, &wc) || wait_recv(c, &wc))
+		if (wait_send(c, &wc, r, WR_MSG) || wait_recv(c, &wc, r, WR_ACK))
 			break;
 		/* The ack follows the server's WRITE on the same stream. */
 		for (size_t i = 0; i < msg_size; i++) {
@@ -239,7 +268,7 @@ static void *server_conn(void *arg)
 	unsigned int client;
 
 	/* accept_all posted the receive for the hello. */
-	if (wait_recv(c, &wc))
+	if (wait_recv(c, &wc, 0, WR_HELLO))
 		return fail(c, "hello", EIO), NULL;
 	if (wc.byte_len != sizeof(hello)) {
 		snprintf(c->error, sizeof(c->error), "hello of %u bytes", wc.byte_len);
@@ -249,13 +278,13 @@ static void *server_conn(void *arg)
 	client = hello.conn;
 	c->remote_addr = hello.addr;
 	c->remote_rkey = hello.rkey;
-	if (rdma_post_recv(c->id, NULL, c->msg, msg_size, c->msg_mr) ||
-	    rdma_post_send(c->id, NULL, c->ack, ACK_SIZE, c->ack_mr, 0) ||
-	    wait_send(c, &wc))
+	if (rdma_post_recv(c->id, CTX(c, 0, WR_MSG), c->msg, msg_size, c->msg_mr) ||
+	    rdma_post_send(c->id, CTX(c, 0, WR_HELLO_ACK), c->ack, ACK_SIZE, c->ack_mr, 0) ||
+	    wait_send(c, &wc, 0, WR_HELLO_ACK))
 		return fail(c, "hello ack", EIO), NULL;
 
 	for (unsigned int r = 0; r < rounds; r++) {
-		if (wait_recv(c, &wc))
+		if (wait_recv(c, &wc, r, WR_MSG))
 			break;
 		if (wc.byte_len != msg_size) {
 			snprintf(c->error, sizeof(c->error), "round %u: %u bytes received", r,
@@ -275,15 +304,15 @@ static void *server_conn(void *arg)
 		c->verified += msg_size;
 		memcpy(c->wbuf, c->msg, msg_size);
 		if (r + 1 < rounds &&
-		    rdma_post_recv(c->id, NULL, c->msg, msg_size, c->msg_mr)) {
+		    rdma_post_recv(c->id, CTX(c, r + 1, WR_MSG), c->msg, msg_size, c->msg_mr)) {
 			fail(c, "post recv", errno);
 			break;
 		}
-		if (rdma_post_write(c->id, NULL, c->wbuf, msg_size, c->wbuf_mr, 0,
+		if (rdma_post_write(c->id, CTX(c, r, WR_WRITE), c->wbuf, msg_size, c->wbuf_mr, 0,
 				    c->remote_addr, c->remote_rkey) ||
-		    wait_send(c, &wc) ||
-		    rdma_post_send(c->id, NULL, c->ack, ACK_SIZE, c->ack_mr, 0) ||
-		    wait_send(c, &wc)) {
+		    wait_write(c, &wc, r) ||
+		    rdma_post_send(c->id, CTX(c, r, WR_ACK), c->ack, ACK_SIZE, c->ack_mr, 0) ||
+		    wait_send(c, &wc, r, WR_ACK)) {
 			fail(c, "write back", EIO);
 			break;
 		}
@@ -334,7 +363,7 @@ static int accept_all(struct conn *conns)
 		/* The client sends its hello as soon as it is connected: an
 		 * iWARP SEND with no receive posted is a fatal DDP error. */
 		if ((err = register_buffers(c)) ||
-		    rdma_post_recv(c->id, NULL, c->msg, msg_size, c->msg_mr) ||
+		    rdma_post_recv(c->id, CTX(c, 0, WR_HELLO), c->msg, msg_size, c->msg_mr) ||
 		    rdma_accept(c->id, NULL)) {
 			fprintf(stderr, "%s: accept %u: %s\n", prog, i, strerror(err ? err : errno));
 			return 1;

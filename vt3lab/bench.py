@@ -30,12 +30,11 @@ def measure(setup, device: str) -> dict[tuple[str, int], float]:
     runs = [(t, s, iters_for(s)) for t in BW_TOOLS for s in SIZES] + [(t, 64, 200) for t in LAT_TOOLS]
     for tool, size, iters in runs:
         try:
-            results[(tool, size)] = perftest(a, b, tool, size, iters, f"-d {device}", setup=setup)
+            results[(tool, size)] = perftest(a, b, tool, size, iters, f"-d {device}", setup=setup).value
         except Exception as e:  # a bench reports what it could measure
             print(f"bench: {setup.kind} {tool} {size}: {str(e).splitlines()[0]}", flush=True)
             for g in (a, b):
-                for tag in ("pt-srv", "pt-cli"):
-                    g.kill(tag, "KILL")
+                g.kill("pt-srv", "KILL")
     return results
 
 

@@ -44,7 +44,7 @@ def run_demo(setup: Vt3Pair, say: Callable[[str], None] = print) -> None:
     say("\n".join(rping_between(a, b, 10).splitlines()[-3:]))
     for tool, size, iters, unit in (("ib_write_bw", 65536, 100, "MB/s"), ("ib_read_bw", 65536, 100, "MB/s"),
                                     ("ib_send_lat", 64, 200, "µs")):
-        say(f"-- {tool} -R, {size} bytes, b → a: {perftest(a, b, tool, size, iters, setup=setup):.2f} {unit}")
+        say(f"-- {tool} -R, {size} bytes, b → a: {perftest(a, b, tool, size, iters, setup=setup).value:.2f} {unit}")
     say("-- vt3d ctl stats (a's vt3d, the iWARP counters)")
     stats = setup.vt3a.stats()
     say("\n".join(f"{k:36s} {v}" for k, v in stats.items() if k.startswith("iwarp.")))

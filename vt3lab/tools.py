@@ -4,6 +4,7 @@ perftest), for tests, the demo and the bench. Each checks both ends."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from .guest import Guest
 from .setups import Setup
@@ -70,22 +71,34 @@ PERFTEST_PORT = 18515
 PERFTEST_RACE = "Event: RDMA_CM_EVENT_REJECTED; error: -104."
 
 
-def listen_ids(g: Guest, port: int) -> set[str]:
-    """The cm-idn of every rdma_cm id listening on PORT in G."""
-    out = g.check("rdma res show cm_id", 10)
+def listen_ids(g: Guest, port: int, wait: int = 0) -> set[str]:
+    """The cm-idn of every rdma_cm id listening on PORT in G; with WAIT,
+    first until one does, up to WAIT s (one agent round trip either way)."""
+    out = g.check(f"for i in $(seq {wait * 10}); do l=$(rdma res show cm_id); "
+                  f"echo \"$l\" | grep -Eq 'LISTEN.*:{port}( |$)' && {{ echo \"$l\"; exit 0; }}; sleep 0.1; done; "
+                  f"rdma res show cm_id; [ {wait} = 0 ]", wait + 10, "no rdma_cm listen")
     return set(re.findall(rf"cm-idn (\d+) state LISTEN .*:{port}\b", out))
 
 
+@dataclass
+class PerftestRun:
+    """One perftest run: its figure (BW average in MB/s, or t_avg in µs
+    for latency tools) and what each end printed."""
+    value: float
+    client: str
+    server: str
+
+
 def perftest(server: Guest, client: Guest, tool: str, size: int, iters: int, extra: str = "",
-             setup: Setup | None = None, retry_race: bool = True) -> float:
-    """One perftest run over rdma_cm (-R); both ends must exit 0. Returns
-    BW average (MB/s) or, for latency tools, t_avg (µs)."""
+             setup: Setup | None = None, retry_race: bool = True) -> PerftestRun:
+    """One perftest run over rdma_cm (-R): both ends exit 0, the client
+    prints its result line, and no line of either says fail or error
+    (perftest reports some failures, e.g. "Failed to disconnect RDMA CM
+    connection.", and exits 0)."""
     server.spawn(f"{tool} -R -F -s {size} -n {iters} {extra}", "pt-srv", 300)
-    wait_rdma_listen(server, PERFTEST_PORT)
-    first_listen = listen_ids(server, PERFTEST_PORT)
-    client.spawn(f"{tool} -R -F -s {size} -n {iters} {extra} {server.ip}", "pt-cli", 280)
+    first_listen = listen_ids(server, PERFTEST_PORT, wait=60)
     try:
-        c = client.join("pt-cli", 270)
+        c = client.run(f"{tool} -R -F -s {size} -n {iters} {extra} {server.ip}", 270)
     except Exception:
         if setup is not None:
             (setup.dir / f"hang-{tool}-{size}.txt").write_text(setup.dump())
@@ -100,10 +113,14 @@ def perftest(server: Guest, client: Guest, tool: str, size: int, iters: int, ext
             print(f"{tool} -s {size}: perftest's data-connect race, retried once", flush=True)
             return perftest(server, client, tool, size, iters, extra, setup, retry_race=False)
     s = server.join("pt-srv", 60)
-    assert c.rc == 0 and s.rc == 0, (f"{tool} -s {size} {client.name}→{server.name}: client exit {c.rc}, "
-                                      f"server exit {s.rc}\nclient:\n{c.out[-600:]}\nserver:\n{s.out[-600:]}")
+    what = f"{tool} -s {size} {client.name}→{server.name}"
+    assert c.rc == 0 and s.rc == 0, (f"{what}: client exit {c.rc}, server exit {s.rc}\n"
+                                      f"client:\n{c.out[-600:]}\nserver:\n{s.out[-600:]}")
+    for who, out in (("client", c.out), ("server", s.out)):
+        bad = [l for l in out.splitlines() if re.search(r"fail|error", l, re.I)]
+        assert not bad, f"{what}: {who}: " + "; ".join(bad[:3])
     col = 5 if tool.endswith("_lat") else 3  # t_avg (µs) / BW average (MB/s)
     rows = [l.split() for l in c.out.splitlines() if l.split()[:1] == [str(size)]]
     rows = [r for r in rows if len(r) > col + 1]
     assert rows, f"{tool} -s {size}: no result line:\n{c.out[-600:]}"
-    return float(rows[-1][col])
+    return PerftestRun(float(rows[-1][col]), c.out, s.out)

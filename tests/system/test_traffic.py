@@ -21,26 +21,21 @@ def iters_for(size: int) -> int:
 
 
 def perf(setup, server: str, client: str, tool: str, size: int) -> float:
-    """One perftest run (helpers.perftest: both ends exit 0, the client
-    prints its result line); then the server's result line too, and no
-    line of either saying fail or error (perftest reports some failures,
-    e.g. "Failed to disconnect RDMA CM connection.", and exits 0)."""
+    """One perftest run (helpers.perftest: both ends exit 0 and print no
+    failure); then each end's result line counts every message."""
     s, c = setup.guests[server], setup.guests[client]
     iters = iters_for(size)
-    bw = perftest(s, c, tool, size, iters, setup=setup)
+    run = perftest(s, c, tool, size, iters, setup=setup)
     what = f"{tool} -s {size}: {client}→{server}"
-    for g, tag in ((c, "pt-cli"), (s, "pt-srv")):
-        out = g.check(f"cat /tmp/{tag}.out", 10)
-        bad = [l for l in out.splitlines() if re.search(r"fail|error", l, re.I)]
-        assert not bad, f"{what}: {g.name} ({tag}): " + "; ".join(bad[:3])
+    for g, out in ((c, run.client), (s, run.server)):
         # #bytes #iterations BW-peak BW-average MsgRate: every message
         # counted, at a rate above zero (BW in MB/s with two decimals is
         # 0.00 for 1-byte messages under TCG; the Mpps rate has six).
         rows = re.findall(rf"^\s*{size}\s+(\d+)\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s*$", out, re.M)
-        assert rows, f"{what}: {g.name} ({tag}): no result line:\n{tail(out)}"
+        assert rows, f"{what}: {g.name}: no result line:\n{tail(out)}"
         done, rate = int(rows[-1][0]), float(rows[-1][1])
-        assert done == iters and rate > 0, f"{what}: {g.name} ({tag}): {done} of {iters} iterations, {rate} Mpps"
-    return bw
+        assert done == iters and rate > 0, f"{what}: {g.name}: {done} of {iters} iterations, {rate} Mpps"
+    return run.value
 
 
 def perf_matrix(setup, direction: str, tool: str) -> None:
@@ -75,7 +70,10 @@ def test_rping_siw_vt3(vt3_siw):
 # --------------------------------------------------------------- perftest
 
 @pytest.mark.parametrize("tool", TOOLS)
-@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("direction", [
+    "a-to-b",
+    # The two guests are alike: b→a repeats a→b (in the soak only).
+    pytest.param("b-to-a", marks=pytest.mark.soak)])
 def test_perftest_vt3_vt3(vt3_pair, direction, tool):
     """ib_send/write/read_bw -R, 1 B to 1 MiB, both directions, two vt3 guests"""
     perf_matrix(vt3_pair, direction, tool)
