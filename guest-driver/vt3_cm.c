@@ -201,7 +201,9 @@ fail:
  * The MAC of the next hop from @saddr to @daddr: the peer's or the
  * gateway's, through our netdev only (vt3d has no other way out).
  * Resolution is started when the neighbour is not known yet and waited
- * for; it normally is known, as rdma_resolve_addr() resolved it.
+ * for; it normally is known, as rdma_resolve_addr() resolved it. To
+ * @saddr itself (a loopback connection, which the TOE keeps inside) it
+ * is our own MAC; other local addresses are not the TOE's.
  */
 static int vt3_cm_next_hop(struct vt3_dev *dev, __be32 saddr, __be32 daddr,
 			   u8 *mac)
@@ -214,6 +216,10 @@ static int vt3_cm_next_hop(struct vt3_dev *dev, __be32 saddr, __be32 daddr,
 	int err = 0;
 	u8 nud;
 
+	if (daddr == saddr) {
+		ether_addr_copy(mac, netdev->dev_addr);
+		return 0;
+	}
 	rt = ip_route_output_key(dev_net(netdev), &fl4);
 	if (IS_ERR(rt))
 		return PTR_ERR(rt);

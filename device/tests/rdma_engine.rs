@@ -748,8 +748,9 @@ fn connection_commands_are_validated() {
     let good = connect_args(&qp, 40_000, b"pd");
     let mut bad_remote_ip = good;
     bad_remote_ip.remote.ipv4 = [255, 255, 255, 255];
+    // Our own address is a loopback connection, but not to the local end itself.
     let mut to_self = good;
-    to_self.remote.ipv4 = IPS[0].octets();
+    to_self.remote = sockaddr(IPS[0].octets(), 40_000);
     let mut foreign_local = good;
     foreign_local.local.ipv4 = [10, 9, 9, 9];
     let cases: Vec<(CmdConnect, Status)> = vec![
@@ -1183,4 +1184,71 @@ fn a_receive_posted_before_its_doorbell_arrives_takes_the_send() {
     assert!(s.sim.run_until(Duration::from_secs(3), |sim| {
         sim.b.qp_status(&s.qb).state.to_native() == QpState::Error as u32
     }));
+}
+
+#[test]
+fn a_connection_between_two_qps_of_one_device_stays_inside_it() {
+    let mut s = setup(16);
+    let now = s.sim.now;
+    let on_wire = s.sim.wire.stats.sent;
+    let g = &mut s.sim.a;
+    let pdn = g.handle(now, Cmd::AllocPd, &CmdHandle::default());
+    let (cq1, cq2) = (g.cq(now, 64), g.cq(now, 64));
+    let mut client = g.qp(now, pdn, cq1, cq1, 16);
+    let mut server = g.qp(now, pdn, cq2, cq2, 16);
+    let src = g.mr(now, pdn, 64 * 1024, Access::LocalWrite as u32);
+    let sink = g.mr(now, pdn, 64 * 1024, ALL);
+    g.post_recv(now, &mut server, 77, &sink, 0, 8192);
+    g.post_recv(now, &mut server, 78, &sink, 20_000, 8192);
+    g.cmd(now, Cmd::Listen, &listen_args(PORT)).unwrap();
+    let own = IPS[0].octets();
+    let mut args = connect_args(&client, 40_100, b"to myself");
+    args.remote = sockaddr(own, PORT);
+    args.next_hop = MACS[0];
+    g.cmd(now, Cmd::Connect, &args).unwrap();
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.a.has_event(EventType::ConnectRequest)));
+    let req = s.sim.a.cm_event(EventType::ConnectRequest).unwrap();
+    assert_eq!(req.private_data.get(req.pd_len.to_native()), b"to myself");
+    assert_eq!((req.remote.ipv4, u16::from_be_bytes(req.remote.port)), (own, 40_100));
+    let accept = CmdAccept {
+        conn_id: req.conn_id,
+        qpn: server.qpn.into(),
+        ird: 8.into(),
+        ord: 8.into(),
+        pd_len: 0.into(),
+        reserved0: 0.into(),
+        reserved1: 0.into(),
+        private_data: pd_bytes(b""),
+    };
+    let now = s.sim.now;
+    s.sim.a.cmd(now, Cmd::Accept, &accept).unwrap();
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.a.has_event(EventType::ConnectReply)));
+    assert_eq!(s.sim.a.cm_event(EventType::ConnectReply).unwrap().status.to_native(), 0);
+
+    // SENDs and an RDMA WRITE, QP to QP inside the one device.
+    let data = pattern(6000, 9);
+    s.sim.a.write_bytes(src.guest, &data);
+    let now = s.sim.now;
+    s.sim.a.post_send_wqe(now, &mut client, &send_wqe(1, WrOpcode::Send, true, &[(src, 0, 6000)]));
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.a.cq_status(&cq2).prod.to_native() == 1));
+    // Once the connection is up, one pass of the device takes a SEND to
+    // its receive: what comes back in is read at once, not at a timer.
+    let now = s.sim.now;
+    s.sim.a.post_send_wqe(now, &mut client, &send_wqe(2, WrOpcode::Send, true, &[(src, 0, 6000)]));
+    let g = &mut s.sim.a;
+    g.rnic.service(now, &g.mem, &mut |_| panic!("a frame for the wire"));
+    assert_eq!(g.cq_status(&cq2).prod.to_native(), 2, "received in the same pass");
+    s.sim.a.post_send_wqe(now, &mut client, &rdma_wqe(3, WrOpcode::Write, (src, 0, 6000), &sink, 40_000));
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.a.cq_status(&cq1).prod.to_native() == 3));
+    let mut ccq = client.scq;
+    let got: Vec<(u64, u8)> = s.sim.a.poll_cq(&mut ccq).iter().map(|c| (c.wr_id.to_native(), c.status)).collect();
+    assert_eq!(got, vec![(1, 0), (2, 0), (3, 0)]);
+    let mut scq = server.rcq;
+    let got: Vec<(u64, u8, u32)> =
+        s.sim.a.poll_cq(&mut scq).iter().map(|c| (c.wr_id.to_native(), c.status, c.byte_len.to_native())).collect();
+    assert_eq!(got, vec![(77, 0, 6000), (78, 0, 6000)]);
+    for at in [0, 20_000, 40_000] {
+        assert_eq!(s.sim.a.read_bytes(sink.guest + at, 6000), data);
+    }
+    assert_eq!(s.sim.wire.stats.sent, on_wire, "nothing went on the wire");
 }

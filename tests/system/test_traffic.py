@@ -153,3 +153,21 @@ def test_multi_conn(vt3_pair):
         assert count(r.out, r"^vt3-multiconn: connection \d+: ") == 0, f"vt3-multiconn {who}:\n{tail(r.out)}"
     print(f"\n{n} connections × {rounds} rounds, {want} bytes verified each side")
     no_objects(vt3_pair, "after the connections")
+
+
+# ------------------------------------------------------------------ loopback
+
+def test_loopback(vt3_plain):
+    """rping -V and ib_read_bw/ib_write_bw -R between two processes of one vt3 guest, to its own address: the TOE keeps the connection inside, nothing reaches the wire"""
+    setup, a = vt3_plain, vt3_plain.a
+    before = setup.vt3a.stats()
+    rping_between(a, a, 200)
+    for tool in ("ib_read_bw", "ib_write_bw"):
+        run = perftest(a, a, tool, 65536, 20, setup=setup)
+        assert run.value > 0, f"{tool} loopback: {run.value} MB/s"
+    after = setup.vt3a.stats()
+    moved = after["iwarp.fpdus_tx"] - before["iwarp.fpdus_tx"]
+    assert moved > 800, f"only {moved} FPDUs sent"
+    assert after["nic.toe_tx_frames"] == before["nic.toe_tx_frames"], \
+        f"{after['nic.toe_tx_frames'] - before['nic.toe_tx_frames']} frames of the TOE reached the wire"
+    no_objects(setup, "after the loopback runs")

@@ -126,11 +126,15 @@ impl Offload {
         Ok(port)
     }
 
-    /// A peer: a unicast address other than ours and a non-zero port.
-    fn remote(&self, remote: &SockAddr) -> Result<SocketAddrV4, Status> {
+    /// A peer: a unicast address and a non-zero port, other than the
+    /// local end itself. Our own address is a loopback connection.
+    fn remote(&self, remote: &SockAddr, local_port: u16) -> Result<SocketAddrV4, Status> {
         let ip = Ipv4Addr::from(remote.ipv4);
         let port = u16::from_be_bytes(remote.port);
-        if port == 0 || ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() || ip == self.ip {
+        if port == 0 || ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() {
+            return Err(Status::Invalid);
+        }
+        if ip == self.ip && port == local_port {
             return Err(Status::Invalid);
         }
         Ok(SocketAddrV4::new(ip, port))
@@ -408,13 +412,17 @@ impl Rnic {
             return Err(Status::State);
         }
         let local_port = offload.local_port(&a.local)?;
-        let remote = offload.remote(&a.remote)?;
+        let remote = offload.remote(&a.remote, local_port)?;
         if !is_unicast(a.next_hop) {
             return Err(Status::Invalid);
         }
+        // To our own address the TOE loops the connection back inside
+        // (as a T3 does): its frames go to our own MAC, whatever the
+        // driver's route said.
+        let next_hop = if *remote.ip() == offload.ip { offload.mac } else { a.next_hop };
         offload.set_ird_ord(qpn, ird, ord)?;
         (qp.ird, qp.ord) = (ird, ord);
-        let params = ConnectParams { local_port, remote, next_hop: a.next_hop, private_data: pd.to_vec() };
+        let params = ConnectParams { local_port, remote, next_hop, private_data: pd.to_vec() };
         offload.engine.connect(now, qpn, params).map_err(status)?;
         qp.connecting = true;
         qp.conn_id = 0;

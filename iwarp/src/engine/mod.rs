@@ -311,7 +311,12 @@ pub struct Engine<T: Transport> {
     pending: BTreeMap<ConnId, Pending>,
     listeners: BTreeMap<u16, usize>,
     out: Outputs,
+    /// The last poll left looped-back frames untaken.
+    loopback_behind: bool,
 }
+
+/// Passes of one poll over frames that came back in (loopback).
+const LOOPBACK_PASSES: usize = 8;
 
 impl<T: Transport> core::fmt::Debug for Engine<T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -332,6 +337,7 @@ impl<T: Transport> Engine<T> {
             pending: BTreeMap::new(),
             listeners: BTreeMap::new(),
             out: Outputs::default(),
+            loopback_behind: false,
         }
     }
 
@@ -364,6 +370,9 @@ impl<T: Transport> Engine<T> {
 
     /// When to call [`Engine::poll`] at the latest.
     pub fn poll_at(&mut self, now: Instant) -> Option<Instant> {
+        if self.loopback_behind {
+            return Some(now);
+        }
         let mut at = self.toe.poll_at(now);
         let mut consider = |deadline: Option<Instant>| {
             if let Some(deadline) = deadline {
@@ -381,22 +390,32 @@ impl<T: Transport> Engine<T> {
     }
 
     /// Runs everything: TCP timers, new connections, MPA, receive and
-    /// transmit of every QP, and sends the resulting frames.
+    /// transmit of every QP, and sends the resulting frames. Frames of a
+    /// loopback connection come back in while they are sent: what they
+    /// brought is taken at once, for a few passes (then `poll_at` says now).
     pub fn poll(&mut self, now: Instant, io: &mut Io<'_>) {
         self.toe.egress(now, io.uplink);
-        self.accept_connections(now);
-        self.service_pending(now);
-        let Engine {
-            toe,
-            config,
-            qps,
-            out,
-            ..
-        } = self;
-        for qp in qps.values_mut() {
-            service_qp(qp, toe, out, io, now, config);
+        self.loopback_behind = true;
+        for _ in 0..LOOPBACK_PASSES {
+            let looped = self.toe.looped_in();
+            self.accept_connections(now);
+            self.service_pending(now);
+            let Engine {
+                toe,
+                config,
+                qps,
+                out,
+                ..
+            } = self;
+            for qp in qps.values_mut() {
+                service_qp(qp, toe, out, io, now, config);
+            }
+            self.toe.egress(now, io.uplink);
+            if self.toe.looped_in() == looped {
+                self.loopback_behind = false;
+                break;
+            }
         }
-        self.toe.egress(now, io.uplink);
     }
 
     pub fn pop_completion(&mut self) -> Option<Completion> {

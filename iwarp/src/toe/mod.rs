@@ -348,6 +348,10 @@ pub trait Transport {
     /// Octets received in order and not read yet (0 for an unknown id).
     fn recv_queue(&self, id: SocketId) -> usize;
 
+    /// Frames sent to our own address and taken back in so far (a
+    /// loopback connection): the engine reads what they brought.
+    fn looped_in(&self) -> u64;
+
     /// Free octets in the send buffer (0 once our FIN is queued).
     fn send_space(&self, id: SocketId) -> usize;
 

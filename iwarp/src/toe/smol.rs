@@ -28,7 +28,7 @@
 //!   TIME-WAIT (graceful), a local abort, or a close during a timer run
 //!   (timeout).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddrV4;
 
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
@@ -217,6 +217,15 @@ impl Entry {
 /// Frames held back by the delay fault, at most this many (beyond: dropped).
 pub const MAX_DELAYED_FRAMES: usize = 4096;
 
+/// Frames to our own address waiting to come back in (a connection
+/// between two sockets of this TOE never touches the wire, as in a
+/// T3's). Past this many, a frame is dropped and TCP sends it again.
+pub const MAX_LOOPED_FRAMES: usize = 4096;
+
+/// Looped frames taken back in per call of `ingress`/`egress`; the rest
+/// waits for the next (`poll_at` says now).
+const LOOPED_PER_CALL: usize = 256;
+
 /// Frames of delayed connections, by release time (FIFO within a time).
 #[derive(Debug, Default)]
 struct DelayQueue {
@@ -233,6 +242,28 @@ pub struct FaultCounters {
     pub delayed: u64,
     /// Frames dropped because the delay queue was full.
     pub delay_overflow: u64,
+    /// Frames to our own address dropped because the loopback queue was full.
+    pub loop_overflow: u64,
+}
+
+/// Frames sent to our own MAC, to come back in in order.
+#[derive(Debug, Default)]
+struct LoopQueue {
+    frames: VecDeque<Vec<u8>>,
+    overflow: u64,
+    taken: u64,
+}
+
+/// Where a frame leaving the TOE goes: back in when it is for our own
+/// MAC (a connection between two of our sockets), else to the uplink.
+fn send_out(frame: &[u8], our_mac: MacAddr, looped: &mut LoopQueue, uplink: &mut dyn FnMut(&[u8])) {
+    if frame.get(..6) != Some(&our_mac[..]) {
+        uplink(frame);
+    } else if looped.frames.len() >= MAX_LOOPED_FRAMES {
+        looped.overflow += 1;
+    } else {
+        looped.frames.push_back(frame.to_vec());
+    }
 }
 
 #[derive(Debug, Default)]
@@ -260,6 +291,7 @@ pub struct SmolToe {
     scratch: Vec<u8>,
     delayed: DelayQueue,
     faults: FaultCounters,
+    looped: LoopQueue,
 }
 
 impl std::fmt::Debug for SmolToe {
@@ -502,6 +534,7 @@ impl SmolToe {
             scratch,
             delayed,
             faults,
+            looped: LoopQueue::default(),
         })
     }
 
@@ -511,7 +544,10 @@ impl SmolToe {
 
     /// What fault injection did so far.
     pub fn fault_counters(&self) -> FaultCounters {
-        self.faults
+        FaultCounters {
+            loop_overflow: self.looped.overflow,
+            ..self.faults
+        }
     }
 
     /// Sockets in the table, listening slots included.
@@ -683,8 +719,11 @@ impl SmolToe {
             scratch,
             delayed,
             faults,
+            looped,
             ..
         } = self;
+        let mut out = |frame: &[u8]| send_out(frame, our_mac, looped, uplink);
+        let uplink: &mut dyn FnMut(&[u8]) = &mut out;
         let mut port = Port {
             rx: rx.map(|(packet, _)| packet),
             tx: TxPath {
@@ -711,6 +750,65 @@ impl SmolToe {
             if iface.poll_egress(now, &mut port, sockets) == smoltcp::iface::PollResult::None {
                 break;
             }
+        }
+    }
+
+    /// One received frame (from the uplink, or looped back).
+    fn take_in(&mut self, now: Instant, frame: &[u8], uplink: &mut dyn FnMut(&[u8])) {
+        let Some(segment) = frame::parse(frame) else {
+            return;
+        };
+        if !self.wants_segment(&segment) {
+            return;
+        }
+        let tuple = segment.tuple_at_receiver();
+        if let Some(id) = self.by_tuple.get(&tuple).map(|&index| self.id_of(index)) {
+            let Some(entry) = self.entry_mut(id) else {
+                return;
+            };
+            if entry.drops() {
+                self.faults.dropped += 1;
+                return;
+            }
+            // A SYN (no ACK) for a tuple we track is a duplicate or a
+            // reuse during TIME-WAIT: never let a second listener take it.
+            if segment.has(flags::SYN)
+                && !segment.has(flags::ACK)
+                && entry.state != TcpState::SynSent
+            {
+                return;
+            }
+            entry.observed.incoming(&segment, now);
+        }
+        let Some(packet) = frame.get(ETHERNET_HEADER_LEN..) else {
+            return;
+        };
+        self.run(now, Some((packet, segment.src_mac)), uplink, 1);
+        self.after_ingress(&segment);
+    }
+
+    /// Takes back in what we sent to our own MAC, and lets TCP answer it,
+    /// a bounded number of frames per call (`poll_at` says when more wait).
+    fn take_looped(&mut self, now: Instant, uplink: &mut dyn FnMut(&[u8])) {
+        let mut taken = 0;
+        while !self.looped.frames.is_empty() && taken < LOOPED_PER_CALL {
+            while let Some(frame) = self.looped.frames.pop_front() {
+                self.take_in(now, &frame, uplink);
+                self.looped.taken += 1;
+                taken += 1;
+                if taken == LOOPED_PER_CALL {
+                    break;
+                }
+            }
+            self.run(now, None, uplink, self.burst());
+        }
+    }
+
+    fn burst(&self) -> usize {
+        if self.config.max_burst == 0 {
+            usize::MAX
+        } else {
+            self.config.max_burst
         }
     }
 
@@ -832,36 +930,8 @@ impl Transport for SmolToe {
     }
 
     fn ingress(&mut self, now: Instant, frame: &[u8], uplink: &mut dyn FnMut(&[u8])) {
-        let Some(segment) = frame::parse(frame) else {
-            return;
-        };
-        if !self.wants_segment(&segment) {
-            return;
-        }
-        let tuple = segment.tuple_at_receiver();
-        if let Some(id) = self.by_tuple.get(&tuple).map(|&index| self.id_of(index)) {
-            let Some(entry) = self.entry_mut(id) else {
-                return;
-            };
-            if entry.drops() {
-                self.faults.dropped += 1;
-                return;
-            }
-            // A SYN (no ACK) for a tuple we track is a duplicate or a
-            // reuse during TIME-WAIT: never let a second listener take it.
-            if segment.has(flags::SYN)
-                && !segment.has(flags::ACK)
-                && entry.state != TcpState::SynSent
-            {
-                return;
-            }
-            entry.observed.incoming(&segment, now);
-        }
-        let Some(packet) = frame.get(ETHERNET_HEADER_LEN..) else {
-            return;
-        };
-        self.run(now, Some((packet, segment.src_mac)), uplink, 1);
-        self.after_ingress(&segment);
+        self.take_in(now, frame, uplink);
+        self.take_looped(now, uplink);
     }
 
     fn egress(&mut self, now: Instant, uplink: &mut dyn FnMut(&[u8])) {
@@ -870,18 +940,18 @@ impl Transport for SmolToe {
             if entry.key().0 > now {
                 break;
             }
-            uplink(&entry.remove());
+            let frame = entry.remove();
+            send_out(&frame, self.config.mac, &mut self.looped, uplink);
         }
-        let budget = if self.config.max_burst == 0 {
-            usize::MAX
-        } else {
-            self.config.max_burst
-        };
-        self.run(now, None, uplink, budget);
+        self.run(now, None, uplink, self.burst());
+        self.take_looped(now, uplink);
         self.sweep();
     }
 
     fn poll_at(&mut self, now: Instant) -> Option<Instant> {
+        if !self.looped.frames.is_empty() {
+            return Some(now);
+        }
         let at = self.iface.poll_at(now, &self.sockets);
         match (at, self.delayed.frames.keys().next().map(|k| k.0)) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -1047,6 +1117,10 @@ impl Transport for SmolToe {
             }
         }
         Ok(total)
+    }
+
+    fn looped_in(&self) -> u64 {
+        self.looped.taken
     }
 
     fn recv_queue(&self, id: SocketId) -> usize {

@@ -291,3 +291,51 @@ fn more_peers_than_neighbour_cache_entries() {
         ids.iter().map(|&id| hub.status(id)).collect::<Vec<_>>()
     );
 }
+
+/// Runs one stack alone until it has nothing to do (advancing time to
+/// its timers up to `limit`); every frame it sends to the wire is kept.
+fn settle_alone(toe: &mut SmolToe, now: &mut Instant, limit: Duration, wire: &mut Vec<Vec<u8>>) {
+    let end = *now + limit;
+    loop {
+        toe.egress(*now, &mut |f| wire.push(f.to_vec()));
+        match toe.poll_at(*now) {
+            Some(next) if next <= *now => continue,
+            Some(next) if next <= end => *now = next,
+            _ => return,
+        }
+    }
+}
+
+#[test]
+fn a_connection_to_our_own_address_never_touches_the_wire() {
+    let now = Instant::from_millis(1000);
+    let mut toe = SmolToe::new(TcpConfig::new(MAC_A, IP_A), now).unwrap();
+    let mut now = now;
+    let mut wire = Vec::new();
+    toe.listen(4791, 4).unwrap();
+    let a = toe.connect(now, 40000, SocketAddrV4::new(IP_A, 4791), MAC_A).unwrap();
+    settle_alone(&mut toe, &mut now, Duration::ZERO, &mut wire);
+    let b = toe.accept(4791).unwrap();
+    assert_eq!(toe.status(a), Some(LinkStatus::Established));
+    assert_eq!(toe.status(b), Some(LinkStatus::Established));
+
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i * 13) as u8).collect();
+    let (mut sent, mut got) = (0, Vec::new());
+    while got.len() < data.len() {
+        sent += toe.send_slice(a, &data[sent..]).unwrap();
+        settle_alone(&mut toe, &mut now, Duration::from_secs(1), &mut wire);
+        got.extend(read_all(&mut toe, b));
+    }
+    assert_eq!(got, data);
+    assert_eq!(toe.tcb(a).unwrap().retransmits, 0, "{:?} {:?}", toe.tcb(a), toe.fault_counters());
+
+    toe.close(a);
+    settle_alone(&mut toe, &mut now, Duration::ZERO, &mut wire);
+    assert_eq!(toe.status(b), Some(LinkStatus::PeerClosed));
+    toe.close(b);
+    settle_alone(&mut toe, &mut now, Duration::ZERO, &mut wire);
+    assert_eq!(toe.status(a), Some(LinkStatus::Closed(CloseReason::Graceful)));
+    assert_eq!(toe.status(b), Some(LinkStatus::Closed(CloseReason::Graceful)));
+    assert!(wire.is_empty(), "{} frames reached the wire", wire.len());
+    assert_eq!(toe.fault_counters().loop_overflow, 0);
+}
