@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{fence, Ordering};
 
-use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemoryMmap};
+use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemoryMmap, Le32};
 use vt3_iwarp::sim::{Endpoint, Sim, WireConfig, IPS, MACS};
 use vt3_iwarp::toe::{Duration, Instant};
 use vt3d::abi::*;
@@ -410,6 +410,19 @@ fn connect_args(qp: &QpRings, local_port: u16, pd: &[u8]) -> CmdConnect {
     }
 }
 
+fn accept_args(conn_id: Le32, qpn: u32, pd: &[u8]) -> CmdAccept {
+    CmdAccept {
+        conn_id,
+        qpn: qpn.into(),
+        ird: 8.into(),
+        ord: 8.into(),
+        pd_len: (pd.len() as u16).into(),
+        reserved0: 0.into(),
+        reserved1: 0.into(),
+        private_data: pd_bytes(pd),
+    }
+}
+
 fn listen_args(port: u16) -> CmdListen {
     CmdListen { local: sockaddr([0; 4], port), backlog: 8.into(), reserved: 0.into() }
 }
@@ -427,16 +440,7 @@ fn connect(s: &mut Setup) {
     assert_eq!((req.remote.ipv4, u16::from_be_bytes(req.remote.port)), (IPS[0].octets(), 40_001));
     assert_eq!((req.ird.to_native(), req.ord.to_native()), (8, 8));
 
-    let accept = CmdAccept {
-        conn_id: req.conn_id,
-        qpn: s.qb.qpn.into(),
-        ird: 8.into(),
-        ord: 8.into(),
-        pd_len: 5.into(),
-        reserved0: 0.into(),
-        reserved1: 0.into(),
-        private_data: pd_bytes(b"hi, a"),
-    };
+    let accept = accept_args(req.conn_id, s.qb.qpn, b"hi, a");
     let now = s.sim.now;
     s.sim.b.cmd(now, Cmd::Accept, &accept).unwrap();
     let est = s.sim.b.cm_event(EventType::Established).expect("ESTABLISHED follows ACCEPT's response");
@@ -1210,16 +1214,7 @@ fn a_connection_between_two_qps_of_one_device_stays_inside_it() {
     let req = s.sim.a.cm_event(EventType::ConnectRequest).unwrap();
     assert_eq!(req.private_data.get(req.pd_len.to_native()), b"to myself");
     assert_eq!((req.remote.ipv4, u16::from_be_bytes(req.remote.port)), (own, 40_100));
-    let accept = CmdAccept {
-        conn_id: req.conn_id,
-        qpn: server.qpn.into(),
-        ird: 8.into(),
-        ord: 8.into(),
-        pd_len: 0.into(),
-        reserved0: 0.into(),
-        reserved1: 0.into(),
-        private_data: pd_bytes(b""),
-    };
+    let accept = accept_args(req.conn_id, server.qpn, b"");
     let now = s.sim.now;
     s.sim.a.cmd(now, Cmd::Accept, &accept).unwrap();
     assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.a.has_event(EventType::ConnectReply)));
