@@ -107,12 +107,17 @@ agent_run() {
 		[[ $_AGENT_LINE == "@@BEGIN $id" ]] && break
 	done
 	if [[ $_AGENT_LINE == "@@BEGIN $id" ]]; then
+		# Each line is printed once the next one came: an empty line just
+		# before @@END is the newline the agent adds, not output.
+		local held= holding=0
 		while _agent_readline "$name" "$deadline"; do
 			if [[ $_AGENT_LINE =~ ^@@END\ ${id//./\\.}\ ([0-9]+)$ ]]; then
 				rc=${BASH_REMATCH[1]}
+				((holding)) && [[ -n $held ]] && printf '%s\n' "$held"
 				break
 			fi
-			printf '%s\n' "$_AGENT_LINE"
+			((holding)) && printf '%s\n' "$held"
+			held=$_AGENT_LINE holding=1
 		done
 	fi
 	if [[ -z $rc ]]; then

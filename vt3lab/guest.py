@@ -274,6 +274,9 @@ class Guest:
                 continue
             m = re.fullmatch(rf"@@END {re.escape(rid)} (\d+)", line)
             if m:
+                # The agent puts a newline before @@END: an empty last line is that.
+                if out and out[-1] == "":
+                    out.pop()
                 result = Result(int(m.group(1)), "\n".join(out))
                 body = "".join(f"  {l}\n" for l in out)
                 self._log(f"{body}  (exit {result.rc}, {time.time() - t0:.1f} s)\n")

@@ -25,3 +25,13 @@ def test_health_check(vt3_plain):
     assert KERNEL_TROUBLE.search("[  1.0] general protection fault, probably for non-canonical address 0x1: 0000 [#1] SMP")
     assert not KERNEL_TROUBLE.search("traps: rping[99] general protection fault ip:7f sp:7ff error:0 in librdmacm.so")
     s.mark_scenario()  # the probe's warning was on purpose
+
+
+def test_agent_output(vt3_plain):
+    """the agent gives a command's output byte for byte, with or without a last newline, and its exit status"""
+    a = vt3_plain.a
+    for cmd, out in (("true", ""), ("printf abc", "abc"), ("printf 'abc\\n'", "abc"),
+                     ("printf 'abc\\n\\n'", "abc\n"), ("printf '\\n\\nx'", "\n\nx"), ("echo a; echo b >&2", "a\nb")):
+        r = a.run(cmd)
+        assert (r.rc, r.out) == (0, out), f"{cmd!r}: {r}"
+    assert a.run("echo gone; exit 3") == a.run("echo gone; exit 3") and a.run("exit 3").rc == 3
