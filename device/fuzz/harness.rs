@@ -1381,17 +1381,16 @@ fn vu_message(request: u32, flags: u32, payload: &[u8]) -> Vec<u8> {
     m
 }
 
-/// Everything readable on `sock` now (the writers are done).
-fn drain(sock: &UnixStream) -> Vec<u8> {
-    sock.set_nonblocking(true).unwrap();
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match (&*sock).read(&mut buf) {
-            Ok(0) | Err(_) => return out,
-            Ok(n) => out.extend_from_slice(&buf[..n]),
-        }
-    }
+/// Everything `sock` receives until its peer closes, read by a thread of
+/// its own: many small messages fill a socket's buffer (each is a buffer
+/// of its own in the kernel) long before their bytes would, and a writer
+/// nobody reads from blocks for ever.
+fn reader(sock: UnixStream) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut out = Vec::new();
+        let _ = (&sock).read_to_end(&mut out);
+        out
+    })
 }
 
 /// Input: two octets (how much of the rest QEMU sends; the remainder is
@@ -1452,6 +1451,7 @@ pub fn vhost_user_relay(data: &[u8]) {
     let (back, daemon) = UnixStream::pair().unwrap();
     (&qemu).write_all(front_stream).unwrap();
     qemu.shutdown(std::net::Shutdown::Write).unwrap();
+    let (at_daemon, at_qemu) = (reader(daemon), reader(qemu));
     let mut relay = Relay::default();
     let mut relayed = 0usize;
     while let Ok(Some(msg)) = Message::read_from(&front) {
@@ -1459,21 +1459,24 @@ pub fn vhost_user_relay(data: &[u8]) {
         relay.from_frontend(msg, &front, &back).unwrap();
         relayed += 1;
     }
+    drop((front, back));
     assert_eq!(relayed, messages, "messages read");
-    assert_eq!(drain(&daemon), to_daemon, "what reached the daemon");
-    assert_eq!(drain(&qemu), to_qemu, "what QEMU got back");
+    assert_eq!(at_daemon.join().unwrap(), to_daemon, "what reached the daemon");
+    assert_eq!(at_qemu.join().unwrap(), to_qemu, "what QEMU got back");
 
     // The daemon's replies, back to QEMU unchanged.
     let (daemon, back) = UnixStream::pair().unwrap();
     let (front, qemu) = UnixStream::pair().unwrap();
     (&daemon).write_all(back_stream).unwrap();
     daemon.shutdown(std::net::Shutdown::Write).unwrap();
+    let at_qemu = reader(qemu);
     let mut expected = Vec::new();
     while let Ok(Some(msg)) = Message::read_from(&back) {
         msg.write_to(&front).unwrap();
         expected.extend(vu_message(msg.request(), msg.flags(), msg.payload()));
     }
-    let got = drain(&qemu);
+    drop(front);
+    let got = at_qemu.join().unwrap();
     assert_eq!(got, expected);
     assert!(back_stream.starts_with(&got), "a reply changed on its way");
 
@@ -1485,8 +1488,11 @@ pub fn vhost_user_relay(data: &[u8]) {
     (&daemon).write_all(back_stream).unwrap();
     qemu.shutdown(std::net::Shutdown::Write).unwrap();
     daemon.shutdown(std::net::Shutdown::Write).unwrap();
+    let (at_daemon, at_qemu) = (reader(daemon), reader(qemu));
     use std::os::fd::AsFd;
     let _ = Relay::default().run(&front, &back, stop.as_fd());
-    let reached = drain(&daemon);
+    drop((front, back));
+    let _ = at_qemu.join().unwrap();
+    let reached = at_daemon.join().unwrap();
     assert!(to_daemon.starts_with(&reached), "the loop forwarded something else");
 }

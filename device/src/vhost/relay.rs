@@ -84,11 +84,12 @@ impl Message {
             iov_base: header.as_mut_ptr().cast(),
             iov_len: header.len(),
         }];
-        // SAFETY: the iovec points at `header`, which lives and is not
-        // otherwise borrowed until the call returns; `raw_fds` is a valid
-        // out-buffer of MAX_FDS entries.
-        let (n, nfds) = unsafe { sock.recv_with_fds(&mut iov, &mut raw_fds) }
-            .map_err(io::Error::from)?;
+        let (n, nfds) = retry_interrupted(|| {
+            // SAFETY: the iovec points at `header`, which lives and is not
+            // otherwise borrowed until the call returns; `raw_fds` is a
+            // valid out-buffer of MAX_FDS entries.
+            unsafe { sock.recv_with_fds(&mut iov, &mut raw_fds) }.map_err(io::Error::from)
+        })?;
         let fds = raw_fds
             .iter()
             .take(nfds)
@@ -120,7 +121,7 @@ impl Message {
     pub fn write_to(&self, sock: &UnixStream) -> io::Result<()> {
         let fds: Vec<RawFd> = self.fds.iter().map(AsRawFd::as_raw_fd).collect();
         let bufs = [&self.header[..], &self.payload[..]];
-        let sent = sock.send_with_fds(&bufs, &fds).map_err(io::Error::from)?;
+        let sent = retry_interrupted(|| sock.send_with_fds(&bufs, &fds).map_err(io::Error::from))?;
         let total = HEADER_LEN + self.payload.len();
         if sent < total {
             // A stream socket may take a large body in pieces.
@@ -130,6 +131,21 @@ impl Message {
             (&*sock).write_all(rest.get(sent..).unwrap_or_default())?;
         }
         Ok(())
+    }
+}
+
+/// Runs a socket call again when a signal interrupted it before it moved
+/// anything (EINTR): `recvmsg`/`sendmsg` with fds are not retried for us as
+/// `read_exact`/`write_all` are, and any signal vt3d gets (a handler
+/// without SA_RESTART, a profiler, a debugger) would otherwise end QEMU's
+/// vhost-user connection. Found by the `vhost_user_relay` fuzz target, whose
+/// timer signal interrupted a relay.
+fn retry_interrupted<T>(mut call: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    loop {
+        match call() {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            result => return result,
+        }
     }
 }
 
