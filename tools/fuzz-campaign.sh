@@ -5,9 +5,10 @@
 # whichever comes first; then prints the results as the markdown table of
 # docs/fuzzing.md. Exits non-zero if any target crashed or timed out.
 #
-#   tools/fuzz-campaign.sh [--runs N] [--time SECONDS] [--asan] [TARGET...]
+#   tools/fuzz-campaign.sh [--runs N] [--time SECONDS] [--nice N] [--asan] [TARGET...]
 #
-# Defaults: 10000000 runs, 1800 s, every target, no sanitizer (safe Rust;
+# Defaults: 10000000 runs, 1800 s, nice 10 (0: an equal share beside other
+# work), every target, no sanitizer (safe Rust;
 # --asan builds with AddressSanitizer, about half the speed). Corpora
 # persist in $VT3_CACHE/fuzz/<target> (tools/cache-dir.sh: /var/cache/vt3
 # for root), crash and timeout reproducers go to
@@ -25,11 +26,13 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 runs=10000000
 seconds=1800
 sanitizer=none
+niceness=10
 targets=()
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--runs) runs=$2; shift 2 ;;
 	--time) seconds=$2; shift 2 ;;
+	--nice) niceness=$2; shift 2 ;;
 	--asan) sanitizer=address; shift ;;
 	-h | --help) sed -n '2,19p' "$0"; exit 0 ;;
 	-*) echo "unknown option $1" >&2; exit 2 ;;
@@ -83,7 +86,7 @@ for t in "${targets[@]}"; do
 	echo "== $t: up to $runs runs or $seconds s (log: $log)" >&2
 	start=$(date +%s)
 	status=0
-	nice -n 10 "$bin" "$corpus" "${extra[@]}" "${dict[@]}" \
+	nice -n "$niceness" "$bin" "$corpus" "${extra[@]}" "${dict[@]}" \
 		-runs="$runs" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
 		-print_final_stats=1 -artifact_prefix="$artifacts/" >"$log" 2>&1 || status=$?
 	wall=$(( $(date +%s) - start ))
