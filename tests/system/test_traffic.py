@@ -30,11 +30,16 @@ def perf(setup, server: str, client: str, tool: str, size: int) -> float:
     for g, out in ((c, run.client), (s, run.server)):
         # #bytes #iterations BW-peak BW-average MsgRate: every message
         # counted, at a rate above zero (BW in MB/s with two decimals is
-        # 0.00 for 1-byte messages under TCG; the Mpps rate has six).
+        # 0.00 for 1-byte messages under TCG; the Mpps rate has six),
+        # unless perftest said its clock failed it (then every rate is 0).
         rows = re.findall(rf"^\s*{size}\s+(\d+)\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s*$", out, re.M)
         assert rows, f"{what}: {g.name}: no result line:\n{tail(out)}"
         done, rate = int(rows[-1][0]), float(rows[-1][1])
-        assert done == iters and rate > 0, f"{what}: {g.name}: {done} of {iters} iterations, {rate} Mpps"
+        clock_failed = run.clock_failed(out)
+        assert done == iters and (rate > 0 or clock_failed), \
+            f"{what}: {g.name}: {done} of {iters} iterations, {rate} Mpps"
+        if clock_failed:
+            print(f"{what}: {g.name}: perftest's clock calibration failed, its rates are 0", flush=True)
     return run.value
 
 
@@ -164,7 +169,7 @@ def test_loopback(vt3_plain):
     rping_between(a, a, 200)
     for tool in ("ib_read_bw", "ib_write_bw"):
         run = perftest(a, a, tool, 65536, 20, setup=setup)
-        assert run.value > 0, f"{tool} loopback: {run.value} MB/s"
+        assert run.value > 0 or run.clock_failed(run.client), f"{tool} loopback: {run.value} MB/s"
     after = setup.vt3a.stats()
     moved = after["iwarp.fpdus_tx"] - before["iwarp.fpdus_tx"]
     assert moved > 800, f"only {moved} FPDUs sent"

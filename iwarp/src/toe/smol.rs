@@ -1050,7 +1050,21 @@ impl Transport for SmolToe {
             local: SocketAddrV4::new(self.config.ip, local_port),
             remote,
         };
-        if self.by_tuple.contains_key(&tuple) || self.listeners.contains_key(&local_port) {
+        // Our own TIME-WAIT for this tuple, which nobody holds any more,
+        // gives way to the new connection (with a new random ISN), as
+        // Linux's connect() reuses a TIME-WAIT port: the driver's stack
+        // and rdma_cm let go of the port when the connection ended, and
+        // pick it again long before our 2 MSL are over.
+        if let Some(&index) = self.by_tuple.get(&tuple) {
+            let lingering = self.slots.get(index as usize).and_then(|slot| slot.entry.as_ref()).is_some_and(|e| {
+                e.released && self.sockets.get::<tcp::Socket>(e.handle).state() == tcp::State::TimeWait
+            });
+            if !lingering {
+                return Err(TcpError::PortInUse(local_port));
+            }
+            self.remove(index);
+        }
+        if self.listeners.contains_key(&local_port) {
             return Err(TcpError::PortInUse(local_port));
         }
         let mut socket = self.new_socket();

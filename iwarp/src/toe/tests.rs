@@ -339,3 +339,33 @@ fn a_connection_to_our_own_address_never_touches_the_wire() {
     assert!(wire.is_empty(), "{} frames reached the wire", wire.len());
     assert_eq!(toe.fault_counters().loop_overflow, 0);
 }
+
+#[test]
+fn a_released_time_wait_gives_way_to_a_new_connection_on_its_tuple() {
+    let mut pair = Pair::new(|c| c);
+    pair.b.listen(4791, 4).unwrap();
+    let remote = SocketAddrV4::new(IP_B, 4791);
+    let a = pair.a.connect(pair.now, 40000, remote, MAC_B).unwrap();
+    pair.settle(false, Duration::ZERO);
+    let b = pair.b.accept(4791).unwrap();
+    // a closes first: a's end waits in TIME-WAIT.
+    pair.a.close(a);
+    pair.settle(false, Duration::ZERO);
+    pair.b.close(b);
+    pair.settle(false, Duration::ZERO);
+    assert_eq!(pair.a.tcb(a).unwrap().state, TcpState::TimeWait);
+    assert_eq!(
+        pair.a.connect(pair.now, 40000, remote, MAC_B),
+        Err(TcpError::PortInUse(40000)),
+        "still held by the engine"
+    );
+    pair.a.release(a);
+    pair.b.release(b);
+    pair.settle(false, Duration::ZERO);
+    let again = pair.a.connect(pair.now, 40000, remote, MAC_B).unwrap();
+    pair.settle(true, Duration::from_secs(1));
+    let b2 = pair.b.accept(4791).unwrap();
+    assert_eq!(pair.a.status(again), Some(LinkStatus::Established));
+    assert_eq!(pair.b.status(b2), Some(LinkStatus::Established));
+    assert_eq!(pair.a.status(a), None, "the old connection is gone");
+}
