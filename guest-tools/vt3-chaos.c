@@ -1251,7 +1251,7 @@ static void *cq_event_thread(void *arg)
 {
 	struct client *c = arg;
 	double last = now();
-	int i;
+	int i, ret;
 
 	while (!c->stop) {
 		struct pollfd pfd = { .fd = c->cch->fd, .events = POLLIN };
@@ -1284,9 +1284,15 @@ static void *cq_event_thread(void *arg)
 			if (c->cqs[i].cq != ecq)
 				continue;
 			c->cqs[i].unacked++;
-			/* Arm first, then poll: a CQE after the poll wakes us again. */
-			if (ibv_req_notify_cq(ecq, 0) && !c->device_fatal)
-				cfail(c, "ibv_req_notify_cq failed");
+			/*
+			 * Arm first, then poll: a CQE after the poll wakes us
+			 * again. Arming a CQ of a removed device fails with EIO
+			 * (uverbs disassociated it), possibly before our async
+			 * thread has read the DEVICE_FATAL that came first.
+			 */
+			ret = ibv_req_notify_cq(ecq, 0);
+			if (ret && !c->device_fatal && ret != EIO)
+				cfail(c, "ibv_req_notify_cq failed: %s", strerror(ret));
 			poll_cq(c, &c->cqs[i], NULL);
 		}
 	}
