@@ -27,7 +27,9 @@
 #
 # Runs as root on a fresh Debian 12 machine: missing host packages are
 # installed. Caches (images, rdma-core, cargo's target dir) live in
-# $VT3_CACHE (tools/cache-dir.sh), outside the clone.
+# $VT3_CACHE (tools/cache-dir.sh), outside the clone. Two runs side by side
+# each need their own VT3_IMAGES, VT3_RDMA_CORE_WORK, CARGO_TARGET_DIR and
+# VT3_RESULTS (default build/test-results, emptied by each run).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -39,7 +41,7 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$VT3_CACHE/target}
 VT3D=$CARGO_TARGET_DIR/release/vt3d
 QEMU=${VT3_QEMU:-}
 KEEP=0
-RESULTS=$ROOT/build/test-results
+RESULTS=${VT3_RESULTS:-$ROOT/build/test-results}
 PYTHON=/usr/bin/python3
 START=$SECONDS
 

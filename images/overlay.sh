@@ -52,6 +52,9 @@ WORK=$IMAGES/overlay-work
 STAGE=${VT3_RDMA_CORE_WORK:-$VT3_CACHE/rdma-core}/stage
 OUT=$IMAGES/initramfs-vt3.cpio
 
+# The driver's kernel test modules (guest-driver/tests/Kbuild).
+TEST_MODULES=(vt3_ktest.ko vt3_kcm.ko vt3_kforge.ko vt3_kchaos.ko)
+
 build_module() {
 	say "vt3.ko for $KVER"
 	make -s -C "$REPO/guest-driver" KDIR="$KDIR" >&2 || die "building vt3.ko failed"
@@ -73,8 +76,7 @@ inputs_hash() {
 	# Contents only (no paths): the same inputs from any clone hit the cache.
 	{
 		sha256sum "$IMAGES/initramfs.cpio.gz" "$REPO/guest-driver/vt3.ko" "${BASH_SOURCE[0]}" \
-			"$REPO/guest-driver/tests/vt3_ktest.ko" "$REPO/guest-driver/tests/vt3_kcm.ko" \
-			"$REPO/guest-driver/tests/vt3_kforge.ko" "$WORK/vt3-uverbs" "$WORK/vt3-forge" |
+			"${TEST_MODULES[@]/#/$REPO/guest-driver/tests/}" "$WORK/vt3-uverbs" "$WORK/vt3-forge" |
 			cut -d' ' -f1
 		(cd "$STAGE" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
 	} | sha256sum | cut -d' ' -f1
@@ -86,8 +88,8 @@ assemble() {
 	# The guest's /lib is a symlink to usr/lib, and the kernel's cpio
 	# unpacker would replace it by a real directory: never ship lib/.
 	mkdir -p "$root/usr/lib/modules/$KVER/extra" "$root/etc/vt3/init.d"
-	install -m 644 "$REPO/guest-driver/vt3.ko" "$REPO/guest-driver/tests/vt3_ktest.ko" "$REPO/guest-driver/tests/vt3_kcm.ko" \
-		"$REPO/guest-driver/tests/vt3_kforge.ko" "$root/usr/lib/modules/$KVER/extra/"
+	install -m 644 "$REPO/guest-driver/vt3.ko" "${TEST_MODULES[@]/#/$REPO/guest-driver/tests/}" \
+		"$root/usr/lib/modules/$KVER/extra/"
 	install -D -m 755 "$WORK/vt3-uverbs" "$root/usr/bin/vt3-uverbs"
 	install -D -m 755 "$WORK/vt3-forge" "$root/usr/bin/vt3-forge"
 	# rdma-core as the guest runs it: libraries, providers, tools, config.

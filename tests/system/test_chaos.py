@@ -64,7 +64,53 @@ COUNTS = re.compile(r"^sq (\d+) posted (\d+) ok (\d+) flushed (\d+) error (\d+) 
                     r"rq (\d+) posted (\d+) ok (\d+) flushed (\d+) error; ")
 # Exploration only (e.g. --signaled-flush-only); the case passes nothing.
 EXTRA_ARGS = os.environ.get("VT3_CHAOS_ARGS", "")
-SUMMARY = re.compile(r"^vt3-chaos: (\d+) passed, (\d+) failed$", re.M)
+
+
+class Client:
+    """The side under test: vt3-chaos (user QPs) or vt3_kchaos.ko (kernel
+    QPs, the same server, the same lines)."""
+
+    def __init__(self, name: str, faults: tuple[str, ...]):
+        self.name = name
+        self.faults = faults
+        self.summary = re.compile(rf"^{name}: (\d+) passed, (\d+) failed$", re.M)
+
+    def command(self, seed: int, runs: int, faults: tuple[str, ...]) -> str:
+        raise NotImplementedError
+
+    def ack_command(self, run: str) -> str:
+        raise NotImplementedError
+
+
+class UserClient(Client):
+    def command(self, seed, runs, faults):
+        return (f"rm -f {ACK}; exec vt3-chaos client --server {A_IP} --port {PORT} --seed {seed} --runs {runs} "
+                f"--faults {','.join(faults)} --cycle --ack {ACK} --duration {DURATION_MS} --tcp-timeout {TCP_TIMEOUT}"
+                f"{' ' + EXTRA_ARGS if EXTRA_ARGS else ''}")
+
+    def ack_command(self, run):
+        return f"echo {run} > {ACK}"
+
+
+class KernelClient(Client):
+    """insmod runs the batch in a kthread; /proc/vt3_kchaos streams its
+    lines until the last run; the exit status says whether one failed."""
+
+    def command(self, seed, runs, faults):
+        return (f"insmod {KMOD}/vt3_kchaos.ko addr={A_IP} port={PORT} seed={seed} runs={runs} "
+                f"faults={','.join(faults)} duration_ms={DURATION_MS} || exit 2; cat /proc/vt3_kchaos; "
+                f"f=$(cat /sys/module/vt3_kchaos/parameters/failed); rmmod vt3_kchaos || exit 4; [ \"$f\" = 0 ]")
+
+    def ack_command(self, run):
+        return f"echo {run} > /sys/module/vt3_kchaos/parameters/ack"
+
+
+# vt3_kchaos's faults (guest-driver/tests/vt3_kchaos.c): no bad-wqe (a
+# kernel ULP posts no bad lkey), no rmmod or vt3d kills (DEVICE_REMOVAL is
+# not handled by the module), invalidate-stag of the peer's STag only.
+KERNEL_NON_DESTRUCTIVE = tuple(f for f in NON_DESTRUCTIVE if f != "bad-wqe")
+USER = UserClient("vt3-chaos", ALL_FAULTS)
+KERNEL = KernelClient("vt3_kchaos", KERNEL_NON_DESTRUCTIVE + ("device-fatal", "peer-killed"))
 
 
 def tail(out: str, n: int = 25) -> str:
@@ -192,17 +238,16 @@ class Tally:
         return f"{self.runs} runs, {len(self.faults)} fault kinds ({kinds}), {self.wrs} WRs, {self.seconds:.0f} s"
 
 
-def batch(p: ChaosPair, tally: Tally, seed: int, runs: int, faults: tuple[str, ...]) -> list[str]:
-    """RUNS runs of the client from SEED over FAULTS (in turn), the host
-    faults done as READY lines come; every run reported, every count adds
-    up. Returns the runs that failed (their lines)."""
+def batch(p: ChaosPair, tally: Tally, seed: int, runs: int, faults: tuple[str, ...],
+          client: Client = USER) -> list[str]:
+    """RUNS runs of CLIENT from SEED over FAULTS, the host faults done as
+    READY lines come; every run reported, every count adds up. Returns the
+    runs that failed (their lines)."""
     b = p.b
-    what = f"seed {seed} × {runs} ({','.join(faults)})"
-    b.check(f"rm -f {ACK}", 10)
-    b.spawn(f"exec vt3-chaos client --server {A_IP} --port {PORT} --seed {seed} --runs {runs} "
-            f"--faults {','.join(faults)} --cycle --ack {ACK} --duration {DURATION_MS} --tcp-timeout {TCP_TIMEOUT}"
-            f"{' ' + EXTRA_ARGS if EXTRA_ARGS else ''}",
-            CLI, 120 + runs * 120)
+    what = f"{client.name} seed {seed} × {runs} ({','.join(faults)})"
+    unknown = [f for f in faults if f not in client.faults]
+    assert not unknown, f"{what}: {client.name} does not do {unknown}"
+    b.spawn(client.command(seed, runs, faults), CLI, 120 + runs * 120)
     t0 = time.monotonic()
     handled = 0
     try:
@@ -218,7 +263,7 @@ def batch(p: ChaosPair, tally: Tally, seed: int, runs: int, faults: tuple[str, .
             assert len(ready) == 11, f"{what}: odd READY line {line!r}"
             do_fault(p, ready)
             handled += 1
-            b.check(f"echo {ready[1]} > {ACK}", 10)
+            b.check(client.ack_command(ready[1]), 10)
         res = b.join(CLI, 60)
     except BaseException:
         try:
@@ -235,7 +280,7 @@ def batch(p: ChaosPair, tally: Tally, seed: int, runs: int, faults: tuple[str, .
     got = [(int(m.group("run")), int(m.group("seed"))) for m in RUN.finditer(out)]
     assert got == [(i, seed + i) for i in range(runs)], \
         f"{what}: result lines for {got[:5]}…, want runs 0..{runs - 1} (exit {res.rc}):\n{tail(out)}"
-    sums = SUMMARY.findall(out)
+    sums = client.summary.findall(out)
     assert sums and tuple(map(int, sums[-1])) == (runs - len(failed), len(failed)), \
         f"{what}: summary {sums[-1] if sums else 'missing'}, {len(failed)} FAIL lines of {runs}:\n{tail(out)}"
     assert res.rc == (1 if failed else 0), f"{what}: client exit {res.rc} with {len(failed)} failed:\n{tail(out)}"
@@ -284,17 +329,17 @@ def recover(p: ChaosPair, fault: str) -> None:
         p.restart("b")
 
 
-def chaos(p: ChaosPair, seed: int, rounds: list[tuple]) -> Tally:
-    """ROUNDS of (runs, faults[, fixed seed]): a batch each, destructive
-    ones recovered from; objects back to zero and the kernels clean after
-    each. Batches without a fixed seed take theirs from SEED on."""
+def chaos(p: ChaosPair, seed: int, rounds: list[tuple], client: Client = USER) -> Tally:
+    """ROUNDS of (runs, faults[, fixed seed]) of CLIENT: a batch each,
+    destructive ones recovered from; objects back to zero and the kernels
+    clean after each. Batches without a fixed seed take theirs from SEED on."""
     tally = Tally()
     failures: list[str] = []
     start_server(p.a)
     try:
         for runs, faults, *fixed in rounds:
             first = fixed[0] if fixed else seed
-            failures += batch(p, tally, first, runs, faults)
+            failures += batch(p, tally, first, runs, faults, client)
             if not fixed:
                 seed += runs
             if any(f not in NON_DESTRUCTIVE for f in faults):
@@ -372,4 +417,31 @@ def test_chaos_soak(chaos_pair):
     tally = chaos(p, first_seed(), rounds)
     assert tally.runs >= 1000, f"only {tally}"
     few = [f for f in ALL_FAULTS if tally.faults.get(f, 0) < 4]
+    assert not few, f"fault kinds hit fewer than 4 times: {few} ({tally})"
+
+
+def test_kchaos(chaos_pair):
+    """kernel QPs as ULPs use them (vt3_kchaos.ko: rdma_cm, softirq/workqueue CQs shared by QPs, wr_cqe, ib_drain_qp):
+    fault runs of every kind it does, exactly-once accounting, wc->qp right, nothing after destroy, drains return"""
+    p = chaos_pair
+    rounds = plan_from_env([(2 * len(KERNEL_NON_DESTRUCTIVE), KERNEL_NON_DESTRUCTIVE),
+                            (1, ("device-fatal",)), (1, ("peer-killed",))])
+    tally = chaos(p, first_seed(), rounds, KERNEL)
+    if os.environ.get("VT3_CHAOS_PLAN"):
+        return
+    assert tally.runs == 2 * len(KERNEL_NON_DESTRUCTIVE) + 2, f"only {tally}"
+    missing = [f for f in KERNEL.faults if f not in tally.faults]
+    assert not missing, f"fault kinds never hit: {missing} ({tally})"
+
+
+@pytest.mark.soak
+def test_kchaos_soak(chaos_pair):
+    """≥ 300 kernel-QP fault runs (vt3_kchaos.ko); 0 lost, 0 duplicated, 0 hangs"""
+    p = chaos_pair
+    rounds = []
+    for _ in range(10):
+        rounds += [(30, KERNEL_NON_DESTRUCTIVE), (1, ("device-fatal",)), (1, ("peer-killed",))]
+    tally = chaos(p, first_seed(), rounds, KERNEL)
+    assert tally.runs >= 300, f"only {tally}"
+    few = [f for f in KERNEL.faults if tally.faults.get(f, 0) < 4]
     assert not few, f"fault kinds hit fewer than 4 times: {few} ({tally})"
