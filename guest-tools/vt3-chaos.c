@@ -32,7 +32,7 @@
  *   peer    peer-close, peer-abort (the server, on the client's request)
  *   host    rst fin blackhole drop delay corrupt-crc terminate
  *           invalidate-stag device-fatal peer-killed peer-vt3d-killed
- *           vt3d-killed rmmod: the client prints
+ *           vt3d-killed rmmod mute-commands: the client prints
  *             READY <run> <seed> <fault> <side> <qpn> <peer qpn> <stag> <a1> <a2> <a3>
  *           (side 0: the fault is done to the peer's vt3d and QP, 1: to
  *           ours; stag: the peer's rkey or our MR's; a1..a3: drop percent
@@ -532,6 +532,7 @@ static const struct fault faults[] = {
 	{ "peer-vt3d-killed",	HOST,	S_ALL,		E_FATAL,	true },
 	{ "vt3d-killed",	HOST,	S_DEVICE,	E_DEVICE,	true },
 	{ "rmmod",		HOST,	S_DEVICE,	E_DEVICE,	true },
+	{ "mute-commands",	HOST,	S_DEVICE,	E_DEVICE,	true },
 };
 #define N_FAULTS	((int)(sizeof(faults) / sizeof(faults[0])))
 
@@ -1638,6 +1639,25 @@ static void host_fault(struct client *c)
 	cfail(c, "the host did not acknowledge the fault in 120 s");
 }
 
+/*
+ * mute-commands: our vt3d answers no command while its data path runs on.
+ * A command now (what any verb would send) goes unanswered, vt3.ko's
+ * probes too: it declares the device lost (CQs frozen, DEVICE_FATAL),
+ * while vt3d may still write CQEs that must not be taken.
+ */
+static void muted_command(struct client *c)
+{
+	double t = now();
+	struct ibv_cq *cq = ibv_create_cq(c->ctx, 1, NULL, NULL, 0);
+
+	if (cq) {
+		cfail(c, "ibv_create_cq was answered while vt3d's commands were muted");
+		ibv_destroy_cq(cq);
+		return;
+	}
+	vlog("ibv_create_cq failed after %.1f s: %s\n", now() - t, strerror(errno));
+}
+
 static void local_fault(struct client *c)
 {
 	const struct plan *p = &c->plan;
@@ -1761,6 +1781,8 @@ static bool run_one(int run, uint64_t seed, const int *allowed, int nallowed, in
 	vlog("fault %s on q%d\n", f->name, p->target);
 	if (f->who == HOST)
 		host_fault(c);
+	if (!strcmp(f->name, "mute-commands"))
+		muted_command(c);
 	else if (f->who == LOCAL)
 		local_fault(c);
 	c->t_end = now();

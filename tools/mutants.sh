@@ -9,6 +9,11 @@
 #   double-flush   libvt3 delivers the last flush of a queue twice
 #   cqe-after-err  vt3d writes a CQE for an outstanding receive after it set
 #                  the QP's error flag
+#   late-event-disarms  vt3.ko clears a CQ's 'armed' on every device CQ
+#                  event, also one answering an older arm (the lost wake-up
+#                  of issue 12: a later error kick is skipped)
+#   no-freeze      libvt3 ignores VT3_CQ_F_FROZEN: after vt3.ko declared
+#                  the device lost, CQEs vt3d still writes are taken
 #
 # A mutant is KILLED when the cases fail and the failure report names the
 # broken rule (REASON, a regex); SURVIVED when they pass; WRONG-REASON when
@@ -18,10 +23,12 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=cache-dir.sh
 source "$ROOT/tools/cache-dir.sh"
-CASES=(flush-datapath flush-local flush-rst)
 OUT=$ROOT/build/mutants
 
-declare -A FILE ANCHOR REPLACEMENT REASON
+# CASES[name]: the cases that must kill it (default: the flush matrix's).
+# ENV[name]: environment for its run (e.g. a chaos plan).
+declare -A FILE ANCHOR REPLACEMENT REASON CASES ENV
+DEFAULT_CASES="flush-datapath flush-local flush-rst"
 FILE[skip-flush]=provider/cq.c
 ANCHOR[skip-flush]='		wq->flush_pos++;
 		wc[n++] = (struct ibv_wc){'
@@ -59,6 +66,26 @@ REPLACEMENT[cqe-after-err]='        publish_state(mem, qp.status_addr, to);
         let Some(qp) = self.qps.get_mut(qpn) else { return };'
 REASON[cqe-after-err]='completed twice|after a FLUSH_ERR|order or duplicate|an extra'
 
+FILE[late-event-disarms]=guest-driver/vt3_cq.c
+ANCHOR[late-event-disarms]='		 * completion event at worst, which consumers tolerate.
+		 */
+		vt3_cq_notify(cq);'
+REPLACEMENT[late-event-disarms]='		 * completion event at worst, which consumers tolerate.
+		 */
+		atomic_set(&cq->armed, 0); /* MUTANT */
+		vt3_cq_notify(cq);'
+REASON[late-event-disarms]='hangs in ib_drain_qp|hangs in'
+CASES[late-event-disarms]=kchaos
+
+FILE[no-freeze]=provider/cq.c
+ANCHOR[no-freeze]='	if (vt3_load_acquire(&cq->status->flags) & VT3_CQ_F_FROZEN)'
+REPLACEMENT[no-freeze]='	if (0 && (vt3_load_acquire(&cq->status->flags) & VT3_CQ_F_FROZEN)) /* MUTANT */'
+REASON[no-freeze]='after a FLUSH_ERR|completed twice|out of posting order'
+CASES[no-freeze]=chaos
+ENV[no-freeze]='VT3_CHAOS_PLAN=1:mute-commands;1:mute-commands;1:mute-commands;1:mute-commands'
+
+ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze)
+
 log() { printf '[mutants] %s\n' "$*" >&2; }
 
 # mutate NAME DIR: the patch, or a clear error when its anchor moved.
@@ -87,13 +114,15 @@ run_mutant() {
 	cp -a "$VT3_CACHE/images/." "$dir/images/"
 	rm -f "$dir/images/initramfs-vt3.cpio"
 	cp -a "$VT3_CACHE/rdma-core" "$dir/rdma-core"
-	[ "${FILE[$name]#device/}" = "${FILE[$name]}" ] || cp -a "$VT3_CACHE/target/release" "$dir/target/"
-	log "$name: ${CASES[*]} with the mutant (log: $out/run.log)"
+	cp -a "$VT3_CACHE/target/release" "$dir/target/"
+	local cases=${CASES[$name]:-$DEFAULT_CASES}
+	log "$name: $cases with the mutant (log: $out/run.log)"
 	local rc=0
 	# The first failure is enough; two styles keep a mutant that makes
 	# every run wait for its timeout short.
-	(cd "$dir" && VT3_IMAGES=$dir/images VT3_RDMA_CORE_WORK=$dir/rdma-core CARGO_TARGET_DIR=$dir/target \
-		VT3_FLUSH_STYLES=events,poll VT3_PYTEST_ARGS=--maxfail=1 ./run-vm.sh test "${CASES[@]}") >"$out/run.log" 2>&1 || rc=$?
+	(cd "$dir" && export ${ENV[$name]:-VT3_MUTANT=$name} && VT3_IMAGES=$dir/images VT3_RDMA_CORE_WORK=$dir/rdma-core CARGO_TARGET_DIR=$dir/target \
+		VT3_RESULTS=$dir/build/test-results VT3_FLUSH_STYLES=events,poll VT3_PYTEST_ARGS=--maxfail=1 \
+		./run-vm.sh test $cases) >"$out/run.log" 2>&1 || rc=$?
 	cp -a "$dir/build/test-results/." "$out/" 2>/dev/null || true
 	local reasons
 	reasons=$(cat "$out"/system/*/failure-*.txt 2>/dev/null | grep -E "^E .*(FAIL|Error)" | head -n 20 || true)
@@ -109,9 +138,9 @@ run_mutant() {
 
 declare -A RESULT
 names=("$@")
-[ ${#names[@]} -gt 0 ] || names=(skip-flush double-flush cqe-after-err)
+[ ${#names[@]} -gt 0 ] || names=("${ALL_MUTANTS[@]}")
 for n in "${names[@]}"; do
-	[ -n "${FILE[$n]:-}" ] || { log "unknown mutant $n (skip-flush double-flush cqe-after-err)"; exit 2; }
+	[ -n "${FILE[$n]:-}" ] || { log "unknown mutant $n (${ALL_MUTANTS[*]})"; exit 2; }
 	run_mutant "$n" || RESULT[$n]="ERROR: could not build the mutant"
 done
 killed=0

@@ -138,6 +138,14 @@ pub enum FaultRequest {
     /// Fatal device error: VT3_EV_DEVICE_FATAL, every QP -> ERROR,
     /// commands refused until the driver resets the device.
     DeviceFatal,
+    /// A hung command channel (a T3 whose firmware mailbox hangs while its
+    /// DMA runs on): for MS milliseconds commands are dropped unanswered,
+    /// doorbells and CQ arming still work, the data path runs on; --ms 0
+    /// lifts it.
+    MuteCommands {
+        #[arg(long, value_parser = clap::value_parser!(u32).range(0..=600_000))]
+        ms: u32,
+    },
 }
 
 /// Decimal or `0x` hexadecimal.
@@ -184,6 +192,7 @@ impl FaultRequest {
             }
             Self::InvalidateStag { stag } => vec!["invalidate-stag".to_owned(), "--stag".to_owned(), format!("{stag:#x}")],
             Self::DeviceFatal => vec!["device-fatal".to_owned()],
+            Self::MuteCommands { ms } => vec!["mute-commands".to_owned(), "--ms".to_owned(), ms.to_string()],
         }
     }
 }
@@ -363,7 +372,7 @@ mod tests {
 
     #[test]
     fn fault_command_lines() {
-        let cases: [(&[&str], FaultRequest); 11] = [
+        let cases: [(&[&str], FaultRequest); 12] = [
             (&["fault", "rst", "--qp", "3"], FaultRequest::Rst { qp: 3 }),
             (&["fault", "fin", "--qp", "3"], FaultRequest::Fin { qp: 3 }),
             (&["fault", "blackhole", "--qp", "3"], FaultRequest::Blackhole { qp: 3, off: false }),
@@ -381,6 +390,7 @@ mod tests {
             ),
             (&["fault", "invalidate-stag", "--stag", "0x1a01"], FaultRequest::InvalidateStag { stag: 0x1a01 }),
             (&["fault", "device-fatal"], FaultRequest::DeviceFatal),
+            (&["fault", "mute-commands", "--ms", "20000"], FaultRequest::MuteCommands { ms: 20000 }),
         ];
         for (args, expected) in cases {
             let request = ctl(args).unwrap();

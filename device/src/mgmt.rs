@@ -251,6 +251,11 @@ fn inject(nic: &Nic, request: FaultRequest) -> (&'static str, Row, Result<Inject
             ("invalidate-stag", vec![("stag", Value::Text(format!("{stag:#x}")))], result)
         }
         FaultRequest::DeviceFatal => ("device-fatal", Vec::new(), nic.rnic().request_device_fatal()),
+        FaultRequest::MuteCommands { ms } => {
+            let now = nic.now();
+            let result = nic.rnic().mute_commands(now, EngineDuration::from_millis(u64::from(ms)));
+            ("mute-commands", vec![("ms", ms.into())], result)
+        }
     };
     if result.is_ok() {
         nic.kick();

@@ -392,6 +392,7 @@ struct krun {
 	char err[768];
 	int nerr;
 	atomic_t late;		/* completions after a destroy */
+	unsigned long t_fault, t_end, t_drained;	/* phases, for the RUN line */
 };
 
 static __printf(2, 3) void cfail(struct krun *r, const char *fmt, ...)
@@ -1039,6 +1040,11 @@ static void counts(struct krun *r, char *buf, size_t len)
 
 enum verdict { RUN_OK, RUN_FAIL, RUN_HUNG };
 
+static unsigned int since(struct krun *r, unsigned long t)
+{
+	return t ? jiffies_to_msecs(t - r->t0) : 0;
+}
+
 static enum verdict run_one(int run, u64 s)
 {
 	struct krun *r;
@@ -1100,11 +1106,13 @@ static enum verdict run_one(int run, u64 s)
 		wake_up_process(r->posters[i]);
 	msleep(r->plan.fault_at_ms);
 	do_fault(r);
+	r->t_fault = jiffies;
 	end = r->t0 + msecs_to_jiffies(r->plan.duration_ms);
 	if (time_before(jiffies, end))
 		msleep(jiffies_to_msecs(end - jiffies));
 	check_events(r);
 	end_traffic(r);
+	r->t_end = jiffies;
 teardown:
 	for (i = 0; i < MAX_POSTERS; i++)
 		if (r->posters[i])
@@ -1123,6 +1131,7 @@ teardown:
 		qp->drained = true;
 		destroy_qp(qp);
 	}
+	r->t_drained = jiffies;
 	if (hung)
 		goto report;	/* resources stay: a stuck drain uses them */
 	/* Late completions of a destroyed QP would show by now. */
@@ -1155,11 +1164,12 @@ report:
 			       r->plan.send_cq[i] != r->plan.recv_cq[i] ? "+2cq" : "");
 	counts(r, cnt, sizeof(cnt));
 	ok = !r->nerr;
-	out("RUN %d seed %llu fault %s side %d target q%d qps %d cqs %d threads %d styles %s; %u.%03u s: %s: %s%s%s",
+	out("RUN %d seed %llu fault %s side %d target q%d qps %d cqs %d threads %d styles %s; %u.%03u s: %s: %sphases: fault %u end %u drained %u ms%s%s",
 	    run, s, fault_table[r->plan.fault].name, r->plan.side, r->plan.target, r->plan.nqp,
 	    r->plan.ncq, r->plan.nposters, styles[0] ? styles : "-",
 	    jiffies_to_msecs(jiffies - r->t0) / 1000, jiffies_to_msecs(jiffies - r->t0) % 1000,
-	    ok ? "ok" : "FAIL", cnt, ok ? "" : "-- ", r->err);
+	    ok ? "ok" : "FAIL", cnt, since(r, r->t_fault), since(r, r->t_end), since(r, r->t_drained),
+	    ok ? "" : " -- ", r->err);
 	/* A hang leaves its run behind: the module cannot be unloaded. */
 	if (hung)
 		return RUN_HUNG;

@@ -52,7 +52,10 @@ DURATION_MS = 1500
 
 NON_DESTRUCTIVE = ("disconnect", "abort", "bad-wqe", "peer-close", "peer-abort", "rst", "fin", "blackhole",
                    "drop", "delay", "corrupt-crc", "terminate", "invalidate-stag")
-CHEAP_DESTRUCTIVE = ("device-fatal", "rmmod", "peer-killed")
+# mute-commands: our vt3d drops commands while its data path runs on, so
+# vt3.ko declares the device lost (CQs frozen) with CQEs still coming.
+CHEAP_DESTRUCTIVE = ("device-fatal", "rmmod", "peer-killed", "mute-commands")
+MUTE_MS = 40000  # beyond vt3.ko's 15 s (a command and two probes); lifted at recovery
 REBOOTING = ("peer-vt3d-killed", "vt3d-killed")
 ALL_FAULTS = NON_DESTRUCTIVE + CHEAP_DESTRUCTIVE + REBOOTING
 HOST_FAULTS = set(ALL_FAULTS) - {"disconnect", "abort", "bad-wqe", "peer-close", "peer-abort"}
@@ -212,6 +215,8 @@ def do_fault(p: ChaosPair, ready: list[str]) -> None:
         assert int(answer.get("stag", "0"), 16) == int(stag, 16), f"invalidate-stag answered {answer!r}, asked {stag}"
     elif name == "device-fatal":
         ctl_fault(p.vt3b, name)
+    elif name == "mute-commands":
+        ctl_fault(p.vt3b, name, "--ms", MUTE_MS)
     elif name == "rmmod":
         p.b.check("rmmod vt3", 120, "rmmod vt3 under traffic")
     elif name == "peer-killed":
@@ -318,6 +323,10 @@ def recover(p: ChaosPair, fault: str) -> None:
         assert p.vt3b.stats()["rnic.fatal"] == 0, "vt3d still fatal after vt3.ko's reset"
     elif fault == "rmmod":
         p.b.check(f"insmod {KMOD}/vt3.ko", 120)
+        wait_device(p.b)
+    elif fault == "mute-commands":
+        ctl_fault(p.vt3b, fault, "--ms", 0)
+        p.b.check(f"rmmod vt3 && insmod {KMOD}/vt3.ko", 120)
         wait_device(p.b)
     elif fault == "peer-killed":
         stop_server(p.a, killed=True)

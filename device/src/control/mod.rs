@@ -115,6 +115,10 @@ impl Channel {
         }
         let result = match Cmd::try_from(opcode) {
             Err(_) => Err(Status::Unsupported),
+            Ok(cmd) if rnic.drops_command(now, cmd) => {
+                log::debug!("{} dropped: commands are muted", cmd.name());
+                return Outcome::Silent;
+            }
             Ok(cmd) => {
                 let r = rnic.execute(mem, now, cmd, sealed.payload);
                 rnic.driver_mac = Some(guest);

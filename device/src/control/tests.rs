@@ -650,3 +650,41 @@ mod forgery {
         assert_eq!(d.chan.stats().sessions.load(std::sync::atomic::Ordering::Relaxed), 2);
     }
 }
+
+/// `vt3d ctl fault mute-commands`: a hung command channel.
+mod muted {
+    use super::*;
+    use vt3_iwarp::toe::Duration;
+
+    fn at(d: &mut Driver, cmd: Cmd, payload: &[u8], ms_after: u64) -> Outcome {
+        let f = d.frame(VT3_CTRL_VERSION, cmd as u16, payload.len() as u16, payload);
+        d.chan.handle_frame(&mut d.rnic, &d.mem, &f, &queues(), NOW + Duration::from_millis(ms_after))
+    }
+
+    #[test]
+    fn commands_go_unanswered_and_undone_while_doorbells_and_arming_are_served_until_the_time_is_up() {
+        let mut d = Driver::new();
+        let cqn = d.cq(16);
+        d.rnic.mute_commands(NOW, Duration::from_millis(1000)).unwrap();
+        let b = d.cq_args(16);
+        assert_eq!(at(&mut d, Cmd::CreateCq, b.as_slice(), 999), Outcome::Silent);
+        assert_eq!(d.counts().cq, 1, "a dropped command is not carried out either");
+        assert_eq!(at(&mut d, Cmd::QueryPort, &[], 500), Outcome::Silent, "liveness probes are lost too");
+        let arm = CmdArmCq { cqn: cqn.into(), flags: (ArmFlag::Next as u32).into() };
+        assert!(matches!(at(&mut d, Cmd::ArmCq, arm.as_slice(), 500), Outcome::Reply(_)), "arming is served");
+        assert!(d.rnic.cqs.get(cqn).unwrap().arm_flags != 0);
+        assert_eq!(d.rnic.fault_stats().muted_commands, 2);
+        assert!(matches!(at(&mut d, Cmd::CreateCq, b.as_slice(), 1000), Outcome::Reply(_)), "answered again");
+        assert_eq!(d.counts().cq, 2);
+    }
+
+    #[test]
+    fn zero_lifts_it() {
+        let mut d = Driver::new();
+        d.rnic.mute_commands(NOW, Duration::from_secs(60)).unwrap();
+        assert_eq!(at(&mut d, Cmd::QueryPort, &[], 1), Outcome::Silent);
+        d.rnic.mute_commands(NOW, Duration::ZERO).unwrap();
+        assert!(matches!(at(&mut d, Cmd::QueryPort, &[], 2), Outcome::Reply(_)));
+        assert_eq!(d.rnic.fault_stats().mute_commands, 2);
+    }
+}

@@ -13,7 +13,9 @@
 //! VT3_QPE_TERMINATE_SENT here, TERMINATE received at the peer;
 //! `invalidate-stag` → the peer's next access to it is a remote access
 //! error we detect (VT3_QPE_TERMINATE_SENT, protection class);
-//! `device-fatal` → VT3_EV_DEVICE_FATAL, every QP in ERROR.
+//! `device-fatal` → VT3_EV_DEVICE_FATAL, every QP in ERROR;
+//! `mute-commands` → no event: the driver's commands go unanswered (it
+//! declares the device lost) while the data path runs on.
 
 use std::mem::offset_of;
 
@@ -42,12 +44,15 @@ pub struct FaultStats {
     pub terminate: u64,
     pub invalidate_stag: u64,
     pub device_fatal: u64,
+    pub mute_commands: u64,
+    /// Commands dropped unanswered while muted.
+    pub muted_commands: u64,
     /// Requests refused (no such QP, not connected, bad code …).
     pub refused: u64,
 }
 
 impl FaultStats {
-    pub fn rows(&self) -> [(&'static str, u64); 10] {
+    pub fn rows(&self) -> [(&'static str, u64); 12] {
         [
             ("rst", self.rst),
             ("fin", self.fin),
@@ -58,6 +63,8 @@ impl FaultStats {
             ("terminate", self.terminate),
             ("invalidate_stag", self.invalidate_stag),
             ("device_fatal", self.device_fatal),
+            ("mute_commands", self.mute_commands),
+            ("muted_commands", self.muted_commands),
             ("refused", self.refused),
         ]
     }
@@ -281,6 +288,41 @@ impl Rnic {
             Err(_) => self.fault_stats.refused += 1,
         }
         result
+    }
+
+    /// `fault mute-commands`: until `now + for_`, commands that expect an
+    /// answer are dropped (see [`Rnic::drops_command`]); zero lifts it.
+    pub fn mute_commands(&mut self, now: Instant, for_: Duration) -> Result<Injected, String> {
+        self.fault_stats.mute_commands += 1;
+        if for_ == Duration::ZERO {
+            self.muted_until = None;
+            return Ok(injected("commands answered again".to_owned(), None));
+        }
+        self.muted_until = Some(now + for_);
+        Ok(injected(
+            format!(
+                "commands dropped unanswered for {} ms (doorbells and CQ arming still work, the data path runs \
+                 on): the driver's next command times out",
+                for_.total_millis()
+            ),
+            None,
+        ))
+    }
+
+    /// Whether the command channel drops `cmd` at `now` (muted): what a
+    /// hung command mailbox loses. Doorbells and arming are not answered
+    /// anyway and stay served, so the data path goes on.
+    pub fn drops_command(&mut self, now: Instant, cmd: Cmd) -> bool {
+        let Some(until) = self.muted_until else { return false };
+        if now >= until {
+            self.muted_until = None;
+            return false;
+        }
+        if matches!(cmd, Cmd::Doorbell | Cmd::ArmCq) {
+            return false;
+        }
+        self.fault_stats.muted_commands += 1;
+        true
     }
 
     /// Carries out a pending device fatal error, in the order `vt3_hw.h`

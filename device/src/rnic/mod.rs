@@ -213,6 +213,8 @@ pub struct Rnic {
     fault_stats: fault::FaultStats,
     /// `fault device-fatal` requested or done; cleared by RESET.
     fatal: Option<fault::Fatal>,
+    /// `fault mute-commands`: commands are dropped unanswered until then.
+    muted_until: Option<Instant>,
     /// Work queues whose producer index was impossible: their QPs go to
     /// ERROR at the next engine pass.
     ring_faults: Vec<(u32, WorkQueue)>,
@@ -288,6 +290,7 @@ impl Rnic {
             uplink_queue: None,
             fault_stats: fault::FaultStats::default(),
             fatal: None,
+            muted_until: None,
             ring_faults: Vec::new(),
             fetch_pending: Vec::new(),
             requests_refused_busy: 0,
