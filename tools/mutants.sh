@@ -74,7 +74,7 @@ REPLACEMENT[late-event-disarms]='		 * completion event at worst, which consumers
 		 */
 		atomic_set(&cq->armed, 0); /* MUTANT */
 		vt3_cq_notify(cq);'
-REASON[late-event-disarms]='hangs in ib_drain_qp|hangs in'
+REASON[late-event-disarms]='the error kick never came|hangs in ib_drain_qp'
 CASES[late-event-disarms]=kchaos
 
 FILE[no-freeze]=provider/cq.c

@@ -33,7 +33,9 @@
  * and READ data are right; no QP but the target sees an error event
  * before the end. One line per run, as vt3-chaos prints it:
  *   RUN <i> seed <s> fault <f> ... ok|FAIL: <counts> [-- reasons]
- * then "vt3_kchaos: N passed, N failed".
+ * then "vt3_kchaos: N passed, N failed". With probe=1 a probe of the lost
+ * wake-up comes first (probe_late_event), counted as one more run
+ * (`probe=1 runs=0`: the probe alone).
  */
 #include <linux/delay.h>
 #include <linux/inet.h>
@@ -60,6 +62,9 @@ module_param(faults, charp, 0444);
 MODULE_PARM_DESC(faults, "comma-separated fault kinds, drawn per run");
 static int duration_ms = 1500;
 module_param(duration_ms, int, 0444);
+static bool probe;
+module_param(probe, bool, 0444);
+MODULE_PARM_DESC(probe, "first the late CQ event probe (one more pass or fail)");
 static int ack = -1;
 module_param(ack, int, 0644);
 MODULE_PARM_DESC(ack, "the host writes a run's number once it did its fault");
@@ -575,8 +580,12 @@ static int poster_thread(void *arg)
 		for (i = 0; i < r->plan.nqp; i++)
 			if (r->plan.nposters == 1 || i % 2 == me || i == r->plan.target)
 				post_some(&r->qps[i]);
-		/* A pace TCG's guest can follow; MAX_WR lasts the run. */
-		usleep_range(1000, 1500);
+		/*
+		 * A pace the guest's one emulated CPU can follow and still run
+		 * the agent the host talks to (faster, the completion softirqs
+		 * starve it: a READY took 17 s to be seen); MAX_WR lasts the run.
+		 */
+		usleep_range(5000, 6000);
 	}
 	return 0;
 }
@@ -1177,6 +1186,144 @@ report:
 	return ok ? RUN_OK : RUN_FAIL;
 }
 
+/* ----------------------------------------------- the late CQ event probe */
+
+static atomic_t probe_events;
+
+static void probe_comp(struct ib_cq *cq, void *ctx)
+{
+	atomic_inc(&probe_events);
+}
+
+static bool probe_wait(int n, int ms)
+{
+	unsigned long until = jiffies + msecs_to_jiffies(ms);
+
+	while (atomic_read(&probe_events) < n)
+		if (time_after(jiffies, until))
+			return false;
+		else
+			msleep(10);
+	return true;
+}
+
+/*
+ * A completion event that answers an older arm must not disarm the CQ
+ * for the driver's own kicks (issue 12's lost wake-up): ib_cq arms with
+ * REPORT_MISSED_EVENTS and polls again without waiting, so the event of
+ * the first arm can come after the second. On the guest's one CPU,
+ * softirqs held back make it so: arm with a completion pending (vt3d
+ * answers with an event at once, held in the RX ring), poll the CQ
+ * empty, arm again (vt3d stays armed, no event), let the event in; then
+ * an error on the QP must still reach the consumer (vt3.ko kicks the CQ
+ * its consumer armed). One line: "PROBE late-cq-event ok|FAIL: …".
+ */
+static bool probe_late_event(void)
+{
+	struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons(port) };
+	struct ib_cq_init_attr attr = { .cqe = SQ_DEPTH + RQ_DEPTH + 2 };
+	struct ib_qp_attr err_attr = { .qp_state = IB_QPS_ERR };
+	struct krun *r = vzalloc(sizeof(*r));
+	struct kqp *qp;
+	struct ib_wc wc[16];
+	int before = 0, after_enable = 0, polled = 0, n, qn;
+	bool ok = false;
+
+	if (!r)
+		return false;
+	r->run = 0xffff;
+	r->t0 = jiffies;
+	spin_lock_init(&r->err_lock);
+	r->plan.seed = seed ^ 0x7761;
+	r->plan.nqp = 1;
+	qp = &r->qps[0];
+	qp->r = r;
+	qp->last_write = -1;
+	spin_lock_init(&qp->post_lock);
+	init_completion(&qp->cm_done);
+	qp->scq = qp->rcq = &r->cqs[0];
+	for (qn = 0; qn < 2; qn++) {
+		qp->q[qn].flush_from = U32_MAX;
+		qp->q[qn].w = vzalloc(MAX_WR * sizeof(struct kwr));
+		if (!qp->q[qn].w)
+			goto out;
+	}
+	if (!in4_pton(addr, -1, (u8 *)&dst.sin_addr.s_addr, -1, NULL) || resolve(r, qp, &dst))
+		goto out;
+	r->pd = ib_alloc_pd(r->dev, IB_PD_UNSAFE_GLOBAL_RKEY);
+	if (IS_ERR(r->pd)) {
+		r->pd = NULL;
+		goto out;
+	}
+	/* Our own handler: every completion event the consumer gets, counted. */
+	r->cqs[0].cq = ib_create_cq(r->dev, probe_comp, NULL, NULL, &attr);
+	if (IS_ERR(r->cqs[0].cq)) {
+		r->cqs[0].cq = NULL;
+		goto out;
+	}
+	if (connect_qp(r, qp, &dst))
+		goto out;
+	/* A SEND, answered by the server: completions in the ring, an event. */
+	ib_req_notify_cq(r->cqs[0].cq, IB_CQ_NEXT_COMP);
+	spin_lock_bh(&qp->post_lock);
+	post_send(qp, OP_SEND, true);
+	spin_unlock_bh(&qp->post_lock);
+	if (!probe_wait(1, 10000)) {
+		cfail(r, "no completion event for the first SEND");
+		goto out;
+	}
+	msleep(500);		/* the reply lands too */
+	before = atomic_read(&probe_events);
+	local_bh_disable();
+	ib_req_notify_cq(r->cqs[0].cq, IB_CQ_NEXT_COMP);
+	mdelay(1000);		/* vt3d answers: the event waits in the RX ring */
+	while ((n = ib_poll_cq(r->cqs[0].cq, ARRAY_SIZE(wc), wc)) > 0)
+		polled += n;
+	ib_req_notify_cq(r->cqs[0].cq, IB_CQ_NEXT_COMP);
+	mdelay(200);
+	after_enable = atomic_read(&probe_events);
+	local_bh_enable();
+	if (after_enable != before || !polled) {
+		cfail(r, "no late event set up: %d events while softirqs were held, %d completions polled",
+		      after_enable - before, polled);
+		goto out;
+	}
+	if (!probe_wait(before + 1, 5000)) {
+		cfail(r, "vt3d raised no event for the arm with completions pending");
+		goto out;
+	}
+	msleep(200);
+	after_enable = atomic_read(&probe_events);
+	/* The consumer armed last: an error on its QP must wake it. */
+	ib_modify_qp(qp->qp, &err_attr, IB_QP_STATE);
+	ok = probe_wait(after_enable + 1, 5000);
+	if (!ok)
+		cfail(r, "after a late CQ event the error kick never came (%d events, %d before the error)",
+		      atomic_read(&probe_events), after_enable);
+out:
+	if (qp->qp) {
+		qp->gone = true;
+		rdma_destroy_qp(qp->id);
+	}
+	if (r->cqs[0].cq)
+		ib_destroy_cq(r->cqs[0].cq);
+	if (qp->id)
+		rdma_destroy_id(qp->id);
+	if (qp->buf) {
+		ib_dma_unmap_single(r->dev, qp->dma, 3 * NSLOT * SLOT, DMA_BIDIRECTIONAL);
+		kfree(qp->buf);
+	}
+	if (r->pd)
+		ib_dealloc_pd(r->pd);
+	ok = ok && !r->nerr;
+	out("PROBE late-cq-event %s: %d completions polled, %d events%s%s", ok ? "ok" : "FAIL",
+	    polled, atomic_read(&probe_events), r->nerr ? " -- " : "", r->err);
+	vfree(qp->q[SQ].w);
+	vfree(qp->q[RQ].w);
+	vfree(r);
+	return ok;
+}
+
 static struct task_struct *runner;
 static struct proc_dir_entry *proc;
 
@@ -1184,6 +1331,12 @@ static int runner_thread(void *arg)
 {
 	int i, pass = 0, fail = 0;
 
+	if (probe) {
+		if (probe_late_event())
+			pass++;
+		else
+			WRITE_ONCE(failed, ++fail);
+	}
 	for (i = 0; i < runs && !kthread_should_stop(); i++) {
 		enum verdict v = run_one(i, seed + i);
 
@@ -1231,7 +1384,7 @@ static int __init vt3_kchaos_init(void)
 
 	if (err)
 		return err;
-	if (runs < 1 || duration_ms < 100)
+	if (runs < (probe ? 0 : 1) || duration_ms < 100)
 		return -EINVAL;
 	log_buf = vzalloc(LOG_SIZE);
 	if (!log_buf)
