@@ -237,6 +237,11 @@ static const struct fault fault_table[] = {
 	{ "invalidate-stag",	HOST },
 	{ "device-fatal",	HOST, true },
 	{ "peer-killed",	HOST, true },
+	/* The device goes away: rdma_cm's DEVICE_REMOVAL, handled as ULPs do. */
+	{ "rmmod",		HOST, true },
+	{ "mute-commands",	HOST, true },
+	{ "vt3d-killed",	HOST, true },
+	{ "peer-vt3d-killed",	HOST, true },
 };
 
 /* The registered TERMINATE codes (docs/vt3d-ctl.md): layer, etype, ecode. */
@@ -393,6 +398,13 @@ struct krun {
 	bool stop_post;
 	bool ending;		/* error events from here on are ours */
 	unsigned long t0;
+	/*
+	 * The verbs objects go once, under this lock: at the run's end, or in
+	 * rdma_cm's DEVICE_REMOVAL handler if the device goes first (a ULP
+	 * must free everything of the device before that handler returns).
+	 */
+	struct mutex lock;
+	bool released, removed, hung;
 	spinlock_t err_lock;
 	char err[768];
 	int nerr;
@@ -699,6 +711,8 @@ static void qp_event(struct ib_event *ev, void *ctx)
 		qp->first_event_at = jiffies;
 }
 
+static void release_verbs(struct krun *r);
+
 /* ---------------------------------------------------- rdma_cm and setup */
 
 static int cm_handler(struct rdma_cm_id *id, struct rdma_cm_event *ev)
@@ -715,9 +729,17 @@ static int cm_handler(struct rdma_cm_id *id, struct rdma_cm_event *ev)
 		return 0;
 	}
 	if (ev->event == RDMA_CM_EVENT_DEVICE_REMOVAL) {
-		cfail(qp->r, "q%d: DEVICE_REMOVAL (rmmod is not a kernel soak fault)", qp->idx);
+		struct krun *r = qp->r;
+
+		mutex_lock(&r->lock);
+		r->removed = true;
+		if (!r->released)
+			release_verbs(r);
+		/* Non-zero: rdma_cm destroys the id when we return. */
+		qp->id = NULL;
+		mutex_unlock(&r->lock);
 		WRITE_ONCE(qp->cm_closed, true);
-		return 0;
+		return 1;
 	}
 	qp->cm_event = ev->event;
 	qp->cm_status = ev->status;
@@ -931,6 +953,9 @@ static void end_traffic(struct krun *r)
 
 	WRITE_ONCE(r->stop_post, true);
 	WRITE_ONCE(r->ending, true);
+	mutex_lock(&r->lock);
+	if (r->released)
+		goto out;	/* the device went away first */
 	for (i = 0; i < r->plan.nqp; i++) {
 		struct kqp *qp = &r->qps[i];
 
@@ -942,6 +967,8 @@ static void end_traffic(struct krun *r)
 	for (i = 0; i < r->plan.nqp; i++)
 		if (r->qps[i].qp && !READ_ONCE(r->qps[i].cm_closed))
 			rdma_disconnect(r->qps[i].id);
+out:
+	mutex_unlock(&r->lock);
 }
 
 /* After the drains: every receive and signaled send completed once, and
@@ -973,6 +1000,61 @@ static void check_queues(struct krun *r, struct kqp *qp)
 	}
 }
 
+/*
+ * Every verbs object of the run, in a ULP's order: posters stopped, each
+ * QP drained (bounded) and destroyed, the accounting checked, CQs, buffers
+ * and the PD freed. r->lock held; at the run's end or from the device's
+ * removal.
+ */
+static void release_verbs(struct krun *r)
+{
+	int i;
+
+	r->released = true;
+	for (i = 0; i < MAX_POSTERS; i++)
+		if (r->posters[i]) {
+			kthread_stop(r->posters[i]);
+			r->posters[i] = NULL;
+		}
+	WRITE_ONCE(r->stop_post, true);
+	WRITE_ONCE(r->ending, true);
+	for (i = 0; i < r->plan.nqp; i++) {
+		struct kqp *qp = &r->qps[i];
+
+		if (!qp->qp)
+			continue;
+		if (!drain_qp(qp)) {
+			r->hung = true;
+			return;		/* resources stay: a stuck drain uses them */
+		}
+		qp->drained = true;
+		destroy_qp(qp);
+	}
+	r->t_drained = jiffies;
+	/* Late completions of a destroyed QP would show by now. */
+	msleep(100);
+	for (i = 0; i < r->plan.nqp; i++)
+		check_queues(r, &r->qps[i]);
+	for (i = 0; i < r->plan.ncq; i++)
+		if (r->cqs[i].cq) {
+			ib_free_cq(r->cqs[i].cq);
+			r->cqs[i].cq = NULL;
+		}
+	for (i = 0; i < r->plan.nqp; i++) {
+		struct kqp *qp = &r->qps[i];
+
+		if (qp->buf) {
+			ib_dma_unmap_single(r->dev, qp->dma, 3 * NSLOT * SLOT, DMA_BIDIRECTIONAL);
+			kfree(qp->buf);
+			qp->buf = NULL;
+		}
+	}
+	if (r->pd) {
+		ib_dealloc_pd(r->pd);
+		r->pd = NULL;
+	}
+}
+
 /* ------------------------------------------------------------------ run */
 
 static void host_fault(struct krun *r)
@@ -993,17 +1075,40 @@ static void host_fault(struct krun *r)
 	}
 }
 
+/*
+ * mute-commands: our vt3d answers no command while its data path runs
+ * on. A verb that needs an answer now goes unanswered, vt3.ko's probes
+ * too: it declares the device lost (CQs frozen, every QP in error,
+ * unregistered: DEVICE_REMOVAL) while vt3d may still write CQEs that must
+ * not be taken.
+ */
+static void muted_command(struct krun *r)
+{
+	struct ib_pd *pd = ib_alloc_pd(r->dev, 0);
+
+	if (!IS_ERR(pd)) {
+		cfail(r, "ib_alloc_pd was answered while vt3d's commands were muted");
+		ib_dealloc_pd(pd);
+	}
+}
+
 static void do_fault(struct krun *r)
 {
 	const struct fault *f = &fault_table[r->plan.fault];
 	struct kqp *t = &r->qps[r->plan.target];
 
-	if (f->who == HOST)
+	if (f->who == HOST) {
 		host_fault(r);
-	else if (!strcmp(f->name, "disconnect"))
+		if (!strcmp(f->name, "mute-commands"))
+			muted_command(r);
+		return;
+	}
+	mutex_lock(&r->lock);
+	if (!r->released && !strcmp(f->name, "disconnect"))
 		rdma_disconnect(t->id);
-	else if (!strcmp(f->name, "abort"))
+	else if (!r->released && !strcmp(f->name, "abort"))
 		destroy_qp(t);
+	mutex_unlock(&r->lock);
 }
 
 /* No QP but the target may see an error before the end (none for
@@ -1069,6 +1174,7 @@ static enum verdict run_one(int run, u64 s)
 	r->run = run;
 	r->t0 = jiffies;
 	spin_lock_init(&r->err_lock);
+	mutex_init(&r->lock);
 	make_plan(&r->plan, s, run);
 	if (!in4_pton(addr, -1, (u8 *)&dst.sin_addr.s_addr, -1, NULL)) {
 		cfail(r, "addr=%s is not an IPv4 address", addr);
@@ -1123,47 +1229,27 @@ static enum verdict run_one(int run, u64 s)
 	end_traffic(r);
 	r->t_end = jiffies;
 teardown:
-	for (i = 0; i < MAX_POSTERS; i++)
-		if (r->posters[i])
-			kthread_stop(r->posters[i]);
-	WRITE_ONCE(r->stop_post, true);
-	WRITE_ONCE(r->ending, true);
-	for (i = 0; i < r->plan.nqp && !hung; i++) {
-		struct kqp *qp = &r->qps[i];
-
-		if (!qp->qp)
-			continue;
-		if (!drain_qp(qp)) {
-			hung = true;
-			break;
-		}
-		qp->drained = true;
-		destroy_qp(qp);
-	}
-	r->t_drained = jiffies;
+	mutex_lock(&r->lock);
+	if (!r->released)
+		release_verbs(r);
+	hung = r->hung;
+	mutex_unlock(&r->lock);
 	if (hung)
 		goto report;	/* resources stay: a stuck drain uses them */
-	/* Late completions of a destroyed QP would show by now. */
-	msleep(100);
-	for (i = 0; i < r->plan.nqp; i++)
-		check_queues(r, &r->qps[i]);
-	for (i = 0; i < r->plan.ncq; i++)
-		if (r->cqs[i].cq)
-			ib_free_cq(r->cqs[i].cq);
 	for (i = 0; i < r->plan.nqp; i++) {
 		struct kqp *qp = &r->qps[i];
+		struct rdma_cm_id *id;
 
-		if (qp->id)
-			rdma_destroy_id(qp->id);
-		if (qp->buf) {
-			ib_dma_unmap_single(r->dev, qp->dma, 3 * NSLOT * SLOT, DMA_BIDIRECTIONAL);
-			kfree(qp->buf);
-		}
+		/* Unless rdma_cm's removal took it (and destroys it itself). */
+		mutex_lock(&r->lock);
+		id = qp->id;
+		qp->id = NULL;
+		mutex_unlock(&r->lock);
+		if (id)
+			rdma_destroy_id(id);
 		vfree(qp->q[SQ].w);
 		vfree(qp->q[RQ].w);
 	}
-	if (r->pd)
-		ib_dealloc_pd(r->pd);
 report:
 	n = 0;
 	styles[0] = 0;
@@ -1234,6 +1320,7 @@ static bool probe_late_event(void)
 	r->run = 0xffff;
 	r->t0 = jiffies;
 	spin_lock_init(&r->err_lock);
+	mutex_init(&r->lock);
 	r->plan.seed = seed ^ 0x7761;
 	r->plan.nqp = 1;
 	qp = &r->qps[0];
