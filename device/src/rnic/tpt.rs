@@ -2,8 +2,13 @@
 //! (index << 8 | key), checked on every access for state, key, PD, rights
 //! and bounds, and translated through their page lists. The iWARP engine
 //! reaches guest memory only through it ([`MemoryRegions`]).
+//!
+//! Fast-reg MRs (VT3_CMD_ALLOC_MR) start empty and invalid; the SQ's
+//! REG_MR fills one under a rotated key, LOCAL_INV and the peer's Send
+//! with Invalidate empty it again (`vt3_hw.h`, "Fast registration"). Only
+//! they may be invalidated by the QP or its peer.
 
-use vt3_iwarp::engine::{self, MemoryRegions};
+use vt3_iwarp::engine::{self, FastReg, FastRegError, MemoryRegions};
 
 use crate::abi::{VT3_PAGE_SHIFT, VT3_PAGE_SIZE};
 
@@ -36,6 +41,33 @@ pub struct Mr {
     /// Cleared by a Send with Invalidate naming this STag; every access
     /// then fails as an invalid STag. Registration makes a valid region.
     pub valid: bool,
+    /// `Some(max_pages)`: a fast-reg MR for up to that many pages (its page
+    /// list entries are reserved at allocation). `None`: an ordinary MR.
+    pub fast_reg: Option<u32>,
+}
+
+impl Mr {
+    /// An empty fast-reg MR of `pdn` (VT3_CMD_ALLOC_MR): invalid.
+    pub fn fast_reg(pdn: u32, max_pages: u32) -> Self {
+        Mr {
+            pdn,
+            access: 0,
+            iova: 0,
+            length: 0,
+            backing: Backing::Pages { pages: Vec::new(), page_offset: 0 },
+            valid: false,
+            fast_reg: Some(max_pages),
+        }
+    }
+
+    /// Page-list entries this MR holds against the PBL budget.
+    pub fn pbl_entries(&self) -> u64 {
+        match (&self.backing, self.fast_reg) {
+            (_, Some(max_pages)) => u64::from(max_pages),
+            (Backing::Pages { pages, .. }, None) => pages.len() as u64,
+            (Backing::Dma, None) => 0,
+        }
+    }
 }
 
 /// Why an access was refused (mapped to TERMINATE codes by the engine and
@@ -178,13 +210,82 @@ impl Tpt {
         Ok(())
     }
 
-    /// Send with Invalidate: `stag` must name a valid region of `pdn`.
+    /// The host invalidates a region (`vt3d ctl fault invalidate-stag`):
+    /// `stag` must name a valid region of `pdn`, of any kind. (The peer and
+    /// the SQ invalidate through [`MemoryRegions`]: fast-reg MRs only.)
     pub fn invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), AccessError> {
         let mr = self.get_mut(stag).filter(|mr| mr.valid).ok_or(AccessError::InvalidStag)?;
         if mr.pdn != pdn {
             return Err(AccessError::WrongPd);
         }
         mr.valid = false;
+        Ok(())
+    }
+}
+
+impl Tpt {
+    /// LOCAL_INV and Send with Invalidate: `stag` names a fast-reg MR of
+    /// `pdn` (current key); already invalid is fine (the verbs allow it).
+    /// Checked in the order STag, PD, kind (an ordinary MR: `Rights`).
+    pub fn invalidate_fast_reg(&mut self, stag: u32, pdn: u32) -> Result<(), AccessError> {
+        let mr = self.get_mut(stag).ok_or(AccessError::InvalidStag)?;
+        if mr.pdn != pdn {
+            return Err(AccessError::WrongPd);
+        }
+        if mr.fast_reg.is_none() {
+            return Err(AccessError::Rights);
+        }
+        mr.valid = false;
+        Ok(())
+    }
+
+    /// REG_MR (see [`MemoryRegions::fast_register`]). The page list is
+    /// read into the entry's own vector, whose capacity never exceeds the
+    /// MR's max_pages: no allocation beyond what ALLOC_MR reserved.
+    pub fn fast_register(
+        &mut self,
+        pdn: u32,
+        reg: &FastReg,
+        memory: &dyn engine::GuestMemory,
+    ) -> Result<(), FastRegError> {
+        let index = reg.stag >> 8;
+        let no_such = FastRegError::NoSuchMr(reg.stag);
+        let current_key = *self.keys.get(index as usize).ok_or(no_such)?;
+        let mr = self.entries.get_mut(index).ok_or(no_such)?;
+        let max_pages = mr.fast_reg.ok_or(no_such)?;
+        if mr.pdn != pdn {
+            return Err(FastRegError::WrongPd);
+        }
+        if mr.valid {
+            return Err(FastRegError::StillValid);
+        }
+        let key = (reg.stag & 0xff) as u8;
+        if key == current_key {
+            return Err(FastRegError::SameKey(key));
+        }
+        engine::check_fast_reg(reg, max_pages)?;
+        // The entry is invalid, so nothing reaches its old pages: they are
+        // overwritten in place. A refused list leaves it invalid, empty,
+        // and under its old key.
+        let mut pages = match std::mem::replace(&mut mr.backing, Backing::Dma) {
+            Backing::Pages { pages, .. } => pages,
+            Backing::Dma => Vec::new(),
+        };
+        let read = engine::read_page_list(memory, reg, &mut pages);
+        if let Err(e) = read {
+            pages.clear();
+            mr.backing = Backing::Pages { pages, page_offset: 0 };
+            mr.length = 0;
+            return Err(e);
+        }
+        mr.backing = Backing::Pages { pages, page_offset: reg.iova % VT3_PAGE_SIZE };
+        mr.iova = reg.iova;
+        mr.length = reg.length;
+        mr.access = reg.access;
+        mr.valid = true;
+        if let Some(slot) = self.keys.get_mut(index as usize) {
+            *slot = key;
+        }
         Ok(())
     }
 }
@@ -203,7 +304,20 @@ impl MemoryRegions for Tpt {
     }
 
     fn invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), engine::AccessError> {
-        Tpt::invalidate(self, stag, pdn).map_err(Into::into)
+        self.invalidate_fast_reg(stag, pdn).map_err(Into::into)
+    }
+
+    fn local_invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), engine::AccessError> {
+        self.invalidate_fast_reg(stag, pdn).map_err(Into::into)
+    }
+
+    fn fast_register(
+        &mut self,
+        pdn: u32,
+        reg: &FastReg,
+        memory: &dyn engine::GuestMemory,
+    ) -> Result<(), FastRegError> {
+        Tpt::fast_register(self, pdn, reg, memory)
     }
 }
 
@@ -221,6 +335,7 @@ mod tests {
             length: 8192,
             backing: Backing::Pages { pages: vec![0x10_0000, 0x20_0000, 0x30_0000], page_offset: 0x100 },
             valid: true,
+            fast_reg: None,
         }
     }
 

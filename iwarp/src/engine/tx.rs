@@ -27,7 +27,8 @@ use crate::wire::rdmap::{self, Opcode, Placement, ReadRequestPacket, ReadRequest
 pub(crate) struct TxEnv<'a> {
     pub pdn: u32,
     pub memory: &'a dyn GuestMemory,
-    pub regions: &'a dyn MemoryRegions,
+    /// Mutable for the SQ's own REG_MR and LOCAL_INV.
+    pub regions: &'a mut dyn MemoryRegions,
     pub stats: &'a mut EngineStats,
 }
 
@@ -213,7 +214,26 @@ fn rdmap_opcode(opcode: SendOpcode) -> Opcode {
         SendOpcode::SendSolicited => Opcode::SendSolicited,
         SendOpcode::SendSolicitedInvalidate => Opcode::SendSolicitedInvalidate,
         SendOpcode::Write => Opcode::RdmaWrite,
-        SendOpcode::Read => Opcode::RdmaReadRequest,
+        // Local operations never reach the wire (`local_operation`).
+        SendOpcode::Read | SendOpcode::RegMr | SendOpcode::LocalInv => Opcode::RdmaReadRequest,
+    }
+}
+
+/// Executes a REG_MR or LOCAL_INV at its turn in the SQ (after every
+/// earlier WQE went out, so a later SEND advertising the STag cannot
+/// overtake it; with FENCE also after every earlier READ completed).
+/// Refusals are local errors: LOC_QP_OP_ERR, as siw and rxe report them.
+fn local_operation(wr: &SendWr, env: &mut TxEnv<'_>) -> Result<(), WcStatus> {
+    match wr.opcode {
+        SendOpcode::RegMr => env
+            .regions
+            .fast_register(env.pdn, &wr.fast_reg, env.memory)
+            .map_err(|_| WcStatus::LocQpOpErr),
+        SendOpcode::LocalInv => env
+            .regions
+            .local_invalidate(wr.invalidate_stag, env.pdn)
+            .map_err(|_| WcStatus::LocQpOpErr),
+        _ => Err(WcStatus::LocQpOpErr),
     }
 }
 
@@ -261,7 +281,7 @@ pub(crate) fn transmit<T: Transport>(
                 if !entry.checked {
                     let checked = match entry.refused {
                         Some(status) => Err(status),
-                        None => validate(&entry.wr, env.pdn, env.regions, ord),
+                        None => validate(&entry.wr, env.pdn, &*env.regions, ord),
                     };
                     if let Err(status) = checked {
                         return Err(TxStop::WqeError {
@@ -271,6 +291,18 @@ pub(crate) fn transmit<T: Transport>(
                         });
                     }
                     entry.checked = true;
+                }
+                if entry.wr.opcode.is_local() {
+                    if let Err(status) = local_operation(&entry.wr, env) {
+                        return Err(TxStop::WqeError {
+                            seq: entry.seq,
+                            wr_id: entry.wr.wr_id,
+                            status,
+                        });
+                    }
+                    entry.result = Some((WcStatus::Success, 0));
+                    queues.issued += 1;
+                    continue;
                 }
                 stream.tx_current = TxCurrent::Sq;
             }
@@ -553,7 +585,7 @@ fn sq_fpdu<T: Transport>(
     };
     let ulpdu_len = header_len + chunk;
     let total = fpdu_len(u16::try_from(ulpdu_len).unwrap_or(u16::MAX));
-    let (pdn, memory, regions) = (env.pdn, env.memory, env.regions);
+    let (pdn, memory, regions) = (env.pdn, env.memory, &*env.regions);
     let mut build = |fpdu: &mut [u8]| {
         fill(fpdu, &header, &mut |payload| {
             let data = payload.get_mut(..chunk).unwrap_or(&mut []);
@@ -626,7 +658,7 @@ fn read_response_fpdu<T: Transport>(
     let ulpdu_len = TAGGED_HEADER_LEN + chunk;
     let total = fpdu_len(u16::try_from(ulpdu_len).unwrap_or(u16::MAX));
     let corrupt = stream.corrupt_crc;
-    let (pdn, memory, regions) = (env.pdn, env.memory, env.regions);
+    let (pdn, memory, regions) = (env.pdn, env.memory, &*env.regions);
     let mut build = |fpdu: &mut [u8]| {
         fill(fpdu, &header, &mut |payload| {
             let data = payload.get_mut(..chunk).unwrap_or(&mut []);
