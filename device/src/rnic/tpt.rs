@@ -322,7 +322,7 @@ impl MemoryRegions for Tpt {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
 
@@ -404,5 +404,86 @@ mod tests {
         let fresh = tpt.insert(mr(1, REMOTE_READ)).unwrap();
         let r = MemoryRegions::translate(&tpt, fresh, 1, 0x7000_0100, 1, REMOTE_WRITE, &mut |_, _| seen += 1);
         assert_eq!((r, seen), (Err(engine::AccessError::Rights), 0));
+    }
+
+    /// Guest RAM for page lists: one flat buffer.
+    struct Flat(Vec<u8>);
+
+    impl engine::GuestMemory for Flat {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), engine::MemoryError> {
+            let err = engine::MemoryError { addr, len: buf.len() };
+            let start = usize::try_from(addr).map_err(|_| err)?;
+            let src = self.0.get(start..start.checked_add(buf.len()).ok_or(err)?).ok_or(err)?;
+            buf.copy_from_slice(src);
+            Ok(())
+        }
+
+        fn write(&mut self, addr: u64, _data: &[u8]) -> Result<(), engine::MemoryError> {
+            Err(engine::MemoryError { addr, len: 0 })
+        }
+    }
+
+    fn ram_with_pbl(at: usize, pages: &[u64]) -> Flat {
+        let mut ram = Flat(vec![0; 0x40_0000]);
+        for (i, p) in pages.iter().enumerate() {
+            ram.0[at + i * 8..at + i * 8 + 8].copy_from_slice(&p.to_le_bytes());
+        }
+        ram
+    }
+
+    fn reg(stag: u32, npages: u32) -> FastReg {
+        FastReg { stag, iova: 0x9000_0200, length: 2 * 4096 - 0x200, pbl_addr: 0x1000, npages, access: ALL_ACCESS }
+    }
+
+    fn rotated(stag: u32) -> u32 {
+        stag & !0xff | (stag + 1) & 0xff
+    }
+
+    #[test]
+    fn fast_reg_entries() {
+        let mut tpt = Tpt::new(16);
+        let ram = ram_with_pbl(0x1000, &[0x20_0000, 0x10_0000]);
+        let old = tpt.insert(Mr::fast_reg(1, 2)).unwrap();
+        assert_eq!(tpt.get(old).unwrap().pbl_entries(), 2, "reserved at allocation");
+        assert_eq!(segments(&tpt, old, 0, 1, LOCAL_WRITE), Err(AccessError::InvalidStag), "allocated invalid");
+        // Refusals leave it invalid under its key.
+        assert_eq!(tpt.fast_register(1, &reg(old, 2), &ram), Err(FastRegError::SameKey((old & 0xff) as u8)));
+        assert_eq!(tpt.fast_register(2, &reg(rotated(old), 2), &ram), Err(FastRegError::WrongPd));
+        assert!(matches!(tpt.fast_register(1, &reg(rotated(old), 3), &ram), Err(FastRegError::TooManyPages { .. })));
+        assert!(matches!(tpt.fast_register(1, &reg(rotated(old), u32::MAX), &ram), Err(FastRegError::TooManyPages { .. })));
+        let long = FastReg { length: 2 * 4096, ..reg(rotated(old), 2) };
+        assert!(matches!(tpt.fast_register(1, &long, &ram), Err(FastRegError::Length { .. })));
+        let outside = FastReg { pbl_addr: 0x40_0000 - 8, ..reg(rotated(old), 2) };
+        assert_eq!(tpt.fast_register(1, &outside, &ram), Err(FastRegError::PageList(0x40_0000 - 8)));
+        let unaligned = ram_with_pbl(0x1000, &[0x20_0000, 0x10_0008]);
+        assert_eq!(
+            tpt.fast_register(1, &reg(rotated(old), 2), &unaligned),
+            Err(FastRegError::BadPage { index: 1, page: 0x10_0008 })
+        );
+        assert!(tpt.get(old).is_some_and(|mr| !mr.valid));
+        // Registered: the new STag translates through the page list.
+        let stag = rotated(old);
+        tpt.fast_register(1, &reg(stag, 2), &ram).unwrap();
+        assert!(tpt.get(old).is_none(), "the old key names nothing");
+        let mut v = Vec::new();
+        tpt.translate(stag, 1, 0x9000_0200, 4096, REMOTE_WRITE, |a, l| v.push((a, l))).unwrap();
+        assert_eq!(v, vec![(0x20_0200, 0xe00), (0x10_0000, 0x200)]);
+        assert_eq!(tpt.fast_register(1, &reg(rotated(stag), 2), &ram), Err(FastRegError::StillValid));
+        // Invalidation: fast-reg MRs of the PD only; an ordinary MR never.
+        let plain = tpt.insert(mr(1, ALL_ACCESS)).unwrap();
+        assert_eq!(MemoryRegions::invalidate(&mut tpt, plain, 1), Err(engine::AccessError::Rights));
+        assert_eq!(MemoryRegions::local_invalidate(&mut tpt, plain, 1), Err(engine::AccessError::Rights));
+        assert!(tpt.get(plain).unwrap().valid);
+        assert_eq!(MemoryRegions::invalidate(&mut tpt, stag, 2), Err(engine::AccessError::WrongPd));
+        assert_eq!(MemoryRegions::invalidate(&mut tpt, old, 1), Err(engine::AccessError::InvalidStag));
+        MemoryRegions::local_invalidate(&mut tpt, stag, 1).unwrap();
+        MemoryRegions::invalidate(&mut tpt, stag, 1).unwrap();
+        assert_eq!(segments(&tpt, stag, 0x9000_0200, 1, REMOTE_READ), Err(AccessError::InvalidStag));
+        // Registered again under the next key; the entry's vector is reused.
+        let one = FastReg { length: 100, ..reg(rotated(stag), 1) };
+        tpt.fast_register(1, &one, &ram).unwrap();
+        assert!(matches!(&tpt.get(rotated(stag)).unwrap().backing, Backing::Pages { pages, .. } if pages == &[0x20_0000]));
+        assert_eq!(tpt.get(rotated(stag)).unwrap().pbl_entries(), 2);
+        assert_eq!(tpt.fast_register(1, &reg(plain & !0xff | 0x77, 1), &ram), Err(FastRegError::NoSuchMr(plain & !0xff | 0x77)));
     }
 }
