@@ -74,7 +74,8 @@ inputs_hash() {
 	{
 		sha256sum "$IMAGES/initramfs.cpio.gz" "$REPO/guest-driver/vt3.ko" "${BASH_SOURCE[0]}" \
 			"$REPO/guest-driver/tests/vt3_ktest.ko" "$REPO/guest-driver/tests/vt3_kcm.ko" \
-			"$REPO/guest-driver/tests/vt3_kforge.ko" "$WORK/vt3-uverbs" "$WORK/vt3-forge" |
+			"$REPO/guest-driver/tests/vt3_kforge.ko" "$REPO/guest-driver/tests/vt3_kfrmr.ko" \
+			"$WORK/vt3-uverbs" "$WORK/vt3-forge" |
 			cut -d' ' -f1
 		(cd "$STAGE" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
 	} | sha256sum | cut -d' ' -f1
@@ -87,7 +88,8 @@ assemble() {
 	# unpacker would replace it by a real directory: never ship lib/.
 	mkdir -p "$root/usr/lib/modules/$KVER/extra" "$root/etc/vt3/init.d"
 	install -m 644 "$REPO/guest-driver/vt3.ko" "$REPO/guest-driver/tests/vt3_ktest.ko" "$REPO/guest-driver/tests/vt3_kcm.ko" \
-		"$REPO/guest-driver/tests/vt3_kforge.ko" "$root/usr/lib/modules/$KVER/extra/"
+		"$REPO/guest-driver/tests/vt3_kforge.ko" "$REPO/guest-driver/tests/vt3_kfrmr.ko" \
+		"$root/usr/lib/modules/$KVER/extra/"
 	install -D -m 755 "$WORK/vt3-uverbs" "$root/usr/bin/vt3-uverbs"
 	install -D -m 755 "$WORK/vt3-forge" "$root/usr/bin/vt3-forge"
 	# rdma-core as the guest runs it: libraries, providers, tools, config.
