@@ -142,7 +142,9 @@
  * remote operation 0/2/09 for an STag naming nothing, remote protection
  * 0/1/09 for another PD's or an ordinary MR), and that receive completes
  * with VT3_WC_REM_INV_REQ_ERR. MRs of VT3_CMD_REG_MR are never invalidated
- * by either. VT3_CMD_DEREG_MR frees a fast-reg entry in any state.
+ * by either. VT3_CMD_DEREG_MR frees a fast-reg entry in any state, named
+ * by its index under any key (a REG_MR refused or flushed leaves the
+ * driver's key one vt3d never took).
  *
  * Limits: max_cqe and max_qp_wr count usable entries; rings have a depth of
  * the next power of two above. fw_ver is major << 32 | minor << 16 | sub.

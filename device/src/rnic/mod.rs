@@ -400,7 +400,7 @@ impl Rnic {
             Cmd::AllocMr => self.alloc_mr(&args(payload)?),
             Cmd::DeregMr => {
                 let stag = le(args::<CmdHandle>(payload)?.handle);
-                let mr = self.tpt.remove(stag).ok_or(Status::NotFound)?;
+                let mr = self.tpt.remove_for_dereg(stag).ok_or(Status::NotFound)?;
                 self.pbl_used -= mr.pbl_entries();
                 self.pd_users(mr.pdn, false);
                 Ok(Vec::new())

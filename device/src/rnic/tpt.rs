@@ -140,6 +140,20 @@ impl Tpt {
         self.entries.remove(index)
     }
 
+    /// VT3_CMD_DEREG_MR: `stag` with its current key, or, for a fast-reg
+    /// MR, with any key. The driver cannot always know the key a fast-reg
+    /// MR ended with: a REG_MR under a rotated key may be refused or
+    /// flushed (never executed), unsignaled at that, and ULPs deregister
+    /// such MRs (NFS/RDMA destroys every flushed MR).
+    pub fn remove_for_dereg(&mut self, stag: u32) -> Option<Mr> {
+        if let Some(mr) = self.remove(stag) {
+            return Some(mr);
+        }
+        let index = stag >> 8;
+        self.entries.get(index).filter(|mr| mr.fast_reg.is_some())?;
+        self.entries.remove(index)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -485,5 +499,12 @@ mod tests {
         assert!(matches!(&tpt.get(rotated(stag)).unwrap().backing, Backing::Pages { pages, .. } if pages == &[0x20_0000]));
         assert_eq!(tpt.get(rotated(stag)).unwrap().pbl_entries(), 2);
         assert_eq!(tpt.fast_register(1, &reg(plain & !0xff | 0x77, 1), &ram), Err(FastRegError::NoSuchMr(plain & !0xff | 0x77)));
+        // DEREG_MR: a fast-reg MR under any key (the driver's may be one a
+        // refused REG_MR never gave it); an ordinary MR under its own only.
+        let current = rotated(stag);
+        assert!(tpt.remove_for_dereg(plain ^ 0x40).is_none());
+        assert!(tpt.remove_for_dereg(current ^ 0x40).is_some_and(|mr| mr.fast_reg == Some(2)));
+        assert!(tpt.remove_for_dereg(current).is_none(), "gone");
+        assert!(tpt.remove_for_dereg(plain).is_some());
     }
 }
