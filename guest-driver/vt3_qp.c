@@ -442,6 +442,7 @@ static enum ib_wc_opcode vt3_flush_opcode(u8 opcode)
 	case VT3_WR_WRITE:
 		return IB_WC_RDMA_WRITE;
 	case VT3_WR_READ:
+	case VT3_WR_READ_INV:
 		return IB_WC_RDMA_READ;
 	case VT3_WR_REG_MR:
 		return IB_WC_REG_MR;
@@ -841,7 +842,14 @@ static int vt3_build_sq_wqe(struct vt3_qp *qp, const struct ib_send_wr *wr,
 		wqe->remote_stag = cpu_to_le32(rdma_wr(wr)->rkey);
 		break;
 	case IB_WR_RDMA_READ:
+	case IB_WR_RDMA_READ_WITH_INV:
 		wqe->opcode = VT3_WR_READ;
+		if (wr->opcode == IB_WR_RDMA_READ_WITH_INV) {
+			/* rdma_rw's READ on iWARP: the sink's MR, after it. */
+			wqe->opcode = VT3_WR_READ_INV;
+			wqe->invalidate_stag =
+				cpu_to_le32(wr->ex.invalidate_rkey);
+		}
 		wqe->remote_addr = cpu_to_le64(rdma_wr(wr)->remote_addr);
 		wqe->remote_stag = cpu_to_le32(rdma_wr(wr)->rkey);
 		max_sge = min(max_sge, to_vt3_dev(qp->ibqp.device)->lim.max_sge_rd);

@@ -197,6 +197,7 @@ abi_enums! {
         Read = "VT3_WR_READ" = 5,
         RegMr = "VT3_WR_REG_MR" = 6,
         LocalInv = "VT3_WR_LOCAL_INV" = 7,
+        ReadInv = "VT3_WR_READ_INV" = 8,
     }
 
     pub enum WqeFlag: u8 {

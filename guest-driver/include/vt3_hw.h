@@ -87,7 +87,7 @@
  * MODIFY_QP ERROR -> IDLE sets cons = prod and clears VT3_QP_F_ERROR: send
  * it only after the flush. After a clean close the QP is IDLE but its
  * rings are not read again until that ERROR -> IDLE reset.
- * WQEs with unknown flag bits, an opcode above VT3_WR_LOCAL_INV, or more SGEs or
+ * WQEs with unknown flag bits, an opcode above VT3_WR_READ_INV, or more SGEs or
  * inline bytes than the QP allows complete with VT3_WC_LOC_QP_OP_ERR.
  *
  * Errors: when a QP goes to ERROR, vt3d first publishes its last CQE for
@@ -135,7 +135,11 @@
  * bad WQE (DESIGN.md §5), leaving the entry as it was.
  * VT3_WR_LOCAL_INV (invalidate_stag: a fast-reg MR of the QP's PD, current
  * key) makes the entry invalid, in SQ order; invalidating an invalid entry
- * is allowed (the verbs say so). The peer's Send with Invalidate does the
+ * is allowed (the verbs say so). VT3_WR_READ_INV is a READ that does the
+ * same to its invalidate_stag (normally the sink's, IB_WR_RDMA_READ_WITH_INV)
+ * once its last response was placed, before its completion (VT3_WC_READ);
+ * an invalidate_stag it may not invalidate is refused before the READ goes
+ * out (VT3_WC_LOC_QP_OP_ERR). The peer's Send with Invalidate does the
  * same on receive (the CQE has VT3_CQE_INVALIDATED and invalidated_stag),
  * but only for a fast-reg MR of the QP's PD: an STag the peer may not
  * invalidate is a TERMINATE "STag cannot be invalidated" (RFC 5040: RDMAP
@@ -569,6 +573,7 @@ enum vt3_wr_opcode {
 	VT3_WR_READ = 5,
 	VT3_WR_REG_MR = 6,		/* struct vt3_reg_mr_wqe */
 	VT3_WR_LOCAL_INV = 7,		/* invalidate_stag; no SGEs */
+	VT3_WR_READ_INV = 8,		/* READ, then LOCAL_INV of invalidate_stag */
 };
 
 enum vt3_wqe_flags {

@@ -23,6 +23,9 @@
  *  3  SEND_WITH_INV of a fast-reg MR of another PD: the same.
  *  4  REG_MR of a valid MR: IB_WC_LOC_QP_OP_ERR; a REG_MR and a LOCAL_INV
  *     posted after it are flushed (IB_WC_WR_FLUSH_ERR, their opcodes).
+ *  5  the client's IB_WR_RDMA_READ_WITH_INV (what rdma_rw posts on iWARP)
+ *     into its fast-reg sink: the data is there and the sink invalid, so
+ *     a second READ into it fails locally.
  *
  * The rules of 1-4 are the owner's (the device the server runs on). Each
  * side logs "vt3_kfrmr: <role>: N passed, N failed" (the server after
@@ -49,7 +52,7 @@ MODULE_PARM_DESC(port, "the server's port");
 #define FR_PAGES	3
 #define FR_LEN		(FR_PAGES * PAGE_SIZE)
 #define FR_MAX_SG	8
-#define FR_SCENARIOS	5
+#define FR_SCENARIOS	6
 #define FR_TIMEOUT_MS	60000
 #define FR_MAX_CONNS	8
 
@@ -579,6 +582,12 @@ static void fr_server_scenario(struct fr_conn *c, u32 scenario)
 		if (!IS_ERR_OR_NULL(pd2))
 			ib_dealloc_pd(pd2);
 		break;
+	case 5:
+		fr_fill(c, 0xe5, 0, FR_LEN);
+		CHECK(fr_register(c, c->mr, ALL_ACCESS),
+		      "server: 5: registered");
+		fr_expose(c, 5, c->mr->rkey, c->mr->iova);
+		break;
 	case 4:
 		CHECK(fr_register(c, c->mr, ALL_ACCESS),
 		      "server: 4: registered");
@@ -737,13 +746,57 @@ static void fr_client_positive(struct fr_conn *c, struct fr_msg *m)
 	}
 }
 
+/* Scenario 5: READ_WITH_INV of the sink, which is invalid afterwards. */
+static void fr_client_read_inv(struct fr_conn *c, struct fr_msg *m)
+{
+	struct ib_sge sge;
+	struct ib_rdma_wr wr = {
+		.wr = {
+			.wr_cqe = &c->op.cqe,
+			.sg_list = &sge,
+			.num_sge = 1,
+			.opcode = IB_WR_RDMA_READ_WITH_INV,
+			.send_flags = IB_SEND_SIGNALED,
+		},
+		.remote_addr = m->iova,
+		.rkey = m->rkey,
+	};
+
+	CHECK(fr_register(c, c->mr, IB_ACCESS_LOCAL_WRITE |
+			  IB_ACCESS_REMOTE_WRITE),
+	      "client: 5: its READ sink fast-registered");
+	sge.addr = c->mr->iova;
+	sge.length = FR_LEN;
+	sge.lkey = c->mr->lkey;
+	wr.wr.ex.invalidate_rkey = c->mr->lkey;
+	fr_arm(&c->op);
+	CHECK(!ib_post_send(c->qp, &wr.wr, NULL) &&
+	      fr_wait_ok(c, &c->op, IB_WC_RDMA_READ),
+	      "client: 5: IB_WR_RDMA_READ_WITH_INV completes (status %d)",
+	      c->op.wc.status);
+	CHECK(fr_holds(c, 0xe5, 0, FR_LEN), "client: 5: its data placed");
+	CHECK(!fr_post_rdma(c, IB_WR_RDMA_READ, c->mr->iova, c->mr->lkey, 64,
+			    m->rkey, m->iova) && fr_wait_wc(c, &c->op) &&
+	      c->op.wc.status != IB_WC_SUCCESS,
+	      "client: 5: the sink was invalidated: a READ into it fails (%d)",
+	      c->op.wc.status);
+	/* A local error: whether the device ends the connection or not. */
+	rdma_disconnect(c->id);
+}
+
 static void fr_client_scenario(struct fr_conn *c, u32 scenario)
 {
 	struct fr_msg hello = { .op = FR_HELLO, .scenario = scenario };
 	struct fr_msg *m;
 
-	if (!fr_send(c, &hello, 0) || !(m = fr_recv(c, FR_EXPOSE))) {
-		CHECK(false, "client: %u: HELLO and EXPOSE", scenario);
+	if (!fr_send(c, &hello, 0)) {
+		CHECK(false, "client: %u: HELLO sent", scenario);
+		return;
+	}
+	/* 4 is the server's alone: it exposes nothing. */
+	m = scenario == 4 ? NULL : fr_recv(c, FR_EXPOSE);
+	if (scenario != 4 && !m) {
+		CHECK(false, "client: %u: EXPOSE received", scenario);
 		return;
 	}
 	switch (scenario) {
@@ -762,6 +815,9 @@ static void fr_client_scenario(struct fr_conn *c, u32 scenario)
 	case 2:
 	case 3:
 		fr_send(c, &hello, m->rkey);
+		break;
+	case 5:
+		fr_client_read_inv(c, m);
 		break;
 	}
 	CHECK(fr_wait_disconnected(c), "client: %u: the server ended it",

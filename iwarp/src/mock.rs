@@ -229,13 +229,13 @@ impl MockRegions {
         Ok(())
     }
 
-    /// The fast-reg rules of [`MemoryRegions::invalidate`].
-    fn invalidate_fast_reg(&mut self, stag: u32, pdn: u32) -> Result<(), AccessError> {
+    /// The fast-reg rules of [`MemoryRegions::invalidate`]: STag, PD, kind.
+    fn check_invalidatable(&self, stag: u32, pdn: u32) -> Result<usize, AccessError> {
         let index = self.index_of(stag).ok_or(AccessError::InvalidStag)?;
         let mr = self
             .entries
-            .get_mut(index)
-            .and_then(Option::as_mut)
+            .get(index)
+            .and_then(Option::as_ref)
             .ok_or(AccessError::InvalidStag)?;
         if mr.pdn != pdn {
             return Err(AccessError::WrongPd);
@@ -243,7 +243,14 @@ impl MockRegions {
         if mr.fast_reg.is_none() {
             return Err(AccessError::Rights);
         }
-        mr.valid = false;
+        Ok(index)
+    }
+
+    fn invalidate_fast_reg(&mut self, stag: u32, pdn: u32) -> Result<(), AccessError> {
+        let index = self.check_invalidatable(stag, pdn)?;
+        if let Some(Some(mr)) = self.entries.get_mut(index) {
+            mr.valid = false;
+        }
         Ok(())
     }
 
@@ -339,6 +346,10 @@ impl MemoryRegions for MockRegions {
 
     fn local_invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), AccessError> {
         self.invalidate_fast_reg(stag, pdn)
+    }
+
+    fn invalidatable(&self, stag: u32, pdn: u32) -> Result<(), AccessError> {
+        self.check_invalidatable(stag, pdn).map(|_| ())
     }
 
     fn fast_register(

@@ -15,14 +15,17 @@ from vt3lab.tools import tail
 #              LOCAL_INV, ACCESS_ERR for the old rkey, nothing placed (9);
 #           1: registered, LOCAL_INV, ACCESS_ERR for the READ (3);
 #           2, 3: REM_INV_REQ_ERR and ACCESS_ERR (2 each);
-#           4: registered, LOC_QP_OP_ERR, REG_MR and LOCAL_INV flushed (4).
+#           4: registered, LOC_QP_OP_ERR, REG_MR and LOCAL_INV flushed (4);
+#           5: registered (1).
 #   client: 0: sink registered, READ, its data, WRITE, SEND_WITH_INV, a
 #              new rkey, WRITE through it, LOCAL_INV, the end (9);
-#           1: the READ fails, the end (2); 2, 3, 4: the end (1 each).
+#           1: the READ fails, the end (2); 2, 3, 4: the end (1 each);
+#           5: sink registered, READ_WITH_INV, its data, a second READ
+#              into the sink fails, the end (5).
 # A check that was skipped (a path not taken) is a failure too.
-KFRMR_SERVER_CHECKS = 20
-KFRMR_CLIENT_CHECKS = 14
-KFRMR_SCENARIOS = 5
+KFRMR_SERVER_CHECKS = 21
+KFRMR_CLIENT_CHECKS = 19
+KFRMR_SCENARIOS = 6
 
 
 def kfrmr(setup) -> None:
@@ -33,18 +36,18 @@ def kfrmr(setup) -> None:
     r = b.run(f"insmod {KMOD}/vt3_kfrmr.ko addr={A_IP}", 900)
     blog = kmsg_since(b, mb)
     assert r.rc == 0, f"insmod vt3_kfrmr (client): exit {r.rc}: {r.out}\n{tail(blog)}"
+    # The server logs a summary after each connection's teardown.
+    done = a.run(f"for i in $(seq 300); do [ $(dmesg | grep -c 'vt3_kfrmr: server: ') -ge {KFRMR_SCENARIOS} ] && exit 0; "
+                 "sleep 0.2; done; exit 1", 90).ok
+    alog = kmsg_since(a, ma)
+    fails = [l for log in (blog, alog) for l in log.splitlines() if l.startswith("vt3_kfrmr: FAIL")]
     passed, failed = summary(blog, "vt3_kfrmr: client:")
-    fails = [l for l in blog.splitlines() if l.startswith("vt3_kfrmr: FAIL")]
-    assert failed == 0 and not fails, f"client: {failed} failed:\n" + "\n".join(fails[:8])
+    assert failed == 0 and not fails, f"client: {failed} failed; client and server FAILs:\n" + "\n".join(fails[:12])
     assert passed == KFRMR_CLIENT_CHECKS, f"client: {passed} passed, want {KFRMR_CLIENT_CHECKS}:\n{tail(blog, 40)}"
     assert count(blog, r"^vt3_kfrmr: ok ") == passed, f"client: ok lines differ from the summary:\n{tail(blog, 40)}"
-    # The server logs a summary after each connection's teardown.
-    a.check(f"for i in $(seq 300); do [ $(dmesg | grep -c 'vt3_kfrmr: server: ') -ge {KFRMR_SCENARIOS} ] && exit 0; "
-            "sleep 0.2; done; exit 1", 90, "fewer server summaries than scenarios")
-    alog = kmsg_since(a, ma)
+    assert done, f"fewer server summaries than scenarios:\n{tail(alog, 40)}"
     passed, failed = summary(alog, "vt3_kfrmr: server:")
-    fails = [l for l in alog.splitlines() if l.startswith("vt3_kfrmr: FAIL")]
-    assert failed == 0 and not fails, f"server: {failed} failed:\n" + "\n".join(fails[:8])
+    assert failed == 0, f"server: {failed} failed:\n{tail(alog, 40)}"
     assert passed == KFRMR_SERVER_CHECKS, f"server: {passed} passed, want {KFRMR_SERVER_CHECKS}:\n{tail(alog, 40)}"
     assert count(alog, r"^vt3_kfrmr: ok ") == passed, f"server: ok lines differ from the summary:\n{tail(alog, 40)}"
     b.check("rmmod vt3_kfrmr", 60)

@@ -242,14 +242,22 @@ impl Tpt {
     /// `pdn` (current key); already invalid is fine (the verbs allow it).
     /// Checked in the order STag, PD, kind (an ordinary MR: `Rights`).
     pub fn invalidate_fast_reg(&mut self, stag: u32, pdn: u32) -> Result<(), AccessError> {
-        let mr = self.get_mut(stag).ok_or(AccessError::InvalidStag)?;
+        self.invalidatable(stag, pdn)?;
+        if let Some(mr) = self.get_mut(stag) {
+            mr.valid = false;
+        }
+        Ok(())
+    }
+
+    /// Whether [`Self::invalidate_fast_reg`] would succeed; changes nothing.
+    pub fn invalidatable(&self, stag: u32, pdn: u32) -> Result<(), AccessError> {
+        let mr = self.get(stag).ok_or(AccessError::InvalidStag)?;
         if mr.pdn != pdn {
             return Err(AccessError::WrongPd);
         }
         if mr.fast_reg.is_none() {
             return Err(AccessError::Rights);
         }
-        mr.valid = false;
         Ok(())
     }
 
@@ -323,6 +331,10 @@ impl MemoryRegions for Tpt {
 
     fn local_invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), engine::AccessError> {
         self.invalidate_fast_reg(stag, pdn).map_err(Into::into)
+    }
+
+    fn invalidatable(&self, stag: u32, pdn: u32) -> Result<(), engine::AccessError> {
+        Tpt::invalidatable(self, stag, pdn).map_err(Into::into)
     }
 
     fn fast_register(

@@ -67,6 +67,10 @@ pub trait MemoryRegions {
     /// LOCAL_INV from the QP's own SQ: the same rules as [`Self::invalidate`].
     fn local_invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), AccessError>;
 
+    /// Whether [`Self::local_invalidate`] of `stag` would succeed now
+    /// (checked before a READ_INV goes out); changes nothing.
+    fn invalidatable(&self, stag: u32, pdn: u32) -> Result<(), AccessError>;
+
     /// REG_MR from the SQ of a QP of `pdn`: the fast-reg MR named by
     /// `reg.stag`'s index, invalid and of `pdn`, takes `reg.stag`'s key
     /// (a different one: key rotation) and the registration, its page list

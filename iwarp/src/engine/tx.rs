@@ -179,14 +179,21 @@ fn validate(wr: &SendWr, pdn: u32, regions: &dyn MemoryRegions, ord: u16) -> Res
     if wr.inline.is_some() && !(opcode.is_send() || opcode == SendOpcode::Write) {
         return Err(WcStatus::LocQpOpErr);
     }
-    if opcode == SendOpcode::Read && (wr.sges.len() > 1 || ord == 0) {
+    if opcode.is_read() && (wr.sges.len() > 1 || ord == 0) {
+        return Err(WcStatus::LocQpOpErr);
+    }
+    // What a READ_INV will invalidate must be ours to invalidate: found
+    // now, not after the data came.
+    if opcode == SendOpcode::ReadInvalidate
+        && regions.invalidatable(wr.invalidate_stag, pdn).is_err()
+    {
         return Err(WcStatus::LocQpOpErr);
     }
     if wr.length() > MAX_MESSAGE {
         return Err(WcStatus::LocLenErr);
     }
     if wr.inline.is_none() {
-        let access = if opcode == SendOpcode::Read {
+        let access = if opcode.is_read() {
             LOCAL_WRITE
         } else {
             LOCAL_READ
@@ -215,7 +222,10 @@ fn rdmap_opcode(opcode: SendOpcode) -> Opcode {
         SendOpcode::SendSolicitedInvalidate => Opcode::SendSolicitedInvalidate,
         SendOpcode::Write => Opcode::RdmaWrite,
         // Local operations never reach the wire (`local_operation`).
-        SendOpcode::Read | SendOpcode::RegMr | SendOpcode::LocalInv => Opcode::RdmaReadRequest,
+        SendOpcode::Read
+        | SendOpcode::ReadInvalidate
+        | SendOpcode::RegMr
+        | SendOpcode::LocalInv => Opcode::RdmaReadRequest,
     }
 }
 
@@ -336,7 +346,7 @@ fn next_sq_ready(queues: &Queues, stream: &Stream) -> bool {
     if entry.wr.fence && !queues.orq.is_empty() {
         return false;
     }
-    if entry.wr.opcode == SendOpcode::Read {
+    if entry.wr.opcode.is_read() {
         let ord = usize::from(stream.negotiated.ord);
         // ORD 0 is caught by validation (an error completion).
         return ord == 0 || queues.orq.len() < ord;
@@ -498,7 +508,7 @@ fn sq_fpdu<T: Transport>(
     };
     let wr = entry.wr;
     let corrupt = stream.corrupt_crc;
-    if wr.opcode == SendOpcode::Read {
+    if wr.opcode.is_read() {
         let sink = wr.sges.as_slice().first().copied().unwrap_or_default();
         let len = u32::try_from(wr.length()).unwrap_or(u32::MAX);
         let header = rdmap::Repr {

@@ -118,10 +118,14 @@ pub enum SendOpcode {
     RegMr = 6,
     /// Local invalidation of [`SendWr::invalidate_stag`]: local too.
     LocalInv = 7,
+    /// RDMA READ that invalidates [`SendWr::invalidate_stag`] (a fast-reg
+    /// MR of ours, normally the sink's) once its last response was placed
+    /// (IB_WR_RDMA_READ_WITH_INV, what rdma_rw posts on iWARP).
+    ReadInvalidate = 8,
 }
 
 impl SendOpcode {
-    pub const ALL: [SendOpcode; 8] = [
+    pub const ALL: [SendOpcode; 9] = [
         SendOpcode::Send,
         SendOpcode::SendInvalidate,
         SendOpcode::SendSolicited,
@@ -130,6 +134,7 @@ impl SendOpcode {
         SendOpcode::Read,
         SendOpcode::RegMr,
         SendOpcode::LocalInv,
+        SendOpcode::ReadInvalidate,
     ];
 
     pub fn from_wire(value: u8) -> Option<SendOpcode> {
@@ -140,11 +145,16 @@ impl SendOpcode {
     pub const fn wc_opcode(self) -> WcOpcode {
         match self {
             SendOpcode::Write => WcOpcode::Write,
-            SendOpcode::Read => WcOpcode::Read,
+            SendOpcode::Read | SendOpcode::ReadInvalidate => WcOpcode::Read,
             SendOpcode::RegMr => WcOpcode::RegMr,
             SendOpcode::LocalInv => WcOpcode::LocalInv,
             _ => WcOpcode::Send,
         }
+    }
+
+    /// An RDMA READ (with or without the local invalidation).
+    pub const fn is_read(self) -> bool {
+        matches!(self, SendOpcode::Read | SendOpcode::ReadInvalidate)
     }
 
     /// Executed by the RNIC itself, against its TPT, in SQ order.
@@ -193,7 +203,8 @@ pub struct SendWr {
     /// WRITE: the sink; READ: the source (peer's STag and tagged offset).
     pub remote_addr: u64,
     pub remote_stag: u32,
-    /// SEND_INV, SEND_SE_INV: the peer's STag to invalidate; LOCAL_INV: ours.
+    /// SEND_INV, SEND_SE_INV: the peer's STag to invalidate; LOCAL_INV,
+    /// READ_INV: ours.
     pub invalidate_stag: u32,
     /// REG_MR: the registration.
     pub fast_reg: FastReg,

@@ -413,3 +413,35 @@ fn invalidating_an_invalid_fast_reg_mr_is_allowed() {
     );
     assert!(sim.b.regions.get(next_key(stag)).unwrap().valid);
 }
+
+/// READ_INV (IB_WR_RDMA_READ_WITH_INV, what rdma_rw posts on iWARP): the
+/// sink is invalidated once the data is placed, before the completion; an
+/// STag the QP may not invalidate is refused before the READ goes out.
+#[test]
+fn read_with_invalidate_invalidates_the_sink() {
+    let mut sim = pair();
+    let (_, sink) = registered(&mut sim, LOCAL_WRITE | REMOTE_WRITE);
+    let data: Vec<u8> = (0..5000u32).map(|i| (i % 241) as u8).collect();
+    let (astag, aiova) = registered_buffer(&mut sim.a, 5000);
+    sim.a.memory.fill(aiova, &data);
+    let mut read = rdma(1, SendOpcode::ReadInvalidate, (sink, IOVA), 5000, astag, aiova);
+    read.invalidate_stag = sink;
+    sim.b.engine.post_send(2, read).unwrap();
+    settle(&mut sim, 2);
+    assert_eq!(results(&sim.b, 2), vec![(1, WcOpcode::Read, WcStatus::Success)]);
+    assert_eq!(region_bytes(&sim.b, 0, 5000), data);
+    assert!(!sim.b.regions.get(sink).unwrap().valid, "invalidated with the completion");
+
+    // Naming an ordinary MR: refused locally, the peer never asked.
+    let mut sim = pair();
+    let (_, sink) = registered(&mut sim, LOCAL_WRITE | REMOTE_WRITE);
+    let (plain, _) = registered_buffer(&mut sim.b, 4096);
+    let (astag, aiova) = registered_buffer(&mut sim.a, 64);
+    let mut read = rdma(2, SendOpcode::ReadInvalidate, (sink, IOVA), 64, astag, aiova);
+    read.invalidate_stag = plain;
+    sim.b.engine.post_send(2, read).unwrap();
+    settle(&mut sim, 2);
+    assert_eq!(results(&sim.b, 2), vec![(2, WcOpcode::Read, WcStatus::LocQpOpErr)]);
+    assert_eq!(sim.a.engine.stats().read_requests_rx, 0);
+    assert!(sim.b.regions.get(sink).unwrap().valid && sim.b.regions.get(plain).unwrap().valid);
+}
