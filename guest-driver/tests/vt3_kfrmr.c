@@ -100,6 +100,7 @@ struct fr_conn {
 	struct ib_mr *mr;		/* fast-reg MR over pages[] */
 	struct fr_wait recv, send, op;
 	struct fr_msg in;		/* the last message received */
+	struct ib_wc in_wc;		/* and its completion */
 	/* rdma_cm and QP events. */
 	struct completion cm_done;
 	enum rdma_cm_event_type event;
@@ -176,6 +177,7 @@ static struct fr_msg *fr_recv(struct fr_conn *c, u32 op)
 	ib_dma_sync_single_for_cpu(c->id->device, c->msg_dma, sizeof(c->in),
 				   DMA_FROM_DEVICE);
 	c->in = c->msg[0];
+	c->in_wc = c->recv.wc;		/* the repost clears c->recv */
 	if (c->in.op != op || fr_post_recv(c))
 		return NULL;
 	return &c->in;
@@ -502,8 +504,8 @@ static void fr_server_positive(struct fr_conn *c)
 
 	/* The client READs, WRITEs, then SEND_WITH_INVs our rkey. */
 	m = fr_recv(c, FR_WRITTEN);
-	CHECK(m && c->recv.wc.wc_flags & IB_WC_WITH_INVALIDATE &&
-	      c->recv.wc.ex.invalidate_rkey == first,
+	CHECK(m && c->in_wc.wc_flags & IB_WC_WITH_INVALIDATE &&
+	      c->in_wc.ex.invalidate_rkey == first,
 	      "server: the receive says IB_WC_WITH_INVALIDATE of %#x", first);
 	CHECK(fr_holds(c, 0xb2, 0, FR_LEN),
 	      "server: the client's WRITE placed through the page list");
