@@ -99,7 +99,11 @@ pub enum FastRegError {
     #[error("{npages} pages is more than the MR's {max_pages} (or none)")]
     TooManyPages { npages: u32, max_pages: u32 },
     #[error("{length} octets at page offset {offset} do not fit in {npages} pages")]
-    Length { length: u64, offset: u64, npages: u32 },
+    Length {
+        length: u64,
+        offset: u64,
+        npages: u32,
+    },
     #[error("unknown access bits {0:#x}")]
     Access(Access),
     #[error("page list entry {index} ({page:#x}) is not an aligned page of guest RAM")]
