@@ -71,6 +71,7 @@ struct vt3_limits {
 	u32 max_ird;
 	u32 max_inline;
 	u32 max_pbl_pages;
+	u32 max_fast_reg_pages;	/* 0: vt3d has no fast registration */
 	u32 max_msg_size;
 };
 
@@ -171,6 +172,13 @@ struct vt3_pd {
 struct vt3_mr {
 	struct ib_mr ibmr;
 	struct vt3_pages *mem;		/* PBL (+ umem); NULL for a DMA MR */
+	/*
+	 * Fast-reg MRs (alloc_mr): mem->pbl holds up to mem->pbl_len pages,
+	 * npages of them set by the last map_mr_sg; a REG_MR WQE names that
+	 * list and vt3d copies it when it executes the WQE.
+	 */
+	bool fast_reg;
+	u32 npages;
 };
 
 struct vt3_mmap_entry {
@@ -380,6 +388,11 @@ struct ib_mr *vt3_get_dma_mr(struct ib_pd *ibpd, int access);
 struct ib_mr *vt3_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 			      u64 virt, int access, struct ib_udata *udata);
 int vt3_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
+struct ib_mr *vt3_alloc_mr(struct ib_pd *ibpd, enum ib_mr_type type,
+			   u32 max_num_sg);
+int vt3_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int sg_nents,
+		  unsigned int *sg_offset);
+int vt3_access(int ib_access, u32 *access);
 
 /* vt3_verbs.c */
 int vt3_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,

@@ -329,6 +329,8 @@ static bool vt3_cqe_to_wc(struct vt3_dev *dev, const struct vt3_cqe *cqe,
 		[VT3_WC_WRITE] = IB_WC_RDMA_WRITE,
 		[VT3_WC_READ] = IB_WC_RDMA_READ,
 		[VT3_WC_RECV] = IB_WC_RECV,
+		[VT3_WC_REG_MR] = IB_WC_REG_MR,
+		[VT3_WC_LOCAL_INV] = IB_WC_LOCAL_INV,
 	};
 	struct vt3_qp *qp;
 

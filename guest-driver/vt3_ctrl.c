@@ -46,6 +46,7 @@ static const char * const vt3_cmd_names[] = {
 	[VT3_CMD_REJECT] = "REJECT",
 	[VT3_CMD_DISCONNECT] = "DISCONNECT",
 	[VT3_CMD_HELLO] = "HELLO",
+	[VT3_CMD_ALLOC_MR] = "ALLOC_MR",
 };
 
 const struct rdma_stat_desc vt3_refusal_stats[VT3_REFUSED_MAX] = {

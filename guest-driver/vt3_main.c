@@ -54,6 +54,8 @@ MODULE_PARM_DESC(cm_timeout_ms,
 /* Local sanity caps on what vt3d advertises (it is not trusted either). */
 #define VT3_MAX_DEPTH		BIT(16)
 #define VT3_MAX_PBL_PAGES	(KMALLOC_MAX_SIZE / sizeof(__le64))
+/* A fast-reg MR's page list: one kmalloc of at most 32 KiB. */
+#define VT3_MAX_FAST_REG_PAGES	4096
 
 static struct workqueue_struct *vt3_wq;
 
@@ -116,6 +118,8 @@ static void vt3_set_limits(struct vt3_dev *dev, const struct vt3_device_attr *a,
 	l->max_inline = vt3_clamp(le32_to_cpu(a->max_inline), VT3_MAX_INLINE);
 	l->max_pbl_pages = vt3_clamp(le32_to_cpu(a->max_pbl_pages),
 				     VT3_MAX_PBL_PAGES);
+	l->max_fast_reg_pages = vt3_clamp(le32_to_cpu(a->max_fast_reg_pages),
+					  VT3_MAX_FAST_REG_PAGES);
 	/* The largest region whose PBL is sure to fit, however aligned. */
 	l->max_mr_size = min_t(u64, l->max_mr_size,
 			       (u64)(l->max_pbl_pages ? l->max_pbl_pages - 1 : 0)
@@ -584,6 +588,7 @@ static const struct ib_device_ops vt3_dev_ops = {
 	.uverbs_abi_ver = VT3_ABI_VERSION,
 
 	.alloc_hw_device_stats = vt3_alloc_hw_device_stats,
+	.alloc_mr = vt3_alloc_mr,
 	.get_hw_stats = vt3_get_hw_stats,
 	.alloc_pd = vt3_alloc_pd,
 	.alloc_ucontext = vt3_alloc_ucontext,
@@ -607,6 +612,7 @@ static const struct ib_device_ops vt3_dev_ops = {
 	.iw_get_qp = vt3_iw_get_qp,
 	.iw_reject = vt3_iw_reject,
 	.iw_rem_ref = vt3_iw_rem_ref,
+	.map_mr_sg = vt3_map_mr_sg,
 	.mmap = vt3_mmap,
 	.mmap_free = vt3_mmap_free,
 	.modify_qp = vt3_modify_qp,

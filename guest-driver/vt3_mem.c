@@ -181,7 +181,7 @@ void vt3_queue_mem_release(struct vt3_dev *dev, struct vt3_queue_mem *q,
 	q->mem = NULL;
 }
 
-static int vt3_access(int ib_access, u32 *access)
+int vt3_access(int ib_access, u32 *access)
 {
 	/* No atomics in iWARP; no on-demand paging, no memory windows. */
 	if (ib_access & ~(IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE |
@@ -310,6 +310,86 @@ struct ib_mr *vt3_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 err_mem:
 	vt3_pages_put(mem);
 	return ERR_PTR(err);
+}
+
+/*
+ * Fast registration (vt3_hw.h "Fast registration"): an empty, invalid TPT
+ * entry of the PD for up to @max_num_sg pages, filled by IB_WR_REG_MR
+ * from the page list map_mr_sg builds here.
+ */
+struct ib_mr *vt3_alloc_mr(struct ib_pd *ibpd, enum ib_mr_type type,
+			   u32 max_num_sg)
+{
+	struct vt3_dev *dev = to_vt3_dev(ibpd->device);
+	struct vt3_cmd_alloc_mr req = {};
+	struct vt3_resp_handle resp;
+	struct vt3_pages *mem;
+	struct vt3_mr *mr;
+	int err;
+
+	if (type != IB_MR_TYPE_MEM_REG)
+		return ERR_PTR(-EINVAL);
+	if (!max_num_sg || max_num_sg > dev->lim.max_fast_reg_pages)
+		return ERR_PTR(-EINVAL);
+	mr = kzalloc(sizeof(*mr), GFP_KERNEL);
+	mem = vt3_pages_new(0);
+	if (!mr || !mem) {
+		err = -ENOMEM;
+		goto err;
+	}
+	/* One physically contiguous list, as every PBL (see the top). */
+	mem->pbl = kcalloc(max_num_sg, sizeof(*mem->pbl), GFP_KERNEL);
+	if (!mem->pbl) {
+		err = -ENOMEM;
+		goto err;
+	}
+	mem->pbl_len = max_num_sg;
+	req.pdn = cpu_to_le32(to_vt3_pd(ibpd)->pdn);
+	req.max_pages = cpu_to_le32(max_num_sg);
+	err = vt3_cmd(dev, VT3_CMD_ALLOC_MR, &req, sizeof(req), &resp,
+		      sizeof(resp));
+	/*
+	 * vt3d reads the list only while it executes a REG_MR naming it, and
+	 * none was posted: it may go whatever the outcome.
+	 */
+	if (err)
+		goto err;
+	mr->mem = mem;
+	mr->fast_reg = true;
+	mr->ibmr.lkey = le32_to_cpu(resp.handle);
+	mr->ibmr.rkey = mr->ibmr.lkey;
+	return &mr->ibmr;
+err:
+	if (mem)
+		vt3_pages_put(mem);
+	kfree(mr);
+	return ERR_PTR(err);
+}
+
+static int vt3_set_page(struct ib_mr *ibmr, u64 addr)
+{
+	struct vt3_mr *mr = to_vt3_mr(ibmr);
+
+	if (mr->npages >= mr->mem->pbl_len)
+		return -ENOMEM;
+	/* A DMA address of our DMA device: guest-physical (see the top). */
+	mr->mem->pbl[mr->npages++] = cpu_to_le64(addr);
+	return 0;
+}
+
+/*
+ * The ULP maps a fast-reg MR only while it is invalid and no REG_MR of it
+ * is outstanding (the verbs' rule), so vt3d is not reading the list now.
+ */
+int vt3_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int sg_nents,
+		  unsigned int *sg_offset)
+{
+	struct vt3_mr *mr = to_vt3_mr(ibmr);
+
+	if (!mr->fast_reg || ibmr->page_size != VT3_PAGE_SIZE)
+		return -EINVAL;
+	mr->npages = 0;
+	return ib_sg_to_pages(ibmr, sg, sg_nents, sg_offset, vt3_set_page);
 }
 
 int vt3_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)

@@ -442,7 +442,12 @@ static enum ib_wc_opcode vt3_flush_opcode(u8 opcode)
 	case VT3_WR_WRITE:
 		return IB_WC_RDMA_WRITE;
 	case VT3_WR_READ:
+	case VT3_WR_READ_INV:
 		return IB_WC_RDMA_READ;
+	case VT3_WR_REG_MR:
+		return IB_WC_REG_MR;
+	case VT3_WR_LOCAL_INV:
+		return IB_WC_LOCAL_INV;
 	default:
 		return IB_WC_SEND;
 	}
@@ -775,6 +780,39 @@ static bool vt3_qp_postable(struct vt3_qp *qp)
 	return READ_ONCE(qp->ib_state) != IB_QPS_RESET;
 }
 
+/*
+ * IB_WR_REG_MR: the MR's page list as map_mr_sg left it, under the key
+ * the ULP chose (ib_update_fast_reg_key); vt3d copies the list when it
+ * executes the WQE. The slot holds a struct vt3_reg_mr_wqe.
+ */
+static int vt3_build_reg_mr_wqe(struct vt3_qp *qp, const struct ib_reg_wr *reg,
+				struct vt3_sq_wqe *slot)
+{
+	struct vt3_reg_mr_wqe *wqe = (struct vt3_reg_mr_wqe *)slot;
+	struct vt3_mr *mr = to_vt3_mr(reg->mr);
+	u32 access;
+
+	BUILD_BUG_ON(sizeof(*wqe) != sizeof(*slot));
+	if (!mr->fast_reg || reg->wr.num_sge ||
+	    reg->wr.send_flags & IB_SEND_INLINE ||
+	    vt3_access(reg->access, &access))
+		return -EINVAL;
+	wqe->opcode = VT3_WR_REG_MR;
+	wqe->wr_id = cpu_to_le64(reg->wr.wr_id);
+	if (qp->sig_all || reg->wr.send_flags & IB_SEND_SIGNALED)
+		wqe->flags |= VT3_WQE_SIGNALED;
+	if (reg->wr.send_flags & IB_SEND_FENCE)
+		wqe->flags |= VT3_WQE_FENCE;
+	wqe->stag = cpu_to_le32(reg->key);
+	wqe->iova = cpu_to_le64(reg->mr->iova);
+	wqe->length = cpu_to_le64(reg->mr->length);
+	wqe->pbl_addr = cpu_to_le64(virt_to_phys(mr->mem->pbl));
+	wqe->npages = cpu_to_le32(mr->npages);
+	wqe->access = cpu_to_le32(access);
+	wqe->page_shift = cpu_to_le32(VT3_PAGE_SHIFT);
+	return 0;
+}
+
 static int vt3_build_sq_wqe(struct vt3_qp *qp, const struct ib_send_wr *wr,
 			    struct vt3_sq_wqe *wqe)
 {
@@ -784,6 +822,13 @@ static int vt3_build_sq_wqe(struct vt3_qp *qp, const struct ib_send_wr *wr,
 
 	memset(wqe, 0, sizeof(*wqe));
 	switch (wr->opcode) {
+	case IB_WR_REG_MR:
+		return vt3_build_reg_mr_wqe(qp, reg_wr(wr), wqe);
+	case IB_WR_LOCAL_INV:
+		wqe->opcode = VT3_WR_LOCAL_INV;
+		wqe->invalidate_stag = cpu_to_le32(wr->ex.invalidate_rkey);
+		max_sge = 0;
+		break;
 	case IB_WR_SEND:
 		wqe->opcode = se ? VT3_WR_SEND_SE : VT3_WR_SEND;
 		break;
@@ -797,7 +842,14 @@ static int vt3_build_sq_wqe(struct vt3_qp *qp, const struct ib_send_wr *wr,
 		wqe->remote_stag = cpu_to_le32(rdma_wr(wr)->rkey);
 		break;
 	case IB_WR_RDMA_READ:
+	case IB_WR_RDMA_READ_WITH_INV:
 		wqe->opcode = VT3_WR_READ;
+		if (wr->opcode == IB_WR_RDMA_READ_WITH_INV) {
+			/* rdma_rw's READ on iWARP: the sink's MR, after it. */
+			wqe->opcode = VT3_WR_READ_INV;
+			wqe->invalidate_stag =
+				cpu_to_le32(wr->ex.invalidate_rkey);
+		}
 		wqe->remote_addr = cpu_to_le64(rdma_wr(wr)->remote_addr);
 		wqe->remote_stag = cpu_to_le32(rdma_wr(wr)->rkey);
 		max_sge = min(max_sge, to_vt3_dev(qp->ibqp.device)->lim.max_sge_rd);

@@ -42,10 +42,13 @@ int vt3_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 	attr->max_qp = l->max_qp;
 	attr->max_qp_wr = l->max_qp_wr;
 	/*
-	 * No device_cap_flags: in particular no IB_DEVICE_MEM_MGT_EXTENSIONS,
-	 * as there is no fast registration (alloc_mr/map_mr_sg) and there
-	 * are no memory windows yet.
+	 * Fast registration (alloc_mr, map_mr_sg, REG_MR, LOCAL_INV, remote
+	 * invalidation) when vt3d offers it; no memory windows yet.
 	 */
+	if (l->max_fast_reg_pages) {
+		attr->device_cap_flags |= IB_DEVICE_MEM_MGT_EXTENSIONS;
+		attr->max_fast_reg_page_list_len = l->max_fast_reg_pages;
+	}
 	/* `rdma link del` may remove what `rdma link add` created. */
 	attr->kernel_cap_flags = IBK_ALLOW_USER_UNREG;
 	attr->max_send_sge = l->max_sge;

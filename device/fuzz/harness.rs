@@ -302,7 +302,9 @@ impl Guest {
             let expected = match cmd {
                 Cmd::QueryDevice => std::mem::size_of::<DeviceAttr>(),
                 Cmd::QueryPort => std::mem::size_of::<PortAttr>(),
-                Cmd::AllocPd | Cmd::RegMr | Cmd::CreateCq | Cmd::CreateQp => std::mem::size_of::<RespHandle>(),
+                Cmd::AllocPd | Cmd::RegMr | Cmd::AllocMr | Cmd::CreateCq | Cmd::CreateQp => {
+                    std::mem::size_of::<RespHandle>()
+                }
                 Cmd::QueryQp => std::mem::size_of::<QpAttr>(),
                 _ => 0,
             };
@@ -335,6 +337,12 @@ impl Guest {
                     length: a.length.to_native(),
                     access: a.access.to_native(),
                 });
+            }
+            Cmd::AllocMr => {
+                // A fast-reg MR: empty until a REG_MR fills it (its STag's
+                // key may change then; DEREG_MR takes any key for it).
+                let a: abi::CmdAllocMr = abi::read_struct(payload).unwrap();
+                self.mrs.push(MrInfo { stag: handle.unwrap(), pdn: a.pdn.to_native(), iova: 0, length: 0, access: 0 });
             }
             Cmd::DeregMr => self.mrs.retain(|m| Some(m.stag) != arg),
             Cmd::CreateCq => {
@@ -581,6 +589,10 @@ impl World {
                     page_offset: 0.into(),
                     reserved: 0.into(),
                 })
+            }
+            Cmd::AllocMr => {
+                let pdn = pick(input, &g.pds);
+                as_bytes(&abi::CmdAllocMr { pdn: pdn.into(), max_pages: (1 + u32::from(input.u8() % 16)).into() })
             }
             Cmd::DeregMr => handle(pick(input, &g.stags())),
             Cmd::CreateCq => {
@@ -990,7 +1002,10 @@ fn sge(input: &mut Input<'_>, mrs: &[MrInfo]) -> abi::Sge {
 }
 
 fn sq_template(input: &mut Input<'_>, mrs: &[MrInfo], peer: &[MrInfo]) -> SqWqe {
-    let opcode = input.u8() % 7; // 6 is not an opcode
+    let opcode = input.u8() % 10; // 9 is not an opcode
+    if opcode == abi::WrOpcode::RegMr as u8 {
+        return reg_mr_template(input, mrs);
+    }
     let flags = match input.u8() {
         0xff => input.u8(),
         f => f & 7,
@@ -1014,6 +1029,40 @@ fn sq_template(input: &mut Input<'_>, mrs: &[MrInfo], peer: &[MrInfo]) -> SqWqe 
         }
     }
     w
+}
+
+/// A REG_MR of one of `mrs` (a fast-reg one, or not) under the same, the
+/// next or any key, over a page list somewhere in the PBL area (often a
+/// real one), with fuzzed counts, lengths, rights and page shift.
+fn reg_mr_template(input: &mut Input<'_>, mrs: &[MrInfo]) -> SqWqe {
+    let stag = mrs.get(usize::from(input.u8()) % mrs.len().max(1)).map_or(input.u32(), |m| m.stag);
+    let stag = match input.u8() % 4 {
+        0 => stag,
+        1 | 2 => stag & !0xff | stag.wrapping_add(1) & 0xff,
+        _ => stag & !0xff | u32::from(input.u8()),
+    };
+    let npages = match input.u8() {
+        0xff => input.u32(),
+        n => u32::from(n % 20),
+    };
+    let reg = abi::RegMrWqe {
+        wr_id: input.u64().into(),
+        opcode: abi::WrOpcode::RegMr as u8,
+        flags: input.u8() & 7,
+        stag: stag.into(),
+        iova: (u64::from(input.u16()) << 8).into(),
+        length: (u64::from(npages.min(20)) * PAGE).wrapping_sub(u64::from(input.u8())).into(),
+        pbl_addr: match input.u8() % 4 {
+            0 => input.u64(),
+            _ => PBL + u64::from(input.u16() % 0x800) * 8,
+        }
+        .into(),
+        npages: npages.into(),
+        access: u32::from(input.u8() & 0xf).into(),
+        page_shift: if input.u8() == 0 { u32::from(input.u8()) } else { abi::VT3_PAGE_SHIFT }.into(),
+        ..Default::default()
+    };
+    abi::read_struct(reg.as_slice()).unwrap_or_default()
 }
 
 fn rq_template(input: &mut Input<'_>, mrs: &[MrInfo]) -> RqWqe {

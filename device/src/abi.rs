@@ -114,6 +114,7 @@ abi_enums! {
         Reject = "VT3_CMD_REJECT" = 21,
         Disconnect = "VT3_CMD_DISCONNECT" = 22,
         Hello = "VT3_CMD_HELLO" = 23,
+        AllocMr = "VT3_CMD_ALLOC_MR" = 24,
     }
 
     pub enum Status: u16 {
@@ -194,6 +195,9 @@ abi_enums! {
         SendSeInv = "VT3_WR_SEND_SE_INV" = 3,
         Write = "VT3_WR_WRITE" = 4,
         Read = "VT3_WR_READ" = 5,
+        RegMr = "VT3_WR_REG_MR" = 6,
+        LocalInv = "VT3_WR_LOCAL_INV" = 7,
+        ReadInv = "VT3_WR_READ_INV" = 8,
     }
 
     pub enum WqeFlag: u8 {
@@ -207,6 +211,8 @@ abi_enums! {
         Write = "VT3_WC_WRITE" = 1,
         Read = "VT3_WC_READ" = 2,
         Recv = "VT3_WC_RECV" = 3,
+        RegMr = "VT3_WC_REG_MR" = 4,
+        LocalInv = "VT3_WC_LOCAL_INV" = 5,
     }
 
     pub enum WcStatus: u8 {
@@ -290,7 +296,7 @@ abi_structs! {
         pub max_qp_init_rd_atom: Le32,
         pub max_inline: Le32,
         pub max_pbl_pages: Le32,
-        pub reserved: Le32,
+        pub max_fast_reg_pages: Le32,
     }
 
     pub struct PortAttr = "vt3_port_attr" {
@@ -327,6 +333,11 @@ abi_structs! {
         pub flags: Le32,
         pub page_offset: Le32,
         pub reserved: Le32,
+    }
+
+    pub struct CmdAllocMr = "vt3_cmd_alloc_mr" {
+        pub pdn: Le32,
+        pub max_pages: Le32,
     }
 
     pub struct CmdCreateCq = "vt3_cmd_create_cq" {
@@ -468,6 +479,23 @@ abi_structs! {
         pub inline_len: Le32,
         pub reserved1: [Le64; 4],
         pub inline_data: [Le64; 8],
+    }
+
+    /// The SQ slot of a VT3_WR_REG_MR.
+    pub struct RegMrWqe = "vt3_reg_mr_wqe" {
+        pub wr_id: Le64,
+        pub opcode: u8,
+        pub flags: u8,
+        pub reserved0: [u8; 2],
+        pub stag: Le32,
+        pub iova: Le64,
+        pub length: Le64,
+        pub pbl_addr: Le64,
+        pub npages: Le32,
+        pub access: Le32,
+        pub page_shift: Le32,
+        pub reserved1: Le32,
+        pub reserved2: [Le64; 9],
     }
 
     pub struct RqWqe = "vt3_rq_wqe" {

@@ -429,6 +429,7 @@ fn mr_rows(rnic: &Rnic) -> Vec<Row> {
         .map(|(stag, mr)| {
             let (kind, pages) = match &mr.backing {
                 tpt::Backing::Dma => ("dma", None),
+                tpt::Backing::Pages { pages, .. } if mr.fast_reg.is_some() => ("fast-reg", Some(pages.len() as u64)),
                 tpt::Backing::Pages { pages, .. } => ("pages", Some(pages.len() as u64)),
             };
             vec![

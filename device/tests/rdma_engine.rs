@@ -1247,3 +1247,144 @@ fn a_connection_between_two_qps_of_one_device_stays_inside_it() {
     }
     assert_eq!(s.sim.wire.stats.sent, on_wire, "nothing went on the wire");
 }
+
+/// Fast registration through the guest's rings (`vt3_hw.h`, "Fast
+/// registration"): ALLOC_MR, a REG_MR WQE with a rotated key, the peer's
+/// WRITE through the new STag, its Send with Invalidate reported in the
+/// receive CQE, and the next access a TERMINATE with the exact codes.
+#[test]
+fn fast_registration_through_the_rings() {
+    let mut s = setup(16);
+    connect(&mut s);
+    let (a_local, _) = s.bufs[0];
+    let (b_local, _) = s.bufs[1];
+    let now = s.sim.now;
+    let pdn = s.sim.b.rnic.qps.get(s.qb.qpn).unwrap().pdn;
+    let alloc = |max_pages: u32, pdn: u32| CmdAllocMr { pdn: pdn.into(), max_pages: max_pages.into() };
+    // Limits: at least one page, at most max_fast_reg_pages, a real PD.
+    let max = s.sim.b.rnic.device_attr().max_fast_reg_pages.to_native();
+    assert_eq!(max, Limits::default().max_fast_reg_pages);
+    assert_eq!(s.sim.b.cmd(now, Cmd::AllocMr, &alloc(0, pdn)), Err(Status::Invalid));
+    assert_eq!(s.sim.b.cmd(now, Cmd::AllocMr, &alloc(max + 1, pdn)), Err(Status::Invalid));
+    assert_eq!(s.sim.b.cmd(now, Cmd::AllocMr, &alloc(4, 999)), Err(Status::NotFound));
+    let mrs = s.sim.b.rnic.counts().mr;
+    let old = s.sim.b.handle(now, Cmd::AllocMr, &alloc(4, pdn));
+    assert!(!s.sim.b.rnic.tpt.get(old).unwrap().valid, "allocated invalid");
+
+    // REG_MR over 3 fresh pages, iova 0x40 into the first.
+    let (pbl, guest) = s.sim.b.pages(3);
+    let stag = old & !0xff | (old + 1) & 0xff;
+    let iova = 0x5500_0000_0040u64;
+    let reg = RegMrWqe {
+        wr_id: 70.into(),
+        opcode: WrOpcode::RegMr as u8,
+        flags: WqeFlag::Signaled as u8,
+        stag: stag.into(),
+        iova: iova.into(),
+        length: (3 * PAGE - 0x40).into(),
+        pbl_addr: pbl.into(),
+        npages: 3.into(),
+        access: ALL.into(),
+        page_shift: VT3_PAGE_SHIFT.into(),
+        ..Default::default()
+    };
+    s.sim.b.post_send_wqe(now, &mut s.qb, &read_struct::<SqWqe>(reg.as_slice()).unwrap());
+    // The page list may be reused once the WQE retired: scribble on it.
+    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.cq_status(&s.qb.scq).prod.to_native() == 1));
+    s.sim.b.write_bytes(pbl, &[0xff; 24]);
+    let mut bscq = s.qb.scq;
+    let c = s.sim.b.poll_cq(&mut bscq)[0];
+    assert_eq!((c.wr_id.to_native(), c.opcode, c.status), (70, WcOpcode::RegMr as u8, WcStatus::Success as u8));
+    assert!(s.sim.b.rnic.tpt.get(old).is_none(), "the old key names nothing");
+
+    // The peer WRITEs through it, across the page boundary.
+    let remote = Mr { stag, iova, guest: guest + 0x40 };
+    let data = pattern(6000, 9);
+    s.sim.a.write_bytes(a_local.guest, &data);
+    let now = s.sim.now;
+    s.sim.a.post_send_wqe(now, &mut s.qa, &rdma_wqe(1, WrOpcode::Write, (a_local, 0, 6000), &remote, 8));
+    // Then a Send with Invalidate of it.
+    s.sim.b.post_recv(now, &mut s.qb, 300, &b_local, 0, 4096);
+    let mut inv = send_wqe(2, WrOpcode::SendInv, true, &[(a_local, 0, 16)]);
+    inv.invalidate_stag = stag.into();
+    s.sim.a.post_send_wqe(now, &mut s.qa, &inv);
+    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.cq_status(&s.qb.rcq).prod.to_native() == 1));
+    assert_eq!(s.sim.b.read_bytes(guest + 0x48, 6000), data);
+    let mut brcq = s.qb.rcq;
+    let c = s.sim.b.poll_cq(&mut brcq)[0];
+    assert_eq!((c.wr_id.to_native(), c.status, c.byte_len.to_native()), (300, 0, 16));
+    assert_eq!((c.flags & CqeFlag::Invalidated as u8, c.invalidated_stag.to_native()), (CqeFlag::Invalidated as u8, stag));
+    assert!(!s.sim.b.rnic.tpt.get(stag).unwrap().valid);
+
+    // The next WRITE through it: TERMINATE DDP 1/1/00 (invalid STag).
+    let now = s.sim.now;
+    s.sim.a.post_send_wqe(now, &mut s.qa, &rdma_wqe(3, WrOpcode::Write, (a_local, 0, 100), &remote, 0));
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| !sim.b.qp_events().is_empty() && !sim.a.qp_events().is_empty()));
+    let detail = 1 << 12 | 1 << 8;
+    assert_eq!(s.sim.b.qp_events()[0], (s.qb.qpn, QpEvent::TerminateSent as u32, detail));
+    assert_eq!(s.sim.a.qp_events()[0], (s.qa.qpn, QpEvent::TerminateReceived as u32, detail));
+
+    // DEREG_MR frees the fast-reg entry (and the PD again once it is gone).
+    let now = s.sim.now;
+    s.sim.b.cmd(now, Cmd::DeregMr, &CmdHandle { handle: stag.into(), reserved: 0.into() }).unwrap();
+    assert_eq!(s.sim.b.rnic.counts().mr, mrs);
+    assert_eq!(
+        s.sim.b.cmd(now, Cmd::DeregMr, &CmdHandle { handle: stag.into(), reserved: 0.into() }),
+        Err(Status::NotFound)
+    );
+}
+
+/// A hostile REG_MR (a page count far beyond the MR's allocation, a page
+/// list outside guest RAM) completes LOC_QP_OP_ERR and sends the QP to
+/// ERROR; so does a LOCAL_INV of an ordinary MR. Nothing is allocated for
+/// the claimed pages, nothing panics.
+#[test]
+fn hostile_fast_registrations_are_local_errors() {
+    type Bad = fn(RegMrWqe) -> RegMrWqe;
+    let cases: [(&str, Bad); 4] = [
+        ("u32::MAX pages", |w| RegMrWqe { npages: u32::MAX.into(), length: 100u64.into(), ..w }),
+        ("a page list outside guest RAM", |w| RegMrWqe { pbl_addr: (1u64 << 44).into(), ..w }),
+        ("a length wrapping the IOVA", |w| RegMrWqe { iova: (u64::MAX - 10).into(), length: 100u64.into(), ..w }),
+        ("the old key", |w| RegMrWqe { stag: (w.stag.to_native().wrapping_sub(1) & 0xff | w.stag.to_native() & !0xff).into(), ..w }),
+    ];
+    for (what, bad) in cases {
+        let mut s = setup(16);
+        connect(&mut s);
+        let now = s.sim.now;
+        let pdn = s.sim.b.rnic.qps.get(s.qb.qpn).unwrap().pdn;
+        let old = s.sim.b.handle(now, Cmd::AllocMr, &CmdAllocMr { pdn: pdn.into(), max_pages: 2.into() });
+        let (pbl, _) = s.sim.b.pages(2);
+        let good = RegMrWqe {
+            wr_id: 9.into(),
+            opcode: WrOpcode::RegMr as u8,
+            stag: (old & !0xff | (old + 1) & 0xff).into(),
+            length: 4096u64.into(),
+            pbl_addr: pbl.into(),
+            npages: 2.into(),
+            access: ALL.into(),
+            page_shift: VT3_PAGE_SHIFT.into(),
+            ..Default::default()
+        };
+        s.sim.b.post_send_wqe(now, &mut s.qb, &read_struct::<SqWqe>(bad(good).as_slice()).unwrap());
+        assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.cq_status(&s.qb.scq).prod.to_native() == 1), "{what}");
+        let mut scq = s.qb.scq;
+        let c = s.sim.b.poll_cq(&mut scq)[0];
+        assert_eq!((c.wr_id.to_native(), c.opcode, c.status), (9, WcOpcode::RegMr as u8, WcStatus::LocQpOpErr as u8), "{what}");
+        assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.qp_status(&s.qb).state.to_native() == QpState::Error as u32), "{what}");
+        let mr = s.sim.b.rnic.tpt.get(old).expect("the key did not change");
+        assert!(!mr.valid, "{what}");
+    }
+    // LOCAL_INV of an ordinary MR.
+    let mut s = setup(16);
+    connect(&mut s);
+    let (_, b_exposed) = s.bufs[1];
+    let mut inv = send_wqe(5, WrOpcode::LocalInv, true, &[]);
+    inv.invalidate_stag = b_exposed.stag.into();
+    let now = s.sim.now;
+    s.sim.b.post_send_wqe(now, &mut s.qb, &inv);
+    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.cq_status(&s.qb.scq).prod.to_native() == 1));
+    let mut scq = s.qb.scq;
+    let c = s.sim.b.poll_cq(&mut scq)[0];
+    assert_eq!((c.opcode, c.status), (WcOpcode::LocalInv as u8, WcStatus::LocQpOpErr as u8));
+    assert!(s.sim.b.rnic.tpt.get(b_exposed.stag).unwrap().valid, "ordinary MRs are never invalidated by the QP");
+}

@@ -87,7 +87,7 @@
  * MODIFY_QP ERROR -> IDLE sets cons = prod and clears VT3_QP_F_ERROR: send
  * it only after the flush. After a clean close the QP is IDLE but its
  * rings are not read again until that ERROR -> IDLE reset.
- * WQEs with unknown flag bits, an opcode above VT3_WR_READ, or more SGEs or
+ * WQEs with unknown flag bits, an opcode above VT3_WR_READ_INV, or more SGEs or
  * inline bytes than the QP allows complete with VT3_WC_LOC_QP_OP_ERR.
  *
  * Errors: when a QP goes to ERROR, vt3d first publishes its last CQE for
@@ -116,6 +116,39 @@
  * may free a PBL buffer once the response arrived. A DMA MR
  * (VT3_MR_DMA) is sent with iova 0 and length U64_MAX: it covers all guest
  * memory, bounds being those of guest RAM.
+ *
+ * Fast registration (FRMR)
+ * ------------------------
+ * VT3_CMD_ALLOC_MR makes an empty TPT entry of a PD for at most max_pages
+ * pages (<= vt3_device_attr.max_fast_reg_pages), in the invalid state; its
+ * STag (index << 8 | key) is the answer. The entry is filled by a
+ * VT3_WR_REG_MR work request (struct vt3_reg_mr_wqe) on the SQ of a QP of
+ * the same PD, executed in SQ order when vt3d reaches it: the entry must be
+ * invalid, the WQE's STag must name it by index and carry a new key (key
+ * rotation: the key differs from the entry's current one, so the old STag
+ * names nothing from then on), npages <= max_pages, page_shift is
+ * VT3_PAGE_SHIFT, and length fits the pages after iova's offset into the
+ * first one. vt3d copies the page list (npages __le64 at pbl_addr) while it
+ * executes the WQE: the driver may reuse the buffer once the WQE retired
+ * (sq_cons past it; its completion, if signaled). A REG_MR that breaks a
+ * rule completes with VT3_WC_LOC_QP_OP_ERR and the QP goes to ERROR, as a
+ * bad WQE (DESIGN.md §5), leaving the entry as it was.
+ * VT3_WR_LOCAL_INV (invalidate_stag: a fast-reg MR of the QP's PD, current
+ * key) makes the entry invalid, in SQ order; invalidating an invalid entry
+ * is allowed (the verbs say so). VT3_WR_READ_INV is a READ that does the
+ * same to its invalidate_stag (normally the sink's, IB_WR_RDMA_READ_WITH_INV)
+ * once its last response was placed, before its completion (VT3_WC_READ);
+ * an invalidate_stag it may not invalidate is refused before the READ goes
+ * out (VT3_WC_LOC_QP_OP_ERR). The peer's Send with Invalidate does the
+ * same on receive (the CQE has VT3_CQE_INVALIDATED and invalidated_stag),
+ * but only for a fast-reg MR of the QP's PD: an STag the peer may not
+ * invalidate is a TERMINATE "STag cannot be invalidated" (RFC 5040: RDMAP
+ * remote operation 0/2/09 for an STag naming nothing, remote protection
+ * 0/1/09 for another PD's or an ordinary MR), and that receive completes
+ * with VT3_WC_REM_INV_REQ_ERR. MRs of VT3_CMD_REG_MR are never invalidated
+ * by either. VT3_CMD_DEREG_MR frees a fast-reg entry in any state, named
+ * by its index under any key (a REG_MR refused or flushed leaves the
+ * driver's key one vt3d never took).
  *
  * Limits: max_cqe and max_qp_wr count usable entries; rings have a depth of
  * the next power of two above. fw_ver is major << 32 | minor << 16 | sub.
@@ -189,6 +222,7 @@ enum vt3_cmd {
 	VT3_CMD_REJECT = 21,		/* vt3_cmd_reject */
 	VT3_CMD_DISCONNECT = 22,	/* vt3_cmd_disconnect */
 	VT3_CMD_HELLO = 23,		/* vt3_cmd_hello: starts a session */
+	VT3_CMD_ALLOC_MR = 24,		/* vt3_cmd_alloc_mr -> vt3_resp_handle (stag) */
 };
 
 enum vt3_status {
@@ -222,7 +256,7 @@ struct vt3_device_attr {
 	__le32	max_qp_init_rd_atom;	/* IRD */
 	__le32	max_inline;
 	__le32	max_pbl_pages;		/* pages one PBL may list */
-	__le32	reserved;
+	__le32	max_fast_reg_pages;	/* VT3_CMD_ALLOC_MR max_pages; 0: no FRMR */
 };
 
 struct vt3_port_attr {
@@ -306,6 +340,12 @@ struct vt3_cmd_reg_mr {
 	__le32	flags;			/* enum vt3_mr_flags */
 	__le32	page_offset;		/* iova's offset into the first page */
 	__le32	reserved;
+};
+
+/* An empty fast-reg MR (state invalid) of pdn for up to max_pages pages. */
+struct vt3_cmd_alloc_mr {
+	__le32	pdn;
+	__le32	max_pages;
 };
 
 struct vt3_cmd_create_cq {
@@ -531,6 +571,9 @@ enum vt3_wr_opcode {
 	VT3_WR_SEND_SE_INV = 3,
 	VT3_WR_WRITE = 4,
 	VT3_WR_READ = 5,
+	VT3_WR_REG_MR = 6,		/* struct vt3_reg_mr_wqe */
+	VT3_WR_LOCAL_INV = 7,		/* invalidate_stag; no SGEs */
+	VT3_WR_READ_INV = 8,		/* READ, then LOCAL_INV of invalidate_stag */
 };
 
 enum vt3_wqe_flags {
@@ -559,6 +602,28 @@ struct vt3_sq_wqe {
 	};
 };
 
+/*
+ * The SQ slot of a VT3_WR_REG_MR (same size and header as vt3_sq_wqe):
+ * registers pages pbl_addr[0 .. npages) under stag, bytes [iova, iova +
+ * length) of the region starting iova & (page size - 1) into the first
+ * page. flags: VT3_WQE_SIGNALED, VT3_WQE_FENCE.
+ */
+struct vt3_reg_mr_wqe {
+	__le64	wr_id;
+	__u8	opcode;			/* VT3_WR_REG_MR */
+	__u8	flags;			/* enum vt3_wqe_flags, INLINE excluded */
+	__u8	reserved0[2];
+	__le32	stag;			/* the MR's index, its new key */
+	__le64	iova;
+	__le64	length;
+	__le64	pbl_addr;		/* guest-physical __le64[npages] */
+	__le32	npages;
+	__le32	access;			/* enum vt3_access */
+	__le32	page_shift;		/* VT3_PAGE_SHIFT */
+	__le32	reserved1;
+	__le64	reserved2[9];
+};
+
 struct vt3_rq_wqe {
 	__le64	wr_id;
 	__u8	num_sge;
@@ -575,6 +640,8 @@ enum vt3_wc_opcode {
 	VT3_WC_WRITE = 1,
 	VT3_WC_READ = 2,
 	VT3_WC_RECV = 3,
+	VT3_WC_REG_MR = 4,
+	VT3_WC_LOCAL_INV = 5,
 };
 
 enum vt3_wc_status {
@@ -664,6 +731,7 @@ VT3_ASSERT_SIZE(vt3_cmd_set_addr, 12);
 VT3_ASSERT_SIZE(vt3_cmd_handle, 8);
 VT3_ASSERT_SIZE(vt3_resp_handle, 8);
 VT3_ASSERT_SIZE(vt3_cmd_reg_mr, 48);
+VT3_ASSERT_SIZE(vt3_cmd_alloc_mr, 8);
 VT3_ASSERT_SIZE(vt3_cmd_create_cq, 24);
 VT3_ASSERT_SIZE(vt3_cmd_arm_cq, 8);
 VT3_ASSERT_SIZE(vt3_cmd_create_qp, 72);
@@ -680,6 +748,7 @@ VT3_ASSERT_SIZE(vt3_cmd_disconnect, 8);
 VT3_ASSERT_SIZE(vt3_event_cm, 552);
 VT3_ASSERT_SIZE(vt3_sge, 16);
 VT3_ASSERT_SIZE(vt3_sq_wqe, VT3_WQE_SIZE);
+VT3_ASSERT_SIZE(vt3_reg_mr_wqe, VT3_WQE_SIZE);
 VT3_ASSERT_SIZE(vt3_rq_wqe, VT3_WQE_SIZE);
 VT3_ASSERT_SIZE(vt3_cqe, 32);
 VT3_ASSERT_SIZE(vt3_qp_status, 32);

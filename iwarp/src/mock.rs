@@ -4,7 +4,10 @@
 //! page lists.
 #![allow(clippy::indexing_slicing)] // test support: indexes it just checked
 
-use crate::engine::{Access, AccessError, GuestMemory, MemoryError, MemoryRegions};
+use crate::engine::{
+    check_fast_reg, read_page_list, Access, AccessError, FastReg, FastRegError, GuestMemory,
+    MemoryError, MemoryRegions,
+};
 
 /// Guest RAM: one flat buffer at guest-physical address 0.
 #[derive(Clone)]
@@ -116,6 +119,9 @@ pub struct MockMr {
     pub page_offset: u64,
     /// Cleared by a Send with Invalidate.
     pub valid: bool,
+    /// A fast-reg MR of at most this many pages (filled by REG_MR,
+    /// invalidated by LOCAL_INV and the peer); `None`: an ordinary MR.
+    pub fast_reg: Option<u32>,
 }
 
 impl MockMr {
@@ -185,7 +191,67 @@ impl MockRegions {
             pages,
             page_offset,
             valid: true,
+            fast_reg: None,
         })
+    }
+
+    /// An empty fast-reg MR of `pdn` for up to `max_pages` pages, invalid
+    /// until a REG_MR fills it (VT3_CMD_ALLOC_MR).
+    pub fn alloc_fast_reg(&mut self, pdn: u32, max_pages: u32) -> u32 {
+        self.register(MockMr {
+            pdn,
+            access: 0,
+            iova: 0,
+            length: 0,
+            pages: Vec::new(),
+            page_offset: 0,
+            valid: false,
+            fast_reg: Some(max_pages),
+        })
+    }
+
+    /// The host invalidates any region (`vt3d ctl fault invalidate-stag`),
+    /// ordinary MRs included; `InvalidStag` if it is invalid already.
+    /// (The peer's and the SQ's invalidations go through
+    /// [`MemoryRegions`], which allows fast-reg MRs only.)
+    pub fn invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), AccessError> {
+        let index = self.index_of(stag).ok_or(AccessError::InvalidStag)?;
+        let mr = self
+            .entries
+            .get_mut(index)
+            .and_then(Option::as_mut)
+            .filter(|mr| mr.valid)
+            .ok_or(AccessError::InvalidStag)?;
+        if mr.pdn != pdn {
+            return Err(AccessError::WrongPd);
+        }
+        mr.valid = false;
+        Ok(())
+    }
+
+    /// The fast-reg rules of [`MemoryRegions::invalidate`]: STag, PD, kind.
+    fn check_invalidatable(&self, stag: u32, pdn: u32) -> Result<usize, AccessError> {
+        let index = self.index_of(stag).ok_or(AccessError::InvalidStag)?;
+        let mr = self
+            .entries
+            .get(index)
+            .and_then(Option::as_ref)
+            .ok_or(AccessError::InvalidStag)?;
+        if mr.pdn != pdn {
+            return Err(AccessError::WrongPd);
+        }
+        if mr.fast_reg.is_none() {
+            return Err(AccessError::Rights);
+        }
+        Ok(index)
+    }
+
+    fn invalidate_fast_reg(&mut self, stag: u32, pdn: u32) -> Result<(), AccessError> {
+        let index = self.check_invalidatable(stag, pdn)?;
+        if let Some(Some(mr)) = self.entries.get_mut(index) {
+            mr.valid = false;
+        }
+        Ok(())
     }
 
     /// A region over guest-physically contiguous memory at `guest`.
@@ -275,17 +341,52 @@ impl MemoryRegions for MockRegions {
     }
 
     fn invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), AccessError> {
-        let index = self.index_of(stag).ok_or(AccessError::InvalidStag)?;
+        self.invalidate_fast_reg(stag, pdn)
+    }
+
+    fn local_invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), AccessError> {
+        self.invalidate_fast_reg(stag, pdn)
+    }
+
+    fn invalidatable(&self, stag: u32, pdn: u32) -> Result<(), AccessError> {
+        self.check_invalidatable(stag, pdn).map(|_| ())
+    }
+
+    fn fast_register(
+        &mut self,
+        pdn: u32,
+        reg: &FastReg,
+        memory: &dyn GuestMemory,
+    ) -> Result<(), FastRegError> {
+        let index = (reg.stag >> 8) as usize;
+        let no_such = FastRegError::NoSuchMr(reg.stag);
+        let current_key = *self.keys.get(index).ok_or(no_such)?;
         let mr = self
             .entries
             .get_mut(index)
             .and_then(Option::as_mut)
-            .filter(|mr| mr.valid)
-            .ok_or(AccessError::InvalidStag)?;
+            .ok_or(no_such)?;
+        let max_pages = mr.fast_reg.ok_or(no_such)?;
         if mr.pdn != pdn {
-            return Err(AccessError::WrongPd);
+            return Err(FastRegError::WrongPd);
         }
-        mr.valid = false;
+        if mr.valid {
+            return Err(FastRegError::StillValid);
+        }
+        let key = (reg.stag & 0xff) as u8;
+        if key == current_key {
+            return Err(FastRegError::SameKey(key));
+        }
+        check_fast_reg(reg, max_pages)?;
+        let mut pages = Vec::with_capacity(reg.npages as usize);
+        read_page_list(memory, reg, &mut pages)?;
+        mr.pages = pages;
+        mr.page_offset = reg.iova % PAGE_SIZE;
+        mr.iova = reg.iova;
+        mr.length = reg.length;
+        mr.access = reg.access;
+        mr.valid = true;
+        self.keys[index] = key;
         Ok(())
     }
 }

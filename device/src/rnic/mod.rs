@@ -24,7 +24,7 @@ use vt3_iwarp::engine::WorkQueue;
 use vt3_iwarp::toe::FourTuple;
 
 use crate::abi::{
-    self, Cmd, CmdArmCq, CmdCreateCq, CmdCreateQp, CmdDoorbell, CmdHandle, CmdModifyQp, CmdRegMr, CmdSetAddr,
+    self, Cmd, CmdAllocMr, CmdArmCq, CmdCreateCq, CmdCreateQp, CmdDoorbell, CmdHandle, CmdModifyQp, CmdRegMr, CmdSetAddr,
     DeviceAttr, EventType, PortAttr, QpAttr, QpState, QpStatusFlag, RespHandle, Status, VT3_PAGE_SIZE,
 };
 use memory::StatusWord;
@@ -54,6 +54,8 @@ pub struct Limits {
     pub max_inline: u32,
     pub max_mr_size: u64,
     pub max_pbl_pages: u32,
+    /// Pages a fast-reg MR may hold (VT3_CMD_ALLOC_MR max_pages).
+    pub max_fast_reg_pages: u32,
     /// Page-list entries held for all MRs and rings together.
     pub pbl_budget: u64,
 }
@@ -74,6 +76,9 @@ impl Default for Limits {
             max_inline: u32::try_from(abi::VT3_MAX_INLINE).unwrap_or(u32::MAX),
             max_mr_size: 4 << 30,
             max_pbl_pages: 1 << 20,
+            // 2 MiB per MR: what nvme-rdma, NFS/RDMA and rdma_rw ask for
+            // (they cap themselves at 256 pages or fewer).
+            max_fast_reg_pages: 512,
             pbl_budget: 4 << 20,
         }
     }
@@ -353,7 +358,7 @@ impl Rnic {
             max_qp_init_rd_atom: l.max_ird.into(),
             max_inline: l.max_inline.into(),
             max_pbl_pages: l.max_pbl_pages.into(),
-            reserved: 0.into(),
+            max_fast_reg_pages: l.max_fast_reg_pages.into(),
         }
     }
 
@@ -395,10 +400,11 @@ impl Rnic {
                 }
             }
             Cmd::RegMr => self.reg_mr(mem, &args(payload)?),
+            Cmd::AllocMr => self.alloc_mr(&args(payload)?),
             Cmd::DeregMr => {
                 let stag = le(args::<CmdHandle>(payload)?.handle);
-                let mr = self.tpt.remove(stag).ok_or(Status::NotFound)?;
-                self.release_pages(&mr.backing);
+                let mr = self.tpt.remove_for_dereg(stag).ok_or(Status::NotFound)?;
+                self.pbl_used -= mr.pbl_entries();
                 self.pd_users(mr.pdn, false);
                 Ok(Vec::new())
             }
@@ -578,7 +584,7 @@ impl Rnic {
             }
             _ => return Err(Status::Invalid),
         };
-        let mr = Mr { pdn, access, iova, length, backing, valid: true };
+        let mr = Mr { pdn, access, iova, length, backing, valid: true, fast_reg: None };
         let release = mr.backing.clone();
         match self.tpt.insert(mr) {
             Some(stag) => {
@@ -590,6 +596,25 @@ impl Rnic {
                 Err(Status::NoResource)
             }
         }
+    }
+
+    /// An empty fast-reg MR: its max_pages page-list entries are counted
+    /// against the PBL budget now, so a REG_MR never needs more.
+    fn alloc_mr(&mut self, a: &CmdAllocMr) -> CmdResult {
+        let (pdn, max_pages) = (le(a.pdn), le(a.max_pages));
+        if self.pds.get(pdn).is_none() {
+            return Err(Status::NotFound);
+        }
+        if max_pages == 0 || max_pages > self.limits.max_fast_reg_pages {
+            return Err(Status::Invalid);
+        }
+        if self.pbl_used + u64::from(max_pages) > self.limits.pbl_budget {
+            return Err(Status::NoResource);
+        }
+        let stag = self.tpt.insert(Mr::fast_reg(pdn, max_pages)).ok_or(Status::NoResource)?;
+        self.pbl_used += u64::from(max_pages);
+        self.pd_users(pdn, true);
+        handle_reply(stag)
     }
 
     /// Validates a ring: power-of-two depth within `max`, enough pages.

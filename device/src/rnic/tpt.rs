@@ -2,8 +2,13 @@
 //! (index << 8 | key), checked on every access for state, key, PD, rights
 //! and bounds, and translated through their page lists. The iWARP engine
 //! reaches guest memory only through it ([`MemoryRegions`]).
+//!
+//! Fast-reg MRs (VT3_CMD_ALLOC_MR) start empty and invalid; the SQ's
+//! REG_MR fills one under a rotated key, LOCAL_INV and the peer's Send
+//! with Invalidate empty it again (`vt3_hw.h`, "Fast registration"). Only
+//! they may be invalidated by the QP or its peer.
 
-use vt3_iwarp::engine::{self, MemoryRegions};
+use vt3_iwarp::engine::{self, FastReg, FastRegError, MemoryRegions};
 
 use crate::abi::{VT3_PAGE_SHIFT, VT3_PAGE_SIZE};
 
@@ -36,6 +41,33 @@ pub struct Mr {
     /// Cleared by a Send with Invalidate naming this STag; every access
     /// then fails as an invalid STag. Registration makes a valid region.
     pub valid: bool,
+    /// `Some(max_pages)`: a fast-reg MR for up to that many pages (its page
+    /// list entries are reserved at allocation). `None`: an ordinary MR.
+    pub fast_reg: Option<u32>,
+}
+
+impl Mr {
+    /// An empty fast-reg MR of `pdn` (VT3_CMD_ALLOC_MR): invalid.
+    pub fn fast_reg(pdn: u32, max_pages: u32) -> Self {
+        Mr {
+            pdn,
+            access: 0,
+            iova: 0,
+            length: 0,
+            backing: Backing::Pages { pages: Vec::new(), page_offset: 0 },
+            valid: false,
+            fast_reg: Some(max_pages),
+        }
+    }
+
+    /// Page-list entries this MR holds against the PBL budget.
+    pub fn pbl_entries(&self) -> u64 {
+        match (&self.backing, self.fast_reg) {
+            (_, Some(max_pages)) => u64::from(max_pages),
+            (Backing::Pages { pages, .. }, None) => pages.len() as u64,
+            (Backing::Dma, None) => 0,
+        }
+    }
 }
 
 /// Why an access was refused (mapped to TERMINATE codes by the engine and
@@ -105,6 +137,20 @@ impl Tpt {
 
     pub fn remove(&mut self, stag: u32) -> Option<Mr> {
         let index = self.index_of(stag)?;
+        self.entries.remove(index)
+    }
+
+    /// VT3_CMD_DEREG_MR: `stag` with its current key, or, for a fast-reg
+    /// MR, with any key. The driver cannot always know the key a fast-reg
+    /// MR ended with: a REG_MR under a rotated key may be refused or
+    /// flushed (never executed), unsignaled at that, and ULPs deregister
+    /// such MRs (NFS/RDMA destroys every flushed MR).
+    pub fn remove_for_dereg(&mut self, stag: u32) -> Option<Mr> {
+        if let Some(mr) = self.remove(stag) {
+            return Some(mr);
+        }
+        let index = stag >> 8;
+        self.entries.get(index).filter(|mr| mr.fast_reg.is_some())?;
         self.entries.remove(index)
     }
 
@@ -178,13 +224,90 @@ impl Tpt {
         Ok(())
     }
 
-    /// Send with Invalidate: `stag` must name a valid region of `pdn`.
+    /// The host invalidates a region (`vt3d ctl fault invalidate-stag`):
+    /// `stag` must name a valid region of `pdn`, of any kind. (The peer and
+    /// the SQ invalidate through [`MemoryRegions`]: fast-reg MRs only.)
     pub fn invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), AccessError> {
         let mr = self.get_mut(stag).filter(|mr| mr.valid).ok_or(AccessError::InvalidStag)?;
         if mr.pdn != pdn {
             return Err(AccessError::WrongPd);
         }
         mr.valid = false;
+        Ok(())
+    }
+}
+
+impl Tpt {
+    /// LOCAL_INV and Send with Invalidate: `stag` names a fast-reg MR of
+    /// `pdn` (current key); already invalid is fine (the verbs allow it).
+    /// Checked in the order STag, PD, kind (an ordinary MR: `Rights`).
+    pub fn invalidate_fast_reg(&mut self, stag: u32, pdn: u32) -> Result<(), AccessError> {
+        self.invalidatable(stag, pdn)?;
+        if let Some(mr) = self.get_mut(stag) {
+            mr.valid = false;
+        }
+        Ok(())
+    }
+
+    /// Whether [`Self::invalidate_fast_reg`] would succeed; changes nothing.
+    pub fn invalidatable(&self, stag: u32, pdn: u32) -> Result<(), AccessError> {
+        let mr = self.get(stag).ok_or(AccessError::InvalidStag)?;
+        if mr.pdn != pdn {
+            return Err(AccessError::WrongPd);
+        }
+        if mr.fast_reg.is_none() {
+            return Err(AccessError::Rights);
+        }
+        Ok(())
+    }
+
+    /// REG_MR (see [`MemoryRegions::fast_register`]). The page list is
+    /// read into the entry's own vector, whose capacity never exceeds the
+    /// MR's max_pages: no allocation beyond what ALLOC_MR reserved.
+    pub fn fast_register(
+        &mut self,
+        pdn: u32,
+        reg: &FastReg,
+        memory: &dyn engine::GuestMemory,
+    ) -> Result<(), FastRegError> {
+        let index = reg.stag >> 8;
+        let no_such = FastRegError::NoSuchMr(reg.stag);
+        let current_key = *self.keys.get(index as usize).ok_or(no_such)?;
+        let mr = self.entries.get_mut(index).ok_or(no_such)?;
+        let max_pages = mr.fast_reg.ok_or(no_such)?;
+        if mr.pdn != pdn {
+            return Err(FastRegError::WrongPd);
+        }
+        if mr.valid {
+            return Err(FastRegError::StillValid);
+        }
+        let key = (reg.stag & 0xff) as u8;
+        if key == current_key {
+            return Err(FastRegError::SameKey(key));
+        }
+        engine::check_fast_reg(reg, max_pages)?;
+        // The entry is invalid, so nothing reaches its old pages: they are
+        // overwritten in place. A refused list leaves it invalid, empty,
+        // and under its old key.
+        let mut pages = match std::mem::replace(&mut mr.backing, Backing::Dma) {
+            Backing::Pages { pages, .. } => pages,
+            Backing::Dma => Vec::new(),
+        };
+        let read = engine::read_page_list(memory, reg, &mut pages);
+        if let Err(e) = read {
+            pages.clear();
+            mr.backing = Backing::Pages { pages, page_offset: 0 };
+            mr.length = 0;
+            return Err(e);
+        }
+        mr.backing = Backing::Pages { pages, page_offset: reg.iova % VT3_PAGE_SIZE };
+        mr.iova = reg.iova;
+        mr.length = reg.length;
+        mr.access = reg.access;
+        mr.valid = true;
+        if let Some(slot) = self.keys.get_mut(index as usize) {
+            *slot = key;
+        }
         Ok(())
     }
 }
@@ -203,12 +326,29 @@ impl MemoryRegions for Tpt {
     }
 
     fn invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), engine::AccessError> {
-        Tpt::invalidate(self, stag, pdn).map_err(Into::into)
+        self.invalidate_fast_reg(stag, pdn).map_err(Into::into)
+    }
+
+    fn local_invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), engine::AccessError> {
+        self.invalidate_fast_reg(stag, pdn).map_err(Into::into)
+    }
+
+    fn invalidatable(&self, stag: u32, pdn: u32) -> Result<(), engine::AccessError> {
+        Tpt::invalidatable(self, stag, pdn).map_err(Into::into)
+    }
+
+    fn fast_register(
+        &mut self,
+        pdn: u32,
+        reg: &FastReg,
+        memory: &dyn engine::GuestMemory,
+    ) -> Result<(), FastRegError> {
+        Tpt::fast_register(self, pdn, reg, memory)
     }
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
 
@@ -221,6 +361,7 @@ mod tests {
             length: 8192,
             backing: Backing::Pages { pages: vec![0x10_0000, 0x20_0000, 0x30_0000], page_offset: 0x100 },
             valid: true,
+            fast_reg: None,
         }
     }
 
@@ -289,5 +430,93 @@ mod tests {
         let fresh = tpt.insert(mr(1, REMOTE_READ)).unwrap();
         let r = MemoryRegions::translate(&tpt, fresh, 1, 0x7000_0100, 1, REMOTE_WRITE, &mut |_, _| seen += 1);
         assert_eq!((r, seen), (Err(engine::AccessError::Rights), 0));
+    }
+
+    /// Guest RAM for page lists: one flat buffer.
+    struct Flat(Vec<u8>);
+
+    impl engine::GuestMemory for Flat {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), engine::MemoryError> {
+            let err = engine::MemoryError { addr, len: buf.len() };
+            let start = usize::try_from(addr).map_err(|_| err)?;
+            let src = self.0.get(start..start.checked_add(buf.len()).ok_or(err)?).ok_or(err)?;
+            buf.copy_from_slice(src);
+            Ok(())
+        }
+
+        fn write(&mut self, addr: u64, _data: &[u8]) -> Result<(), engine::MemoryError> {
+            Err(engine::MemoryError { addr, len: 0 })
+        }
+    }
+
+    fn ram_with_pbl(at: usize, pages: &[u64]) -> Flat {
+        let mut ram = Flat(vec![0; 0x40_0000]);
+        for (i, p) in pages.iter().enumerate() {
+            ram.0[at + i * 8..at + i * 8 + 8].copy_from_slice(&p.to_le_bytes());
+        }
+        ram
+    }
+
+    fn reg(stag: u32, npages: u32) -> FastReg {
+        FastReg { stag, iova: 0x9000_0200, length: 2 * 4096 - 0x200, pbl_addr: 0x1000, npages, access: ALL_ACCESS }
+    }
+
+    fn rotated(stag: u32) -> u32 {
+        stag & !0xff | (stag + 1) & 0xff
+    }
+
+    #[test]
+    fn fast_reg_entries() {
+        let mut tpt = Tpt::new(16);
+        let ram = ram_with_pbl(0x1000, &[0x20_0000, 0x10_0000]);
+        let old = tpt.insert(Mr::fast_reg(1, 2)).unwrap();
+        assert_eq!(tpt.get(old).unwrap().pbl_entries(), 2, "reserved at allocation");
+        assert_eq!(segments(&tpt, old, 0, 1, LOCAL_WRITE), Err(AccessError::InvalidStag), "allocated invalid");
+        // Refusals leave it invalid under its key.
+        assert_eq!(tpt.fast_register(1, &reg(old, 2), &ram), Err(FastRegError::SameKey((old & 0xff) as u8)));
+        assert_eq!(tpt.fast_register(2, &reg(rotated(old), 2), &ram), Err(FastRegError::WrongPd));
+        assert!(matches!(tpt.fast_register(1, &reg(rotated(old), 3), &ram), Err(FastRegError::TooManyPages { .. })));
+        assert!(matches!(tpt.fast_register(1, &reg(rotated(old), u32::MAX), &ram), Err(FastRegError::TooManyPages { .. })));
+        let long = FastReg { length: 2 * 4096, ..reg(rotated(old), 2) };
+        assert!(matches!(tpt.fast_register(1, &long, &ram), Err(FastRegError::Length { .. })));
+        let outside = FastReg { pbl_addr: 0x40_0000 - 8, ..reg(rotated(old), 2) };
+        assert_eq!(tpt.fast_register(1, &outside, &ram), Err(FastRegError::PageList(0x40_0000 - 8)));
+        let unaligned = ram_with_pbl(0x1000, &[0x20_0000, 0x10_0008]);
+        assert_eq!(
+            tpt.fast_register(1, &reg(rotated(old), 2), &unaligned),
+            Err(FastRegError::BadPage { index: 1, page: 0x10_0008 })
+        );
+        assert!(tpt.get(old).is_some_and(|mr| !mr.valid));
+        // Registered: the new STag translates through the page list.
+        let stag = rotated(old);
+        tpt.fast_register(1, &reg(stag, 2), &ram).unwrap();
+        assert!(tpt.get(old).is_none(), "the old key names nothing");
+        let mut v = Vec::new();
+        tpt.translate(stag, 1, 0x9000_0200, 4096, REMOTE_WRITE, |a, l| v.push((a, l))).unwrap();
+        assert_eq!(v, vec![(0x20_0200, 0xe00), (0x10_0000, 0x200)]);
+        assert_eq!(tpt.fast_register(1, &reg(rotated(stag), 2), &ram), Err(FastRegError::StillValid));
+        // Invalidation: fast-reg MRs of the PD only; an ordinary MR never.
+        let plain = tpt.insert(mr(1, ALL_ACCESS)).unwrap();
+        assert_eq!(MemoryRegions::invalidate(&mut tpt, plain, 1), Err(engine::AccessError::Rights));
+        assert_eq!(MemoryRegions::local_invalidate(&mut tpt, plain, 1), Err(engine::AccessError::Rights));
+        assert!(tpt.get(plain).unwrap().valid);
+        assert_eq!(MemoryRegions::invalidate(&mut tpt, stag, 2), Err(engine::AccessError::WrongPd));
+        assert_eq!(MemoryRegions::invalidate(&mut tpt, old, 1), Err(engine::AccessError::InvalidStag));
+        MemoryRegions::local_invalidate(&mut tpt, stag, 1).unwrap();
+        MemoryRegions::invalidate(&mut tpt, stag, 1).unwrap();
+        assert_eq!(segments(&tpt, stag, 0x9000_0200, 1, REMOTE_READ), Err(AccessError::InvalidStag));
+        // Registered again under the next key; the entry's vector is reused.
+        let one = FastReg { length: 100, ..reg(rotated(stag), 1) };
+        tpt.fast_register(1, &one, &ram).unwrap();
+        assert!(matches!(&tpt.get(rotated(stag)).unwrap().backing, Backing::Pages { pages, .. } if pages == &[0x20_0000]));
+        assert_eq!(tpt.get(rotated(stag)).unwrap().pbl_entries(), 2);
+        assert_eq!(tpt.fast_register(1, &reg(plain & !0xff | 0x77, 1), &ram), Err(FastRegError::NoSuchMr(plain & !0xff | 0x77)));
+        // DEREG_MR: a fast-reg MR under any key (the driver's may be one a
+        // refused REG_MR never gave it); an ordinary MR under its own only.
+        let current = rotated(stag);
+        assert!(tpt.remove_for_dereg(plain ^ 0x40).is_none());
+        assert!(tpt.remove_for_dereg(current ^ 0x40).is_some_and(|mr| mr.fast_reg == Some(2)));
+        assert!(tpt.remove_for_dereg(current).is_none(), "gone");
+        assert!(tpt.remove_for_dereg(plain).is_some());
     }
 }

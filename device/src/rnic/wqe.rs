@@ -4,9 +4,11 @@
 
 use thiserror::Error;
 use vm_memory::ByteValued;
-use vt3_iwarp::engine::{Completion, InlineData, RecvWr, SendOpcode, SendWr, Sge, SgeList, WcStatus, WorkQueue};
+use vt3_iwarp::engine::{
+    Completion, FastReg, InlineData, RecvWr, SendOpcode, SendWr, Sge, SgeList, WcStatus, WorkQueue,
+};
 
-use crate::abi::{self, CqeFlag, RqWqe, SqWqe, WqeFlag, VT3_MAX_SGE};
+use crate::abi::{self, CqeFlag, RegMrWqe, RqWqe, SqWqe, WqeFlag, VT3_MAX_SGE, VT3_PAGE_SHIFT};
 
 /// What a QP allows in its WQEs (from CREATE_QP, which keeps them within
 /// VT3_MAX_SGE and VT3_MAX_INLINE).
@@ -32,6 +34,8 @@ pub enum BadWqe {
     InlineLen(u32),
     #[error("the WQE could not be read from guest memory")]
     Unreadable,
+    #[error("REG_MR page shift {0}: only VT3_PAGE_SHIFT is supported")]
+    PageShift(u32),
 }
 
 const KNOWN_FLAGS: u8 = WqeFlag::Signaled as u8 | WqeFlag::Inline as u8 | WqeFlag::Fence as u8;
@@ -55,6 +59,9 @@ pub fn send_wr(wqe: &SqWqe, limits: &WqeLimits) -> Result<SendWr, BadWqe> {
     let opcode = SendOpcode::from_wire(wqe.opcode).ok_or(BadWqe::Opcode(wqe.opcode))?;
     if wqe.flags & !KNOWN_FLAGS != 0 {
         return Err(BadWqe::Flags(wqe.flags));
+    }
+    if opcode.is_local() {
+        return local_wr(wqe, opcode, limits);
     }
     let payload = wqe.as_slice().get(SQ_PAYLOAD..).unwrap_or_default();
     let (sge_list, inline) = if wqe.flags & WqeFlag::Inline as u8 != 0 {
@@ -80,7 +87,38 @@ pub fn send_wr(wqe: &SqWqe, limits: &WqeLimits) -> Result<SendWr, BadWqe> {
         remote_addr: wqe.remote_addr.to_native(),
         remote_stag: wqe.remote_stag.to_native(),
         invalidate_stag: wqe.invalidate_stag.to_native(),
+        fast_reg: FastReg::default(),
     })
+}
+
+/// REG_MR (a `vt3_reg_mr_wqe` in the slot) and LOCAL_INV: no data, no
+/// inline. What the registration may do is the TPT's to check, when the
+/// engine reaches the WQE in SQ order.
+fn local_wr(wqe: &SqWqe, opcode: SendOpcode, limits: &WqeLimits) -> Result<SendWr, BadWqe> {
+    if wqe.flags & WqeFlag::Inline as u8 != 0 {
+        return Err(BadWqe::Flags(wqe.flags));
+    }
+    let mut wr = SendWr::new(wqe.wr_id.to_native(), opcode);
+    wr.signaled = limits.sig_all || wqe.flags & WqeFlag::Signaled as u8 != 0;
+    wr.fence = wqe.flags & WqeFlag::Fence as u8 != 0;
+    if opcode == SendOpcode::LocalInv {
+        wr.invalidate_stag = wqe.invalidate_stag.to_native();
+        return Ok(wr);
+    }
+    let reg = abi::read_struct::<RegMrWqe>(wqe.as_slice()).ok_or(BadWqe::Unreadable)?;
+    let page_shift = reg.page_shift.to_native();
+    if page_shift != VT3_PAGE_SHIFT {
+        return Err(BadWqe::PageShift(page_shift));
+    }
+    wr.fast_reg = FastReg {
+        stag: reg.stag.to_native(),
+        iova: reg.iova.to_native(),
+        length: reg.length.to_native(),
+        pbl_addr: reg.pbl_addr.to_native(),
+        npages: reg.npages.to_native(),
+        access: reg.access.to_native(),
+    };
+    Ok(wr)
 }
 
 impl BadWqe {
@@ -92,9 +130,12 @@ impl BadWqe {
     /// (VT3_WC_LOC_PROT_ERR) when it uses the WR.
     pub fn status(&self) -> WcStatus {
         match self {
-            BadWqe::Opcode(_) | BadWqe::Flags(_) | BadWqe::NumSge(_) | BadWqe::InlineLen(_) | BadWqe::Unreadable => {
-                WcStatus::LocQpOpErr
-            }
+            BadWqe::Opcode(_)
+            | BadWqe::Flags(_)
+            | BadWqe::NumSge(_)
+            | BadWqe::InlineLen(_)
+            | BadWqe::Unreadable
+            | BadWqe::PageShift(_) => WcStatus::LocQpOpErr,
         }
     }
 }
@@ -181,7 +222,8 @@ mod tests {
         // SIG_ALL folds into every WR.
         let all = WqeLimits { sig_all: true, ..LIMITS };
         assert!(send_wr(&w, &all).unwrap().signaled);
-        for op in WrOpcode::ALL {
+        // (REG_MR has a slot layout of its own: `reg_mr_and_local_inv_wqes`.)
+        for op in WrOpcode::ALL.iter().filter(|op| **op != WrOpcode::RegMr) {
             let wr = send_wr(&sq(*op as u8, WqeFlag::Signaled as u8, &[]), &LIMITS).unwrap();
             assert_eq!((wr.opcode as u8, wr.signaled), (*op as u8, true));
         }
@@ -204,7 +246,7 @@ mod tests {
     fn hostile_send_wqes_are_refused() {
         let five: Vec<AbiSge> = (0..4).map(|i| sge(i, 1, 1)).collect();
         let cases = [
-            (sq(6, 0, &[]), BadWqe::Opcode(6)),
+            (sq(9, 0, &[]), BadWqe::Opcode(9)),
             (sq(0xff, 0, &[]), BadWqe::Opcode(0xff)),
             (sq(0, 0x08, &[]), BadWqe::Flags(0x08)),
             (sq(0, 0xff, &[]), BadWqe::Flags(0xff)),
@@ -236,6 +278,49 @@ mod tests {
                 assert!(wr.sges.len() <= 4 && wr.inline.map_or(0, |i| i.as_slice().len()) <= 64);
             }
         }
+    }
+
+    #[test]
+    fn reg_mr_and_local_inv_wqes() {
+        let reg = RegMrWqe {
+            wr_id: 0x77.into(),
+            opcode: WrOpcode::RegMr as u8,
+            flags: WqeFlag::Fence as u8,
+            stag: 0x1234_5602.into(),
+            iova: 0x7000_0100u64.into(),
+            length: 9000u64.into(),
+            pbl_addr: 0x4000u64.into(),
+            npages: 3.into(),
+            access: 6.into(),
+            page_shift: VT3_PAGE_SHIFT.into(),
+            ..Default::default()
+        };
+        let slot = abi::read_struct::<SqWqe>(reg.as_slice()).unwrap();
+        let wr = send_wr(&slot, &LIMITS).unwrap();
+        assert_eq!((wr.wr_id, wr.opcode, wr.signaled, wr.fence), (0x77, SendOpcode::RegMr, false, true));
+        assert_eq!(
+            wr.fast_reg,
+            FastReg { stag: 0x1234_5602, iova: 0x7000_0100, length: 9000, pbl_addr: 0x4000, npages: 3, access: 6 }
+        );
+        assert!(wr.sges.is_empty() && wr.inline.is_none());
+        for shift in [0, 11, 13, 21, u32::MAX] {
+            let bad = RegMrWqe { page_shift: shift.into(), ..reg };
+            let slot = abi::read_struct::<SqWqe>(bad.as_slice()).unwrap();
+            assert_eq!(send_wr(&slot, &LIMITS), Err(BadWqe::PageShift(shift)));
+        }
+        let inline = RegMrWqe { flags: WqeFlag::Inline as u8, ..reg };
+        assert_eq!(send_wr(&abi::read_struct(inline.as_slice()).unwrap(), &LIMITS), Err(BadWqe::Flags(2)));
+        // LOCAL_INV names its STag in invalidate_stag; SGEs are ignored.
+        let inv = send_wr(&sq(WrOpcode::LocalInv as u8, WqeFlag::Signaled as u8, &[sge(1, 2, 3)]), &LIMITS).unwrap();
+        assert_eq!((inv.opcode, inv.invalidate_stag, inv.signaled, inv.sges.len()), (SendOpcode::LocalInv, 0x1234, true, 0));
+        assert_eq!(inv.opcode.wc_opcode() as u8, abi::WcOpcode::LocalInv as u8);
+        assert_eq!(SendOpcode::RegMr.wc_opcode() as u8, abi::WcOpcode::RegMr as u8);
+        let sig_all = WqeLimits { sig_all: true, ..LIMITS };
+        assert!(send_wr(&slot_of(&reg), &sig_all).unwrap().signaled);
+    }
+
+    fn slot_of(reg: &RegMrWqe) -> SqWqe {
+        abi::read_struct::<SqWqe>(reg.as_slice()).unwrap()
     }
 
     #[test]

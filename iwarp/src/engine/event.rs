@@ -132,7 +132,15 @@ impl ProtocolError {
             ProtocolError::RecvBufferAccess(_) | ProtocolError::GuestMemory => {
                 TermCode::DdpLocalCatastrophic
             }
-            ProtocolError::CannotInvalidate(_) => TermCode::RdmapProtectionStagCannotBeInvalidated,
+            // siw's split: an STag naming nothing is an operation error,
+            // one the peer may not touch (another PD's, an ordinary MR) a
+            // protection error.
+            ProtocolError::CannotInvalidate(AccessError::InvalidStag | AccessError::Bounds) => {
+                TermCode::RdmapOperationStagCannotBeInvalidated
+            }
+            ProtocolError::CannotInvalidate(AccessError::WrongPd | AccessError::Rights) => {
+                TermCode::RdmapProtectionStagCannotBeInvalidated
+            }
             ProtocolError::ReadBeyondIrd { .. } => TermCode::RdmapCatastrophicStream,
             ProtocolError::ReadRequestLength(len) if len > rdmap::READ_REQUEST_LEN => {
                 TermCode::DdpUntaggedMessageTooLong

@@ -5,6 +5,8 @@
 
 use thiserror::Error;
 
+use super::wr::FastReg;
+
 /// Access rights, the bit values of `enum vt3_access` (and of the device's
 /// `rnic::tpt::Access`).
 pub type Access = u32;
@@ -16,6 +18,10 @@ pub const REMOTE_WRITE: Access = 2;
 pub const REMOTE_READ: Access = 4;
 /// Reading our own memory to send it needs no right.
 pub const LOCAL_READ: Access = 0;
+/// Every right a registration may grant (`enum vt3_access`, MW_BIND included).
+pub const ALL_ACCESS: Access = LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | 8;
+/// Page size of page lists (`VT3_PAGE_SIZE`).
+pub const PAGE_SIZE: u64 = 4096;
 
 /// Why the TPT refused an access; the engine maps it to TERMINATE codes
 /// (remote accesses) or completion statuses (local ones).
@@ -48,10 +54,130 @@ pub trait MemoryRegions {
         segment: &mut dyn FnMut(u64, u64),
     ) -> Result<(), AccessError>;
 
-    /// Send with Invalidate: invalidates `stag` (an MR of protection domain
-    /// `pdn`). After it, every access through `stag` fails with
-    /// `InvalidStag` until the owner re-validates it.
+    /// Send with Invalidate (RFC 5040 §6.10 as the verbs restrict it):
+    /// invalidates `stag`, which must name a fast-reg MR of protection
+    /// domain `pdn` with its current key. An STag naming nothing is
+    /// `InvalidStag`, another PD's `WrongPd`, an ordinary MR (which the
+    /// peer may never invalidate) `Rights`. Invalidating an invalid
+    /// fast-reg MR succeeds (the verbs allow it; siw does the same). After
+    /// it, every access through `stag` fails with `InvalidStag` until a
+    /// REG_MR validates the MR again, under a new key.
     fn invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), AccessError>;
+
+    /// LOCAL_INV from the QP's own SQ: the same rules as [`Self::invalidate`].
+    fn local_invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), AccessError>;
+
+    /// Whether [`Self::local_invalidate`] of `stag` would succeed now
+    /// (checked before a READ_INV goes out); changes nothing.
+    fn invalidatable(&self, stag: u32, pdn: u32) -> Result<(), AccessError>;
+
+    /// REG_MR from the SQ of a QP of `pdn`: the fast-reg MR named by
+    /// `reg.stag`'s index, invalid and of `pdn`, takes `reg.stag`'s key
+    /// (a different one: key rotation) and the registration, its page list
+    /// read from `memory` now (the driver may reuse it afterwards). On
+    /// any error the MR is left as it was.
+    fn fast_register(
+        &mut self,
+        pdn: u32,
+        reg: &FastReg,
+        memory: &dyn GuestMemory,
+    ) -> Result<(), FastRegError>;
+}
+
+/// Why a REG_MR was refused (its WQE completes with LOC_QP_OP_ERR, as siw
+/// and rxe complete theirs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Error)]
+pub enum FastRegError {
+    #[error("STag {0:#x} names no fast-reg MR")]
+    NoSuchMr(u32),
+    #[error("the MR belongs to another protection domain")]
+    WrongPd,
+    #[error("the MR is valid: invalidate it first")]
+    StillValid,
+    #[error("key {0:#04x} is the MR's current key: a registration must rotate it")]
+    SameKey(u8),
+    #[error("{npages} pages is more than the MR's {max_pages} (or none)")]
+    TooManyPages { npages: u32, max_pages: u32 },
+    #[error("{length} octets at page offset {offset} do not fit in {npages} pages")]
+    Length {
+        length: u64,
+        offset: u64,
+        npages: u32,
+    },
+    #[error("unknown access bits {0:#x}")]
+    Access(Access),
+    #[error("page list entry {index} ({page:#x}) is not an aligned page of guest RAM")]
+    BadPage { index: u32, page: u64 },
+    #[error("the page list at {0:#x} is not readable guest RAM")]
+    PageList(u64),
+}
+
+/// Checks a registration against an MR of `max_pages` pages, before any
+/// state changes: page count, length and offset, access bits.
+pub fn check_fast_reg(reg: &FastReg, max_pages: u32) -> Result<(), FastRegError> {
+    if reg.npages == 0 || reg.npages > max_pages {
+        return Err(FastRegError::TooManyPages {
+            npages: reg.npages,
+            max_pages,
+        });
+    }
+    if reg.access & !ALL_ACCESS != 0 {
+        return Err(FastRegError::Access(reg.access));
+    }
+    let offset = reg.iova % PAGE_SIZE;
+    let capacity = u64::from(reg.npages) * PAGE_SIZE;
+    let fits = offset
+        .checked_add(reg.length)
+        .is_some_and(|end| end <= capacity)
+        && reg.iova.checked_add(reg.length).is_some();
+    if !fits {
+        return Err(FastRegError::Length {
+            length: reg.length,
+            offset,
+            npages: reg.npages,
+        });
+    }
+    Ok(())
+}
+
+/// Reads a REG_MR's page list into `pages` (cleared first; it never holds
+/// more than `reg.npages` entries, which [`check_fast_reg`] bounded): each
+/// entry a page-aligned page of guest RAM.
+pub fn read_page_list(
+    memory: &dyn GuestMemory,
+    reg: &FastReg,
+    pages: &mut Vec<u64>,
+) -> Result<(), FastRegError> {
+    pages.clear();
+    pages.reserve_exact(reg.npages as usize);
+    let mut chunk = [0u8; 8 * 64];
+    let mut index = 0u32;
+    while index < reg.npages {
+        let count = (reg.npages - index).min(64);
+        let bytes = chunk
+            .get_mut(..count as usize * 8)
+            .ok_or(FastRegError::PageList(reg.pbl_addr))?;
+        let at = reg
+            .pbl_addr
+            .checked_add(u64::from(index) * 8)
+            .ok_or(FastRegError::PageList(reg.pbl_addr))?;
+        memory
+            .read(at, bytes)
+            .map_err(|_| FastRegError::PageList(reg.pbl_addr))?;
+        for raw in bytes.chunks_exact(8) {
+            let page = u64::from_le_bytes(raw.try_into().unwrap_or([0xff; 8]));
+            let mut probe = [0u8; 1];
+            let in_ram = page % PAGE_SIZE == 0
+                && memory.read(page, &mut probe).is_ok()
+                && memory.read(page | (PAGE_SIZE - 1), &mut probe).is_ok();
+            if !in_ram {
+                return Err(FastRegError::BadPage { index, page });
+            }
+            pages.push(page);
+            index += 1;
+        }
+    }
+    Ok(())
 }
 
 /// A guest-physical access outside guest RAM.

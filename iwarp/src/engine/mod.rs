@@ -38,12 +38,12 @@ use thiserror::Error;
 
 pub use event::{ConnectFailure, ConnectRequest, Event, EventKind, ProtocolError};
 pub use memory::{
-    Access, AccessError, GuestMemory, MemoryError, MemoryRegions, LOCAL_READ, LOCAL_WRITE,
-    REMOTE_READ, REMOTE_WRITE,
+    check_fast_reg, read_page_list, Access, AccessError, FastRegError, GuestMemory, MemoryError,
+    MemoryRegions, ALL_ACCESS, LOCAL_READ, LOCAL_WRITE, PAGE_SIZE, REMOTE_READ, REMOTE_WRITE,
 };
 pub use qp::{QpState, QP_STATE_NAMES};
 pub use wr::{
-    Completion, InlineData, RecvWr, SendOpcode, SendWr, Sge, SgeList, WcOpcode, WcStatus,
+    Completion, FastReg, InlineData, RecvWr, SendOpcode, SendWr, Sge, SgeList, WcOpcode, WcStatus,
     WorkQueue, MAX_INLINE, MAX_MESSAGE, MAX_SGE,
 };
 
@@ -1675,7 +1675,7 @@ fn transmit<T: Transport>(
     let mut env = TxEnv {
         pdn: qp_config.pdn,
         memory: &*io.memory,
-        regions: &*io.regions,
+        regions: &mut *io.regions,
         stats: &mut out.stats,
     };
     let result = tx::transmit(toe, sock, queues, stream, &mut env, state == QpState::Rts);

@@ -14,7 +14,7 @@ use super::memory::{
     REMOTE_READ, REMOTE_WRITE,
 };
 use super::qp::{IrqEntry, Queues, RxSend, RxTagged, Stream, TermMessage, READ_REQUEST_COPY};
-use super::wr::{Completion, WcOpcode, WcStatus, WorkQueue};
+use super::wr::{Completion, SendOpcode, WcOpcode, WcStatus, WorkQueue};
 use super::EngineStats;
 use crate::stream::FpduDeframer;
 use crate::wire::ddp;
@@ -356,6 +356,15 @@ fn read_response(
         let done = queues.orq.pop_front();
         if let (Some(done), Some(seq)) = (done, seq) {
             if let Some(sq) = queues.sq_entry_mut(seq) {
+                if sq.wr.opcode == SendOpcode::ReadInvalidate {
+                    // Checked before the READ went out; only a region
+                    // deregistered meanwhile fails here.
+                    let invalidated = env.regions.local_invalidate(sq.wr.invalidate_stag, env.pdn);
+                    if let Err(error) = invalidated {
+                        sq.result = Some((WcStatus::LocProtErr, done.len));
+                        return Err(ProtocolError::ReadSinkAccess(error));
+                    }
+                }
                 sq.result = Some((WcStatus::Success, done.len));
             }
         }

@@ -17,6 +17,8 @@ use crate::wire::terminate::{ErrorClass, TermCode};
 
 const PD: u32 = 3;
 
+mod frmr;
+
 fn pair() -> Sim<Node, Node> {
     let mut sim = Sim::pair(
         NodeConfig::new(0),

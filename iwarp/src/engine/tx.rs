@@ -27,7 +27,8 @@ use crate::wire::rdmap::{self, Opcode, Placement, ReadRequestPacket, ReadRequest
 pub(crate) struct TxEnv<'a> {
     pub pdn: u32,
     pub memory: &'a dyn GuestMemory,
-    pub regions: &'a dyn MemoryRegions,
+    /// Mutable for the SQ's own REG_MR and LOCAL_INV.
+    pub regions: &'a mut dyn MemoryRegions,
     pub stats: &'a mut EngineStats,
 }
 
@@ -178,14 +179,21 @@ fn validate(wr: &SendWr, pdn: u32, regions: &dyn MemoryRegions, ord: u16) -> Res
     if wr.inline.is_some() && !(opcode.is_send() || opcode == SendOpcode::Write) {
         return Err(WcStatus::LocQpOpErr);
     }
-    if opcode == SendOpcode::Read && (wr.sges.len() > 1 || ord == 0) {
+    if opcode.is_read() && (wr.sges.len() > 1 || ord == 0) {
+        return Err(WcStatus::LocQpOpErr);
+    }
+    // What a READ_INV will invalidate must be ours to invalidate: found
+    // now, not after the data came.
+    if opcode == SendOpcode::ReadInvalidate
+        && regions.invalidatable(wr.invalidate_stag, pdn).is_err()
+    {
         return Err(WcStatus::LocQpOpErr);
     }
     if wr.length() > MAX_MESSAGE {
         return Err(WcStatus::LocLenErr);
     }
     if wr.inline.is_none() {
-        let access = if opcode == SendOpcode::Read {
+        let access = if opcode.is_read() {
             LOCAL_WRITE
         } else {
             LOCAL_READ
@@ -213,7 +221,29 @@ fn rdmap_opcode(opcode: SendOpcode) -> Opcode {
         SendOpcode::SendSolicited => Opcode::SendSolicited,
         SendOpcode::SendSolicitedInvalidate => Opcode::SendSolicitedInvalidate,
         SendOpcode::Write => Opcode::RdmaWrite,
-        SendOpcode::Read => Opcode::RdmaReadRequest,
+        // Local operations never reach the wire (`local_operation`).
+        SendOpcode::Read
+        | SendOpcode::ReadInvalidate
+        | SendOpcode::RegMr
+        | SendOpcode::LocalInv => Opcode::RdmaReadRequest,
+    }
+}
+
+/// Executes a REG_MR or LOCAL_INV at its turn in the SQ (after every
+/// earlier WQE went out, so a later SEND advertising the STag cannot
+/// overtake it; with FENCE also after every earlier READ completed).
+/// Refusals are local errors: LOC_QP_OP_ERR, as siw and rxe report them.
+fn local_operation(wr: &SendWr, env: &mut TxEnv<'_>) -> Result<(), WcStatus> {
+    match wr.opcode {
+        SendOpcode::RegMr => env
+            .regions
+            .fast_register(env.pdn, &wr.fast_reg, env.memory)
+            .map_err(|_| WcStatus::LocQpOpErr),
+        SendOpcode::LocalInv => env
+            .regions
+            .local_invalidate(wr.invalidate_stag, env.pdn)
+            .map_err(|_| WcStatus::LocQpOpErr),
+        _ => Err(WcStatus::LocQpOpErr),
     }
 }
 
@@ -261,7 +291,7 @@ pub(crate) fn transmit<T: Transport>(
                 if !entry.checked {
                     let checked = match entry.refused {
                         Some(status) => Err(status),
-                        None => validate(&entry.wr, env.pdn, env.regions, ord),
+                        None => validate(&entry.wr, env.pdn, &*env.regions, ord),
                     };
                     if let Err(status) = checked {
                         return Err(TxStop::WqeError {
@@ -271,6 +301,18 @@ pub(crate) fn transmit<T: Transport>(
                         });
                     }
                     entry.checked = true;
+                }
+                if entry.wr.opcode.is_local() {
+                    if let Err(status) = local_operation(&entry.wr, env) {
+                        return Err(TxStop::WqeError {
+                            seq: entry.seq,
+                            wr_id: entry.wr.wr_id,
+                            status,
+                        });
+                    }
+                    entry.result = Some((WcStatus::Success, 0));
+                    queues.issued += 1;
+                    continue;
                 }
                 stream.tx_current = TxCurrent::Sq;
             }
@@ -304,7 +346,7 @@ fn next_sq_ready(queues: &Queues, stream: &Stream) -> bool {
     if entry.wr.fence && !queues.orq.is_empty() {
         return false;
     }
-    if entry.wr.opcode == SendOpcode::Read {
+    if entry.wr.opcode.is_read() {
         let ord = usize::from(stream.negotiated.ord);
         // ORD 0 is caught by validation (an error completion).
         return ord == 0 || queues.orq.len() < ord;
@@ -466,7 +508,7 @@ fn sq_fpdu<T: Transport>(
     };
     let wr = entry.wr;
     let corrupt = stream.corrupt_crc;
-    if wr.opcode == SendOpcode::Read {
+    if wr.opcode.is_read() {
         let sink = wr.sges.as_slice().first().copied().unwrap_or_default();
         let len = u32::try_from(wr.length()).unwrap_or(u32::MAX);
         let header = rdmap::Repr {
@@ -553,7 +595,7 @@ fn sq_fpdu<T: Transport>(
     };
     let ulpdu_len = header_len + chunk;
     let total = fpdu_len(u16::try_from(ulpdu_len).unwrap_or(u16::MAX));
-    let (pdn, memory, regions) = (env.pdn, env.memory, env.regions);
+    let (pdn, memory, regions) = (env.pdn, env.memory, &*env.regions);
     let mut build = |fpdu: &mut [u8]| {
         fill(fpdu, &header, &mut |payload| {
             let data = payload.get_mut(..chunk).unwrap_or(&mut []);
@@ -626,7 +668,7 @@ fn read_response_fpdu<T: Transport>(
     let ulpdu_len = TAGGED_HEADER_LEN + chunk;
     let total = fpdu_len(u16::try_from(ulpdu_len).unwrap_or(u16::MAX));
     let corrupt = stream.corrupt_crc;
-    let (pdn, memory, regions) = (env.pdn, env.memory, env.regions);
+    let (pdn, memory, regions) = (env.pdn, env.memory, &*env.regions);
     let mut build = |fpdu: &mut [u8]| {
         fill(fpdu, &header, &mut |payload| {
             let data = payload.get_mut(..chunk).unwrap_or(&mut []);

@@ -113,16 +113,28 @@ pub enum SendOpcode {
     SendSolicitedInvalidate = 3,
     Write = 4,
     Read = 5,
+    /// Fast registration of a fast-reg MR ([`SendWr::fast_reg`]): local,
+    /// nothing goes on the wire.
+    RegMr = 6,
+    /// Local invalidation of [`SendWr::invalidate_stag`]: local too.
+    LocalInv = 7,
+    /// RDMA READ that invalidates [`SendWr::invalidate_stag`] (a fast-reg
+    /// MR of ours, normally the sink's) once its last response was placed
+    /// (IB_WR_RDMA_READ_WITH_INV, what rdma_rw posts on iWARP).
+    ReadInvalidate = 8,
 }
 
 impl SendOpcode {
-    pub const ALL: [SendOpcode; 6] = [
+    pub const ALL: [SendOpcode; 9] = [
         SendOpcode::Send,
         SendOpcode::SendInvalidate,
         SendOpcode::SendSolicited,
         SendOpcode::SendSolicitedInvalidate,
         SendOpcode::Write,
         SendOpcode::Read,
+        SendOpcode::RegMr,
+        SendOpcode::LocalInv,
+        SendOpcode::ReadInvalidate,
     ];
 
     pub fn from_wire(value: u8) -> Option<SendOpcode> {
@@ -133,9 +145,21 @@ impl SendOpcode {
     pub const fn wc_opcode(self) -> WcOpcode {
         match self {
             SendOpcode::Write => WcOpcode::Write,
-            SendOpcode::Read => WcOpcode::Read,
+            SendOpcode::Read | SendOpcode::ReadInvalidate => WcOpcode::Read,
+            SendOpcode::RegMr => WcOpcode::RegMr,
+            SendOpcode::LocalInv => WcOpcode::LocalInv,
             _ => WcOpcode::Send,
         }
+    }
+
+    /// An RDMA READ (with or without the local invalidation).
+    pub const fn is_read(self) -> bool {
+        matches!(self, SendOpcode::Read | SendOpcode::ReadInvalidate)
+    }
+
+    /// Executed by the RNIC itself, against its TPT, in SQ order.
+    pub const fn is_local(self) -> bool {
+        matches!(self, SendOpcode::RegMr | SendOpcode::LocalInv)
     }
 
     pub const fn is_send(self) -> bool {
@@ -147,6 +171,20 @@ impl SendOpcode {
                 | SendOpcode::SendSolicitedInvalidate
         )
     }
+}
+
+/// What a REG_MR registers (`struct vt3_reg_mr_wqe`): the fast-reg MR
+/// named by `stag`'s index gets `stag`'s key, the `npages` 4 KiB pages
+/// listed at guest-physical `pbl_addr`, and bytes `[iova, iova + length)`
+/// starting `iova % 4096` into the first page, with rights `access`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FastReg {
+    pub stag: u32,
+    pub iova: u64,
+    pub length: u64,
+    pub pbl_addr: u64,
+    pub npages: u32,
+    pub access: super::memory::Access,
 }
 
 /// A send-queue work request.
@@ -165,8 +203,11 @@ pub struct SendWr {
     /// WRITE: the sink; READ: the source (peer's STag and tagged offset).
     pub remote_addr: u64,
     pub remote_stag: u32,
-    /// SEND_INV, SEND_SE_INV: the peer's STag to invalidate.
+    /// SEND_INV, SEND_SE_INV: the peer's STag to invalidate; LOCAL_INV,
+    /// READ_INV: ours.
     pub invalidate_stag: u32,
+    /// REG_MR: the registration.
+    pub fast_reg: FastReg,
 }
 
 impl SendWr {
@@ -182,6 +223,14 @@ impl SendWr {
             remote_addr: 0,
             remote_stag: 0,
             invalidate_stag: 0,
+            fast_reg: FastReg {
+                stag: 0,
+                iova: 0,
+                length: 0,
+                pbl_addr: 0,
+                npages: 0,
+                access: 0,
+            },
         }
     }
 
@@ -208,6 +257,8 @@ pub enum WcOpcode {
     Write = 1,
     Read = 2,
     Recv = 3,
+    RegMr = 4,
+    LocalInv = 5,
 }
 
 /// Completion statuses, the values of `enum vt3_wc_status`. The engine
