@@ -282,6 +282,13 @@ struct vt3_qp {
 	struct sockaddr_in raddr;
 	unsigned long cm_deadline;	/* jiffies: vt3d must have answered */
 	struct delayed_work cm_timer;
+	/*
+	 * The device is being removed and the connection ended before the
+	 * consumer was told DEVICE_REMOVAL: its CLOSE (which makes iw_cm drop
+	 * its QP reference) waits for the consumer's destroy_qp.
+	 */
+	bool close_owed;
+	bool destroying;		/* destroy_qp ends the connection */
 };
 
 static inline struct vt3_dev *to_vt3_dev(struct ib_device *ibdev)

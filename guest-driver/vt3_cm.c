@@ -360,10 +360,13 @@ static void vt3_conn_release(struct vt3_qp *qp)
  */
 static void vt3_conn_end(struct vt3_qp *qp, int status)
 {
+	bool removing = READ_ONCE(to_vt3_dev(qp->ibqp.device)->removing);
+
 	lockdep_assert_held(&qp->state_lock);
-	if (qp->conn == VT3_CONN_NONE)
+	if (qp->conn == VT3_CONN_NONE || (qp->close_owed && !qp->destroying))
 		return;
-	vt3_qp_enter_error(qp);
+	if (!qp->close_owed)
+		vt3_qp_enter_error(qp);
 	switch (qp->conn) {
 	case VT3_CONN_CONNECTING:
 		vt3_conn_upcall(qp, IW_CM_EVENT_CONNECT_REPLY, status, NULL);
@@ -375,15 +378,22 @@ static void vt3_conn_end(struct vt3_qp *qp, int status)
 	default:
 		/*
 		 * A device being removed: rdma_cm tells its consumers
-		 * DEVICE_REMOVAL next and destroys the id (iw_cm ends an
-		 * established id itself); a CLOSE now would reach them first,
-		 * as a DISCONNECTED, as if the peer had ended it. Connects and
-		 * accepts still get their outcome: iw_cm waits for it.
+		 * DEVICE_REMOVAL next; a CLOSE now would reach them first, as
+		 * a DISCONNECTED, as if the peer had ended it. It is owed
+		 * still: it is what makes iw_cm drop its QP reference, which
+		 * destroy_qp waits for (a ULP destroys its QPs in its
+		 * DEVICE_REMOVAL handler, before the id), so it goes out then,
+		 * when rdma_cm drops it. Connects and accepts still get their
+		 * outcome: iw_cm waits for it.
 		 */
-		if (!READ_ONCE(to_vt3_dev(qp->ibqp.device)->removing))
-			vt3_conn_upcall(qp, IW_CM_EVENT_CLOSE, status, NULL);
+		if (removing && !qp->destroying) {
+			qp->close_owed = true;
+			return;
+		}
+		vt3_conn_upcall(qp, IW_CM_EVENT_CLOSE, status, NULL);
 		break;
 	}
+	qp->close_owed = false;
 	vt3_conn_release(qp);
 }
 
@@ -449,6 +459,7 @@ void vt3_cm_qp_init(struct vt3_qp *qp)
 void vt3_cm_qp_destroy(struct vt3_qp *qp)
 {
 	mutex_lock(&qp->state_lock);
+	qp->destroying = true;
 	vt3_cm_abort(qp, -ECONNRESET);
 	mutex_unlock(&qp->state_lock);
 	cancel_delayed_work_sync(&qp->cm_timer);

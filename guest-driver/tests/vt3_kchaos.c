@@ -220,6 +220,7 @@ struct fault {
 	enum who who;
 	bool all_qps;		/* every QP may end, not just the target */
 	bool no_event;		/* no QP may see an error before the end */
+	bool removal;		/* the device goes away: DEVICE_REMOVAL */
 };
 
 static const struct fault fault_table[] = {
@@ -238,9 +239,9 @@ static const struct fault fault_table[] = {
 	{ "device-fatal",	HOST, true },
 	{ "peer-killed",	HOST, true },
 	/* The device goes away: rdma_cm's DEVICE_REMOVAL, handled as ULPs do. */
-	{ "rmmod",		HOST, true },
-	{ "mute-commands",	HOST, true },
-	{ "vt3d-killed",	HOST, true },
+	{ "rmmod",		HOST, true, false, true },
+	{ "mute-commands",	HOST, true, false, true },
+	{ "vt3d-killed",	HOST, true, false, true },
 	{ "peer-vt3d-killed",	HOST, true },
 };
 
@@ -405,6 +406,7 @@ struct krun {
 	 */
 	struct mutex lock;
 	bool released, removed, hung;
+	struct completion released_done;
 	spinlock_t err_lock;
 	char err[768];
 	int nerr;
@@ -712,6 +714,9 @@ static void qp_event(struct ib_event *ev, void *ctx)
 }
 
 static void release_verbs(struct krun *r);
+static void stop_posters(struct krun *r);
+static bool drain_qp(struct kqp *qp);
+static void destroy_qp(struct kqp *qp);
 
 /* ---------------------------------------------------- rdma_cm and setup */
 
@@ -730,11 +735,35 @@ static int cm_handler(struct rdma_cm_id *id, struct rdma_cm_event *ev)
 	}
 	if (ev->event == RDMA_CM_EVENT_DEVICE_REMOVAL) {
 		struct krun *r = qp->r;
+		bool last = true;
+		int i;
 
+		/*
+		 * As ULPs do it per id: this id's QP drained and destroyed
+		 * (its CLOSE makes iw_cm drop its QP reference; iw_cm's
+		 * ordered worker then waits for this handler, so no other
+		 * id's QP may be destroyed here), the shared objects with the
+		 * last one.
+		 */
 		mutex_lock(&r->lock);
 		r->removed = true;
-		if (!r->released)
+		stop_posters(r);
+		if (qp->qp && !r->hung) {
+			if (drain_qp(qp)) {
+				qp->drained = true;
+				destroy_qp(qp);
+			} else {
+				r->hung = true;
+			}
+		}
+		for (i = 0; i < r->plan.nqp; i++)
+			last &= !r->qps[i].qp;
+		if (last && !r->released && !r->hung)
 			release_verbs(r);
+		if (r->hung) {
+			mutex_unlock(&r->lock);
+			return 0;	/* its QP is stuck: the id stays too */
+		}
 		/* Non-zero: rdma_cm destroys the id when we return. */
 		qp->id = NULL;
 		mutex_unlock(&r->lock);
@@ -1006,11 +1035,10 @@ static void check_queues(struct krun *r, struct kqp *qp)
  * and the PD freed. r->lock held; at the run's end or from the device's
  * removal.
  */
-static void release_verbs(struct krun *r)
+static void stop_posters(struct krun *r)
 {
 	int i;
 
-	r->released = true;
 	for (i = 0; i < MAX_POSTERS; i++)
 		if (r->posters[i]) {
 			kthread_stop(r->posters[i]);
@@ -1018,6 +1046,14 @@ static void release_verbs(struct krun *r)
 		}
 	WRITE_ONCE(r->stop_post, true);
 	WRITE_ONCE(r->ending, true);
+}
+
+static void release_verbs(struct krun *r)
+{
+	int i;
+
+	r->released = true;
+	stop_posters(r);
 	for (i = 0; i < r->plan.nqp; i++) {
 		struct kqp *qp = &r->qps[i];
 
@@ -1053,6 +1089,7 @@ static void release_verbs(struct krun *r)
 		ib_dealloc_pd(r->pd);
 		r->pd = NULL;
 	}
+	complete(&r->released_done);
 }
 
 /* ------------------------------------------------------------------ run */
@@ -1101,6 +1138,13 @@ static void do_fault(struct krun *r)
 		host_fault(r);
 		if (!strcmp(f->name, "mute-commands"))
 			muted_command(r);
+		/*
+		 * The device goes away: its DEVICE_REMOVAL handlers free the
+		 * run's objects; ours must not meanwhile (a QP destroyed here
+		 * would wait on iw_cm's worker, which waits on those handlers).
+		 */
+		if (f->removal && !wait_for_completion_timeout(&r->released_done, 120 * HZ))
+			cfail(r, "the device's removal did not end the run's objects in 120 s");
 		return;
 	}
 	mutex_lock(&r->lock);
@@ -1175,6 +1219,7 @@ static enum verdict run_one(int run, u64 s)
 	r->t0 = jiffies;
 	spin_lock_init(&r->err_lock);
 	mutex_init(&r->lock);
+	init_completion(&r->released_done);
 	make_plan(&r->plan, s, run);
 	if (!in4_pton(addr, -1, (u8 *)&dst.sin_addr.s_addr, -1, NULL)) {
 		cfail(r, "addr=%s is not an IPv4 address", addr);
@@ -1321,6 +1366,7 @@ static bool probe_late_event(void)
 	r->t0 = jiffies;
 	spin_lock_init(&r->err_lock);
 	mutex_init(&r->lock);
+	init_completion(&r->released_done);
 	r->plan.seed = seed ^ 0x7761;
 	r->plan.nqp = 1;
 	qp = &r->qps[0];
