@@ -14,6 +14,10 @@
 #                  of issue 12: a later error kick is skipped)
 #   no-freeze      libvt3 ignores VT3_CQ_F_FROZEN: after vt3.ko declared
 #                  the device lost, CQEs vt3d still writes are taken
+#   close-withheld vt3.ko never sends the CLOSE of a connection ended while
+#                  the device is being removed (iw_cm keeps its QP
+#                  reference: a ULP's destroy_qp in its DEVICE_REMOVAL
+#                  handler waits for ever)
 #
 # A mutant is KILLED when the cases fail and the failure report names the
 # broken rule (REASON, a regex); SURVIVED when they pass; WRONG-REASON when
@@ -84,7 +88,14 @@ REASON[no-freeze]='after a FLUSH_ERR|completed twice|out of posting order'
 CASES[no-freeze]=chaos
 ENV[no-freeze]='VT3_CHAOS_PLAN=1:mute-commands;1:mute-commands;1:mute-commands;1:mute-commands'
 
-ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze)
+FILE[close-withheld]=guest-driver/vt3_cm.c
+ANCHOR[close-withheld]='		if (removing && !qp->destroying) {'
+REPLACEMENT[close-withheld]='		if (removing) { /* MUTANT */'
+REASON[close-withheld]='no answer within [0-9]+ s to: rmmod vt3'
+CASES[close-withheld]=kchaos
+ENV[close-withheld]='VT3_CHAOS_PLAN=1:rmmod'
+
+ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze close-withheld)
 
 log() { printf '[mutants] %s\n' "$*" >&2; }
 
