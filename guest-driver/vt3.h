@@ -285,9 +285,10 @@ struct vt3_qp {
 	/*
 	 * The device is being removed and the connection ended before the
 	 * consumer was told DEVICE_REMOVAL: its CLOSE (which makes iw_cm drop
-	 * its QP reference) waits for the consumer's destroy_qp.
+	 * its QP reference) waits for the consumer's destroy_qp; the id is
+	 * referenced until then. The connection itself is over (conn NONE).
 	 */
-	bool close_owed;
+	struct iw_cm_id *close_owed;
 	bool destroying;		/* destroy_qp ends the connection */
 };
 

@@ -363,10 +363,9 @@ static void vt3_conn_end(struct vt3_qp *qp, int status)
 	bool removing = READ_ONCE(to_vt3_dev(qp->ibqp.device)->removing);
 
 	lockdep_assert_held(&qp->state_lock);
-	if (qp->conn == VT3_CONN_NONE || (qp->close_owed && !qp->destroying))
+	if (qp->conn == VT3_CONN_NONE)
 		return;
-	if (!qp->close_owed)
-		vt3_qp_enter_error(qp);
+	vt3_qp_enter_error(qp);
 	switch (qp->conn) {
 	case VT3_CONN_CONNECTING:
 		vt3_conn_upcall(qp, IW_CM_EVENT_CONNECT_REPLY, status, NULL);
@@ -386,14 +385,14 @@ static void vt3_conn_end(struct vt3_qp *qp, int status)
 		 * when rdma_cm drops it. Connects and accepts still get their
 		 * outcome: iw_cm waits for it.
 		 */
-		if (removing && !qp->destroying) {
-			qp->close_owed = true;
-			return;
+		if (removing && !qp->destroying && !qp->close_owed) {
+			qp->close_owed = qp->cm_id;
+			qp->close_owed->add_ref(qp->close_owed);
+			break;
 		}
 		vt3_conn_upcall(qp, IW_CM_EVENT_CLOSE, status, NULL);
 		break;
 	}
-	qp->close_owed = false;
 	vt3_conn_release(qp);
 }
 
@@ -458,9 +457,22 @@ void vt3_cm_qp_init(struct vt3_qp *qp)
 /* destroy_qp: a connection still up is aborted first. */
 void vt3_cm_qp_destroy(struct vt3_qp *qp)
 {
+	struct iw_cm_id *owed;
+
 	mutex_lock(&qp->state_lock);
 	qp->destroying = true;
 	vt3_cm_abort(qp, -ECONNRESET);
+	owed = qp->close_owed;
+	qp->close_owed = NULL;
+	if (owed) {
+		struct iw_cm_event ev = { .event = IW_CM_EVENT_CLOSE,
+					  .status = -ECONNRESET };
+
+		memcpy(&ev.local_addr, &qp->laddr, sizeof(qp->laddr));
+		memcpy(&ev.remote_addr, &qp->raddr, sizeof(qp->raddr));
+		vt3_cm_upcall(owed, &ev);
+		owed->rem_ref(owed);
+	}
 	mutex_unlock(&qp->state_lock);
 	cancel_delayed_work_sync(&qp->cm_timer);
 }

@@ -89,8 +89,8 @@ CASES[no-freeze]=chaos
 ENV[no-freeze]='VT3_CHAOS_PLAN=1:mute-commands;1:mute-commands;1:mute-commands;1:mute-commands'
 
 FILE[close-withheld]=guest-driver/vt3_cm.c
-ANCHOR[close-withheld]='		if (removing && !qp->destroying) {'
-REPLACEMENT[close-withheld]='		if (removing) { /* MUTANT */'
+ANCHOR[close-withheld]='	if (owed) {'
+REPLACEMENT[close-withheld]='	if (owed && 0) { /* MUTANT */'
 REASON[close-withheld]='no answer within [0-9]+ s to: rmmod vt3'
 CASES[close-withheld]=kchaos
 ENV[close-withheld]='VT3_CHAOS_PLAN=1:rmmod'

@@ -413,13 +413,14 @@ def test_chaos(chaos_pair):
     """≥ 50 fault runs (the regressions' seeds, then random ones of every kind but the two that reboot a guest,
     which the soak runs), exactly-once accounting of every WR, objects back to zero"""
     p = chaos_pair
-    cheap = [(1, (f,)) for f in CHEAP_DESTRUCTIVE if f != "rmmod"]
+    # rmmod is a regression seed already; mute-commands (40 s) is the soak's.
+    cheap = [(1, (f,)) for f in CHEAP_DESTRUCTIVE if f not in ("rmmod", "mute-commands")]
     rounds = plan_from_env(REGRESSIONS + [(45, NON_DESTRUCTIVE)] + cheap)
     tally = chaos(p, first_seed(), rounds)
     if os.environ.get("VT3_CHAOS_PLAN"):
         return  # a narrowed run: the counts below are the full case's
     assert tally.runs >= 50, f"only {tally}"
-    missing = [f for f in NON_DESTRUCTIVE + CHEAP_DESTRUCTIVE if f not in tally.faults]
+    missing = [f for f in NON_DESTRUCTIVE + CHEAP_DESTRUCTIVE if f not in tally.faults and f != "mute-commands"]
     assert not missing, f"fault kinds never hit: {missing} ({tally})"
 
 
@@ -460,13 +461,13 @@ def test_kchaos(chaos_pair):
     nothing after destroy, drains return"""
     p = chaos_pair
     late_event_probe(p)
-    rounds = plan_from_env([(len(KERNEL_NON_DESTRUCTIVE), KERNEL_NON_DESTRUCTIVE)] +
-                           [(1, (f,)) for f in KERNEL_DESTRUCTIVE])
+    # device-fatal and peer-killed (a recovery each) are the soak's.
+    rounds = plan_from_env([(len(KERNEL_NON_DESTRUCTIVE), KERNEL_NON_DESTRUCTIVE), (1, ("rmmod",))])
     tally = chaos(p, first_seed(), rounds, KERNEL)
     if os.environ.get("VT3_CHAOS_PLAN"):
         return
-    assert tally.runs == len(KERNEL_NON_DESTRUCTIVE) + len(KERNEL_DESTRUCTIVE), f"only {tally}"
-    missing = [f for f in KERNEL_NON_DESTRUCTIVE + KERNEL_DESTRUCTIVE if f not in tally.faults]
+    assert tally.runs == len(KERNEL_NON_DESTRUCTIVE) + 1, f"only {tally}"
+    missing = [f for f in KERNEL_NON_DESTRUCTIVE + ("rmmod",) if f not in tally.faults]
     assert not missing, f"fault kinds never hit: {missing} ({tally})"
 
 
