@@ -397,7 +397,6 @@ struct krun {
 	struct kqp qps[MAX_QPS];
 	struct task_struct *posters[MAX_POSTERS];
 	bool stop_post;
-	bool ending;		/* error events from here on are ours */
 	unsigned long t0;
 	/*
 	 * The verbs objects go once, under this lock: at the run's end, or in
@@ -405,12 +404,11 @@ struct krun {
 	 * must free everything of the device before that handler returns).
 	 */
 	struct mutex lock;
-	bool released, removed, hung;
+	bool released, hung;
 	struct completion released_done;
 	spinlock_t err_lock;
 	char err[768];
 	int nerr;
-	atomic_t late;		/* completions after a destroy */
 	unsigned long t_fault, t_end, t_drained;	/* phases, for the RUN line */
 };
 
@@ -616,7 +614,6 @@ static void kwr_done(struct ib_cq *cq, struct ib_wc *wc)
 	int bad;
 
 	if (READ_ONCE(qp->destroyed)) {
-		atomic_inc(&r->late);
 		cfail(r, "q%d %s wr %u completed (%s) after ib_destroy_qp returned", qp->idx, qname,
 		      w->idx, ib_wc_status_msg(wc->status));
 		return;
@@ -746,7 +743,6 @@ static int cm_handler(struct rdma_cm_id *id, struct rdma_cm_event *ev)
 		 * last one.
 		 */
 		mutex_lock(&r->lock);
-		r->removed = true;
 		stop_posters(r);
 		if (qp->qp && !r->hung) {
 			if (drain_qp(qp)) {
@@ -981,7 +977,6 @@ static void end_traffic(struct krun *r)
 	int i;
 
 	WRITE_ONCE(r->stop_post, true);
-	WRITE_ONCE(r->ending, true);
 	mutex_lock(&r->lock);
 	if (r->released)
 		goto out;	/* the device went away first */
@@ -1045,7 +1040,6 @@ static void stop_posters(struct krun *r)
 			r->posters[i] = NULL;
 		}
 	WRITE_ONCE(r->stop_post, true);
-	WRITE_ONCE(r->ending, true);
 }
 
 static void release_verbs(struct krun *r)
@@ -1169,7 +1163,6 @@ static void check_events(struct krun *r)
 
 		if (!qp->first_event || (i == r->plan.target && !f->no_event))
 			continue;
-		/* first_event_at is set before the end: r->ending was not yet. */
 		if (time_before(qp->first_event_at, r->t0 + msecs_to_jiffies(r->plan.duration_ms)))
 			cfail(r, "q%d (not the target q%d) got %s before the end", i, r->plan.target,
 			      ib_event_msg(qp->first_event - 1));
