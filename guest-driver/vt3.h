@@ -257,12 +257,24 @@ struct vt3_qp {
 	u32 sq_prod;
 	u32 rq_prod;
 	/*
+	 * Index after the last WQE whose CQE poll_cq took (vt3_cqe.wqe_idx):
+	 * the slots before it are free for posting (vt3_hw.h). Written
+	 * under the queue's CQ lock, read with acquire by the poster.
+	 */
+	u32 sq_done;
+	u32 rq_done;
+	/*
 	 * Kernel QPs in error: the driver completes [sq_flush, sq_prod) and
 	 * [rq_flush, rq_prod) with IB_WC_WR_FLUSH_ERR when the CQ is polled.
 	 * Set under the CQ's lock and the queue's lock; read under either.
+	 * sq_flush_at_done: the device was lost, its consumer index is not
+	 * trusted: the flush starts at sq_done once the CQ's consumer passed
+	 * the mark (the last CQE that counts was taken).
 	 */
 	bool sq_flushing;
 	bool rq_flushing;
+	bool sq_flush_at_done;
+	bool rq_flush_at_done;
 	u32 sq_flush;
 	u32 rq_flush;
 	/* CQ index past every device CQE of the queue: flushes due from there. */
@@ -455,6 +467,8 @@ void vt3_qp_put(struct vt3_qp *qp);
 void vt3_qp_enter_error(struct vt3_qp *qp);
 void vt3_qp_ib_event(struct vt3_qp *qp, enum ib_event_type type);
 int vt3_qp_poll_flush(struct vt3_cq *cq, int num, struct ib_wc *wc);
+bool vt3_qp_cqe_taken(struct vt3_qp *qp, struct vt3_cq *cq, bool recv,
+		      u32 wqe_idx);
 bool vt3_qp_flush_pending(struct vt3_cq *cq);
 void vt3_cq_forget(struct vt3_cq *cq, u32 qpn);
 u32 vt3_cq_prod(struct vt3_cq *cq);

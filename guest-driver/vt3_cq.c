@@ -321,8 +321,8 @@ static bool vt3_cqe_of_gone_qp(struct vt3_cq *cq, u32 qpn)
 }
 
 /* Translates one CQE (already copied out of the ring); false: skip it. */
-static bool vt3_cqe_to_wc(struct vt3_dev *dev, const struct vt3_cqe *cqe,
-			  struct ib_wc *wc)
+static bool vt3_cqe_to_wc(struct vt3_dev *dev, struct vt3_cq *cq,
+			  const struct vt3_cqe *cqe, struct ib_wc *wc)
 {
 	static const enum ib_wc_opcode opcodes[] = {
 		[VT3_WC_SEND] = IB_WC_SEND,
@@ -336,7 +336,8 @@ static bool vt3_cqe_to_wc(struct vt3_dev *dev, const struct vt3_cqe *cqe,
 
 	/* A CQE of a QP destroyed meanwhile has nobody to go to. */
 	qp = xa_load(&dev->qp_xa, le32_to_cpu(cqe->qpn));
-	if (!qp)
+	if (!qp || !vt3_qp_cqe_taken(qp, cq, cqe->opcode == VT3_WC_RECV,
+				     le32_to_cpu(cqe->wqe_idx)))
 		return false;
 
 	memset(wc, 0, sizeof(*wc));
@@ -397,7 +398,7 @@ int vt3_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc)
 		       sizeof(cqe));
 		if ((list_empty(&cq->gone) ||
 		     !vt3_cqe_of_gone_qp(cq, le32_to_cpu(cqe.qpn))) &&
-		    vt3_cqe_to_wc(dev, &cqe, &wc[n]))
+		    vt3_cqe_to_wc(dev, cq, &cqe, &wc[n]))
 			n++;
 		cq->cons++;
 	}

@@ -354,7 +354,9 @@ static bool vt3_transition_ok(enum ib_qp_state cur, enum ib_qp_state next)
  * semantics; ib_drain_sq posts an unsignaled one).
  *
  * A queue whose consumer index vt3d left beyond its producer index is not
- * trusted: nothing of it is flushed.
+ * trusted: nothing of it is flushed. Nor is the consumer index of a lost
+ * device (vt3d may have retired WQEs whose CQEs came after the freeze):
+ * then the flush starts after the last WQE whose CQE was taken.
  */
 static u32 vt3_flush_start_index(struct vt3_qp *qp, __le32 *cons_p, u32 prod,
 				 u32 depth)
@@ -371,6 +373,11 @@ static u32 vt3_flush_start_index(struct vt3_qp *qp, __le32 *cons_p, u32 prod,
 	return cons;
 }
 
+static bool vt3_cons_untrusted(struct vt3_qp *qp, struct vt3_cq *cq)
+{
+	return cq->frozen || READ_ONCE(to_vt3_dev(qp->ibqp.device)->ctrl.lost);
+}
+
 static void vt3_qp_flush_start(struct vt3_qp *qp)
 {
 	struct vt3_cq *scq = to_vt3_cq(qp->ibqp.send_cq);
@@ -383,7 +390,10 @@ static void vt3_qp_flush_start(struct vt3_qp *qp)
 	spin_lock_irqsave(&scq->lock, flags);
 	spin_lock(&qp->sq_lock);
 	if (!qp->sq_flushing && !qp->destroyed) {
-		qp->sq_flush = vt3_flush_start_index(qp, &st->sq_cons,
+		qp->sq_flush_at_done = vt3_cons_untrusted(qp, scq);
+		/* Until the mark: where posting may reuse slots from. */
+		qp->sq_flush = qp->sq_flush_at_done ? qp->sq_done :
+			       vt3_flush_start_index(qp, &st->sq_cons,
 						     qp->sq_prod, qp->sq_depth);
 		qp->sq_flush_mark = vt3_cq_prod(scq);
 		WRITE_ONCE(qp->sq_flushing, true);
@@ -395,7 +405,9 @@ static void vt3_qp_flush_start(struct vt3_qp *qp)
 	spin_lock_irqsave(&rcq->lock, flags);
 	spin_lock(&qp->rq_lock);
 	if (!qp->rq_flushing && !qp->destroyed) {
-		qp->rq_flush = vt3_flush_start_index(qp, &st->rq_cons,
+		qp->rq_flush_at_done = vt3_cons_untrusted(qp, rcq);
+		qp->rq_flush = qp->rq_flush_at_done ? qp->rq_done :
+			       vt3_flush_start_index(qp, &st->rq_cons,
 						     qp->rq_prod, qp->rq_depth);
 		qp->rq_flush_mark = vt3_cq_prod(rcq);
 		WRITE_ONCE(qp->rq_flushing, true);
@@ -423,6 +435,8 @@ static void vt3_qp_flush_stop(struct vt3_qp *qp)
 		list_del_init(&qp->sq_flush_node);
 		WRITE_ONCE(qp->sq_flushing, false);
 	}
+	/* Every slot is free again, as vt3d's consumer index says. */
+	smp_store_release(&qp->sq_done, qp->sq_prod);
 	spin_unlock(&qp->sq_lock);
 	spin_unlock_irqrestore(&scq->lock, flags);
 
@@ -432,6 +446,7 @@ static void vt3_qp_flush_stop(struct vt3_qp *qp)
 		list_del_init(&qp->rq_flush_node);
 		WRITE_ONCE(qp->rq_flushing, false);
 	}
+	smp_store_release(&qp->rq_done, qp->rq_prod);
 	spin_unlock(&qp->rq_lock);
 	spin_unlock_irqrestore(&rcq->lock, flags);
 }
@@ -511,6 +526,13 @@ int vt3_qp_poll_flush(struct vt3_cq *cq, int num, struct ib_wc *wc)
 	list_for_each_entry(qp, &cq->flush_sq, sq_flush_node) {
 		if ((s32)(cq->cons - qp->sq_flush_mark) < 0)
 			continue;
+		if (qp->sq_flush_at_done) {
+			/* Its last CQE that counts was taken. */
+			spin_lock(&qp->sq_lock);
+			WRITE_ONCE(qp->sq_flush, qp->sq_done);
+			qp->sq_flush_at_done = false;
+			spin_unlock(&qp->sq_lock);
+		}
 		n += vt3_flush_sq(qp, num - n, wc + n);
 		if (n == num)
 			return n;
@@ -518,11 +540,55 @@ int vt3_qp_poll_flush(struct vt3_cq *cq, int num, struct ib_wc *wc)
 	list_for_each_entry(qp, &cq->flush_rq, rq_flush_node) {
 		if ((s32)(cq->cons - qp->rq_flush_mark) < 0)
 			continue;
+		if (qp->rq_flush_at_done) {
+			spin_lock(&qp->rq_lock);
+			WRITE_ONCE(qp->rq_flush, qp->rq_done);
+			qp->rq_flush_at_done = false;
+			spin_unlock(&qp->rq_lock);
+		}
 		n += vt3_flush_rq(qp, num - n, wc + n);
 		if (n == num)
 			return n;
 	}
 	return n;
+}
+
+/*
+ * A CQE of @qp's @recv queue was taken from @cq (its lock held): the
+ * WQEs up to it are done and their slots free (vt3_hw.h). Returns false
+ * when it must not be delivered: its queue's flush began (a lost
+ * device's CQE after the last that counts, or a device bug), so its WR
+ * completes with the flush.
+ */
+bool vt3_qp_cqe_taken(struct vt3_qp *qp, struct vt3_cq *cq, bool recv,
+		      u32 wqe_idx)
+{
+	struct ib_cq *qcq = recv ? qp->ibqp.recv_cq : qp->ibqp.send_cq;
+	u32 *done = recv ? &qp->rq_done : &qp->sq_done;
+	u32 prod = READ_ONCE(*(recv ? &qp->rq_prod : &qp->sq_prod));
+	bool flushing = READ_ONCE(*(recv ? &qp->rq_flushing : &qp->sq_flushing));
+	u32 mark = recv ? qp->rq_flush_mark : qp->sq_flush_mark;
+
+	lockdep_assert_held(&cq->lock);
+	if (qcq != &cq->ibcq || qp->user) {
+		ibdev_warn_ratelimited(qp->ibqp.device,
+				       "CQ %u: a CQE of QP %u, whose %s CQ it is not\n",
+				       cq->cqn, qp->qpn, recv ? "receive" : "send");
+		return false;
+	}
+	if (flushing && (s32)(cq->cons - mark) >= 0)
+		return false;
+	/* WQEs complete in order: this one lies in [done, prod). */
+	if (wqe_idx - *done >= prod - *done) {
+		ibdev_warn_ratelimited(qp->ibqp.device,
+				       "QP %u: CQE for %s WQE %u outside [%u, %u)\n",
+				       qp->qpn, recv ? "RQ" : "SQ", wqe_idx,
+				       *done, prod);
+		return true;
+	}
+	/* The slot is free once we read the CQE: pairs with the poster's acquire. */
+	smp_store_release(done, wqe_idx + 1);
+	return true;
 }
 
 /*
@@ -598,6 +664,8 @@ void vt3_qp_enter_error(struct vt3_qp *qp)
 	struct vt3_cq *rcq = to_vt3_cq(qp->ibqp.recv_cq);
 
 	lockdep_assert_held(&qp->state_lock);
+	/* A lost device's CQ freeze before the flag: the provider's order. */
+	smp_mb__before_atomic();
 	atomic_or((__force int)cpu_to_le32(VT3_QP_F_ERROR),
 		  (atomic_t *)&vt3_qp_status(qp)->flags);
 	vt3_cq_set_error(scq);
@@ -704,8 +772,12 @@ int vt3_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		 * error whatever it answered (ib_drain_qp must work then).
 		 */
 		if (err && vt3_state_from_ib(next) == VT3_QPS_ERROR &&
-		    READ_ONCE(dev->ctrl.lost))
+		    READ_ONCE(dev->ctrl.lost)) {
+			/* Frozen first: no CQE it may still write is taken. */
+			vt3_cq_freeze(to_vt3_cq(ibqp->send_cq));
+			vt3_cq_freeze(to_vt3_cq(ibqp->recv_cq));
 			err = 0;
+		}
 		if (err) {
 			ibdev_dbg(ibqp->device, "QP %u %s -> %s: %d\n", qp->qpn,
 				  vt3_ib_qp_state_name(cur),
@@ -934,9 +1006,8 @@ int vt3_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 	start = qp->sq_prod;
 	/* In error, the driver consumes: slots before sq_flush are free. */
 	flushing = qp->sq_flushing;
-	/* Acquire: pairs with vt3d's release; slots before cons are free. */
-	cons = flushing ? qp->sq_flush :
-			  le32_to_cpu(smp_load_acquire(&st->sq_cons));
+	/* Acquire: pairs with poll_cq's release once it took the CQE. */
+	cons = flushing ? qp->sq_flush : smp_load_acquire(&qp->sq_done);
 	for (; wr; wr = wr->next) {
 		if (qp->sq_prod - cons >= qp->sq_depth) {
 			err = -ENOMEM;
@@ -995,9 +1066,7 @@ int vt3_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 	spin_lock_irqsave(&qp->rq_lock, flags);
 	start = qp->rq_prod;
 	flushing = qp->rq_flushing;
-	/* Acquire: pairs with vt3d's release; slots before cons are free. */
-	cons = flushing ? qp->rq_flush :
-			  le32_to_cpu(smp_load_acquire(&st->rq_cons));
+	cons = flushing ? qp->rq_flush : smp_load_acquire(&qp->rq_done);
 	for (; wr; wr = wr->next) {
 		if (qp->rq_prod - cons >= qp->rq_depth) {
 			err = -ENOMEM;

@@ -121,9 +121,45 @@ static bool vt3_cqe_of_gone_qp(struct vt3_cq *cq, uint32_t qpn)
  */
 uint32_t vt3_cq_prod(struct vt3_cq *cq)
 {
-	if (vt3_load_acquire(&cq->status->flags) & VT3_CQ_F_FROZEN)
+	if (vt3_cq_frozen(cq))
 		return le32toh(cq->status->frozen_prod);
 	return vt3_load_acquire(&cq->status->prod);
+}
+
+bool vt3_cq_frozen(struct vt3_cq *cq)
+{
+	return vt3_load_acquire(&cq->status->flags) & VT3_CQ_F_FROZEN;
+}
+
+/*
+ * The CQE at the consumer index names WQE @idx of @qpn's queue: the WQEs
+ * up to it are done and their slots free (vt3_hw.h). False: not to be
+ * returned, as its queue's flush began (a lost device's CQE after the
+ * last that counts, or a device bug): its WR completes with the flush.
+ * A CQE of a QP we do not know (another process's, or a device bug) is
+ * returned as it is. cq->lock held.
+ */
+static bool vt3_cqe_taken(struct vt3_cq *cq, uint32_t qpn, bool recv,
+			  uint32_t idx)
+{
+	struct vt3_context *ctx = to_vt3_ctx(cq->ibv_cq.context);
+	struct vt3_qp *qp = vt3_qp_find(ctx, qpn);
+	struct vt3_wq *wq;
+	uint32_t done;
+
+	if (!qp)
+		return true;
+	wq = recv ? &qp->rq : &qp->sq;
+	if (wq->cq != cq)
+		return true;
+	/* Set under cq->lock: stable here. */
+	if (wq->flushing)
+		return false;
+	done = wq->done;
+	/* WQEs complete in order: this one lies in [done, prod). */
+	if (idx - done < __atomic_load_n(&wq->prod, __ATOMIC_RELAXED) - done)
+		__atomic_store_n(&wq->done, idx + 1, __ATOMIC_RELEASE);
+	return true;
 }
 
 /* Device CQEs up to the producer index as read once. */
@@ -143,8 +179,11 @@ static int vt3_poll_device(struct vt3_cq *cq, int num, struct ibv_wc *wc)
 	while (n < num && cq->cons != prod) {
 		const struct vt3_cqe *cqe = &cq->ring[cq->cons & (cq->depth - 1)];
 
-		if (list_empty(&cq->gone) ||
-		    !vt3_cqe_of_gone_qp(cq, le32toh(cqe->qpn)))
+		uint32_t qpn = le32toh(cqe->qpn);
+
+		if ((list_empty(&cq->gone) || !vt3_cqe_of_gone_qp(cq, qpn)) &&
+		    vt3_cqe_taken(cq, qpn, cqe->opcode == VT3_WC_RECV,
+				  le32toh(cqe->wqe_idx)))
 			vt3_cqe_to_wc(cqe, &wc[n++]);
 		cq->cons++;
 		moved = true;
@@ -251,8 +290,12 @@ static int vt3_cq_flush(struct vt3_cq *cq, int num, struct ibv_wc *wc)
 			break;
 		pthread_spin_lock(&wq->lock);
 		if (vt3_wq_error(wq, VT3_BY_POLL) && !wq->flushing &&
-		    (int32_t)(cq->cons - wq->flush_mark) >= 0)
+		    (int32_t)(cq->cons - wq->flush_mark) >= 0) {
+			/* Its last CQE that counts was taken. */
+			if (wq->flush_at_done)
+				wq->flush_pos = wq->done;
 			wq->flushing = true;
+		}
 		if (wq->flushing) {
 			n += vt3_wq_flush(wq, num - n, wc + n);
 			done = wq->flush_pos == wq->prod;

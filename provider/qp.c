@@ -9,8 +9,10 @@
  * that vt3.ko turns into VT3_CMD_DOORBELL, is rung only when vt3d said it
  * went idle on that queue. A busy queue costs no system call.
  *
- * A slot is free again once vt3d retired its WQE (its consumer index
- * passed it). A QP in error takes WRs too, as the verbs (and
+ * A slot is free again once poll_cq took the CQE of its WQE or of a later
+ * one of the queue (vt3_hw.h: vt3d's consumer index is not trusted after
+ * a device loss, so what was not seen completing stays in the ring and
+ * the shadow to be flushed). A QP in error takes WRs too, as the verbs (and
  * ib_drain_qp-style teardown) expect: they go into the ring and the shadow
  * like any other, vt3d no longer looks at them, and poll_cq completes them
  * with IBV_WC_WR_FLUSH_ERR after the device's CQEs (cq.c); there the flush
@@ -54,6 +56,7 @@ int vt3_wq_init(struct vt3_qp *qp, struct vt3_wq *wq, struct vt3_cq *cq,
 	}
 	/* The kernel hands out a zeroed page; start where it says anyway. */
 	wq->prod = le32toh(*wq->prod_idx);
+	wq->done = wq->prod;
 	return 0;
 }
 
@@ -93,8 +96,11 @@ void vt3_wq_cleanup(struct vt3_wq *wq)
  * indices, then its last CQE of the QP, then the error flag, and retires
  * nothing afterwards. Read after the flag (acquire), the consumer index
  * starts the WQEs to flush and the CQ producer index is past every device
- * CQE of this queue. @by is the trigger asking (the testing knob may
- * leave it out). Called with wq->lock held.
+ * CQE of this queue. A lost device's consumer index is not trusted:
+ * vt3.ko froze the CQ before it set the flag, and the flush starts after
+ * the last CQE taken up to the frozen producer index (flush_at_done).
+ * @by is the trigger asking (the testing knob may leave it out). Called
+ * with wq->lock held.
  */
 bool vt3_wq_error(struct vt3_wq *wq, enum vt3_trigger by)
 {
@@ -102,11 +108,17 @@ bool vt3_wq_error(struct vt3_wq *wq, enum vt3_trigger by)
 		return true;
 	if (!(vt3_qp_flags(wq->qp) & VT3_QP_F_ERROR) || !(vt3_allowed_triggers() & by))
 		return false;
-	wq->flush_pos = vt3_load_acquire(wq->cons_idx);
+	wq->flush_at_done = vt3_cq_frozen(wq->cq);
+	if (wq->flush_at_done) {
+		/* Until flush_mark: where posting may reuse slots from. */
+		wq->flush_pos = __atomic_load_n(&wq->done, __ATOMIC_ACQUIRE);
+	} else {
+		wq->flush_pos = vt3_load_acquire(wq->cons_idx);
+		/* A consumer index past ours is a device bug: flush nothing. */
+		if (wq->prod - wq->flush_pos > wq->depth)
+			wq->flush_pos = wq->prod;
+	}
 	wq->flush_mark = vt3_cq_prod(wq->cq);
-	/* A consumer index past ours is a device bug: flush nothing. */
-	if (wq->prod - wq->flush_pos > wq->depth)
-		wq->flush_pos = wq->prod;
 	wq->error = true;
 	return true;
 }
@@ -146,6 +158,8 @@ void vt3_qp_reset(struct vt3_qp *qp)
 		pthread_spin_lock(&wqs[i]->lock);
 		wqs[i]->error = false;
 		wqs[i]->flushing = false;
+		wqs[i]->flush_at_done = false;
+		__atomic_store_n(&wqs[i]->done, wqs[i]->prod, __ATOMIC_RELEASE);
 		pthread_spin_unlock(&wqs[i]->lock);
 		vt3_cq_requeue(wqs[i]);
 	}
@@ -173,13 +187,14 @@ static bool vt3_qp_may_post(struct vt3_qp *qp, bool recv)
 }
 
 /*
- * A slot is free again once vt3d retired its WQE (acquire: vt3d is done
- * with the slot), whose completion then comes from its CQE, and in error,
- * where vt3d retires nothing more, once the flush returned it.
+ * A slot is free again once poll_cq took the CQE of its WQE or a later
+ * one (acquire: pairs with its release), and in error, where vt3d
+ * retires nothing more, once the flush returned it.
  */
 static bool vt3_wq_full(struct vt3_wq *wq)
 {
-	uint32_t tail = wq->error ? wq->flush_pos : vt3_load_acquire(wq->cons_idx);
+	uint32_t tail = wq->error ? wq->flush_pos :
+				    __atomic_load_n(&wq->done, __ATOMIC_ACQUIRE);
 
 	return wq->prod - tail >= wq->depth;
 }

@@ -291,6 +291,70 @@ static void vt3_qp_free(struct vt3_qp *qp)
 	pthread_mutex_unlock(&vt3_qp_arena_lock);
 }
 
+/*
+ * The context's QPs by number (vt3.h): poll_cq looks a CQE's QP up under
+ * the CQ's lock; destroy clears the entry under the same lock, so a QP
+ * found there is alive while the lock is held.
+ */
+int vt3_qp_table_insert(struct vt3_context *ctx, struct vt3_qp *qp)
+{
+	uint32_t qpn = qp->ibv_qp.qp_num;
+	struct vt3_qp **dir;
+
+	if (qpn >= VT3_QP_TABLE_MAX)
+		return EOVERFLOW;
+	pthread_mutex_lock(&ctx->qps_lock);
+	dir = ctx->qp_table[qpn >> VT3_QP_TABLE_SHIFT];
+	if (!dir) {
+		dir = calloc(1u << VT3_QP_TABLE_SHIFT, sizeof(*dir));
+		if (!dir) {
+			pthread_mutex_unlock(&ctx->qps_lock);
+			return ENOMEM;
+		}
+		__atomic_store_n(&ctx->qp_table[qpn >> VT3_QP_TABLE_SHIFT], dir,
+				 __ATOMIC_RELEASE);
+	}
+	__atomic_store_n(&dir[qpn & ((1u << VT3_QP_TABLE_SHIFT) - 1)], qp,
+			 __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&ctx->qps_lock);
+	return 0;
+}
+
+void vt3_qp_table_clear(struct vt3_context *ctx, uint32_t qpn)
+{
+	struct vt3_qp **dir;
+
+	if (qpn >= VT3_QP_TABLE_MAX)
+		return;
+	dir = __atomic_load_n(&ctx->qp_table[qpn >> VT3_QP_TABLE_SHIFT],
+			      __ATOMIC_ACQUIRE);
+	if (dir)
+		__atomic_store_n(&dir[qpn & ((1u << VT3_QP_TABLE_SHIFT) - 1)],
+				 NULL, __ATOMIC_RELEASE);
+}
+
+struct vt3_qp *vt3_qp_find(struct vt3_context *ctx, uint32_t qpn)
+{
+	struct vt3_qp **dir;
+
+	if (qpn >= VT3_QP_TABLE_MAX)
+		return NULL;
+	dir = __atomic_load_n(&ctx->qp_table[qpn >> VT3_QP_TABLE_SHIFT],
+			      __ATOMIC_ACQUIRE);
+	if (!dir)
+		return NULL;
+	return __atomic_load_n(&dir[qpn & ((1u << VT3_QP_TABLE_SHIFT) - 1)],
+			       __ATOMIC_ACQUIRE);
+}
+
+void vt3_qp_table_free(struct vt3_context *ctx)
+{
+	unsigned int i;
+
+	for (i = 0; i < VT3_QP_TABLE_DIRS; i++)
+		free(ctx->qp_table[i]);
+}
+
 struct ibv_qp *vt3_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
 	struct ibv_context *ibctx = pd->context;
@@ -352,6 +416,8 @@ struct ibv_qp *vt3_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	ret = vt3_wq_init(qp, &qp->sq, scq, false, attr->cap.max_send_sge);
 	if (!ret)
 		ret = vt3_wq_init(qp, &qp->rq, rcq, true, attr->cap.max_recv_sge);
+	if (!ret)
+		ret = vt3_qp_table_insert(ctx, qp);
 	if (ret) {
 		errno = ret;
 		goto err_unmap;
@@ -417,7 +483,7 @@ int vt3_destroy_qp(struct ibv_qp *ibqp)
 {
 	struct vt3_context *ctx = to_vt3_ctx(ibqp->context);
 	struct vt3_qp *qp = to_vt3_qp(ibqp);
-	int ret, i;
+	int ret;
 
 	/*
 	 * Kernel first: should it fail, the QP is still whole and usable.
@@ -439,6 +505,7 @@ int vt3_destroy_qp(struct ibv_qp *ibqp)
 	 * still owed goes with it.
 	 */
 	vt3_lock_cqs(qp->sq.cq, qp->rq.cq);
+	vt3_qp_table_clear(ctx, qp->ibv_qp.qp_num);
 	vt3_cq_forget(qp->sq.cq, qp->ibv_qp.qp_num);
 	if (qp->rq.cq != qp->sq.cq)
 		vt3_cq_forget(qp->rq.cq, qp->ibv_qp.qp_num);

@@ -18,6 +18,7 @@ static void vt3_free_context(struct ibv_context *ibctx)
 	struct vt3_context *ctx =
 		container_of(ibctx, struct vt3_context, ibv_ctx.context);
 
+	vt3_qp_table_free(ctx);
 	pthread_mutex_destroy(&ctx->qps_lock);
 	verbs_uninit_context(&ctx->ibv_ctx);
 	free(ctx);

@@ -47,6 +47,11 @@ struct vt3_device {
 	uint32_t driver_id;
 };
 
+/* QP numbers below 2^20 (vt3d hands out small ones, 1 up). */
+#define VT3_QP_TABLE_SHIFT	10
+#define VT3_QP_TABLE_DIRS	1024
+#define VT3_QP_TABLE_MAX	(VT3_QP_TABLE_DIRS << VT3_QP_TABLE_SHIFT)
+
 struct vt3_context {
 	struct verbs_context ibv_ctx;
 	/* Device limit on the SGEs of an RDMA READ (its local sink). */
@@ -59,6 +64,12 @@ struct vt3_context {
 	 */
 	pthread_mutex_t qps_lock;
 	struct list_head qps;
+	/*
+	 * QPs by number, for poll_cq to find a CQE's queue (vt3_qp_find):
+	 * directories allocated under qps_lock, entries stored and cleared
+	 * with atomics; an entry is cleared under the QP's CQ locks.
+	 */
+	struct vt3_qp **qp_table[VT3_QP_TABLE_DIRS];
 };
 
 struct vt3_cq {
@@ -122,6 +133,12 @@ struct vt3_wq {
 	struct vt3_swqe *swqe;		/* depth entries */
 	__le32 *prod_idx;		/* status page words of this queue */
 	__le32 *cons_idx;
+	/*
+	 * Index after the last WQE whose CQE poll_cq took (vt3_cqe.wqe_idx,
+	 * atomic; written under the CQ's lock): the slots before it are
+	 * free (vt3_hw.h).
+	 */
+	uint32_t done;
 	uint32_t idle_flag;		/* VT3_QP_F_SQ_IDLE or VT3_QP_F_RQ_IDLE */
 	bool recv;
 	/*
@@ -130,10 +147,14 @@ struct vt3_wq {
 	 * and every device CQE of the queue lies below flush_mark in the
 	 * CQ. flushing: the CQ consumer passed flush_mark, so poll_cq
 	 * completes [flush_pos, prod) with IBV_WC_WR_FLUSH_ERR, and so
-	 * everything posted from then on.
+	 * everything posted from then on; a device CQE of the queue after
+	 * that is not returned. flush_at_done: the device was lost (its CQ
+	 * frozen), its consumer index is not trusted: at flush_mark the
+	 * flush starts at done instead (vt3_hw.h).
 	 */
 	bool error;
 	bool flushing;
+	bool flush_at_done;
 	uint32_t flush_pos;
 	uint32_t flush_mark;
 	struct vt3_cq *cq;
@@ -197,6 +218,10 @@ int vt3_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
 int vt3_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask,
 		 struct ibv_qp_init_attr *init_attr);
 int vt3_destroy_qp(struct ibv_qp *ibqp);
+int vt3_qp_table_insert(struct vt3_context *ctx, struct vt3_qp *qp);
+void vt3_qp_table_clear(struct vt3_context *ctx, uint32_t qpn);
+struct vt3_qp *vt3_qp_find(struct vt3_context *ctx, uint32_t qpn);
+void vt3_qp_table_free(struct vt3_context *ctx);
 
 /* qp.c: posting to the mapped SQ/RQ rings */
 int vt3_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
@@ -225,6 +250,7 @@ void vt3_cq_requeue(struct vt3_wq *wq);
 void vt3_cq_note_repost(struct vt3_wq *wq);
 uint32_t vt3_cq_prod(struct vt3_cq *cq);
 void vt3_cq_forget(struct vt3_cq *cq, uint32_t qpn);
+bool vt3_cq_frozen(struct vt3_cq *cq);
 void vt3_cq_free_gone(struct vt3_cq *cq);
 void vt3_cq_wait_ringing(struct vt3_cq *cq);
 void vt3_lock_cqs(struct vt3_cq *a, struct vt3_cq *b);

@@ -13,7 +13,14 @@
 #                  event, also one answering an older arm (the lost wake-up
 #                  of issue 12: a later error kick is skipped)
 #   no-freeze      libvt3 ignores VT3_CQ_F_FROZEN: after vt3.ko declared
-#                  the device lost, CQEs vt3d still writes are taken
+#                  the device lost, CQEs vt3d still writes are taken and
+#                  the flush trusts vt3d's consumer index
+#   lost-flush-from-cons  vt3.ko flushes a lost device's kernel QPs from
+#                  vt3d's consumer index (WQEs retired after the freeze
+#                  never complete: the bug mute-commands found)
+#   slot-by-cons   vt3.ko lets a kernel RQ's slots be reposted once vt3d's
+#                  consumer index passed them, before their CQEs were
+#                  taken (a lost device's flush reads overwritten WQEs)
 #   close-withheld vt3.ko never sends the CLOSE of a connection ended while
 #                  the device is being removed (iw_cm keeps its QP
 #                  reference: a ULP's destroy_qp in its DEVICE_REMOVAL
@@ -65,7 +72,7 @@ REPLACEMENT[cqe-after-err]='        publish_state(mem, qp.status_addr, to);
         if let Some((cqn, wr_id)) = late {
             let c = Completion { qpn, queue: WorkQueue::Recv, wr_id, opcode: engine::WcOpcode::Recv,
                 status: WcStatus::Success, byte_len: 0, invalidated_stag: None, solicited: false, signaled: true };
-            self.post_cqe(mem, cqn, &wqe::cqe(&c), false);
+            self.post_cqe(mem, cqn, &wqe::cqe(&c, qp.rq_work.consumed), false);
         }
         let Some(qp) = self.qps.get_mut(qpn) else { return };'
 REASON[cqe-after-err]='completed twice|after a FLUSH_ERR|order or duplicate|an extra'
@@ -82,9 +89,9 @@ REASON[late-event-disarms]='the error kick never came|hangs in ib_drain_qp'
 CASES[late-event-disarms]=kchaos
 
 FILE[no-freeze]=provider/cq.c
-ANCHOR[no-freeze]='	if (vt3_load_acquire(&cq->status->flags) & VT3_CQ_F_FROZEN)'
-REPLACEMENT[no-freeze]='	if (0 && (vt3_load_acquire(&cq->status->flags) & VT3_CQ_F_FROZEN)) /* MUTANT */'
-REASON[no-freeze]='after a FLUSH_ERR|completed twice|out of posting order'
+ANCHOR[no-freeze]='	return vt3_load_acquire(&cq->status->flags) & VT3_CQ_F_FROZEN;'
+REPLACEMENT[no-freeze]='	return false; /* MUTANT */'
+REASON[no-freeze]='after a FLUSH_ERR|completed twice|out of posting order|lost: no completion'
 CASES[no-freeze]=chaos
 ENV[no-freeze]='VT3_CHAOS_PLAN=1:mute-commands;1:mute-commands;1:mute-commands;1:mute-commands'
 
@@ -95,7 +102,21 @@ REASON[close-withheld]='no answer within [0-9]+ s to: rmmod vt3'
 CASES[close-withheld]=kchaos
 ENV[close-withheld]='VT3_CHAOS_PLAN=1:rmmod'
 
-ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze close-withheld)
+FILE[lost-flush-from-cons]=guest-driver/vt3_qp.c
+ANCHOR[lost-flush-from-cons]='	return cq->frozen || READ_ONCE(to_vt3_dev(qp->ibqp.device)->ctrl.lost);'
+REPLACEMENT[lost-flush-from-cons]='	return false; /* MUTANT */'
+REASON[lost-flush-from-cons]='WRs without a completion'
+CASES[lost-flush-from-cons]=kchaos
+ENV[lost-flush-from-cons]='VT3_CHAOS_PLAN=1:mute-commands;1:mute-commands'
+
+FILE[slot-by-cons]=guest-driver/vt3_qp.c
+ANCHOR[slot-by-cons]='	cons = flushing ? qp->rq_flush : smp_load_acquire(&qp->rq_done);'
+REPLACEMENT[slot-by-cons]='	cons = flushing ? qp->rq_flush : le32_to_cpu(smp_load_acquire(&st->rq_cons)); /* MUTANT */'
+REASON[slot-by-cons]='WRs without a completion|twice|duplicate|not posted'
+CASES[slot-by-cons]=kchaos
+ENV[slot-by-cons]='VT3_CHAOS_PLAN=1:mute-commands;1:mute-commands;1:mute-commands'
+
+ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze close-withheld lost-flush-from-cons slot-by-cons)
 
 log() { printf '[mutants] %s\n' "$*" >&2; }
 

@@ -7,7 +7,7 @@
 use vm_memory::{ByteValued, Le16, Le32, Le64};
 
 pub const VT3_ETHERTYPE: u16 = 0x88b5;
-pub const VT3_CTRL_VERSION: u8 = 2;
+pub const VT3_CTRL_VERSION: u8 = 3;
 pub const VT3_CTRL_REPLAY_WINDOW: u64 = 64;
 pub const VT3_CTRL_MAC_LEN: usize = 8;
 pub const VT3_SESSION_MAGIC: u32 = 0x5333_5456;
@@ -516,7 +516,7 @@ abi_structs! {
         pub byte_len: Le32,
         pub invalidated_stag: Le32,
         pub vendor_err: Le32,
-        pub reserved1: Le32,
+        pub wqe_idx: Le32,
     }
 
     pub struct QpStatus = "vt3_qp_status" {

@@ -480,6 +480,7 @@ fn connect_transfer_and_close_gracefully() {
     assert_eq!(cqes.len(), 1);
     let c = cqes[0];
     assert_eq!((c.wr_id.to_native(), c.qpn.to_native(), c.opcode, c.status), (100, s.qb.qpn, WcOpcode::Recv as u8, 0));
+    assert_eq!(c.wqe_idx.to_native(), 0, "a CQE names its WQE: the RQ's first");
     assert_eq!(c.byte_len.to_native(), 3000);
     assert_eq!(s.sim.b.read_bytes(b_local.guest, 3000), data);
     assert_eq!(s.sim.b.qp_status(&s.qb).rq_cons.to_native(), 1);
@@ -498,9 +499,11 @@ fn connect_transfer_and_close_gracefully() {
     s.sim.a.post_send_wqe(now, &mut s.qa, &rdma_wqe(3, WrOpcode::Read, (a_local, 32_768, 20_000), &b_exposed, 100));
     assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.a.cq_status(&s.qa.scq).prod.to_native() == 3));
     let cqes = s.sim.a.poll_cq(&mut scq);
-    let got: Vec<(u64, u8, u8, u32)> =
-        cqes.iter().map(|c| (c.wr_id.to_native(), c.opcode, c.status, c.byte_len.to_native())).collect();
-    assert_eq!(got, vec![(2, WcOpcode::Write as u8, 0, 20_000), (3, WcOpcode::Read as u8, 0, 20_000)]);
+    let got: Vec<(u64, u8, u8, u32, u32)> = cqes
+        .iter()
+        .map(|c| (c.wr_id.to_native(), c.opcode, c.status, c.byte_len.to_native(), c.wqe_idx.to_native()))
+        .collect();
+    assert_eq!(got, vec![(2, WcOpcode::Write as u8, 0, 20_000, 1), (3, WcOpcode::Read as u8, 0, 20_000, 2)]);
     assert_eq!(s.sim.b.read_bytes(b_exposed.guest + 100, 20_000), write);
     assert_eq!(s.sim.a.read_bytes(a_local.guest + 32_768, 20_000), write);
     // b's side of a WRITE or READ writes no CQE.
@@ -554,9 +557,12 @@ fn connect_transfer_and_close_gracefully() {
     let close = QpEvent::CloseComplete as u32;
     assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, close, 0)], "LLP close complete, nothing outstanding");
     assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::PeerClose as u32, 0), (s.qb.qpn, close, 0)]);
-    let ids: Vec<(u64, u8)> = s.sim.a.poll_cq(&mut scq).iter().map(|c| (c.wr_id.to_native(), c.status)).collect();
-    assert_eq!(ids, vec![(5, 0), (6, 0), (7, 0)]);
-    assert_eq!(s.sim.b.poll_cq(&mut rcq).last().unwrap().wr_id.to_native(), 200);
+    // The unsignaled SEND was SQ WQE 3: the WQE indices skip it.
+    let ids: Vec<(u64, u8, u32)> =
+        s.sim.a.poll_cq(&mut scq).iter().map(|c| (c.wr_id.to_native(), c.status, c.wqe_idx.to_native())).collect();
+    assert_eq!(ids, vec![(5, 0, 4), (6, 0, 5), (7, 0, 6)]);
+    let last = *s.sim.b.poll_cq(&mut rcq).last().unwrap();
+    assert_eq!((last.wr_id.to_native(), last.wqe_idx.to_native()), (200, 4));
     // IDLE after a clean close: every WQE is accounted for.
     let st = s.sim.b.qp_status(&s.qb);
     assert_eq!((st.rq_cons.to_native(), st.flags.to_native() & QpStatusFlag::Error as u32), (s.qb.rq_prod, 0));

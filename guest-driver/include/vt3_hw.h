@@ -80,10 +80,18 @@
  * Indices are free-running 32-bit counters (wrap at 2^32); slot = index &
  * (depth - 1). They are not reset by state changes (ERROR -> IDLE keeps them).
  * For each work queue, vt3d writes CQEs in WQE order (the SQ's signaled
- * WQEs, the RQ's WQEs), so a flush knows which WQEs already completed.
- * sq_cons/rq_cons count WQEs vt3d has retired (signaled or not); they are
- * published before the CQE. After a QP's error, the WQEs to flush are
- * [cons, prod) of each queue (every WQE, signaled or not).
+ * WQEs, the RQ's WQEs), and each CQE names its WQE (wqe_idx, the WQE's
+ * free-running index in its queue), so a flush knows which WQEs already
+ * completed. sq_cons/rq_cons count WQEs vt3d has retired (signaled or
+ * not); they are published before the CQE. After a QP's error, the WQEs
+ * to flush are [cons, prod) of each queue (every WQE, signaled or not).
+ * A WQE's slot is free for the producer once the consumer took the CQE of
+ * that WQE or of a later one of its queue (as on hardware that frees SQ
+ * slots by the CQE's WQE counter), not when vt3d's consumer index passes
+ * it: should the device be lost, the CQEs vt3d writes after the freeze
+ * are never read (VT3_CQ_F_FROZEN), vt3d's consumer index is not
+ * trusted, and what was not seen completing must still be in the ring
+ * to be flushed: [index after the last CQE taken, prod).
  * MODIFY_QP ERROR -> IDLE sets cons = prod and clears VT3_QP_F_ERROR: send
  * it only after the flush. After a clean close the QP is IDLE but its
  * rings are not read again until that ERROR -> IDLE reset.
@@ -165,7 +173,7 @@
 #endif
 
 #define VT3_ETHERTYPE		0x88B5
-#define VT3_CTRL_VERSION	2
+#define VT3_CTRL_VERSION	3
 #define VT3_CTRL_REPLAY_WINDOW	64
 #define VT3_SESSION_MAGIC	0x53335456	/* "VT3S" */
 #define VT3_PAGE_SHIFT		12
@@ -672,7 +680,7 @@ struct vt3_cqe {
 	__le32	byte_len;
 	__le32	invalidated_stag;
 	__le32	vendor_err;		/* TERMINATE layer/etype/ecode, if any */
-	__le32	reserved1;
+	__le32	wqe_idx;		/* the WQE's index in its queue */
 };
 
 /* ------------------------------------------------------------------ */

@@ -201,9 +201,11 @@ impl Rnic {
             WorkQueue::Send => (&mut qp.sq_work, qp.send_cqn),
             WorkQueue::Recv => (&mut qp.rq_work, qp.recv_cqn),
         };
+        // Completions come in WQE order per queue: this one is WQE `consumed`.
+        let wqe_idx = work.consumed;
         work.consumed = work.consumed.wrapping_add(1);
-        // The slot is free before its CQE is visible: a consumer that reaps
-        // the CQE and reuses the slot never runs ahead of this index.
+        // Retired before its CQE is visible: a consumer that reaps the CQE
+        // and reuses the slot never runs ahead of this index.
         StatusWord::at(qp.status_addr, QueueFields::of(c.queue).cons).store(mem, work.consumed, Ordering::Release);
         let drained = qp.sq_work.fetched == qp.sq_work.consumed;
         let close_now = c.queue == WorkQueue::Send && qp.close_requested && drained;
@@ -212,7 +214,7 @@ impl Rnic {
         }
         if wqe::writes_cqe(c) {
             let notify = c.solicited || c.status != WcStatus::Success;
-            self.post_cqe(mem, cqn, &wqe::cqe(c), notify);
+            self.post_cqe(mem, cqn, &wqe::cqe(c, wqe_idx), notify);
         }
         close_now && self.start_close(now, c.qpn)
     }

@@ -150,8 +150,8 @@ pub fn recv_wr(wqe: &RqWqe, limits: &WqeLimits) -> Result<RecvWr, BadWqe> {
 }
 
 
-/// The CQE for a completion.
-pub fn cqe(c: &Completion) -> abi::Cqe {
+/// The CQE for a completion of the WQE at index `wqe_idx` of its queue.
+pub fn cqe(c: &Completion, wqe_idx: u32) -> abi::Cqe {
     let mut flags = 0;
     if c.invalidated_stag.is_some() {
         flags |= CqeFlag::Invalidated as u8;
@@ -167,6 +167,7 @@ pub fn cqe(c: &Completion) -> abi::Cqe {
         flags,
         byte_len: c.byte_len.into(),
         invalidated_stag: c.invalidated_stag.unwrap_or(0).into(),
+        wqe_idx: wqe_idx.into(),
         ..Default::default()
     }
 }
@@ -356,13 +357,14 @@ mod tests {
             solicited: true,
             signaled: true,
         };
-        let e = cqe(&c);
+        let e = cqe(&c, 41);
         assert_eq!((e.wr_id.to_native(), e.qpn.to_native(), e.byte_len.to_native()), (0xabcd, 3, 1000));
+        assert_eq!(e.wqe_idx.to_native(), 41);
         assert_eq!((e.opcode, e.status), (3, 0));
         assert_eq!(e.flags, CqeFlag::Invalidated as u8 | CqeFlag::Solicited as u8);
         assert_eq!(e.invalidated_stag.to_native(), 0x4407);
         let send = Completion { queue: WorkQueue::Send, opcode: WcOpcode::Read, status: WcStatus::LocProtErr, invalidated_stag: None, solicited: false, signaled: false, ..c };
-        let e = cqe(&send);
+        let e = cqe(&send, 7);
         assert_eq!((e.opcode, e.status, e.flags, e.invalidated_stag.to_native()), (2, 3, 0, 0));
         assert!(writes_cqe(&c) && !writes_cqe(&send));
         assert!(writes_cqe(&Completion { signaled: false, ..c }), "receives always complete");

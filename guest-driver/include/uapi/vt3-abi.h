@@ -11,7 +11,7 @@
 #include <linux/types.h>
 
 /* Bumped on any incompatible change; the provider refuses a mismatch. */
-#define VT3_ABI_VERSION		1
+#define VT3_ABI_VERSION		2
 
 /*
  * Vendor async event (DESIGN.md §5): a user QP's connection closed
