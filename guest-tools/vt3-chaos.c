@@ -1809,6 +1809,11 @@ static bool run_one(int run, uint64_t seed, const int *allowed, int nallowed, in
 			break;
 		usleep(5000);
 	}
+	/* A device loss too: what was posted completes, from libvt3's own books. */
+	for (i = 0; i < c->nqp; i++)
+		if (!qp_accounted(&c->qps[i]))
+			cfail(c, "q%d: signaled WRs without a completion %.0f s after the end", i,
+			      now() - t_reap);
 	c->stop = true;
 	for (i = 0; i < nworkers; i++)
 		pthread_join(workers[i].t, NULL);
