@@ -1259,26 +1259,33 @@ static void *cq_event_thread(void *arg)
 		struct ibv_cq *ecq;
 		void *ectx;
 
-		if (poll(&pfd, 1, 20) <= 0) {
-			if (now() - last < 1)
-				continue;
-			last = now();
-			for (i = 0; i < c->plan.ncq; i++) {
-				int device_cqes = 0;
+		bool channel_gone = false;
 
-				if (!c->cqs[i].event || !poll_cq(c, &c->cqs[i], &device_cqes))
-					continue;
-				c->fallback_polls++;
-				/* A CQE the device wrote to an armed CQ raises an
-				 * event; unless it is on its way just now, it is lost. */
-				if (device_cqes && poll(&pfd, 1, 200) <= 0)
-					cfail(c, "CQ %d armed, yet no event for %d device completion(s)",
-					      i, device_cqes);
-			}
-			continue;
+		if (poll(&pfd, 1, 20) > 0) {
+			if (!ibv_get_cq_event(c->cch, &ecq, &ectx))
+				goto event;
+			/* A removed device's channel (uverbs disassociated it)
+			 * fails at once: poll as an application cleaning up does. */
+			channel_gone = true;
+			usleep(5000);
 		}
-		if (ibv_get_cq_event(c->cch, &ecq, &ectx))
+		if (!channel_gone && now() - last < 1)
 			continue;
+		last = now();
+		for (i = 0; i < c->plan.ncq; i++) {
+			int device_cqes = 0;
+
+			if (!c->cqs[i].event || !poll_cq(c, &c->cqs[i], &device_cqes))
+				continue;
+			c->fallback_polls++;
+			/* A CQE the device wrote to an armed CQ raises an
+			 * event; unless it is on its way just now, it is lost. */
+			if (device_cqes && !channel_gone && !c->device_fatal && poll(&pfd, 1, 200) <= 0)
+				cfail(c, "CQ %d armed, yet no event for %d device completion(s)",
+				      i, device_cqes);
+		}
+		continue;
+event:
 		last = now();
 		c->cq_wakeups++;
 		for (i = 0; i < c->plan.ncq; i++) {
