@@ -18,7 +18,7 @@
 #   lost-flush-from-cons  vt3.ko flushes a lost device's kernel QPs from
 #                  vt3d's consumer index (WQEs retired after the freeze
 #                  never complete: the bug mute-commands found)
-#   slot-by-cons   vt3.ko lets a kernel RQ's slots be reposted once vt3d's
+#   slot-by-cons   vt3.ko lets a kernel SQ's slots be reused once vt3d's
 #                  consumer index passed them, before their CQEs were
 #                  taken (a lost device's flush reads overwritten WQEs)
 #   close-withheld vt3.ko never sends the CLOSE of a connection ended while
@@ -110,8 +110,8 @@ CASES[lost-flush-from-cons]=kchaos
 ENV[lost-flush-from-cons]='VT3_CHAOS_PLAN=1:mute-commands;1:mute-commands'
 
 FILE[slot-by-cons]=guest-driver/vt3_qp.c
-ANCHOR[slot-by-cons]='	cons = flushing ? qp->rq_flush : smp_load_acquire(&qp->rq_done);'
-REPLACEMENT[slot-by-cons]='	cons = flushing ? qp->rq_flush : le32_to_cpu(smp_load_acquire(&st->rq_cons)); /* MUTANT */'
+ANCHOR[slot-by-cons]='	cons = flushing ? qp->sq_flush : smp_load_acquire(&qp->sq_done);'
+REPLACEMENT[slot-by-cons]='	cons = flushing ? qp->sq_flush : le32_to_cpu(smp_load_acquire(&st->sq_cons)); /* MUTANT */'
 REASON[slot-by-cons]='WRs without a completion|twice|duplicate|not posted'
 CASES[slot-by-cons]=kchaos
 ENV[slot-by-cons]='VT3_CHAOS_PLAN=1:mute-commands;1:mute-commands;1:mute-commands'

@@ -6,6 +6,8 @@ anyone's pytest suite:
     Vt3Plain   a vt3 guest (a, vt3.ko loaded) beside a plain QEMU guest (b)
     SingleVt3  one vt3 guest whose uplink leads nowhere
     SiwPair    two siw guests, each behind its own vt3d (the bench's anchor)
+    ChaosPair  a Vt3Pair whose vt3d time a silent connection out in 4 s, and
+               whose vt3d and guests can be restarted (the fault soak's)
 
 A setup boots its guests in parallel; `health()` says what a scenario left
 behind (objects in vt3d, processes in a guest, kernel warnings), so one
@@ -247,4 +249,39 @@ class SiwPair(Vt3Pair):
         self.a.check(f"ping -c 2 -W 5 {B_IP}", 60)
 
 
-SETUPS = {cls.kind: cls for cls in (Vt3Pair, Vt3Siw, Vt3Plain, SingleVt3, SiwPair)}
+# ChaosPair's vt3d --tcp-timeout: a blackhole ends in seconds, not 15.
+SHORT_TCP_TIMEOUT = 4
+
+
+class ChaosPair(Vt3Pair):
+    """Vt3Pair with a short TCP timeout in both vt3d; a vt3d and its guest
+    can be restarted (after a fault killed the vt3d)."""
+    kind = "chaos-pair"
+
+    def vt3d_args(self, name: str) -> tuple[str, ...]:
+        peer = "vt3b" if name == "vt3a" else "vt3a"
+        mac = A_MAC if name == "vt3a" else B_MAC
+        return (name, f"unix-dgram:{self.uplink_socket(name)},{self.uplink_socket(peer)}", mac,
+                "--tcp-timeout", str(SHORT_TCP_TIMEOUT))
+
+    def build(self) -> None:
+        for name in ("vt3a", "vt3b"):
+            self.add_vt3d(*self.vt3d_args(name))
+        self.add_guest("a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, "vt3.driver=1")
+        self.add_guest("b", Nic.vt3(self.vt3b.socket), B_IP, B_MAC, "vt3.driver=1")
+
+    def restart(self, guest: str) -> None:
+        """A new vt3d behind GUEST and a fresh boot of GUEST (QEMU loses
+        its vhost-user backend for good when vt3d dies)."""
+        name = "vt3" + guest
+        old = self.vt3d.pop(name, None)
+        if old is not None:
+            old.stop()
+        self.add_vt3d(*self.vt3d_args(name))
+        g = self.restart_guest(guest)
+        wait_device(g)
+        debug_vt3(g)
+        self.a.check(f"ping -c 2 -W 5 {self.b.ip}", 60)
+
+
+SETUPS = {cls.kind: cls for cls in (Vt3Pair, Vt3Siw, Vt3Plain, SingleVt3, SiwPair, ChaosPair)}

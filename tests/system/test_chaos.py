@@ -39,15 +39,12 @@ import pytest
 
 from helpers import A_IP, B_IP, no_objects, wait_rdma_listen
 from vt3lab import KMOD
-from vt3lab.fixtures import _scenario
-from vt3lab.setups import A_MAC, B_MAC, Vt3Pair, debug_vt3, wait_device
-from vt3lab.guest import Nic
+from vt3lab.setups import SHORT_TCP_TIMEOUT as TCP_TIMEOUT, ChaosPair, wait_device
 from vt3lab.vt3d import Vt3d
 
 PORT = 7472
 SRV, CLI = "chaos-srv", "chaos-cli"
 ACK = "/tmp/chaos.ack"
-TCP_TIMEOUT = 4
 DURATION_MS = 1500
 
 NON_DESTRUCTIVE = ("disconnect", "abort", "bad-wqe", "peer-close", "peer-abort", "rst", "fin", "blackhole",
@@ -121,45 +118,6 @@ KERNEL = KernelClient("vt3_kchaos", KERNEL_NON_DESTRUCTIVE + KERNEL_DESTRUCTIVE 
 
 def tail(out: str, n: int = 25) -> str:
     return "\n".join(out.splitlines()[-n:])
-
-
-# -------------------------------------------------------------------- setup
-
-class ChaosPair(Vt3Pair):
-    """Vt3Pair with a short TCP timeout in both vt3d; a vt3d and its guest
-    can be restarted (after a fault killed the vt3d)."""
-    kind = "chaos-pair"
-
-    def vt3d_args(self, name: str) -> tuple[str, str, str, str]:
-        peer = "vt3b" if name == "vt3a" else "vt3a"
-        mac = A_MAC if name == "vt3a" else B_MAC
-        return (name, f"unix-dgram:{self.uplink_socket(name)},{self.uplink_socket(peer)}", mac,
-                "--tcp-timeout", str(TCP_TIMEOUT))
-
-    def build(self) -> None:
-        for name in ("vt3a", "vt3b"):
-            self.add_vt3d(*self.vt3d_args(name))
-        self.add_guest("a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, "vt3.driver=1")
-        self.add_guest("b", Nic.vt3(self.vt3b.socket), B_IP, B_MAC, "vt3.driver=1")
-
-    def restart(self, guest: str) -> None:
-        """A new vt3d behind GUEST and a fresh boot of GUEST (QEMU loses
-        its vhost-user backend for good when vt3d dies)."""
-        name = "vt3" + guest
-        old = self.vt3d.pop(name, None)
-        if old is not None:
-            old.stop()
-        self.add_vt3d(*self.vt3d_args(name))
-        g = self.restart_guest(guest)
-        wait_device(g)
-        debug_vt3(g)
-        self.a.check(f"ping -c 2 -W 5 {self.b.ip}", 60)
-
-
-@pytest.fixture
-def chaos_pair(lab, request):
-    """The shared ChaosPair (health-checked after each scenario)."""
-    yield from _scenario(lab, request, ChaosPair, False)
 
 
 # ------------------------------------------------------------------- server

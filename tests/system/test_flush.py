@@ -351,14 +351,13 @@ def test_flush_fin(vt3_pair, style):
     no_objects(vt3_pair, "after fault fin")
 
 
-@pytest.mark.qemu10
 @pytest.mark.parametrize("style", STYLES)
-def test_flush_blackhole(vt3_pair, style):
-    """vt3d ctl fault blackhole on the server's connection: retransmit timeout (15 s), QP_FATAL"""
-    with flush_server(vt3_pair.a) as srv:
-        injected(vt3_pair.b, A_IP, srv, "timeout", style, "QP_FATAL",
-                 lambda qpn, peer, rkey: fault(vt3_pair.vt3a, "blackhole", qp=peer), timeout=90)
-    no_objects(vt3_pair, "after fault blackhole")
+def test_flush_blackhole(chaos_pair, style):
+    """vt3d ctl fault blackhole on the server's connection: retransmit timeout (the pair's 4 s), QP_FATAL"""
+    with flush_server(chaos_pair.a) as srv:
+        injected(chaos_pair.b, A_IP, srv, "timeout", style, "QP_FATAL",
+                 lambda qpn, peer, rkey: fault(chaos_pair.vt3a, "blackhole", qp=peer), timeout=90)
+    no_objects(chaos_pair, "after fault blackhole")
 
 
 # (name, layer, etype, ecode, style, the client's event): RDMAP etype 1
