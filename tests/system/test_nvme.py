@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 from helpers import count, no_objects
 from test_cm import kmark, kmsg_since
@@ -103,7 +104,7 @@ def target_down(g) -> None:
 
 # -------------------------------------------------------------------- host
 
-def host_connect(g, addr: str) -> tuple[str, str]:
+def host_connect(g, addr: str, options: str = "") -> tuple[str, str]:
     """nvme discover and connect from G; the controller and the namespace's
     block device."""
     g.check("modprobe nvme-rdma", 30)
@@ -114,7 +115,7 @@ def host_connect(g, addr: str) -> tuple[str, str]:
     # discover connected a discovery controller and let it go again.
     assert g.check("ls /sys/class/nvme | wc -l", 10).strip() == "0", "discovery controller left behind"
     g.check(f"nvme connect -t rdma -a {addr} -s {PORT} -n {NQN} -q {HOSTNQN} "
-            f"--nr-io-queues {IO_QUEUES} --nr-write-queues {WRITE_QUEUES}", 120, "nvme connect")
+            f"--nr-io-queues {IO_QUEUES} --nr-write-queues {WRITE_QUEUES} {options}", 120, "nvme connect")
     ctrl = g.check("for i in $(seq 100); do for c in /sys/class/nvme/nvme*; do [ -e $c/subsysnqn ] && "
                    f"[ $(cat $c/subsysnqn) = {NQN} ] && [ $(cat $c/state) = live ] && "
                    "{ echo ${c##*/}; exit 0; }; done; sleep 0.2; done; exit 1", 40, "no live controller").strip()
@@ -148,7 +149,8 @@ def no_kernel_trouble(g, mark: str) -> None:
     assert not bad, f"{g.name}: kernel trouble:\n" + "\n".join(bad[:10]) + f"\n{tail(log, 30)}"
 
 
-def nvme_over_rdma(setup, target, host, target_vt3: list[str], host_vt3: list[str], fault=None) -> None:
+def nvme_over_rdma(setup, target, host, target_vt3: list[str], host_vt3: list[str], fault=None,
+                   jobs=FIO_JOBS) -> None:
     """TARGET exports, HOST connects to TARGET's address; the vt3d named
     in TARGET_VT3 / HOST_VT3 serve them (none for a siw side)."""
     for name, d in setup.vt3d.items():
@@ -156,7 +158,7 @@ def nvme_over_rdma(setup, target, host, target_vt3: list[str], host_vt3: list[st
     guests = {g.name: g for g in (target, host)}.values()
     marks = {g.name: kmark(g) for g in guests}
     target_up(target, target.ip)
-    ctrl, dev = host_connect(host, target.ip)
+    ctrl, dev = host_connect(host, target.ip, "--reconnect-delay 1 --ctrl-loss-tmo 120" if fault else "")
     # One QP per queue on each side: admin and the I/O queues.
     qps = vt3d_qps(setup)
     for name in setup.vt3d:
@@ -166,10 +168,10 @@ def nvme_over_rdma(setup, target, host, target_vt3: list[str], host_vt3: list[st
     assert count(hlog, rf"^nvme {ctrl}: creating {QUEUES} I/O queues\.") == 1, \
         f"{host.name}: no 'creating {QUEUES} I/O queues':\n{tail(hlog)}"
     if fault is None:
-        r = host.run(fio_command(dev), 900)
+        r = host.run(fio_command(dev, jobs), 900)
     else:
-        r = fault(dev)
-    report = check_fio(host, r.rc, r.out)
+        r = fault(setup, host, ctrl, dev, jobs, marks[host.name])
+    report = check_fio(host, r.rc, r.out, jobs)
     print(f"fio {host.name}→{target.name}: {fio_figures(report)}", flush=True)
     host_disconnect(host)
     target_down(target)
@@ -213,3 +215,50 @@ def test_nvme_siw_vt3(vt3_siw):
 def test_nvme_loopback(single_vt3):
     """nvmet-rdma and nvme-rdma in one vt3 guest over its own address (inside the TOE)"""
     nvme_over_rdma(single_vt3, single_vt3.a, single_vt3.a, ["vt3a"], ["vt3a"])
+
+
+# ------------------------------------------------------------------- fault
+
+# Long enough that the RST lands in the middle of the writes.
+FAULT_JOBS = [
+    ("bs4k-qd16", "randwrite", 4 << 10, 16, 4 << 20),
+    ("bs128k-qd4", "write", 128 << 10, 4, 24 << 20),
+]
+
+
+def rst_io_queue(setup, host, ctrl: str, dev: str, jobs, mark: str):
+    """fio in the background; an RST on the host's busiest I/O queue QP
+    while it writes; nvme-rdma's error recovery reconnects, and fio's
+    requests are retried on the new queues: it completes, verified."""
+    d = setup.vt3b
+    host.spawn(fio_command(dev, jobs), "fio", 600)
+    # The admin queue is the first QP, the I/O queues follow; pick the
+    # one that is moving (the write queue, while fio writes).
+    qps = sorted((q for q in d.ctl("qps") if q["state"] == "RTS"), key=lambda q: q["qpn"])
+    assert len(qps) == 1 + QUEUES, f"vt3d {d.name}: QPs {qps}"
+    io = {q["qpn"]: q["sq_consumed"] for q in qps[1:]}
+    moved: dict[int, int] = {}
+    for _ in range(60):
+        now = {q["qpn"]: q["sq_consumed"] for q in d.ctl("qps") if q["qpn"] in io}
+        moved = {n: now.get(n, 0) - io[n] for n in io}
+        if max(moved.values()) >= 64:
+            break
+        assert host.running("fio"), f"fio ended before the fault:\n{tail(host.join('fio', 10).out)}"
+        time.sleep(0.5)
+    victim = max(moved, key=lambda n: moved[n])
+    assert moved[victim] >= 64, f"no I/O queue moved: {moved}"
+    ctl_fault(d, "rst", qp=victim)
+    assert host.running("fio"), "fio ended at the fault"
+    r = host.join("fio", 600)
+    log = kmsg_since(host, mark)
+    assert count(log, rf"^nvme {ctrl}: starting error recovery$") == 1, f"no error recovery:\n{tail(log, 30)}"
+    assert count(log, rf"^nvme {ctrl}: Successfully reconnected \(1 attempts\)$") == 1, \
+        f"not one reconnect:\n{tail(log, 30)}"
+    state = host.check(f"cat /sys/class/nvme/{ctrl}/state", 10).strip()
+    assert state == "live", f"{ctrl} is {state} after the recovery"
+    return r
+
+
+def test_nvme_fault(vt3_pair):
+    """nvme-rdma vt3↔vt3, RST on a live I/O queue QP under fio: error recovery reconnects, fio's verify passes"""
+    nvme_over_rdma(vt3_pair, vt3_pair.a, vt3_pair.b, ["vt3a"], ["vt3b"], fault=rst_io_queue, jobs=FAULT_JOBS)
