@@ -24,30 +24,36 @@ PORT = 4420
 CFS = "/sys/kernel/config/nvmet"
 RAM_MB = 48
 # The guests have one CPU, so --nr-io-queues gives one queue; a write
-# queue of its own makes two (reads on one, writes on the other).
-IO_QUEUES, WRITE_QUEUES = 1, 1
-QUEUES = IO_QUEUES + WRITE_QUEUES
+# queue of its own makes two (reads on one, writes on the other), and a
+# poll queue three (polled I/O: its CQ is IB_POLL_DIRECT, never armed).
+IO_QUEUES, WRITE_QUEUES, POLL_QUEUES = 1, 1, 1
+QUEUES = IO_QUEUES + WRITE_QUEUES + POLL_QUEUES
 
 # fio jobs, run side by side on disjoint ranges of the namespace:
-# (name, rw, block size, queue depth, bytes). 4 KiB writes go inline with
-# the command (SEND with several SGEs), larger ones through fast-registered
-# MRs that the target READs (READ_WITH_INV); reads come back as WRITEs plus
-# SEND_WITH_INV.
+# (name, rw, block size, queue depth, bytes, engine). 4 KiB writes go
+# inline with the command (SEND with several SGEs), larger ones through
+# fast-registered MRs that the target READs (READ_WITH_INV); reads come
+# back as WRITEs plus SEND_WITH_INV. The polled jobs (hipri) use the poll
+# queue.
+POLLED = "hipri=1"
 FIO_JOBS = [
-    ("bs4k-qd1", "randwrite", 4 << 10, 1, 1 << 20),
-    ("bs4k-qd16", "randwrite", 4 << 10, 16, 2 << 20),
-    ("bs16k-qd8", "write", 16 << 10, 8, 2 << 20),
-    ("bs128k-qd4", "write", 128 << 10, 4, 4 << 20),
-    ("bs1m-qd2", "write", 1 << 20, 2, 8 << 20),
+    ("bs4k-qd1", "randwrite", 4 << 10, 1, 1 << 20, "libaio"),
+    ("bs4k-qd16", "randwrite", 4 << 10, 16, 2 << 20, "libaio"),
+    ("bs16k-qd8", "write", 16 << 10, 8, 2 << 20, "libaio"),
+    ("bs128k-qd4", "write", 128 << 10, 4, 4 << 20, "libaio"),
+    ("bs1m-qd2", "write", 1 << 20, 2, 8 << 20, "libaio"),
+    ("bs8k-polled", "randwrite", 8 << 10, 1, 1 << 20, f"pvsync2 {POLLED}"),
+    ("bs64k-qd8-polled", "write", 64 << 10, 8, 2 << 20, f"io_uring {POLLED}"),
 ]
 
 
 def fio_command(dev: str, jobs=FIO_JOBS, out: str = "/tmp/fio.json") -> str:
-    args = [f"fio --output-format=json --output={out} --filename={dev} --direct=1 --ioengine=libaio",
+    args = [f"fio --output-format=json --output={out} --filename={dev} --direct=1",
             "--verify=crc32c --do_verify=1 --verify_fatal=1 --verify_backlog=0 --randrepeat=1"]
     offset = 0
-    for name, rw, bs, qd, size in jobs:
-        args.append(f"--name={name} --rw={rw} --bs={bs} --iodepth={qd} --offset={offset} --size={size}")
+    for name, rw, bs, qd, size, engine in jobs:
+        args.append(f"--name={name} --ioengine={engine.replace(' ', ' --')} --rw={rw} --bs={bs} --iodepth={qd} "
+                    f"--offset={offset} --size={size}")
         offset += size
     assert offset <= RAM_MB << 20
     return " ".join(args)
@@ -63,8 +69,8 @@ def check_fio(g, rc: int, out: str, jobs=FIO_JOBS) -> dict:
     except (ValueError, json.JSONDecodeError) as e:
         raise AssertionError(f"fio on {g.name}: no JSON report ({e}):\n{tail(js, 20)}") from None
     seen = {j["jobname"]: j for j in report["jobs"]}
-    assert sorted(seen) == sorted(n for n, *_ in jobs), f"fio reported jobs {sorted(seen)}"
-    for name, rw, bs, qd, size in jobs:
+    assert sorted(seen) == sorted(j[0] for j in jobs), f"fio reported jobs {sorted(seen)}"
+    for name, rw, bs, qd, size, _ in jobs:
         j = seen[name]
         assert j["error"] == 0, f"fio job {name}: err={j['error']}"
         assert j["write"]["io_bytes"] == size, f"fio job {name}: wrote {j['write']['io_bytes']} bytes, want {size}"
@@ -115,7 +121,8 @@ def host_connect(g, addr: str, options: str = "") -> tuple[str, str]:
     # discover connected a discovery controller and let it go again.
     assert g.check("ls /sys/class/nvme | wc -l", 10).strip() == "0", "discovery controller left behind"
     g.check(f"nvme connect -t rdma -a {addr} -s {PORT} -n {NQN} -q {HOSTNQN} "
-            f"--nr-io-queues {IO_QUEUES} --nr-write-queues {WRITE_QUEUES} {options}", 120, "nvme connect")
+            f"--nr-io-queues {IO_QUEUES} --nr-write-queues {WRITE_QUEUES} --nr-poll-queues {POLL_QUEUES} {options}",
+            120, "nvme connect")
     ctrl = g.check("for i in $(seq 100); do for c in /sys/class/nvme/nvme*; do [ -e $c/subsysnqn ] && "
                    f"[ $(cat $c/subsysnqn) = {NQN} ] && [ $(cat $c/state) = live ] && "
                    "{ echo ${c##*/}; exit 0; }; done; sleep 0.2; done; exit 1", 40, "no live controller").strip()
@@ -165,13 +172,20 @@ def nvme_over_rdma(setup, target, host, target_vt3: list[str], host_vt3: list[st
         want = (1 + QUEUES) * ((name in target_vt3) + (name in host_vt3))
         assert qps[name] == want, f"vt3d {name}: {qps[name]} QPs while connected, want {want}"
     hlog = kmsg_since(host, marks[host.name])
-    assert count(hlog, rf"^nvme {ctrl}: creating {QUEUES} I/O queues\.") == 1, \
+    assert count(hlog, rf"^nvme {ctrl}: creating {QUEUES} I/O queues\.$") == 1, \
         f"{host.name}: no 'creating {QUEUES} I/O queues':\n{tail(hlog)}"
+    mapped = f"{WRITE_QUEUES}/{IO_QUEUES}/{POLL_QUEUES} default/read/poll"
+    assert count(hlog, rf"^nvme {ctrl}: mapped {mapped} queues\.$") == 1, f"{host.name}: not {mapped}:\n{tail(hlog)}"
     if fault is None:
         r = host.run(fio_command(dev, jobs), 900)
     else:
         r = fault(setup, host, ctrl, dev, jobs, marks[host.name])
     report = check_fio(host, r.rc, r.out, jobs)
+    if host_vt3 and any(POLLED in j[5] for j in jobs):
+        # The poll queue's CQ (its QP's send and receive queue, never
+        # armed) carried the polled jobs' completions.
+        direct = [c for c in setup.vt3d[host_vt3[0]].ctl("cqs") if c["armed"] is None and c["qps"] == 2]
+        assert len(direct) == 1 and direct[0]["prod"] > 0, f"no poll queue CQ with completions: {direct}"
     print(f"fio {host.name}→{target.name}: {fio_figures(report)}", flush=True)
     host_disconnect(host)
     target_down(target)
@@ -221,8 +235,8 @@ def test_nvme_loopback(single_vt3):
 
 # Long enough that the RST lands in the middle of the writes.
 FAULT_JOBS = [
-    ("bs4k-qd16", "randwrite", 4 << 10, 16, 4 << 20),
-    ("bs128k-qd4", "write", 128 << 10, 4, 24 << 20),
+    ("bs4k-qd16", "randwrite", 4 << 10, 16, 4 << 20, "libaio"),
+    ("bs128k-qd4", "write", 128 << 10, 4, 24 << 20, "libaio"),
 ]
 
 
