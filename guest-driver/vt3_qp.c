@@ -917,10 +917,18 @@ static int vt3_build_sq_wqe(struct vt3_qp *qp, const struct ib_send_wr *wr,
 	case IB_WR_RDMA_READ_WITH_INV:
 		wqe->opcode = VT3_WR_READ;
 		if (wr->opcode == IB_WR_RDMA_READ_WITH_INV) {
-			/* rdma_rw's READ on iWARP: the sink's MR, after it. */
+			/*
+			 * rdma_rw's READ on iWARP: what is invalidated is the
+			 * sink, sg_list[0]'s STag, as siw and iw_cxgb4 take
+			 * it. Not ex.invalidate_rkey: rdma_rw fills that in
+			 * before it rotates the key (rdma_rw_update_lkey), so
+			 * it names the MR's previous registration.
+			 */
+			if (wr->num_sge != 1)
+				return -EINVAL;
 			wqe->opcode = VT3_WR_READ_INV;
 			wqe->invalidate_stag =
-				cpu_to_le32(wr->ex.invalidate_rkey);
+				cpu_to_le32(wr->sg_list[0].lkey);
 		}
 		wqe->remote_addr = cpu_to_le64(rdma_wr(wr)->remote_addr);
 		wqe->remote_stag = cpu_to_le32(rdma_wr(wr)->rkey);

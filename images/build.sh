@@ -38,6 +38,7 @@ KERNEL_MODULES=(
 	ib_core ib_uverbs ib_cm iw_cm rdma_cm rdma_ucm rdma_rxe siw
 	crc32_generic crc32c_generic libcrc32c
 	ipv6
+	nvme-rdma nvmet-rdma brd
 )
 
 # Guest user space. Shared libraries they need are found by scanning NEEDED
@@ -51,7 +52,16 @@ GUEST_PACKAGES=(
 	busybox libc6 libgcc-s1
 	libibverbs1 librdmacm1 ibverbs-providers ibverbs-utils rdmacm-utils perftest
 	iproute2 netcat-openbsd
+	nvme-cli fio
 )
+
+# Libraries fio links only for engines the guest never runs (rbd/rados,
+# glusterfs, nbd, pmem). With what they pull in (ceph, glusterfs, gnutls,
+# ICU) they are ~75 MB, three times the rest of the image; the guest gets a
+# stub of each instead: same soname and symbol versions, every function
+# prints which engine is missing and aborts. The packages are downloaded
+# (their symbol tables say what a stub exports), their dependencies are not.
+STUB_PACKAGES=(librados2 librbd1 libgfapi0 libnbd0 libpmem1 libpmemblk1)
 
 # Links Debian's maintainer scripts make with update-alternatives (dpkg -x
 # runs none): LINK=TARGET, relative to the guest root.
@@ -334,6 +344,8 @@ resolve_guest_packages() {
 	POOL_PKGS=()
 	declare -A seen=() explicit=()
 	for p in "${GUEST_PACKAGES[@]}"; do seen[$p]=1 explicit[$p]=1; done
+	declare -A stub=()
+	for p in "${STUB_PACKAGES[@]}"; do stub[$p]=1; done
 	while ((${#queue[@]})); do
 		next=()
 		local name ver section deps d
@@ -341,6 +353,7 @@ resolve_guest_packages() {
 			# Follow library packages only (lib*, or zlib1g & co in section libs).
 			[[ $name == lib* || $section == libs || $section == oldlibs || -n ${explicit[$name]+x} ]] || continue
 			POOL_PKGS[$name]=$ver
+			[[ -z ${stub[$name]+x} ]] || continue
 			for d in $deps; do
 				[[ -z ${seen[$d]+x} ]] || continue
 				seen[$d]=1
@@ -383,7 +396,7 @@ apt_state_key() {
 
 resolve_versions() {
 	local key file=$CACHE/resolved.sh
-	key="$(apt_state_key) $(fn_hash resolve_kernel resolve_guest_packages) ${GUEST_PACKAGES[*]}"
+	key="$(apt_state_key) $(fn_hash resolve_kernel resolve_guest_packages) ${GUEST_PACKAGES[*]} stubs ${STUB_PACKAGES[*]}"
 	if [[ -f $file && "$(head -n1 "$file")" == "# $key" ]]; then
 		# shellcheck source=/dev/null
 		source "$file"
@@ -438,6 +451,7 @@ ROOTFS_EXCLUDES=(
 )
 
 declare -A INSTALLED=()
+STUBBED=()
 install_pkg() {
 	local p=$1 ex=() e
 	[[ -z ${INSTALLED[$p]+x} ]] || return 0
@@ -462,20 +476,82 @@ missing_sonames() {
 	done
 }
 
+# A stub for each library of STUB_PACKAGES that a guest program needs: the
+# symbols it imports from that library (name and version node, from the real
+# library's table), each a function that says what is missing and aborts.
+install_stubs() {
+	local p so real users dir=$CACHE/stubs
+	rm -rf "$dir" && mkdir -p "$dir"
+	for p in "${STUB_PACKAGES[@]}"; do
+		while IFS= read -r real; do
+			so=$(objdump -p "$real" | awk '$1 == "SONAME" { print $2 }')
+			[[ -n $so ]] || continue
+			# The guest programs that need it, and what they import.
+			users=$(find "$ROOTFS/usr" -path "$ROOTFS/usr/lib/modules" -prune -o -type f -size +0 -print0 |
+				{ xargs -0 objdump -p 2>/dev/null || true; } |
+				awk -v so="$so" '/: +file format elf/ { f = $1; sub(/:$/, "", f) } $1 == "NEEDED" && $2 == so { print f }')
+			[[ -n $users ]] || continue
+			make_stub "$p" "$so" "$real" "$users" || die "making the stub of $so ($p) failed"
+			install -m 644 "$dir/$so" "$ROOTFS/usr/lib/x86_64-linux-gnu/$so"
+			STUBBED+=("$so")
+		done < <(find "$CACHE/pkgs/$p" -path '*/lib/*' -name '*.so.*' -type f)
+	done
+}
+
+make_stub() {
+	local p=$1 so=$2 real=$3 users=$4 dir=$CACHE/stubs
+	# "version name type" of every function or object REAL defines that a
+	# user imports. objdump -T: ADDR FLAGS TYPE SECTION SIZE VERSION NAME
+	# (FLAGS may be blank); versions of imports are "(V)".
+	{
+		objdump -T "$real" | awk 'NF >= 6 && $(NF-3) != "*UND*" && ($(NF-4) == "DF" || $(NF-4) == "DO") {
+			v = $(NF-1); gsub(/[()]/, "", v); print "def", v, $NF, $(NF-4) }'
+		xargs objdump -T <<<"$users" | awk 'NF >= 6 && $(NF-3) == "*UND*" {
+			v = $(NF-1); gsub(/[()]/, "", v); print "use", v, $NF }'
+	} | awk '$1 == "def" { def[$2 " " $3] = $4; next }
+		$1 == "use" && ($2 " " $3) in def { print $2, $3, def[$2 " " $3] }' | sort -u >"$dir/$so.syms"
+	[[ -s $dir/$so.syms ]] || die "no symbol of $so is used by ${users//$'\n'/ }"
+	[[ -z $(awk '{ print $2 }' "$dir/$so.syms" | sort | uniq -d) ]] || die "$so: a symbol is used in two versions"
+	{
+		printf '/* stub of %s (%s), made by images/build.sh */\n' "$so" "$p"
+		printf '#include <stdio.h>\n#include <stdlib.h>\n\n'
+		printf 'static void stub(const char *f)\n{\n'
+		printf '\tfprintf(stderr, "%%s: %s is a stub in the vt3 guest image (%s is not in it)\\n", f);\n' "$so" "$p"
+		printf '\tabort();\n}\n\n'
+		awk '$3 == "DF" { printf "void %s(void) { stub(\"%s\"); }\n", $2, $2 }
+			$3 == "DO" { printf "char %s[64];\n", $2 }' "$dir/$so.syms"
+	} >"$dir/$so.c"
+	local vs=()
+	if awk '$1 != "Base"' "$dir/$so.syms" | grep -q .; then
+		awk '$1 == "Base" { exit 1 }' "$dir/$so.syms" || die "$so: versioned and unversioned symbols used"
+		# One node per version, in order; each node's symbols global.
+		awk '$1 != v { if (v != "") print "};"; v = $1; printf "%s {\n\tglobal:\n", v }
+			{ printf "\t\t%s;\n", $2 } END { print "};" }' "$dir/$so.syms" >"$dir/$so.map"
+		vs=(-Wl,--version-script="$dir/$so.map")
+	fi
+	gcc-12 -shared -fPIC -O2 -w -o "$dir/$so" -Wl,-soname,"$so" "${vs[@]}" "$dir/$so.c"
+}
+
 install_userspace() {
 	local p
 	for p in "${GUEST_PACKAGES[@]}"; do install_pkg "$p"; done
+	install_stubs
 	# Add the packages providing missing libraries until nothing is missing.
 	local _
 	for _ in 1 2 3 4 5 6 7 8 9 10; do
 		local missing so by added=0
+		declare -A this_round=()
 		missing=$(missing_sonames)
 		[[ -n $missing ]] || return 0
 		while read -r so by; do
 			p=${SONAME_PKG[$so]:-}
 			[[ -n $p ]] || die "no package in the dependency closure provides $so (needed by $by)"
+			# One package may provide several of this round's sonames (libnvme1:
+			# libnvme.so.1 and libnvme-mi.so.1); installed earlier, it should have.
+			[[ -n ${this_round[$p]+x} ]] && continue
 			[[ -n ${INSTALLED[$p]+x} ]] && die "$p is installed but $so (needed by $by) is still missing"
 			install_pkg "$p"
+			this_round[$p]=1
 			added=1
 		done <<<"$missing"
 		((added)) || break
@@ -579,6 +655,7 @@ write_manifest() {
 	{
 		echo "kernel $KVER $KPKGVER (source $KSRCVER)"
 		echo "modules $MODULE_LIST"
+		echo "stubs ${STUBBED[*]}"
 		local p
 		for p in $(printf '%s\n' "${!INSTALLED[@]}" | sort); do echo "package $p ${POOL_PKGS[$p]}"; done
 	} >"$1"

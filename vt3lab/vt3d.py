@@ -84,6 +84,18 @@ class Vt3d:
         wait_for(none, timeout, 0.5)
         return held
 
+    def wait_held(self, want: dict[str, int], timeout: float = 15) -> dict[str, int]:
+        """Until vt3d's PD/MR/CQ/QP counts are WANT (teardown is
+        asynchronous); returns the counts at the end."""
+        got: dict[str, int] = {}
+
+        def reached():
+            nonlocal got
+            got = self.objects()
+            return got == want
+        wait_for(reached, timeout, 0.5)
+        return got
+
     def dump(self) -> str:
         out = []
         for table in ("qps", "tcb", "stats"):

@@ -23,9 +23,10 @@
  *  3  SEND_WITH_INV of a fast-reg MR of another PD: the same.
  *  4  REG_MR of a valid MR: IB_WC_LOC_QP_OP_ERR; a REG_MR and a LOCAL_INV
  *     posted after it are flushed (IB_WC_WR_FLUSH_ERR, their opcodes).
- *  5  the client's IB_WR_RDMA_READ_WITH_INV (what rdma_rw posts on iWARP)
- *     into its fast-reg sink: the data is there and the sink invalid, so
- *     a second READ into it fails locally.
+ *  5  the client's IB_WR_RDMA_READ_WITH_INV (what rdma_rw posts on iWARP,
+ *     ex.invalidate_rkey naming the sink's previous key) into its fast-reg
+ *     sink: the data is there and the sink invalid, so a second READ into
+ *     it fails locally.
  *
  * The rules of 1-4 are the owner's (the device the server runs on). Each
  * side logs "vt3_kfrmr: <role>: N passed, N failed" (the server after
@@ -764,13 +765,18 @@ static void fr_client_read_inv(struct fr_conn *c, struct fr_msg *m)
 		.rkey = m->rkey,
 	};
 
+	/*
+	 * As rdma_rw posts it: ex.invalidate_rkey is filled in before the
+	 * registration rotates the key, so it is the previous one; what is
+	 * invalidated is the sink SGE's STag (siw and iw_cxgb4 alike).
+	 */
+	wr.wr.ex.invalidate_rkey = c->mr->lkey;
 	CHECK(fr_register(c, c->mr, IB_ACCESS_LOCAL_WRITE |
 			  IB_ACCESS_REMOTE_WRITE),
 	      "client: 5: its READ sink fast-registered");
 	sge.addr = c->mr->iova;
 	sge.length = FR_LEN;
 	sge.lkey = c->mr->lkey;
-	wr.wr.ex.invalidate_rkey = c->mr->lkey;
 	fr_arm(&c->op);
 	CHECK(!ib_post_send(c->qp, &wr.wr, NULL) &&
 	      fr_wait_ok(c, &c->op, IB_WC_RDMA_READ),
