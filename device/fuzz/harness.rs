@@ -638,7 +638,7 @@ impl World {
                     max_recv_sge: u32::from((sizes >> 3) & 7).min(4).into(),
                     max_inline: (u32::from(sizes >> 6) * 32).min(64).into(),
                     flags: u32::from(input.u8() & 3).into(),
-                    reserved: 0.into(),
+                    srqn: 0.into(),
                 })
             }
             Cmd::ModifyQp => {
@@ -917,7 +917,7 @@ impl World {
                 max_recv_sge: 4.into(),
                 max_inline: 64.into(),
                 flags: 0.into(),
-                reserved: 0.into(),
+                srqn: 0.into(),
             };
             w.handle(i, Cmd::CreateQp, a.as_slice());
             // Page lists and unused RAM: nothing of the device's.

@@ -359,6 +359,11 @@ impl Rnic {
             max_inline: l.max_inline.into(),
             max_pbl_pages: l.max_pbl_pages.into(),
             max_fast_reg_pages: l.max_fast_reg_pages.into(),
+            // No SRQs yet: the commands are refused as unsupported.
+            max_srq: 0.into(),
+            max_srq_wr: 0.into(),
+            max_srq_sge: 0.into(),
+            reserved: 0.into(),
         }
     }
 
@@ -504,6 +509,10 @@ impl Rnic {
             Cmd::Disconnect => self.disconnect(mem, now, &args(payload)?),
             // Sessions belong to the control channel, which never passes it on.
             Cmd::Hello => Err(Status::Invalid),
+            // Not implemented yet: well-formed requests are unsupported.
+            Cmd::CreateSrq => args::<abi::CmdCreateSrq>(payload).and(Err(Status::Unsupported)),
+            Cmd::ModifySrq => args::<abi::CmdModifySrq>(payload).and(Err(Status::Unsupported)),
+            Cmd::QuerySrq | Cmd::DestroySrq => args::<CmdHandle>(payload).and(Err(Status::Unsupported)),
         }
     }
 
@@ -679,6 +688,9 @@ impl Rnic {
         }
         let l = self.limits;
         let (max_send_sge, max_recv_sge, max_inline) = (le(a.max_send_sge), le(a.max_recv_sge), le(a.max_inline));
+        if le(a.srqn) != 0 {
+            return Err(Status::Unsupported);
+        }
         let flags = le(a.flags);
         let known_flags = abi::QpFlag::Kernel as u32 | abi::QpFlag::SigAll as u32;
         if max_send_sge > l.max_sge || max_recv_sge > l.max_sge || max_inline > l.max_inline || flags & !known_flags != 0 {
