@@ -17,6 +17,9 @@ use vt3d::abi::*;
 use vt3d::control::{build_frame, Channel, DriverEnd, Outcome, QueueAddrs};
 use vt3d::rnic::{Limits, Rnic};
 
+#[path = "rdma_engine/srq.rs"]
+mod srq;
+
 const MEM: usize = 8 << 20;
 const PBL: u64 = 0x10_0000;
 const STATUS: u64 = 0x1f_0000;
@@ -792,7 +795,7 @@ fn connection_commands_are_validated() {
     assert_eq!(g.cmd(now, Cmd::Disconnect, &disconnect(2)), Err(Status::Invalid));
     assert_eq!(g.cmd(now, Cmd::Disconnect, &disconnect(0)), Err(Status::State), "not connected");
     assert_eq!(g.cmd(now, Cmd::Disconnect, &CmdDisconnect { qpn: 77.into(), abort: 0.into() }), Err(Status::NotFound));
-    let db = CmdDoorbell { qpn: qp.qpn.into(), queues: 4.into() };
+    let db = CmdDoorbell { qpn: qp.qpn.into(), queues: 8.into() };
     assert_eq!(g.cmd(now, Cmd::Doorbell, &db), Err(Status::Invalid));
 
     // A good CONNECT takes the QP; a second one finds it busy.
