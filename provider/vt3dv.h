@@ -11,7 +11,7 @@
 #define VT3DV_PROVIDER_NAME	"vt3"
 
 /* The vt3.ko uverbs ABI this header and the provider belong to. */
-#define VT3DV_ABI_VERSION	2
+#define VT3DV_ABI_VERSION	3
 
 /*
  * Async events of a vt3 device (DESIGN.md section 5; docs/events.md).

@@ -184,6 +184,18 @@ struct QpInfo {
     rq_prod: u32,
     send_cqn: u32,
     recv_cqn: u32,
+    /// Its receives come from this SRQ (0: its own RQ).
+    srqn: u32,
+}
+
+#[derive(Debug, Clone)]
+struct SrqInfo {
+    srqn: u32,
+    status: u64,
+    depth: u32,
+    ring: Vec<u64>,
+    max_sge: u32,
+    prod: u32,
 }
 
 pub struct Guest {
@@ -198,6 +210,7 @@ pub struct Guest {
     mrs: Vec<MrInfo>,
     cqs: Vec<CqInfo>,
     qps: Vec<QpInfo>,
+    srqs: Vec<SrqInfo>,
     /// conn_ids of CONNECT_REQUEST events not yet answered.
     conn_ids: Vec<u32>,
     /// CQEs reaped, and how many of them had an error status (checked
@@ -241,6 +254,7 @@ impl Guest {
             mrs: Vec::new(),
             cqs: Vec::new(),
             qps: Vec::new(),
+            srqs: Vec::new(),
             conn_ids: Vec::new(),
             cqes: 0,
             cqe_errors: 0,
@@ -278,6 +292,10 @@ impl Guest {
         self.qps.iter().map(|q| q.qpn).collect()
     }
 
+    fn srqns(&self) -> Vec<u32> {
+        self.srqs.iter().map(|s| s.srqn).collect()
+    }
+
     fn cqns(&self) -> Vec<u32> {
         self.cqs.iter().map(|c| c.cqn).collect()
     }
@@ -302,10 +320,11 @@ impl Guest {
             let expected = match cmd {
                 Cmd::QueryDevice => std::mem::size_of::<DeviceAttr>(),
                 Cmd::QueryPort => std::mem::size_of::<PortAttr>(),
-                Cmd::AllocPd | Cmd::RegMr | Cmd::AllocMr | Cmd::CreateCq | Cmd::CreateQp => {
+                Cmd::AllocPd | Cmd::RegMr | Cmd::AllocMr | Cmd::CreateCq | Cmd::CreateQp | Cmd::CreateSrq => {
                     std::mem::size_of::<RespHandle>()
                 }
                 Cmd::QueryQp => std::mem::size_of::<QpAttr>(),
+                Cmd::QuerySrq => std::mem::size_of::<abi::SrqAttr>(),
                 _ => 0,
             };
             assert_eq!(resp.len(), expected, "{} response length", cmd.name());
@@ -376,9 +395,24 @@ impl Guest {
                     rq_prod: st.rq_prod.to_native(),
                     send_cqn: a.send_cqn.to_native(),
                     recv_cqn: a.recv_cqn.to_native(),
+                    srqn: a.srqn.to_native(),
                 });
             }
             Cmd::DestroyQp => self.qps.retain(|q| Some(q.qpn) != arg),
+            Cmd::CreateSrq => {
+                let a: abi::CmdCreateSrq = abi::read_struct(payload).unwrap();
+                let status = a.status_addr.to_native();
+                let st: abi::SrqStatus = self.mem.read_obj(GuestAddress(status)).unwrap();
+                self.srqs.push(SrqInfo {
+                    srqn: handle.unwrap(),
+                    status,
+                    depth: a.depth.to_native(),
+                    ring: self.read_pbl(a.ring_pbl_addr.to_native(), a.ring_npages.to_native()),
+                    max_sge: a.max_sge.to_native(),
+                    prod: st.prod.to_native(),
+                });
+            }
+            Cmd::DestroySrq => self.srqs.retain(|q| Some(q.srqn) != arg),
             Cmd::Accept | Cmd::Reject => {
                 let conn = abi::read_struct::<CmdHandle>(payload).map(|h| h.handle.to_native());
                 self.conn_ids.retain(|&c| Some(c) != conn);
@@ -388,6 +422,7 @@ impl Guest {
                 self.mrs.clear();
                 self.cqs.clear();
                 self.qps.clear();
+                self.srqs.clear();
                 self.conn_ids.clear();
             }
             _ => {}
@@ -420,6 +455,9 @@ impl Guest {
         for qpn in self.qpns() {
             assert_eq!(self.execute(now, Cmd::DestroyQp, &handle(qpn)), Ok(Vec::new()), "destroy QP {qpn}");
         }
+        for srqn in self.srqns() {
+            assert_eq!(self.execute(now, Cmd::DestroySrq, &handle(srqn)), Ok(Vec::new()), "destroy SRQ {srqn}");
+        }
         for stag in self.stags() {
             assert_eq!(self.execute(now, Cmd::DeregMr, &handle(stag)), Ok(Vec::new()), "deregister {stag:#x}");
         }
@@ -430,6 +468,7 @@ impl Guest {
             assert_eq!(self.execute(now, Cmd::DeallocPd, &handle(pdn)), Ok(Vec::new()), "dealloc PD {pdn}");
         }
         assert_eq!(self.rnic.counts(), Counts::default(), "objects left behind");
+        assert!(self.rnic.srqs.is_empty(), "SRQs left behind");
         // A PBL entry may repeat a page: 64 entries naming one page.
         let budget = self.rnic.limits.pbl_budget as u32;
         for i in 0..u64::from(budget) {
@@ -623,7 +662,7 @@ impl World {
                 let rq_pbl = g.pages(rq_npages);
                 let status = g.status_page();
                 let sizes = input.u8();
-                as_bytes(&CmdCreateQp {
+                let qp = CmdCreateQp {
                     sq_pbl_addr: sq_pbl.into(),
                     rq_pbl_addr: rq_pbl.into(),
                     status_addr: status.into(),
@@ -638,8 +677,23 @@ impl World {
                     max_recv_sge: u32::from((sizes >> 3) & 7).min(4).into(),
                     max_inline: (u32::from(sizes >> 6) * 32).min(64).into(),
                     flags: u32::from(input.u8() & 3).into(),
-                    reserved: 0.into(),
-                })
+                    srqn: 0.into(),
+                };
+                // Every other QP of an SRQ: no RQ of its own then.
+                let srqns = g.srqns();
+                if !srqns.is_empty() && input.u8() & 1 == 0 {
+                    let srqn = pick(input, &srqns);
+                    as_bytes(&CmdCreateQp {
+                        rq_pbl_addr: 0.into(),
+                        rq_npages: 0.into(),
+                        rq_depth: 0.into(),
+                        max_recv_sge: 0.into(),
+                        srqn: srqn.into(),
+                        ..qp
+                    })
+                } else {
+                    as_bytes(&qp)
+                }
             }
             Cmd::ModifyQp => {
                 let qpn = pick(input, &g.qpns());
@@ -653,9 +707,37 @@ impl World {
                 })
             }
             Cmd::QueryQp | Cmd::DestroyQp => handle(pick(input, &g.qpns())),
+            Cmd::CreateSrq => {
+                let pdn = pick(input, &g.pds);
+                let depth = 2u32 << (input.u8() % 5);
+                let npages = (depth * VT3_WQE_SIZE as u32).div_ceil(PAGE as u32);
+                let pbl = g.pages(npages);
+                let status = g.status_page();
+                as_bytes(&abi::CmdCreateSrq {
+                    ring_pbl_addr: pbl.into(),
+                    status_addr: status.into(),
+                    ring_npages: npages.into(),
+                    depth: depth.into(),
+                    pdn: pdn.into(),
+                    max_sge: u32::from(input.u8() % 5).into(),
+                    limit: u32::from(input.u8() % 8).into(),
+                    reserved: 0.into(),
+                })
+            }
+            Cmd::ModifySrq => {
+                let srqn = pick(input, &g.srqns());
+                as_bytes(&abi::CmdModifySrq {
+                    srqn: srqn.into(),
+                    mask: u32::from(input.u8() & 3).into(),
+                    limit: u32::from(input.u8() % 40).into(),
+                    reserved: 0.into(),
+                })
+            }
+            Cmd::QuerySrq | Cmd::DestroySrq => handle(pick(input, &g.srqns())),
             Cmd::Doorbell => {
-                let qpn = pick(input, &g.qpns());
-                as_bytes(&CmdDoorbell { qpn: qpn.into(), queues: u32::from(input.u8() & 3).into() })
+                let queues = u32::from(input.u8() & 7);
+                let target = if queues & 4 != 0 { pick(input, &g.srqns()) } else { pick(input, &g.qpns()) };
+                as_bytes(&CmdDoorbell { qpn: target.into(), queues: queues.into() })
             }
             Cmd::Listen | Cmd::Unlisten => {
                 let port = if input.bool() { PORT } else { input.u16() };
@@ -751,6 +833,26 @@ impl World {
                     assert!(wr.sges.len() <= limits.max_recv_sge as usize);
                 }
             }
+        }
+        if !send && qp.srqn != 0 {
+            let srqn = qp.srqn;
+            let Some(srq) = g.srqs.iter_mut().find(|s| s.srqn == srqn) else { return };
+            let w: RqWqe = abi::read_struct(&bytes).unwrap();
+            let limits = WqeLimits { max_send_sge: 0, max_recv_sge: srq.max_sge, max_inline: 0, sig_all: false };
+            if let Ok(wr) = wqe::recv_wr(&w, &limits) {
+                assert!(wr.sges.len() <= srq.max_sge as usize);
+            }
+            let byte = u64::from(srq.prod & srq.depth.wrapping_sub(1)) * VT3_WQE_SIZE as u64;
+            if let Some(page) = srq.ring.get((byte / PAGE) as usize) {
+                let _ = g.mem.write_slice(&bytes, GuestAddress(page + byte % PAGE));
+            }
+            srq.prod = srq.prod.wrapping_add(1);
+            let _ = g.mem.write_obj(srq.prod.to_le(), GuestAddress(srq.status));
+            if mode & 4 == 0 {
+                let db = CmdDoorbell { qpn: srqn.into(), queues: (abi::DoorbellQueue::Srq as u32).into() };
+                let _ = self.execute(i, Cmd::Doorbell, db.as_slice());
+            }
+            return;
         }
         let (pages, depth, prod) = if send {
             (&qp.sq, qp.sq_depth, &mut qp.sq_prod)
@@ -917,7 +1019,7 @@ impl World {
                 max_recv_sge: 4.into(),
                 max_inline: 64.into(),
                 flags: 0.into(),
-                reserved: 0.into(),
+                srqn: 0.into(),
             };
             w.handle(i, Cmd::CreateQp, a.as_slice());
             // Page lists and unused RAM: nothing of the device's.

@@ -7,7 +7,7 @@
 use vm_memory::{ByteValued, Le16, Le32, Le64};
 
 pub const VT3_ETHERTYPE: u16 = 0x88b5;
-pub const VT3_CTRL_VERSION: u8 = 3;
+pub const VT3_CTRL_VERSION: u8 = 4;
 pub const VT3_CTRL_REPLAY_WINDOW: u64 = 64;
 pub const VT3_CTRL_MAC_LEN: usize = 8;
 pub const VT3_SESSION_MAGIC: u32 = 0x5333_5456;
@@ -115,6 +115,10 @@ abi_enums! {
         Disconnect = "VT3_CMD_DISCONNECT" = 22,
         Hello = "VT3_CMD_HELLO" = 23,
         AllocMr = "VT3_CMD_ALLOC_MR" = 24,
+        CreateSrq = "VT3_CMD_CREATE_SRQ" = 25,
+        ModifySrq = "VT3_CMD_MODIFY_SRQ" = 26,
+        QuerySrq = "VT3_CMD_QUERY_SRQ" = 27,
+        DestroySrq = "VT3_CMD_DESTROY_SRQ" = 28,
     }
 
     pub enum Status: u16 {
@@ -166,6 +170,17 @@ abi_enums! {
     pub enum DoorbellQueue: u32 {
         Sq = "VT3_DB_SQ" = 1,
         Rq = "VT3_DB_RQ" = 2,
+        Srq = "VT3_DB_SRQ" = 4,
+    }
+
+    pub enum SrqModifyMask: u32 {
+        Limit = "VT3_SRQ_MODIFY_LIMIT" = 1,
+        Arm = "VT3_SRQ_MODIFY_ARM" = 2,
+    }
+
+    pub enum SrqStatusFlag: u32 {
+        Idle = "VT3_SRQ_F_IDLE" = 1,
+        Error = "VT3_SRQ_F_ERROR" = 2,
     }
 
     pub enum EventType: u16 {
@@ -176,6 +191,8 @@ abi_enums! {
         ConnectRequest = "VT3_EV_CONNECT_REQUEST" = 5,
         ConnectReply = "VT3_EV_CONNECT_REPLY" = 6,
         Established = "VT3_EV_ESTABLISHED" = 7,
+        SrqLimit = "VT3_EV_SRQ_LIMIT" = 8,
+        SrqError = "VT3_EV_SRQ_ERROR" = 9,
     }
 
     pub enum QpEvent: u32 {
@@ -186,6 +203,7 @@ abi_enums! {
         TerminateReceived = "VT3_QPE_TERMINATE_RECEIVED" = 5,
         TerminateSent = "VT3_QPE_TERMINATE_SENT" = 6,
         BadWqe = "VT3_QPE_BAD_WQE" = 7,
+        LastWqeReached = "VT3_QPE_LAST_WQE_REACHED" = 8,
     }
 
     pub enum WrOpcode: u8 {
@@ -231,6 +249,7 @@ abi_enums! {
     pub enum CqeFlag: u8 {
         Invalidated = "VT3_CQE_INVALIDATED" = 1,
         Solicited = "VT3_CQE_SOLICITED" = 2,
+        Srq = "VT3_CQE_SRQ" = 4,
     }
 
     pub enum QpStatusFlag: u32 {
@@ -297,6 +316,10 @@ abi_structs! {
         pub max_inline: Le32,
         pub max_pbl_pages: Le32,
         pub max_fast_reg_pages: Le32,
+        pub max_srq: Le32,
+        pub max_srq_wr: Le32,
+        pub max_srq_sge: Le32,
+        pub reserved: Le32,
     }
 
     pub struct PortAttr = "vt3_port_attr" {
@@ -367,7 +390,7 @@ abi_structs! {
         pub max_recv_sge: Le32,
         pub max_inline: Le32,
         pub flags: Le32,
-        pub reserved: Le32,
+        pub srqn: Le32,
     }
 
     pub struct CmdModifyQp = "vt3_cmd_modify_qp" {
@@ -391,6 +414,33 @@ abi_structs! {
     pub struct CmdDoorbell = "vt3_cmd_doorbell" {
         pub qpn: Le32,
         pub queues: Le32,
+    }
+
+    pub struct CmdCreateSrq = "vt3_cmd_create_srq" {
+        pub ring_pbl_addr: Le64,
+        pub status_addr: Le64,
+        pub ring_npages: Le32,
+        pub depth: Le32,
+        pub pdn: Le32,
+        pub max_sge: Le32,
+        pub limit: Le32,
+        pub reserved: Le32,
+    }
+
+    pub struct CmdModifySrq = "vt3_cmd_modify_srq" {
+        pub srqn: Le32,
+        pub mask: Le32,
+        pub limit: Le32,
+        pub reserved: Le32,
+    }
+
+    pub struct SrqAttr = "vt3_srq_attr" {
+        pub depth: Le32,
+        pub max_sge: Le32,
+        pub limit: Le32,
+        pub armed: Le32,
+        pub qps: Le32,
+        pub reserved: Le32,
     }
 
     pub struct SockAddr = "vt3_sockaddr" {
@@ -534,6 +584,13 @@ abi_structs! {
         pub cons: Le32,
         pub flags: Le32,
         pub frozen_prod: Le32,
+    }
+
+    pub struct SrqStatus = "vt3_srq_status" {
+        pub prod: Le32,
+        pub cons: Le32,
+        pub flags: Le32,
+        pub reserved: Le32,
     }
 }
 

@@ -17,6 +17,9 @@ use vt3d::abi::*;
 use vt3d::control::{build_frame, Channel, DriverEnd, Outcome, QueueAddrs};
 use vt3d::rnic::{Limits, Rnic};
 
+#[path = "rdma_engine/srq.rs"]
+mod srq;
+
 const MEM: usize = 8 << 20;
 const PBL: u64 = 0x10_0000;
 const STATUS: u64 = 0x1f_0000;
@@ -228,7 +231,7 @@ impl Guest {
             max_recv_sge: 4.into(),
             max_inline: 64.into(),
             flags: 0.into(),
-            reserved: 0.into(),
+            srqn: 0.into(),
         };
         let qpn = self.handle(now, Cmd::CreateQp, &a);
         QpRings { qpn, status, sq, rq, depth, sq_prod: 0, rq_prod: 0, scq, rcq }
@@ -267,6 +270,7 @@ impl Guest {
         let (field, prod, idle) = match queue {
             DoorbellQueue::Sq => (0, qp.sq_prod, QpStatusFlag::SqIdle),
             DoorbellQueue::Rq => (4, qp.rq_prod, QpStatusFlag::RqIdle),
+            DoorbellQueue::Srq => unreachable!("an SRQ has its own doorbell"),
         };
         self.mem.store(prod.to_le(), GuestAddress(qp.status + field), Ordering::Release).unwrap();
         fence(Ordering::SeqCst);
@@ -791,7 +795,7 @@ fn connection_commands_are_validated() {
     assert_eq!(g.cmd(now, Cmd::Disconnect, &disconnect(2)), Err(Status::Invalid));
     assert_eq!(g.cmd(now, Cmd::Disconnect, &disconnect(0)), Err(Status::State), "not connected");
     assert_eq!(g.cmd(now, Cmd::Disconnect, &CmdDisconnect { qpn: 77.into(), abort: 0.into() }), Err(Status::NotFound));
-    let db = CmdDoorbell { qpn: qp.qpn.into(), queues: 4.into() };
+    let db = CmdDoorbell { qpn: qp.qpn.into(), queues: 8.into() };
     assert_eq!(g.cmd(now, Cmd::Doorbell, &db), Err(Status::Invalid));
 
     // A good CONNECT takes the QP; a second one finds it busy.

@@ -158,6 +158,39 @@
  * by its index under any key (a REG_MR refused or flushed leaves the
  * driver's key one vt3d never took).
  *
+ * Shared receive queues (SRQ)
+ * ---------------------------
+ * VT3_CMD_CREATE_SRQ makes a ring of vt3_rq_wqe of a PD and its status
+ * page (struct vt3_srq_status); QPs created with its srqn (same PD, no RQ
+ * ring of their own) take their receive WQEs from it, in SRQ order: the
+ * ring is one pool and whichever QP receives the next Send takes the
+ * next WQE. Producer: the provider or vt3.ko, as for an RQ (prod with
+ * release, then the doorbell protocol with VT3_SRQ_F_IDLE and
+ * VT3_CMD_DOORBELL queues = VT3_DB_SRQ naming the srqn). vt3d copies
+ * WQEs out of the ring ahead of need, at most depth beyond cons; `cons`
+ * counts WQEs taken by QPs (a QP takes a WQE when the first DDP segment
+ * of a Send arrives) and is published with release once taken: the slot
+ * is free for the producer then, since vt3d no longer reads it. A
+ * producer index more than depth ahead of cons breaks the ring: vt3d
+ * reads nothing more from it, sets VT3_SRQ_F_ERROR and sends
+ * VT3_EV_SRQ_ERROR (the QPs attached are not touched).
+ * The limit: armed at create (limit != 0) or by MODIFY_SRQ with
+ * VT3_SRQ_MODIFY_ARM, the SRQ sends VT3_EV_SRQ_LIMIT once when a QP's
+ * take leaves fewer than `limit` WQEs posted and not taken (prod - cons),
+ * and is disarmed (the verbs' rule; checked on takes, as siw and rxe do).
+ * A receive CQE of an SRQ WQE carries the QP's qpn, VT3_CQE_SRQ, and the
+ * WQE's SRQ index in wqe_idx; CQEs of one QP come in the order the QP took
+ * its WQEs, not in SRQ order across QPs.
+ * A QP error (or the end of a connection) does not flush or consume SRQ
+ * WQEs: they stay for the other QPs. The one WQE a failing QP had taken
+ * for a Send not complete yet belongs to that QP: vt3d completes it with
+ * VT3_WC_WR_FLUSH_ERR (VT3_CQE_SRQ) on the QP's receive CQ before the
+ * error flag, the only flush CQE vt3d ever writes (it alone knows which
+ * SRQ WQE that was). Then VT3_QPE_LAST_WQE_REACHED follows the QP's error
+ * event. A malformed SRQ WQE fails the QP that takes it, as a malformed RQ
+ * WQE would. VT3_CMD_DESTROY_SRQ is refused (BUSY) while a QP uses it;
+ * WQEs still in the SRQ then complete nowhere (the verbs' rule).
+ *
  * Limits: max_cqe and max_qp_wr count usable entries; rings have a depth of
  * the next power of two above. fw_ver is major << 32 | minor << 16 | sub.
  * Events are addressed to the guest MAC that sent the HELLO.
@@ -173,7 +206,7 @@
 #endif
 
 #define VT3_ETHERTYPE		0x88B5
-#define VT3_CTRL_VERSION	3
+#define VT3_CTRL_VERSION	4
 #define VT3_CTRL_REPLAY_WINDOW	64
 #define VT3_SESSION_MAGIC	0x53335456	/* "VT3S" */
 #define VT3_PAGE_SHIFT		12
@@ -231,6 +264,11 @@ enum vt3_cmd {
 	VT3_CMD_DISCONNECT = 22,	/* vt3_cmd_disconnect */
 	VT3_CMD_HELLO = 23,		/* vt3_cmd_hello: starts a session */
 	VT3_CMD_ALLOC_MR = 24,		/* vt3_cmd_alloc_mr -> vt3_resp_handle (stag) */
+	/* Shared receive queues (see "Shared receive queues" above): */
+	VT3_CMD_CREATE_SRQ = 25,	/* vt3_cmd_create_srq -> vt3_resp_handle (srqn) */
+	VT3_CMD_MODIFY_SRQ = 26,	/* vt3_cmd_modify_srq */
+	VT3_CMD_QUERY_SRQ = 27,		/* vt3_cmd_handle (srqn) -> vt3_srq_attr */
+	VT3_CMD_DESTROY_SRQ = 28,	/* vt3_cmd_handle (srqn); BUSY while QPs use it */
 };
 
 enum vt3_status {
@@ -265,6 +303,10 @@ struct vt3_device_attr {
 	__le32	max_inline;
 	__le32	max_pbl_pages;		/* pages one PBL may list */
 	__le32	max_fast_reg_pages;	/* VT3_CMD_ALLOC_MR max_pages; 0: no FRMR */
+	__le32	max_srq;		/* 0: no SRQs */
+	__le32	max_srq_wr;		/* usable entries, as max_qp_wr */
+	__le32	max_srq_sge;
+	__le32	reserved;
 };
 
 struct vt3_port_attr {
@@ -388,7 +430,7 @@ struct vt3_cmd_create_qp {
 	__le32	max_recv_sge;
 	__le32	max_inline;
 	__le32	flags;			/* enum vt3_qp_flags */
-	__le32	reserved;
+	__le32	srqn;			/* 0: own RQ; else the SRQ (rq_* all 0) */
 };
 
 enum vt3_qp_flags {
@@ -432,11 +474,53 @@ struct vt3_qp_attr {
 enum vt3_doorbell_queue {
 	VT3_DB_SQ = 1 << 0,
 	VT3_DB_RQ = 1 << 1,
+	VT3_DB_SRQ = 1 << 2,		/* alone: qpn names an SRQ (srqn) */
 };
 
 struct vt3_cmd_doorbell {
 	__le32	qpn;
 	__le32	queues;			/* enum vt3_doorbell_queue */
+};
+
+/* ------------------------------------------------------------------ */
+/* Shared receive queues                                               */
+
+/*
+ * CREATE_SRQ: a ring of depth vt3_rq_wqe (power of two) of PD pdn, with a
+ * vt3_srq_status page. limit != 0 arms the limit event at once (as
+ * ib_create_srq's srq_limit). A QP created with this srqn (same PD)
+ * takes its receive WQEs from here.
+ */
+struct vt3_cmd_create_srq {
+	__le64	ring_pbl_addr;
+	__le64	status_addr;		/* guest-physical vt3_srq_status */
+	__le32	ring_npages;
+	__le32	depth;			/* power of two */
+	__le32	pdn;
+	__le32	max_sge;
+	__le32	limit;			/* 0: not armed */
+	__le32	reserved;
+};
+
+enum vt3_srq_modify_mask {
+	VT3_SRQ_MODIFY_LIMIT = 1 << 0,	/* set limit */
+	VT3_SRQ_MODIFY_ARM = 1 << 1,	/* arm (limit != 0) */
+};
+
+struct vt3_cmd_modify_srq {
+	__le32	srqn;
+	__le32	mask;			/* enum vt3_srq_modify_mask */
+	__le32	limit;			/* <= depth */
+	__le32	reserved;
+};
+
+struct vt3_srq_attr {
+	__le32	depth;
+	__le32	max_sge;
+	__le32	limit;
+	__le32	armed;			/* 1 while the limit event is armed */
+	__le32	qps;			/* QPs attached */
+	__le32	reserved;
 };
 
 /* ------------------------------------------------------------------ */
@@ -520,6 +604,8 @@ enum vt3_event_type {
 	VT3_EV_CONNECT_REQUEST = 5,	/* vt3_event_cm: conn_id, addresses, ird/ord, pd */
 	VT3_EV_CONNECT_REPLY = 6,	/* vt3_event_cm: qpn, status, peer's pd */
 	VT3_EV_ESTABLISHED = 7,		/* vt3_event_cm: qpn (passive side, after ACCEPT) */
+	VT3_EV_SRQ_LIMIT = 8,		/* vt3_event: srqn; the limit was reached */
+	VT3_EV_SRQ_ERROR = 9,		/* vt3_event: srqn; its ring is broken */
 };
 
 struct vt3_event {
@@ -544,6 +630,12 @@ enum vt3_qp_event {
 	VT3_QPE_TERMINATE_RECEIVED = 5,
 	VT3_QPE_TERMINATE_SENT = 6,	/* local protocol error */
 	VT3_QPE_BAD_WQE = 7,		/* malformed local WQE */
+	/*
+	 * A QP of an SRQ in ERROR will take no more SRQ WQEs and vt3d wrote
+	 * its last CQE: sent after the event that says why (or after the
+	 * MODIFY_QP to ERROR), once per entry into ERROR.
+	 */
+	VT3_QPE_LAST_WQE_REACHED = 8,
 };
 
 /* CONNECT_REPLY status: 0 (established) or a positive errno. */
@@ -657,7 +749,8 @@ enum vt3_wc_status {
 	VT3_WC_LOC_LEN_ERR = 1,
 	VT3_WC_LOC_QP_OP_ERR = 2,
 	VT3_WC_LOC_PROT_ERR = 3,
-	VT3_WC_WR_FLUSH_ERR = 4,	/* written by the provider/driver only */
+	VT3_WC_WR_FLUSH_ERR = 4,	/* by the provider/driver; by vt3d only for
+					 * an SRQ WQE its QP took (VT3_CQE_SRQ) */
 	VT3_WC_REM_ACCESS_ERR = 5,
 	VT3_WC_REM_OP_ERR = 6,
 	VT3_WC_GENERAL_ERR = 7,
@@ -668,6 +761,7 @@ enum vt3_wc_status {
 enum vt3_cqe_flags {
 	VT3_CQE_INVALIDATED = 1 << 0,	/* RECV of a SEND_INV: stag invalidated */
 	VT3_CQE_SOLICITED = 1 << 1,
+	VT3_CQE_SRQ = 1 << 2,		/* wqe_idx is an index of the QP's SRQ */
 };
 
 struct vt3_cqe {
@@ -680,7 +774,7 @@ struct vt3_cqe {
 	__le32	byte_len;
 	__le32	invalidated_stag;
 	__le32	vendor_err;		/* TERMINATE layer/etype/ecode, if any */
-	__le32	wqe_idx;		/* the WQE's index in its queue */
+	__le32	wqe_idx;		/* the WQE's index in its queue (or SRQ) */
 };
 
 /* ------------------------------------------------------------------ */
@@ -720,6 +814,18 @@ struct vt3_cq_status {
 	__le32	frozen_prod;		/* written by vt3.ko before VT3_CQ_F_FROZEN */
 };
 
+enum vt3_srq_status_flags {
+	VT3_SRQ_F_IDLE = 1 << 0,	/* vt3d idle on the SRQ: ring the doorbell */
+	VT3_SRQ_F_ERROR = 1 << 1,	/* set by vt3d: the ring is broken */
+};
+
+struct vt3_srq_status {
+	__le32	prod;			/* written by the producer (provider/driver) */
+	__le32	cons;			/* written by vt3d: WQEs taken by QPs */
+	__le32	flags;			/* enum vt3_srq_status_flags (atomic OR) */
+	__le32	reserved;
+};
+
 /* ------------------------------------------------------------------ */
 /* Sizes are part of the ABI.                                          */
 
@@ -733,7 +839,7 @@ VT3_ASSERT_SIZE(vt3_ctrl_hdr, 24);
 VT3_ASSERT_SIZE(vt3_session_page, 32);
 VT3_ASSERT_SIZE(vt3_ring_addrs, 24);
 VT3_ASSERT_SIZE(vt3_cmd_hello, 56);
-VT3_ASSERT_SIZE(vt3_device_attr, 88);
+VT3_ASSERT_SIZE(vt3_device_attr, 104);
 VT3_ASSERT_SIZE(vt3_port_attr, 16);
 VT3_ASSERT_SIZE(vt3_cmd_set_addr, 12);
 VT3_ASSERT_SIZE(vt3_cmd_handle, 8);
@@ -746,6 +852,9 @@ VT3_ASSERT_SIZE(vt3_cmd_create_qp, 72);
 VT3_ASSERT_SIZE(vt3_cmd_modify_qp, 24);
 VT3_ASSERT_SIZE(vt3_qp_attr, 24);
 VT3_ASSERT_SIZE(vt3_cmd_doorbell, 8);
+VT3_ASSERT_SIZE(vt3_cmd_create_srq, 40);
+VT3_ASSERT_SIZE(vt3_cmd_modify_srq, 16);
+VT3_ASSERT_SIZE(vt3_srq_attr, 24);
 VT3_ASSERT_SIZE(vt3_event, 16);
 VT3_ASSERT_SIZE(vt3_sockaddr, 8);
 VT3_ASSERT_SIZE(vt3_cmd_listen, 16);
@@ -761,6 +870,7 @@ VT3_ASSERT_SIZE(vt3_rq_wqe, VT3_WQE_SIZE);
 VT3_ASSERT_SIZE(vt3_cqe, 32);
 VT3_ASSERT_SIZE(vt3_qp_status, 32);
 VT3_ASSERT_SIZE(vt3_cq_status, 16);
+VT3_ASSERT_SIZE(vt3_srq_status, 16);
 #undef VT3_ASSERT_SIZE
 
 #endif /* VT3_HW_H */

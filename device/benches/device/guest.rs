@@ -386,7 +386,7 @@ impl Guest {
             max_recv_sge: 1.into(),
             max_inline: 64.into(),
             flags: 0.into(),
-            reserved: 0.into(),
+            srqn: 0.into(),
         };
         let qpn = self.handle(Cmd::CreateQp, &a);
         QpRings { qpn, status, sq, rq, depth, sq_prod: 0, rq_prod: 0 }
@@ -421,6 +421,7 @@ impl Guest {
         let (field, prod, idle) = match queue {
             DoorbellQueue::Sq => (0, qp.sq_prod, QpStatusFlag::SqIdle),
             DoorbellQueue::Rq => (4, qp.rq_prod, QpStatusFlag::RqIdle),
+            DoorbellQueue::Srq => unreachable!("no SRQs here"),
         };
         self.mem.store(prod.to_le(), GuestAddress(qp.status + field), Ordering::Release).expect("producer index");
         fence(Ordering::SeqCst);

@@ -116,6 +116,11 @@ impl Rnic {
     /// re-reads the producer index, so a WQE posted in between is never
     /// missed (the producer does the mirror image).
     pub(super) fn fetch<M: GuestMemory>(&mut self, mem: &M, qpn: u32, queue: WorkQueue) -> bool {
+        if queue == WorkQueue::Recv {
+            if let Some(srqn) = self.qps.get(qpn).map(|qp| qp.srqn).filter(|&s| s != 0) {
+                return self.fetch_srq(mem, srqn);
+            }
+        }
         let Some(offload) = self.offload.as_mut() else { return false };
         let Some(qp) = self.qps.get_mut(qpn) else { return false };
         let fields = QueueFields::of(queue);
@@ -197,6 +202,14 @@ impl Rnic {
     /// engine got new work (a deferred graceful close).
     pub(super) fn complete<M: GuestMemory>(&mut self, mem: &M, now: Instant, c: &Completion) -> bool {
         let Some(qp) = self.qps.get_mut(c.qpn) else { return false };
+        if c.srq_idx.is_some() {
+            // A WQE of the QP's SRQ, named by its SRQ index: the SRQ's
+            // consumer index moved when the QP took it.
+            let notify = c.solicited || c.status != WcStatus::Success;
+            let cqn = qp.recv_cqn;
+            self.post_cqe(mem, cqn, &wqe::cqe(c, 0), notify);
+            return false;
+        }
         let (work, cqn) = match c.queue {
             WorkQueue::Send => (&mut qp.sq_work, qp.send_cqn),
             WorkQueue::Recv => (&mut qp.rq_work, qp.recv_cqn),
@@ -256,6 +269,9 @@ impl Rnic {
         let Some(qp) = self.qps.get_mut(qpn) else { return };
         let from = qp.state;
         qp.state = to;
+        if to == QpState::Error && from != QpState::Error && qp.srqn != 0 && !self.last_wqe_owed.contains(&qpn) {
+            self.last_wqe_owed.push(qpn);
+        }
         if to != QpState::Rts {
             qp.close_requested = false;
         }

@@ -12,6 +12,7 @@ mod datapath;
 pub mod fault;
 pub mod memory;
 mod offload;
+pub mod srq;
 pub mod table;
 pub mod tpt;
 pub mod wqe;
@@ -27,7 +28,9 @@ use crate::abi::{
     self, Cmd, CmdAllocMr, CmdArmCq, CmdCreateCq, CmdCreateQp, CmdDoorbell, CmdHandle, CmdModifyQp, CmdRegMr, CmdSetAddr,
     DeviceAttr, EventType, PortAttr, QpAttr, QpState, QpStatusFlag, RespHandle, Status, VT3_PAGE_SIZE,
 };
+use datapath::FETCH_BUDGET;
 use memory::StatusWord;
+use srq::Srq;
 use table::Table;
 use tpt::{Backing, Mr, Tpt, ALL_ACCESS};
 use vm_memory::ByteValued;
@@ -58,6 +61,9 @@ pub struct Limits {
     pub max_fast_reg_pages: u32,
     /// Page-list entries held for all MRs and rings together.
     pub pbl_budget: u64,
+    pub max_srq: u32,
+    pub max_srq_wr: u32,
+    pub max_srq_sge: u32,
 }
 
 impl Default for Limits {
@@ -80,6 +86,9 @@ impl Default for Limits {
             // (they cap themselves at 256 pages or fewer).
             max_fast_reg_pages: 512,
             pbl_budget: 4 << 20,
+            max_srq: 1024,
+            max_srq_wr: 4095,
+            max_srq_sge: u32::try_from(abi::VT3_MAX_SGE).unwrap_or(u32::MAX),
         }
     }
 }
@@ -100,7 +109,8 @@ impl Ring {
     /// Guest-physical address of entry `index` (mod depth). Entries never
     /// straddle pages: sizes are powers of two no larger than a page.
     pub fn entry_addr(&self, index: u32) -> Option<GuestAddress> {
-        let slot = u64::from(index & (self.depth - 1));
+        // Depth 0: the RQ of a QP of an SRQ, which has no entries.
+        let slot = u64::from(index & self.depth.checked_sub(1)?);
         let byte = slot * self.entry_size;
         let page = self.pages.get(usize::try_from(byte / VT3_PAGE_SIZE).ok()?)?;
         Some(GuestAddress(page + byte % VT3_PAGE_SIZE))
@@ -151,6 +161,8 @@ pub struct Qp {
     pub flags: u32,
     pub sq_work: WorkProgress,
     pub rq_work: WorkProgress,
+    /// The SRQ its receives take WQEs from (0: its own RQ; `rq` is empty).
+    pub srqn: u32,
     /// CONNECT was sent and its CONNECT_REPLY is still owed to the driver.
     pub connecting: bool,
     /// The connection's addresses (for the connection events).
@@ -200,6 +212,7 @@ pub struct Rnic {
     pub tpt: Tpt,
     pub cqs: Table<Cq>,
     pub qps: Table<Qp>,
+    pub srqs: Table<Srq>,
     pub addr: Option<GuestAddr>,
     /// Events for the driver (type, `vt3_event` or `vt3_event_cm` bytes):
     /// sent after the current command's response, or after engine work.
@@ -225,6 +238,12 @@ pub struct Rnic {
     ring_faults: Vec<(u32, WorkQueue)>,
     /// Work queues with WQEs left after a fetch spent its budget.
     fetch_pending: Vec<(u32, WorkQueue)>,
+    /// SRQs with WQEs left after a fetch spent its budget.
+    srq_fetch_pending: Vec<u32>,
+    /// QPs of an SRQ that entered ERROR: VT3_QPE_LAST_WQE_REACHED is owed.
+    last_wqe_owed: Vec<u32>,
+    /// SRQs broken by an impossible producer index (`rnic.srq_ring_errors`).
+    srq_ring_errors: u64,
     /// Connection requests refused because the driver's events were not
     /// being taken (`rnic.requests_refused_busy`).
     requests_refused_busy: u64,
@@ -284,6 +303,7 @@ impl Rnic {
             tpt: Tpt::new(limits.max_mr),
             cqs: Table::new(limits.max_cq),
             qps: Table::new(limits.max_qp),
+            srqs: Table::new(limits.max_srq),
             addr: None,
             events: VecDeque::new(),
             driver_mac: None,
@@ -298,6 +318,9 @@ impl Rnic {
             muted_until: None,
             ring_faults: Vec::new(),
             fetch_pending: Vec::new(),
+            srq_fetch_pending: Vec::new(),
+            last_wqe_owed: Vec::new(),
+            srq_ring_errors: 0,
             requests_refused_busy: 0,
             qp_ring_errors: 0,
         }
@@ -313,6 +336,7 @@ impl Rnic {
         self.tpt.clear();
         self.cqs.clear();
         self.qps.clear();
+        self.srqs.clear();
         self.addr = None;
         self.events.clear();
         self.driver_mac = None;
@@ -321,11 +345,17 @@ impl Rnic {
         self.fatal = None;
         self.ring_faults.clear();
         self.fetch_pending.clear();
+        self.srq_fetch_pending.clear();
+        self.last_wqe_owed.clear();
     }
 
     /// Counters of the ring handling, for `vt3d ctl stats` (`rnic.NAME`).
-    pub fn ring_stats(&self) -> [(&'static str, u64); 2] {
-        [("qp_ring_errors", self.qp_ring_errors), ("requests_refused_busy", self.requests_refused_busy)]
+    pub fn ring_stats(&self) -> [(&'static str, u64); 3] {
+        [
+            ("qp_ring_errors", self.qp_ring_errors),
+            ("requests_refused_busy", self.requests_refused_busy),
+            ("srq_ring_errors", self.srq_ring_errors),
+        ]
     }
 
     /// The engine, once the guest's address is known.
@@ -359,6 +389,10 @@ impl Rnic {
             max_inline: l.max_inline.into(),
             max_pbl_pages: l.max_pbl_pages.into(),
             max_fast_reg_pages: l.max_fast_reg_pages.into(),
+            max_srq: l.max_srq.into(),
+            max_srq_wr: l.max_srq_wr.into(),
+            max_srq_sge: l.max_srq_sge.into(),
+            reserved: 0.into(),
         }
     }
 
@@ -472,11 +506,24 @@ impl Rnic {
                         cq.qp_users -= 1;
                     }
                 }
+                if let Some(srq) = self.srqs.get_mut(qp.srqn) {
+                    srq.qp_users -= 1;
+                }
+                self.last_wqe_owed.retain(|&q| q != qpn);
                 Ok(Vec::new())
             }
             Cmd::Doorbell => {
                 let db: CmdDoorbell = args(payload)?;
                 let (qpn, queues) = (le(db.qpn), le(db.queues));
+                if queues & abi::DoorbellQueue::Srq as u32 != 0 {
+                    // An SRQ's doorbell names the SRQ, and nothing else.
+                    if queues != abi::DoorbellQueue::Srq as u32 {
+                        return Err(Status::Invalid);
+                    }
+                    self.srqs.get(qpn).ok_or(Status::NotFound)?;
+                    self.fetch_srq(mem, qpn);
+                    return Ok(Vec::new());
+                }
                 self.qps.get(qpn).ok_or(Status::NotFound)?;
                 let known = abi::DoorbellQueue::Sq as u32 | abi::DoorbellQueue::Rq as u32;
                 if queues & !known != 0 {
@@ -504,6 +551,10 @@ impl Rnic {
             Cmd::Disconnect => self.disconnect(mem, now, &args(payload)?),
             // Sessions belong to the control channel, which never passes it on.
             Cmd::Hello => Err(Status::Invalid),
+            Cmd::CreateSrq => self.create_srq(mem, &args(payload)?),
+            Cmd::ModifySrq => self.modify_srq(&args(payload)?),
+            Cmd::QuerySrq => self.query_srq(&args(payload)?),
+            Cmd::DestroySrq => self.destroy_srq(&args(payload)?),
         }
     }
 
@@ -679,6 +730,7 @@ impl Rnic {
         }
         let l = self.limits;
         let (max_send_sge, max_recv_sge, max_inline) = (le(a.max_send_sge), le(a.max_recv_sge), le(a.max_inline));
+        let shared = srq::check_qp_srq(self, a)?;
         let flags = le(a.flags);
         let known_flags = abi::QpFlag::Kernel as u32 | abi::QpFlag::SigAll as u32;
         if max_send_sge > l.max_sge || max_recv_sge > l.max_sge || max_inline > l.max_inline || flags & !known_flags != 0 {
@@ -688,12 +740,15 @@ impl Rnic {
         let max_depth = (l.max_qp_wr + 1).next_power_of_two();
         let wqe = abi::VT3_WQE_SIZE as u64;
         let sq = self.read_ring(mem, le(a.sq_depth), max_depth, wqe, a.sq_pbl_addr.to_native(), le(a.sq_npages))?;
-        let rq = match self.read_ring(mem, le(a.rq_depth), max_depth, wqe, a.rq_pbl_addr.to_native(), le(a.rq_npages)) {
-            Ok(rq) => rq,
-            Err(e) => {
-                self.pbl_used -= sq.pages.len() as u64;
-                return Err(e);
-            }
+        let (srqn, rq) = match shared {
+            Some((srqn, rq)) => (srqn, rq),
+            None => match self.read_ring(mem, le(a.rq_depth), max_depth, wqe, a.rq_pbl_addr.to_native(), le(a.rq_npages)) {
+                Ok(rq) => (0, rq),
+                Err(e) => {
+                    self.pbl_used -= sq.pages.len() as u64;
+                    return Err(e);
+                }
+            },
         };
         let npages = (sq.pages.len() + rq.pages.len()) as u64;
         // Indices are free running: start where the page says.
@@ -717,6 +772,7 @@ impl Rnic {
             flags,
             sq_work: progress(std::mem::offset_of!(abi::QpStatus, sq_cons)),
             rq_work: progress(std::mem::offset_of!(abi::QpStatus, rq_cons)),
+            srqn,
             connecting: false,
             tuple: None,
             conn_id: 0,
@@ -738,6 +794,9 @@ impl Rnic {
             if let Some(cq) = self.cqs.get_mut(cqn) {
                 cq.qp_users += 1;
             }
+        }
+        if let Some(srq) = self.srqs.get_mut(srqn) {
+            srq.qp_users += 1;
         }
         datapath::publish_state(mem, status_addr, QpState::Idle);
         // vt3d is idle on both queues: the first WQEs need a doorbell.
@@ -774,6 +833,7 @@ impl Rnic {
             (qp.ird, qp.ord) = (ird, ord);
             if let Some(to) = new_state {
                 self.set_qp_state(mem, qpn, to);
+                self.report_last_wqe();
             }
             return Ok(Vec::new());
         };

@@ -177,8 +177,11 @@ pub(super) fn toe_window(mtu: u32, queue: Option<usize>) -> usize {
 
 pub(super) fn status(e: EngineError) -> Status {
     match e {
-        EngineError::NoSuchQp(_) | EngineError::NoSuchConnection => Status::NotFound,
-        EngineError::QpExists(_) | EngineError::Transport(TcpError::PortInUse(_)) => Status::Busy,
+        EngineError::NoSuchQp(_) | EngineError::NoSuchSrq(_) | EngineError::NoSuchConnection => Status::NotFound,
+        EngineError::QpExists(_)
+        | EngineError::SrqExists(_)
+        | EngineError::SrqBusy(_)
+        | EngineError::Transport(TcpError::PortInUse(_)) => Status::Busy,
         EngineError::TooManyQps | EngineError::QueueFull | EngineError::Transport(TcpError::NoResources) => {
             Status::NoResource
         }
@@ -319,9 +322,22 @@ impl Rnic {
     }
 
     fn replace_offload<M: GuestMemory>(&mut self, mem: &M, now: Instant, offload: Option<Offload>) {
-        // Whatever the old engine produced still reaches the guest.
+        // Whatever the old engine produced still reaches the guest, and so
+        // does the SRQ WQE a QP had taken for a message it will not finish.
+        if let Some(old) = self.offload.as_mut() {
+            for (qpn, _) in self.qps.iter().filter(|(_, qp)| qp.srqn != 0) {
+                old.engine.flush_srq_wr(qpn);
+            }
+        }
         self.pump(now, mem);
         self.offload = offload;
+        // SRQs first: QPs attach to them.
+        let srqns: Vec<u32> = self.srqs.iter().map(|(srqn, _)| srqn).collect();
+        for &srqn in &srqns {
+            if let Err(e) = self.attach_srq(srqn) {
+                log::warn!("SRQ {srqn}: the new engine refused it: {e}");
+            }
+        }
         let qpns: Vec<u32> = self.qps.iter().map(|(qpn, _)| qpn).collect();
         for &qpn in &qpns {
             let Some(qp) = self.qps.get_mut(qpn) else { continue };
@@ -350,6 +366,9 @@ impl Rnic {
             }
         }
         self.pump(now, mem);
+        for srqn in srqns {
+            self.fetch_srq(mem, srqn);
+        }
         for qpn in qpns {
             self.fetch(mem, qpn, WorkQueue::Recv);
             self.fetch(mem, qpn, WorkQueue::Send);
@@ -363,7 +382,9 @@ impl Rnic {
         };
         let mut config = QpConfig::new(qp.pdn);
         config.sq_depth = qp.sq.depth;
-        config.rq_depth = qp.rq.depth;
+        // A QP of an SRQ has no RQ: the engine wants a depth all the same.
+        config.rq_depth = qp.rq.depth.max(1);
+        config.srq = (qp.srqn != 0).then_some(qp.srqn);
         config.mpa.ird = u16::try_from(qp.ird).unwrap_or(u16::MAX);
         config.mpa.ord = u16::try_from(qp.ord).unwrap_or(u16::MAX);
         offload.engine.create_qp(qpn, config)
@@ -575,7 +596,7 @@ impl Rnic {
         }
         let next = self.offload.as_mut()?.engine.poll_at(now);
         // WQEs left by a fetch budget, or a ring gone bad: run again soon.
-        if !self.fetch_pending.is_empty() || !self.ring_faults.is_empty() {
+        if !self.fetch_pending.is_empty() || !self.ring_faults.is_empty() || !self.srq_fetch_pending.is_empty() {
             return Some(now);
         }
         next
@@ -601,6 +622,7 @@ impl Rnic {
         for (qpn, queue) in std::mem::take(&mut self.fetch_pending) {
             self.fetch(mem, qpn, queue);
         }
+        self.service_srq_rings(mem);
         for (qpn, _queue) in std::mem::take(&mut self.ring_faults) {
             let Some(offload) = self.offload.as_mut() else { continue };
             if self.qps.get(qpn).is_none() {
@@ -623,15 +645,17 @@ impl Rnic {
     /// got new work meanwhile.
     pub(super) fn pump<M: GuestMemory>(&mut self, now: Instant, mem: &M) -> bool {
         let mut more = false;
-        loop {
-            let Some(offload) = self.offload.as_mut() else { return more };
+        while let Some(offload) = self.offload.as_mut() {
             if let Some(c) = offload.engine.pop_completion() {
                 more |= self.complete(mem, now, &c);
                 continue;
             }
-            let Some(event) = offload.engine.pop_event() else { return more };
+            let Some(event) = offload.engine.pop_event() else { break };
             more |= self.engine_event(mem, event);
         }
+        self.sync_srqs(mem);
+        self.report_last_wqe();
+        more
     }
 
     fn engine_event<M: GuestMemory>(&mut self, mem: &M, event: Event) -> bool {

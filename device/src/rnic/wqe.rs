@@ -150,7 +150,8 @@ pub fn recv_wr(wqe: &RqWqe, limits: &WqeLimits) -> Result<RecvWr, BadWqe> {
 }
 
 
-/// The CQE for a completion of the WQE at index `wqe_idx` of its queue.
+/// The CQE for a completion of the WQE at index `wqe_idx` of its queue
+/// (a WQE of an SRQ names its SRQ index instead).
 pub fn cqe(c: &Completion, wqe_idx: u32) -> abi::Cqe {
     let mut flags = 0;
     if c.invalidated_stag.is_some() {
@@ -158,6 +159,9 @@ pub fn cqe(c: &Completion, wqe_idx: u32) -> abi::Cqe {
     }
     if c.solicited {
         flags |= CqeFlag::Solicited as u8;
+    }
+    if c.srq_idx.is_some() {
+        flags |= CqeFlag::Srq as u8;
     }
     abi::Cqe {
         wr_id: c.wr_id.into(),
@@ -167,7 +171,7 @@ pub fn cqe(c: &Completion, wqe_idx: u32) -> abi::Cqe {
         flags,
         byte_len: c.byte_len.into(),
         invalidated_stag: c.invalidated_stag.unwrap_or(0).into(),
-        wqe_idx: wqe_idx.into(),
+        wqe_idx: c.srq_idx.unwrap_or(wqe_idx).into(),
         ..Default::default()
     }
 }
@@ -356,6 +360,7 @@ mod tests {
             invalidated_stag: Some(0x4407),
             solicited: true,
             signaled: true,
+            srq_idx: None,
         };
         let e = cqe(&c, 41);
         assert_eq!((e.wr_id.to_native(), e.qpn.to_native(), e.byte_len.to_native()), (0xabcd, 3, 1000));
@@ -368,5 +373,8 @@ mod tests {
         assert_eq!((e.opcode, e.status, e.flags, e.invalidated_stag.to_native()), (2, 3, 0, 0));
         assert!(writes_cqe(&c) && !writes_cqe(&send));
         assert!(writes_cqe(&Completion { signaled: false, ..c }), "receives always complete");
+        // A WQE of an SRQ: its SRQ index, flagged.
+        let e = cqe(&Completion { srq_idx: Some(9), invalidated_stag: None, ..c }, 41);
+        assert_eq!((e.wqe_idx.to_native(), e.flags), (9, CqeFlag::Solicited as u8 | CqeFlag::Srq as u8));
     }
 }

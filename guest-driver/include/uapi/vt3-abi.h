@@ -11,7 +11,7 @@
 #include <linux/types.h>
 
 /* Bumped on any incompatible change; the provider refuses a mismatch. */
-#define VT3_ABI_VERSION		2
+#define VT3_ABI_VERSION		3
 
 /*
  * Vendor async event (DESIGN.md §5): a user QP's connection closed
@@ -55,6 +55,16 @@ struct vt3_create_qp_resp {
 	__u32	sq_size;		/* bytes to map */
 	__u32	rq_size;
 	__u32	max_inline;
+};
+
+/* A user SRQ: the provider maps the ring and the vt3_srq_status page. */
+struct vt3_create_srq_resp {
+	__aligned_u64	ring_key;	/* mmap offset of the vt3_rq_wqe ring */
+	__aligned_u64	status_key;	/* mmap offset of the vt3_srq_status page */
+	__u32	srqn;
+	__u32	depth;			/* power of two */
+	__u32	ring_size;		/* bytes to map */
+	__u32	reserved;
 };
 
 #endif /* VT3_ABI_USER_H */

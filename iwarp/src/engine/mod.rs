@@ -26,6 +26,7 @@ mod event;
 mod memory;
 mod qp;
 mod rx;
+mod srq;
 #[cfg(test)]
 mod tests;
 mod tx;
@@ -56,6 +57,7 @@ use crate::toe::{
 use crate::wire::mpa::{self, mulpdu, Frame, MAX_FRAME_LEN, MAX_PRIVATE_DATA_LEN};
 use crate::wire::terminate::TermCode;
 use qp::{Conn, Phase, Qp, Stream, TxCurrent};
+use srq::{Srq, SrqWr};
 use rx::{RxEnv, RxStop};
 use tx::{TxEnv, TxProgress, TxStop};
 
@@ -105,6 +107,8 @@ pub struct QpConfig {
     pub pdn: u32,
     pub sq_depth: u32,
     pub rq_depth: u32,
+    /// The SRQ receives take their WRs from (no RQ of its own then).
+    pub srq: Option<u32>,
     /// MPA revision, CRC, IRD/ORD and RTR preferences.
     pub mpa: negotiation::Config,
 }
@@ -115,6 +119,7 @@ impl QpConfig {
             pdn,
             sq_depth: 256,
             rq_depth: 256,
+            srq: None,
             mpa: negotiation::Config::default(),
         }
     }
@@ -195,6 +200,12 @@ pub enum EngineError {
     QpExists(u32),
     #[error("QP limit reached")]
     TooManyQps,
+    #[error("no SRQ {0}")]
+    NoSuchSrq(u32),
+    #[error("SRQ {0} exists")]
+    SrqExists(u32),
+    #[error("SRQ {0} still has QPs")]
+    SrqBusy(u32),
     #[error("no such pending connection")]
     NoSuchConnection,
     #[error("QP {qpn} is {state}: {what}")]
@@ -308,6 +319,7 @@ pub struct Engine<T: Transport> {
     toe: T,
     config: EngineConfig,
     qps: BTreeMap<u32, Qp>,
+    srqs: BTreeMap<u32, Srq>,
     pending: BTreeMap<ConnId, Pending>,
     listeners: BTreeMap<u16, usize>,
     out: Outputs,
@@ -334,6 +346,7 @@ impl<T: Transport> Engine<T> {
             toe,
             config,
             qps: BTreeMap::new(),
+            srqs: BTreeMap::new(),
             pending: BTreeMap::new(),
             listeners: BTreeMap::new(),
             out: Outputs::default(),
@@ -404,11 +417,13 @@ impl<T: Transport> Engine<T> {
                 toe,
                 config,
                 qps,
+                srqs,
                 out,
                 ..
             } = self;
             for qp in qps.values_mut() {
-                service_qp(qp, toe, out, io, now, config);
+                let srq = qp.config.srq.and_then(|srqn| srqs.get_mut(&srqn));
+                service_qp(qp, srq, toe, out, io, now, config);
             }
             self.toe.egress(now, io.uplink);
             if self.toe.looped_in() == looped {
@@ -445,6 +460,9 @@ impl<T: Transport> Engine<T> {
         if config.mpa.ird > mpa::IRD_ORD_MAX || config.mpa.ord > mpa::IRD_ORD_MAX {
             return Err(EngineError::Config("IRD/ORD above 16383"));
         }
+        if let Some(srqn) = config.srq {
+            self.srqs.get_mut(&srqn).ok_or(EngineError::NoSuchSrq(srqn))?.qps += 1;
+        }
         self.qps.insert(qpn, Qp::new(qpn, config));
         Ok(())
     }
@@ -452,6 +470,11 @@ impl<T: Transport> Engine<T> {
     /// Destroys a QP at once (RST on a live connection); no event.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), EngineError> {
         let qp = self.qps.remove(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        // A WR it had taken from its SRQ goes with it: a destroyed QP's
+        // completions are never delivered.
+        if let Some(srq) = qp.config.srq.and_then(|srqn| self.srqs.get_mut(&srqn)) {
+            srq.qps = srq.qps.saturating_sub(1);
+        }
         if let Some(conn) = qp.conn {
             self.toe.abort(conn.sock);
             self.toe.release(conn.sock);
@@ -470,7 +493,11 @@ impl<T: Transport> Engine<T> {
             let conn = qp.conn.as_ref()?;
             let receiving = matches!(qp.state, QpState::Rts | QpState::Closing)
                 && conn.stream.as_ref().is_some_and(|s| !s.rx_stopped);
-            (receiving && qp.queues.rq.is_empty() && self.toe.recv_queue(conn.sock) > 0).then_some(qp.qpn)
+            let empty = match qp.config.srq {
+                Some(srqn) => qp.queues.rq.is_empty() && self.srqs.get(&srqn).is_none_or(Srq::is_empty),
+                None => qp.queues.rq.is_empty(),
+            };
+            (receiving && empty && self.toe.recv_queue(conn.sock) > 0).then_some(qp.qpn)
         })
     }
 
@@ -662,6 +689,77 @@ impl<T: Transport> Engine<T> {
         check_recv_post(qp)?;
         qp.queues.rq.push_back(wr);
         Ok(())
+    }
+
+    // ---- shared receive queues ----
+
+    /// An SRQ of at most `depth` pooled WRs whose indices start at `start`.
+    pub fn create_srq(&mut self, srqn: u32, depth: u32, start: u32) -> Result<(), EngineError> {
+        if self.srqs.contains_key(&srqn) {
+            return Err(EngineError::SrqExists(srqn));
+        }
+        if depth == 0 || depth > 1 << 16 {
+            return Err(EngineError::Config("SRQ depth must be within 1..=65536"));
+        }
+        self.srqs.insert(srqn, Srq::new(depth, start));
+        Ok(())
+    }
+
+    /// Destroys an SRQ no QP uses; the WRs still pooled complete nowhere.
+    pub fn destroy_srq(&mut self, srqn: u32) -> Result<(), EngineError> {
+        let srq = self.srqs.get(&srqn).ok_or(EngineError::NoSuchSrq(srqn))?;
+        if srq.qps > 0 {
+            return Err(EngineError::SrqBusy(srqn));
+        }
+        self.srqs.remove(&srqn);
+        Ok(())
+    }
+
+    /// Pools a receive WR (the next index) for the QPs of `srqn`.
+    pub fn post_srq_recv(&mut self, srqn: u32, wr: RecvWr) -> Result<(), EngineError> {
+        self.push_srq(srqn, SrqWr::Posted(wr))
+    }
+
+    /// A receive WQE of the SRQ the device could not parse: it takes its
+    /// index, and the QP that takes it fails with `status` (never
+    /// SUCCESS), as with [`Engine::post_refused`] on an RQ.
+    pub fn post_srq_refused(&mut self, srqn: u32, wr_id: u64, status: WcStatus) -> Result<(), EngineError> {
+        let status = if status == WcStatus::Success {
+            WcStatus::LocQpOpErr
+        } else {
+            status
+        };
+        self.push_srq(srqn, SrqWr::Refused { wr_id, status })
+    }
+
+    fn push_srq(&mut self, srqn: u32, wr: SrqWr) -> Result<(), EngineError> {
+        let srq = self.srqs.get_mut(&srqn).ok_or(EngineError::NoSuchSrq(srqn))?;
+        if srq.is_full() {
+            return Err(EngineError::QueueFull);
+        }
+        srq.push(wr);
+        Ok(())
+    }
+
+    /// Completes, flushed, the SRQ WR QP `qpn` holds for a message not
+    /// finished, as an error would: for a QP whose engine is dropped under
+    /// it (the device's address changed), so the WR is not lost.
+    pub fn flush_srq_wr(&mut self, qpn: u32) {
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            flush_taken_srq_wr(qp, &mut self.out);
+            qp.queues.rq.clear();
+            qp.queues.rq_refused = None;
+        }
+    }
+
+    /// The index after the last WR a QP took from `srqn` (free running).
+    pub fn srq_taken(&self, srqn: u32) -> Option<u32> {
+        self.srqs.get(&srqn).map(Srq::taken)
+    }
+
+    /// WRs pooled in `srqn` and not taken yet.
+    pub fn srq_pooled(&self, srqn: u32) -> Option<usize> {
+        self.srqs.get(&srqn).map(Srq::len)
     }
 
     // ---- connections ----
@@ -1101,14 +1199,49 @@ fn set_state(qp: &mut Qp, out: &mut Outputs, to: QpState) {
     retire_sq(qp, out);
     qp.state = to;
     if to == QpState::Error || (to == QpState::Idle && from != QpState::Error) {
+        flush_taken_srq_wr(qp, out);
         qp.queues.clear();
     }
     out.qp_event(qp.qpn, EventKind::StateChanged { from, to });
 }
 
+/// The SRQ WR a QP took for a Send it will not finish: it is this QP's
+/// (no other may take it again, the buffer is half written), so it
+/// completes here, flushed, before the state change is reported. The WRs
+/// still in the SRQ are left for the other QPs (siw and rxe do the same).
+fn flush_taken_srq_wr(qp: &mut Qp, out: &mut Outputs) {
+    let Some(index) = qp.queues.srq_taken.take() else {
+        return;
+    };
+    let wr_id = match (qp.queues.rq.front(), qp.queues.rq_refused) {
+        (Some(wr), _) => wr.wr_id,
+        (None, Some(refused)) => refused.wr_id,
+        (None, None) => return,
+    };
+    out.completions.push_back(Completion {
+        qpn: qp.qpn,
+        queue: WorkQueue::Recv,
+        wr_id,
+        opcode: WcOpcode::Recv,
+        status: WcStatus::WrFlushErr,
+        byte_len: 0,
+        invalidated_stag: None,
+        solicited: false,
+        signaled: true,
+        srq_idx: Some(index),
+    });
+}
+
 /// Whether a receive WR may be posted to `qp` now.
 fn check_recv_post(qp: &Qp) -> Result<(), EngineError> {
     let qpn = qp.qpn;
+    if qp.config.srq.is_some() {
+        return Err(EngineError::InvalidState {
+            qpn,
+            state: qp.state,
+            what: "post_recv on a QP of an SRQ",
+        });
+    }
     if !matches!(qp.state, QpState::Idle | QpState::Rts | QpState::Closing) {
         return Err(EngineError::InvalidState {
             qpn,
@@ -1192,6 +1325,7 @@ fn fail_due_recv_refusal<T: Transport>(
         invalidated_stag: None,
         solicited: false,
         signaled: true,
+        srq_idx: qp.queues.srq_taken.take(),
     });
     out.stats.wqe_errors += 1;
     let kind = EventKind::WqeError {
@@ -1228,6 +1362,7 @@ fn retire_sq(qp: &mut Qp, out: &mut Outputs) {
             invalidated_stag: None,
             solicited: false,
             signaled: front.wr.signaled || status != WcStatus::Success,
+            srq_idx: None,
         });
         qp.queues.sq.pop_front();
         qp.queues.issued = qp.queues.issued.saturating_sub(1);
@@ -1377,6 +1512,7 @@ fn connect_failed<T: Transport>(
 
 fn service_qp<T: Transport>(
     qp: &mut Qp,
+    srq: Option<&mut Srq>,
     toe: &mut T,
     out: &mut Outputs,
     io: &mut Io<'_>,
@@ -1441,7 +1577,7 @@ fn service_qp<T: Transport>(
         }
     }
     fail_due_recv_refusal(qp, toe, out, now, config.terminate_linger);
-    receive(qp, toe, out, io, now, config);
+    receive(qp, srq, toe, out, io, now, config);
     fail_due_recv_refusal(qp, toe, out, now, config.terminate_linger);
     handle_status(qp, toe, out);
     transmit(qp, toe, out, io, now, config);
@@ -1464,6 +1600,7 @@ fn service_qp<T: Transport>(
 /// Reads what TCP received: the MPA reply, then FPDUs.
 fn receive<T: Transport>(
     qp: &mut Qp,
+    srq: Option<&mut Srq>,
     toe: &mut T,
     out: &mut Outputs,
     io: &mut Io<'_>,
@@ -1568,6 +1705,7 @@ fn receive<T: Transport>(
         regions: &mut *io.regions,
         completions: &mut out.completions,
         stats: &mut out.stats,
+        srq,
     };
     let mut stop = None;
     let _ = toe.recv(sock, &mut |data| {

@@ -230,6 +230,10 @@ pub(crate) struct Queues {
     pub rq: VecDeque<RecvWr>,
     /// A refused receive WQE after `rq`.
     pub rq_refused: Option<RefusedRecv>,
+    /// The SRQ index of the WR at the front of `rq` (or of `rq_refused`),
+    /// taken from the QP's SRQ: only one at a time, for the Send being
+    /// received.
+    pub srq_taken: Option<u32>,
     pub orq: VecDeque<OrqEntry>,
     pub irq: VecDeque<IrqEntry>,
 }
@@ -247,6 +251,7 @@ impl Queues {
         self.issued = 0;
         self.rq.clear();
         self.rq_refused = None;
+        self.srq_taken = None;
         self.orq.clear();
         self.irq.clear();
     }

@@ -13,7 +13,8 @@ use super::memory::{
     write_region, AccessError, GuestMemory, MemoryRegions, PlacementError, LOCAL_WRITE,
     REMOTE_READ, REMOTE_WRITE,
 };
-use super::qp::{IrqEntry, Queues, RxSend, RxTagged, Stream, TermMessage, READ_REQUEST_COPY};
+use super::qp::{IrqEntry, Queues, RefusedRecv, RxSend, RxTagged, Stream, TermMessage, READ_REQUEST_COPY};
+use super::srq::{Srq, SrqWr};
 use super::wr::{Completion, SendOpcode, WcOpcode, WcStatus, WorkQueue};
 use super::EngineStats;
 use crate::stream::FpduDeframer;
@@ -30,6 +31,8 @@ pub(crate) struct RxEnv<'a> {
     pub regions: &'a mut dyn MemoryRegions,
     pub completions: &'a mut VecDeque<Completion>,
     pub stats: &'a mut EngineStats,
+    /// The QP's SRQ, if it has one.
+    pub srq: Option<&'a mut Srq>,
 }
 
 impl RxEnv<'_> {
@@ -40,6 +43,7 @@ impl RxEnv<'_> {
         byte_len: u32,
         invalidated_stag: Option<u32>,
         solicited: bool,
+        srq_idx: Option<u32>,
     ) {
         self.completions.push_back(Completion {
             qpn: self.qpn,
@@ -51,6 +55,7 @@ impl RxEnv<'_> {
             invalidated_stag,
             solicited,
             signaled: true,
+            srq_idx,
         });
     }
 }
@@ -232,6 +237,7 @@ fn handle_ulpdu(
         | Opcode::SendInvalidate
         | Opcode::SendSolicited
         | Opcode::SendSolicitedInvalidate => {
+            take_srq_wr(queues, stream, env, &header);
             if queues.rq.is_empty() && queues.rq_refused.is_some() && stream.rx_send.is_none() {
                 return Err(RxStop::RefusedRecvDue);
             }
@@ -246,6 +252,33 @@ fn handle_ulpdu(
         }
     };
     result.map_err(|error| fail(stream, error, Some(ulpdu)))
+}
+
+/// The first segment of a Send for a QP of an SRQ: the QP takes the SRQ's
+/// next WR now (iWARP consumes a receive WQE when a message starts), if
+/// the segment starts the expected message; otherwise `send` refuses the
+/// segment without consuming anything.
+fn take_srq_wr(queues: &mut Queues, stream: &Stream, env: &mut RxEnv<'_>, header: &rdmap::Repr) {
+    let starts = matches!(header.placement,
+        Placement::Untagged { msn, offset: 0, .. } if msn == stream.rx_msn[0]);
+    let idle = stream.rx_send.is_none() && queues.rq.is_empty() && queues.rq_refused.is_none();
+    let Some(srq) = env.srq.as_deref_mut() else {
+        return;
+    };
+    if !(starts && idle) {
+        return;
+    }
+    match srq.take() {
+        None => {}
+        Some((index, SrqWr::Posted(wr))) => {
+            queues.rq.push_back(wr);
+            queues.srq_taken = Some(index);
+        }
+        Some((index, SrqWr::Refused { wr_id, status })) => {
+            queues.rq_refused = Some(RefusedRecv { wr_id, status });
+            queues.srq_taken = Some(index);
+        }
+    }
 }
 
 fn placement_error(
@@ -432,7 +465,8 @@ fn send(
     if !fits {
         queues.rq.pop_front();
         stream.rx_send = None;
-        env.complete_recv(wqe.wr_id, WcStatus::LocLenErr, current.placed, None, false);
+        let srq_idx = queues.srq_taken.take();
+        env.complete_recv(wqe.wr_id, WcStatus::LocLenErr, current.placed, None, false, srq_idx);
         return Err(ProtocolError::MessageTooLong);
     }
     // Scatter the payload over the SGEs, starting at message offset `placed`.
@@ -465,7 +499,8 @@ fn send(
                 PlacementError::Access(_) => WcStatus::LocProtErr,
                 PlacementError::Memory(_) => WcStatus::GeneralErr,
             };
-            env.complete_recv(wqe.wr_id, status, current.placed, None, false);
+            let srq_idx = queues.srq_taken.take();
+            env.complete_recv(wqe.wr_id, status, current.placed, None, false, srq_idx);
             return Err(placement_error(error, ProtocolError::RecvBufferAccess));
         }
         skip = 0;
@@ -480,6 +515,7 @@ fn send(
     stream.rx_send = None;
     stream.rx_msn[0] = expected.wrapping_add(1);
     queues.rq.pop_front();
+    let srq_idx = queues.srq_taken.take();
     let solicited = current.opcode.solicited_event();
     if current.opcode.carries_invalidate_stag() {
         let stag = current.invalidate_stag;
@@ -490,6 +526,7 @@ fn send(
                 current.placed,
                 None,
                 solicited,
+                srq_idx,
             );
             return Err(ProtocolError::CannotInvalidate(error));
         }
@@ -499,6 +536,7 @@ fn send(
             current.placed,
             Some(stag),
             solicited,
+            srq_idx,
         );
     } else {
         env.complete_recv(
@@ -507,6 +545,7 @@ fn send(
             current.placed,
             None,
             solicited,
+            srq_idx,
         );
     }
     Ok(())

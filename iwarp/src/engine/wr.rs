@@ -319,4 +319,6 @@ pub struct Completion {
     /// Receive of a solicited Send (`VT3_CQE_SOLICITED`).
     pub solicited: bool,
     pub signaled: bool,
+    /// A receive into a WR of the QP's SRQ: its SRQ index.
+    pub srq_idx: Option<u32>,
 }

@@ -1,0 +1,292 @@
+//! Shared receive queues (`vt3_hw.h`, "Shared receive queues"): the
+//! commands, the ring fetch into the engine's pool (the doorbell protocol
+//! of an RQ, with VT3_SRQ_F_IDLE), and what follows the QPs' takes: the
+//! consumer index and the limit event.
+
+use std::mem::offset_of;
+use std::sync::atomic::{fence, Ordering};
+
+use vm_memory::{Bytes, GuestAddress, GuestMemory};
+
+use super::memory::StatusWord;
+use super::wqe::{self, BadWqe};
+use super::{handle_reply, le, reply, CmdResult, Rnic, Ring, WorkProgress, FETCH_BUDGET};
+use crate::abi::{
+    self, CmdCreateSrq, CmdHandle, CmdModifySrq, EventType, QpEvent, RqWqe, SrqAttr, SrqModifyMask, SrqStatus,
+    SrqStatusFlag, Status,
+};
+
+#[derive(Debug)]
+pub struct Srq {
+    pub pdn: u32,
+    pub ring: Ring,
+    pub status_addr: GuestAddress,
+    pub max_sge: u32,
+    pub limit: u32,
+    /// The limit event goes out once when armed, then disarms.
+    pub armed: bool,
+    pub qp_users: u32,
+    /// WQEs copied into the engine's pool (`fetched`) and taken by QPs
+    /// (`consumed`, published as cons: their slots may be reused).
+    pub work: WorkProgress,
+    /// The guest broke the ring (impossible producer index): nothing more
+    /// is read from it.
+    pub broken: bool,
+}
+
+fn field(srq: &Srq, offset: usize) -> StatusWord {
+    StatusWord::at(srq.status_addr, offset)
+}
+
+impl Rnic {
+    pub(super) fn create_srq<M: GuestMemory>(&mut self, mem: &M, a: &CmdCreateSrq) -> CmdResult {
+        let l = self.limits;
+        let pdn = le(a.pdn);
+        if self.pds.get(pdn).is_none() {
+            return Err(Status::NotFound);
+        }
+        let (max_sge, limit, depth) = (le(a.max_sge), le(a.limit), le(a.depth));
+        if max_sge > l.max_srq_sge || limit > depth || a.reserved.to_native() != 0 {
+            return Err(Status::Invalid);
+        }
+        let status_addr = Self::status_page(mem, a.status_addr.to_native(), std::mem::size_of::<SrqStatus>())?;
+        let max_depth = (l.max_srq_wr + 1).next_power_of_two();
+        let wqe = abi::VT3_WQE_SIZE as u64;
+        let ring = self.read_ring(mem, depth, max_depth, wqe, a.ring_pbl_addr.to_native(), le(a.ring_npages))?;
+        let npages = ring.pages.len() as u64;
+        // Indices are free running: start where the page says.
+        let cons = StatusWord::at(status_addr, offset_of!(SrqStatus, cons)).load(mem, Ordering::Acquire).unwrap_or(0);
+        let srq = Srq {
+            pdn,
+            ring,
+            status_addr,
+            max_sge,
+            limit,
+            armed: limit != 0,
+            qp_users: 0,
+            work: WorkProgress { fetched: cons, consumed: cons },
+            broken: false,
+        };
+        let Some(srqn) = self.srqs.insert(srq) else {
+            self.pbl_used -= npages;
+            return Err(Status::NoResource);
+        };
+        if let Err(e) = self.attach_srq(srqn) {
+            log::warn!("SRQ {srqn}: the engine refused it: {e}");
+            self.srqs.remove(srqn);
+            self.pbl_used -= npages;
+            return Err(Status::NoResource);
+        }
+        self.pd_users(pdn, true);
+        // vt3d is idle on the ring: the first WQEs need a doorbell.
+        StatusWord::at(status_addr, offset_of!(SrqStatus, flags)).fetch_or(mem, SrqStatusFlag::Idle as u32);
+        handle_reply(srqn)
+    }
+
+    pub(super) fn modify_srq(&mut self, a: &CmdModifySrq) -> CmdResult {
+        let mask = le(a.mask);
+        let known = SrqModifyMask::Limit as u32 | SrqModifyMask::Arm as u32;
+        if mask & !known != 0 || a.reserved.to_native() != 0 {
+            return Err(Status::Invalid);
+        }
+        let srq = self.srqs.get_mut(le(a.srqn)).ok_or(Status::NotFound)?;
+        let limit = if mask & SrqModifyMask::Limit as u32 != 0 { le(a.limit) } else { srq.limit };
+        if limit > srq.ring.depth {
+            return Err(Status::Invalid);
+        }
+        srq.limit = limit;
+        if mask & SrqModifyMask::Arm as u32 != 0 {
+            // Arming with no limit would never fire: refused, as the verbs do.
+            if limit == 0 {
+                return Err(Status::Invalid);
+            }
+            srq.armed = true;
+        }
+        Ok(Vec::new())
+    }
+
+    pub(super) fn query_srq(&self, a: &CmdHandle) -> CmdResult {
+        let srq = self.srqs.get(le(a.handle)).ok_or(Status::NotFound)?;
+        reply(SrqAttr {
+            depth: srq.ring.depth.into(),
+            max_sge: srq.max_sge.into(),
+            limit: srq.limit.into(),
+            armed: u32::from(srq.armed).into(),
+            qps: srq.qp_users.into(),
+            reserved: 0.into(),
+        })
+    }
+
+    pub(super) fn destroy_srq(&mut self, a: &CmdHandle) -> CmdResult {
+        let srqn = le(a.handle);
+        let srq = self.srqs.get(srqn).ok_or(Status::NotFound)?;
+        if srq.qp_users > 0 {
+            return Err(Status::Busy);
+        }
+        if let Some(offload) = self.offload.as_mut() {
+            let _ = offload.engine.destroy_srq(srqn);
+        }
+        if let Some(srq) = self.srqs.remove(srqn) {
+            self.pbl_used -= srq.ring.pages.len() as u64;
+            self.pd_users(srq.pdn, false);
+        }
+        self.srq_fetch_pending.retain(|&s| s != srqn);
+        Ok(Vec::new())
+    }
+
+    /// Creates the engine's side of SRQ `srqn` (nothing without an engine):
+    /// its pool starts empty at the consumer index, so WQEs fetched for an
+    /// old engine are fetched again.
+    pub(super) fn attach_srq(&mut self, srqn: u32) -> Result<(), vt3_iwarp::engine::EngineError> {
+        let (Some(offload), Some(srq)) = (self.offload.as_mut(), self.srqs.get_mut(srqn)) else {
+            return Ok(());
+        };
+        srq.work.fetched = srq.work.consumed;
+        offload.engine.create_srq(srqn, srq.ring.depth, srq.work.consumed)
+    }
+
+    /// Copies the WQEs the guest produced on SRQ `srqn` into the engine's
+    /// pool, never more than the ring's depth beyond the consumer index;
+    /// returns whether any was posted. Doorbell suppression as for an RQ
+    /// (`datapath::fetch`). A producer index more than depth ahead of the
+    /// consumer index breaks the ring: VT3_SRQ_F_ERROR, VT3_EV_SRQ_ERROR
+    /// once, and nothing more is read (the QPs are not touched).
+    pub(super) fn fetch_srq<M: GuestMemory>(&mut self, mem: &M, srqn: u32) -> bool {
+        let Some(srq) = self.srqs.get_mut(srqn) else { return false };
+        let flags = field(srq, offset_of!(SrqStatus, flags));
+        let idle = SrqStatusFlag::Idle as u32;
+        let Some(offload) = self.offload.as_mut() else {
+            flags.fetch_or(mem, idle);
+            return false;
+        };
+        if srq.broken {
+            return false;
+        }
+        let prod_word = field(srq, offset_of!(SrqStatus, prod));
+        let limits = wqe::WqeLimits { max_send_sge: 0, max_recv_sge: srq.max_sge, max_inline: 0, sig_all: false };
+        flags.fetch_and_not(mem, idle);
+        let mut posted = false;
+        let mut budget = FETCH_BUDGET;
+        let mut seen = prod_word.load(mem, Ordering::Acquire);
+        while let Some(prod) = seen {
+            let outstanding = prod.wrapping_sub(srq.work.consumed);
+            if outstanding > srq.ring.depth {
+                log::warn!(
+                    "SRQ {srqn}: producer index {prod} is {outstanding} ahead of the consumer index {} in a ring \
+                     of {}: SRQ broken",
+                    srq.work.consumed,
+                    srq.ring.depth
+                );
+                srq.broken = true;
+                flags.fetch_or(mem, SrqStatusFlag::Error as u32);
+                self.srq_ring_errors += 1;
+                self.push_event(EventType::SrqError, &abi::Event { handle: srqn.into(), ..Default::default() });
+                return posted;
+            }
+            while srq.work.fetched != prod && srq.work.fetched.wrapping_sub(srq.work.consumed) < srq.ring.depth {
+                if budget == 0 {
+                    if !self.srq_fetch_pending.contains(&srqn) {
+                        self.srq_fetch_pending.push(srqn);
+                    }
+                    return posted;
+                }
+                budget -= 1;
+                let raw = srq.ring.entry_addr(srq.work.fetched).and_then(|a| mem.read_obj::<RqWqe>(a).ok());
+                let parsed = raw.ok_or(BadWqe::Unreadable).and_then(|w| wqe::recv_wr(&w, &limits));
+                let result = match parsed {
+                    Ok(wr) => offload.engine.post_srq_recv(srqn, wr),
+                    Err(e) => {
+                        let wr_id = raw.map_or(0, |w| w.wr_id.to_native());
+                        log::debug!("SRQ {srqn}: receive WQE {wr_id:#x} refused: {e}");
+                        offload.engine.post_srq_refused(srqn, wr_id, e.status())
+                    }
+                };
+                if let Err(e) = result {
+                    log::debug!("SRQ {srqn}: WQE {} not posted: {e}", srq.work.fetched);
+                    break;
+                }
+                srq.work.fetched = srq.work.fetched.wrapping_add(1);
+                posted = true;
+            }
+            flags.fetch_or(mem, idle);
+            fence(Ordering::SeqCst);
+            let again = prod_word.load(mem, Ordering::Acquire);
+            if again == seen {
+                return posted;
+            }
+            flags.fetch_and_not(mem, idle);
+            seen = again;
+        }
+        flags.fetch_or(mem, idle);
+        posted
+    }
+
+    /// After engine work: publishes each SRQ's consumer index (the slots
+    /// the QPs took are free), and sends VT3_EV_SRQ_LIMIT once when a take
+    /// left fewer than `limit` WQEs posted and not taken.
+    pub(super) fn sync_srqs<M: GuestMemory>(&mut self, mem: &M) {
+        let Some(offload) = self.offload.as_ref() else { return };
+        let mut limit_events = Vec::new();
+        for (srqn, srq) in self.srqs.iter_mut() {
+            let Some(taken) = offload.engine.srq_taken(srqn) else { continue };
+            if taken == srq.work.consumed {
+                continue;
+            }
+            srq.work.consumed = taken;
+            field(srq, offset_of!(SrqStatus, cons)).store(mem, taken, Ordering::Release);
+            if !srq.armed {
+                continue;
+            }
+            // The guest's producer index, as far as it is believable.
+            let prod = field(srq, offset_of!(SrqStatus, prod)).load(mem, Ordering::Acquire);
+            let posted = prod.map_or(0, |p| p.wrapping_sub(taken)).min(srq.ring.depth);
+            if posted < srq.limit {
+                srq.armed = false;
+                limit_events.push(srqn);
+            }
+        }
+        for srqn in limit_events {
+            self.push_event(EventType::SrqLimit, &abi::Event { handle: srqn.into(), ..Default::default() });
+        }
+    }
+
+    /// VT3_QPE_LAST_WQE_REACHED for the QPs of an SRQ that entered ERROR:
+    /// after the engine's output (the error's own event, the flush CQE of
+    /// the WQE the QP had taken) was delivered.
+    pub(super) fn report_last_wqe(&mut self) {
+        for qpn in std::mem::take(&mut self.last_wqe_owed) {
+            if self.qps.get(qpn).is_some() {
+                let body = abi::Event {
+                    handle: qpn.into(),
+                    code: (QpEvent::LastWqeReached as u32).into(),
+                    ..Default::default()
+                };
+                self.push_event(EventType::Qp, &body);
+            }
+        }
+    }
+
+    /// Continues SRQ fetches that spent their budget.
+    pub(super) fn service_srq_rings<M: GuestMemory>(&mut self, mem: &M) {
+        for srqn in std::mem::take(&mut self.srq_fetch_pending) {
+            self.fetch_srq(mem, srqn);
+        }
+    }
+}
+
+/// The SRQ a CREATE_QP names: it must exist in the QP's PD, and the QP
+/// has no RQ ring of its own. Returns the empty ring that stands for it.
+pub(super) fn check_qp_srq(rnic: &Rnic, a: &abi::CmdCreateQp) -> Result<Option<(u32, Ring)>, Status> {
+    let srqn = le(a.srqn);
+    if srqn == 0 {
+        return Ok(None);
+    }
+    let srq = rnic.srqs.get(srqn).ok_or(Status::NotFound)?;
+    if srq.pdn != le(a.pdn) || srq.broken {
+        return Err(Status::Invalid);
+    }
+    if le(a.rq_depth) != 0 || le(a.rq_npages) != 0 || a.rq_pbl_addr.to_native() != 0 || le(a.max_recv_sge) != 0 {
+        return Err(Status::Invalid);
+    }
+    Ok(Some((srqn, Ring { depth: 0, entry_size: abi::VT3_WQE_SIZE as u64, pages: Vec::new() })))
+}
