@@ -320,6 +320,7 @@ impl NetBackend {
             *tx_waits_uplink = true;
             return Ok(());
         }
+        *tx_waits_uplink = false;
         let mut stats = ChainStats::default();
         let now = self.now();
         let mut commands = false;
@@ -627,18 +628,15 @@ impl NetBackend {
         }
     }
 
-    /// Sends frames held for a full uplink; once it has room again, a TX
-    /// ring left unread for it is read again.
-    fn flush_uplink(&self, tx: &VringRwLock, rx: &VringRwLock) -> Result<(), BackendError> {
-        if !self.nic.flush_uplink() && self.nic.uplink_congested() {
-            return Ok(());
-        }
-        let waiting = std::mem::take(&mut lock(&self.datapath).tx_waits_uplink);
-        if waiting {
-            self.transmit(tx)?;
-            self.receive(rx)?;
-        }
-        Ok(())
+    /// Whether the TX ring was left unread for a reason that no longer
+    /// holds: the guest's replies drained below their cap, or the uplink
+    /// has room again. Whichever pass relieved it (an RX kick, a timer, the
+    /// engine's own flush), the guest will not kick again for chains it
+    /// posted already, so the ring must be read again now.
+    fn tx_unblocked(&self) -> bool {
+        let dp = lock(&self.datapath);
+        (dp.tx_throttled && dp.device_frames.len() < MAX_DEVICE_FRAMES)
+            || (dp.tx_waits_uplink && !self.nic.uplink_congested())
     }
 }
 
@@ -749,9 +747,7 @@ impl VhostUserBackend for NetBackend {
         *lock(&self.queues) = QueueAddrs { rx: ring_addrs(rx), tx: ring_addrs(tx) };
         // Whatever woke us, frames held for a full uplink go first if it
         // has room (EPOLLOUT comes as an UPLINK_EVENT).
-        if self.nic.uplink_backlog() > 0 {
-            self.flush_uplink(tx, rx)?;
-        }
+        self.nic.flush_uplink();
         // Whatever woke us (its own resume event, EPOLLOUT, a kick), an
         // engine with work left continues first.
         self.run_engine_if_due();
@@ -761,15 +757,8 @@ impl VhostUserBackend for NetBackend {
                 self.transmit(tx)?;
                 self.receive(rx)?;
             }
-            // An RX kick means new buffers for held frames; once device
-            // frames drain, a throttled TX ring is read again.
-            RX_QUEUE | UPLINK_EVENT => {
-                self.receive(rx)?;
-                if lock(&self.datapath).tx_throttled {
-                    self.transmit(tx)?;
-                    self.receive(rx)?;
-                }
-            }
+            // An RX kick means new buffers for held frames.
+            RX_QUEUE | UPLINK_EVENT => self.receive(rx)?,
             TIMER_EVENT => {
                 self.on_timer();
                 self.receive(rx)?;
@@ -791,6 +780,10 @@ impl VhostUserBackend for NetBackend {
         // (a receive whose ACK needed no engine pass) leave now.
         if self.nic.uplink_backlog() > 0 && !self.nic.flush_uplink() {
             lock(&self.timer).arm_within(self.now(), UPLINK_RETRY);
+        }
+        if self.tx_unblocked() {
+            self.transmit(tx)?;
+            self.receive(rx)?;
         }
         Ok(())
     }
