@@ -87,6 +87,12 @@ pub struct NicStats {
     /// own; a steady count means a guest or peer keeps vt3d saturated).
     pub tx_budget_yields: AtomicU64,
     pub rx_budget_yields: AtomicU64,
+    /// Times the TX ring was left unread because the guest's replies and
+    /// events were at their cap (the guest takes no RX frames), or because
+    /// the uplink was congested; times delivery found the RX ring empty.
+    pub tx_paused_replies: AtomicU64,
+    pub tx_paused_uplink: AtomicU64,
+    pub rx_ring_empty: AtomicU64,
     /// Frames of offloaded connections, from and to the uplink.
     pub toe_rx_frames: AtomicU64,
     pub toe_tx_frames: AtomicU64,
@@ -97,7 +103,7 @@ impl NicStats {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub fn rows(&self) -> [(&'static str, u64); 22] {
+    pub fn rows(&self) -> [(&'static str, u64); 25] {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         [
             ("tx_frames", g(&self.tx_frames)),
@@ -120,6 +126,9 @@ impl NicStats {
             ("rx_queue_broken", g(&self.rx_queue_broken)),
             ("tx_budget_yields", g(&self.tx_budget_yields)),
             ("rx_budget_yields", g(&self.rx_budget_yields)),
+            ("tx_paused_replies", g(&self.tx_paused_replies)),
+            ("tx_paused_uplink", g(&self.tx_paused_uplink)),
+            ("rx_ring_empty", g(&self.rx_ring_empty)),
             ("toe_rx_frames", g(&self.toe_rx_frames)),
             ("toe_tx_frames", g(&self.toe_tx_frames)),
         ]
@@ -339,6 +348,7 @@ impl Nic {
         NicStats::add(&self.stats.rx_frames, chains.frames);
         NicStats::add(&self.stats.rx_bytes, chains.bytes);
         NicStats::add(&self.stats.rx_malformed_chains, chains.malformed);
+        NicStats::add(&self.stats.rx_ring_empty, chains.ring_empty);
     }
 
     pub fn count_tx_malformed(&self, n: u64) {
@@ -361,6 +371,11 @@ impl Nic {
     /// Counts a wake-up that spent its budget with work left.
     pub fn count_budget_yield(&self, tx: bool) {
         NicStats::add(if tx { &self.stats.tx_budget_yields } else { &self.stats.rx_budget_yields }, 1);
+    }
+
+    /// Counts a TX ring left unread: replies at their cap, or the uplink.
+    pub fn count_tx_paused(&self, by_replies: bool) {
+        NicStats::add(if by_replies { &self.stats.tx_paused_replies } else { &self.stats.tx_paused_uplink }, 1);
     }
 }
 

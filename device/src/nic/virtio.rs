@@ -69,6 +69,8 @@ pub struct ChainStats {
     pub frames: u64,
     pub bytes: u64,
     pub malformed: u64,
+    /// Deliveries that found no buffer (RX; the guest's kick resumes them).
+    pub ring_empty: u64,
 }
 
 /// Reusable scratch space so the datapath allocates nothing per frame.
@@ -463,7 +465,7 @@ mod tests {
             mem.read_slice(&mut got, GuestAddress(DATA)).unwrap();
             assert_eq!(u16::from_le_bytes([got[10], got[11]]), 1);
             assert_eq!(&got[VNET_HDR_LEN..], &f[..]);
-            assert_eq!(st, ChainStats { frames: 1, bytes: 1514, malformed: 0 });
+            assert_eq!(st, ChainStats { frames: 1, bytes: 1514, malformed: 0, ring_empty: 0 });
         }
 
         #[test]
@@ -784,7 +786,7 @@ mod tests {
             let (frames, st, used_any) = drain(&mq, &mem, &layout(true));
             assert!(used_any);
             assert_eq!(frames, vec![f]);
-            assert_eq!(st, ChainStats { frames: 1, bytes: 1514, malformed: 0 });
+            assert_eq!(st, ChainStats { frames: 1, bytes: 1514, malformed: 0, ring_empty: 0 });
             assert_eq!(used(&mq, 0), (0, 0));
         }
 

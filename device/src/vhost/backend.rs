@@ -312,11 +312,17 @@ impl NetBackend {
         let mut dp = lock(&self.datapath);
         let Datapath { layout, scratch, device_frames, tx_throttled, tx_waits_uplink, .. } = &mut *dp;
         if device_frames.len() >= MAX_DEVICE_FRAMES {
+            if !*tx_throttled {
+                self.nic.count_tx_paused(true);
+            }
             *tx_throttled = true;
             return Ok(());
         }
         *tx_throttled = false;
         if self.nic.uplink_congested() {
+            if !*tx_waits_uplink {
+                self.nic.count_tx_paused(false);
+            }
             *tx_waits_uplink = true;
             return Ok(());
         }
@@ -356,8 +362,10 @@ impl NetBackend {
             Ok(done) => {
                 if done.more {
                     if device_frames.len() >= MAX_DEVICE_FRAMES {
+                        self.nic.count_tx_paused(true);
                         *tx_throttled = true;
                     } else if self.nic.uplink_congested() {
+                        self.nic.count_tx_paused(false);
                         *tx_waits_uplink = true;
                     } else {
                         self.nic.count_budget_yield(true);
@@ -674,6 +682,7 @@ fn deliver_one<M: vm_memory::GuestMemory>(
     }
     queue.enable_notification(mem)?;
     if queue.avail_idx(mem, Ordering::Acquire)? == avail_before {
+        stats.ring_empty += 1;
         return Ok(None);
     }
     Ok(Some(RxOutcome::NoBuffers))
