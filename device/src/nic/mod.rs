@@ -93,6 +93,20 @@ pub struct NicStats {
     pub tx_paused_replies: AtomicU64,
     pub tx_paused_uplink: AtomicU64,
     pub rx_ring_empty: AtomicU64,
+    /// RX passes that found the ring not ready, disabled or broken.
+    pub rx_ring_unusable: AtomicU64,
+    /// TX kicks from the guest; TX passes that found the ring not ready
+    /// or disabled; the TX ring's avail index and the device's next index
+    /// after the last pass (levels: equal when nothing waits).
+    pub tx_kicks: AtomicU64,
+    /// TX chains found by the ring watchdog with no kick to announce them.
+    pub tx_kicks_missed: AtomicU64,
+    pub tx_ring_unusable: AtomicU64,
+    pub tx_ring_avail: AtomicU64,
+    pub tx_ring_next: AtomicU64,
+    /// Frames of the device (replies, events) waiting for RX buffers, as
+    /// of the last RX pass (a level, not a count).
+    pub device_frames_waiting: AtomicU64,
     /// Frames of offloaded connections, from and to the uplink.
     pub toe_rx_frames: AtomicU64,
     pub toe_tx_frames: AtomicU64,
@@ -103,7 +117,7 @@ impl NicStats {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub fn rows(&self) -> [(&'static str, u64); 25] {
+    pub fn rows(&self) -> [(&'static str, u64); 32] {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         [
             ("tx_frames", g(&self.tx_frames)),
@@ -129,6 +143,13 @@ impl NicStats {
             ("tx_paused_replies", g(&self.tx_paused_replies)),
             ("tx_paused_uplink", g(&self.tx_paused_uplink)),
             ("rx_ring_empty", g(&self.rx_ring_empty)),
+            ("rx_ring_unusable", g(&self.rx_ring_unusable)),
+            ("tx_kicks", g(&self.tx_kicks)),
+            ("tx_kicks_missed", g(&self.tx_kicks_missed)),
+            ("tx_ring_unusable", g(&self.tx_ring_unusable)),
+            ("tx_ring_avail", g(&self.tx_ring_avail)),
+            ("tx_ring_next", g(&self.tx_ring_next)),
+            ("device_frames_waiting", g(&self.device_frames_waiting)),
             ("toe_rx_frames", g(&self.toe_rx_frames)),
             ("toe_tx_frames", g(&self.toe_tx_frames)),
         ]
@@ -371,6 +392,36 @@ impl Nic {
     /// Counts a wake-up that spent its budget with work left.
     pub fn count_budget_yield(&self, tx: bool) {
         NicStats::add(if tx { &self.stats.tx_budget_yields } else { &self.stats.rx_budget_yields }, 1);
+    }
+
+    /// What an RX pass left: whether the ring was usable, and how many of
+    /// the device's frames still wait for buffers.
+    pub fn note_rx_pass(&self, usable: bool, waiting: usize) {
+        if !usable {
+            NicStats::add(&self.stats.rx_ring_unusable, 1);
+        }
+        self.stats.device_frames_waiting.store(waiting as u64, Ordering::Relaxed);
+    }
+
+    /// A guest TX kick.
+    pub fn count_tx_kick(&self) {
+        NicStats::add(&self.stats.tx_kicks, 1);
+    }
+
+    /// TX chains the ring watchdog found without a kick.
+    pub fn count_missed_kick(&self) {
+        NicStats::add(&self.stats.tx_kicks_missed, 1);
+    }
+
+    /// What a TX pass left: whether the ring was usable, and its indices.
+    pub fn note_tx_pass(&self, usable: bool, avail: Option<u16>, next: u16) {
+        if !usable {
+            NicStats::add(&self.stats.tx_ring_unusable, 1);
+        }
+        if let Some(avail) = avail {
+            self.stats.tx_ring_avail.store(u64::from(avail), Ordering::Relaxed);
+        }
+        self.stats.tx_ring_next.store(u64::from(next), Ordering::Relaxed);
     }
 
     /// Counts a TX ring left unread: replies at their cap, or the uplink.

@@ -26,7 +26,7 @@ use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use vmm_sys_util::timerfd::TimerFd;
 
 use crate::nic::virtio::{
-    deliver_rx, drain_tx, ChainStats, NetLayout, QueueError, RxOutcome, Scratch, VNET_HDR_LEN,
+    deliver_rx, drain_tx, pending_chains, ChainStats, NetLayout, QueueError, RxOutcome, Scratch, VNET_HDR_LEN,
     VNET_HDR_LEN_LEGACY,
 };
 use crate::control::{Channel, Outcome, QueueAddrs};
@@ -65,6 +65,13 @@ const UPLINK_RETRY: Duration = Duration::from_millis(1);
 /// ([`NetBackend::run_engine`]): a timer there would pace every connection
 /// to one burst per tick.
 const MIN_TIMER: Duration = Duration::from_micros(100);
+/// The rings are looked at this often even without a kick. A guest kick
+/// that never reached vt3d (the soak met TX chains left in the ring with
+/// no kick to follow, and the driver's commands behind them unanswered
+/// until it declared the device lost) then costs this much delay instead
+/// of the device. RX needs it too: buffers the guest added with a lost
+/// kick are found by the same pass.
+const RING_WATCHDOG: Duration = Duration::from_millis(20);
 /// QEMU allows rx/tx_queue_size up to 1024.
 const MAX_QUEUE_SIZE: usize = 1024;
 
@@ -106,6 +113,9 @@ struct Datapath {
     tx_throttled: bool,
     /// TX was left unread because frames wait for the uplink.
     tx_waits_uplink: bool,
+    /// The TX ring's next index when the ring watchdog last found chains
+    /// waiting in it.
+    tx_watched: Option<u16>,
 }
 
 /// The engine's timer: a non-blocking timerfd in the worker's epoll,
@@ -206,6 +216,7 @@ impl NetBackend {
                 held: HeldFrames::default(),
                 device_frames: VecDeque::new(),
                 tx_throttled: false,
+                tx_watched: None,
                 tx_waits_uplink: false,
             }),
             timer: Mutex::new(EngineTimer::new()?),
@@ -258,7 +269,8 @@ impl NetBackend {
                 return;
             }
         }
-        lock(&self.timer).arm(now, next);
+        let watchdog = Instant::from_micros(now.total_micros().saturating_add(RING_WATCHDOG.as_micros() as i64));
+        lock(&self.timer).arm(now, Some(next.map_or(watchdog, |at| at.min(watchdog))));
     }
 
     /// Runs the engine if it asked to run again at once.
@@ -333,9 +345,10 @@ impl NetBackend {
         let drained = {
             let mut state = tx.get_mut();
             if !state.get_queue().ready() || !state.is_enabled() {
+                self.nic.note_tx_pass(false, None, state.get_queue().next_avail());
                 return Ok(());
             }
-            drain_tx(state.get_queue_mut(), &*mem, layout, scratch, &mut stats, TX_BUDGET, |frame| {
+            let drained = drain_tx(state.get_queue_mut(), &*mem, layout, scratch, &mut stats, TX_BUDGET, |frame| {
                 if self.nic.from_guest(frame) == GuestFrame::Control {
                     commands = true;
                     let queues = *lock(&self.queues);
@@ -351,7 +364,11 @@ impl NetBackend {
                     return ControlFlow::Break(());
                 }
                 ControlFlow::Continue(())
-            })
+            });
+            let queue = state.get_queue();
+            let avail = queue.avail_idx(&*mem, Ordering::Acquire).ok().map(|w| w.0);
+            self.nic.note_tx_pass(true, avail, queue.next_avail());
+            drained
         };
         // Doorbells and connection commands give the engine work.
         if commands {
@@ -473,13 +490,14 @@ impl NetBackend {
         let dp = &mut *dp;
         let mut stats = ChainStats::default();
         let mut pass = RxPass::default();
-        let result = {
+        let (result, usable) = {
             let mut state = vring.get_mut();
             let usable = state.get_queue().ready() && state.is_enabled() && !self.is_broken(RX_QUEUE);
             let ring = usable.then(|| state.get_queue_mut());
-            self.rx_pass(ring, &*mem, dp, &mut stats, &mut pass)
+            (self.rx_pass(ring, &*mem, dp, &mut stats, &mut pass), usable)
         };
         self.nic.count_rx(&stats);
+        self.nic.note_rx_pass(usable, dp.device_frames.len());
         if let Err(e) = result {
             self.mark_broken(RX_QUEUE, &e);
         }
@@ -636,6 +654,37 @@ impl NetBackend {
         }
     }
 
+    /// The ring watchdog's look at TX: chains waiting that are not left
+    /// unread on purpose (throttled, behind the uplink) are read now. Most
+    /// have a kick on its way (the timer came first); chains that waited
+    /// since the last look without the ring moving had none, and count.
+    fn tx_watchdog(&self, tx: &VringRwLock) -> Result<(), BackendError> {
+        let Ok(mem) = self.memory() else { return Ok(()) };
+        let waiting = {
+            let state = tx.get_ref();
+            let queue = state.get_queue();
+            let usable = queue.ready() && state.is_enabled() && !self.is_broken(TX_QUEUE);
+            (usable && pending_chains(queue, &*mem.memory()).is_ok_and(|n| n > 0)).then(|| queue.next_avail())
+        };
+        let stuck = {
+            let mut dp = lock(&self.datapath);
+            if dp.tx_throttled || dp.tx_waits_uplink {
+                dp.tx_watched = None;
+                return Ok(());
+            }
+            let stuck = waiting.is_some() && dp.tx_watched == waiting;
+            dp.tx_watched = waiting;
+            stuck
+        };
+        if stuck {
+            self.nic.count_missed_kick();
+        }
+        if waiting.is_some() {
+            self.transmit(tx)?;
+        }
+        Ok(())
+    }
+
     /// Whether the TX ring was left unread for a reason that no longer
     /// holds: the guest's replies drained below their cap, or the uplink
     /// has room again. Whichever pass relieved it (an RX kick, a timer, the
@@ -763,6 +812,7 @@ impl VhostUserBackend for NetBackend {
         match device_event {
             // A TX kick may queue control responses: deliver them at once.
             TX_QUEUE => {
+                self.nic.count_tx_kick();
                 self.transmit(tx)?;
                 self.receive(rx)?;
             }
@@ -770,6 +820,7 @@ impl VhostUserBackend for NetBackend {
             RX_QUEUE | UPLINK_EVENT => self.receive(rx)?,
             TIMER_EVENT => {
                 self.on_timer();
+                self.tx_watchdog(tx)?;
                 self.receive(rx)?;
             }
             KICK_EVENT => {
