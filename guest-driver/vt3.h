@@ -146,6 +146,7 @@ struct vt3_dev {
 	struct xarray qp_xa;		/* qpn -> vt3_qp, for iw_get_qp, CQEs */
 	spinlock_t orphan_lock;
 	struct list_head orphans;	/* vt3_pages the device may still use */
+	unsigned int orphaned;		/* on orphans; under orphan_lock */
 
 	/* Connection management (vt3_cm.c) */
 	struct mutex cm_lock;		/* listeners, addr */
@@ -344,7 +345,6 @@ void vt3_ctrl_init(struct vt3_dev *dev);
 void vt3_ctrl_start(struct vt3_dev *dev);
 void vt3_ctrl_stop(struct vt3_dev *dev);
 int vt3_ctrl_hello(struct vt3_dev *dev, unsigned int timeout_ms);
-extern const struct rdma_stat_desc vt3_refusal_stats[VT3_REFUSED_MAX];
 int vt3_cmd(struct vt3_dev *dev, enum vt3_cmd opcode, const void *req,
 	    size_t req_len, void *resp, size_t resp_len);
 int vt3_cmd_timeout(struct vt3_dev *dev, enum vt3_cmd opcode,
@@ -398,6 +398,8 @@ int vt3_iw_destroy_listen(struct iw_cm_id *cm_id);
 /* vt3_mem.c: memory handed to the device */
 void vt3_pages_put(struct vt3_pages *mem);
 void vt3_free_orphans(struct vt3_dev *dev);
+long vt3_pages_live(void);
+unsigned int vt3_orphaned(struct vt3_dev *dev);
 void *vt3_pages_slot(struct vt3_pages *mem, size_t offset);
 int vt3_queue_mem_alloc(struct vt3_dev *dev, struct ib_ucontext *uctx,
 			struct vt3_queue_mem *q, size_t bytes, bool with_pbl,

@@ -49,15 +49,6 @@ static const char * const vt3_cmd_names[] = {
 	[VT3_CMD_ALLOC_MR] = "ALLOC_MR",
 };
 
-const struct rdma_stat_desc vt3_refusal_stats[VT3_REFUSED_MAX] = {
-	[VT3_REFUSED_SHORT] = { .name = "ctrl_refused_short" },
-	[VT3_REFUSED_VERSION] = { .name = "ctrl_refused_version" },
-	[VT3_REFUSED_TYPE] = { .name = "ctrl_refused_type" },
-	[VT3_REFUSED_NO_SESSION] = { .name = "ctrl_refused_no_session" },
-	[VT3_REFUSED_MAC] = { .name = "ctrl_refused_mac" },
-	[VT3_REFUSED_REPLAY] = { .name = "ctrl_refused_replay" },
-};
-
 static const char * const vt3_status_names[] = {
 	[VT3_OK] = "OK",
 	[VT3_ERR_INVALID] = "INVALID",

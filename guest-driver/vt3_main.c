@@ -564,10 +564,27 @@ static struct rdma_link_ops vt3_link_ops = {
 	.newlink = vt3_newlink,
 };
 
-/* Control frames refused (vt3_ctrl.c): hw_counters of the device. */
+/*
+ * hw_counters of the device: control frames refused (vt3_ctrl.c), then
+ * memory (vt3_mem.c): vt3_pages alive (module-wide) and those kept as
+ * orphans because vt3d never confirmed it forgot them.
+ */
+enum { VT3_STAT_MEM_LIVE = VT3_REFUSED_MAX, VT3_STAT_MEM_ORPHANED, VT3_STATS_MAX };
+
+static const struct rdma_stat_desc vt3_hw_stats[VT3_STATS_MAX] = {
+	[VT3_REFUSED_SHORT] = { .name = "ctrl_refused_short" },
+	[VT3_REFUSED_VERSION] = { .name = "ctrl_refused_version" },
+	[VT3_REFUSED_TYPE] = { .name = "ctrl_refused_type" },
+	[VT3_REFUSED_NO_SESSION] = { .name = "ctrl_refused_no_session" },
+	[VT3_REFUSED_MAC] = { .name = "ctrl_refused_mac" },
+	[VT3_REFUSED_REPLAY] = { .name = "ctrl_refused_replay" },
+	[VT3_STAT_MEM_LIVE] = { .name = "mem_live" },
+	[VT3_STAT_MEM_ORPHANED] = { .name = "mem_orphaned" },
+};
+
 static struct rdma_hw_stats *vt3_alloc_hw_device_stats(struct ib_device *ibdev)
 {
-	return rdma_alloc_hw_stats_struct(vt3_refusal_stats, VT3_REFUSED_MAX,
+	return rdma_alloc_hw_stats_struct(vt3_hw_stats, VT3_STATS_MAX,
 					  RDMA_HW_STATS_DEFAULT_LIFESPAN);
 }
 
@@ -579,7 +596,9 @@ static int vt3_get_hw_stats(struct ib_device *ibdev,
 
 	for (i = 0; i < VT3_REFUSED_MAX; i++)
 		stats->value[i] = atomic64_read(&dev->ctrl.refused[i]);
-	return VT3_REFUSED_MAX;
+	stats->value[VT3_STAT_MEM_LIVE] = vt3_pages_live();
+	stats->value[VT3_STAT_MEM_ORPHANED] = vt3_orphaned(dev);
+	return VT3_STATS_MAX;
 }
 
 static const struct ib_device_ops vt3_dev_ops = {

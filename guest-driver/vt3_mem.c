@@ -17,6 +17,14 @@
 
 #include "vt3.h"
 
+/* vt3_pages alive, all devices: a hw counter (mem_live), so tests see leaks. */
+static atomic_long_t vt3_live = ATOMIC_LONG_INIT(0);
+
+long vt3_pages_live(void)
+{
+	return atomic_long_read(&vt3_live);
+}
+
 static struct vt3_pages *vt3_pages_new(unsigned int npages)
 {
 	struct vt3_pages *mem;
@@ -26,6 +34,7 @@ static struct vt3_pages *vt3_pages_new(unsigned int npages)
 		return NULL;
 	kref_init(&mem->ref);
 	INIT_LIST_HEAD(&mem->orphan);
+	atomic_long_inc(&vt3_live);
 	return mem;
 }
 
@@ -40,6 +49,7 @@ static void vt3_pages_release(struct kref *ref)
 		__free_page(mem->pages[i]);
 	kfree(mem->pbl);
 	kfree(mem);
+	atomic_long_dec(&vt3_live);
 }
 
 void vt3_pages_put(struct vt3_pages *mem)
@@ -101,7 +111,18 @@ static void vt3_orphan(struct vt3_dev *dev, struct vt3_pages *mem)
 {
 	spin_lock(&dev->orphan_lock);
 	list_add_tail(&mem->orphan, &dev->orphans);
+	dev->orphaned++;
 	spin_unlock(&dev->orphan_lock);
+}
+
+unsigned int vt3_orphaned(struct vt3_dev *dev)
+{
+	unsigned int n;
+
+	spin_lock(&dev->orphan_lock);
+	n = dev->orphaned;
+	spin_unlock(&dev->orphan_lock);
+	return n;
 }
 
 void vt3_free_orphans(struct vt3_dev *dev)
@@ -111,6 +132,7 @@ void vt3_free_orphans(struct vt3_dev *dev)
 
 	spin_lock(&dev->orphan_lock);
 	list_splice_init(&dev->orphans, &list);
+	dev->orphaned = 0;
 	spin_unlock(&dev->orphan_lock);
 	list_for_each_entry_safe(mem, next, &list, orphan) {
 		list_del(&mem->orphan);

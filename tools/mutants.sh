@@ -21,6 +21,13 @@
 #   slot-by-cons   vt3.ko lets a kernel SQ's slots be reused once vt3d's
 #                  consumer index passed them, before their CQEs were
 #                  taken (a lost device's flush reads overwritten WQEs)
+#   free-unknown   vt3.ko frees the memory of a command whose outcome is
+#                  unknown (its reply lost) instead of keeping it as an
+#                  orphan: vt3d may write into pages given back
+#   fatal-before-flags  vt3.ko sends DEVICE_FATAL for a lost device before
+#                  it sets the QPs' error flags (and holds the window open
+#                  200 ms, as a busy guest might): libvt3 notes nothing
+#                  when the event is read
 #   close-withheld vt3.ko never sends the CLOSE of a connection ended while
 #                  the device is being removed (iw_cm keeps its QP
 #                  reference: a ULP's destroy_qp in its DEVICE_REMOVAL
@@ -116,7 +123,26 @@ REASON[slot-by-cons]='WRs without a completion|twice|duplicate|not posted'
 CASES[slot-by-cons]=kchaos
 ENV[slot-by-cons]='VT3_CHAOS_PLAN=1:mute-commands;1:mute-commands;1:mute-commands'
 
-ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze close-withheld lost-flush-from-cons slot-by-cons)
+FILE[free-unknown]=guest-driver/vt3_mem.c
+ANCHOR[free-unknown]='	list_add_tail(&mem->orphan, &dev->orphans);
+	dev->orphaned++;'
+REPLACEMENT[free-unknown]='	spin_unlock(&dev->orphan_lock);
+	vt3_pages_put(mem); /* MUTANT */
+	return;'
+REASON[free-unknown]='kept .* orphans over'
+CASES[free-unknown]=unknown-outcome
+
+FILE[fatal-before-flags]=guest-driver/vt3_cm.c
+ANCHOR[fatal-before-flags]='	vt3_cq_freeze_all(dev);
+	while ((qp = vt3_qp_get_next(dev, &qpn))) {'
+REPLACEMENT[fatal-before-flags]='	vt3_cq_freeze_all(dev);
+	vt3_device_fatal_event(dev); /* MUTANT */
+	msleep(200);
+	while ((qp = vt3_qp_get_next(dev, &qpn))) {'
+REASON[fatal-before-flags]='not every WR completed|completions came only'
+CASES[fatal-before-flags]=flush-vt3d-killed
+
+ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze close-withheld lost-flush-from-cons slot-by-cons free-unknown fatal-before-flags)
 
 log() { printf '[mutants] %s\n' "$*" >&2; }
 

@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::nic::{parse_mac, MacAddr};
 use crate::uplink::UplinkSpec;
+use crate::abi::Cmd;
 
 #[derive(Debug, Parser)]
 #[command(name = "vt3d", version, about = "vt3d: a virtual T3-class iWARP RNIC for QEMU (vhost-user-net backend)")]
@@ -146,6 +147,27 @@ pub enum FaultRequest {
         #[arg(long, value_parser = clap::value_parser!(u32).range(0..=600_000))]
         ms: u32,
     },
+    /// A mailbox that loses one answer: the next command COMMAND (e.g.
+    /// create-cq, create-qp, reg-mr) is carried out and its reply dropped.
+    /// The driver's command times out while vt3d answers its probes: an
+    /// unknown outcome (the driver keeps what it handed over).
+    LoseReply {
+        #[arg(long, value_parser = command_name)]
+        command: Cmd,
+    },
+}
+
+/// A command by its name in `vt3_hw.h`, lower case with dashes
+/// (`create-cq` for VT3_CMD_CREATE_CQ).
+fn command_name(s: &str) -> Result<Cmd, String> {
+    Cmd::ALL.iter().copied().find(|c| cli_name(*c) == s).ok_or_else(|| {
+        let names: Vec<String> = Cmd::ALL.iter().map(|c| cli_name(*c)).collect();
+        format!("{s:?} is not a command (one of: {})", names.join(", "))
+    })
+}
+
+fn cli_name(cmd: Cmd) -> String {
+    cmd.name().trim_start_matches("VT3_CMD_").to_ascii_lowercase().replace('_', "-")
 }
 
 /// Decimal or `0x` hexadecimal.
@@ -193,6 +215,7 @@ impl FaultRequest {
             Self::InvalidateStag { stag } => vec!["invalidate-stag".to_owned(), "--stag".to_owned(), format!("{stag:#x}")],
             Self::DeviceFatal => vec!["device-fatal".to_owned()],
             Self::MuteCommands { ms } => vec!["mute-commands".to_owned(), "--ms".to_owned(), ms.to_string()],
+            Self::LoseReply { command } => vec!["lose-reply".to_owned(), "--command".to_owned(), cli_name(command)],
         }
     }
 }
@@ -372,7 +395,7 @@ mod tests {
 
     #[test]
     fn fault_command_lines() {
-        let cases: [(&[&str], FaultRequest); 12] = [
+        let cases: [(&[&str], FaultRequest); 13] = [
             (&["fault", "rst", "--qp", "3"], FaultRequest::Rst { qp: 3 }),
             (&["fault", "fin", "--qp", "3"], FaultRequest::Fin { qp: 3 }),
             (&["fault", "blackhole", "--qp", "3"], FaultRequest::Blackhole { qp: 3, off: false }),
@@ -391,6 +414,7 @@ mod tests {
             (&["fault", "invalidate-stag", "--stag", "0x1a01"], FaultRequest::InvalidateStag { stag: 0x1a01 }),
             (&["fault", "device-fatal"], FaultRequest::DeviceFatal),
             (&["fault", "mute-commands", "--ms", "20000"], FaultRequest::MuteCommands { ms: 20000 }),
+            (&["fault", "lose-reply", "--command", "create-cq"], FaultRequest::LoseReply { command: Cmd::CreateCq }),
         ];
         for (args, expected) in cases {
             let request = ctl(args).unwrap();

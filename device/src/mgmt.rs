@@ -256,6 +256,10 @@ fn inject(nic: &Nic, request: FaultRequest) -> (&'static str, Row, Result<Inject
             let result = nic.rnic().mute_commands(now, EngineDuration::from_millis(u64::from(ms)));
             ("mute-commands", vec![("ms", ms.into())], result)
         }
+        FaultRequest::LoseReply { command } => {
+            let result = nic.rnic().lose_reply(command);
+            ("lose-reply", vec![("command", Value::Text(command.name().to_owned()))], result)
+        }
     };
     if result.is_ok() {
         nic.kick();

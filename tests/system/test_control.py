@@ -178,6 +178,46 @@ def test_driver_unload(fresh_single_vt3):
     assert count(out, r"^FAIL ") == 0 and count(out, r"^ok ") == VT3_UVERBS_CHECKS, out
 
 
+def mem_counters(g) -> dict[str, int]:
+    """vt3.ko's memory counters: vt3_pages alive, and those kept as orphans."""
+    out = g.check("cd /sys/class/infiniband/vt3_0/hw_counters && grep . mem_live mem_orphaned", 10)
+    return {k: int(v) for k, v in re.findall(r"^(mem_\w+):(\d+)$", out, re.M)}
+
+
+# The verb vt3-resources calls for each command, and the memory vt3.ko
+# handed over for that object alone (CQ: ring, status page; QP: SQ, RQ,
+# status page; MR: the pinned region).
+UNKNOWN_OUTCOMES = {"create-cq": ("ibv_create_cq", 2), "create-qp": ("ibv_create_qp", 3), "reg-mr": ("ibv_reg_mr", 1)}
+
+
+@pytest.mark.parametrize("command", UNKNOWN_OUTCOMES)
+def test_unknown_outcome(fresh_single_vt3, command):
+    """vt3d carries out a create but its reply is lost (fault lose-reply): the verb fails with ETIMEDOUT, the
+    memory vt3.ko handed over stays allocated as an orphan (vt3d may write into it), a RESET frees it"""
+    s = fresh_single_vt3
+    a = s.a
+    verb, own = UNKNOWN_OUTCOMES[command]
+    base = mem_counters(a)
+    assert base["mem_orphaned"] == 0, f"orphans before the fault: {base}"
+    s.vt3a.ctl("fault", "lose-reply", "--command", command)
+    r = a.run("dmesg -c > /dev/null; vt3-resources -n 1", 60)
+    assert r.rc == 1 and re.search(rf"{verb}(\([^)]*\))? failed: .*\(errno 110\)", r.out), \
+        f"vt3-resources with the {command} reply lost (want {verb} ETIMEDOUT): exit {r.rc}:\n{r.out[-800:]}"
+    assert s.vt3a.stats()["fault.lost_replies"] == 1, "vt3d did not drop the reply"
+    assert "outcome unknown" in a.check("dmesg", 10), "vt3.ko did not report the unknown outcome"
+    held = s.vt3a.objects()
+    assert held.get(command.split("-")[1], 0) >= 1, f"vt3d does not hold the object whose reply was lost: {held}"
+    got = mem_counters(a)
+    # The object's memory and whatever vt3d refused to let go of because of
+    # it stay; everything else the process had is freed.
+    assert got["mem_orphaned"] >= own, f"{command}: vt3.ko kept {got} (want >= {own} orphans over {base})"
+    assert got["mem_live"] - base["mem_live"] == got["mem_orphaned"], f"{command}: leaked or freed: {base} -> {got}"
+    a.check("rdma link del vt3_0 && rdma link add vt3_0 type vt3 netdev eth0", 60)
+    wait_device(a)
+    no_objects(s, "after the RESET")
+    assert mem_counters(a) == base, "the RESET vt3d confirmed did not free the orphans"
+
+
 def test_vt3d_lost(fresh_single_vt3):
     """vt3d stops answering (device unregistered), then exits (port DOWN, rmmod)"""
     s = fresh_single_vt3

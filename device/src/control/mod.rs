@@ -128,6 +128,10 @@ impl Channel {
                 if cmd == Cmd::Doorbell && r.is_ok() {
                     return Outcome::Silent;
                 }
+                if rnic.loses_reply(cmd) {
+                    log::debug!("{} carried out, its reply dropped (lose-reply)", cmd.name());
+                    return Outcome::Silent;
+                }
                 r
             }
         };

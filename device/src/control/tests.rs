@@ -688,3 +688,37 @@ mod muted {
         assert_eq!(d.rnic.fault_stats().mute_commands, 2);
     }
 }
+
+/// `vt3d ctl fault lose-reply`: one command carried out, its answer lost.
+mod lost_reply {
+    use super::*;
+
+    fn send(d: &mut Driver, cmd: Cmd, payload: &[u8]) -> Outcome {
+        let f = d.frame(VT3_CTRL_VERSION, cmd as u16, payload.len() as u16, payload);
+        d.chan.handle_frame(&mut d.rnic, &d.mem, &f, &queues(), NOW)
+    }
+
+    #[test]
+    fn the_next_such_command_is_carried_out_unanswered_once_and_the_others_are_answered() {
+        let mut d = Driver::new();
+        d.rnic.lose_reply(Cmd::CreateCq).unwrap();
+        assert!(matches!(send(&mut d, Cmd::QueryPort, &[]), Outcome::Reply(_)), "another command is answered");
+        let b = d.cq_args(16);
+        assert_eq!(send(&mut d, Cmd::CreateCq, b.as_slice()), Outcome::Silent);
+        assert_eq!(d.counts().cq, 1, "the command was carried out");
+        assert!(matches!(send(&mut d, Cmd::CreateCq, b.as_slice()), Outcome::Reply(_)), "only once");
+        assert_eq!(d.counts().cq, 2);
+        let stats = d.rnic.fault_stats();
+        assert_eq!((stats.lose_reply, stats.lost_replies), (1, 1));
+    }
+
+    #[test]
+    fn commands_without_a_reply_or_that_end_the_session_are_refused() {
+        let mut d = Driver::new();
+        for cmd in [Cmd::Doorbell, Cmd::ArmCq, Cmd::Hello, Cmd::Reset] {
+            assert!(d.rnic.lose_reply(cmd).is_err(), "{}", cmd.name());
+        }
+        assert_eq!(d.rnic.fault_stats().refused, 4);
+        assert!(matches!(send(&mut d, Cmd::QueryPort, &[]), Outcome::Reply(_)));
+    }
+}

@@ -15,7 +15,9 @@
 //! error we detect (VT3_QPE_TERMINATE_SENT, protection class);
 //! `device-fatal` → VT3_EV_DEVICE_FATAL, every QP in ERROR;
 //! `mute-commands` → no event: the driver's commands go unanswered (it
-//! declares the device lost) while the data path runs on.
+//! declares the device lost) while the data path runs on;
+//! `lose-reply` → no event: one command is carried out and its answer
+//! lost (the driver must treat the outcome as unknown).
 
 use std::mem::offset_of;
 
@@ -47,12 +49,15 @@ pub struct FaultStats {
     pub mute_commands: u64,
     /// Commands dropped unanswered while muted.
     pub muted_commands: u64,
+    pub lose_reply: u64,
+    /// Commands carried out whose reply was then dropped (`lose-reply`).
+    pub lost_replies: u64,
     /// Requests refused (no such QP, not connected, bad code …).
     pub refused: u64,
 }
 
 impl FaultStats {
-    pub fn rows(&self) -> [(&'static str, u64); 12] {
+    pub fn rows(&self) -> [(&'static str, u64); 14] {
         [
             ("rst", self.rst),
             ("fin", self.fin),
@@ -65,6 +70,8 @@ impl FaultStats {
             ("device_fatal", self.device_fatal),
             ("mute_commands", self.mute_commands),
             ("muted_commands", self.muted_commands),
+            ("lose_reply", self.lose_reply),
+            ("lost_replies", self.lost_replies),
             ("refused", self.refused),
         ]
     }
@@ -307,6 +314,39 @@ impl Rnic {
             ),
             None,
         ))
+    }
+
+    /// `fault lose-reply`: the next `cmd` is carried out and its reply
+    /// dropped, once ([`Rnic::loses_reply`]): a mailbox that loses one
+    /// answer. Doorbells and arming have no reply to lose; HELLO and RESET
+    /// are refused (they end the session's objects, which is not an
+    /// unknown outcome the driver can keep memory for).
+    pub fn lose_reply(&mut self, cmd: Cmd) -> Result<Injected, String> {
+        if matches!(cmd, Cmd::Doorbell | Cmd::ArmCq | Cmd::Hello | Cmd::Reset) {
+            self.fault_stats.refused += 1;
+            return Err(format!("{} has no reply lose-reply can drop", cmd.name()));
+        }
+        self.fault_stats.lose_reply += 1;
+        self.lose_reply = Some(cmd);
+        Ok(injected(
+            format!(
+                "the next {} is carried out and its reply dropped: the driver's command times out while vt3d \
+                 answers its probes (outcome unknown)",
+                cmd.name()
+            ),
+            None,
+        ))
+    }
+
+    /// Whether the reply of `cmd`, just carried out, is to be dropped
+    /// (`fault lose-reply`); clears the fault when it is.
+    pub fn loses_reply(&mut self, cmd: Cmd) -> bool {
+        if self.lose_reply != Some(cmd) {
+            return false;
+        }
+        self.lose_reply = None;
+        self.fault_stats.lost_replies += 1;
+        true
     }
 
     /// Whether the command channel drops `cmd` at `now` (muted): what a

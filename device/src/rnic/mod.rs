@@ -233,6 +233,8 @@ pub struct Rnic {
     fatal: Option<fault::Fatal>,
     /// `fault mute-commands`: commands are dropped unanswered until then.
     muted_until: Option<Instant>,
+    /// `fault lose-reply`: the next command of this opcode loses its reply.
+    lose_reply: Option<abi::Cmd>,
     /// Work queues whose producer index was impossible: their QPs go to
     /// ERROR at the next engine pass.
     ring_faults: Vec<(u32, WorkQueue)>,
@@ -316,6 +318,7 @@ impl Rnic {
             fault_stats: fault::FaultStats::default(),
             fatal: None,
             muted_until: None,
+            lose_reply: None,
             ring_faults: Vec::new(),
             fetch_pending: Vec::new(),
             srq_fetch_pending: Vec::new(),
