@@ -99,7 +99,9 @@ pub struct NicStats {
     /// or disabled; the TX ring's avail index and the device's next index
     /// after the last pass (levels: equal when nothing waits).
     pub tx_kicks: AtomicU64,
-    /// TX chains found by the ring watchdog with no kick to announce them.
+    /// Times the ring watchdog found TX chains waiting and read them; of
+    /// those, times no kick came by its next look (a lost kick).
+    pub tx_watchdog_reads: AtomicU64,
     pub tx_kicks_missed: AtomicU64,
     pub tx_ring_unusable: AtomicU64,
     pub tx_ring_avail: AtomicU64,
@@ -117,7 +119,7 @@ impl NicStats {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub fn rows(&self) -> [(&'static str, u64); 32] {
+    pub fn rows(&self) -> [(&'static str, u64); 33] {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         [
             ("tx_frames", g(&self.tx_frames)),
@@ -145,6 +147,7 @@ impl NicStats {
             ("rx_ring_empty", g(&self.rx_ring_empty)),
             ("rx_ring_unusable", g(&self.rx_ring_unusable)),
             ("tx_kicks", g(&self.tx_kicks)),
+            ("tx_watchdog_reads", g(&self.tx_watchdog_reads)),
             ("tx_kicks_missed", g(&self.tx_kicks_missed)),
             ("tx_ring_unusable", g(&self.tx_ring_unusable)),
             ("tx_ring_avail", g(&self.tx_ring_avail)),
@@ -411,6 +414,11 @@ impl Nic {
     /// TX chains the ring watchdog found without a kick.
     pub fn count_missed_kick(&self) {
         NicStats::add(&self.stats.tx_kicks_missed, 1);
+    }
+
+    /// TX chains the ring watchdog read.
+    pub fn count_watchdog_read(&self) {
+        NicStats::add(&self.stats.tx_watchdog_reads, 1);
     }
 
     /// What a TX pass left: whether the ring was usable, and its indices.

@@ -113,9 +113,8 @@ struct Datapath {
     tx_throttled: bool,
     /// TX was left unread because frames wait for the uplink.
     tx_waits_uplink: bool,
-    /// The TX ring's next index when the ring watchdog last found chains
-    /// waiting in it.
-    tx_watched: Option<u16>,
+    /// The ring watchdog read TX chains and no kick came since.
+    tx_rescued: bool,
 }
 
 /// The engine's timer: a non-blocking timerfd in the worker's epoll,
@@ -216,7 +215,7 @@ impl NetBackend {
                 held: HeldFrames::default(),
                 device_frames: VecDeque::new(),
                 tx_throttled: false,
-                tx_watched: None,
+                tx_rescued: false,
                 tx_waits_uplink: false,
             }),
             timer: Mutex::new(EngineTimer::new()?),
@@ -656,33 +655,28 @@ impl NetBackend {
 
     /// The ring watchdog's look at TX: chains waiting that are not left
     /// unread on purpose (throttled, behind the uplink) are read now. Most
-    /// have a kick on its way (the timer came first); chains that waited
-    /// since the last look without the ring moving had none, and count.
+    /// have a kick on its way (the timer came first); when no kick came
+    /// by the next look, the guest's was lost, and counts.
     fn tx_watchdog(&self, tx: &VringRwLock) -> Result<(), BackendError> {
         let Ok(mem) = self.memory() else { return Ok(()) };
         let waiting = {
             let state = tx.get_ref();
             let queue = state.get_queue();
             let usable = queue.ready() && state.is_enabled() && !self.is_broken(TX_QUEUE);
-            (usable && pending_chains(queue, &*mem.memory()).is_ok_and(|n| n > 0)).then(|| queue.next_avail())
+            usable && pending_chains(queue, &*mem.memory()).is_ok_and(|n| n > 0)
         };
-        let stuck = {
+        {
             let mut dp = lock(&self.datapath);
-            if dp.tx_throttled || dp.tx_waits_uplink {
-                dp.tx_watched = None;
+            if std::mem::take(&mut dp.tx_rescued) {
+                self.nic.count_missed_kick();
+            }
+            if !waiting || dp.tx_throttled || dp.tx_waits_uplink {
                 return Ok(());
             }
-            let stuck = waiting.is_some() && dp.tx_watched == waiting;
-            dp.tx_watched = waiting;
-            stuck
-        };
-        if stuck {
-            self.nic.count_missed_kick();
+            dp.tx_rescued = true;
         }
-        if waiting.is_some() {
-            self.transmit(tx)?;
-        }
-        Ok(())
+        self.nic.count_watchdog_read();
+        self.transmit(tx)
     }
 
     /// Whether the TX ring was left unread for a reason that no longer
@@ -813,6 +807,7 @@ impl VhostUserBackend for NetBackend {
             // A TX kick may queue control responses: deliver them at once.
             TX_QUEUE => {
                 self.nic.count_tx_kick();
+                lock(&self.datapath).tx_rescued = false;
                 self.transmit(tx)?;
                 self.receive(rx)?;
             }
