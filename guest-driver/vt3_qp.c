@@ -145,12 +145,17 @@ static int vt3_check_caps(struct vt3_dev *dev, struct ib_qp_init_attr *attr,
 	const struct ib_qp_cap *cap = &attr->cap;
 	const struct vt3_limits *l = &dev->lim;
 
-	if (attr->qp_type != IB_QPT_RC || attr->srq || attr->create_flags)
+	if (attr->qp_type != IB_QPT_RC || attr->create_flags)
 		return -EOPNOTSUPP;
 	if (!attr->send_cq || !attr->recv_cq)
 		return -EINVAL;
-	if (cap->max_send_wr > l->max_qp_wr || cap->max_recv_wr > l->max_qp_wr ||
-	    cap->max_send_sge > l->max_sge || cap->max_recv_sge > l->max_sge)
+	/* A QP of an SRQ has no receive queue: its receive caps mean nothing. */
+	if (cap->max_send_wr > l->max_qp_wr || cap->max_send_sge > l->max_sge ||
+	    (!attr->srq && (cap->max_recv_wr > l->max_qp_wr ||
+			    cap->max_recv_sge > l->max_sge)))
+		return -EINVAL;
+	/* Kernel and user objects do not mix (the core keeps them apart too). */
+	if (attr->srq && to_vt3_srq(attr->srq)->user != user)
 		return -EINVAL;
 	/*
 	 * Kernel QPs take no inline data: kernel SGEs carry DMA addresses,
@@ -196,12 +201,14 @@ int vt3_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr,
 	qp->sig_all = attr->sq_sig_type == IB_SIGNAL_ALL_WR;
 	/* vt3d takes rings of at least two entries. */
 	qp->sq_depth = roundup_pow_of_two(max(attr->cap.max_send_wr, 2U));
-	qp->rq_depth = roundup_pow_of_two(max(attr->cap.max_recv_wr, 2U));
+	/* A QP of an SRQ takes its receive WQEs from there: no RQ ring. */
+	qp->rq_depth = attr->srq ? 0 :
+		       roundup_pow_of_two(max(attr->cap.max_recv_wr, 2U));
 	if (qp->sq_depth > dev->lim.max_qp_depth ||
 	    qp->rq_depth > dev->lim.max_qp_depth)
 		return -EINVAL;
 	qp->max_send_sge = attr->cap.max_send_sge;
-	qp->max_recv_sge = attr->cap.max_recv_sge;
+	qp->max_recv_sge = attr->srq ? 0 : attr->cap.max_recv_sge;
 	qp->max_inline = udata ? dev->lim.max_inline : 0;
 
 	err = vt3_queue_mem_alloc(dev, ibuc, &qp->sq,
@@ -209,27 +216,33 @@ int vt3_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr,
 				  &uresp.sq_key);
 	if (err)
 		return err;
-	err = vt3_queue_mem_alloc(dev, ibuc, &qp->rq,
-				  (size_t)qp->rq_depth * VT3_WQE_SIZE, true,
-				  &uresp.rq_key);
-	if (err)
-		goto err_sq;
+	if (qp->rq_depth) {
+		err = vt3_queue_mem_alloc(dev, ibuc, &qp->rq,
+					  (size_t)qp->rq_depth * VT3_WQE_SIZE,
+					  true, &uresp.rq_key);
+		if (err)
+			goto err_sq;
+	}
 	err = vt3_queue_mem_alloc(dev, ibuc, &qp->status,
 				  sizeof(struct vt3_qp_status), false,
 				  &uresp.status_key);
 	if (err)
 		goto err_rq;
 	if (qp->sq.mem->pbl_len > dev->lim.max_pbl_pages ||
-	    qp->rq.mem->pbl_len > dev->lim.max_pbl_pages) {
+	    (qp->rq.mem && qp->rq.mem->pbl_len > dev->lim.max_pbl_pages)) {
 		err = -EINVAL;
 		goto err_status;
 	}
 
 	req.sq_pbl_addr = cpu_to_le64(virt_to_phys(qp->sq.mem->pbl));
-	req.rq_pbl_addr = cpu_to_le64(virt_to_phys(qp->rq.mem->pbl));
+	if (qp->rq.mem) {
+		req.rq_pbl_addr = cpu_to_le64(virt_to_phys(qp->rq.mem->pbl));
+		req.rq_npages = cpu_to_le32(qp->rq.mem->pbl_len);
+	} else {
+		req.srqn = cpu_to_le32(to_vt3_srq(attr->srq)->srqn);
+	}
 	req.status_addr = cpu_to_le64(page_to_phys(qp->status.mem->pages[0]));
 	req.sq_npages = cpu_to_le32(qp->sq.mem->pbl_len);
-	req.rq_npages = cpu_to_le32(qp->rq.mem->pbl_len);
 	req.sq_depth = cpu_to_le32(qp->sq_depth);
 	req.rq_depth = cpu_to_le32(qp->rq_depth);
 	req.pdn = cpu_to_le32(to_vt3_pd(ibqp->pd)->pdn);
@@ -252,7 +265,7 @@ int vt3_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr,
 		uresp.sq_depth = qp->sq_depth;
 		uresp.rq_depth = qp->rq_depth;
 		uresp.sq_size = qp->sq.mem->npages << PAGE_SHIFT;
-		uresp.rq_size = qp->rq.mem->npages << PAGE_SHIFT;
+		uresp.rq_size = qp->rq.mem ? qp->rq.mem->npages << PAGE_SHIFT : 0;
 		uresp.max_inline = qp->max_inline;
 		err = ib_copy_to_udata(udata, &uresp, sizeof(uresp));
 		if (err)
@@ -270,6 +283,7 @@ int vt3_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr,
 	}
 	attr->cap.max_send_wr = qp->sq_depth;
 	attr->cap.max_recv_wr = qp->rq_depth;
+	attr->cap.max_recv_sge = qp->max_recv_sge;
 	attr->cap.max_inline_data = qp->max_inline;
 	return 0;
 
@@ -404,7 +418,13 @@ static void vt3_qp_flush_start(struct vt3_qp *qp)
 
 	spin_lock_irqsave(&rcq->lock, flags);
 	spin_lock(&qp->rq_lock);
-	if (!qp->rq_flushing && !qp->destroyed) {
+	/*
+	 * A QP error flushes nothing of an SRQ (vt3d completed the WQE the
+	 * QP had taken); a lost device leaves that to the SRQ's flush
+	 * (vt3_srq.c), which this QP's receive CQ may run.
+	 */
+	if (!qp->rq_flushing && !qp->destroyed &&
+	    (!qp->ibqp.srq || vt3_cons_untrusted(qp, rcq))) {
 		qp->rq_flush_at_done = vt3_cons_untrusted(qp, rcq);
 		qp->rq_flush = qp->rq_flush_at_done ? qp->rq_done :
 			       vt3_flush_start_index(qp, &st->rq_cons,
@@ -546,7 +566,10 @@ int vt3_qp_poll_flush(struct vt3_cq *cq, int num, struct ib_wc *wc)
 			qp->rq_flush_at_done = false;
 			spin_unlock(&qp->rq_lock);
 		}
-		n += vt3_flush_rq(qp, num - n, wc + n);
+		if (qp->ibqp.srq)
+			n += vt3_srq_flush(qp, num - n, wc + n);
+		else
+			n += vt3_flush_rq(qp, num - n, wc + n);
 		if (n == num)
 			return n;
 	}
@@ -627,6 +650,7 @@ static void vt3_qp_forget(struct vt3_qp *qp)
 	}
 	spin_unlock(&qp->rq_lock);
 	spin_unlock(&qp->sq_lock);
+	vt3_srq_qp_gone(qp);
 	vt3_cq_forget(scq, qp->qpn);
 	if (rcq != scq) {
 		vt3_cq_forget(rcq, qp->qpn);
@@ -646,7 +670,8 @@ bool vt3_qp_flush_pending(struct vt3_cq *cq)
 		if (READ_ONCE(qp->sq_flush) != READ_ONCE(qp->sq_prod))
 			return true;
 	list_for_each_entry(qp, &cq->flush_rq, rq_flush_node)
-		if (READ_ONCE(qp->rq_flush) != READ_ONCE(qp->rq_prod))
+		if (qp->ibqp.srq ? vt3_srq_flush_pending(qp) :
+		    READ_ONCE(qp->rq_flush) != READ_ONCE(qp->rq_prod))
 			return true;
 	return false;
 }
@@ -836,6 +861,7 @@ int vt3_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	init->qp_type = IB_QPT_RC;
 	init->send_cq = ibqp->send_cq;
 	init->recv_cq = ibqp->recv_cq;
+	init->srq = ibqp->srq;
 	init->cap = attr->cap;
 	init->sq_sig_type = qp->sig_all ? IB_SIGNAL_ALL_WR : IB_SIGNAL_REQ_WR;
 out:
@@ -1057,6 +1083,11 @@ int vt3_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 	int err = 0;
 	int i;
 
+	/* A QP of an SRQ receives into the SRQ's WQEs only. */
+	if (ibqp->srq) {
+		*bad_wr = wr;
+		return -EINVAL;
+	}
 	if (qp->user) {
 		if (wr) {
 			*bad_wr = wr;
