@@ -1083,8 +1083,12 @@ int vt3_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 	int err = 0;
 	int i;
 
-	/* A QP of an SRQ receives into the SRQ's WQEs only. */
-	if (ibqp->srq) {
+	/*
+	 * A QP of an SRQ receives into the SRQ's WQEs only. A user one's
+	 * RQ doorbell is still the provider's kick of its receive CQ in
+	 * error (a lost device's SRQ flush); vt3d takes it as the SRQ's.
+	 */
+	if (ibqp->srq && !qp->user) {
 		*bad_wr = wr;
 		return -EINVAL;
 	}
