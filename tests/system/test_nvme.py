@@ -194,7 +194,7 @@ def nvme_over_rdma(setup, target, host, target_vt3: list[str], host_vt3: list[st
     # comp vector (vt3 has one), kept until the device goes away.
     for name, d in setup.vt3d.items():
         roles = (name in target_vt3) + (name in host_vt3)
-        held = d.wait_held({"pd": 0, "mr": 0, "cq": roles, "qp": 0})
+        held = d.wait_held({"pd": 0, "mr": 0, "cq": roles, "qp": 0, "srq": 0})
         assert held == {"pd": 0, "mr": 0, "cq": roles, "qp": 0}, \
             f"vt3d {name} holds {held} after the teardown, want {roles} pool CQ(s) and nothing else"
         busy = [c for c in d.ctl("cqs") if c["qps"]]
