@@ -224,8 +224,12 @@ int vt3_query_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr)
 	memset(attr, 0, sizeof(*attr));
 	attr->max_wr = srq->depth;
 	attr->max_sge = srq->max_sge;
-	/* vt3d's word, within what we allowed. */
-	attr->srq_limit = min_t(u32, le32_to_cpu(resp.limit), srq->depth);
+	/*
+	 * The verbs' limit is that of an armed SRQ: 0 once the event fired
+	 * (as rxe reports it), until modify_srq arms it again.
+	 */
+	attr->srq_limit = le32_to_cpu(resp.armed) ?
+			  min_t(u32, le32_to_cpu(resp.limit), srq->depth) : 0;
 	return 0;
 }
 

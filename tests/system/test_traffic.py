@@ -20,9 +20,10 @@ def iters_for(size: int) -> int:
 
 
 
-def perf(setup, server: str, client: str, tool: str, size: int, extra: str = "") -> float:
+def perf(setup, server: str, client: str, tool: str, size: int, extra: str = "", want: str = "") -> float:
     """One perftest run (helpers.perftest: both ends exit 0 and print no
-    failure); then each end's result line counts every message."""
+    failure); then each end's result line counts every message, and each
+    end's output matches WANT (a regex), if given."""
     s, c = setup.guests[server], setup.guests[client]
     iters = iters_for(size)
     run = perftest(s, c, tool, size, iters, extra, setup=setup)
@@ -40,6 +41,7 @@ def perf(setup, server: str, client: str, tool: str, size: int, extra: str = "")
             f"{what}: {g.name}: {done} of {iters} iterations, {rate} Mpps"
         if clock_failed:
             print(f"{what}: {g.name}: perftest's clock calibration failed, its rates are 0", flush=True)
+        assert not want or re.search(want, out, re.M), f"{what}: {g.name}: no '{want}':\n{tail(out)}"
     return run.value
 
 
@@ -101,7 +103,7 @@ def perf_srq(setup, directions) -> None:
     for direction in directions:
         server, client = DIRECTIONS[direction]
         for size in SRQ_SIZES:
-            bw = perf(setup, server, client, "ib_send_bw", size, "--use-srq")
+            bw = perf(setup, server, client, "ib_send_bw", size, "--use-srq", want=r"Using SRQ\s*:\s*ON")
             results.append(f"{client}→{server} ib_send_bw --use-srq {size} {bw:.2f} MB/s")
     print("\n" + "\n".join(results))
     no_objects(setup, "after ib_send_bw --use-srq")

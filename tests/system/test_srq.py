@@ -1,0 +1,60 @@
+"""Shared receive queues (vt3_hw.h "Shared receive queues", docs/events.md):
+vt3-srqtest's conformance run of a user SRQ under two QPs, with an RST on
+one of them injected from the host, and the kernel SRQ scenario of
+vt3_ktest.ko."""
+
+import re
+
+from helpers import B_IP, count, no_objects, summary, wait_rdma_listen
+from vt3lab.tools import tail
+
+PORT = 7475
+# vt3-srqtest srq's checks (its header comment lists them).
+SRQ_CHECKS = ("create", "query", "modify", "modify-resize", "shared", "limit-not-yet", "limit",
+              "limit-once", "limit-query", "limit-rearm", "limit-data", "last-wqe", "no-flush",
+              "survive", "exactly-once", "busy", "destroy")
+
+
+def wait_line(g, tag: str, pattern: str, timeout: int = 120) -> re.Match:
+    """The first line of /tmp/TAG.out matching PATTERN (an ERE), within
+    TIMEOUT; fails with the output when the program ended without one."""
+    r = g.run(f"i=0; while [ $i -lt {timeout * 10} ]; do grep -Eq '{pattern}' /tmp/{tag}.out && break; "
+              f"[ -e /tmp/{tag}.rc ] && break; sleep 0.1; i=$((i+1)); done; "
+              f"grep -E '{pattern}' /tmp/{tag}.out || {{ cat /tmp/{tag}.out; echo \"(exit $(cat /tmp/{tag}.rc 2>/dev/null))\"; exit 1; }}",
+              timeout + 10)
+    m = re.search(pattern, r.out, re.M)
+    assert r.rc == 0 and m, f"{g.name}: no '{pattern}' from {tag}:\n{tail(r.out)}"
+    return m
+
+
+def test_srq(vt3_pair):
+    """vt3-srqtest: one SRQ, two QPs over it, verified data, exact wr_id accounting, the limit event once per arm, RST on one QP (LAST_WQE_REACHED, nothing flushed, the other QP consumes the rest), destroy BUSY while in use"""
+    a, b = vt3_pair.a, vt3_pair.b
+    b.spawn(f"vt3-srqtest srq --port {PORT} --timeout 60 --fault-wait 60", "srq", 400)
+    try:
+        wait_rdma_listen(b, PORT)
+        a.spawn(f"vt3-srqtest peer --server {B_IP} --port {PORT} --timeout 60", "srqpeer", 400)
+        m = wait_line(b, "srq", r"^READY ([0-9]+) ([0-9]+)$")
+        qpn1 = int(m.group(1))
+        # The srq side's own vt3d resets QP 1's connection: RST sent, QP 1 in ERROR.
+        answer = vt3_pair.vt3b.ctl("fault", "rst", "--qp", str(qpn1))
+        assert isinstance(answer, dict) and answer.get("fault") == "rst" and answer.get("qp") == qpn1, \
+            f"vt3d vt3b fault rst --qp {qpn1}: {answer!r}"
+        s = b.join("srq", 300)
+        p = a.join("srqpeer", 120)
+    except BaseException:
+        for g, tag in ((b, "srq"), (a, "srqpeer")):
+            try:
+                g.run(f"kill -KILL $(cat /tmp/{tag}.pid) 2>/dev/null; true", 10)
+            except Exception:
+                pass
+        raise
+    print("\n" + s.out)
+    fails = [l for l in s.out.splitlines() if l.startswith("FAIL ")]
+    assert not fails, f"vt3-srqtest srq: {len(fails)} check(s) failed (exit {s.rc}):\n{tail(s.out)}"
+    assert summary(s.out, "vt3-srqtest") == (len(SRQ_CHECKS), 0), f"vt3-srqtest srq:\n{tail(s.out)}"
+    for name in SRQ_CHECKS:
+        assert count(s.out, rf"^ok   {re.escape(name)}$") == 1, f"check {name} did not pass once:\n{tail(s.out)}"
+    assert s.rc == 0, f"vt3-srqtest srq exit {s.rc}:\n{tail(s.out)}"
+    assert p.rc == 0 and "vt3-srqtest peer: done" in p.out, f"vt3-srqtest peer exit {p.rc}:\n{tail(p.out)}"
+    no_objects(vt3_pair, "after vt3-srqtest")
