@@ -6,6 +6,8 @@ vt3_ktest.ko."""
 import re
 
 from helpers import B_IP, count, no_objects, summary, wait_rdma_listen
+from test_cm import kmark, kmsg_since
+from vt3lab import KMOD
 from vt3lab.tools import tail
 
 PORT = 7475
@@ -58,3 +60,40 @@ def test_srq(vt3_pair):
     assert s.rc == 0, f"vt3-srqtest srq exit {s.rc}:\n{tail(s.out)}"
     assert p.rc == 0 and "vt3-srqtest peer: done" in p.out, f"vt3-srqtest peer exit {p.rc}:\n{tail(p.out)}"
     no_objects(vt3_pair, "after vt3-srqtest")
+
+
+# vt3_ksrq's CHECKs when everything works (msgs=10), read off its source:
+# create, query, 32 posted, QP 1 and QP 2 on the SRQ, destroy refused
+# while in use, the control SEND, 20 receives, DONE, LAST_WQE_REACHED once
+# per QP, nothing after the destroy, the SRQ destroyed.
+KSRQ_CHECKS = 12
+KSRQ_PORT = 7476
+
+
+def test_vt3_ksrq(vt3_pair):
+    """kernel SRQ (vt3_ksrq.ko) under two kernel QPs, a vt3-srqtest peer sending on both: wc->qp, data, wr_ids once, LAST_WQE_REACHED, destroy"""
+    a, b = vt3_pair.a, vt3_pair.b
+    mb = kmark(b)
+    b.spawn(f"insmod {KMOD}/vt3_ksrq.ko port={KSRQ_PORT}", "ksrq", 300)
+    try:
+        wait_rdma_listen(b, KSRQ_PORT)
+        a.spawn(f"vt3-srqtest peer --server {B_IP} --port {KSRQ_PORT} --timeout 60", "ksrqpeer", 300)
+        k = b.join("ksrq", 240)
+        p = a.join("ksrqpeer", 120)
+    except BaseException:
+        try:
+            a.run("kill -KILL $(cat /tmp/ksrqpeer.pid) 2>/dev/null; true", 10)
+        except Exception:
+            pass
+        raise
+    log = kmsg_since(b, mb)
+    assert k.rc == 0, f"insmod vt3_ksrq: exit {k.rc}: {k.out}\n{tail(log)}"
+    passed, failed = summary(log, "vt3_ksrq:")
+    fails = [l for l in log.splitlines() if l.startswith("vt3_ksrq: FAIL")]
+    assert failed == 0 and not fails, f"vt3_ksrq: {failed} failed:\n" + "\n".join(fails[:5]) + f"\n{tail(log, 30)}"
+    assert passed == KSRQ_CHECKS, f"vt3_ksrq: {passed} passed, want {KSRQ_CHECKS}:\n{tail(log, 30)}"
+    assert count(log, r"^vt3_ksrq: ok ") == passed, f"ok lines differ from the summary:\n{tail(log, 30)}"
+    assert p.rc == 0 and "vt3-srqtest peer: done (10 + 10 SENDs)" in p.out, \
+        f"vt3-srqtest peer exit {p.rc}:\n{tail(p.out)}"
+    b.check("rmmod vt3_ksrq", 30)
+    no_objects(vt3_pair, "after vt3_ksrq")
