@@ -344,6 +344,14 @@ struct vt3_qp {
 	 */
 	struct iw_cm_id *close_owed;
 	bool destroying;		/* destroy_qp ends the connection */
+	/*
+	 * QP of an SRQ: IB_EVENT_QP_LAST_WQE_REACHED was raised since the
+	 * QP last entered ERR (under state_lock). vt3d reports it when it
+	 * moves the QP to ERROR; a clean close leaves the QP IDLE in vt3d
+	 * (ERR for the driver) and a lost device reports nothing, so the
+	 * driver raises it then: once either way.
+	 */
+	bool last_wqe_done;
 };
 
 static inline struct vt3_dev *to_vt3_dev(struct ib_device *ibdev)
@@ -513,6 +521,7 @@ struct vt3_qp *vt3_qp_get_next(struct vt3_dev *dev, unsigned long *qpn);
 void vt3_qp_put(struct vt3_qp *qp);
 void vt3_qp_enter_error(struct vt3_qp *qp);
 void vt3_qp_ib_event(struct vt3_qp *qp, enum ib_event_type type);
+void vt3_qp_last_wqe(struct vt3_qp *qp);
 int vt3_qp_poll_flush(struct vt3_cq *cq, int num, struct ib_wc *wc);
 bool vt3_qp_cqe_taken(struct vt3_qp *qp, struct vt3_cq *cq, bool recv,
 		      u32 wqe_idx);

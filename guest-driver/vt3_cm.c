@@ -496,8 +496,7 @@ static void vt3_cm_end_all(struct vt3_dev *dev, int status)
 		vt3_qp_enter_error(qp);
 		vt3_conn_end(qp, status);
 		/* It takes no more SRQ WQEs: vt3d cannot say so any more. */
-		if (qp->ibqp.srq)
-			vt3_qp_ib_event(qp, IB_EVENT_QP_LAST_WQE_REACHED);
+		vt3_qp_last_wqe(qp);
 		mutex_unlock(&qp->state_lock);
 		vt3_qp_put(qp);
 		qpn++;
@@ -1007,8 +1006,7 @@ static void vt3_cm_qp_event(struct vt3_qp *qp, u32 code, u32 detail)
 		 * events are handled in order), whether or not a connection
 		 * is still known: the consumer of an SRQ QP waits for it.
 		 */
-		if (qp->ibqp.srq)
-			vt3_qp_ib_event(qp, IB_EVENT_QP_LAST_WQE_REACHED);
+		vt3_qp_last_wqe(qp);
 		return;
 	case VT3_QPE_PEER_CLOSE:
 		if (qp->conn == VT3_CONN_UP) {
@@ -1065,6 +1063,12 @@ static void vt3_cm_qp_event(struct vt3_qp *qp, u32 code, u32 detail)
 	vt3_qp_enter_error(qp);
 	if (has_ibev)
 		vt3_qp_ib_event(qp, ibev);
+	/*
+	 * A clean close leaves the QP IDLE in vt3d, which reports no
+	 * LAST_WQE_REACHED then; it takes no more SRQ WQEs all the same.
+	 */
+	if (code == VT3_QPE_CLOSE_COMPLETE)
+		vt3_qp_last_wqe(qp);
 	vt3_conn_end(qp, status);
 }
 

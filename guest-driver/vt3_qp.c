@@ -714,6 +714,20 @@ void vt3_qp_ib_event(struct vt3_qp *qp, enum ib_event_type type)
 		qp->ibqp.event_handler(&ev, qp->ibqp.qp_context);
 }
 
+/*
+ * A QP of an SRQ in ERR takes no more SRQ WQEs and its last CQE was
+ * written: IB_EVENT_QP_LAST_WQE_REACHED, once per entry into ERR, after
+ * the event that says why. state_lock held.
+ */
+void vt3_qp_last_wqe(struct vt3_qp *qp)
+{
+	lockdep_assert_held(&qp->state_lock);
+	if (!qp->ibqp.srq || qp->last_wqe_done)
+		return;
+	qp->last_wqe_done = true;
+	vt3_qp_ib_event(qp, IB_EVENT_QP_LAST_WQE_REACHED);
+}
+
 int vt3_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		  struct ib_udata *udata)
 {
@@ -814,6 +828,9 @@ int vt3_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		vt3_qp_enter_error(qp);
 	else if (next == IB_QPS_RESET && cur != IB_QPS_RESET)
 		vt3_qp_flush_stop(qp);
+	/* Out of ERR: the next entry reports LAST_WQE_REACHED again. */
+	if (vt3_state_from_ib(next) != VT3_QPS_ERROR)
+		qp->last_wqe_done = false;
 	WRITE_ONCE(qp->ib_state, next);
 out:
 	mutex_unlock(&qp->state_lock);
