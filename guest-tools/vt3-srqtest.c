@@ -3,7 +3,7 @@
  * vt3-srqtest: shared receive queue conformance over two real connections
  * (vt3_hw.h "Shared receive queues", docs/events.md). librdmacm + libibverbs.
  *
- *   vt3-srqtest srq  [--port P] [--timeout S] [--fault-wait S] [-v]
+ *   vt3-srqtest srq  [--port P] [--timeout S] [--fault-wait S] [--lost] [-v]
  *   vt3-srqtest peer --server IP [--port P] [--timeout S]
  *
  * The srq side is the one under test: it listens, and for the first
@@ -34,6 +34,14 @@
  *  destroy       WRs posted then never taken complete nowhere; QPs and
  *                SRQ destroyed; every WR completed at most once, and
  *                exactly once unless still posted at the destroy
+ * With --lost, after "shared" the srq side posts more, prints
+ * "READY-LOST <qpn1> <qpn2>" and the host makes its device fatal (vt3d
+ * ctl fault device-fatal): the device-loss rule of vt3_hw.h, checked as
+ *  lost-events   QP_LAST_WQE_REACHED on both QPs and DEVICE_FATAL
+ *  lost-post     a post after the loss is taken
+ *  lost-flush    every SRQ WR completes once, IBV_WC_WR_FLUSH_ERR, all on
+ *                one of the two QPs (the first whose flush ran), none twice
+ *  lost-once     nothing more completes; every WR exactly once
  * One line per check ("ok   NAME" / "FAIL NAME: why"), then
  * "vt3-srqtest: N passed, N failed"; exit 1 on a failure.
  */
@@ -80,6 +88,7 @@ struct msg {
 };
 
 static int timeout_s = 60;
+static bool lost_mode;
 static int fault_wait_s = 60;
 static bool verbose;
 static int passed, failed;
@@ -416,6 +425,90 @@ static struct rdma_cm_id *srq_accept(struct srqside *s)
 	return id;
 }
 
+/* --lost: the device is made fatal under the SRQ (vt3_hw.h device loss). */
+static int run_lost(struct srqside *s)
+{
+	struct ibv_async_event ev;
+	bool last[2] = { false, false }, fatal = false;
+	uint32_t qpn0 = s->id[0]->qp->qp_num, qpn1 = s->id[1]->qp->qp_num;
+	double end;
+	int got, n, i, wrong = 0, ret;
+	struct ibv_wc wc[16];
+	uint32_t on[2] = { 0, 0 }, flushes = 0, want;
+
+	if (srq_post(s, 8))
+		die("ibv_post_srq_recv");
+	printf("READY-LOST %u %u\n", qpn0, qpn1);
+	fflush(stdout);
+	end = now() + fault_wait_s;
+	while (now() < end && !(fatal && last[0] && last[1])) {
+		if (async_next(s->ctx, &ev, end - now()))
+			break;
+		if (ev.event_type == IBV_EVENT_DEVICE_FATAL)
+			fatal = true;
+		else if (ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED &&
+			 (ev.element.qp == s->id[0]->qp || ev.element.qp == s->id[1]->qp))
+			last[ev.element.qp == s->id[1]->qp] = true;
+		else if (ev.event_type != IBV_EVENT_QP_FATAL && ev.event_type != IBV_EVENT_PORT_ERR)
+			wrong++;
+		if (verbose || wrong)
+			printf("async event %s\n", ibv_event_type_str(ev.event_type));
+		ibv_ack_async_event(&ev);
+	}
+	check(fatal && last[0] && last[1] && !wrong, "lost-events",
+	      "DEVICE_FATAL %s, LAST_WQE_REACHED on QP 1 %s, on QP 2 %s, %d unexpected",
+	      fatal ? "yes" : "no", last[0] ? "yes" : "no", last[1] ? "yes" : "no", wrong);
+	ret = srq_post(s, 2);
+	check(!ret, "lost-post", "ibv_post_srq_recv after the loss: %s", strerror(errno));
+	want = s->posted;
+	/* Every owed SRQ WR comes back once, flushed, on one QP. */
+	end = now() + timeout_s;
+	got = 0;
+	while ((uint32_t)got < want && now() < end) {
+		n = ibv_poll_cq(s->rcq, 16, wc);
+		if (n < 0)
+			break;
+		for (i = 0; i < n; i++, got++) {
+			if (wc[i].wr_id < 1 || wc[i].wr_id >= s->next_wrid || s->done[wc[i].wr_id]++) {
+				s->dup++;
+				continue;
+			}
+			s->posted--;
+			if (wc[i].status == IBV_WC_WR_FLUSH_ERR)
+				flushes++;
+			else
+				printf("wr_id %" PRIu64 ": %s\n", wc[i].wr_id, ibv_wc_status_str(wc[i].status));
+			if (wc[i].qp_num == qpn0)
+				on[0]++;
+			else if (wc[i].qp_num == qpn1)
+				on[1]++;
+		}
+		if (!n)
+			usleep(1000);
+	}
+	check((uint32_t)got == want && flushes == want && !s->dup && (on[0] == want || on[1] == want),
+	      "lost-flush", "%d of %u completions, %u FLUSH_ERR, %d unknown or twice, %u on QP 1, %u on QP 2 "
+	      "(all on one wanted)", got, want, flushes, s->dup, on[0], on[1]);
+	got = srq_reap(s, 1, 1.5);
+	for (i = 1, n = 0; i < (int)s->next_wrid; i++)
+		n += s->done[i] == 1;
+	check(got == 0 && !s->dup && s->posted == 0 && n == (int)s->next_wrid - 1, "lost-once",
+	      "%d more completions, %d twice, %u never completed, %d of %u exactly once", got, s->dup,
+	      s->posted, n, s->next_wrid - 1);
+	rdma_destroy_qp(s->id[0]);
+	rdma_destroy_qp(s->id[1]);
+	ibv_destroy_srq(s->srq);
+	rdma_destroy_id(s->id[0]);
+	rdma_destroy_id(s->id[1]);
+	ibv_dereg_mr(s->mr);
+	ibv_destroy_cq(s->rcq);
+	ibv_destroy_cq(s->scq);
+	ibv_dealloc_pd(s->pd);
+	rdma_destroy_id(s->listen);
+	printf("vt3-srqtest: %d passed, %d failed\n", passed, failed);
+	return failed ? 1 : 0;
+}
+
 static int run_srq(const char *port)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(atoi(port)) };
@@ -457,6 +550,8 @@ static int run_srq(const char *port)
 	      s.bad_data, s.dup, s.wrong_qp, s.unknown, s.other_err + s.flushed_qp1, s.posted);
 	n = count_limit_events(&s, 0.5, &wrong);
 	check(n == 0 && !wrong, "limit-not-yet", "%d limit events with 12 of limit 8 posted", n);
+	if (lost_mode)
+		return run_lost(&s);
 
 	/* limit: 5 more leave 7 < 8: one event; 2 more: none (disarmed). */
 	if (srq_ctrl(&s, CTRL_SEND, 0, 5))
@@ -707,6 +802,12 @@ static int run_peer(const char *server, const char *port)
 			usleep(1000);
 			continue;
 		}
+		if (got == 1 && wc.status == IBV_WC_WR_FLUSH_ERR) {
+			/* The srq side's device went away (--lost): the end. */
+			printf("vt3-srqtest peer: ended by the other side (%u + %u SENDs)\n",
+			       p.seq[0], p.seq[1]);
+			return 0;
+		}
 		if (got < 0 || wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV) {
 			printf("peer: control receive: %s\n", got < 0 ? "poll failed" :
 			       ibv_wc_status_str(wc.status));
@@ -750,6 +851,7 @@ int main(int argc, char **argv)
 		{ "timeout", required_argument, NULL, 't' },
 		{ "fault-wait", required_argument, NULL, 'f' },
 		{ "verbose", no_argument, NULL, 'v' },
+		{ "lost", no_argument, NULL, 'l' },
 		{}
 	};
 	const char *server = NULL, *port = "7475";
@@ -761,7 +863,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	optind = 2;
-	while ((c = getopt_long(argc, argv, "s:p:t:f:v", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:p:t:f:vl", opts, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			server = optarg;
@@ -777,6 +879,9 @@ int main(int argc, char **argv)
 			break;
 		case 'v':
 			verbose = true;
+			break;
+		case 'l':
+			lost_mode = true;
 			break;
 		default:
 			return 2;

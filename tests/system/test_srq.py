@@ -8,6 +8,7 @@ import re
 from helpers import B_IP, count, no_objects, summary, wait_rdma_listen
 from test_cm import kmark, kmsg_since
 from vt3lab import KMOD
+from vt3lab.setups import wait_device
 from vt3lab.tools import tail
 
 PORT = 7475
@@ -29,19 +30,27 @@ def wait_line(g, tag: str, pattern: str, timeout: int = 120) -> re.Match:
     return m
 
 
-def test_srq(vt3_pair):
-    """vt3-srqtest: one SRQ, two QPs over it, verified data, exact wr_id accounting, the limit event once per arm, RST on one QP (LAST_WQE_REACHED, nothing flushed, the other QP consumes the rest), destroy BUSY while in use"""
-    a, b = vt3_pair.a, vt3_pair.b
-    b.spawn(f"vt3-srqtest srq --port {PORT} --timeout 60 --fault-wait 60", "srq", 400)
+def run_srqtest(setup, lost: bool = False):
+    """vt3-srqtest srq in b (the SRQ side, on vt3), its peer in a; on the
+    srq side's READY line the host faults b's vt3d: an RST on QP 1's
+    connection, or (LOST) device-fatal. Returns (srq side, peer) results."""
+    a, b = setup.a, setup.b
+    b.spawn(f"vt3-srqtest srq --port {PORT} --timeout 60 --fault-wait 60" + (" --lost" if lost else ""), "srq", 400)
     try:
         wait_rdma_listen(b, PORT)
         a.spawn(f"vt3-srqtest peer --server {B_IP} --port {PORT} --timeout 60", "srqpeer", 400)
-        m = wait_line(b, "srq", r"^READY ([0-9]+) ([0-9]+)$")
-        qpn1 = int(m.group(1))
-        # The srq side's own vt3d resets QP 1's connection: RST sent, QP 1 in ERROR.
-        answer = vt3_pair.vt3b.ctl("fault", "rst", "--qp", str(qpn1))
-        assert isinstance(answer, dict) and answer.get("fault") == "rst" and answer.get("qp") == qpn1, \
-            f"vt3d vt3b fault rst --qp {qpn1}: {answer!r}"
+        if lost:
+            wait_line(b, "srq", r"^READY-LOST ([0-9]+) ([0-9]+)$")
+            answer = setup.vt3b.ctl("fault", "device-fatal")
+            assert isinstance(answer, dict) and answer.get("detail", "").startswith("device fatal: 2 QPs"), \
+                f"vt3d vt3b fault device-fatal: {answer!r}"
+        else:
+            m = wait_line(b, "srq", r"^READY ([0-9]+) ([0-9]+)$")
+            qpn1 = int(m.group(1))
+            # The srq side's own vt3d resets QP 1's connection: RST sent, QP 1 in ERROR.
+            answer = setup.vt3b.ctl("fault", "rst", "--qp", str(qpn1))
+            assert isinstance(answer, dict) and answer.get("fault") == "rst" and answer.get("qp") == qpn1, \
+                f"vt3d vt3b fault rst --qp {qpn1}: {answer!r}"
         s = b.join("srq", 300)
         p = a.join("srqpeer", 120)
     except BaseException:
@@ -52,12 +61,22 @@ def test_srq(vt3_pair):
                 pass
         raise
     print("\n" + s.out)
+    return s, p
+
+
+def check_srqtest(s, checks) -> None:
     fails = [l for l in s.out.splitlines() if l.startswith("FAIL ")]
     assert not fails, f"vt3-srqtest srq: {len(fails)} check(s) failed (exit {s.rc}):\n{tail(s.out)}"
-    assert summary(s.out, "vt3-srqtest") == (len(SRQ_CHECKS), 0), f"vt3-srqtest srq:\n{tail(s.out)}"
-    for name in SRQ_CHECKS:
+    assert summary(s.out, "vt3-srqtest") == (len(checks), 0), f"vt3-srqtest srq:\n{tail(s.out)}"
+    for name in checks:
         assert count(s.out, rf"^ok   {re.escape(name)}$") == 1, f"check {name} did not pass once:\n{tail(s.out)}"
     assert s.rc == 0, f"vt3-srqtest srq exit {s.rc}:\n{tail(s.out)}"
+
+
+def test_srq(vt3_pair):
+    """vt3-srqtest: one SRQ, two QPs over it, verified data, exact wr_id accounting, the limit event once per arm, RST on one QP (LAST_WQE_REACHED, nothing flushed, the other QP consumes the rest), destroy BUSY while in use"""
+    s, p = run_srqtest(vt3_pair)
+    check_srqtest(s, SRQ_CHECKS)
     assert p.rc == 0 and "vt3-srqtest peer: done" in p.out, f"vt3-srqtest peer exit {p.rc}:\n{tail(p.out)}"
     no_objects(vt3_pair, "after vt3-srqtest")
 
@@ -97,3 +116,20 @@ def test_vt3_ksrq(vt3_pair):
         f"vt3-srqtest peer exit {p.rc}:\n{tail(p.out)}"
     b.check("rmmod vt3_ksrq", 30)
     no_objects(vt3_pair, "after vt3_ksrq")
+
+
+LOST_CHECKS = ("create", "query", "modify", "modify-resize", "shared", "limit-not-yet", "lost-events",
+               "lost-post", "lost-flush", "lost-once")
+
+
+def test_srq_device_fatal(fresh_vt3_pair):
+    """vt3-srqtest --lost: vt3d ctl fault device-fatal under a user SRQ of two QPs: LAST_WQE_REACHED on both, DEVICE_FATAL, every SRQ WR (also one posted after the loss) flushed once on one QP (vt3_hw.h's device-loss rule)"""
+    p = fresh_vt3_pair
+    s, peer = run_srqtest(p, lost=True)
+    check_srqtest(s, LOST_CHECKS)
+    assert peer.rc == 0 and "vt3-srqtest peer: ended by the other side" in peer.out, \
+        f"vt3-srqtest peer exit {peer.rc}:\n{tail(peer.out)}"
+    # vt3d keeps what a fatal device cannot destroy (the SRQ) until vt3.ko's RESET.
+    p.b.check(f"rmmod vt3 && insmod {KMOD}/vt3.ko", 60)
+    wait_device(p.b)
+    no_objects(p, "after device-fatal under an SRQ and vt3.ko's reload")
