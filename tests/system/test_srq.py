@@ -84,8 +84,9 @@ def test_srq(vt3_pair):
 # vt3_ksrq's CHECKs when everything works (msgs=10), read off its source:
 # create, query, 32 posted, QP 1 and QP 2 on the SRQ, destroy refused
 # while in use, the control SEND, 20 receives, DONE, LAST_WQE_REACHED once
-# per QP, nothing after the destroy, the SRQ destroyed.
-KSRQ_CHECKS = 12
+# per QP, no SRQ receive flushed by the QPs' error, nothing after the
+# destroy, the SRQ destroyed.
+KSRQ_CHECKS = 13
 KSRQ_PORT = 7476
 
 
