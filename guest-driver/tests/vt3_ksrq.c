@@ -4,7 +4,7 @@
  * ib_post_srq_recv, QPs created with init_attr.srq), over two connections
  * from a vt3-srqtest peer (guest-tools/vt3-srqtest.c, "peer" mode).
  *
- *   insmod vt3_ksrq.ko [port=P] [msgs=N]     (returns when the run ended)
+ *   insmod vt3_ksrq.ko [port=P] [msgs=N] [lost=1]  (returns when the run ended)
  *
  * It listens on 0.0.0.0:P; for the first connection request it creates a
  * PD, an IB_POLL_DIRECT CQ per direction and one SRQ on the request's
@@ -17,7 +17,13 @@
  * moved to ERR reports IB_EVENT_QP_LAST_WQE_REACHED once, and their error
  * flushes none of the SRQ's receives still posted; after the QPs are
  * destroyed, nothing more completes (the receives left in the SRQ
- * complete nowhere) and the SRQ is destroyed. Logs
+ * complete nowhere) and the SRQ is destroyed. With lost=1 it logs
+ * "vt3_ksrq: READY-LOST" after the receives and waits for the host to make
+ * the device fatal (vt3d ctl fault device-fatal): IB_EVENT_DEVICE_FATAL,
+ * LAST_WQE_REACHED on both QPs, a post after the loss is taken, and every
+ * SRQ receive not completed (those never taken, that one too) completes
+ * once with IB_WC_WR_FLUSH_ERR, all on one of the QPs (vt3_hw.h's
+ * device-loss rule), nothing more after. Logs
  * "vt3_ksrq: N passed, N failed".
  */
 #include <linux/completion.h>
@@ -33,6 +39,9 @@ MODULE_PARM_DESC(port, "the port to listen on");
 static int msgs = 10;
 module_param(msgs, int, 0444);
 MODULE_PARM_DESC(msgs, "SENDs the peer makes on each QP (at most 15)");
+static bool lost;
+module_param(lost, bool, 0444);
+MODULE_PARM_DESC(lost, "wait for the device to be made fatal, then check the SRQ's flush");
 
 /* vt3-srqtest's wire format. */
 #define MAGIC		0x76743373u
@@ -41,6 +50,7 @@ MODULE_PARM_DESC(msgs, "SENDs the peer makes on each QP (at most 15)");
 #define CTRL_DONE	2
 #define SRQ_WR		64
 #define SRQ_POSTED	32
+#define LOST_POSTED	2		/* posted after the loss (lost=1) */
 #define KSRQ_TIMEOUT	(60 * HZ)
 
 struct ksrq_ctrl {
@@ -81,8 +91,10 @@ struct ksrq {
 	struct ib_srq *srq;
 	u8 *buf;			/* SRQ_POSTED slots, then the control message */
 	u64 dma;
-	u8 done[SRQ_POSTED + 1];	/* completions per wr_id */
+	u8 done[SRQ_POSTED + LOST_POSTED + 1];	/* completions per wr_id */
 	atomic_t last_wqe[2];
+	struct ib_event_handler fatal_handler;
+	struct completion fatal;
 	int setup_err;
 };
 
@@ -101,6 +113,12 @@ static void ksrq_qp_event(struct ib_event *ev, void *ctx)
 		atomic_inc(&ks.last_wqe[q]);
 	else
 		pr_info("vt3_ksrq: QP %ld: event %s\n", q + 1, ib_event_msg(ev->event));
+}
+
+static void ksrq_dev_event(struct ib_event_handler *h, struct ib_event *ev)
+{
+	if (ev->event == IB_EVENT_DEVICE_FATAL)
+		complete(&ks.fatal);
 }
 
 static void ksrq_srq_event(struct ib_event *ev, void *ctx)
@@ -278,6 +296,68 @@ static bool intact(const u8 *buf, u32 q, u32 seq)
 	return true;
 }
 
+/* lost=1: the device is made fatal under the SRQ (vt3_hw.h device loss). */
+static void ksrq_lost(void)
+{
+	int want = SRQ_POSTED - 2 * msgs + LOST_POSTED;
+	int got = 0, flushed = 0, dup = 0, on[2] = { 0, 0 }, n, i, err = 0;
+	unsigned long end;
+	struct ib_wc wc[8];
+	bool fatal;
+
+	INIT_IB_EVENT_HANDLER(&ks.fatal_handler, ks.pd->device, ksrq_dev_event);
+	ib_register_event_handler(&ks.fatal_handler);
+	pr_info("vt3_ksrq: READY-LOST\n");
+	fatal = wait_for_completion_timeout(&ks.fatal, KSRQ_TIMEOUT);
+	/* vt3.ko raises LAST_WQE_REACHED per QP, then DEVICE_FATAL. */
+	msleep(200);
+	CHECK(fatal && atomic_read(&ks.last_wqe[0]) == 1 &&
+	      atomic_read(&ks.last_wqe[1]) == 1,
+	      "DEVICE_FATAL, LAST_WQE_REACHED on both QPs (%d, %d)",
+	      atomic_read(&ks.last_wqe[0]), atomic_read(&ks.last_wqe[1]));
+	/* Two more, into the slots of WRs that completed (1 and 2). */
+	for (i = 0; i < LOST_POSTED && !err; i++) {
+		struct ib_sge sge = {
+			.addr = ks.dma + (u64)i * MSG_SIZE,
+			.length = MSG_SIZE,
+			.lkey = ks.pd->local_dma_lkey,
+		};
+		struct ib_recv_wr wr = { .wr_id = SRQ_POSTED + 1 + i, .sg_list = &sge, .num_sge = 1 };
+
+		err = ib_post_srq_recv(ks.srq, &wr, NULL);
+	}
+	CHECK(!err, "ib_post_srq_recv after the loss (%d)", err);
+	end = jiffies + KSRQ_TIMEOUT;
+	while (got < want && time_before(jiffies, end)) {
+		n = ib_poll_cq(ks.rcq, ARRAY_SIZE(wc), wc);
+		if (!n)
+			msleep(1);
+		for (i = 0; i < n; i++, got++) {
+			u64 id = wc[i].wr_id;
+
+			if (id < 1 || id > SRQ_POSTED + LOST_POSTED || ks.done[id]++)
+				dup++;
+			if (wc[i].status == IB_WC_WR_FLUSH_ERR)
+				flushed++;
+			if (wc[i].qp == ks.qp[0])
+				on[0]++;
+			else if (wc[i].qp == ks.qp[1])
+				on[1]++;
+		}
+	}
+	CHECK(got == want && flushed == want && !dup && (on[0] == want || on[1] == want),
+	      "%d of %d SRQ receives flushed once (%d FLUSH_ERR, %d unknown/twice), all on one QP (%d, %d)",
+	      got, want, flushed, dup, on[0], on[1]);
+	msleep(1000);
+	n = ib_poll_cq(ks.rcq, ARRAY_SIZE(wc), wc);
+	for (i = 1, got = 0; i <= SRQ_POSTED + LOST_POSTED; i++)
+		got += ks.done[i] == 1;
+	CHECK(n == 0 && got == SRQ_POSTED + LOST_POSTED,
+	      "nothing more (%d); %d of %d receives completed exactly once", n, got,
+	      SRQ_POSTED + LOST_POSTED);
+	ib_unregister_event_handler(&ks.fatal_handler);
+}
+
 static void ksrq_run(void)
 {
 	unsigned long end;
@@ -303,7 +383,7 @@ static void ksrq_run(void)
 			u64 id = wc[i].wr_id;
 
 			q = wc[i].qp == ks.qp[0] ? 0 : wc[i].qp == ks.qp[1] ? 1 : -1;
-			if (id < 1 || id > SRQ_POSTED || ks.done[id]++) {
+			if (id < 1 || id > SRQ_POSTED + LOST_POSTED || ks.done[id]++) {
 				dup++;
 				pr_info("vt3_ksrq: wr_id %llu: unknown or twice\n", id);
 				continue;
@@ -328,7 +408,10 @@ static void ksrq_run(void)
 	CHECK(got == 2 * msgs && seq[0] == msgs && seq[1] == msgs && !bad && !dup && !wrongqp,
 	      "%d of %d receives from the SRQ: QP 1 %u, QP 2 %u in order, %d bad, %d unknown/twice, %d wrong wc->qp",
 	      got, 2 * msgs, seq[0], seq[1], bad, dup, wrongqp);
-	CHECK(!ksrq_ctrl(CTRL_DONE, 0, 0), "control DONE to the peer");
+	if (lost)
+		ksrq_lost();
+	else
+		CHECK(!ksrq_ctrl(CTRL_DONE, 0, 0), "control DONE to the peer");
 }
 
 /* QPs to ERR (one LAST_WQE_REACHED each), destroyed; nothing completes after. */
@@ -399,6 +482,7 @@ static int __init ksrq_init(void)
 	if (msgs < 1 || 2 * msgs > SRQ_POSTED)
 		return -EINVAL;
 	init_completion(&ks.established);
+	init_completion(&ks.fatal);
 	ks.listen = rdma_create_id(&init_net, ksrq_handler, NULL, RDMA_PS_TCP, IB_QPT_RC);
 	if (IS_ERR(ks.listen))
 		return PTR_ERR(ks.listen);

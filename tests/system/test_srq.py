@@ -134,3 +134,45 @@ def test_srq_device_fatal(fresh_vt3_pair):
     p.b.check(f"rmmod vt3 && insmod {KMOD}/vt3.ko", 60)
     wait_device(p.b)
     no_objects(p, "after device-fatal under an SRQ and vt3.ko's reload")
+
+
+# lost=1: the first 8 checks, then DEVICE_FATAL with LAST_WQE_REACHED on
+# both QPs, the post after the loss, the 14 receives flushed once on one
+# QP, nothing more; then the 4 of the teardown (no DONE: the device is dead).
+KSRQ_LOST_CHECKS = 16
+
+
+def test_vt3_ksrq_device_fatal(fresh_vt3_pair):
+    """kernel SRQ (vt3_ksrq.ko lost=1): vt3d ctl fault device-fatal under two kernel QPs of one SRQ: LAST_WQE_REACHED on both, every SRQ receive not completed (one posted after the loss too) flushed once on one QP"""
+    p = fresh_vt3_pair
+    a, b = p.a, p.b
+    mb = kmark(b)
+    b.spawn(f"insmod {KMOD}/vt3_ksrq.ko port={KSRQ_PORT} lost=1", "ksrq", 300)
+    try:
+        wait_rdma_listen(b, KSRQ_PORT)
+        a.spawn(f"vt3-srqtest peer --server {B_IP} --port {KSRQ_PORT} --timeout 60", "ksrqpeer", 300)
+        b.check("for i in $(seq 600); do dmesg | grep -q 'vt3_ksrq: READY-LOST' && exit 0; "
+                "[ -e /tmp/ksrq.rc ] && break; sleep 0.1; done; dmesg | tail -30; exit 1", 70, "vt3_ksrq never READY-LOST")
+        answer = p.vt3b.ctl("fault", "device-fatal")
+        assert isinstance(answer, dict) and answer.get("detail", "").startswith("device fatal: 2 QPs"), \
+            f"vt3d vt3b fault device-fatal: {answer!r}"
+        k = b.join("ksrq", 240)
+        peer = a.join("ksrqpeer", 120)
+    except BaseException:
+        try:
+            a.run("kill -KILL $(cat /tmp/ksrqpeer.pid) 2>/dev/null; true", 10)
+        except Exception:
+            pass
+        raise
+    log = kmsg_since(b, mb)
+    assert k.rc == 0, f"insmod vt3_ksrq lost=1: exit {k.rc}: {k.out}\n{tail(log)}"
+    passed, failed = summary(log, "vt3_ksrq:")
+    fails = [l for l in log.splitlines() if l.startswith("vt3_ksrq: FAIL")]
+    assert failed == 0 and not fails, f"vt3_ksrq: {failed} failed:\n" + "\n".join(fails[:5]) + f"\n{tail(log, 30)}"
+    assert passed == KSRQ_LOST_CHECKS, f"vt3_ksrq: {passed} passed, want {KSRQ_LOST_CHECKS}:\n{tail(log, 30)}"
+    assert peer.rc == 0 and "vt3-srqtest peer: ended by the other side (10 + 10 SENDs)" in peer.out, \
+        f"vt3-srqtest peer exit {peer.rc}:\n{tail(peer.out)}"
+    # vt3d keeps what a fatal device cannot destroy (the SRQ) until vt3.ko's RESET.
+    b.check(f"rmmod vt3_ksrq && rmmod vt3 && insmod {KMOD}/vt3.ko", 60)
+    wait_device(b)
+    no_objects(p, "after device-fatal under a kernel SRQ and vt3.ko's reload")
