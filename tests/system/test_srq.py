@@ -130,10 +130,11 @@ def test_srq_device_fatal(fresh_vt3_pair):
     check_srqtest(s, LOST_CHECKS)
     assert peer.rc == 0 and "vt3-srqtest peer: ended by the other side" in peer.out, \
         f"vt3-srqtest peer exit {peer.rc}:\n{tail(peer.out)}"
-    # vt3d keeps what a fatal device cannot destroy (the SRQ) until vt3.ko's RESET.
+    # A fatal device still destroys (DESTROY_SRQ among them): nothing held.
+    no_objects(p, "after device-fatal under a user SRQ")
     p.b.check(f"rmmod vt3 && insmod {KMOD}/vt3.ko", 60)
     wait_device(p.b)
-    no_objects(p, "after device-fatal under an SRQ and vt3.ko's reload")
+    no_objects(p, "after vt3.ko's reload")
 
 
 # lost=1: the first 8 checks, then DEVICE_FATAL with LAST_WQE_REACHED on
@@ -172,7 +173,8 @@ def test_vt3_ksrq_device_fatal(fresh_vt3_pair):
     assert passed == KSRQ_LOST_CHECKS, f"vt3_ksrq: {passed} passed, want {KSRQ_LOST_CHECKS}:\n{tail(log, 30)}"
     assert peer.rc == 0 and "vt3-srqtest peer: ended by the other side (10 + 10 SENDs)" in peer.out, \
         f"vt3-srqtest peer exit {peer.rc}:\n{tail(peer.out)}"
-    # vt3d keeps what a fatal device cannot destroy (the SRQ) until vt3.ko's RESET.
+    # A fatal device still destroys (DESTROY_SRQ among them): nothing held.
+    no_objects(p, "after device-fatal under a kernel SRQ")
     b.check(f"rmmod vt3_ksrq && rmmod vt3 && insmod {KMOD}/vt3.ko", 60)
     wait_device(b)
-    no_objects(p, "after device-fatal under a kernel SRQ and vt3.ko's reload")
+    no_objects(p, "after vt3.ko's reload")
