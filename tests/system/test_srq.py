@@ -5,7 +5,7 @@ vt3_ktest.ko."""
 
 import re
 
-from helpers import B_IP, count, no_objects, summary, wait_rdma_listen
+from helpers import A_IP, B_IP, count, no_objects, summary, wait_rdma_listen
 from test_cm import kmark, kmsg_since
 from vt3lab import KMOD
 from vt3lab.setups import wait_device
@@ -30,27 +30,36 @@ def wait_line(g, tag: str, pattern: str, timeout: int = 120) -> re.Match:
     return m
 
 
+def sides(setup):
+    """(the SRQ side: a vt3 guest, its vt3d, its IP; the peer guest): b
+    of a vt3 pair, a of vt3-siw (whose b is the siw peer)."""
+    if "vt3b" in setup.vt3d:
+        return setup.b, setup.vt3b, B_IP, setup.a
+    return setup.a, setup.vt3a, A_IP, setup.b
+
+
 def run_srqtest(setup, lost: bool = False):
-    """vt3-srqtest srq in b (the SRQ side, on vt3), its peer in a; on the
-    srq side's READY line the host faults b's vt3d: an RST on QP 1's
-    connection, or (LOST) device-fatal. Returns (srq side, peer) results."""
-    a, b = setup.a, setup.b
+    """vt3-srqtest srq in the SRQ side (on vt3), its peer in the other
+    guest; on the srq side's READY line the host faults the SRQ side's
+    vt3d: an RST on QP 1's connection, or (LOST) device-fatal. Returns
+    (srq side, peer) results."""
+    b, vt3d, srq_ip, a = sides(setup)
     b.spawn(f"vt3-srqtest srq --port {PORT} --timeout 60 --fault-wait 60" + (" --lost" if lost else ""), "srq", 400)
     try:
         wait_rdma_listen(b, PORT)
-        a.spawn(f"vt3-srqtest peer --server {B_IP} --port {PORT} --timeout 60", "srqpeer", 400)
+        a.spawn(f"vt3-srqtest peer --server {srq_ip} --port {PORT} --timeout 60", "srqpeer", 400)
         if lost:
             wait_line(b, "srq", r"^READY-LOST ([0-9]+) ([0-9]+)$")
-            answer = setup.vt3b.ctl("fault", "device-fatal")
+            answer = vt3d.ctl("fault", "device-fatal")
             assert isinstance(answer, dict) and answer.get("detail", "").startswith("device fatal: 2 QPs"), \
-                f"vt3d vt3b fault device-fatal: {answer!r}"
+                f"vt3d {vt3d.name} fault device-fatal: {answer!r}"
         else:
             m = wait_line(b, "srq", r"^READY ([0-9]+) ([0-9]+)$")
             qpn1 = int(m.group(1))
             # The srq side's own vt3d resets QP 1's connection: RST sent, QP 1 in ERROR.
-            answer = setup.vt3b.ctl("fault", "rst", "--qp", str(qpn1))
+            answer = vt3d.ctl("fault", "rst", "--qp", str(qpn1))
             assert isinstance(answer, dict) and answer.get("fault") == "rst" and answer.get("qp") == qpn1, \
-                f"vt3d vt3b fault rst --qp {qpn1}: {answer!r}"
+                f"vt3d {vt3d.name} fault rst --qp {qpn1}: {answer!r}"
         s = b.join("srq", 300)
         p = a.join("srqpeer", 120)
     except BaseException:
@@ -81,6 +90,14 @@ def test_srq(vt3_pair):
     no_objects(vt3_pair, "after vt3-srqtest")
 
 
+def test_srq_siw(vt3_siw):
+    """vt3-srqtest as in srq, the SRQ on vt3, the peer on siw"""
+    s, p = run_srqtest(vt3_siw)
+    check_srqtest(s, SRQ_CHECKS)
+    assert p.rc == 0 and "vt3-srqtest peer: done" in p.out, f"vt3-srqtest peer exit {p.rc}:\n{tail(p.out)}"
+    no_objects(vt3_siw, "after vt3-srqtest")
+
+
 # vt3_ksrq's CHECKs when everything works (msgs=10), read off its source:
 # create, query, 32 posted, QP 1 and QP 2 on the SRQ, destroy refused
 # while in use, the control SEND, 20 receives, DONE, LAST_WQE_REACHED once
@@ -90,14 +107,13 @@ KSRQ_CHECKS = 13
 KSRQ_PORT = 7476
 
 
-def test_vt3_ksrq(vt3_pair):
-    """kernel SRQ (vt3_ksrq.ko) under two kernel QPs, a vt3-srqtest peer sending on both: wc->qp, data, wr_ids once, LAST_WQE_REACHED, destroy"""
-    a, b = vt3_pair.a, vt3_pair.b
+def run_ksrq(setup) -> None:
+    b, _, srq_ip, a = sides(setup)
     mb = kmark(b)
     b.spawn(f"insmod {KMOD}/vt3_ksrq.ko port={KSRQ_PORT}", "ksrq", 300)
     try:
         wait_rdma_listen(b, KSRQ_PORT)
-        a.spawn(f"vt3-srqtest peer --server {B_IP} --port {KSRQ_PORT} --timeout 60", "ksrqpeer", 300)
+        a.spawn(f"vt3-srqtest peer --server {srq_ip} --port {KSRQ_PORT} --timeout 60", "ksrqpeer", 300)
         k = b.join("ksrq", 240)
         p = a.join("ksrqpeer", 120)
     except BaseException:
@@ -116,7 +132,17 @@ def test_vt3_ksrq(vt3_pair):
     assert p.rc == 0 and "vt3-srqtest peer: done (10 + 10 SENDs)" in p.out, \
         f"vt3-srqtest peer exit {p.rc}:\n{tail(p.out)}"
     b.check("rmmod vt3_ksrq", 30)
-    no_objects(vt3_pair, "after vt3_ksrq")
+    no_objects(setup, "after vt3_ksrq")
+
+
+def test_vt3_ksrq(vt3_pair):
+    """kernel SRQ (vt3_ksrq.ko) under two kernel QPs, a vt3-srqtest peer sending on both: wc->qp, data, wr_ids once, LAST_WQE_REACHED, destroy"""
+    run_ksrq(vt3_pair)
+
+
+def test_vt3_ksrq_siw(vt3_siw):
+    """kernel SRQ (vt3_ksrq.ko) on vt3 as in vt3-ksrq, the vt3-srqtest peer on siw"""
+    run_ksrq(vt3_siw)
 
 
 LOST_CHECKS = ("create", "query", "modify", "modify-resize", "shared", "limit-not-yet", "lost-events",
