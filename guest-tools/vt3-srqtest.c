@@ -13,12 +13,16 @@
  * for, in messages the srq side verifies: SENDs of MSG_SIZE bytes, a
  * header (magic, QP index, sequence number) and a pattern of both.
  * The srq side steers the peer with SENDs on QP 2 ("send n1 on QP 1, n2
- * on QP 2", or "done"); the peer's receives are its own RQ.
+ * on QP 2", or "done"); the peer's receives are its own RQ. The peer
+ * sends first on each QP (message 0, as soon as it is connected): an MPA
+ * responder may not send before the initiator's first FPDU (RFC 5044),
+ * and siw as the initiator sends none of its own (no RTR).
+ * The srq side posts 34 WRs before it accepts the first connection.
  *
  * Steps of the srq side, each a check:
  *  create/query  ibv_create_srq, ibv_query_srq (max_wr, max_sge, limit 0)
  *  modify        ibv_modify_srq(IBV_SRQ_LIMIT) arms; query shows the limit
- *  shared        20 SENDs over both QPs: each lands once in an SRQ WR of
+ *  shared        2 + 20 SENDs over both QPs: each lands once in an SRQ WR of
  *                ours, on the QP it was sent on, in order per QP, intact
  *  limit         5 more: IBV_EVENT_SRQ_LIMIT_REACHED once (element.srq),
  *                none for 2 more (disarmed: the query says limit 0), once
@@ -402,8 +406,12 @@ static struct rdma_cm_id *srq_accept(struct srqside *s)
 		die("connect request");
 	id = ev->id;
 	rdma_ack_cm_event(ev);
-	if (!s->srq)
+	if (!s->srq) {
 		srq_setup(s, id->verbs);
+		/* Before the peer's first message. */
+		if (srq_post(s, 34))
+			die("ibv_post_srq_recv");
+	}
 	if (id->verbs != s->ctx) {
 		errno = EXDEV;
 		die("second connection on another device");
@@ -525,8 +533,6 @@ static int run_srq(const char *port)
 	printf("LISTENING %s\n", port);
 	fflush(stdout);
 	s.id[0] = srq_accept(&s);
-	if (srq_post(&s, 32))
-		die("ibv_post_srq_recv");
 	s.id[1] = srq_accept(&s);
 
 	/* modify: arm at 8; query shows it. */
@@ -539,13 +545,13 @@ static int run_srq(const char *port)
 	ret = ibv_modify_srq(s.srq, &attr, IBV_SRQ_MAX_WR);
 	check(ret != 0, "modify-resize", "resizing the SRQ succeeded");
 
-	/* shared: 10 on each QP, 32 posted: 12 left, above the limit. */
+	/* shared: the first on each QP and 10 more, 34 posted: 12 left, above the limit. */
 	if (srq_ctrl(&s, CTRL_SEND, 10, 10))
 		die("control SEND");
-	got = srq_reap(&s, 20, timeout_s);
-	check(got == 20 && s.seq[0] == 10 && s.seq[1] == 10 && !s.bad_data && !s.dup &&
+	got = srq_reap(&s, 22, timeout_s);
+	check(got == 22 && s.seq[0] == 11 && s.seq[1] == 11 && !s.bad_data && !s.dup &&
 	      !s.wrong_qp && !s.unknown && !s.other_err && !s.flushed_qp1 && s.posted == 12,
-	      "shared", "%d of 20 completions; QP 1 %u, QP 2 %u in order; %d bad, %d twice, %d wrong QP, "
+	      "shared", "%d of 22 completions; QP 1 %u, QP 2 %u in order; %d bad, %d twice, %d wrong QP, "
 	      "%d unknown, %d errors; %u still posted (12 wanted)", got, s.seq[0], s.seq[1],
 	      s.bad_data, s.dup, s.wrong_qp, s.unknown, s.other_err + s.flushed_qp1, s.posted);
 	n = count_limit_events(&s, 0.5, &wrong);
@@ -631,7 +637,7 @@ static int run_srq(const char *port)
 		die("control SEND");
 	got = srq_reap(&s, n, timeout_s);
 	check(got == n && s.posted == 0 && !s.bad_data && !s.dup && !s.wrong_qp && !s.unknown &&
-	      !s.other_err && s.seq[1] == 19 + (uint32_t)n, "survive",
+	      !s.other_err && s.seq[1] == 20 + (uint32_t)n, "survive",
 	      "%d of %d completions on QP 2 after QP 1 failed; %u posted, %d bad, %d twice, %d wrong QP, "
 	      "%d unknown, %d errors", got, n, s.posted, s.bad_data, s.dup, s.wrong_qp, s.unknown,
 	      s.other_err);
@@ -678,7 +684,8 @@ struct peer {
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *id[2];
 	struct ibv_pd *pd;
-	struct ibv_cq *cq[2];
+	struct ibv_cq *cq[2];		/* each QP's sends */
+	struct ibv_cq *rcq;		/* the receives (control messages, on QP 2) */
 	struct ibv_mr *mr;
 	uint8_t *buf;			/* CTRL_RECV ctrl slots, then a send slot per QP */
 	uint32_t seq[2];
@@ -715,14 +722,15 @@ static void peer_connect(struct peer *p, int q, const char *server, const char *
 		if (!p->pd || !p->buf)
 			die("PD");
 		p->mr = ibv_reg_mr(p->pd, p->buf, (CTRL_RECV + 2) * MSG_SIZE, IBV_ACCESS_LOCAL_WRITE);
-		if (!p->mr)
-			die("ibv_reg_mr");
+		p->rcq = ibv_create_cq(id->verbs, CQ_DEPTH, NULL, NULL, 0);
+		if (!p->mr || !p->rcq)
+			die("ibv_reg_mr / receive CQ");
 	}
 	p->cq[q] = ibv_create_cq(id->verbs, CQ_DEPTH, NULL, NULL, 0);
 	if (!p->cq[q])
 		die("ibv_create_cq");
 	qa.send_cq = p->cq[q];
-	qa.recv_cq = p->cq[q];
+	qa.recv_cq = p->rcq;
 	qa.qp_type = IBV_QPT_RC;
 	qa.cap.max_send_wr = 128;
 	qa.cap.max_recv_wr = CTRL_RECV;
@@ -788,15 +796,20 @@ static int run_peer(const char *server, const char *port)
 	p.ch = rdma_create_event_channel();
 	if (!p.ch)
 		die("event channel");
+	/* Message 0 on each: the initiator's first FPDU (see the top). */
 	peer_connect(&p, 0, server, port);
+	if (peer_send(&p, 0, 1))
+		return 1;
 	peer_connect(&p, 1, server, port);
+	if (peer_send(&p, 1, 1))
+		return 1;
 	printf("PEER %u %u\n", p.id[0]->qp->qp_num, p.id[1]->qp->qp_num);
 	fflush(stdout);
 	end = now() + 10 * timeout_s;
 	while (now() < end) {
 		struct ibv_wc wc;
 		const struct ctrl *c;
-		int got = ibv_poll_cq(p.cq[1], 1, &wc);
+		int got = ibv_poll_cq(p.rcq, 1, &wc);
 
 		if (!got) {
 			usleep(1000);
@@ -835,6 +848,7 @@ static int run_peer(const char *server, const char *port)
 		rdma_destroy_id(p.id[q]);
 		ibv_destroy_cq(p.cq[q]);
 	}
+	ibv_destroy_cq(p.rcq);
 	ibv_dereg_mr(p.mr);
 	ibv_dealloc_pd(p.pd);
 	rdma_destroy_event_channel(p.ch);

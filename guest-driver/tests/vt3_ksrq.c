@@ -9,7 +9,9 @@
  * It listens on 0.0.0.0:P; for the first connection request it creates a
  * PD, an IB_POLL_DIRECT CQ per direction and one SRQ on the request's
  * device, posts SRQ_POSTED receives into it, and accepts two connections
- * whose QPs take their receives from it. Then it asks the peer (a SEND on
+ * whose QPs take their receives from it; the peer sends message 0 on each
+ * as soon as it is connected (an MPA responder may not send first). Then
+ * it asks the peer (a SEND on
  * QP 2, vt3-srqtest's control message) for N SENDs on each QP and checks
  * each receive completion: its wr_id is one of ours and completes once,
  * wc->qp is the QP the message was sent on, in order per QP, the data is
@@ -299,7 +301,7 @@ static bool intact(const u8 *buf, u32 q, u32 seq)
 /* lost=1: the device is made fatal under the SRQ (vt3_hw.h device loss). */
 static void ksrq_lost(void)
 {
-	int want = SRQ_POSTED - 2 * msgs + LOST_POSTED;
+	int want = SRQ_POSTED - 2 * msgs - 2 + LOST_POSTED;
 	int got = 0, flushed = 0, dup = 0, on[2] = { 0, 0 }, n, i, err = 0;
 	unsigned long end;
 	struct ib_wc wc[8];
@@ -375,7 +377,7 @@ static void ksrq_run(void)
 	if (!CHECK(!err, "control SEND to the peer (%d)", err))
 		return;
 	end = jiffies + KSRQ_TIMEOUT;
-	while (got < 2 * msgs && time_before(jiffies, end)) {
+	while (got < 2 * msgs + 2 && time_before(jiffies, end)) {
 		n = ib_poll_cq(ks.rcq, ARRAY_SIZE(wc), wc);
 		if (!n)
 			msleep(1);
@@ -405,9 +407,10 @@ static void ksrq_run(void)
 			seq[q]++;
 		}
 	}
-	CHECK(got == 2 * msgs && seq[0] == msgs && seq[1] == msgs && !bad && !dup && !wrongqp,
+	CHECK(got == 2 * msgs + 2 && seq[0] == msgs + 1 && seq[1] == msgs + 1 && !bad && !dup &&
+	      !wrongqp,
 	      "%d of %d receives from the SRQ: QP 1 %u, QP 2 %u in order, %d bad, %d unknown/twice, %d wrong wc->qp",
-	      got, 2 * msgs, seq[0], seq[1], bad, dup, wrongqp);
+	      got, 2 * msgs + 2, seq[0], seq[1], bad, dup, wrongqp);
 	if (lost)
 		ksrq_lost();
 	else
@@ -457,7 +460,7 @@ static void ksrq_teardown(void)
 	if (ks.srq) {
 		err = ib_destroy_srq_user(ks.srq, NULL);
 		CHECK(!err, "ib_destroy_srq with %d receives never taken (%d)",
-		      SRQ_POSTED - 2 * msgs, err);
+		      SRQ_POSTED - 2 * msgs - 2, err);
 	}
 	for (q = 0; q < 2; q++)
 		if (ks.id[q])
@@ -479,7 +482,7 @@ static int __init ksrq_init(void)
 	struct sockaddr_in src = { .sin_family = AF_INET, .sin_port = htons(port) };
 	int err;
 
-	if (msgs < 1 || 2 * msgs > SRQ_POSTED)
+	if (msgs < 1 || 2 * msgs + 2 > SRQ_POSTED)
 		return -EINVAL;
 	init_completion(&ks.established);
 	init_completion(&ks.fatal);

@@ -100,7 +100,7 @@ def test_srq_siw(vt3_siw):
 
 # vt3_ksrq's CHECKs when everything works (msgs=10), read off its source:
 # create, query, 32 posted, QP 1 and QP 2 on the SRQ, destroy refused
-# while in use, the control SEND, 20 receives, DONE, LAST_WQE_REACHED once
+# while in use, the control SEND, 2 + 20 receives, DONE, LAST_WQE_REACHED once
 # per QP, no SRQ receive flushed by the QPs' error, nothing after the
 # destroy, the SRQ destroyed.
 KSRQ_CHECKS = 13
@@ -129,7 +129,7 @@ def run_ksrq(setup) -> None:
     assert failed == 0 and not fails, f"vt3_ksrq: {failed} failed:\n" + "\n".join(fails[:5]) + f"\n{tail(log, 30)}"
     assert passed == KSRQ_CHECKS, f"vt3_ksrq: {passed} passed, want {KSRQ_CHECKS}:\n{tail(log, 30)}"
     assert count(log, r"^vt3_ksrq: ok ") == passed, f"ok lines differ from the summary:\n{tail(log, 30)}"
-    assert p.rc == 0 and "vt3-srqtest peer: done (10 + 10 SENDs)" in p.out, \
+    assert p.rc == 0 and "vt3-srqtest peer: done (11 + 11 SENDs)" in p.out, \
         f"vt3-srqtest peer exit {p.rc}:\n{tail(p.out)}"
     b.check("rmmod vt3_ksrq", 30)
     no_objects(setup, "after vt3_ksrq")
@@ -164,7 +164,7 @@ def test_srq_device_fatal(fresh_vt3_pair):
 
 
 # lost=1: the first 8 checks, then DEVICE_FATAL with LAST_WQE_REACHED on
-# both QPs, the post after the loss, the 14 receives flushed once on one
+# both QPs, the post after the loss, the 12 receives flushed once on one
 # QP, nothing more; then the 4 of the teardown (no DONE: the device is dead).
 KSRQ_LOST_CHECKS = 16
 
@@ -197,7 +197,7 @@ def test_vt3_ksrq_device_fatal(fresh_vt3_pair):
     fails = [l for l in log.splitlines() if l.startswith("vt3_ksrq: FAIL")]
     assert failed == 0 and not fails, f"vt3_ksrq: {failed} failed:\n" + "\n".join(fails[:5]) + f"\n{tail(log, 30)}"
     assert passed == KSRQ_LOST_CHECKS, f"vt3_ksrq: {passed} passed, want {KSRQ_LOST_CHECKS}:\n{tail(log, 30)}"
-    assert peer.rc == 0 and "vt3-srqtest peer: ended by the other side (10 + 10 SENDs)" in peer.out, \
+    assert peer.rc == 0 and "vt3-srqtest peer: ended by the other side (11 + 11 SENDs)" in peer.out, \
         f"vt3-srqtest peer exit {peer.rc}:\n{tail(peer.out)}"
     # A fatal device still destroys (DESTROY_SRQ among them): nothing held.
     no_objects(p, "after device-fatal under a kernel SRQ")
