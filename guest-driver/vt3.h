@@ -522,6 +522,11 @@ void vt3_qp_put(struct vt3_qp *qp);
 void vt3_qp_enter_error(struct vt3_qp *qp);
 void vt3_qp_ib_event(struct vt3_qp *qp, enum ib_event_type type);
 void vt3_qp_last_wqe(struct vt3_qp *qp);
+
+/* vt3_flush.c: kernel QPs' flush and completion books */
+void vt3_qp_flush_start(struct vt3_qp *qp);
+void vt3_qp_flush_stop(struct vt3_qp *qp);
+void vt3_qp_forget(struct vt3_qp *qp);
 int vt3_qp_poll_flush(struct vt3_cq *cq, int num, struct ib_wc *wc);
 bool vt3_qp_cqe_taken(struct vt3_qp *qp, struct vt3_cq *cq, bool recv,
 		      u32 wqe_idx);
@@ -545,5 +550,10 @@ bool vt3_srq_cqe_taken(struct vt3_qp *qp, struct vt3_cq *cq, u32 wqe_idx,
 int vt3_srq_flush(struct vt3_qp *qp, int num, struct ib_wc *wc);
 bool vt3_srq_flush_pending(struct vt3_qp *qp);
 void vt3_srq_qp_gone(struct vt3_qp *qp);
+
+static inline struct vt3_qp_status *vt3_qp_status(struct vt3_qp *qp)
+{
+	return vt3_pages_slot(qp->status.mem, 0);
+}
 
 #endif /* VT3_H */

@@ -108,7 +108,7 @@ REASON[close-withheld]='no answer within [0-9]+ s to: rmmod vt3'
 CASES[close-withheld]=kchaos
 ENV[close-withheld]='VT3_CHAOS_PLAN=1:rmmod'
 
-FILE[lost-flush-from-cons]=guest-driver/vt3_qp.c
+FILE[lost-flush-from-cons]=guest-driver/vt3_flush.c
 ANCHOR[lost-flush-from-cons]='	return cq->frozen || READ_ONCE(to_vt3_dev(qp->ibqp.device)->ctrl.lost);'
 REPLACEMENT[lost-flush-from-cons]='	return false; /* MUTANT */'
 REASON[lost-flush-from-cons]='WRs without a completion'
@@ -128,7 +128,7 @@ REPLACEMENT[srq-flush-on-error]='	wq->srq_lost = wq->recv && wq->qp->srq; /* MUT
 REASON[srq-flush-on-error]='FAIL no-flush: [0-9]+ completions after the error'
 CASES[srq-flush-on-error]=srq
 
-FILE[ksrq-flush-on-error]=guest-driver/vt3_qp.c
+FILE[ksrq-flush-on-error]=guest-driver/vt3_flush.c
 ANCHOR[ksrq-flush-on-error]='	    (!qp->ibqp.srq || vt3_cons_untrusted(qp, rcq))) {'
 REPLACEMENT[ksrq-flush-on-error]='	    (1 || !qp->ibqp.srq || vt3_cons_untrusted(qp, rcq))) { /* MUTANT */'
 REASON[ksrq-flush-on-error]='FAIL no SRQ receive flushed by the QPs'
