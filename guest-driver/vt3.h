@@ -72,6 +72,10 @@ struct vt3_limits {
 	u32 max_inline;
 	u32 max_pbl_pages;
 	u32 max_fast_reg_pages;	/* 0: vt3d has no fast registration */
+	u32 max_srq;		/* 0: vt3d has no SRQs */
+	u32 max_srq_wr;
+	u32 max_srq_depth;	/* power of two >= max_srq_wr */
+	u32 max_srq_sge;
 	u32 max_msg_size;
 };
 
@@ -144,6 +148,7 @@ struct vt3_dev {
 	struct delayed_work carrier_work; /* carrier loss: vt3d gone? */
 	struct xarray cq_xa;		/* cqn -> vt3_cq, for events */
 	struct xarray qp_xa;		/* qpn -> vt3_qp, for iw_get_qp, CQEs */
+	struct xarray srq_xa;		/* srqn -> vt3_srq, for events */
 	spinlock_t orphan_lock;
 	struct list_head orphans;	/* vt3_pages the device may still use */
 	unsigned int orphaned;		/* on orphans; under orphan_lock */
@@ -221,6 +226,43 @@ struct vt3_cq {
 	atomic_t arm_flags;
 	atomic_t armed;			/* the consumer armed; no event since */
 	struct work_struct kick_work;	/* completion event from a post */
+};
+
+/*
+ * A kernel SRQ's record of one slot (vt3_srq.c): which WQE is in it and
+ * whether its completion is still owed. The slot is free for a post once
+ * the CQE of that WQE was taken (vt3_hw.h), whatever vt3d's cons says.
+ */
+struct vt3_srq_slot {
+	u64 wr_id;
+	u32 idx;			/* the WQE's free-running SRQ index */
+	bool owed;			/* posted, its completion not returned */
+};
+
+struct vt3_srq {
+	struct ib_srq ibsrq;
+	u32 srqn;
+	u32 depth;			/* power of two; every entry usable */
+	u32 max_sge;
+	u32 limit;
+	bool user;
+	struct vt3_queue_mem ring;
+	struct vt3_queue_mem status;
+	/*
+	 * Kernel SRQs: the producer and the slots. Taken inside a CQ's
+	 * lock (poll_cq), never the other way round.
+	 */
+	spinlock_t lock;
+	u32 prod;
+	u32 owed;			/* slots with owed set */
+	struct vt3_srq_slot *slots;
+	/*
+	 * The device was lost: the QP whose receive CQ flushes every owed
+	 * slot (vt3_hw.h), from flush_pos on; NULL until one claims it.
+	 */
+	struct vt3_qp *flusher;
+	u32 flush_pos;
+	struct work_struct db_work;	/* doorbell from IRQs-off context */
 };
 
 /* Where a QP's connection is, as far as iw_cm was told (vt3_cm.c). */
@@ -303,6 +345,14 @@ struct vt3_qp {
 	 */
 	struct iw_cm_id *close_owed;
 	bool destroying;		/* destroy_qp ends the connection */
+	/*
+	 * QP of an SRQ: IB_EVENT_QP_LAST_WQE_REACHED was raised since the
+	 * QP last entered ERR (under state_lock). vt3d reports it when it
+	 * moves the QP to ERROR; a clean close leaves the QP IDLE in vt3d
+	 * (ERR for the driver) and a lost device reports nothing, so the
+	 * driver raises it then: once either way.
+	 */
+	bool last_wqe_done;
 };
 
 static inline struct vt3_dev *to_vt3_dev(struct ib_device *ibdev)
@@ -328,6 +378,11 @@ static inline struct vt3_cq *to_vt3_cq(struct ib_cq *ibcq)
 static inline struct vt3_qp *to_vt3_qp(struct ib_qp *ibqp)
 {
 	return container_of(ibqp, struct vt3_qp, ibqp);
+}
+
+static inline struct vt3_srq *to_vt3_srq(struct ib_srq *ibsrq)
+{
+	return container_of(ibsrq, struct vt3_srq, ibsrq);
 }
 
 static inline struct vt3_mmap_entry *
@@ -468,6 +523,12 @@ struct vt3_qp *vt3_qp_get_next(struct vt3_dev *dev, unsigned long *qpn);
 void vt3_qp_put(struct vt3_qp *qp);
 void vt3_qp_enter_error(struct vt3_qp *qp);
 void vt3_qp_ib_event(struct vt3_qp *qp, enum ib_event_type type);
+void vt3_qp_last_wqe(struct vt3_qp *qp);
+
+/* vt3_flush.c: kernel QPs' flush and completion books */
+void vt3_qp_flush_start(struct vt3_qp *qp);
+void vt3_qp_flush_stop(struct vt3_qp *qp);
+void vt3_qp_forget(struct vt3_qp *qp);
 int vt3_qp_poll_flush(struct vt3_cq *cq, int num, struct ib_wc *wc);
 bool vt3_qp_cqe_taken(struct vt3_qp *qp, struct vt3_cq *cq, bool recv,
 		      u32 wqe_idx);
@@ -475,5 +536,26 @@ bool vt3_qp_flush_pending(struct vt3_cq *cq);
 void vt3_cq_forget(struct vt3_cq *cq, u32 qpn);
 u32 vt3_cq_prod(struct vt3_cq *cq);
 void vt3_cq_free_gone(struct vt3_cq *cq);
+
+/* vt3_srq.c */
+int vt3_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
+		   struct ib_udata *udata);
+int vt3_modify_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr,
+		   enum ib_srq_attr_mask mask, struct ib_udata *udata);
+int vt3_query_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr);
+int vt3_destroy_srq(struct ib_srq *ibsrq, struct ib_udata *udata);
+int vt3_post_srq_recv(struct ib_srq *ibsrq, const struct ib_recv_wr *wr,
+		      const struct ib_recv_wr **bad_wr);
+void vt3_srq_event(struct vt3_dev *dev, u16 type, const struct vt3_event *ev);
+bool vt3_srq_cqe_taken(struct vt3_qp *qp, struct vt3_cq *cq, u32 wqe_idx,
+		       u64 *wr_id);
+int vt3_srq_flush(struct vt3_qp *qp, int num, struct ib_wc *wc);
+bool vt3_srq_flush_pending(struct vt3_qp *qp);
+void vt3_srq_qp_gone(struct vt3_qp *qp);
+
+static inline struct vt3_qp_status *vt3_qp_status(struct vt3_qp *qp)
+{
+	return vt3_pages_slot(qp->status.mem, 0);
+}
 
 #endif /* VT3_H */

@@ -495,6 +495,8 @@ static void vt3_cm_end_all(struct vt3_dev *dev, int status)
 		mutex_lock(&qp->state_lock);
 		vt3_qp_enter_error(qp);
 		vt3_conn_end(qp, status);
+		/* It takes no more SRQ WQEs: vt3d cannot say so any more. */
+		vt3_qp_last_wqe(qp);
 		mutex_unlock(&qp->state_lock);
 		vt3_qp_put(qp);
 		qpn++;
@@ -998,6 +1000,14 @@ static void vt3_cm_qp_event(struct vt3_qp *qp, u32 code, u32 detail)
 	ibdev_dbg(qp->ibqp.device, "QP %u event %u detail %#x\n", qp->qpn,
 		  code, detail);
 	switch (code) {
+	case VT3_QPE_LAST_WQE_REACHED:
+		/*
+		 * After the error's own event (vt3d sends it later, and
+		 * events are handled in order), whether or not a connection
+		 * is still known: the consumer of an SRQ QP waits for it.
+		 */
+		vt3_qp_last_wqe(qp);
+		return;
 	case VT3_QPE_PEER_CLOSE:
 		if (qp->conn == VT3_CONN_UP) {
 			qp->conn = VT3_CONN_CLOSING;
@@ -1053,6 +1063,12 @@ static void vt3_cm_qp_event(struct vt3_qp *qp, u32 code, u32 detail)
 	vt3_qp_enter_error(qp);
 	if (has_ibev)
 		vt3_qp_ib_event(qp, ibev);
+	/*
+	 * A clean close leaves the QP IDLE in vt3d, which reports no
+	 * LAST_WQE_REACHED then; it takes no more SRQ WQEs all the same.
+	 */
+	if (code == VT3_QPE_CLOSE_COMPLETE)
+		vt3_qp_last_wqe(qp);
 	vt3_conn_end(qp, status);
 }
 
@@ -1104,6 +1120,13 @@ static void vt3_cm_event(struct vt3_dev *dev, u16 type, const void *payload,
 		}
 		qpn = c.qpn;
 		break;
+	case VT3_EV_SRQ_LIMIT:
+	case VT3_EV_SRQ_ERROR:
+		if (len < sizeof(ev))
+			goto bad;
+		memcpy(&ev, payload, sizeof(ev));
+		vt3_srq_event(dev, type, &ev);
+		return;
 	case VT3_EV_DEVICE_FATAL:
 		if (len < sizeof(ev))
 			goto bad;

@@ -332,16 +332,31 @@ static bool vt3_cqe_to_wc(struct vt3_dev *dev, struct vt3_cq *cq,
 		[VT3_WC_REG_MR] = IB_WC_REG_MR,
 		[VT3_WC_LOCAL_INV] = IB_WC_LOCAL_INV,
 	};
+	bool recv = cqe->opcode == VT3_WC_RECV;
+	u64 wr_id = le64_to_cpu(cqe->wr_id);
 	struct vt3_qp *qp;
 
 	/* A CQE of a QP destroyed meanwhile has nobody to go to. */
 	qp = xa_load(&dev->qp_xa, le32_to_cpu(cqe->qpn));
-	if (!qp || !vt3_qp_cqe_taken(qp, cq, cqe->opcode == VT3_WC_RECV,
-				     le32_to_cpu(cqe->wqe_idx)))
+	if (!qp)
 		return false;
+	/*
+	 * A receive of a QP of an SRQ names its SRQ slot, whose record
+	 * holds the WR (vt3_srq.c); any other receive of such a QP is a
+	 * device bug.
+	 */
+	if (recv && (qp->ibqp.srq || cqe->flags & VT3_CQE_SRQ)) {
+		if (!(cqe->flags & VT3_CQE_SRQ) || qp->user ||
+		    !vt3_srq_cqe_taken(qp, cq, le32_to_cpu(cqe->wqe_idx),
+				       &wr_id))
+			return false;
+	} else if (!vt3_qp_cqe_taken(qp, cq, recv,
+				     le32_to_cpu(cqe->wqe_idx))) {
+		return false;
+	}
 
 	memset(wc, 0, sizeof(*wc));
-	wc->wr_id = le64_to_cpu(cqe->wr_id);
+	wc->wr_id = wr_id;
 	wc->status = vt3_wc_status(cqe->status);
 	wc->qp = &qp->ibqp;
 	wc->vendor_err = le32_to_cpu(cqe->vendor_err);

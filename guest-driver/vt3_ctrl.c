@@ -47,6 +47,10 @@ static const char * const vt3_cmd_names[] = {
 	[VT3_CMD_DISCONNECT] = "DISCONNECT",
 	[VT3_CMD_HELLO] = "HELLO",
 	[VT3_CMD_ALLOC_MR] = "ALLOC_MR",
+	[VT3_CMD_CREATE_SRQ] = "CREATE_SRQ",
+	[VT3_CMD_MODIFY_SRQ] = "MODIFY_SRQ",
+	[VT3_CMD_QUERY_SRQ] = "QUERY_SRQ",
+	[VT3_CMD_DESTROY_SRQ] = "DESTROY_SRQ",
 };
 
 static const char * const vt3_status_names[] = {
@@ -68,6 +72,8 @@ static const char * const vt3_event_names[] = {
 	[VT3_EV_CONNECT_REQUEST] = "CONNECT_REQUEST",
 	[VT3_EV_CONNECT_REPLY] = "CONNECT_REPLY",
 	[VT3_EV_ESTABLISHED] = "ESTABLISHED",
+	[VT3_EV_SRQ_LIMIT] = "SRQ_LIMIT",
+	[VT3_EV_SRQ_ERROR] = "SRQ_ERROR",
 };
 
 static const char * const vt3_qp_state_names[] = {

@@ -120,6 +120,13 @@ static void vt3_set_limits(struct vt3_dev *dev, const struct vt3_device_attr *a,
 				     VT3_MAX_PBL_PAGES);
 	l->max_fast_reg_pages = vt3_clamp(le32_to_cpu(a->max_fast_reg_pages),
 					  VT3_MAX_FAST_REG_PAGES);
+	l->max_srq = vt3_clamp(le32_to_cpu(a->max_srq), INT_MAX);
+	l->max_srq_wr = vt3_clamp(le32_to_cpu(a->max_srq_wr), VT3_MAX_DEPTH);
+	l->max_srq_depth = vt3_depth_for(l->max_srq_wr);
+	l->max_srq_sge = vt3_clamp(le32_to_cpu(a->max_srq_sge), VT3_MAX_SGE);
+	/* An SRQ that holds nothing is no SRQ. */
+	if (!l->max_srq_wr)
+		l->max_srq = 0;
 	/* The largest region whose PBL is sure to fit, however aligned. */
 	l->max_mr_size = min_t(u64, l->max_mr_size,
 			       (u64)(l->max_pbl_pages ? l->max_pbl_pages - 1 : 0)
@@ -214,6 +221,7 @@ static struct vt3_dev *vt3_dev_create(struct net_device *netdev)
 	dev->port_state = vt3_port_state(netdev);
 	xa_init(&dev->cq_xa);
 	xa_init(&dev->qp_xa);
+	xa_init_flags(&dev->srq_xa, XA_FLAGS_LOCK_IRQ);
 	spin_lock_init(&dev->orphan_lock);
 	INIT_LIST_HEAD(&dev->orphans);
 	vt3_ctrl_init(dev);
@@ -231,6 +239,7 @@ static struct vt3_dev *vt3_dev_create(struct net_device *netdev)
 	 */
 	ibdev->uverbs_cmd_mask |= BIT_ULL(IB_USER_VERBS_CMD_POST_SEND) |
 				  BIT_ULL(IB_USER_VERBS_CMD_POST_RECV) |
+				  BIT_ULL(IB_USER_VERBS_CMD_POST_SRQ_RECV) |
 				  BIT_ULL(IB_USER_VERBS_CMD_REQ_NOTIFY_CQ);
 	/* vt3d's TOE owns its ports; iwpmd must not remap them. */
 	ibdev->iw_driver_flags = IW_F_NO_PORT_MAP;
@@ -339,6 +348,7 @@ static void vt3_dealloc_driver(struct ib_device *ibdev)
 			    "vt3: leaking memory vt3d may still use\n");
 	xa_destroy(&dev->cq_xa);
 	xa_destroy(&dev->qp_xa);
+	xa_destroy(&dev->srq_xa);
 	netdev_put(dev->netdev, &dev->netdev_tracker);
 }
 
@@ -613,12 +623,14 @@ static const struct ib_device_ops vt3_dev_ops = {
 	.alloc_ucontext = vt3_alloc_ucontext,
 	.create_cq = vt3_create_cq,
 	.create_qp = vt3_create_qp,
+	.create_srq = vt3_create_srq,
 	.dealloc_driver = vt3_dealloc_driver,
 	.dealloc_pd = vt3_dealloc_pd,
 	.dealloc_ucontext = vt3_dealloc_ucontext,
 	.dereg_mr = vt3_dereg_mr,
 	.destroy_cq = vt3_destroy_cq,
 	.destroy_qp = vt3_destroy_qp,
+	.destroy_srq = vt3_destroy_srq,
 	.disassociate_ucontext = vt3_disassociate_ucontext,
 	.get_dev_fw_str = vt3_get_dev_fw_str,
 	.get_dma_mr = vt3_get_dma_mr,
@@ -635,19 +647,23 @@ static const struct ib_device_ops vt3_dev_ops = {
 	.mmap = vt3_mmap,
 	.mmap_free = vt3_mmap_free,
 	.modify_qp = vt3_modify_qp,
+	.modify_srq = vt3_modify_srq,
 	.poll_cq = vt3_poll_cq,
 	.post_recv = vt3_post_recv,
 	.post_send = vt3_post_send,
+	.post_srq_recv = vt3_post_srq_recv,
 	.query_device = vt3_query_device,
 	.query_gid = vt3_query_gid,
 	.query_port = vt3_query_port,
 	.query_qp = vt3_query_qp,
+	.query_srq = vt3_query_srq,
 	.reg_user_mr = vt3_reg_user_mr,
 	.req_notify_cq = vt3_req_notify_cq,
 
 	INIT_RDMA_OBJ_SIZE(ib_cq, vt3_cq, ibcq),
 	INIT_RDMA_OBJ_SIZE(ib_pd, vt3_pd, ibpd),
 	INIT_RDMA_OBJ_SIZE(ib_qp, vt3_qp, ibqp),
+	INIT_RDMA_OBJ_SIZE(ib_srq, vt3_srq, ibsrq),
 	INIT_RDMA_OBJ_SIZE(ib_ucontext, vt3_ucontext, ibuc),
 };
 

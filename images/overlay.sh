@@ -53,7 +53,7 @@ STAGE=${VT3_RDMA_CORE_WORK:-$VT3_CACHE/rdma-core}/stage
 OUT=$IMAGES/initramfs-vt3.cpio
 
 # The driver's kernel test modules (guest-driver/tests/Kbuild).
-TEST_MODULES=(vt3_ktest.ko vt3_kcm.ko vt3_kforge.ko vt3_kchaos.ko vt3_kfrmr.ko)
+TEST_MODULES=(vt3_ktest.ko vt3_kcm.ko vt3_kforge.ko vt3_kchaos.ko vt3_kfrmr.ko vt3_ksrq.ko)
 
 build_module() {
 	say "vt3.ko for $KVER"

@@ -139,19 +139,30 @@ bool vt3_cq_frozen(struct vt3_cq *cq)
  * A CQE of a QP we do not know (another process's, or a device bug) is
  * returned as it is. cq->lock held.
  */
-static bool vt3_cqe_taken(struct vt3_cq *cq, uint32_t qpn, bool recv,
-			  uint32_t idx)
+static bool vt3_cqe_taken(struct vt3_cq *cq, const struct vt3_cqe *cqe,
+			  uint64_t *wr_id)
 {
 	struct vt3_context *ctx = to_vt3_ctx(cq->ibv_cq.context);
+	uint32_t qpn = le32toh(cqe->qpn), idx = le32toh(cqe->wqe_idx);
+	bool recv = cqe->opcode == VT3_WC_RECV;
 	struct vt3_qp *qp = vt3_qp_find(ctx, qpn);
 	struct vt3_wq *wq;
 	uint32_t done;
 
+	*wr_id = le64toh(cqe->wr_id);
 	if (!qp)
 		return true;
 	wq = recv ? &qp->rq : &qp->sq;
 	if (wq->cq != cq)
 		return true;
+	/*
+	 * A receive of a QP of an SRQ names its SRQ slot, which completes
+	 * once (srq.c), whether or not a lost device's flush began; any
+	 * other receive of such a QP is a device bug.
+	 */
+	if (recv && qp->srq)
+		return (cqe->flags & VT3_CQE_SRQ) &&
+		       vt3_srq_cqe_taken(qp->srq, idx, wr_id);
 	/* Set under cq->lock: stable here. */
 	if (wq->flushing)
 		return false;
@@ -178,13 +189,14 @@ static int vt3_poll_device(struct vt3_cq *cq, int num, struct ibv_wc *wc)
 	}
 	while (n < num && cq->cons != prod) {
 		const struct vt3_cqe *cqe = &cq->ring[cq->cons & (cq->depth - 1)];
-
 		uint32_t qpn = le32toh(cqe->qpn);
+		uint64_t wr_id;
 
 		if ((list_empty(&cq->gone) || !vt3_cqe_of_gone_qp(cq, qpn)) &&
-		    vt3_cqe_taken(cq, qpn, cqe->opcode == VT3_WC_RECV,
-				  le32toh(cqe->wqe_idx)))
-			vt3_cqe_to_wc(cqe, &wc[n++]);
+		    vt3_cqe_taken(cq, cqe, &wr_id)) {
+			vt3_cqe_to_wc(cqe, &wc[n]);
+			wc[n++].wr_id = wr_id;
+		}
 		cq->cons++;
 		moved = true;
 	}
@@ -231,7 +243,8 @@ static void vt3_cq_take_reposts(struct vt3_cq *cq)
 		bool work;
 
 		pthread_spin_lock(&wq->lock);
-		work = !wq->flushing || wq->flush_pos != wq->prod;
+		work = !wq->flushing || wq->flush_pos != wq->prod ||
+		       (wq->srq_lost && vt3_srq_flush_pending(wq));
 		pthread_spin_unlock(&wq->lock);
 		if (work) {
 			list_del_from(&cq->flushed, &wq->cq_entry);
@@ -298,7 +311,10 @@ static int vt3_cq_flush(struct vt3_cq *cq, int num, struct ibv_wc *wc)
 		}
 		if (wq->flushing) {
 			n += vt3_wq_flush(wq, num - n, wc + n);
-			done = wq->flush_pos == wq->prod;
+			if (wq->srq_lost)
+				n += vt3_srq_flush(wq, num - n, wc + n);
+			done = wq->flush_pos == wq->prod &&
+			       !(wq->srq_lost && vt3_srq_flush_pending(wq));
 		}
 		pthread_spin_unlock(&wq->lock);
 		if (done) {
@@ -397,7 +413,9 @@ int vt3_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 		bool pending;
 
 		pthread_spin_lock(&wq->lock);
-		pending = vt3_wq_error(wq, VT3_BY_POLL) && wq->flush_pos != wq->prod;
+		pending = vt3_wq_error(wq, VT3_BY_POLL) &&
+			  (wq->flush_pos != wq->prod ||
+			   (wq->srq_lost && vt3_srq_flush_pending(wq)));
 		pthread_spin_unlock(&wq->lock);
 		if (pending) {
 			ring = wq;

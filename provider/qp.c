@@ -37,7 +37,8 @@ static void *vt3_wq_slot(struct vt3_wq *wq, uint32_t idx)
 int vt3_wq_init(struct vt3_qp *qp, struct vt3_wq *wq, struct vt3_cq *cq,
 		bool recv, uint32_t max_sge)
 {
-	wq->swqe = calloc(wq->depth, sizeof(*wq->swqe));
+	/* The empty RQ of a QP of an SRQ has depth 0: one entry, unused. */
+	wq->swqe = calloc(wq->depth ?: 1, sizeof(*wq->swqe));
 	if (!wq->swqe)
 		return ENOMEM;
 	pthread_spin_init(&wq->lock, PTHREAD_PROCESS_PRIVATE);
@@ -119,6 +120,12 @@ bool vt3_wq_error(struct vt3_wq *wq, enum vt3_trigger by)
 			wq->flush_pos = wq->prod;
 	}
 	wq->flush_mark = vt3_cq_prod(wq->cq);
+	/*
+	 * The RQ of a QP of an SRQ is empty: a QP error flushes nothing of
+	 * the SRQ (vt3d completed the WQE the QP had taken), a lost device
+	 * leaves owed SRQ WQEs that this queue's CQ may flush (srq.c).
+	 */
+	wq->srq_lost = wq->recv && wq->qp->srq && wq->flush_at_done;
 	wq->error = true;
 	return true;
 }
@@ -159,6 +166,7 @@ void vt3_qp_reset(struct vt3_qp *qp)
 		wqs[i]->error = false;
 		wqs[i]->flushing = false;
 		wqs[i]->flush_at_done = false;
+		wqs[i]->srq_lost = false;
 		__atomic_store_n(&wqs[i]->done, wqs[i]->prod, __ATOMIC_RELEASE);
 		pthread_spin_unlock(&wqs[i]->lock);
 		vt3_cq_requeue(wqs[i]);
@@ -413,6 +421,11 @@ int vt3_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 	uint32_t start;
 	int ret = 0;
 
+	/* A QP of an SRQ receives into the SRQ's WQEs only. */
+	if (qp->srq) {
+		*bad_wr = wr;
+		return EINVAL;
+	}
 	pthread_spin_lock(&wq->lock);
 	error = vt3_wq_error(wq, VT3_BY_POST);
 	if (!error && !vt3_qp_may_post(qp, true)) {

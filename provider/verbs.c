@@ -118,14 +118,14 @@ int vt3_dereg_mr(struct verbs_mr *vmr)
  * A ring the kernel describes must be a power of two deep and fit in what
  * it asks us to map; anything else is a driver/provider mismatch.
  */
-static bool vt3_ring_ok(uint32_t depth, uint32_t map_size, size_t entry_size)
+bool vt3_ring_ok(uint32_t depth, uint32_t map_size, size_t entry_size)
 {
 	return depth && !(depth & (depth - 1)) &&
 	       (uint64_t)depth * entry_size <= map_size;
 }
 
 /* Maps what vt3.ko registered under @key (rdma_user_mmap_entry). */
-static void *vt3_mmap(struct ibv_context *ibctx, size_t len, int prot,
+void *vt3_mmap(struct ibv_context *ibctx, size_t len, int prot,
 		      uint64_t key, const char *what)
 {
 	void *p;
@@ -143,7 +143,7 @@ static void *vt3_mmap(struct ibv_context *ibctx, size_t len, int prot,
 	return p;
 }
 
-static void vt3_munmap(void *p, size_t len)
+void vt3_munmap(void *p, size_t len)
 {
 	if (p)
 		munmap(p, len);
@@ -377,8 +377,10 @@ struct ibv_qp *vt3_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 		return NULL;
 	}
 
+	/* A QP of an SRQ has no RQ ring of its own. */
 	if (!vt3_ring_ok(resp.drv.sq_depth, resp.drv.sq_size, VT3_WQE_SIZE) ||
-	    !vt3_ring_ok(resp.drv.rq_depth, resp.drv.rq_size, VT3_WQE_SIZE)) {
+	    (attr->srq ? resp.drv.rq_depth || resp.drv.rq_size :
+	     !vt3_ring_ok(resp.drv.rq_depth, resp.drv.rq_size, VT3_WQE_SIZE))) {
 		verbs_err(verbs_get_ctx(ibctx),
 			  "libvt3: bad QP rings from the kernel: SQ %u entries in %u bytes, RQ %u in %u\n",
 			  resp.drv.sq_depth, resp.drv.sq_size,
@@ -400,10 +402,15 @@ struct ibv_qp *vt3_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 			       resp.drv.sq_key, "SQ ring");
 	if (!qp->sq.ring)
 		goto err_unmap;
-	qp->rq.ring = vt3_mmap(ibctx, qp->rq.ring_size, PROT_READ | PROT_WRITE,
-			       resp.drv.rq_key, "RQ ring");
-	if (!qp->rq.ring)
-		goto err_unmap;
+	if (attr->srq) {
+		qp->srq = to_vt3_srq(attr->srq);
+	} else {
+		qp->rq.ring = vt3_mmap(ibctx, qp->rq.ring_size,
+				       PROT_READ | PROT_WRITE, resp.drv.rq_key,
+				       "RQ ring");
+		if (!qp->rq.ring)
+			goto err_unmap;
+	}
 	qp->status = vt3_mmap(ibctx, sizeof(*qp->status),
 			      PROT_READ | PROT_WRITE, resp.drv.status_key,
 			      "QP status page");
@@ -509,6 +516,7 @@ int vt3_destroy_qp(struct ibv_qp *ibqp)
 	vt3_cq_forget(qp->sq.cq, qp->ibv_qp.qp_num);
 	if (qp->rq.cq != qp->sq.cq)
 		vt3_cq_forget(qp->rq.cq, qp->ibv_qp.qp_num);
+	vt3_srq_wq_gone(&qp->rq);
 	list_del(&qp->sq.cq_entry);
 	list_del(&qp->rq.cq_entry);
 	vt3_unlock_cqs(qp->sq.cq, qp->rq.cq);

@@ -41,6 +41,11 @@ static const struct verbs_context_ops vt3_ctx_ops = {
 	.destroy_qp = vt3_destroy_qp,
 	.post_send = vt3_post_send,
 	.post_recv = vt3_post_recv,
+	.create_srq = vt3_create_srq,
+	.modify_srq = vt3_modify_srq,
+	.query_srq = vt3_query_srq,
+	.destroy_srq = vt3_destroy_srq,
+	.post_srq_recv = vt3_post_srq_recv,
 	.async_event = vt3_async_event,
 	.free_context = vt3_free_context,
 };

@@ -40,6 +40,7 @@ VT3_RESP(vt3_alloc_ucontext_resp, ib_uverbs_get_context_resp);
 VT3_RESP(vt3_alloc_pd_resp, ib_uverbs_alloc_pd_resp);
 VT3_RESP(vt3_create_cq_resp, ib_uverbs_create_cq_resp);
 VT3_RESP(vt3_create_qp_resp, ib_uverbs_create_qp_resp);
+VT3_RESP(vt3_create_srq_resp, ib_uverbs_create_srq_resp);
 
 struct vt3_device {
 	struct verbs_device ibv_dev;
@@ -155,6 +156,11 @@ struct vt3_wq {
 	bool error;
 	bool flushing;
 	bool flush_at_done;
+	/*
+	 * The RQ of a QP of an SRQ (empty: depth 0) noted its error on a
+	 * lost device: its CQ may be the one that flushes the SRQ (srq.c).
+	 */
+	bool srq_lost;
 	uint32_t flush_pos;
 	uint32_t flush_mark;
 	struct vt3_cq *cq;
@@ -162,10 +168,42 @@ struct vt3_wq {
 	struct vt3_qp *qp;
 };
 
+/*
+ * One SRQ slot (srq.c): which WQE is in it and whether its completion is
+ * still owed; free for a post once the CQE of that WQE was taken.
+ */
+struct vt3_srq_slot {
+	uint64_t wr_id;
+	uint32_t idx;			/* the WQE's free-running SRQ index */
+	bool owed;
+};
+
+struct vt3_srq {
+	struct ibv_srq ibv_srq;
+	/* Producer and slots; taken after a CQ's and a vt3_wq's lock. */
+	pthread_spinlock_t lock;
+	void *ring;			/* depth vt3_rq_wqe slots */
+	size_t ring_size;
+	uint32_t depth;			/* power of two; every entry usable */
+	uint32_t max_sge;
+	uint32_t prod;
+	uint32_t owed;			/* slots with owed set */
+	struct vt3_srq_slot *slots;
+	struct vt3_srq_status *status;
+	/*
+	 * The device was lost: the RQ (of a QP of this SRQ) whose CQ
+	 * flushes every owed slot, from flush_pos on (vt3_hw.h); NULL
+	 * until one claims it.
+	 */
+	struct vt3_wq *flusher;
+	uint32_t flush_pos;
+};
+
 struct vt3_qp {
 	struct ibv_qp ibv_qp;
 	struct vt3_wq sq;
 	struct vt3_wq rq;
+	struct vt3_srq *srq;		/* NULL: the QP has its own RQ */
 	uint32_t max_inline;
 	uint32_t max_sge_rd;
 	bool sig_all;
@@ -198,7 +236,16 @@ static inline struct vt3_qp *to_vt3_qp(struct ibv_qp *ibqp)
 	return container_of(ibqp, struct vt3_qp, ibv_qp);
 }
 
+static inline struct vt3_srq *to_vt3_srq(struct ibv_srq *ibsrq)
+{
+	return container_of(ibsrq, struct vt3_srq, ibv_srq);
+}
+
 /* verbs.c: control path, through the kernel */
+bool vt3_ring_ok(uint32_t depth, uint32_t map_size, size_t entry_size);
+void *vt3_mmap(struct ibv_context *ibctx, size_t len, int prot, uint64_t key,
+	       const char *what);
+void vt3_munmap(void *p, size_t len);
 int vt3_query_device(struct ibv_context *ibctx,
 		     const struct ibv_query_device_ex_input *input,
 		     struct ibv_device_attr_ex *attr, size_t attr_size);
@@ -255,6 +302,20 @@ void vt3_cq_free_gone(struct vt3_cq *cq);
 void vt3_cq_wait_ringing(struct vt3_cq *cq);
 void vt3_lock_cqs(struct vt3_cq *a, struct vt3_cq *b);
 void vt3_unlock_cqs(struct vt3_cq *a, struct vt3_cq *b);
+
+/* srq.c: shared receive queues */
+struct ibv_srq *vt3_create_srq(struct ibv_pd *pd,
+			       struct ibv_srq_init_attr *attr);
+int vt3_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr,
+		   int attr_mask);
+int vt3_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr);
+int vt3_destroy_srq(struct ibv_srq *ibsrq);
+int vt3_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr,
+		      struct ibv_recv_wr **bad_wr);
+bool vt3_srq_cqe_taken(struct vt3_srq *srq, uint32_t idx, uint64_t *wr_id);
+int vt3_srq_flush(struct vt3_wq *wq, int num, struct ibv_wc *wc);
+bool vt3_srq_flush_pending(struct vt3_wq *wq);
+void vt3_srq_wq_gone(struct vt3_wq *wq);
 
 /* async.c: async events (DESIGN.md section 5, trigger 1) */
 void vt3_async_event(struct ibv_context *ibctx, struct ibv_async_event *event);

@@ -32,6 +32,12 @@
 #                  the device is being removed (iw_cm keeps its QP
 #                  reference: a ULP's destroy_qp in its DEVICE_REMOVAL
 #                  handler waits for ever)
+#   srq-flush-on-error  libvt3 flushes a user SRQ's WQEs when one of its
+#                  QPs fails (they belong to the other QPs)
+#   ksrq-flush-on-error vt3.ko does the same to a kernel SRQ
+#   srq-lost-unflushed  libvt3 never flushes a lost device's SRQ WQEs (the
+#                  ones a QP had taken complete nowhere)
+#   ksrq-lost-unflushed vt3.ko does the same to a kernel SRQ
 #
 # A mutant is KILLED when the cases fail and the failure report names the
 # broken rule (REASON, a regex); SURVIVED when they pass; WRONG-REASON when
@@ -109,7 +115,7 @@ REASON[close-withheld]='no answer within [0-9]+ s to: rmmod vt3'
 CASES[close-withheld]=kchaos
 ENV[close-withheld]='VT3_CHAOS_PLAN=1:rmmod'
 
-FILE[lost-flush-from-cons]=guest-driver/vt3_qp.c
+FILE[lost-flush-from-cons]=guest-driver/vt3_flush.c
 ANCHOR[lost-flush-from-cons]='	return cq->frozen || READ_ONCE(to_vt3_dev(qp->ibqp.device)->ctrl.lost);'
 REPLACEMENT[lost-flush-from-cons]='	return false; /* MUTANT */'
 REASON[lost-flush-from-cons]='WRs without a completion'
@@ -142,7 +148,32 @@ REPLACEMENT[fatal-before-flags]='	vt3_cq_freeze_all(dev);
 REASON[fatal-before-flags]='not every WR completed|completions came only'
 CASES[fatal-before-flags]=flush-vt3d-killed
 
-ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze close-withheld lost-flush-from-cons slot-by-cons free-unknown fatal-before-flags)
+FILE[srq-flush-on-error]=provider/qp.c
+ANCHOR[srq-flush-on-error]='	wq->srq_lost = wq->recv && wq->qp->srq && wq->flush_at_done;'
+REPLACEMENT[srq-flush-on-error]='	wq->srq_lost = wq->recv && wq->qp->srq; /* MUTANT */'
+REASON[srq-flush-on-error]='FAIL no-flush: [0-9]+ completions after the error'
+CASES[srq-flush-on-error]=srq
+
+FILE[ksrq-flush-on-error]=guest-driver/vt3_flush.c
+ANCHOR[ksrq-flush-on-error]='	    (!qp->ibqp.srq || vt3_cons_untrusted(qp, rcq))) {'
+REPLACEMENT[ksrq-flush-on-error]='	    (1 || !qp->ibqp.srq || vt3_cons_untrusted(qp, rcq))) { /* MUTANT */'
+REASON[ksrq-flush-on-error]='FAIL no SRQ receive flushed by the QPs'
+CASES[ksrq-flush-on-error]=vt3-ksrq
+
+FILE[srq-lost-unflushed]=provider/qp.c
+ANCHOR[srq-lost-unflushed]='	wq->srq_lost = wq->recv && wq->qp->srq && wq->flush_at_done;'
+REPLACEMENT[srq-lost-unflushed]='	wq->srq_lost = false; /* MUTANT */'
+REASON[srq-lost-unflushed]='FAIL lost-flush: 0 of'
+CASES[srq-lost-unflushed]=srq-device-fatal
+
+FILE[ksrq-lost-unflushed]=guest-driver/vt3_srq.c
+ANCHOR[ksrq-lost-unflushed]='	if (vt3_srq_flushes_here(srq, qp)) {'
+REPLACEMENT[ksrq-lost-unflushed]='	if (0 && vt3_srq_flushes_here(srq, qp)) { /* MUTANT */'
+REASON[ksrq-lost-unflushed]='FAIL 0 of [0-9]+ SRQ receives flushed once'
+CASES[ksrq-lost-unflushed]=vt3-ksrq-device-fatal
+
+ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze close-withheld lost-flush-from-cons slot-by-cons
+	free-unknown fatal-before-flags srq-flush-on-error ksrq-flush-on-error srq-lost-unflushed ksrq-lost-unflushed)
 
 log() { printf '[mutants] %s\n' "$*" >&2; }
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .proc import Process, wait_for
 
-RNIC_OBJECTS = ("pd", "mr", "cq", "qp")
+RNIC_OBJECTS = ("pd", "mr", "cq", "qp", "srq")
 
 
 class Vt3dError(Exception):

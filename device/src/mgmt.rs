@@ -282,7 +282,7 @@ fn stats_rows(nic: &Nic) -> Vec<(String, u64)> {
     rows.extend(nic.control_stats.rows().into_iter().map(|(k, v)| (format!("control.{k}"), v)));
     let rnic = nic.rnic();
     let c = rnic.counts();
-    for (k, v) in [("pd", c.pd), ("mr", c.mr), ("cq", c.cq), ("qp", c.qp)] {
+    for (k, v) in [("pd", c.pd), ("mr", c.mr), ("cq", c.cq), ("qp", c.qp), ("srq", c.srq)] {
         rows.push((format!("rnic.{k}"), v as u64));
     }
     for (k, v) in rnic.ring_stats() {

@@ -190,6 +190,22 @@
  * event. A malformed SRQ WQE fails the QP that takes it, as a malformed RQ
  * WQE would. VT3_CMD_DESTROY_SRQ is refused (BUSY) while a QP uses it;
  * WQEs still in the SRQ then complete nowhere (the verbs' rule).
+ * The consumer side (vt3.ko for kernel SRQs, libvt3 for user SRQs)
+ * frees an SRQ slot for the producer only once it took the CQE of the
+ * WQE in it (wqe_idx names it exactly), which is never before vt3d's
+ * cons passed it: so prod - cons <= depth holds, and the consumer always
+ * knows which SRQ WQEs have not completed.
+ * Device lost (VT3_CQ_F_FROZEN; vt3d gone): vt3d cannot write the flush
+ * CQE of the WQE a failing QP had taken, and its cons is not trusted, so
+ * the consumer cannot tell a WQE a QP took from one still in the pool.
+ * Every SRQ WQE whose CQE was not taken by then completes once with
+ * WR_FLUSH_ERR, on the receive CQ of the first QP of the SRQ whose flush
+ * runs (that QP is the completion's QP), after that CQ's CQEs up to the
+ * freeze; a device CQE of an SRQ WQE met after that flush is dropped (its
+ * WR completed with the flush), and WQEs posted later are flushed the
+ * same way. With no QP attached they complete nowhere (as on destroy).
+ * So every SRQ WR completes at most once, and exactly once unless it was
+ * never taken and the SRQ is destroyed.
  *
  * Limits: max_cqe and max_qp_wr count usable entries; rings have a depth of
  * the next power of two above. fw_ver is major << 32 | minor << 16 | sub.

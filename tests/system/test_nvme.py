@@ -86,9 +86,12 @@ def fio_figures(report: dict) -> str:
 
 # ------------------------------------------------------------------ target
 
-def target_up(g, addr: str) -> None:
-    """nvmet-rdma on G: subsystem NQN, namespace 1 on /dev/ram0, RDMA port on ADDR:4420."""
-    g.check(f"modprobe brd rd_nr=1 rd_size={RAM_MB * 1024} max_part=0 && modprobe nvmet-rdma && "
+def target_up(g, addr: str, srq: bool = False) -> None:
+    """nvmet-rdma on G: subsystem NQN, namespace 1 on /dev/ram0, RDMA port
+    on ADDR:4420; with SRQ, its queues receive from a shared receive queue
+    (nvmet-rdma use_srq=1)."""
+    g.check(f"modprobe brd rd_nr=1 rd_size={RAM_MB * 1024} max_part=0 && "
+            f"modprobe nvmet-rdma{' use_srq=1' if srq else ''} && "
             "{ grep -q ' /sys/kernel/config ' /proc/mounts || mount -t configfs none /sys/kernel/config; } && "
             f"s={CFS}/subsystems/{NQN} && mkdir $s && echo 1 > $s/attr_allow_any_host && "
             "mkdir $s/namespaces/1 && echo -n /dev/ram0 > $s/namespaces/1/device_path && "
@@ -157,20 +160,25 @@ def no_kernel_trouble(g, mark: str) -> None:
 
 
 def nvme_over_rdma(setup, target, host, target_vt3: list[str], host_vt3: list[str], fault=None,
-                   jobs=FIO_JOBS) -> None:
+                   jobs=FIO_JOBS, srq: bool = False) -> None:
     """TARGET exports, HOST connects to TARGET's address; the vt3d named
     in TARGET_VT3 / HOST_VT3 serve them (none for a siw side)."""
     for name, d in setup.vt3d.items():
         assert not d.held(), f"vt3d {name} holds {d.held()} before the test"
     guests = {g.name: g for g in (target, host)}.values()
     marks = {g.name: kmark(g) for g in guests}
-    target_up(target, target.ip)
+    target_up(target, target.ip, srq)
     ctrl, dev = host_connect(host, target.ip, "--reconnect-delay 1 --ctrl-loss-tmo 120" if fault else "")
     # One QP per queue on each side: admin and the I/O queues.
     qps = vt3d_qps(setup)
     for name in setup.vt3d:
         want = (1 + QUEUES) * ((name in target_vt3) + (name in host_vt3))
         assert qps[name] == want, f"vt3d {name}: {qps[name]} QPs while connected, want {want}"
+    if srq:
+        # nvmet-rdma: one SRQ per completion vector (vt3 has one) for all its queues.
+        for name in target_vt3:
+            n = setup.vt3d[name].objects()["srq"]
+            assert n == 1, f"vt3d {name}: {n} SRQs under nvmet-rdma use_srq=1, want 1"
     hlog = kmsg_since(host, marks[host.name])
     assert count(hlog, rf"^nvme {ctrl}: creating {QUEUES} I/O queues\.$") == 1, \
         f"{host.name}: no 'creating {QUEUES} I/O queues':\n{tail(hlog)}"
@@ -194,8 +202,8 @@ def nvme_over_rdma(setup, target, host, target_vt3: list[str], host_vt3: list[st
     # comp vector (vt3 has one), kept until the device goes away.
     for name, d in setup.vt3d.items():
         roles = (name in target_vt3) + (name in host_vt3)
-        held = d.wait_held({"pd": 0, "mr": 0, "cq": roles, "qp": 0})
-        assert held == {"pd": 0, "mr": 0, "cq": roles, "qp": 0}, \
+        held = d.wait_held({"pd": 0, "mr": 0, "cq": roles, "qp": 0, "srq": 0})
+        assert held == {"pd": 0, "mr": 0, "cq": roles, "qp": 0, "srq": 0}, \
             f"vt3d {name} holds {held} after the teardown, want {roles} pool CQ(s) and nothing else"
         busy = [c for c in d.ctl("cqs") if c["qps"]]
         assert not busy, f"vt3d {name}: CQs still fed by QPs: {busy}"
@@ -214,6 +222,11 @@ def nvme_over_rdma(setup, target, host, target_vt3: list[str], host_vt3: list[st
 def test_nvme_vt3_vt3(vt3_pair):
     """nvmet-rdma on vt3 (a), nvme-rdma on vt3 (b): discover, connect, fio verify, disconnect, no leak"""
     nvme_over_rdma(vt3_pair, vt3_pair.a, vt3_pair.b, ["vt3a"], ["vt3b"])
+
+
+def test_nvme_srq(vt3_pair):
+    """nvmet-rdma use_srq=1 on vt3 (a: every queue receives from one kernel SRQ), nvme-rdma on vt3 (b): the same"""
+    nvme_over_rdma(vt3_pair, vt3_pair.a, vt3_pair.b, ["vt3a"], ["vt3b"], srq=True)
 
 
 def test_nvme_vt3_siw(vt3_siw):

@@ -20,13 +20,14 @@ def iters_for(size: int) -> int:
 
 
 
-def perf(setup, server: str, client: str, tool: str, size: int) -> float:
+def perf(setup, server: str, client: str, tool: str, size: int, extra: str = "", want: str = "") -> float:
     """One perftest run (helpers.perftest: both ends exit 0 and print no
-    failure); then each end's result line counts every message."""
+    failure); then each end's result line counts every message, and each
+    end's output matches WANT (a regex), if given."""
     s, c = setup.guests[server], setup.guests[client]
     iters = iters_for(size)
-    run = perftest(s, c, tool, size, iters, setup=setup)
-    what = f"{tool} -s {size}: {client}→{server}"
+    run = perftest(s, c, tool, size, iters, extra, setup=setup)
+    what = f"{tool} {extra} -s {size}: {client}→{server}"
     for g, out in ((c, run.client), (s, run.server)):
         # #bytes #iterations BW-peak BW-average MsgRate: every message
         # counted, at a rate above zero (BW in MB/s with two decimals is
@@ -40,6 +41,7 @@ def perf(setup, server: str, client: str, tool: str, size: int) -> float:
             f"{what}: {g.name}: {done} of {iters} iterations, {rate} Mpps"
         if clock_failed:
             print(f"{what}: {g.name}: perftest's clock calibration failed, its rates are 0", flush=True)
+        assert not want or re.search(want, out, re.M), f"{what}: {g.name}: no '{want}':\n{tail(out)}"
     return run.value
 
 
@@ -89,6 +91,32 @@ def test_perftest_vt3_vt3(vt3_pair, direction, tool):
 def test_perftest_vt3_siw(vt3_siw, direction, tool):
     """ib_send/write/read_bw -R, 1 B to 1 MiB, both directions, vt3 and siw"""
     perf_matrix(vt3_siw, direction, tool)
+
+
+# The receiving end's QP takes its receive WQEs from a shared receive queue
+# (ib_send_bw --use-srq: both ends create one; the server receives).
+SRQ_SIZES = (64, 4096, 65536)
+
+
+def perf_srq(setup, directions) -> None:
+    results = []
+    for direction in directions:
+        server, client = DIRECTIONS[direction]
+        for size in SRQ_SIZES:
+            bw = perf(setup, server, client, "ib_send_bw", size, "--use-srq", want=r"Using SRQ\s*:\s*ON")
+            results.append(f"{client}→{server} ib_send_bw --use-srq {size} {bw:.2f} MB/s")
+    print("\n" + "\n".join(results))
+    no_objects(setup, "after ib_send_bw --use-srq")
+
+
+def test_perftest_srq_vt3_vt3(vt3_pair):
+    """ib_send_bw --use-srq -R, 64 B to 64 KiB, a→b, two vt3 guests: receives from an SRQ"""
+    perf_srq(vt3_pair, ("a-to-b",))
+
+
+def test_perftest_srq_vt3_siw(vt3_siw):
+    """ib_send_bw --use-srq -R, 64 B to 64 KiB, both directions, vt3 and siw: receives from an SRQ on either"""
+    perf_srq(vt3_siw, tuple(DIRECTIONS))
 
 
 @pytest.mark.qemu10

@@ -123,6 +123,7 @@ fn after_fatal(cmd: Cmd, payload: &[u8]) -> Option<Result<Vec<u8>, Status>> {
         | Cmd::QueryPort
         | Cmd::Reset
         | Cmd::DestroyQp
+        | Cmd::DestroySrq
         | Cmd::DestroyCq
         | Cmd::DeregMr
         | Cmd::DeallocPd => None,

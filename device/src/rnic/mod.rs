@@ -195,6 +195,7 @@ pub struct Counts {
     pub mr: usize,
     pub cq: usize,
     pub qp: usize,
+    pub srq: usize,
 }
 
 /// Guest address the driver told us (VT3_CMD_SET_ADDR).
@@ -330,7 +331,7 @@ impl Rnic {
     }
 
     pub fn counts(&self) -> Counts {
-        Counts { pd: self.pds.len(), mr: self.tpt.len(), cq: self.cqs.len(), qp: self.qps.len() }
+        Counts { pd: self.pds.len(), mr: self.tpt.len(), cq: self.cqs.len(), qp: self.qps.len(), srq: self.srqs.len() }
     }
 
     /// Forgets every resource (the guest went away or asked for a reset).
