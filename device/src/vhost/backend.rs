@@ -268,7 +268,8 @@ impl NetBackend {
                 return;
             }
         }
-        let watchdog = Instant::from_micros(now.total_micros().saturating_add(RING_WATCHDOG.as_micros() as i64));
+        let within = i64::try_from(RING_WATCHDOG.as_micros()).unwrap_or(i64::MAX);
+        let watchdog = Instant::from_micros(now.total_micros().saturating_add(within));
         lock(&self.timer).arm(now, Some(next.map_or(watchdog, |at| at.min(watchdog))));
     }
 
