@@ -755,9 +755,14 @@ impl Rnic {
             EventKind::ResetSent => self.qp_event(qpn, QpEvent::Reset, RESET_SENT),
             EventKind::Timeout => self.qp_event(qpn, QpEvent::Timeout, 0),
             EventKind::TerminateReceived { code, .. } => {
+                log::info!("QP {qpn}: TERMINATE received ({code:?})");
                 self.qp_event(qpn, QpEvent::TerminateReceived, term_detail(code));
             }
-            EventKind::LocalError { sent, .. } => self.qp_event(qpn, QpEvent::TerminateSent, term_detail(sent)),
+            EventKind::LocalError { error, sent } => {
+                // Rare, and what a TERMINATE's peer needs explained.
+                log::info!("QP {qpn}: {error}: TERMINATE sent ({sent:?})");
+                self.qp_event(qpn, QpEvent::TerminateSent, term_detail(sent));
+            }
             EventKind::WqeError { status, .. } => self.qp_event(qpn, QpEvent::BadWqe, status as u32),
             // The host's abortive close (DISCONNECT abort, MODIFY to ERROR)
             // finished: the QP is in ERROR and its WQEs are flushed. The ABI
