@@ -453,6 +453,8 @@ int vt3_iw_destroy_listen(struct iw_cm_id *cm_id);
 /* vt3_mem.c: memory handed to the device */
 void vt3_pages_put(struct vt3_pages *mem);
 void vt3_free_orphans(struct vt3_dev *dev);
+void vt3_write_recv_wqe(struct vt3_pages *ring, u32 index,
+			const struct ib_recv_wr *wr);
 long vt3_pages_live(void);
 unsigned int vt3_orphaned(struct vt3_dev *dev);
 void *vt3_pages_slot(struct vt3_pages *mem, size_t offset);

@@ -758,17 +758,36 @@ int vt3_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 	return err;
 }
 
+/*
+ * Writes @wr (its SGE count checked by the caller) as the receive WQE in
+ * slot @index of @ring: a QP's RQ or an SRQ.
+ */
+void vt3_write_recv_wqe(struct vt3_pages *ring, u32 index,
+			const struct ib_recv_wr *wr)
+{
+	struct vt3_rq_wqe wqe;
+	int i;
+
+	memset(&wqe, 0, sizeof(wqe));
+	wqe.wr_id = cpu_to_le64(wr->wr_id);
+	wqe.num_sge = wr->num_sge;
+	for (i = 0; i < wr->num_sge; i++) {
+		wqe.sge[i].addr = cpu_to_le64(wr->sg_list[i].addr);
+		wqe.sge[i].length = cpu_to_le32(wr->sg_list[i].length);
+		wqe.sge[i].lkey = cpu_to_le32(wr->sg_list[i].lkey);
+	}
+	memcpy(vt3_pages_slot(ring, index * VT3_WQE_SIZE), &wqe, sizeof(wqe));
+}
+
 int vt3_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 		  const struct ib_recv_wr **bad_wr)
 {
 	struct vt3_qp *qp = to_vt3_qp(ibqp);
 	struct vt3_qp_status *st;
-	struct vt3_rq_wqe wqe;
 	unsigned long flags;
 	bool flushing, posted;
 	u32 cons, start;
 	int err = 0;
-	int i;
 
 	/*
 	 * A QP of an SRQ receives into the SRQ's WQEs only. A user one's
@@ -806,18 +825,7 @@ int vt3_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 			err = -EINVAL;
 			break;
 		}
-		memset(&wqe, 0, sizeof(wqe));
-		wqe.wr_id = cpu_to_le64(wr->wr_id);
-		wqe.num_sge = wr->num_sge;
-		for (i = 0; i < wr->num_sge; i++) {
-			wqe.sge[i].addr = cpu_to_le64(wr->sg_list[i].addr);
-			wqe.sge[i].length = cpu_to_le32(wr->sg_list[i].length);
-			wqe.sge[i].lkey = cpu_to_le32(wr->sg_list[i].lkey);
-		}
-		memcpy(vt3_pages_slot(qp->rq.mem, (qp->rq_prod &
-						   (qp->rq_depth - 1)) *
-				      VT3_WQE_SIZE),
-		       &wqe, sizeof(wqe));
+		vt3_write_recv_wqe(qp->rq.mem, qp->rq_prod & (qp->rq_depth - 1), wr);
 		qp->rq_prod++;
 	}
 	posted = qp->rq_prod != start;

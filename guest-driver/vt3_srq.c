@@ -245,12 +245,10 @@ int vt3_post_srq_recv(struct ib_srq *ibsrq, const struct ib_recv_wr *wr,
 	struct vt3_srq_status *st = vt3_srq_status(srq);
 	struct vt3_qp *flusher;
 	struct vt3_srq_slot *slot;
-	struct vt3_rq_wqe wqe;
 	unsigned long flags;
 	bool posted;
 	u32 start;
 	int err = 0;
-	int i;
 
 	if (srq->user) {
 		if (wr) {
@@ -273,18 +271,7 @@ int vt3_post_srq_recv(struct ib_srq *ibsrq, const struct ib_recv_wr *wr,
 			err = -EINVAL;
 			break;
 		}
-		memset(&wqe, 0, sizeof(wqe));
-		wqe.wr_id = cpu_to_le64(wr->wr_id);
-		wqe.num_sge = wr->num_sge;
-		for (i = 0; i < wr->num_sge; i++) {
-			wqe.sge[i].addr = cpu_to_le64(wr->sg_list[i].addr);
-			wqe.sge[i].length = cpu_to_le32(wr->sg_list[i].length);
-			wqe.sge[i].lkey = cpu_to_le32(wr->sg_list[i].lkey);
-		}
-		memcpy(vt3_pages_slot(srq->ring.mem, (srq->prod &
-						      (srq->depth - 1)) *
-				      VT3_WQE_SIZE),
-		       &wqe, sizeof(wqe));
+		vt3_write_recv_wqe(srq->ring.mem, srq->prod & (srq->depth - 1), wr);
 		slot->wr_id = wr->wr_id;
 		slot->idx = srq->prod;
 		slot->owed = true;
