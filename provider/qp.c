@@ -390,13 +390,11 @@ out:
 	return ret;
 }
 
-static int vt3_build_recv(struct vt3_qp *qp, const struct ibv_recv_wr *wr,
-			  struct vt3_rq_wqe *wqe, struct vt3_swqe *swqe)
+/* @wr as a receive WQE (its SGE count checked by the caller): RQ or SRQ. */
+void vt3_fill_recv_wqe(struct vt3_rq_wqe *wqe, const struct ibv_recv_wr *wr)
 {
 	int i;
 
-	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->rq.max_sge)
-		return EINVAL;
 	memset(wqe, 0, sizeof(*wqe));
 	wqe->wr_id = htole64(wr->wr_id);
 	wqe->num_sge = wr->num_sge;
@@ -405,6 +403,14 @@ static int vt3_build_recv(struct vt3_qp *qp, const struct ibv_recv_wr *wr,
 		wqe->sge[i].length = htole32(wr->sg_list[i].length);
 		wqe->sge[i].lkey = htole32(wr->sg_list[i].lkey);
 	}
+}
+
+static int vt3_build_recv(struct vt3_qp *qp, const struct ibv_recv_wr *wr,
+			  struct vt3_rq_wqe *wqe, struct vt3_swqe *swqe)
+{
+	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->rq.max_sge)
+		return EINVAL;
+	vt3_fill_recv_wqe(wqe, wr);
 	swqe->wr_id = wr->wr_id;
 	swqe->wc_opcode = IBV_WC_RECV;
 	return 0;

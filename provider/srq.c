@@ -143,7 +143,6 @@ int vt3_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr,
 	bool ring = false;
 	uint32_t start;
 	int ret = 0;
-	int i;
 
 	pthread_spin_lock(&srq->lock);
 	start = srq->prod;
@@ -160,14 +159,7 @@ int vt3_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr,
 			ret = EINVAL;
 			break;
 		}
-		memset(wqe, 0, sizeof(*wqe));
-		wqe->wr_id = htole64(wr->wr_id);
-		wqe->num_sge = wr->num_sge;
-		for (i = 0; i < wr->num_sge; i++) {
-			wqe->sge[i].addr = htole64(wr->sg_list[i].addr);
-			wqe->sge[i].length = htole32(wr->sg_list[i].length);
-			wqe->sge[i].lkey = htole32(wr->sg_list[i].lkey);
-		}
+		vt3_fill_recv_wqe(wqe, wr);
 		slot->wr_id = wr->wr_id;
 		slot->idx = srq->prod;
 		slot->owed = true;

@@ -278,6 +278,7 @@ int vt3_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 int vt3_wq_init(struct vt3_qp *qp, struct vt3_wq *wq, struct vt3_cq *cq,
 		bool recv, uint32_t max_sge);
 void vt3_wq_cleanup(struct vt3_wq *wq);
+void vt3_fill_recv_wqe(struct vt3_rq_wqe *wqe, const struct ibv_recv_wr *wr);
 void vt3_qp_reset(struct vt3_qp *qp);
 /* The three flush triggers (DESIGN.md section 5); see VT3_FLUSH_TRIGGERS. */
 enum vt3_trigger {
