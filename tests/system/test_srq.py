@@ -107,6 +107,15 @@ KSRQ_CHECKS = 13
 KSRQ_PORT = 7476
 
 
+def check_ksrq_log(log: str, want: int) -> None:
+    """vt3_ksrq's kernel log: no FAIL line, exactly WANT checks passed, one ok line each."""
+    passed, failed = summary(log, "vt3_ksrq:")
+    fails = [l for l in log.splitlines() if l.startswith("vt3_ksrq: FAIL")]
+    assert failed == 0 and not fails, f"vt3_ksrq: {failed} failed:\n" + "\n".join(fails[:5]) + f"\n{tail(log, 30)}"
+    assert passed == want, f"vt3_ksrq: {passed} passed, want {want}:\n{tail(log, 30)}"
+    assert count(log, r"^vt3_ksrq: ok ") == passed, f"ok lines differ from the summary:\n{tail(log, 30)}"
+
+
 def run_ksrq(setup) -> None:
     b, _, srq_ip, a = sides(setup)
     mb = kmark(b)
@@ -124,11 +133,7 @@ def run_ksrq(setup) -> None:
         raise
     log = kmsg_since(b, mb)
     assert k.rc == 0, f"insmod vt3_ksrq: exit {k.rc}: {k.out}\n{tail(log)}"
-    passed, failed = summary(log, "vt3_ksrq:")
-    fails = [l for l in log.splitlines() if l.startswith("vt3_ksrq: FAIL")]
-    assert failed == 0 and not fails, f"vt3_ksrq: {failed} failed:\n" + "\n".join(fails[:5]) + f"\n{tail(log, 30)}"
-    assert passed == KSRQ_CHECKS, f"vt3_ksrq: {passed} passed, want {KSRQ_CHECKS}:\n{tail(log, 30)}"
-    assert count(log, r"^vt3_ksrq: ok ") == passed, f"ok lines differ from the summary:\n{tail(log, 30)}"
+    check_ksrq_log(log, KSRQ_CHECKS)
     assert p.rc == 0 and "vt3-srqtest peer: done (11 + 11 SENDs)" in p.out, \
         f"vt3-srqtest peer exit {p.rc}:\n{tail(p.out)}"
     b.check("rmmod vt3_ksrq", 30)
@@ -193,10 +198,7 @@ def test_vt3_ksrq_device_fatal(fresh_vt3_pair):
         raise
     log = kmsg_since(b, mb)
     assert k.rc == 0, f"insmod vt3_ksrq lost=1: exit {k.rc}: {k.out}\n{tail(log)}"
-    passed, failed = summary(log, "vt3_ksrq:")
-    fails = [l for l in log.splitlines() if l.startswith("vt3_ksrq: FAIL")]
-    assert failed == 0 and not fails, f"vt3_ksrq: {failed} failed:\n" + "\n".join(fails[:5]) + f"\n{tail(log, 30)}"
-    assert passed == KSRQ_LOST_CHECKS, f"vt3_ksrq: {passed} passed, want {KSRQ_LOST_CHECKS}:\n{tail(log, 30)}"
+    check_ksrq_log(log, KSRQ_LOST_CHECKS)
     assert peer.rc == 0 and "vt3-srqtest peer: ended by the other side (11 + 11 SENDs)" in peer.out, \
         f"vt3-srqtest peer exit {peer.rc}:\n{tail(peer.out)}"
     # A fatal device still destroys (DESTROY_SRQ among them): nothing held.
