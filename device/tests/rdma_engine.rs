@@ -1200,6 +1200,45 @@ fn a_receive_posted_before_its_doorbell_arrives_takes_the_send() {
     }));
 }
 
+/// The soak's "no receive WQE posted" on several QPs at once: two SENDs
+/// arrive together, the first finds the receive vt3d fetched, the second
+/// the one the guest posted behind a doorbell not read yet. Both are
+/// placed; the RQ running out in mid-poll is no reason to refuse one.
+#[test]
+fn a_send_whose_receive_waits_behind_a_late_doorbell_is_placed_though_the_rq_ran_out_meanwhile() {
+    let mut s = setup(16);
+    let (a_local, _) = s.bufs[0];
+    let (b_local, _) = s.bufs[1];
+    connect(&mut s);
+    let now = s.sim.now;
+    s.sim.b.post_recv(now, &mut s.qb, 1, &b_local, 0, 4096);
+    // Its doorbell is read: vt3d holds that one receive.
+    let _ = s.sim.run_until(Duration::from_millis(50), |_| false);
+    // The second receive: in b's ring and status page, its doorbell owed.
+    let g = &mut s.sim.b;
+    let mut wqe = RqWqe { wr_id: 2.into(), num_sge: 1, ..Default::default() };
+    wqe.sge[0] = Sge { addr: (b_local.iova + 4096).into(), length: 4096.into(), lkey: b_local.stag.into() };
+    let slot = u64::from(s.qb.rq_prod & (s.qb.depth - 1));
+    g.mem.write_obj(wqe, GuestAddress(s.qb.rq + slot * 128)).unwrap();
+    s.qb.rq_prod += 1;
+    g.mem.store(s.qb.rq_prod.to_le(), GuestAddress(s.qb.status + 4), Ordering::Release).unwrap();
+    let data = pattern(200, 5);
+    s.sim.a.write_bytes(a_local.guest, &data);
+    let now = s.sim.now;
+    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(1, WrOpcode::Send, true, &[(a_local, 0, 100)]));
+    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(2, WrOpcode::Send, true, &[(a_local, 100, 100)]));
+    assert!(s.sim.run_until(Duration::from_secs(1), |sim| {
+        sim.b.cq_status(&s.qb.rcq).prod.to_native() == 2
+            || sim.b.qp_status(&s.qb).state.to_native() == QpState::Error as u32
+    }));
+    let mut rcq = s.qb.rcq;
+    let got: Vec<(u64, u8, u32)> =
+        s.sim.b.poll_cq(&mut rcq).iter().map(|c| (c.wr_id.to_native(), c.status, c.byte_len.to_native())).collect();
+    assert_eq!(got, vec![(1, 0, 100), (2, 0, 100)], "both SENDs placed, in order");
+    assert_eq!(s.sim.b.qp_status(&s.qb).state.to_native(), QpState::Rts as u32);
+    assert!(s.sim.b.qp_events().is_empty() && s.sim.a.qp_events().is_empty(), "no TERMINATE");
+}
+
 #[test]
 fn a_connection_between_two_qps_of_one_device_stays_inside_it() {
     let mut s = setup(16);

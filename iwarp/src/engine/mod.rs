@@ -482,22 +482,25 @@ impl<T: Transport> Engine<T> {
         Ok(())
     }
 
-    /// QPs with received data waiting and no receive WQE left for it:
-    /// the device looks at their receive rings before the next
+    /// QPs with received data waiting whose receive WQEs may not cover
+    /// it: the device reads their receive rings before the next
     /// [`Engine::poll`], which would otherwise answer a SEND with a
     /// TERMINATE for want of a buffer the guest may have posted already
     /// (its doorbell still on the way, or left for later by a fetch
-    /// budget).
+    /// budget). A QP's own RQ is read whenever data waits, not only once
+    /// it is empty: one poll places every SEND waiting, and an RQ that
+    /// runs out in mid-poll must not refuse a SEND whose receive is in the
+    /// ring (the soak met it: several QPs at once behind late doorbells).
     pub fn starved_receive_queues(&self) -> impl Iterator<Item = u32> + '_ {
         self.qps.values().filter_map(|qp| {
             let conn = qp.conn.as_ref()?;
             let receiving = matches!(qp.state, QpState::Rts | QpState::Closing)
                 && conn.stream.as_ref().is_some_and(|s| !s.rx_stopped);
-            let empty = match qp.config.srq {
+            let short = match qp.config.srq {
                 Some(srqn) => qp.queues.rq.is_empty() && self.srqs.get(&srqn).is_none_or(Srq::is_empty),
-                None => qp.queues.rq.is_empty(),
+                None => true,
             };
-            (receiving && empty && self.toe.recv_queue(conn.sock) > 0).then_some(qp.qpn)
+            (receiving && short && self.toe.recv_queue(conn.sock) > 0).then_some(qp.qpn)
         })
     }
 
