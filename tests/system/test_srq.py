@@ -116,6 +116,14 @@ def check_ksrq_log(log: str, want: int) -> None:
     assert count(log, r"^vt3_ksrq: ok ") == passed, f"ok lines differ from the summary:\n{tail(log, 30)}"
 
 
+def kill_ksrq_peer(a) -> None:
+    """Ends the vt3-srqtest peer of a failed kernel SRQ case (a dead guest is fine)."""
+    try:
+        a.run("kill -KILL $(cat /tmp/ksrqpeer.pid) 2>/dev/null; true", 10)
+    except Exception:
+        pass
+
+
 def run_ksrq(setup) -> None:
     b, _, srq_ip, a = sides(setup)
     mb = kmark(b)
@@ -126,10 +134,7 @@ def run_ksrq(setup) -> None:
         k = b.join("ksrq", 240)
         p = a.join("ksrqpeer", 120)
     except BaseException:
-        try:
-            a.run("kill -KILL $(cat /tmp/ksrqpeer.pid) 2>/dev/null; true", 10)
-        except Exception:
-            pass
+        kill_ksrq_peer(a)
         raise
     log = kmsg_since(b, mb)
     assert k.rc == 0, f"insmod vt3_ksrq: exit {k.rc}: {k.out}\n{tail(log)}"
@@ -191,10 +196,7 @@ def test_vt3_ksrq_device_fatal(fresh_vt3_pair):
         k = b.join("ksrq", 240)
         peer = a.join("ksrqpeer", 120)
     except BaseException:
-        try:
-            a.run("kill -KILL $(cat /tmp/ksrqpeer.pid) 2>/dev/null; true", 10)
-        except Exception:
-            pass
+        kill_ksrq_peer(a)
         raise
     log = kmsg_since(b, mb)
     assert k.rc == 0, f"insmod vt3_ksrq lost=1: exit {k.rc}: {k.out}\n{tail(log)}"
