@@ -101,6 +101,16 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     setattr(item, f"rep_{rep.when}", rep)
+    if rep.when == "call" and rep.failed:
+        # What vt3d and the guests hold, taken at once and printed with
+        # the failure: CI keeps nothing else of a failed run.
+        setups = [v for v in getattr(item, "funcargs", {}).values() if isinstance(v, Setup)]
+        for setup in setups:
+            try:
+                item.vt3_dump = setup.dump()
+            except Exception as e:  # a dump never hides the failure
+                item.vt3_dump = f"dump failed: {e}"
+            rep.sections.append((f"vt3lab: state of {setup.dir.name} at the failure", item.vt3_dump))
 
 
 class Lab:
@@ -177,7 +187,8 @@ def _scenario(lab: Lab, request, cls, fresh: bool):
     problems: list[str] = []
     if failed:
         (setup.dir / f"failure-{name}.txt").write_text(
-            (rep.longreprtext if rep is not None else "no report") + "\n\n" + setup.dump())
+            (rep.longreprtext if rep is not None else "no report") + "\n\n"
+            + (getattr(request.node, "vt3_dump", None) or setup.dump()))
         lab.failed_dirs.append(setup.dir)
     else:
         try:

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 from .proc import Process, wait_for
@@ -96,8 +97,30 @@ class Vt3d:
         wait_for(reached, timeout, 0.5)
         return got
 
+    def threads(self) -> str:
+        """Each thread's state, kernel wait channel and CPU time, sampled
+        twice a second apart: a worker spinning (R, its CPU time growing)
+        or stuck (S in a futex) shows here when vt3d stops answering."""
+        def sample() -> dict[str, tuple[str, str, int]]:
+            got = {}
+            for task in sorted(Path(f"/proc/{self.pid}/task").glob("*")):
+                try:
+                    stat = (task / "stat").read_text()
+                    wchan = (task / "wchan").read_text().strip() or "-"
+                except OSError:
+                    continue
+                comm = stat[stat.index("(") + 1:stat.rindex(")")]
+                fields = stat[stat.rindex(")") + 2:].split()
+                got[task.name] = (f"{comm} {fields[0]}", wchan, int(fields[11]) + int(fields[12]))
+            return got
+        first = sample()
+        time.sleep(1)
+        second = sample()
+        return "\n".join(f"  tid {tid} {what} wchan={wchan} cpu+{ticks - first.get(tid, ('', '', ticks))[2]} ticks/s"
+                         for tid, (what, wchan, ticks) in second.items())
+
     def dump(self) -> str:
-        out = []
+        out = [f"=== {self.name} threads\n{self.threads()}", f"=== {self.name} log tail\n{self.log_tail(30)}"]
         for table in ("qps", "tcb", "stats"):
             try:
                 out.append(f"=== {self.name} {table}\n{json.dumps(self.ctl(table), indent=1)}")

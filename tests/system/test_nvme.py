@@ -45,6 +45,9 @@ FIO_JOBS = [
     ("bs8k-polled", "randwrite", 8 << 10, 1, 1 << 20, f"pvsync2 {POLLED}"),
     ("bs64k-qd8-polled", "write", 64 << 10, 8, 2 << 20, f"io_uring {POLLED}"),
 ]
+# fio moves 21 MiB: seconds on an idle machine, a minute on a loaded one.
+# Past this the I/O is stuck, and the time is better spent on the dump.
+FIO_TIMEOUT = 300
 
 
 def fio_command(dev: str, jobs=FIO_JOBS, out: str = "/tmp/fio.json") -> str:
@@ -185,7 +188,7 @@ def nvme_over_rdma(setup, target, host, target_vt3: list[str], host_vt3: list[st
     mapped = f"{WRITE_QUEUES}/{IO_QUEUES}/{POLL_QUEUES} default/read/poll"
     assert count(hlog, rf"^nvme {ctrl}: mapped {mapped} queues\.$") == 1, f"{host.name}: not {mapped}:\n{tail(hlog)}"
     if fault is None:
-        r = host.run(fio_command(dev, jobs), 900)
+        r = host.run(fio_command(dev, jobs), FIO_TIMEOUT)
     else:
         r = fault(setup, host, ctrl, dev, jobs, marks[host.name])
     report = check_fio(host, r.rc, r.out, jobs)

@@ -112,6 +112,9 @@ pub struct NicStats {
     /// Frames of offloaded connections, from and to the uplink.
     pub toe_rx_frames: AtomicU64,
     pub toe_tx_frames: AtomicU64,
+    /// Wake-ups of the worker (every event it handled): one that stops
+    /// moving while the timer runs means the worker is stuck.
+    pub worker_wakeups: AtomicU64,
 }
 
 impl NicStats {
@@ -119,7 +122,7 @@ impl NicStats {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub fn rows(&self) -> [(&'static str, u64); 33] {
+    pub fn rows(&self) -> [(&'static str, u64); 34] {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         [
             ("tx_frames", g(&self.tx_frames)),
@@ -155,6 +158,7 @@ impl NicStats {
             ("device_frames_waiting", g(&self.device_frames_waiting)),
             ("toe_rx_frames", g(&self.toe_rx_frames)),
             ("toe_tx_frames", g(&self.toe_tx_frames)),
+            ("worker_wakeups", g(&self.worker_wakeups)),
         ]
     }
 }
@@ -404,6 +408,11 @@ impl Nic {
             NicStats::add(&self.stats.rx_ring_unusable, 1);
         }
         self.stats.device_frames_waiting.store(waiting as u64, Ordering::Relaxed);
+    }
+
+    /// The worker woke up for an event.
+    pub fn count_wakeup(&self) {
+        NicStats::add(&self.stats.worker_wakeups, 1);
     }
 
     /// A guest TX kick.

@@ -794,6 +794,7 @@ impl VhostUserBackend for NetBackend {
         _thread_id: usize,
     ) -> std::io::Result<()> {
         log::trace!("device event {device_event}");
+        self.nic.count_wakeup();
         let [rx, tx] = vrings else {
             return Err(BackendError::UnknownEvent(device_event).into());
         };
