@@ -115,6 +115,9 @@ pub struct NicStats {
     /// Wake-ups of the worker (every event it handled): one that stops
     /// moving while the timer runs means the worker is stuck.
     pub worker_wakeups: AtomicU64,
+    /// Uplink frames dropped while no guest was connected (between
+    /// frontend sessions), as a NIC without a driver drops them.
+    pub rx_dropped_no_guest: AtomicU64,
 }
 
 impl NicStats {
@@ -122,7 +125,7 @@ impl NicStats {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub fn rows(&self) -> [(&'static str, u64); 34] {
+    pub fn rows(&self) -> [(&'static str, u64); 35] {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         [
             ("tx_frames", g(&self.tx_frames)),
@@ -159,6 +162,7 @@ impl NicStats {
             ("toe_rx_frames", g(&self.toe_rx_frames)),
             ("toe_tx_frames", g(&self.toe_tx_frames)),
             ("worker_wakeups", g(&self.worker_wakeups)),
+            ("rx_dropped_no_guest", g(&self.rx_dropped_no_guest)),
         ]
     }
 }
@@ -408,6 +412,26 @@ impl Nic {
             NicStats::add(&self.stats.rx_ring_unusable, 1);
         }
         self.stats.device_frames_waiting.store(waiting as u64, Ordering::Relaxed);
+    }
+
+    /// No guest is connected: reads and drops every frame waiting on the
+    /// uplink, so the peer is never held up by a socket nobody reads
+    /// (a unix-dgram or UDP peer blocks once our receive queue is full).
+    /// Returns how many were dropped.
+    pub fn discard_uplink(&self, batch: &mut uplink::RecvBatch) -> u64 {
+        let mut dropped = 0;
+        loop {
+            match batch.next_frame(self.uplink.as_ref()) {
+                Ok(Some(_)) => dropped += 1,
+                Ok(None) => break,
+                Err(e) => {
+                    log::debug!("uplink receive (no guest): {e}");
+                    break;
+                }
+            }
+        }
+        NicStats::add(&self.stats.rx_dropped_no_guest, dropped);
+        dropped
     }
 
     /// The worker woke up for an event.

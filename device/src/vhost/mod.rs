@@ -20,6 +20,7 @@ use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 
 use crate::nic::Nic;
+use crate::uplink::RecvBatch;
 use backend::{NetBackend, KICK_EVENT, RESUME_EVENT, TIMER_EVENT, UPLINK_EVENT};
 use relay::{poll_readable, Relay, RelayEnd};
 
@@ -58,10 +59,19 @@ pub fn serve_frontends(
     stop: BorrowedFd<'_>,
 ) -> Result<(), VhostError> {
     let mut session = 0u64;
+    let mut discard = RecvBatch::default();
     loop {
-        let [incoming, stopped] = poll_readable([listener.as_fd(), stop]).map_err(VhostError::Relay)?;
+        // SAFETY: the uplink's descriptor stays open as long as `nic`, which
+        // outlives this borrow.
+        let uplink = unsafe { BorrowedFd::borrow_raw(nic.uplink().as_raw_fd()) };
+        let [incoming, stopped, frames] =
+            poll_readable([listener.as_fd(), stop, uplink]).map_err(VhostError::Relay)?;
         if stopped {
             return Ok(());
+        }
+        if frames {
+            // No guest to give them to: dropped, never left to block the peer.
+            nic.discard_uplink(&mut discard);
         }
         if !incoming {
             continue;
