@@ -6,7 +6,7 @@
  *   vt3-flushtest server [--port P] [--bind IP] [--timeout S]
  *   vt3-flushtest client --server IP [--port P] --scenario S[,S...]
  *                        --style Y[,Y...] [--timeout S] [--expect EV[,EV...]]
- *                        [--grace S] [-v]
+ *                        [--grace S] [--decoy-qp] [-v]
  *   vt3-flushtest list
  *
  * The server is the passive side and runs on any iWARP device (vt3 or siw):
@@ -58,6 +58,7 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <sys/mman.h>
 
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
@@ -104,6 +105,76 @@ struct rep_pd {			/* server -> client, in the accept */
 
 static int verbose;
 static int timeout_s = 60;
+static bool decoy;
+
+/*
+ * --decoy-qp: before each test QP, a decoy QP on the same PD and CQ, both
+ * created while calloc() hands out memory 4 GiB apart at equal low 32
+ * bits. This program defines calloc() and free(), which every library in
+ * it resolves to, and passes them on to glibc's outside those windows.
+ * libibverbs gives the provider a vendor event's QP handle (the QP's
+ * address) in 32 bits only: a provider that allocated its QPs with
+ * calloc() would take the test QP's LLP_CLOSE_COMPLETE for the decoy's
+ * (created first, found first), and both destroys would hang.
+ */
+#define SPREAD_BASE	0x100000000000ull
+#define SPREAD_STRIDE	(1ull << 32)
+#define SPREAD_SLOTS	256
+
+extern void *__libc_calloc(size_t n, size_t size);
+extern void __libc_free(void *p);
+
+static __thread bool spread_on;
+static pthread_mutex_t spread_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	void *p;
+	size_t len;
+} spread[SPREAD_SLOTS];
+static unsigned int spread_next;
+
+void *calloc(size_t n, size_t size)
+{
+	size_t len;
+	void *want, *p;
+
+	if (!spread_on || !n || size > (1u << 20) / n)
+		return __libc_calloc(n, size);
+	len = (n * size + 4095) & ~(size_t)4095;
+	pthread_mutex_lock(&spread_lock);
+	for (; spread_next < SPREAD_SLOTS; spread_next++) {
+		want = (void *)(uintptr_t)(SPREAD_BASE + spread_next * SPREAD_STRIDE);
+		p = mmap(want, len, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+		if (p == want) {
+			spread[spread_next].p = p;
+			spread[spread_next++].len = len;
+			pthread_mutex_unlock(&spread_lock);
+			return p;	/* zeroed by mmap */
+		}
+		if (p != MAP_FAILED)
+			munmap(p, len);
+	}
+	pthread_mutex_unlock(&spread_lock);
+	return __libc_calloc(n, size);
+}
+
+void free(void *p)
+{
+	unsigned int i;
+
+	if ((uintptr_t)p >= SPREAD_BASE &&
+	    (uintptr_t)p < SPREAD_BASE + SPREAD_SLOTS * SPREAD_STRIDE) {
+		pthread_mutex_lock(&spread_lock);
+		for (i = 0; i < SPREAD_SLOTS; i++)
+			if (spread[i].p == p) {
+				munmap(p, spread[i].len);
+				spread[i].p = NULL;
+			}
+		pthread_mutex_unlock(&spread_lock);
+		return;
+	}
+	__libc_free(p);
+}
 
 static double now(void)
 {
@@ -480,6 +551,7 @@ struct client {
 	volatile bool cm_stop;
 	volatile bool cm_disconnected;
 	bool qp_destroyed;
+	struct ibv_qp *decoy;		/* --decoy-qp */
 	char err[512];
 };
 
@@ -820,10 +892,32 @@ static int client_connect(struct client *c, const char *server, int port)
 	c->mr = c->pd ? ibv_reg_mr(c->pd, c->buf, BUF_SIZE, IBV_ACCESS_LOCAL_WRITE |
 				   IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ) : NULL;
 	attr.send_cq = attr.recv_cq = c->cq;
-	if (!c->pd || !c->cq || !c->mr || rdma_create_qp(c->id, c->pd, &attr)) {
+	if (!c->pd || !c->cq || !c->mr) {
 		cfail(c, "verbs setup: %s", strerror(errno));
 		return -1;
 	}
+	if (decoy) {
+		struct ibv_qp_init_attr dattr = attr;
+
+		spread_on = true;
+		c->decoy = ibv_create_qp(c->pd, &dattr);
+		spread_on = false;
+		if (!c->decoy) {
+			cfail(c, "the decoy QP: %s", strerror(errno));
+			return -1;
+		}
+	}
+	spread_on = decoy;
+	i = rdma_create_qp(c->id, c->pd, &attr);
+	spread_on = false;
+	if (i) {
+		cfail(c, "rdma_create_qp: %s", strerror(errno));
+		return -1;
+	}
+	if (decoy)
+		vlog("decoy QP %u at %p, test QP %u at %p: low 32 bits %s\n", c->decoy->qp_num,
+		     (void *)c->decoy, c->id->qp->qp_num, (void *)c->id->qp,
+		     (uint32_t)(uintptr_t)c->decoy == (uint32_t)(uintptr_t)c->id->qp ? "equal" : "differ");
 	if (!strcmp(c->style, "cq-event") && ibv_req_notify_cq(c->cq, 0)) {
 		cfail(c, "ibv_req_notify_cq");
 		return -1;
@@ -984,6 +1078,37 @@ static void destroy_qp_bounded(struct client *c)
 	c->qp_destroyed = true;
 }
 
+static void *destroy_decoy_thread(void *arg)
+{
+	struct client *c = arg;
+
+	if (ibv_destroy_qp(c->decoy))
+		cfail(c, "ibv_destroy_qp of the decoy: %s", strerror(errno));
+	return NULL;
+}
+
+/* The decoy goes after the test QP, under the same watchdog. */
+static void destroy_decoy_bounded(struct client *c)
+{
+	static volatile bool done;
+	pthread_t t;
+	double until = now() + 20;
+
+	done = false;
+	if (pthread_create(&t, NULL, destroy_decoy_thread, c)) {
+		cfail(c, "no thread for the decoy's destroy");
+		return;
+	}
+	while (pthread_tryjoin_np(t, NULL) && !(done = now() >= until))
+		usleep(10000);
+	if (done) {
+		printf("%-13s %-9s FAIL: ibv_destroy_qp of the decoy QP hangs (20 s)\n", c->sc->name, c->style);
+		fflush(stdout);
+		_exit(1);
+	}
+	c->decoy = NULL;
+}
+
 /* Before the QP goes: the thread may call rdma_disconnect() on it. */
 static void stop_cm(struct client *c)
 {
@@ -999,6 +1124,8 @@ static void client_teardown(struct client *c)
 	stop_cm(c);
 	if (c->id && c->id->qp)
 		destroy_qp_bounded(c);
+	if (c->decoy)
+		destroy_decoy_bounded(c);
 	if (c->cq_events_unacked)
 		ibv_ack_cq_events(c->cq, c->cq_events_unacked);
 	if (c->id)
@@ -1196,7 +1323,7 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: vt3-flushtest server [--port P] [--bind IP] [--timeout S] [-v]\n"
 		"       vt3-flushtest client --server IP [--port P] --scenario S[,S..] --style Y[,Y..]\n"
-		"                     [--timeout S] [--grace S] [--expect EV[,EV..]|none] [-v]\n"
+		"                     [--timeout S] [--grace S] [--expect EV[,EV..]|none] [--decoy-qp] [-v]\n"
 		"       vt3-flushtest list\n"
 		"styles: events poll post cq-event idle\nscenarios:\n");
 	for (i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
@@ -1216,6 +1343,7 @@ int main(int argc, char **argv)
 		{ "grace", required_argument, NULL, 'g' },
 		{ "expect", required_argument, NULL, 'e' },
 		{ "verbose", no_argument, NULL, 'v' },
+		{ "decoy-qp", no_argument, NULL, 'D' },
 		{}
 	};
 	const char *role, *bind_ip = NULL, *server = NULL;
@@ -1234,7 +1362,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	optind = 2;
-	while ((opt = getopt_long(argc, argv, "p:b:s:S:Y:t:g:e:v", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "p:b:s:S:Y:t:g:e:vD", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'p': port = atoi(optarg); break;
 		case 'b': bind_ip = optarg; break;
@@ -1245,6 +1373,7 @@ int main(int argc, char **argv)
 		case 'g': grace = atof(optarg); break;
 		case 'e': expect_list = strdup(optarg); break;
 		case 'v': verbose = 1; break;
+		case 'D': decoy = true; break;
 		default: usage(); return 2;
 		}
 	}

@@ -38,6 +38,12 @@
 #   srq-lost-unflushed  libvt3 never flushes a lost device's SRQ WQEs (the
 #                  ones a QP had taken complete nowhere)
 #   ksrq-lost-unflushed vt3.ko does the same to a kernel SRQ
+#   qp-calloc      libvt3 allocates its QP structs with calloc(): the
+#                  vendor event names its QP by the low 32 bits of the
+#                  address only, and two QPs 4 GiB apart share them
+#   doorbell-under-lock libvt3 rings the doorbell (a syscall) of a queue
+#                  owing a flush while it holds the CQ's lock: the
+#                  application's other threads polling that CQ wait
 #
 # A mutant is KILLED when the cases fail and the failure report names the
 # broken rule (REASON, a regex); SURVIVED when they pass; WRONG-REASON when
@@ -172,8 +178,28 @@ REPLACEMENT[ksrq-lost-unflushed]='	if (0 && vt3_srq_flushes_here(srq, qp)) { /* 
 REASON[ksrq-lost-unflushed]='FAIL 0 of [0-9]+ SRQ receives flushed once'
 CASES[ksrq-lost-unflushed]=vt3-ksrq-device-fatal
 
+FILE[doorbell-under-lock]=provider/cq.c
+ANCHOR[doorbell-under-lock]='		if (pending) {
+			ring = wq;
+			__atomic_add_fetch(&cq->ringing, 1, __ATOMIC_ACQ_REL);
+			break;
+		}'
+REPLACEMENT[doorbell-under-lock]='		if (pending) {
+			vt3_wq_doorbell(wq); /* MUTANT: under cq->lock */
+			break;
+		}'
+REASON[doorbell-under-lock]="the CQ's lock is held across it"
+CASES[doorbell-under-lock]=flush-datapath
+
+FILE[qp-calloc]=provider/verbs.c
+ANCHOR[qp-calloc]='	qp = vt3_qp_alloc();'
+REPLACEMENT[qp-calloc]='	qp = calloc(1, sizeof(*qp)); /* MUTANT: anywhere in the address space */'
+REASON[qp-calloc]='ibv_destroy_qp (of the decoy QP )?hangs|element.qp .* is not our QP'
+CASES[qp-calloc]=flush-decoy-qp
+
 ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze close-withheld lost-flush-from-cons slot-by-cons
-	free-unknown fatal-before-flags srq-flush-on-error ksrq-flush-on-error srq-lost-unflushed ksrq-lost-unflushed)
+	free-unknown fatal-before-flags srq-flush-on-error ksrq-flush-on-error srq-lost-unflushed ksrq-lost-unflushed
+	qp-calloc doorbell-under-lock)
 
 log() { printf '[mutants] %s\n' "$*" >&2; }
 

@@ -39,7 +39,7 @@ PORT = 7471
 SRV, CLI = "ft-srv", "ft-cli"
 RUN_TIMEOUT = 60          # the client's --timeout, per run
 # vt3-datapath's checks (vt3-datapath -l): on vt3_0 each one runs and passes.
-DATAPATH_CHECKS = 23
+DATAPATH_CHECKS = 24
 
 # What the client expects by default per scenario (vt3-flushtest.c's table).
 EVENTS = {
@@ -179,19 +179,20 @@ def flush_server(g):
 
 # ------------------------------------------------------------------- client
 
-def client_cmd(server_ip: str, scenarios: str, styles: str, timeout: int = RUN_TIMEOUT, expect: str = "") -> str:
+def client_cmd(server_ip: str, scenarios: str, styles: str, timeout: int = RUN_TIMEOUT, expect: str = "",
+               options: str = "") -> str:
     return (f"vt3-flushtest client --server {server_ip} --port {PORT} --scenario {scenarios} --style {styles} "
-            f"--timeout {timeout}" + (f" --expect {expect}" if expect else ""))
+            f"--timeout {timeout}" + (f" --expect {expect}" if expect else "") + (f" {options}" if options else ""))
 
 
 def flush_run(client, server_ip: str, srv: FlushServer, scenarios: list[str], styles=STYLES,
-              expect: str = "") -> list[dict]:
+              expect: str = "", options: str = "") -> list[dict]:
     """One client run of SCENARIOS × STYLES (no host action); every one
     ok, with its scenario's events (or, given, --expect EXPECT's)."""
     runs = [(s, y) for s in scenarios for y in styles]
     events = {s: expect.split(",") for s in scenarios} if expect else EVENTS
     srv.connections += len(runs)
-    r = client.run(client_cmd(server_ip, ",".join(scenarios), ",".join(styles), expect=expect),
+    r = client.run(client_cmd(server_ip, ",".join(scenarios), ",".join(styles), expect=expect, options=options),
                    60 + len(runs) * 2 * RUN_TIMEOUT)
     return check_results(r.rc, r.out, runs, events, f"{','.join(scenarios)} × {','.join(styles)}")
 
@@ -280,6 +281,14 @@ def test_flush_local(vt3_pair):
     with flush_server(vt3_pair.a) as srv:
         flush_run(vt3_pair.b, A_IP, srv, ["local-close"])
     no_objects(vt3_pair, "after local-close")
+
+
+def test_flush_decoy_qp(vt3_pair):
+    """local-close × styles, each test QP created after a decoy QP whose address has the same low 32 bits where
+    calloc could give it (vt3-flushtest --decoy-qp): LLP_CLOSE_COMPLETE reaches the right QP, both destroys return"""
+    with flush_server(vt3_pair.a) as srv:
+        flush_run(vt3_pair.b, A_IP, srv, ["local-close"], options="--decoy-qp")
+    no_objects(vt3_pair, "after local-close with decoys")
 
 
 def test_flush_local_siw(vt3_siw):
