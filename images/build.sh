@@ -39,6 +39,7 @@ KERNEL_MODULES=(
 	crc32_generic crc32c_generic libcrc32c
 	ipv6
 	nvme-rdma nvmet-rdma brd
+	nfsd nfs nfsv4 rpcrdma
 )
 
 # Guest user space. Shared libraries they need are found by scanning NEEDED
@@ -53,6 +54,7 @@ GUEST_PACKAGES=(
 	libibverbs1 librdmacm1 ibverbs-providers ibverbs-utils rdmacm-utils perftest
 	iproute2 netcat-openbsd
 	nvme-cli fio
+	nfs-kernel-server nfs-common netbase
 )
 
 # Libraries fio links only for engines the guest never runs (rbd/rados,
@@ -625,6 +627,7 @@ write_etc() {
 	ln -sfn /tmp "$ROOTFS/var/tmp"
 	cat >"$ROOTFS/etc/passwd" <<-'EOF'
 		root:x:0:0:root:/root:/bin/sh
+		statd:x:101:65534::/var/lib/nfs:/bin/false
 		nobody:x:65534:65534:nobody:/nonexistent:/bin/false
 	EOF
 	cat >"$ROOTFS/etc/group" <<-'EOF'
