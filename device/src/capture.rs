@@ -155,6 +155,8 @@ struct Session {
 pub struct Capture {
     shared: Arc<Shared>,
     session: Mutex<Option<Session>>,
+    /// The uplink as the file's interface describes it (its spec).
+    interface: Mutex<String>,
 }
 
 impl Capture {
@@ -172,29 +174,33 @@ impl Capture {
         self.session().as_ref().filter(|s| !s.writer.is_finished()).map(|s| s.path.clone())
     }
 
+    /// Names the uplink in the files written from now on (e.g. its
+    /// `--uplink` spec).
+    pub fn describe(&self, interface: &str) {
+        *self.interface.lock().unwrap_or_else(PoisonError::into_inner) = interface.to_owned();
+    }
+
     fn session(&self) -> MutexGuard<'_, Option<Session>> {
         self.session.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Starts writing `path` (created or truncated); `interface` describes
-    /// the uplink in the file (e.g. its spec). A capture that ended on a
-    /// write error is reaped first.
-    pub fn start(&self, path: &Path, interface: &str) -> Result<(), CaptureError> {
-        self.begin(path, interface, || {
+    /// Starts writing `path` (created or truncated). A capture that ended
+    /// on a write error is reaped first.
+    pub fn start(&self, path: &Path) -> Result<(), CaptureError> {
+        self.begin(path, || {
             File::create(path).map_err(|source| CaptureError::Create { path: path.to_owned(), source })
         })
     }
 
     /// [`Capture::start`] onto any writer (`path` only names it).
-    pub fn start_with<W: Write + Send + 'static>(&self, path: &Path, interface: &str, out: W) -> Result<(), CaptureError> {
-        self.begin(path, interface, || Ok(out))
+    pub fn start_with<W: Write + Send + 'static>(&self, path: &Path, out: W) -> Result<(), CaptureError> {
+        self.begin(path, || Ok(out))
     }
 
     /// Opens the output with `open` once no other capture runs.
     fn begin<W: Write + Send + 'static>(
         &self,
         path: &Path,
-        interface: &str,
         open: impl FnOnce() -> Result<W, CaptureError>,
     ) -> Result<(), CaptureError> {
         let mut session = self.session();
@@ -207,6 +213,10 @@ impl Capture {
             log::info!("{}", self.reap(old));
         }
         let out = open()?;
+        let mut interface = self.interface.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if interface.is_empty() {
+            interface = "vt3d uplink".to_owned();
+        }
         let header = |source| CaptureError::Header { path: path.to_owned(), source };
         let mut writer = PcapNgWriter::new(BufWriter::new(out)).map_err(|e| header(io_error(e)))?;
         let idb = InterfaceDescriptionBlock {
@@ -214,7 +224,7 @@ impl Capture {
             snaplen: SNAPLEN,
             options: vec![
                 InterfaceDescriptionOption::IfName(Cow::Borrowed("vt3d-uplink")),
-                InterfaceDescriptionOption::IfDescription(Cow::Owned(interface.to_owned())),
+                InterfaceDescriptionOption::IfDescription(Cow::Owned(interface)),
                 // Timestamps in nanoseconds (the crate writes them so).
                 InterfaceDescriptionOption::IfTsResol(9),
             ],
@@ -445,6 +455,7 @@ mod tests {
         }
         assert_eq!(reader.interfaces().len(), 1);
         assert_eq!(reader.interfaces()[0].linktype, DataLink::ETHERNET);
+        assert!(reader.interfaces()[0].options.contains(&InterfaceDescriptionOption::IfTsResol(9)));
         out
     }
 
@@ -491,7 +502,8 @@ mod tests {
         let uplink = TappedUplink::new(Box::new(wire), Arc::clone(&capture));
 
         uplink.send(&frame(9, 100)).unwrap(); // before the capture: not recorded
-        capture.start(&path, "unix-dgram:/a,/b").unwrap();
+        capture.describe("unix-dgram:/a,/b");
+        capture.start(&path).unwrap();
         assert!(capture.is_active());
         assert_eq!(capture.path(), Some(path.clone()));
         uplink.send(&frame(10, 64)).unwrap();
@@ -526,21 +538,21 @@ mod tests {
         let (a, b) = (dir.path().join("a.pcapng"), dir.path().join("b.pcapng"));
         let capture = Capture::default();
         assert!(matches!(capture.stop(), Err(CaptureError::NotRunning)));
-        capture.start(&a, "x").unwrap();
+        capture.start(&a).unwrap();
         capture.record(Direction::Outbound, &frame(1, 60));
-        let err = capture.start(&b, "x").unwrap_err();
+        let err = capture.start(&b).unwrap_err();
         assert!(matches!(&err, CaptureError::Running(p) if *p == a), "{err}");
         assert!(err.to_string().contains("a.pcapng"));
         assert!(!b.exists(), "a refused start creates nothing");
         assert_eq!(capture.stop().unwrap().frames, 1);
         assert!(matches!(capture.stop(), Err(CaptureError::NotRunning)));
         capture.record(Direction::Inbound, &frame(2, 60)); // off: ignored
-        capture.start(&b, "x").unwrap();
+        capture.start(&b).unwrap();
         capture.record(Direction::Inbound, &frame(3, 60));
         capture.record(Direction::Outbound, &frame(4, 61));
         assert_eq!(capture.stop().unwrap().frames, 2);
         // The same file again: truncated, a new capture.
-        capture.start(&a, "x").unwrap();
+        capture.start(&a).unwrap();
         capture.record(Direction::Inbound, &frame(5, 62));
         capture.stop().unwrap();
         assert_eq!(read_back(&a), vec![(Direction::Inbound, frame(5, 62))]);
@@ -552,13 +564,13 @@ mod tests {
     fn an_unwritable_path_is_a_clear_error() {
         let capture = Capture::default();
         let path = Path::new("/nonexistent-vt3-dir/x.pcapng");
-        let err = capture.start(path, "x").unwrap_err();
+        let err = capture.start(path).unwrap_err();
         let text = err.to_string();
         assert!(matches!(err, CaptureError::Create { .. }));
         assert!(text.contains("cannot create /nonexistent-vt3-dir/x.pcapng") && text.contains("No such file"), "{text}");
         assert!(!capture.is_active());
         // A full disk at the start: the header cannot be written.
-        let err = capture.start(Path::new("/dev/full"), "x").unwrap_err();
+        let err = capture.start(Path::new("/dev/full")).unwrap_err();
         assert!(matches!(err, CaptureError::Header { .. }), "{err}");
         assert!(err.to_string().contains("No space left"), "{err}");
         assert!(!capture.is_active());
@@ -587,7 +599,7 @@ mod tests {
     #[test]
     fn a_write_error_stops_the_capture_cleanly() {
         let capture = Capture::default();
-        capture.start_with(Path::new("full.pcapng"), "x", FillsUp { room: 20_000 }).unwrap();
+        capture.start_with(Path::new("full.pcapng"), FillsUp { room: 20_000 }).unwrap();
         // The worker goes on recording; the writer fails once the room is
         // used and the capture turns itself off.
         for i in 0..200u8 {
@@ -613,7 +625,7 @@ mod tests {
         // A new capture can start after the failed one.
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("again.pcapng");
-        capture.start(&path, "x").unwrap();
+        capture.start(&path).unwrap();
         capture.record(Direction::Inbound, &frame(7, 60));
         capture.stop().unwrap();
         assert_eq!(read_back(&path), vec![(Direction::Inbound, frame(7, 60))]);
@@ -641,7 +653,7 @@ mod tests {
     fn a_stalled_writer_never_holds_up_the_worker() {
         let gate = Arc::new((Mutex::new(true), std::sync::Condvar::new()));
         let capture = Capture::default();
-        capture.start_with(Path::new("stalled.pcapng"), "x", Stalled(Arc::clone(&gate))).unwrap();
+        capture.start_with(Path::new("stalled.pcapng"), Stalled(Arc::clone(&gate))).unwrap();
         *gate.0.lock().unwrap() = false;
         // Far more than the queue holds, by frames and by octets: every
         // call returns at once; the excess is dropped and counted.

@@ -58,8 +58,9 @@ pub fn serve(config: &Config) -> Result<(), Error> {
         .map_err(|source| Error::Uplink { spec: config.uplink.to_string(), source })?;
     let nic = Arc::new(Nic::new(uplink, config.mac, config.mtu));
     nic.rnic().set_tcp_timeout(vt3_iwarp::toe::Duration::from_secs(config.tcp_timeout));
+    nic.capture.describe(&config.uplink.to_string());
     if let Some(path) = &config.pcap {
-        nic.capture.start(path, &config.uplink.to_string())?;
+        nic.capture.start(path)?;
     }
     let listener = vhost::bind_frontend_socket(&config.socket)?;
     if let Some(path) = &config.mgmt {

@@ -201,7 +201,7 @@ pub fn answer(request: &str, nic: &Nic) -> String {
 /// `capture start FILE` / `capture stop`.
 fn capture(nic: &Nic, request: &CaptureRequest, json: bool) -> String {
     let result = match request {
-        CaptureRequest::Start { file } => nic.capture.start(file, "vt3d uplink").map(|()| {
+        CaptureRequest::Start { file } => nic.capture.start(file).map(|()| {
             let row: Row = vec![("capture", "started".into()), ("file", Value::Text(file.display().to_string()))];
             (row, format!("capturing every frame on the uplink to {}", file.display()))
         }),
