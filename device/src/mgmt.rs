@@ -212,7 +212,7 @@ fn capture(nic: &Nic, request: &CaptureRequest, json: bool) -> String {
                 ("file", Value::Text(done.path.display().to_string())),
                 ("frames", done.frames.into()),
                 ("dropped", done.dropped.into()),
-                ("error", done.error.as_deref().into()),
+                ("write_error", done.error.as_deref().into()),
             ];
             (row, done.to_string())
         }),
