@@ -289,9 +289,17 @@ impl Capture {
             Some(session) => session.queue.try_send(record),
             None => Err(TrySendError::Disconnected(record)),
         };
-        if sent.is_err() {
-            self.shared.queued_bytes.fetch_sub(len, Ordering::Relaxed);
-            self.count_dropped();
+        match sent {
+            Ok(()) => {}
+            // The writer is behind: this frame is not captured.
+            Err(TrySendError::Full(_)) => {
+                self.shared.queued_bytes.fetch_sub(len, Ordering::Relaxed);
+                self.count_dropped();
+            }
+            // The capture ended under us (stopped, or its writer failed).
+            Err(TrySendError::Disconnected(_)) => {
+                self.shared.queued_bytes.fetch_sub(len, Ordering::Relaxed);
+            }
         }
     }
 
