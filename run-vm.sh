@@ -54,7 +54,8 @@ die() {
 # ---------------------------------------------------------------- host setup
 
 # Host tools, as "command:package"; python3-pytest is checked by import.
-HOST_TOOLS="timeout:coreutils md5sum:coreutils gcc:gcc flock:util-linux"
+# tshark: the case pcap reads vt3d's captures with Wireshark's dissectors.
+HOST_TOOLS="timeout:coreutils md5sum:coreutils gcc:gcc flock:util-linux tshark:tshark"
 
 ensure_host_packages() {
 	local missing=() pair cmd pkg

@@ -254,9 +254,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         with tarfile.open(artifact, "w:gz") as tar:
             for d in dict.fromkeys(failed_dirs):
                 for f in sorted(d.iterdir()):
-                    if f.is_file() and (f.suffix in (".log", ".txt") or ".console" in f.name):
+                    if f.is_file() and (f.suffix in (".log", ".txt", ".pcapng") or ".console" in f.name):
                         tar.add(f, arcname=f"{d.name}/{f.name}")
-        tr.write_line(f"vt3lab: failures kept in {rundir} (consoles, vt3d logs, commands.log); "
+        tr.write_line(f"vt3lab: failures kept in {rundir} (consoles, vt3d logs, commands.log, captures); "
                       f"compact artifact {artifact}")
     elif not config.getoption("--vt3-keep") and exitstatus == 0:
         shutil.rmtree(rundir, ignore_errors=True)

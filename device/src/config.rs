@@ -47,7 +47,7 @@ pub struct CtlLine {
     pub request: CtlRequest,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
 pub enum CtlRequest {
     /// NIC counters, RDMA resource counts, iWARP engine counters and
     /// fault-injection counters.
@@ -65,6 +65,30 @@ pub enum CtlRequest {
     /// as `vt3d ctl qps` shows it), an STag, or the whole device.
     #[command(subcommand)]
     Fault(FaultRequest),
+    /// A pcapng capture of every frame on the uplink, both ways (offloaded
+    /// iWARP connections included), with timestamps and directions.
+    #[command(subcommand)]
+    Capture(CaptureRequest),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum CaptureRequest {
+    /// Start writing FILE (created or truncated; a relative path is taken
+    /// from the client's working directory; no white space).
+    Start {
+        #[arg(value_name = "FILE", value_parser = capture_path)]
+        file: PathBuf,
+    },
+    /// Stop the capture: what was queued is written and the file closed.
+    Stop,
+}
+
+/// A capture file name as the request line can carry it (one word).
+fn capture_path(s: &str) -> Result<PathBuf, String> {
+    if s.is_empty() || s.chars().any(char::is_whitespace) {
+        return Err(format!("{s:?}: a capture file name must be one word (no white space)"));
+    }
+    Ok(PathBuf::from(s))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
@@ -221,8 +245,19 @@ impl FaultRequest {
 }
 
 impl CtlRequest {
+    /// Makes a relative capture path absolute, from the client's working
+    /// directory (vt3d's own may be anywhere).
+    pub fn resolve_paths(self) -> std::io::Result<Self> {
+        Ok(match self {
+            Self::Capture(CaptureRequest::Start { file }) if file.is_relative() => {
+                Self::Capture(CaptureRequest::Start { file: std::env::current_dir()?.join(file) })
+            }
+            other => other,
+        })
+    }
+
     /// The request line sent to the management socket.
-    pub fn line(self, json: bool) -> String {
+    pub fn line(&self, json: bool) -> String {
         let mut words: Vec<String> = Vec::new();
         if json {
             words.push("--json".to_owned());
@@ -237,6 +272,10 @@ impl CtlRequest {
                 words.push("fault".to_owned());
                 words.extend(f.words());
             }
+            Self::Capture(CaptureRequest::Start { file }) => {
+                words.extend(["capture".to_owned(), "start".to_owned(), file.display().to_string()]);
+            }
+            Self::Capture(CaptureRequest::Stop) => words.extend(["capture".to_owned(), "stop".to_owned()]),
         }
         words.join(" ")
     }
@@ -295,6 +334,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECS", default_value_t = crate::rnic::DEFAULT_TCP_TIMEOUT_SECS,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub tcp_timeout: u64,
+    /// Capture every frame on the uplink, both ways, to this pcapng file
+    /// from the start (`vt3d ctl capture stop` ends it).
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<PathBuf>,
 }
 
 fn mac_arg(s: &str) -> Result<MacAddr, String> {
@@ -311,6 +354,8 @@ pub struct Config {
     pub mgmt: Option<PathBuf>,
     /// Seconds (`--tcp-timeout`).
     pub tcp_timeout: u64,
+    /// `--pcap`: capture the uplink to this file from the start.
+    pub pcap: Option<PathBuf>,
 }
 
 impl From<ServeArgs> for Config {
@@ -322,6 +367,7 @@ impl From<ServeArgs> for Config {
             mtu: usize::from(a.mtu),
             mgmt: a.mgmt,
             tcp_timeout: a.tcp_timeout,
+            pcap: a.pcap,
         }
     }
 }
@@ -422,7 +468,7 @@ mod tests {
             // The line sent to the socket parses back to the same request.
             for json in [false, true] {
                 let line = CtlLine::parse(&request.line(json)).unwrap();
-                assert_eq!((line.request, line.json), (request, json), "{args:?}");
+                assert_eq!((line.request, line.json), (request.clone(), json), "{args:?}");
             }
         }
         let bad: [(&[&str], &str); 7] = [
@@ -439,6 +485,17 @@ mod tests {
             assert!(err.contains(needle), "{args:?}: {err}");
         }
         assert_eq!(ctl(&["cqs"]).unwrap(), CtlRequest::Cqs);
+        // Capture: the line parses back; a relative path becomes absolute.
+        let start = ctl(&["capture", "start", "/tmp/w.pcapng"]).unwrap();
+        assert_eq!(start, CtlRequest::Capture(CaptureRequest::Start { file: "/tmp/w.pcapng".into() }));
+        assert_eq!(start.line(false), "capture start /tmp/w.pcapng");
+        assert_eq!(CtlLine::parse(&start.line(true)).unwrap().request, start);
+        assert_eq!(ctl(&["capture", "stop"]).unwrap(), CtlRequest::Capture(CaptureRequest::Stop));
+        let relative = ctl(&["capture", "start", "w.pcapng"]).unwrap().resolve_paths().unwrap();
+        assert_eq!(relative, CtlRequest::Capture(CaptureRequest::Start { file: std::env::current_dir().unwrap().join("w.pcapng") }));
+        assert!(ctl(&["capture", "start"]).unwrap_err().contains("FILE"));
+        assert!(ctl(&["capture", "start", "a b"]).unwrap_err().contains("one word"));
+        assert!(ctl(&["capture", "pause"]).is_err());
         assert_eq!(ctl(&["mrs"]).unwrap(), CtlRequest::Mrs);
     }
 
@@ -473,5 +530,8 @@ mod tests {
         assert_eq!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0"]).unwrap().tcp_timeout, 15);
         assert!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0", "--tcp-timeout", "0"]).is_err());
         assert_eq!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0", "--tcp-timeout", "60"]).unwrap().tcp_timeout, 60);
+        assert_eq!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0"]).unwrap().pcap, None);
+        let with_pcap = parse(&["serve", "--socket", "s", "--uplink", "tap:t0", "--pcap", "/tmp/w.pcapng"]).unwrap();
+        assert_eq!(with_pcap.pcap, Some(PathBuf::from("/tmp/w.pcapng")));
     }
 }

@@ -13,9 +13,11 @@
 //!   and CQEs between the guest's rings and the engine.
 //! - [`abi`]: the mirror of `guest-driver/include/vt3_hw.h`.
 //! - [`mgmt`]: the management socket behind `vt3d ctl`.
+//! - [`capture`]: the pcapng capture of the uplink.
 //! - [`config`]: command line and configuration.
 
 pub mod abi;
+pub mod capture;
 pub mod config;
 pub mod mgmt;
 pub mod control;
@@ -42,6 +44,8 @@ pub enum Error {
     Signals(io::Error),
     #[error("management socket: {0}")]
     Mgmt(io::Error),
+    #[error("--pcap: {0}")]
+    Capture(#[from] capture::CaptureError),
     #[error(transparent)]
     Vhost(#[from] vhost::VhostError),
 }
@@ -54,6 +58,10 @@ pub fn serve(config: &Config) -> Result<(), Error> {
         .map_err(|source| Error::Uplink { spec: config.uplink.to_string(), source })?;
     let nic = Arc::new(Nic::new(uplink, config.mac, config.mtu));
     nic.rnic().set_tcp_timeout(vt3_iwarp::toe::Duration::from_secs(config.tcp_timeout));
+    nic.capture.describe(&config.uplink.to_string());
+    if let Some(path) = &config.pcap {
+        nic.capture.start(path)?;
+    }
     let listener = vhost::bind_frontend_socket(&config.socket)?;
     if let Some(path) = &config.mgmt {
         let mgmt = vhost::bind_frontend_socket(path)?;
@@ -77,6 +85,10 @@ pub fn serve(config: &Config) -> Result<(), Error> {
     let _ = std::fs::remove_file(&config.socket);
     if let Some(path) = &config.mgmt {
         let _ = std::fs::remove_file(path);
+    }
+    if nic.capture.path().is_some() {
+        // What was queued is written and the file closed.
+        let _ = nic.capture.stop();
     }
     log::info!("vt3d exiting; {}", nic.stats);
     Ok(result?)

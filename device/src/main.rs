@@ -6,7 +6,12 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let result = match Cli::parse().command {
         Command::Serve(args) => vt3d::serve(&args.into()).map_err(|e| e.to_string()),
-        Command::Ctl(args) => match vt3d::mgmt::request(&args.mgmt, &args.request.line(args.json)) {
+        Command::Ctl(args) => match args
+            .request
+            .clone()
+            .resolve_paths()
+            .and_then(|request| vt3d::mgmt::request(&args.mgmt, &request.line(args.json)))
+        {
             Ok(answer) => {
                 print!("{answer}");
                 Ok(())

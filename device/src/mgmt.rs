@@ -3,8 +3,9 @@
 //!
 //! A request line is the words of a `vt3d ctl` command after `--mgmt
 //! PATH` ([`CtlLine`]): `stats`, `tcb` (the TOE's TCB table, like
-//! cxgbtool's), `qps`, `cqs`, `mrs`, and `fault …` (DESIGN.md §6), with
-//! `--json` for JSON. Errors answer `error: MESSAGE`. docs/vt3d-ctl.md
+//! cxgbtool's), `qps`, `cqs`, `mrs`, `fault …` (DESIGN.md §6) and
+//! `capture start FILE | stop` (the wire capture, [`crate::capture`]),
+//! with `--json` for JSON. Errors answer `error: MESSAGE`. docs/vt3d-ctl.md
 //! documents every request and answer.
 
 use std::fmt::Write as _;
@@ -21,7 +22,7 @@ use vt3_iwarp::engine::Fault;
 use vt3_iwarp::toe::Duration as EngineDuration;
 use vt3_iwarp::wire::terminate::TermCode;
 
-use crate::config::{CtlLine, CtlRequest, FaultRequest};
+use crate::config::{CaptureRequest, CtlLine, CtlRequest, FaultRequest};
 use crate::nic::Nic;
 use crate::abi;
 use crate::rnic::fault::Injected;
@@ -163,7 +164,7 @@ fn json_table(rows: &[Row]) -> String {
 pub fn answer(request: &str, nic: &Nic) -> String {
     let line = match CtlLine::parse(request) {
         Ok(line) => line,
-        Err(e) => return format!("error: {e} (try: [--json] stats|tcb|qps|cqs|mrs|fault ...)\n"),
+        Err(e) => return format!("error: {e} (try: [--json] stats|tcb|qps|cqs|mrs|fault ...|capture start FILE|capture stop)\n"),
     };
     let json = line.json;
     match line.request {
@@ -194,6 +195,32 @@ pub fn answer(request: &str, nic: &Nic) -> String {
                 Ok(done) => format!("{}\n", done.detail),
             }
         }
+        CtlRequest::Capture(request) => capture(nic, &request, json),
+    }
+}
+
+/// `capture start FILE` / `capture stop`.
+fn capture(nic: &Nic, request: &CaptureRequest, json: bool) -> String {
+    let result = match request {
+        CaptureRequest::Start { file } => nic.capture.start(file).map(|()| {
+            let row: Row = vec![("capture", "started".into()), ("file", Value::Text(file.display().to_string()))];
+            (row, format!("capturing every frame on the uplink to {}", file.display()))
+        }),
+        CaptureRequest::Stop => nic.capture.stop().map(|done| {
+            let row: Row = vec![
+                ("capture", "stopped".into()),
+                ("file", Value::Text(done.path.display().to_string())),
+                ("frames", done.frames.into()),
+                ("dropped", done.dropped.into()),
+                ("write_error", done.error.as_deref().into()),
+            ];
+            (row, done.to_string())
+        }),
+    };
+    match result {
+        Err(e) => format!("error: {e}\n"),
+        Ok((row, _)) if json => format!("{}\n", json_object(&row)),
+        Ok((_, text)) => format!("{text}\n"),
     }
 }
 
@@ -313,6 +340,7 @@ fn stats_rows(nic: &Nic) -> Vec<(String, u64)> {
     }
     rows.push(("rnic.fatal".to_owned(), u64::from(rnic.fatal().is_some())));
     rows.push(("rnic.tcp_timeout_s".to_owned(), rnic.tcp_timeout().secs()));
+    rows.extend(nic.capture.rows().into_iter().map(|(k, v)| (format!("capture.{k}"), v)));
     rows
 }
 
@@ -510,6 +538,68 @@ mod tests {
             Err(e) => assert_eq!(e.kind(), io::ErrorKind::ConnectionReset),
         }
         assert!(request(&path, "stats").is_ok());
+    }
+
+    #[test]
+    fn capture_over_the_socket() {
+        use pcap_file::pcapng::blocks::enhanced_packet::EnhancedPacketOption;
+        use pcap_file::pcapng::{Block, PcapNgReader};
+        use std::os::unix::net::UnixDatagram;
+
+        let dir = tempfile::tempdir().unwrap();
+        let peer = UnixDatagram::bind(dir.path().join("p")).unwrap();
+        let spec: UplinkSpec = format!("unix-dgram:{},{}", dir.path().join("u").display(), dir.path().join("p").display())
+            .parse()
+            .unwrap();
+        let nic = Arc::new(Nic::new(spec.open().unwrap(), None, 1500));
+        let path = dir.path().join("mgmt");
+        spawn(UnixListener::bind(&path).unwrap(), Arc::clone(&nic)).unwrap();
+        let pcap = dir.path().join("wire.pcapng");
+
+        assert_eq!(request(&path, "capture stop").unwrap_err().to_string(), "no capture is running");
+        let err = request(&path, "capture start /nonexistent-vt3/x.pcapng").unwrap_err().to_string();
+        assert!(err.starts_with("cannot create /nonexistent-vt3/x.pcapng: No such file"), "{err}");
+        let started = request(&path, &format!("--json capture start {}", pcap.display())).unwrap();
+        assert_eq!(started, format!("{{\"capture\":\"started\",\"file\":\"{}\"}}\n", pcap.display()));
+        let again = request(&path, "capture start /tmp/other.pcapng").unwrap_err().to_string();
+        assert!(again.starts_with("a capture is running already"), "{again}");
+        assert!(request(&path, "stats").unwrap().lines().any(|l| l == "capture.active 1"));
+
+        // One frame each way: the guest's out, the peer's in.
+        let mut out = vec![0u8; 60];
+        out[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        assert_eq!(nic.from_guest(&out), crate::nic::GuestFrame::Uplink);
+        let mut got = [0u8; 100];
+        assert_eq!(peer.recv(&mut got).unwrap(), 60);
+        let inbound = vec![0xabu8; 64];
+        peer.send_to(&inbound, dir.path().join("u")).unwrap();
+        let mut batch = crate::uplink::RecvBatch::default();
+        let mut seen = None;
+        for _ in 0..100 {
+            if let Some(f) = batch.next_frame(nic.uplink()).unwrap() {
+                seen = Some(f.to_vec());
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(seen.as_deref(), Some(&inbound[..]));
+
+        let stopped = request(&path, "capture stop").unwrap();
+        assert_eq!(stopped, format!("capture to {} stopped: 2 frames written\n", pcap.display()));
+        let stats = request(&path, "stats").unwrap();
+        for line in ["capture.active 0", "capture.started 1", "capture.frames 2", "capture.bytes 124", "capture.dropped 0"] {
+            assert!(stats.lines().any(|l| l == line), "{line}: {stats}");
+        }
+        let mut reader = PcapNgReader::new(std::fs::File::open(&pcap).unwrap()).unwrap();
+        let mut frames = Vec::new();
+        while let Some(block) = reader.next_block() {
+            if let Block::EnhancedPacket(epb) = block.unwrap() {
+                let flags: Vec<u32> =
+                    epb.options.iter().filter_map(|o| if let EnhancedPacketOption::Flags(f) = o { Some(*f) } else { None }).collect();
+                frames.push((flags, epb.data.into_owned()));
+            }
+        }
+        assert_eq!(frames, vec![(vec![2], out), (vec![1], inbound)]);
     }
 
     #[test]

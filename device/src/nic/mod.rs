@@ -188,6 +188,9 @@ pub struct Nic {
     mac: Option<MacAddr>,
     mtu: usize,
     pub stats: NicStats,
+    /// The pcapng capture of the uplink (`--pcap`, `vt3d ctl capture`):
+    /// `uplink` records into it.
+    pub capture: std::sync::Arc<crate::capture::Capture>,
     /// The control channel's counters (sessions, refused frames).
     pub control_stats: std::sync::Arc<crate::control::ChannelStats>,
     /// The RDMA function's resources; they belong to the connected guest
@@ -205,8 +208,11 @@ impl Nic {
         let mut rnic = Rnic::new(Limits::default(), u32::try_from(mtu).unwrap_or(u32::MAX));
         rnic.set_uplink_queue(uplink::receive_queue_bytes(uplink.as_raw_fd()));
         let kick = EventFd::new(EFD_NONBLOCK).map_err(|e| log::warn!("no kick eventfd: {e}")).ok();
+        let capture = std::sync::Arc::new(crate::capture::Capture::default());
+        let uplink = Box::new(crate::capture::TappedUplink::new(uplink, std::sync::Arc::clone(&capture)));
         Self {
             uplink,
+            capture,
             send_queue: Mutex::new(uplink::SendQueue::default()),
             mac,
             mtu,
