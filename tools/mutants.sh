@@ -196,7 +196,7 @@ REPLACEMENT2[destroyed-qp-relinked]='	while ((qp = vt3_qp_get_next(dev, &qpn))) 
 		msleep(1000); /* MUTANT: a busy guest between the reference and the lock */
 		mutex_lock(&qp->state_lock);
 		vt3_qp_enter_error(qp);'
-REASON[destroyed-qp-relinked]='after ib_destroy_qp returned|completed twice|list_(add|del) corruption|general protection|BUG: unable'
+REASON[destroyed-qp-relinked]='after ib_destroy_qp returned|completed twice|list_(add|del) corruption|BUG: kernel NULL pointer dereference|BUG: unable to handle|general protection fault'
 CASES[destroyed-qp-relinked]=kchaos
 ENV[destroyed-qp-relinked]='VT3_CHAOS_PLAN=1:device-fatal;1:device-fatal;1:device-fatal;1:device-fatal'
 
