@@ -38,6 +38,17 @@
 #   srq-lost-unflushed  libvt3 never flushes a lost device's SRQ WQEs (the
 #                  ones a QP had taken complete nowhere)
 #   ksrq-lost-unflushed vt3.ko does the same to a kernel SRQ
+#   destroyed-qp-relinked  vt3.ko lets a device loss put a kernel QP back
+#                  on its CQ's flush list after destroy_qp took it off
+#                  (and holds the loss's QP reference 1 s before it takes
+#                  the QP's lock, as a busy guest might): the freed QP's
+#                  SQ is flushed again after destroy_qp returned
+#   destroyed-qp-completes vt3.ko still delivers the flush completions a
+#                  destroyed kernel QP owed, with wc->qp NULL (kernel ULPs
+#                  dereference it)
+#   flush-after-ring  vt3.ko returns flush completions only once a poll
+#                  emptied the CQ's ring: ib_drain_qp starves while
+#                  another QP keeps a shared CQ busy
 #   qp-calloc      libvt3 allocates its QP structs with calloc(): the
 #                  vendor event names its QP by the low 32 bits of the
 #                  address only, and two QPs 4 GiB apart share them
@@ -57,7 +68,9 @@ OUT=$ROOT/build/mutants
 
 # CASES[name]: the cases that must kill it (default: the flush matrix's).
 # ENV[name]: environment for its run (e.g. a chaos plan).
-declare -A FILE ANCHOR REPLACEMENT REASON CASES ENV
+# FILE2/ANCHOR2/REPLACEMENT2[name]: a second patch, for a mutant whose bug
+# spans two places (e.g. a race and the sleep that widens its window).
+declare -A FILE ANCHOR REPLACEMENT FILE2 ANCHOR2 REPLACEMENT2 REASON CASES ENV
 DEFAULT_CASES="flush-datapath flush-local flush-rst"
 FILE[skip-flush]=provider/cq.c
 ANCHOR[skip-flush]='		wq->flush_pos++;
@@ -178,6 +191,120 @@ REPLACEMENT[ksrq-lost-unflushed]='	if (0 && vt3_srq_flushes_here(srq, qp)) { /* 
 REASON[ksrq-lost-unflushed]='FAIL 0 of [0-9]+ SRQ receives flushed once'
 CASES[ksrq-lost-unflushed]=vt3-ksrq-device-fatal
 
+FILE[destroyed-qp-relinked]=guest-driver/vt3_flush.c
+ANCHOR[destroyed-qp-relinked]='	if (!qp->sq_flushing && !qp->destroyed) {'
+REPLACEMENT[destroyed-qp-relinked]='	if (!qp->sq_flushing) { /* MUTANT */'
+FILE2[destroyed-qp-relinked]=guest-driver/vt3_cm.c
+ANCHOR2[destroyed-qp-relinked]='	while ((qp = vt3_qp_get_next(dev, &qpn))) {
+		mutex_lock(&qp->state_lock);
+		vt3_qp_enter_error(qp);'
+REPLACEMENT2[destroyed-qp-relinked]='	while ((qp = vt3_qp_get_next(dev, &qpn))) {
+		msleep(1000); /* MUTANT: a busy guest between the reference and the lock */
+		mutex_lock(&qp->state_lock);
+		vt3_qp_enter_error(qp);'
+REASON[destroyed-qp-relinked]='after ib_destroy_qp returned|completed twice|list_(add|del) corruption|BUG: kernel NULL pointer dereference|BUG: unable to handle|general protection fault'
+CASES[destroyed-qp-relinked]=kchaos
+ENV[destroyed-qp-relinked]='VT3_CHAOS_PLAN=1:device-fatal;1:device-fatal;1:device-fatal;1:device-fatal'
+
+FILE[destroyed-qp-completes]=guest-driver/vt3_flush.c
+ANCHOR[destroyed-qp-completes]='/* Up to @num flush completions of @cq'"'"'s QPs; cq->lock held. */
+int vt3_qp_poll_flush(struct vt3_cq *cq, int num, struct ib_wc *wc)
+{
+	struct vt3_qp *qp;
+	int n = 0;
+
+	lockdep_assert_held(&cq->lock);'
+REPLACEMENT[destroyed-qp-completes]='/* MUTANT: a destroyed QP'"'"'s flush completions, kept on its CQ, wc->qp NULL. */
+struct vt3_mutant_orphan {
+	struct list_head node;
+	struct vt3_cq *cq;
+	struct ib_wc wc;
+};
+static LIST_HEAD(vt3_mutant_orphans);
+static DEFINE_SPINLOCK(vt3_mutant_lock);
+
+static void vt3_mutant_orphan_add(struct vt3_cq *cq, struct ib_wc *wc, int n)
+{
+	struct vt3_mutant_orphan *o;
+	int i;
+
+	for (i = 0; i < n; i++) {
+		o = kmalloc(sizeof(*o), GFP_ATOMIC);
+		if (!o)
+			return;
+		o->cq = cq;
+		o->wc = wc[i];
+		o->wc.qp = NULL;
+		spin_lock(&vt3_mutant_lock);
+		list_add_tail(&o->node, &vt3_mutant_orphans);
+		spin_unlock(&vt3_mutant_lock);
+	}
+}
+
+static void vt3_mutant_orphan_flush(struct vt3_qp *qp, struct vt3_cq *scq,
+				    struct vt3_cq *rcq)
+{
+	struct ib_wc wc[4];
+	int n;
+
+	if (qp->sq_flushing && !qp->sq_flush_at_done)
+		while ((n = vt3_flush_sq(qp, ARRAY_SIZE(wc), wc)) > 0)
+			vt3_mutant_orphan_add(scq, wc, n);
+	if (qp->rq_flushing && !qp->rq_flush_at_done && !qp->ibqp.srq)
+		while ((n = vt3_flush_rq(qp, ARRAY_SIZE(wc), wc)) > 0)
+			vt3_mutant_orphan_add(rcq, wc, n);
+}
+
+/* Up to @num flush completions of @cq'"'"'s QPs; cq->lock held. */
+int vt3_qp_poll_flush(struct vt3_cq *cq, int num, struct ib_wc *wc)
+{
+	struct vt3_mutant_orphan *o, *tmp;
+	struct vt3_qp *qp;
+	int n = 0;
+
+	lockdep_assert_held(&cq->lock);
+	spin_lock(&vt3_mutant_lock);
+	list_for_each_entry_safe(o, tmp, &vt3_mutant_orphans, node) {
+		if (n == num)
+			break;
+		if (o->cq != cq)
+			continue;
+		wc[n++] = o->wc;
+		list_del(&o->node);
+		kfree(o);
+	}
+	spin_unlock(&vt3_mutant_lock);
+	if (n == num)
+		return n;'
+FILE2[destroyed-qp-completes]=guest-driver/vt3_flush.c
+ANCHOR2[destroyed-qp-completes]='	spin_lock(&qp->sq_lock);
+	spin_lock_nested(&qp->rq_lock, SINGLE_DEPTH_NESTING);
+	qp->destroyed = true;'
+REPLACEMENT2[destroyed-qp-completes]='	vt3_mutant_orphan_flush(qp, scq, rcq); /* MUTANT */
+	spin_lock(&qp->sq_lock);
+	spin_lock_nested(&qp->rq_lock, SINGLE_DEPTH_NESTING);
+	qp->destroyed = true;'
+REASON[destroyed-qp-completes]='FAIL nothing of the destroyed QP'
+CASES[destroyed-qp-completes]=verbs
+
+FILE[flush-after-ring]=guest-driver/vt3_cq.c
+ANCHOR[flush-after-ring]='	n = vt3_qp_poll_flush(cq, num, wc);
+	rcu_read_lock();'
+REPLACEMENT[flush-after-ring]='	rcu_read_lock(); /* MUTANT: flush completions only once the ring is drained */'
+FILE2[flush-after-ring]=guest-driver/vt3_cq.c
+ANCHOR2[flush-after-ring]='	smp_store_release(&st->cons, cpu_to_le32(cq->cons));
+	spin_unlock_irqrestore(&cq->lock, flags);
+	return n;'
+REPLACEMENT2[flush-after-ring]='	smp_store_release(&st->cons, cpu_to_le32(cq->cons));
+	if (n < num && cq->cons == prod) /* MUTANT */
+		n += vt3_qp_poll_flush(cq, num - n, wc + n);
+	spin_unlock_irqrestore(&cq->lock, flags);
+	return n;'
+REASON[flush-after-ring]='ib_drain_qp starved'
+CASES[flush-after-ring]=kchaos
+ENV[flush-after-ring]='VT3_CHAOS_PLAN=1:disconnect'
+
+
 FILE[doorbell-under-lock]=provider/cq.c
 ANCHOR[doorbell-under-lock]='		if (pending) {
 			ring = wq;
@@ -199,14 +326,14 @@ CASES[qp-calloc]=flush-decoy-qp
 
 ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze close-withheld lost-flush-from-cons slot-by-cons
 	free-unknown fatal-before-flags srq-flush-on-error ksrq-flush-on-error srq-lost-unflushed ksrq-lost-unflushed
-	qp-calloc doorbell-under-lock)
+	destroyed-qp-relinked destroyed-qp-completes flush-after-ring qp-calloc doorbell-under-lock)
 
 log() { printf '[mutants] %s\n' "$*" >&2; }
 
-# mutate NAME DIR: the patch, or a clear error when its anchor moved.
-mutate() {
-	local name=$1 dir=$2
-	ANCHOR=${ANCHOR[$name]} REPLACEMENT=${REPLACEMENT[$name]} /usr/bin/python3 - "$dir/${FILE[$name]}" <<'PY'
+# patch FILE ANCHOR REPLACEMENT: the anchor replaced, or a clear error when
+# it moved.
+patch_file() {
+	ANCHOR=$2 REPLACEMENT=$3 /usr/bin/python3 - "$1" <<'PY'
 import os, sys
 path = sys.argv[1]
 src = open(path).read()
@@ -215,6 +342,14 @@ if src.count(anchor) != 1:
     sys.exit(f"mutants: the anchor is not in {path} exactly once: update tools/mutants.sh")
 open(path, "w").write(src.replace(anchor, repl))
 PY
+}
+
+# mutate NAME DIR: the mutant's patch (and its second one, if any).
+mutate() {
+	local name=$1 dir=$2
+	patch_file "$dir/${FILE[$name]}" "${ANCHOR[$name]}" "${REPLACEMENT[$name]}" || return 1
+	[ -z "${FILE2[$name]:-}" ] ||
+		patch_file "$dir/${FILE2[$name]}" "${ANCHOR2[$name]}" "${REPLACEMENT2[$name]}"
 }
 
 run_mutant() {

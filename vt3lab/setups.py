@@ -151,6 +151,10 @@ class Setup:
                 try:
                     r = g.run("rdma res show qp; rdma res show cm_id; ps; tc -s qdisc show dev eth0; ip -s link show eth0; dmesg | grep -E 'detail 0x[1-9a-f]' | tail -n 20; dmesg | tail -n 30", 20)
                     out.append(f"=== guest {g.name}\n{r.out}")
+                    # An oops long before the failure scrolls out of dmesg's tail.
+                    trouble = g.kernel_trouble_since((0, 0))
+                    if trouble:
+                        out.append(f"=== guest {g.name} kernel trouble (console)\n" + "\n".join(trouble[:10]))
                 except Exception as e:  # a dump never hides the failure
                     out.append(f"=== guest {g.name}: {e}")
         return "\n".join(out)

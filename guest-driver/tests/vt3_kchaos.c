@@ -33,9 +33,10 @@
  * and READ data are right; no QP but the target sees an error event
  * before the end. One line per run, as vt3-chaos prints it:
  *   RUN <i> seed <s> fault <f> ... ok|FAIL: <counts> [-- reasons]
- * then "vt3_kchaos: N passed, N failed". With probe=1 a probe of the lost
- * wake-up comes first (probe_late_event), counted as one more run
- * (`probe=1 runs=0`: the probe alone).
+ * then "vt3_kchaos: N passed, N failed". With probe=1 two probes come
+ * first, each counted as one more run (`probe=1 runs=0`: the probes
+ * alone): the lost wake-up (probe_late_event) and a drain on a busy
+ * shared CQ (probe_busy_drain).
  */
 #include <linux/delay.h>
 #include <linux/inet.h>
@@ -64,7 +65,7 @@ static int duration_ms = 1500;
 module_param(duration_ms, int, 0444);
 static bool probe;
 module_param(probe, bool, 0444);
-MODULE_PARM_DESC(probe, "first the late CQ event probe (one more pass or fail)");
+MODULE_PARM_DESC(probe, "first the late CQ event and busy CQ drain probes (a pass or fail each)");
 static int ack = -1;
 module_param(ack, int, 0644);
 MODULE_PARM_DESC(ack, "the host writes a run's number once it did its fault");
@@ -1450,6 +1451,175 @@ out:
 	return ok;
 }
 
+/* ------------------------------------------------ the busy CQ drain probe */
+
+/*
+ * ib_drain_qp must return while another QP keeps their shared CQ busy
+ * (issue 12's starvation): a flush completion that is due is not held
+ * back until the CQ's ring is empty. Two QPs to the server share one CQ,
+ * polled here in small batches as the core's pollers poll; q1 keeps more
+ * WRITE completions waiting in the ring than a batch takes (a streaming
+ * QP on a guest that polls slower than the device completes), while q0
+ * is drained with ib_drain_qp, which must return within BUSY_POLLS
+ * batches. Every completion goes to its done callback, so kwr_done checks
+ * them as in the runs. One line: "PROBE busy-drain ok|FAIL: …".
+ */
+#define BUSY_BATCH	4
+#define BUSY_BACKLOG	24
+#define BUSY_POLLS	60
+
+static bool probe_busy_drain(void)
+{
+	struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons(port) };
+	struct ib_cq_init_attr attr = { .cqe = 2 * (SQ_DEPTH + RQ_DEPTH + 2) };
+	struct krun *r = vzalloc(sizeof(*r));
+	struct drain_work *d = NULL;
+	int i, n, qn, polls = 0, a_flushed = 0, b_done = 0, b_seen = 0;
+	bool returned = false, ok = false;
+	struct ib_wc wc[BUSY_BATCH];
+	struct kqp *a, *b, *qp;
+	struct ib_cq *cq;
+	unsigned long until;
+
+	if (!r)
+		return false;
+	r->run = 0xfffe;
+	r->t0 = jiffies;
+	spin_lock_init(&r->err_lock);
+	mutex_init(&r->lock);
+	init_completion(&r->released_done);
+	r->plan.seed = seed ^ 0x6472;
+	r->plan.nqp = 2;
+	for (i = 0; i < 2; i++) {
+		qp = &r->qps[i];
+		qp->idx = i;
+		qp->r = r;
+		qp->last_write = -1;
+		spin_lock_init(&qp->post_lock);
+		init_completion(&qp->cm_done);
+		qp->scq = qp->rcq = &r->cqs[0];
+		for (qn = 0; qn < 2; qn++) {
+			qp->q[qn].flush_from = U32_MAX;
+			qp->q[qn].w = vzalloc(MAX_WR * sizeof(struct kwr));
+			if (!qp->q[qn].w)
+				goto out;
+		}
+	}
+	a = &r->qps[0];
+	b = &r->qps[1];
+	if (!in4_pton(addr, -1, (u8 *)&dst.sin_addr.s_addr, -1, NULL) ||
+	    resolve(r, a, &dst) || resolve(r, b, &dst))
+		goto out;
+	r->pd = ib_alloc_pd(r->dev, IB_PD_UNSAFE_GLOBAL_RKEY);
+	if (IS_ERR(r->pd)) {
+		cfail(r, "ib_alloc_pd: %ld", PTR_ERR(r->pd));
+		r->pd = NULL;
+		goto out;
+	}
+	/* No poller of the core's: this probe polls, in batches. */
+	cq = ib_create_cq(r->dev, NULL, NULL, NULL, &attr);
+	if (IS_ERR(cq)) {
+		cfail(r, "ib_create_cq: %ld", PTR_ERR(cq));
+		goto out;
+	}
+	r->cqs[0].cq = cq;
+	if (connect_qp(r, a, &dst) || connect_qp(r, b, &dst))
+		goto out;
+
+	/* q1's backlog: WRITE completions in the ring, more than a batch. */
+	spin_lock_bh(&b->post_lock);
+	for (i = 0; i < BUSY_BACKLOG; i++)
+		if (post_send(b, OP_WRITE, true))
+			break;
+	spin_unlock_bh(&b->post_lock);
+	msleep(1000);
+
+	d = kzalloc(sizeof(*d), GFP_KERNEL);
+	if (!d)
+		goto out;
+	INIT_WORK(&d->work, drain_fn);
+	init_completion(&d->done);
+	d->qp = a->qp;
+	queue_work(system_unbound_wq, &d->work);
+	while (polls < BUSY_POLLS && !returned) {
+		msleep(50);
+		n = ib_poll_cq(cq, BUSY_BATCH, wc);
+		polls++;
+		for (i = 0; i < n; i++) {
+			if (wc[i].qp == a->qp && wc[i].status == IB_WC_WR_FLUSH_ERR)
+				a_flushed++;
+			if (wc[i].qp == b->qp) {
+				b_seen++;
+				b_done += container_of(wc[i].wr_cqe, struct kwr, cqe)->queue == SQ;
+			}
+			wc[i].wr_cqe->done(cq, &wc[i]);
+		}
+		/* q1 streams on: its backlog stays above a batch. */
+		spin_lock_bh(&b->post_lock);
+		while (b->q[SQ].posted - b_done < BUSY_BACKLOG + BUSY_BATCH)
+			if (post_send(b, OP_WRITE, true))
+				break;
+		spin_unlock_bh(&b->post_lock);
+		returned = completion_done(&d->done);
+	}
+	if (!returned)
+		cfail(r, "ib_drain_qp starved: q0's drain did not return in %d polls of %d while q1 kept the CQ busy (%d of q1's completions, %d of q0's flushed)",
+		      polls, BUSY_BATCH, b_seen, a_flushed);
+	/* q1 quiet now: whatever is owed comes, the drain must return. */
+	until = jiffies + 30 * HZ;
+	while (!completion_done(&d->done) && time_before(jiffies, until)) {
+		n = ib_poll_cq(cq, BUSY_BATCH, wc);
+		for (i = 0; i < n; i++)
+			wc[i].wr_cqe->done(cq, &wc[i]);
+		if (!n)
+			msleep(10);
+	}
+	if (!completion_done(&d->done)) {
+		/* Everything stays, and so does our code: the drain returns into it. */
+		__module_get(THIS_MODULE);
+		out("PROBE busy-drain FAIL: q0 hangs in ib_drain_qp (30 s after q1 stopped) -- %s", r->err);
+		return false;
+	}
+	flush_work(&d->work);
+	ok = a->q[RQ].flush == RQ_DEPTH;
+	if (!ok)
+		cfail(r, "q0: %lu of its %d receives flushed, want all", a->q[RQ].flush, RQ_DEPTH);
+out:
+	kfree(d);
+	for (i = 0; i < 2; i++) {
+		qp = &r->qps[i];
+		if (qp->qp) {
+			qp->gone = true;
+			rdma_destroy_qp(qp->id);
+			qp->qp = NULL;
+			WRITE_ONCE(qp->destroyed, true);
+		}
+	}
+	if (r->cqs[0].cq)
+		ib_destroy_cq(r->cqs[0].cq);
+	for (i = 0; i < 2; i++) {
+		qp = &r->qps[i];
+		if (qp->id)
+			rdma_destroy_id(qp->id);
+		if (qp->buf) {
+			ib_dma_unmap_single(r->dev, qp->dma, 3 * NSLOT * SLOT, DMA_BIDIRECTIONAL);
+			kfree(qp->buf);
+		}
+	}
+	if (r->pd)
+		ib_dealloc_pd(r->pd);
+	ok = ok && !r->nerr;
+	out("PROBE busy-drain %s: %d polls of %d, q0 %d flushed, q1 %d completions%s%s",
+	    ok ? "ok" : "FAIL", polls, BUSY_BATCH, a_flushed, b_seen,
+	    r->nerr ? " -- " : "", r->err);
+	for (i = 0; i < 2; i++) {
+		vfree(r->qps[i].q[SQ].w);
+		vfree(r->qps[i].q[RQ].w);
+	}
+	vfree(r);
+	return ok;
+}
+
 static struct task_struct *runner;
 static struct proc_dir_entry *proc;
 
@@ -1459,6 +1629,10 @@ static int runner_thread(void *arg)
 
 	if (probe) {
 		if (probe_late_event())
+			pass++;
+		else
+			WRITE_ONCE(failed, ++fail);
+		if (probe_busy_drain())
 			pass++;
 		else
 			WRITE_ONCE(failed, ++fail);

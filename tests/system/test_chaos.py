@@ -395,10 +395,12 @@ def test_chaos_soak(chaos_pair):
     assert not few, f"fault kinds hit fewer than 4 times: {few} ({tally})"
 
 
-def late_event_probe(p: ChaosPair) -> None:
-    """vt3_kchaos's probe of the lost wake-up (a CQ event answering an older
-    arm must not swallow the driver's next kick): one connection to the
-    server, softirqs held back so that the event comes after the re-arm."""
+def kchaos_probes(p: ChaosPair) -> None:
+    """vt3_kchaos's probes: the lost wake-up (a CQ event answering an older
+    arm must not swallow the driver's next kick: one connection to the
+    server, softirqs held back so that the event comes after the re-arm),
+    and the busy CQ drain (ib_drain_qp of one QP returns while another
+    keeps their shared CQ's ring fuller than a poll batch)."""
     start_server(p.a)
     try:
         r = p.b.run(f"insmod {KMOD}/vt3_kchaos.ko addr={A_IP} port={PORT} probe=1 runs=0 || exit 2; "
@@ -407,15 +409,16 @@ def late_event_probe(p: ChaosPair) -> None:
         stop_server(p.a)
     assert r.rc == 0, f"vt3_kchaos probe: exit {r.rc}:\n{r.out}"
     assert re.search(r"^PROBE late-cq-event ok: ", r.out, re.M), f"the late CQ event probe failed:\n{r.out}"
-    assert KERNEL.summary.findall(r.out) == [("1", "0")], f"vt3_kchaos probe: summary:\n{r.out}"
+    assert re.search(r"^PROBE busy-drain ok: ", r.out, re.M), f"the busy CQ drain probe failed:\n{r.out}"
+    assert KERNEL.summary.findall(r.out) == [("2", "0")], f"vt3_kchaos probes: summary:\n{r.out}"
 
 
 def test_kchaos(chaos_pair):
     """kernel QPs as ULPs use them (vt3_kchaos.ko: rdma_cm, softirq/workqueue CQs shared by QPs, wr_cqe, ib_drain_qp):
-    a late CQ event loses no wake-up; fault runs of every kind it does, exactly-once accounting, wc->qp right,
+    a late CQ event loses no wake-up, a drain returns on a busy shared CQ; fault runs of every kind it does, exactly-once accounting, wc->qp right,
     nothing after destroy, drains return"""
     p = chaos_pair
-    late_event_probe(p)
+    kchaos_probes(p)
     # device-fatal and peer-killed (a recovery each) are the soak's.
     # mute-commands: vt3d retires WRs whose CQEs come after vt3.ko froze
     # the CQ; every one of 4 runs lost some before the flush started after
