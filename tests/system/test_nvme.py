@@ -11,6 +11,8 @@ import json
 import re
 import time
 
+import pytest
+
 from helpers import count, no_objects
 from test_cm import kmark, kmsg_since
 from test_chaos import ctl_fault
@@ -222,6 +224,7 @@ def nvme_over_rdma(setup, target, host, target_vt3: list[str], host_vt3: list[st
         assert not g.check("lsmod | grep -E '^(nvme|brd)' || true", 10).strip(), f"{g.name}: modules left"
 
 
+@pytest.mark.kernel612
 def test_nvme_vt3_vt3(vt3_pair):
     """nvmet-rdma on vt3 (a), nvme-rdma on vt3 (b): discover, connect, fio verify, disconnect, no leak"""
     nvme_over_rdma(vt3_pair, vt3_pair.a, vt3_pair.b, ["vt3a"], ["vt3b"])
