@@ -9,7 +9,7 @@
 #   ./run-vm.sh [OPTIONS] check        every test, as CI runs it: cargo test,
 #                                      the compile check (vt3.ko on 6.1 and
 #                                      6.12), the image self-test, all cases with this
-#                                      QEMU, the QEMU 10.0 set
+#                                      QEMU, the QEMU 10.0 set, the 6.12 kernel set
 #   ./run-vm.sh [OPTIONS] soak         the long runs (not in CI)
 #   ./run-vm.sh [OPTIONS] mutants      deliberately broken builds must fail
 #   ./run-vm.sh [OPTIONS] bench [--device-only] [--short]
@@ -24,6 +24,9 @@
 # Options:
 #   --qemu PATH    QEMU binary (default: $VT3_QEMU, else qemu-system-x86_64)
 #   --keep         keep the run directory even when everything passes
+#   --kernel S     the guests' kernel: Debian 12's 6.1 (default) or 6.12; its
+#                  images are in $VT3_CACHE/images or $VT3_CACHE/images-6.12
+#                  (images/build.sh --kernel S) unless VT3_IMAGES names a dir
 #
 # Runs as root on a fresh Debian 12 machine: missing host packages are
 # installed. Caches (images, rdma-core, cargo's target dir) live in
@@ -35,7 +38,9 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=tools/cache-dir.sh
 source "$ROOT/tools/cache-dir.sh"
-IMAGES=${VT3_IMAGES:-$VT3_CACHE/images}
+# The guests' kernel (--kernel) and its images (set in main, once known).
+KERNEL=6.1
+IMAGES=
 # Cargo's target dir is a cache too: dependencies built once per machine.
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$VT3_CACHE/target}
 VT3D=$CARGO_TARGET_DIR/release/vt3d
@@ -98,7 +103,7 @@ ensure_vt3d() {
 
 ensure_images() {
 	log "guest images (images/build.sh: Debian packages, kernel, siw; cached)"
-	"$ROOT/images/build.sh" --out "$IMAGES" >&2 || die "building the guest images failed"
+	"$ROOT/images/build.sh" --kernel "$KERNEL" --out "$IMAGES" >&2 || die "building the guest images failed"
 	log "vt3.ko and rdma-core with libvt3 (images/overlay.sh; cached)"
 	"$ROOT/images/overlay.sh" --images "$IMAGES" || die "building vt3.ko / rdma-core for the guest failed"
 }
@@ -154,7 +159,7 @@ prepare() {
 	export VT3_QEMU=$QEMU VT3_ACCEL=$ACCEL VT3_IMAGES=$IMAGES VT3_VT3D=$VT3D
 	KEEP_ARGS=()
 	[ "$KEEP" = 0 ] || KEEP_ARGS=(--vt3-keep)
-	log "ready: $("$QEMU" --version | head -n 1), accel $ACCEL"
+	log "ready: $("$QEMU" --version | head -n 1), accel $ACCEL, kernel $(cat "$IMAGES/kver")"
 }
 
 # ------------------------------------------------------------------ tests
@@ -270,6 +275,23 @@ check_pytest() {
 	PASSED=$((PASSED + $1)) FAILED=$((FAILED + $2))
 }
 
+# The core set (the cases marked kernel612: devinfo, rping vt3↔vt3 and
+# vt3↔siw, one perftest size, flush-local, flush-rst, nvme-vt3-vt3) on
+# Debian 12's 6.12 kernel: its own images (images/build.sh --kernel 6.12,
+# cached beside the 6.1 ones), one boot per setup, one flush style.
+check_kernel612() {
+	local images=$IMAGES
+	[ "$KERNEL" = 6.12 ] || images=$VT3_CACHE/images-6.12
+	log "== guest images for the 6.12 kernel (images/build.sh --kernel 6.12, overlay; cached)"
+	if "$ROOT/images/build.sh" --kernel 6.12 --out "$images" >&2 &&
+		"$ROOT/images/overlay.sh" --images "$images"; then
+		VT3_IMAGES=$images VT3_FLUSH_STYLES=events check_pytest kernel6.12 -m kernel612
+	else
+		log "could not build the 6.12 guest images"
+		FAILED=$((FAILED + 1))
+	fi
+}
+
 # check: the whole suite, as CI runs it; every stage runs whatever the
 # others did, and one closing count sums them.
 cmd_check() {
@@ -287,6 +309,7 @@ cmd_check() {
 		log "could not fetch QEMU 10.0"
 		FAILED=$((FAILED + 1))
 	fi
+	check_kernel612
 	log "check took $((SECONDS - START)) s; results in $RESULTS"
 	echo "$PASSED passed, $FAILED failed"
 	[ "$FAILED" -eq 0 ]
@@ -359,13 +382,22 @@ main() {
 			KEEP=1
 			shift
 			;;
+		--kernel)
+			KERNEL=${2:?--kernel needs 6.1 or 6.12}
+			shift 2
+			;;
 		-h | --help)
-			sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'
+			sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
 			return 0
 			;;
 		*) break ;;
 		esac
 	done
+	case $KERNEL in
+	6.1) IMAGES=${VT3_IMAGES:-$VT3_CACHE/images} ;;
+	6.12) IMAGES=${VT3_IMAGES:-$VT3_CACHE/images-6.12} ;;
+	*) die "--kernel: '$KERNEL' is not one of Debian 12's kernels (6.1, 6.12)" ;;
+	esac
 	local cmd=${1:-demo}
 	[ $# -gt 0 ] && shift
 	case $cmd in

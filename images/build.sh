@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the vt3 guest images from Debian packages:
-#   OUT/vmlinuz             Debian's kernel (the ABI linux-image-amd64 points at today)
+#   OUT/vmlinuz             Debian's kernel: the ABI package linux-image-amd64 (6.1) or
+#                           linux-image-6.12-amd64 (6.12) points at today
 #   OUT/vmlinux             the same kernel uncompressed (ELF, PVH entry): QEMU boots it
 #                           directly, ~5 s sooner under TCG than vmlinuz, which must
 #                           first unpack itself (xz) in the emulated CPU
@@ -11,8 +12,10 @@
 #   OUT/kbuild-dir          kernel build dir for out-of-tree modules (make -C $(cat ..) M=..)
 #   OUT/manifest.txt        every package and module that went in, with versions
 #
-# Usage: images/build.sh [--out DIR] [--clean]
-#   --out DIR   output directory (default $VT3_CACHE/images)
+# Usage: images/build.sh [--kernel 6.1|6.12] [--out DIR] [--clean]
+#   --kernel S  which of Debian 12's two kernels (default 6.1)
+#   --out DIR   output directory (default $VT3_CACHE/images for 6.1,
+#               $VT3_CACHE/images-6.12 for 6.12: both images coexist)
 #   --clean     wipe the cache ($VT3_CACHE/image-build) first
 #
 # VT3_CACHE: tools/cache-dir.sh (/var/cache/vt3 for root), outside the clone.
@@ -27,9 +30,12 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 IMAGES=$REPO/images
 # shellcheck source=../tools/cache-dir.sh
 source "$REPO/tools/cache-dir.sh"
-OUT=$VT3_CACHE/images
+OUT=
 CACHE=$VT3_CACHE/image-build
 CLEAN=0
+# Which of Debian 12's kernels (--kernel): its series and the meta package
+# whose Depends names the current ABI package.
+SERIES=6.1
 
 # Kernel modules for the guest. Their dependencies are added from modules.dep;
 # names that are built into the Debian kernel (ipv6, 8250) are skipped.
@@ -75,9 +81,10 @@ ALTERNATIVES=(usr/bin/nc=nc.openbsd)
 #   binutils              ld for modules, objdump (NEEDED scan), strip
 #   libelf1, libssl3      runtime libs of linux-kbuild's prebuilt objtool/modpost/sign-file
 #   kmod                  depmod, modprobe --show-depends
-#   xz-utils              the kernel source tarball is .tar.xz
+#   xz-utils              the kernel source tarball is .tar.xz; 6.12's modules are .ko.xz
 #   cpio                  the initramfs
-HOST_PACKAGES=(make gcc-12 binutils libelf1 libssl3 kmod xz-utils cpio)
+#   zstd                  the 6.12 kernel image is zstd-compressed (vmlinux)
+HOST_PACKAGES=(make gcc-12 binutils libelf1 libssl3 kmod xz-utils zstd cpio)
 # Tools from packages of priority "required" (not "essential"): checked too.
 HOST_TOOLS=(awk:mawk apt-get:apt apt-cache:apt)
 
@@ -114,6 +121,15 @@ parse_args() {
 			OUT=${1#--out=}
 			shift
 			;;
+		--kernel)
+			[[ $# -ge 2 ]] || die "--kernel needs 6.1 or 6.12"
+			SERIES=$2
+			shift 2
+			;;
+		--kernel=*)
+			SERIES=${1#--kernel=}
+			shift
+			;;
 		--clean)
 			CLEAN=1
 			shift
@@ -125,6 +141,11 @@ parse_args() {
 		*) die "unknown argument '$1' (try --help)" ;;
 		esac
 	done
+	case $SERIES in
+	6.1) KMETA=linux-image-amd64 OUT=${OUT:-$VT3_CACHE/images} ;;
+	6.12) KMETA=linux-image-6.12-amd64 OUT=${OUT:-$VT3_CACHE/images-6.12} ;;
+	*) die "--kernel: '$SERIES' is not one of Debian 12's kernels (6.1, 6.12)" ;;
+	esac
 	mkdir -p "$OUT"
 	OUT=$(cd "$OUT" && pwd)
 }
@@ -214,27 +235,28 @@ extract_deb_dir() {
 
 # ---------------------------------------------------------------- kernel
 
-# Sets KVER (6.1.0-57-amd64), KPKGVER (6.1.192-3), KSRCVER, KSERIES (6.1) and
-# the package names, from what linux-image-amd64 depends on right now: old ABI
-# packages leave the mirror, so the version is never hard-coded.
+# Sets KVER (6.1.0-57-amd64, 6.12.117+deb12-amd64), KPKGVER (6.1.192-3),
+# KSRCVER, KSERIES (6.1) and the package names, from what the meta package
+# (KMETA: linux-image-amd64 or linux-image-6.12-amd64) depends on right now:
+# old ABI packages leave the mirror, so the version is never hard-coded.
 resolve_kernel() {
 	local meta dep
-	meta=$(apt-cache show --no-all-versions linux-image-amd64 2>/dev/null || true)
+	meta=$(apt-cache show --no-all-versions "$KMETA" 2>/dev/null || true)
 	if [[ -z $meta ]] && apt_update_once; then
-		meta=$(apt-cache show --no-all-versions linux-image-amd64 2>/dev/null || true)
+		meta=$(apt-cache show --no-all-versions "$KMETA" 2>/dev/null || true)
 	fi
-	[[ -n $meta ]] || die "Debian package 'linux-image-amd64' not found (apt-cache show linux-image-amd64)"
+	[[ -n $meta ]] || die "Debian package '$KMETA' not found (apt-cache show $KMETA)"
 	dep=$(awk '$1 == "Depends:"' <<<"$meta" | tr ',' '\n' |
 		sed -n 's/^.*\(linux-image-[0-9][^ ]*\) *(= *\([^ )]*\)).*/\1 \2/p' | head -n1)
-	[[ -n $dep ]] || die "cannot find the ABI package in the Depends of linux-image-amd64"
+	[[ -n $dep ]] || die "cannot find the ABI package in the Depends of $KMETA"
 	KIMAGE_PKG=${dep% *}
 	KPKGVER=${dep#* }
-	KVER=${KIMAGE_PKG#linux-image-}            # 6.1.0-57-amd64
-	local abi=${KVER%-amd64}                   # 6.1.0-57
+	KVER=${KIMAGE_PKG#linux-image-}            # 6.1.0-57-amd64, 6.12.117+deb12-amd64
+	local abi=${KVER%-amd64}                   # 6.1.0-57, 6.12.117+deb12
 	KSERIES=$(cut -d. -f1,2 <<<"$KVER")        # 6.1
+	[[ $KSERIES == "$SERIES" ]] || die "$KMETA points at $KVER, not a $SERIES kernel"
 	KHEADERS_PKG=linux-headers-$KVER
 	KCOMMON_PKG=linux-headers-$abi-common
-	KKBUILD_PKG=linux-kbuild-$KSERIES
 	KSOURCE_PKG=linux-source-$KSERIES
 	# linux-source-X must be the source the headers were built from: the
 	# headers' Source field names it (no version in it = same as the binary).
@@ -243,6 +265,17 @@ resolve_kernel() {
 	[[ -n $hdr ]] || die "Debian package $KHEADERS_PKG=$KPKGVER not found"
 	KSRCVER=$(awk '$1 == "Source:" && $3 ~ /^\(/ { gsub(/[()]/, "", $3); print $3 }' <<<"$hdr")
 	KSRCVER=${KSRCVER:-$KPKGVER}
+	# The kbuild package the headers depend on: linux-kbuild-6.1 (>= VER)
+	# for 6.1, linux-kbuild-6.12.117+deb12 (unversioned) for 6.12; the one
+	# of the same source version either way.
+	KKBUILD_PKG=$(awk '$1 == "Depends:"' <<<"$hdr" | tr ',' '\n' |
+		sed -n 's/^ *\(linux-kbuild-[^ ]*\).*/\1/p' | head -n1)
+	[[ -n $KKBUILD_PKG ]] || die "cannot find the linux-kbuild package in the Depends of $KHEADERS_PKG"
+	# What its prebuilt tools need on the host: libelf1, libssl3, and for
+	# 6.12 pahole (a module's BTF is generated against the headers' vmlinux).
+	# shellcheck disable=SC2207 # package names have no blanks
+	KBUILD_DEPS=($(apt-cache show --no-all-versions "$KKBUILD_PKG=$KPKGVER" 2>/dev/null |
+		awk '$1 == "Depends:"' | sed 's/^Depends: *//' | tr ',' '\n' | sed 's/^ *//; s/[ (:|].*//'))
 }
 
 # Paths derived from the resolved kernel version.
@@ -397,8 +430,8 @@ apt_state_key() {
 }
 
 resolve_versions() {
-	local key file=$CACHE/resolved.sh
-	key="$(apt_state_key) $(fn_hash resolve_kernel resolve_guest_packages) ${GUEST_PACKAGES[*]} stubs ${STUB_PACKAGES[*]}"
+	local key file=$CACHE/resolved-$SERIES.sh
+	key="$(apt_state_key) $(fn_hash resolve_kernel resolve_guest_packages) $KMETA ${GUEST_PACKAGES[*]} stubs ${STUB_PACKAGES[*]}"
 	if [[ -f $file && "$(head -n1 "$file")" == "# $key" ]]; then
 		# shellcheck source=/dev/null
 		source "$file"
@@ -414,7 +447,7 @@ resolve_versions() {
 		{
 			echo "# $key"
 			declare -p KIMAGE_PKG KPKGVER KSRCVER KVER KSERIES KHEADERS_PKG KCOMMON_PKG \
-				KKBUILD_PKG KSOURCE_PKG POOL_PKGS | sed 's/^declare -/declare -g -/'
+				KKBUILD_PKG KBUILD_DEPS KSOURCE_PKG POOL_PKGS | sed 's/^declare -/declare -g -/'
 		} >"$file.tmp"
 		mv "$file.tmp" "$file"
 	fi
@@ -612,7 +645,19 @@ install_modules() {
 	local dst=$ROOTFS/usr/lib/modules/$KVER src=$KROOT/lib/modules/$KVER
 	mkdir -p "$dst"
 	for m in $(printf '%s\n' "${mods[@]}" | sort -u); do
-		install -D -m 644 "$m" "$dst/${m#"$src/"}"
+		case $m in
+		# Debian's 6.12 ships its modules xz-compressed. busybox's insmod
+		# and modprobe load a module by reading the file and calling
+		# init_module, which takes an ELF image only: unpack them here
+		# (the initramfs is gzip'd anyway).
+		*.ko.xz)
+			mkdir -p "$(dirname "$dst/${m#"$src/"}")"
+			xz -dc "$m" >"$dst/${m#"$src/"}" && mv "$dst/${m#"$src/"}" "$dst/$(sed 's/\.xz$//' <<<"${m#"$src/"}")" ||
+				die "unpacking $m failed"
+			;;
+		*.ko) install -D -m 644 "$m" "$dst/${m#"$src/"}" ;;
+		*) die "kernel module $m: neither .ko nor .ko.xz" ;;
+		esac
 	done
 	cp "$src"/modules.builtin "$src"/modules.builtin.modinfo "$src"/modules.order "$dst/"
 	run_depmod "$ROOTFS"
@@ -681,7 +726,7 @@ build_initramfs() {
 		return 0
 	fi
 	index_sonames
-	ROOTFS=$CACHE/rootfs
+	ROOTFS=$CACHE/rootfs-$SERIES
 	log "assembling guest root in $ROOTFS"
 	rm -rf "$ROOTFS" && mkdir -p "$ROOTFS"/usr/{bin,sbin,lib,lib64}
 	local d
@@ -705,19 +750,34 @@ build_initramfs() {
 	stamp_set "$OUT/.stamp" "$key"
 }
 
-# vmlinuz is a boot stub and an xz stream of the ELF kernel; the stream
-# starts at the first xz magic (the kernel's scripts/extract-vmlinux does
-# the same search).
+# vmlinuz is a boot stub and a compressed ELF kernel (xz for 6.1, zstd for
+# 6.12). The boot protocol header says where that payload is: the
+# protected-mode code starts at (setup_sects + 1) * 512 (setup_sects at
+# 0x1f1), the payload at payload_offset (0x248) into it, payload_length
+# (0x24c) bytes long; its last 4 bytes are the unpacked size (LE).
 write_vmlinux() {
 	[[ -f $OUT/vmlinux && ! $OUT/vmlinuz -nt $OUT/vmlinux ]] && return 0
-	local off
-	off=$(grep -obUaP '\xfd7zXZ\x00' "$OUT/vmlinuz" | head -n 1 | cut -d: -f1)
-	[[ -n $off ]] || die "$OUT/vmlinuz: no xz stream in it"
-	# (xz stops reading after the stream: no pipe, whose writer would die of SIGPIPE.)
-	xz -dc --single-stream <(tail -c +$((off + 1)) "$OUT/vmlinuz") >"$OUT/vmlinux.tmp" ||
-		die "$OUT/vmlinuz: its xz stream does not unpack"
+	local img=$OUT/vmlinuz setup off len size magic
+	le() { od -An -t"u$2" -j "$1" -N "$2" "$img" | tr -d ' '; }
+	[[ $(od -An -c -j 0x202 -N 4 "$img" | tr -d ' ') == HdrS ]] || die "$img: not a bzImage"
+	setup=$(le $((0x1f1)) 1)
+	off=$(((setup + 1) * 512 + $(le $((0x248)) 4)))
+	len=$(le $((0x24c)) 4)
+	size=$(le $((off + len - 4)) 4)
+	magic=$(od -An -tx1 -j "$off" -N 6 "$img" | tr -d ' ')
+	local unpack
+	case $magic in
+	fd377a585a00) unpack=(xz -dc --single-stream) ;;
+	28b52ffd*) unpack=(zstd -dcq) ;;
+	*) die "$img: payload at $off is neither xz nor zstd (magic $magic)" ;;
+	esac
+	# The payload less its size trailer is exactly one compressed stream.
+	"${unpack[@]}" <(tail -c +$((off + 1)) "$img" | head -c $((len - 4))) >"$OUT/vmlinux.tmp" ||
+		die "$img: its ${unpack[0]} payload does not unpack"
+	[[ $(stat -c %s "$OUT/vmlinux.tmp") == "$size" ]] ||
+		die "$img: the payload unpacks to $(stat -c %s "$OUT/vmlinux.tmp") bytes, the header says $size"
 	[[ $(head -c 4 "$OUT/vmlinux.tmp" | od -An -tx1 | tr -d ' ') == 7f454c46 ]] ||
-		die "$OUT/vmlinuz: what it unpacks to is not an ELF kernel"
+		die "$img: what it unpacks to is not an ELF kernel"
 	mv "$OUT/vmlinux.tmp" "$OUT/vmlinux"
 }
 
@@ -731,6 +791,8 @@ main() {
 	mkdir -p "$CACHE/debs" "$CACHE/pkgs"
 	ensure_host_packages
 	resolve_versions
+	HOST_PACKAGES+=("${KBUILD_DEPS[@]}")
+	ensure_host_packages
 	extract_kernel
 	build_siw
 	fetch_guest_packages

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the project's own guest artefacts and the initramfs that carries
 # them on top of the Debian base from images/build.sh:
-#   - vt3.ko (guest-driver/), built against the guest kernel's headers, and
+#   - vt3.ko (guest-driver/), built against the headers of the image's own
+#     kernel (DIR/kbuild-dir: 6.1 or 6.12, images/build.sh --kernel), and
 #     the driver's own test tools (guest-driver/tests: vt3_ktest.ko, a
 #     kernel-verbs exerciser, and vt3-uverbs, raw uverbs without a provider);
 #   - rdma-core 55 with libvt3 and guest-tools/ (provider/build-rdma-core.sh),
@@ -55,10 +56,23 @@ OUT=$IMAGES/initramfs-vt3.cpio
 # The driver's kernel test modules (guest-driver/tests/Kbuild).
 TEST_MODULES=(vt3_ktest.ko vt3_kcm.ko vt3_kforge.ko vt3_kchaos.ko vt3_kfrmr.ko vt3_ksrq.ko)
 
+# The driver is built in a copy per images directory ($WORK/src), so the
+# 6.1 and 6.12 images (images/build.sh --kernel) each keep their own
+# objects and never rebuild each other's. tar keeps the sources' mtimes:
+# make rebuilds what changed only.
+DRV=$WORK/src/guest-driver
+
+copy_driver_sources() {
+	mkdir -p "$WORK/src"
+	(cd "$REPO" && find guest-driver -type f \( -name '*.c' -o -name '*.h' -o -name Kbuild -o -name Makefile \) \
+		! -name '*.mod.c' -print0 | tar --null -T - -cf -) | tar -xf - -C "$WORK/src"
+}
+
 build_module() {
 	say "vt3.ko for $KVER"
-	make -s -C "$REPO/guest-driver" KDIR="$KDIR" >&2 || die "building vt3.ko failed"
-	make -s -C "$KDIR" M="$REPO/guest-driver/tests" modules >&2 || die "building vt3_ktest.ko failed"
+	copy_driver_sources
+	make -s -C "$KDIR" M="$DRV" modules >&2 || die "building vt3.ko failed"
+	make -s -C "$KDIR" M="$DRV/tests" modules >&2 || die "building vt3_ktest.ko failed"
 	mkdir -p "$WORK"
 	# Static: it must not depend on which libc the guest has.
 	gcc -static -O2 -Wall -o "$WORK/vt3-uverbs" "$REPO/guest-driver/tests/vt3-uverbs.c" ||
@@ -75,8 +89,8 @@ build_rdma_core() {
 inputs_hash() {
 	# Contents only (no paths): the same inputs from any clone hit the cache.
 	{
-		sha256sum "$IMAGES/initramfs.cpio.gz" "$REPO/guest-driver/vt3.ko" "${BASH_SOURCE[0]}" \
-			"${TEST_MODULES[@]/#/$REPO/guest-driver/tests/}" "$WORK/vt3-uverbs" "$WORK/vt3-forge" |
+		sha256sum "$IMAGES/initramfs.cpio.gz" "$DRV/vt3.ko" "${BASH_SOURCE[0]}" \
+			"${TEST_MODULES[@]/#/$DRV/tests/}" "$WORK/vt3-uverbs" "$WORK/vt3-forge" |
 			cut -d' ' -f1
 		(cd "$STAGE" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
 	} | sha256sum | cut -d' ' -f1
@@ -88,7 +102,7 @@ assemble() {
 	# The guest's /lib is a symlink to usr/lib, and the kernel's cpio
 	# unpacker would replace it by a real directory: never ship lib/.
 	mkdir -p "$root/usr/lib/modules/$KVER/extra" "$root/etc/vt3/init.d"
-	install -m 644 "$REPO/guest-driver/vt3.ko" "${TEST_MODULES[@]/#/$REPO/guest-driver/tests/}" \
+	install -m 644 "$DRV/vt3.ko" "${TEST_MODULES[@]/#/$DRV/tests/}" \
 		"$root/usr/lib/modules/$KVER/extra/"
 	install -D -m 755 "$WORK/vt3-uverbs" "$root/usr/bin/vt3-uverbs"
 	install -D -m 755 "$WORK/vt3-forge" "$root/usr/bin/vt3-forge"

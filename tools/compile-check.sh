@@ -10,8 +10,8 @@
 #   --junit FILE   also write a JUnit file, one testcase per kernel
 #
 # The sources are copied into build/compile-check/SERIES/ and built there,
-# so the objects in guest-driver/ (the ones images/overlay.sh puts into the
-# guest image) are never touched. Exit status 0 only if every kernel passed.
+# so guest-driver/ itself is never touched (images/overlay.sh builds in a
+# copy of its own too). Exit status 0 only if every kernel passed.
 set -euo pipefail
 export LC_ALL=C
 

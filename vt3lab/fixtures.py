@@ -91,7 +91,7 @@ def pytest_collection_finish(session):
             continue
         seen.add(name)
         doc = (item.function.__doc__ or "").strip().splitlines()
-        marks = ",".join(m.name for m in item.iter_markers() if m.name in ("qemu10", "soak"))
+        marks = ",".join(m.name for m in item.iter_markers() if m.name in ("qemu10", "kernel612", "soak"))
         print(f"{name:24s} {setup_of(item):18s} {doc[0] if doc else ''}{'  [' + marks + ']' if marks else ''}")
     pytest.exit("listed", 0)
 

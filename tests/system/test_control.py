@@ -17,6 +17,7 @@ VT3_KTEST_CHECKS = 29
 
 
 @pytest.mark.qemu10
+@pytest.mark.kernel612
 def test_devinfo(vt3_plain):
     """ibv_devices/ibv_devinfo -v show vt3_0: iWARP, PORT_ACTIVE, the device limits"""
     a = vt3_plain.a

@@ -276,6 +276,7 @@ def test_flush_datapath(vt3_plain):
 
 
 @pytest.mark.qemu10
+@pytest.mark.kernel612
 def test_flush_local(vt3_pair):
     """local-close × styles between two vt3 guests: LLP_CLOSE_COMPLETE, receives flushed"""
     with flush_server(vt3_pair.a) as srv:
@@ -342,6 +343,7 @@ def test_flush_peer_gone(fresh_vt3_pair):
 
 
 @pytest.mark.qemu10
+@pytest.mark.kernel612
 @pytest.mark.parametrize("style", STYLES)
 def test_flush_rst(vt3_pair, style):
     """vt3d ctl fault rst on the server's connection: the client gets QP_FATAL, everything flushed"""

@@ -56,12 +56,14 @@ def perf_matrix(setup, direction: str, tool: str) -> None:
 # ------------------------------------------------------------------ rping
 
 @pytest.mark.qemu10
+@pytest.mark.kernel612
 def test_rping_vt3_vt3(vt3_pair):
     """rping -V, 1000 iterations, between two vt3 guests"""
     rping_between(vt3_pair.b, vt3_pair.a, 1000)
     no_objects(vt3_pair, "after rping")
 
 
+@pytest.mark.kernel612
 def test_rping_vt3_siw(vt3_siw):
     """rping -V: vt3 client, siw server"""
     rping_between(vt3_siw.b, vt3_siw.a, 100)
@@ -120,8 +122,9 @@ def test_perftest_srq_vt3_siw(vt3_siw):
 
 
 @pytest.mark.qemu10
-def test_perftest_qemu10(vt3_pair):
-    """ib_write_bw -R, 64 KiB, a→b, two vt3 guests (the perftest run for QEMU 10)"""
+@pytest.mark.kernel612
+def test_perftest_one_size(vt3_pair):
+    """ib_write_bw -R, 64 KiB, a→b, two vt3 guests (the perftest run of the QEMU 10 and 6.12 sets)"""
     bw = perf(vt3_pair, "b", "a", "ib_write_bw", 65536)
     print(f"\na→b ib_write_bw 65536 {bw:.2f} MB/s")
     no_objects(vt3_pair, "after ib_write_bw")
