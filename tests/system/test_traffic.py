@@ -89,7 +89,11 @@ def test_perftest_vt3_vt3(vt3_pair, direction, tool):
 
 
 @pytest.mark.parametrize("tool", TOOLS)
-@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("direction", [
+    "a-to-b",
+    # siw as the client of a vt3 server: in the soak only (CI's budget);
+    # rping-siw-vt3, nvme-siw-vt3 and the flush cases keep that role in CI.
+    pytest.param("b-to-a", marks=pytest.mark.soak)])
 def test_perftest_vt3_siw(vt3_siw, direction, tool):
     """ib_send/write/read_bw -R, 1 B to 1 MiB, both directions, vt3 and siw"""
     perf_matrix(vt3_siw, direction, tool)
