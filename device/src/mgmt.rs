@@ -497,15 +497,21 @@ mod tests {
     use super::*;
     use crate::uplink::UplinkSpec;
 
+    /// A NIC on a unix-dgram uplink in DIR (peer `p`) and its management
+    /// socket, served.
+    fn serving(dir: &std::path::Path) -> (Arc<Nic>, std::path::PathBuf) {
+        let spec: UplinkSpec =
+            format!("unix-dgram:{},{}", dir.join("u").display(), dir.join("p").display()).parse().unwrap();
+        let nic = Arc::new(Nic::new(spec.open().unwrap(), None, 1500));
+        let path = dir.join("mgmt");
+        spawn(UnixListener::bind(&path).unwrap(), Arc::clone(&nic)).unwrap();
+        (nic, path)
+    }
+
     #[test]
     fn stats_over_the_socket() {
         let dir = tempfile::tempdir().unwrap();
-        let spec: UplinkSpec = format!("unix-dgram:{},{}", dir.path().join("u").display(), dir.path().join("p").display())
-            .parse()
-            .unwrap();
-        let nic = Arc::new(Nic::new(spec.open().unwrap(), None, 1500));
-        let path = dir.path().join("mgmt");
-        spawn(UnixListener::bind(&path).unwrap(), Arc::clone(&nic)).unwrap();
+        let (_nic, path) = serving(dir.path());
 
         let text = request(&path, "stats").unwrap();
         assert!(text.lines().any(|l| l == "rnic.qp 0"), "{text}");
@@ -548,12 +554,7 @@ mod tests {
 
         let dir = tempfile::tempdir().unwrap();
         let peer = UnixDatagram::bind(dir.path().join("p")).unwrap();
-        let spec: UplinkSpec = format!("unix-dgram:{},{}", dir.path().join("u").display(), dir.path().join("p").display())
-            .parse()
-            .unwrap();
-        let nic = Arc::new(Nic::new(spec.open().unwrap(), None, 1500));
-        let path = dir.path().join("mgmt");
-        spawn(UnixListener::bind(&path).unwrap(), Arc::clone(&nic)).unwrap();
+        let (nic, path) = serving(dir.path());
         let pcap = dir.path().join("wire.pcapng");
 
         assert_eq!(request(&path, "capture stop").unwrap_err().to_string(), "no capture is running");
