@@ -15,7 +15,8 @@
 #   ./run-vm.sh [OPTIONS] bench [--device-only] [--short]
 #                                      vt3d's own bench (two vt3d processes,
 #                                      synthetic guests, no QEMU: device.json),
-#                                      then perftest vt3↔vt3 beside siw↔siw;
+#                                      then perftest and fio over NVMe/RDMA,
+#                                      vt3↔vt3 beside siw↔siw;
 #                                      --short: the device bench's few-second
 #                                      form only (implies --device-only)
 #   ./run-vm.sh [OPTIONS] up [SETUP]   boot a setup (vt3-pair, vt3-siw, …) and wait
@@ -316,7 +317,7 @@ cmd_check() {
 }
 
 # The device bench (device/benches/device: real vt3d processes driven by
-# synthetic guests, build/bench/device.json), then the perftest table.
+# synthetic guests, build/bench/device.json), then the perftest and fio table.
 cmd_bench() {
 	local device_only=0 short=()
 	for arg; do

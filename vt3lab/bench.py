@@ -1,17 +1,20 @@
-"""`./run-vm.sh bench`: perftest between two vt3 guests and, as the anchor,
-between two siw guests in the same QEMU setup (each guest behind its own
-vt3d, so siw's frames take the NIC path that vt3's offload skips). A
-benchmark, not a test: a table, build/bench/bench.{csv,txt,png}."""
+"""`./run-vm.sh bench`: perftest, and fio over NVMe/RDMA, between two vt3
+guests and, as the anchor, between two siw guests in the same QEMU setup
+(each guest behind its own vt3d, so siw's frames take the NIC path that
+vt3's offload skips). A benchmark, not a test: a table,
+build/bench/bench.{csv,txt,png}."""
 
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
 from .guest import LabConfig
+from .nvme import host_connect, host_disconnect, target_down, target_up
 from .setups import SiwPair, Vt3Pair
 from .tools import perftest
 
@@ -38,6 +41,39 @@ def measure(setup, device: str) -> dict[tuple[str, int], float]:
     return results
 
 
+# fio over nvme-rdma (a exports, b reads): (row, fio job, figure).
+FIO_RUNTIME = int(os.environ.get("BENCH_FIO_RUNTIME", "20"))
+FIO_JOBS = (
+    ("fio-randread-4k-qd32", "--rw=randread --bs=4k --iodepth=32", "iops"),
+    ("fio-read-128k-qd16", "--rw=read --bs=128k --iodepth=16", "MB/s"),
+)
+
+
+def measure_nvme(setup) -> dict[tuple[str, int], float]:
+    """nvmet-rdma in a, nvme-rdma in b; each fio job reads for FIO_RUNTIME s."""
+    a, b = setup.a, setup.b
+    results = {}
+    target_up(a, a.ip)
+    try:
+        _, dev = host_connect(b, a.ip)
+        try:
+            for row, job, unit in FIO_JOBS:
+                r = b.run(f"fio --name={row} --filename={dev} --direct=1 --ioengine=libaio {job} "
+                          f"--time_based --runtime={FIO_RUNTIME} --output-format=json --output=/tmp/bench-fio.json",
+                          FIO_RUNTIME + 120)
+                if not r.ok:
+                    print(f"bench: {setup.kind} {row}: fio exit {r.rc}: {r.out[-300:]}", flush=True)
+                    continue
+                js = b.check("cat /tmp/bench-fio.json", 30)
+                read = json.loads(js[js.index("{"):])["jobs"][0]["read"]
+                results[(row, 0)] = round(read["iops"]) if unit == "iops" else round(read["bw_bytes"] / 1e6, 1)
+        finally:
+            host_disconnect(b)
+    finally:
+        target_down(a)
+    return results
+
+
 def run_bench(cfg: LabConfig, rundir: Path) -> None:
     out = Path(os.environ.get("BENCH_OUT", "build/bench")).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -46,7 +82,7 @@ def run_bench(cfg: LabConfig, rundir: Path) -> None:
         print(f"== bench: {name} ↔ {name}", flush=True)
         setup = cls(cfg, rundir).start()
         try:
-            results[name] = measure(setup, device)
+            results[name] = measure(setup, device) | measure_nvme(setup)
         finally:
             setup.stop()
     with open(out / "bench.csv", "w", newline="") as f:
@@ -61,7 +97,12 @@ def run_bench(cfg: LabConfig, rundir: Path) -> None:
             v, s = results["vt3"].get((tool, size)), results["siw"].get((tool, size))
             ratio = f"{v / s:.2f}" if v is not None and s else "-"
             lines.append(f"{tool:12s} {size:8d} {v if v is not None else '-':>12} {s if s is not None else '-':>12} {ratio:>8s}")
-    lines.append("(bandwidth in MB/s, latency t_avg in µs; b → a, TCG, 1 vCPU per guest)")
+    for row, _, unit in FIO_JOBS:
+        v, s = results["vt3"].get((row, 0)), results["siw"].get((row, 0))
+        ratio = f"{v / s:.2f}" if v is not None and s else "-"
+        lines.append(f"{row:20s} {v if v is not None else '-':>12} {s if s is not None else '-':>12} {ratio:>8s}  ({unit})")
+    lines.append("(bandwidth in MB/s, latency t_avg in µs; b → a, TCG, 1 vCPU per guest; "
+                 f"fio: nvme-rdma in b reading a's nvmet-rdma RAM disk for {FIO_RUNTIME} s)")
     (out / "bench.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     plot(out)

@@ -15,26 +15,12 @@ import pytest
 
 from helpers import count, no_objects
 from test_cm import kmark, kmsg_since
-from test_chaos import ctl_fault
+from test_chaos import ctl_fault, kill_vt3d
 from vt3lab.guest import KERNEL_TROUBLE
+from vt3lab.nvme import (IO_QUEUES, NQN, POLL_QUEUES, QUEUES, RAM_MB, WRITE_QUEUES, host_connect,
+                         host_disconnect, target_down, target_up, unload_shared)
 from vt3lab.setups import wait_device
 from vt3lab.tools import tail
-
-NQN = "nqn.2026-12.dev.vt3:ram0"
-HOSTNQN = "nqn.2026-12.dev.vt3:host"
-# A host is its NQN and its host ID together. Given an NQN alone, nvme-cli
-# leaves the ID to the kernel, which takes its default host's random one;
-# 6.12's nvme_fabrics refuses that (EINVAL, "found same hostid … but
-# different hostnqn"; 6.1 had no such check): name both.
-HOSTID = "8c3e5a1f-2d4b-4e6a-9f7c-7674330f0612"
-PORT = 4420
-CFS = "/sys/kernel/config/nvmet"
-RAM_MB = 48
-# The guests have one CPU, so --nr-io-queues gives one queue; a write
-# queue of its own makes two (reads on one, writes on the other), and a
-# poll queue three (polled I/O: its CQ is IB_POLL_DIRECT, never armed).
-IO_QUEUES, WRITE_QUEUES, POLL_QUEUES = 1, 1, 1
-QUEUES = IO_QUEUES + WRITE_QUEUES + POLL_QUEUES
 
 # fio jobs, run side by side on disjoint ranges of the namespace:
 # (name, rw, block size, queue depth, bytes, engine). 4 KiB writes go
@@ -92,87 +78,6 @@ def check_fio(g, rc: int, out: str, jobs=FIO_JOBS) -> dict:
 def fio_figures(report: dict) -> str:
     return ", ".join(f"{j['jobname']} w {j['write']['bw'] / 1024:.1f} MiB/s {j['write']['iops']:.0f} IOPS "
                      f"r {j['read']['bw'] / 1024:.1f} MiB/s" for j in report["jobs"])
-
-
-# ------------------------------------------------------------------ target
-
-def target_up(g, addr: str, srq: bool = False) -> None:
-    """nvmet-rdma on G: subsystem NQN, namespace 1 on /dev/ram0, RDMA port
-    on ADDR:4420; with SRQ, its queues receive from a shared receive queue
-    (nvmet-rdma use_srq=1)."""
-    g.check(f"modprobe brd rd_nr=1 rd_size={RAM_MB * 1024} max_part=0 && "
-            f"modprobe nvmet-rdma{' use_srq=1' if srq else ''} && "
-            "{ grep -q ' /sys/kernel/config ' /proc/mounts || mount -t configfs none /sys/kernel/config; } && "
-            f"s={CFS}/subsystems/{NQN} && mkdir $s && echo 1 > $s/attr_allow_any_host && "
-            "mkdir $s/namespaces/1 && echo -n /dev/ram0 > $s/namespaces/1/device_path && "
-            "echo 1 > $s/namespaces/1/enable && "
-            f"p={CFS}/ports/1 && mkdir $p && echo rdma > $p/addr_trtype && echo ipv4 > $p/addr_adrfam && "
-            f"echo {addr} > $p/addr_traddr && echo {PORT} > $p/addr_trsvcid && "
-            f"ln -s $s $p/subsystems/{NQN}", 60, "nvmet-rdma target setup")
-    # The port listens once it is linked to a subsystem.
-    g.check(f"for i in $(seq 100); do rdma res show cm_id | grep -Eq 'LISTEN.*:{PORT}( |$)' && exit 0; "
-            "sleep 0.2; done; rdma res show cm_id; exit 1", 40, "nvmet-rdma does not listen")
-
-
-# Modules the target and the host may share: on 6.12 nvmet needs
-# nvme_core, nvme_auth and nvme_keyring too (on 6.1 only the host loads
-# nvme_core). In the order they can go.
-NVME_SHARED = ("nvme_core", "nvme_auth", "nvme_keyring")
-
-
-def unload_shared(g, what: str) -> None:
-    """Unloads each of NVME_SHARED that is loaded and that no other module
-    still uses (in one guest, the other role may); rmmod failing fails the
-    test. The cases end by checking that no nvme module is left."""
-    g.check(f"for m in {' '.join(NVME_SHARED)}; do grep -q \"^$m \" /proc/modules || continue; "
-            "[ -z \"$(ls /sys/module/$m/holders)\" ] || continue; rmmod $m || exit 1; done", 60, what)
-
-
-def target_down(g) -> None:
-    g.check(f"rm -f {CFS}/ports/1/subsystems/{NQN} && rmdir {CFS}/ports/1 && "
-            f"echo 0 > {CFS}/subsystems/{NQN}/namespaces/1/enable && "
-            f"rmdir {CFS}/subsystems/{NQN}/namespaces/1 && rmdir {CFS}/subsystems/{NQN} && "
-            "rmmod nvmet_rdma nvmet brd", 120, "nvmet-rdma target teardown")
-    unload_shared(g, "unloading the modules nvmet used")
-
-
-# -------------------------------------------------------------------- host
-
-def host_connect(g, addr: str, options: str = "") -> tuple[str, str]:
-    """nvme discover and connect from G; the controller and the namespace's
-    block device."""
-    g.check("modprobe nvme-rdma", 30)
-    d = g.check(f"nvme discover -t rdma -a {addr} -s {PORT} -q {HOSTNQN} --hostid {HOSTID}", 120, "nvme discover")
-    assert re.search(rf"^subnqn:\s+{re.escape(NQN)}$", d, re.M), f"discovery log has no {NQN}:\n{d}"
-    assert re.search(r"^trtype:\s+rdma$", d, re.M), f"discovery log entry is not rdma:\n{d}"
-    assert re.search(rf"^traddr:\s+{re.escape(addr)}$", d, re.M), f"discovery log: wrong traddr:\n{d}"
-    # discover connected a discovery controller and let it go again.
-    assert g.check("ls /sys/class/nvme | wc -l", 10).strip() == "0", "discovery controller left behind"
-    g.check(f"nvme connect -t rdma -a {addr} -s {PORT} -n {NQN} -q {HOSTNQN} --hostid {HOSTID} "
-            f"--nr-io-queues {IO_QUEUES} --nr-write-queues {WRITE_QUEUES} --nr-poll-queues {POLL_QUEUES} {options}",
-            120, "nvme connect")
-    ctrl = g.check("for i in $(seq 100); do for c in /sys/class/nvme/nvme*; do [ -e $c/subsysnqn ] && "
-                   f"[ $(cat $c/subsysnqn) = {NQN} ] && [ $(cat $c/state) = live ] && "
-                   "{ echo ${c##*/}; exit 0; }; done; sleep 0.2; done; exit 1", 40, "no live controller").strip()
-    assert g.check(f"cat /sys/class/nvme/{ctrl}/transport", 10).strip() == "rdma"
-    assert g.check(f"cat /sys/class/nvme/{ctrl}/address", 10).strip() == f"traddr={addr},trsvcid={PORT}"
-    # The namespace's head (multipath: nvme0n1), not its path (nvme0c0n1).
-    dev = g.check("for i in $(seq 100); do for b in /sys/block/nvme*n1; do case ${b##*/} in *c*) continue;; esac; "
-                  "[ -e $b ] && [ $(cat $b/size) -gt 0 ] && { echo /dev/${b##*/}; exit 0; }; done; sleep 0.2; done; "
-                  "exit 1", 40, "no namespace block device").strip()
-    size = int(g.check(f"cat /sys/block/{dev.removeprefix('/dev/')}/size", 10)) * 512
-    assert size == RAM_MB << 20, f"{dev}: {size} bytes, want {RAM_MB} MiB"
-    listing = g.check("nvme list", 30)
-    assert dev in listing, f"nvme list does not show {dev}:\n{listing}"
-    return ctrl, dev
-
-
-def host_disconnect(g) -> None:
-    out = g.check(f"nvme disconnect -n {NQN}", 120, "nvme disconnect")
-    assert re.search(rf"NQN:{re.escape(NQN)} disconnected 1 controller\(s\)", out), f"nvme disconnect: {out}"
-    assert g.check("ls /sys/class/nvme | wc -l", 10).strip() == "0", "a controller is left after disconnect"
-    g.check("rmmod nvme_rdma nvme_fabrics", 60, "unloading nvme-rdma")
-    unload_shared(g, "unloading the modules nvme-rdma used")
 
 
 def vt3d_qps(setup) -> dict[str, int]:
@@ -273,21 +178,20 @@ def test_nvme_loopback(single_vt3):
 
 # ------------------------------------------------------------------- fault
 
-# Long enough that the RST lands in the middle of the writes.
+# Long enough that a fault lands in the middle of the writes.
 FAULT_JOBS = [
     ("bs4k-qd16", "randwrite", 4 << 10, 16, 4 << 20, "libaio"),
     ("bs128k-qd4", "write", 128 << 10, 4, 24 << 20, "libaio"),
 ]
+# Error recovery retries every second; after this long without the
+# target the controller is given up (the controller-loss path).
+RECONNECT_DELAY, CTRL_LOSS_TMO = 1, 4
 
 
-def rst_io_queue(setup, host, ctrl: str, dev: str, jobs, mark: str):
-    """fio in the background; an RST on the host's busiest I/O queue QP
-    while it writes; nvme-rdma's error recovery reconnects, and fio's
-    requests are retried on the new queues: it completes, verified."""
+def busiest_io_queue(setup, host) -> int:
+    """fio is writing: the QP number (in the host's vt3d) of the I/O queue
+    that moves. The admin queue is the first QP, the I/O queues follow."""
     d = setup.vt3b
-    host.spawn(fio_command(dev, jobs), "fio", 600)
-    # The admin queue is the first QP, the I/O queues follow; pick the
-    # one that is moving (the write queue, while fio writes).
     qps = sorted((q for q in d.ctl("qps") if q["state"] == "RTS"), key=lambda q: q["qpn"])
     assert len(qps) == 1 + QUEUES, f"vt3d {d.name}: QPs {qps}"
     io = {q["qpn"]: q["sq_consumed"] for q in qps[1:]}
@@ -301,18 +205,75 @@ def rst_io_queue(setup, host, ctrl: str, dev: str, jobs, mark: str):
         time.sleep(0.5)
     victim = max(moved, key=lambda n: moved[n])
     assert moved[victim] >= 64, f"no I/O queue moved: {moved}"
-    ctl_fault(d, "rst", qp=victim)
-    assert host.running("fio"), "fio ended at the fault"
+    return victim
+
+
+def recovered_under_fio(setup, host, ctrl: str, dev: str, jobs, fault: str):
+    """fio in the background; FAULT (an RST, or a blackhole that the
+    pair's short TCP timeout turns into QP_FATAL) on the host's busiest I/O
+    queue while it writes; nvme-rdma's error recovery reconnects once, and
+    fio's requests are retried on the new queues: fio completes and its
+    verify passes. fio's result."""
+    mark = kmark(host)
+    host.spawn(fio_command(dev, jobs), "fio", 600)
+    ctl_fault(setup.vt3b, fault, qp=busiest_io_queue(setup, host))
+    assert host.running("fio"), f"fio ended at the fault ({fault})"
     r = host.join("fio", 600)
     log = kmsg_since(host, mark)
-    assert count(log, rf"^nvme {ctrl}: starting error recovery$") == 1, f"no error recovery:\n{tail(log, 30)}"
+    assert count(log, rf"^nvme {ctrl}: starting error recovery$") == 1, f"{fault}: no error recovery:\n{tail(log, 30)}"
     assert count(log, rf"^nvme {ctrl}: Successfully reconnected \(1 attempts\)$") == 1, \
-        f"not one reconnect:\n{tail(log, 30)}"
+        f"{fault}: not one reconnect:\n{tail(log, 30)}"
     state = host.check(f"cat /sys/class/nvme/{ctrl}/state", 10).strip()
-    assert state == "live", f"{ctrl} is {state} after the recovery"
+    assert state == "live", f"{ctrl} is {state} after the recovery from {fault}"
     return r
 
 
-def test_nvme_fault(vt3_pair):
-    """nvme-rdma vt3↔vt3, RST on a live I/O queue QP under fio: error recovery reconnects, fio's verify passes"""
-    nvme_over_rdma(vt3_pair, vt3_pair.a, vt3_pair.b, ["vt3a"], ["vt3b"], fault=rst_io_queue, jobs=FAULT_JOBS)
+def rst_then_blackhole(setup, host, ctrl: str, dev: str, jobs, mark: str):
+    r = recovered_under_fio(setup, host, ctrl, dev, jobs, "rst")
+    check_fio(host, r.rc, r.out, jobs)
+    return recovered_under_fio(setup, host, ctrl, dev, jobs, "blackhole")
+
+
+def target_vt3d_killed(p, target, host) -> None:
+    """The target's vt3d killed under fio: the host's connections time out
+    (the pair's short TCP timeout), error recovery finds no target until
+    ctrl-loss-tmo, and nvme-rdma removes the controller. fio's I/O fails
+    with EIO (nothing hangs); no kernel warning in either guest; the host's
+    vt3d ends up holding nothing but the core's pool CQ."""
+    marks = {g.name: kmark(g) for g in (target, host)}
+    target_up(target, target.ip)
+    ctrl, dev = host_connect(host, target.ip, f"--reconnect-delay {RECONNECT_DELAY} --ctrl-loss-tmo {CTRL_LOSS_TMO}")
+    host.spawn(fio_command(dev, FAULT_JOBS), "fio", 600)
+    busiest_io_queue(p, host)
+    kill_vt3d(p, "vt3a")
+    r = host.join("fio", 300)
+    assert r.rc != 0, f"fio passed although its target went away:\n{tail(r.out, 20)}"
+    assert "Input/output error" in r.out, f"fio: not EIO after the controller loss:\n{tail(r.out, 20)}"
+    log = kmsg_since(host, marks[host.name])
+    assert count(log, rf"^nvme {ctrl}: starting error recovery$") == 1, f"no error recovery:\n{tail(log, 30)}"
+    failed = count(log, rf"^nvme {ctrl}: Failed reconnect attempt \d+$")
+    assert failed >= 1, f"no failed reconnect attempt:\n{tail(log, 30)}"
+    assert count(log, rf'^nvme {ctrl}: Removing ctrl: NQN "{re.escape(NQN)}"$') == 1, \
+        f"the controller was not removed:\n{tail(log, 30)}"
+    assert count(log, r"Successfully reconnected") == 0, f"reconnected to a dead target:\n{tail(log, 30)}"
+    assert host.check("ls /sys/class/nvme | wc -l", 10).strip() == "0", "a controller is left after the loss"
+    host.check("rmmod nvme_rdma nvme_fabrics", 60, "unloading nvme-rdma")
+    unload_shared(host, "unloading the modules nvme-rdma used")
+    held = p.vt3b.wait_held({"pd": 0, "mr": 0, "cq": 1, "qp": 0, "srq": 0})
+    assert held == {"pd": 0, "mr": 0, "cq": 1, "qp": 0, "srq": 0}, \
+        f"vt3d vt3b holds {held} after the controller loss, want the pool CQ and nothing else"
+    host.check("rdma link del vt3_0 && rdma link add vt3_0 type vt3 netdev eth0", 60, "re-adding vt3_0")
+    wait_device(host)
+    for g in (target, host):
+        no_kernel_trouble(g, marks[g.name])
+    print(f"target's vt3d killed: {failed} failed reconnect attempt(s), then the controller was removed", flush=True)
+    # The target guest lost its NIC's backend for good: a new vt3d and boot.
+    p.restart(target.name)
+
+
+def test_nvme_fault(chaos_pair):
+    """nvme-rdma vt3↔vt3 under fio: an RST, then a blackhole, on a live I/O queue (error recovery reconnects, fio's verify passes); then the target's vt3d killed (controller loss, EIO, no warning, no leak)"""
+    p = chaos_pair
+    nvme_over_rdma(p, p.a, p.b, ["vt3a"], ["vt3b"], fault=rst_then_blackhole, jobs=FAULT_JOBS)
+    target_vt3d_killed(p, p.a, p.b)
+    no_objects(p, "after the controller loss and the target's restart")
