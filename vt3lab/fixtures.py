@@ -235,9 +235,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         data = json.loads(record.read_text())
         timings += [tuple(t) for t in data["timings"]]
         failed_dirs += [Path(d) for d in data["failed_dirs"]]
+    tr = terminalreporter
+    # Figures the scenarios wrote (the fault soaks' tallies) outlive the run dir.
+    for figures in sorted(rundir.glob("*-figures.txt")):
+        tr.write_sep("-", f"vt3lab: {figures.name}")
+        tr.write_line(figures.read_text().rstrip())
     if not timings:
         return
-    tr = terminalreporter
     tr.write_sep("-", "vt3lab timings")
     by_setup: dict[str, list[float]] = {}
     for d, what, secs in timings:
@@ -259,6 +263,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         tr.write_line(f"vt3lab: failures kept in {rundir} (consoles, vt3d logs, commands.log, captures); "
                       f"compact artifact {artifact}")
     elif not config.getoption("--vt3-keep") and exitstatus == 0:
-        shutil.rmtree(rundir, ignore_errors=True)
+        # The setups' consoles and logs go; figures and timings stay.
+        for d in rundir.iterdir():
+            if d.is_dir():
+                shutil.rmtree(d, ignore_errors=True)
     else:
         tr.write_line(f"vt3lab: run directory kept: {rundir}")
