@@ -19,7 +19,8 @@ from .qmp import Qmp, QmpError
 # Serial transfer and TCG slowness on top of a command's own timeout.
 AGENT_MARGIN = 30
 # Kernel trouble, not a user-space crash ("traps: prog[pid] general protection fault … in lib…").
-KERNEL_TROUBLE = re.compile(r"WARNING:|BUG:|Oops|Call Trace|general protection fault.*\[#\d+\]|Kernel panic")
+# "BUG kmalloc-1k (Not tainted): Poison overwritten": SLUB's own reports.
+KERNEL_TROUBLE = re.compile(r"WARNING:|BUG:|BUG [\w.-]+ \(|Oops|Call Trace|general protection fault.*\[#\d+\]|Kernel panic")
 # What the agent itself runs for a command; never a leftover of a scenario.
 AGENT_COMMS = {"sh", "timeout", "cat", "sleep"}
 

@@ -5,6 +5,7 @@ anyone's pytest suite:
     Vt3Siw     a vt3 guest (a) and a siw guest (b) on a plain QEMU NIC
     Vt3Plain   a vt3 guest (a, vt3.ko loaded) beside a plain QEMU guest (b)
     SingleVt3  one vt3 guest whose uplink leads nowhere
+    PoisonedVt3  a SingleVt3 whose kernel poisons freed memory (slub_debug=P)
     SiwPair    two siw guests, each behind its own vt3d (the bench's anchor)
     ChaosPair  a Vt3Pair whose vt3d time a silent connection out in 4 s, and
                whose vt3d and guests can be restarted (the fault soak's)
@@ -238,6 +239,18 @@ class SingleVt3(Setup):
         wait_device(self.a)
 
 
+class PoisonedVt3(SingleVt3):
+    """SingleVt3 whose guest kernel poisons freed slab objects (slub_debug=P):
+    a use after free reads 0x6b…, which a pointer or lock in it turns into
+    an oops, and a write into a freed object is reported at its next
+    allocation (Debian's kernel has no KASAN; this is the nearest)."""
+    kind = "poisoned-vt3"
+
+    def build(self) -> None:
+        super().build()
+        self.a.kernel_args += " slub_debug=P"
+
+
 class SiwPair(Vt3Pair):
     """Two siw guests, each behind its own vt3d (vt3d only as their NIC)."""
     kind = "siw-pair"
@@ -288,4 +301,4 @@ class ChaosPair(Vt3Pair):
         self.a.check(f"ping -c 2 -W 5 {self.b.ip}", 60)
 
 
-SETUPS = {cls.kind: cls for cls in (Vt3Pair, Vt3Siw, Vt3Plain, SingleVt3, SiwPair, ChaosPair)}
+SETUPS = {cls.kind: cls for cls in (Vt3Pair, Vt3Siw, Vt3Plain, SingleVt3, PoisonedVt3, SiwPair, ChaosPair)}

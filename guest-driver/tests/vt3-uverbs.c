@@ -9,6 +9,12 @@
  *                      destroy everything. Exit 0 when all checks pass.
  *   vt3-uverbs hold    create the same objects, print "holding", then
  *                      sleep until killed (for rmmod with live objects).
+ *   vt3-uverbs efault  create the same objects, print "creating", then a
+ *                      QP whose response lands on a read-only page: the
+ *                      driver's copy to user space fails after vt3d made
+ *                      the QP, which must end in EFAULT with nothing left
+ *                      that a device loss could still find. Lingers 3 s
+ *                      (for the loss), then exits.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -190,13 +196,15 @@ static int create_cq(struct ctx *c, uint32_t cqe, uint32_t *handle,
 	return err;
 }
 
-static int create_qp(struct ctx *c, uint32_t wr, uint32_t sge, uint32_t *handle)
+struct create_qp_resp {
+	struct ib_uverbs_create_qp_resp core;
+	struct vt3_create_qp_resp drv;
+};
+
+static void create_qp_req(struct ctx *c, uint32_t wr, uint32_t sge,
+			  struct ib_uverbs_create_qp *req)
 {
-	struct {
-		struct ib_uverbs_create_qp_resp core;
-		struct vt3_create_qp_resp drv;
-	} resp = {};
-	struct ib_uverbs_create_qp req = {
+	*req = (struct ib_uverbs_create_qp){
 		.pd_handle = c->pd,
 		.send_cq_handle = c->cq,
 		.recv_cq_handle = c->cq,
@@ -207,8 +215,15 @@ static int create_qp(struct ctx *c, uint32_t wr, uint32_t sge, uint32_t *handle)
 		.max_inline_data = 32,
 		.qp_type = QPT_RC,
 	};
+}
+
+static int create_qp(struct ctx *c, uint32_t wr, uint32_t sge, uint32_t *handle)
+{
+	struct create_qp_resp resp = {};
+	struct ib_uverbs_create_qp req;
 	int err;
 
+	create_qp_req(c, wr, sge, &req);
 	err = cmd(c->fd, IB_USER_VERBS_CMD_CREATE_QP, &req, sizeof(req),
 		  &resp, sizeof(resp));
 	*handle = resp.core.qp_handle;
@@ -418,6 +433,30 @@ static void check(struct ctx *c)
 	CHECK(!err, "DEALLOC_PD (%d)", err);
 }
 
+/*
+ * A CREATE_QP whose response page is read-only: vt3d creates the QP, the
+ * driver's ib_copy_to_udata() fails, and the driver must destroy it again
+ * before anyone (a device loss walking the QPs) could have found it.
+ */
+static void create_qp_efault(struct ctx *c)
+{
+	void *ro = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS,
+			-1, 0);
+	struct ib_uverbs_create_qp req;
+	int err;
+
+	create_qp_req(c, 16, 1, &req);
+	CHECK(ro != MAP_FAILED, "a read-only page for the response");
+	if (ro == MAP_FAILED)
+		return;
+	printf("creating\n");
+	err = cmd(c->fd, IB_USER_VERBS_CMD_CREATE_QP, &req, sizeof(req), ro,
+		  sizeof(struct create_qp_resp));
+	CHECK(err == -EFAULT,
+	      "CREATE_QP with an unwritable response (%d): EFAULT", err);
+	sleep(3);
+}
+
 int main(int argc, char **argv)
 {
 	struct ctx c = {};
@@ -430,6 +469,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	create_all(&c);
+	if (!strcmp(mode, "efault")) {
+		create_qp_efault(&c);
+		printf("%d failure(s)\n", failures);
+		return failures ? 1 : 0;
+	}
 	if (!strcmp(mode, "hold")) {
 		printf("holding\n");
 		for (;;)

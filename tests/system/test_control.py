@@ -7,8 +7,11 @@ import re
 import pytest
 
 from helpers import A_IP, count, no_objects, summary, wait_rdma_listen
+from test_chaos import ctl_fault
+from test_cm import kmark, kmsg_since
 from vt3lab import KMOD
 from vt3lab.setups import wait_device
+from vt3lab.tools import tail
 
 # Exact numbers of checks the guest tools run: a check that silently stops
 # running makes the count differ and the test fail.
@@ -83,6 +86,29 @@ def test_rdma_res(vt3_plain):
     assert a.join("hold", 20).rc == 143, "vt3-uverbs hold did not end by its SIGTERM"
     a.check("for i in $(seq 50); do rdma res show qp | grep -q vt3_0 || exit 0; sleep 0.1; done; exit 1", 10)
     no_objects(vt3_plain, "after the holder exited")
+
+
+def test_create_qp_efault(fresh_poisoned_vt3):
+    """a user QP whose create response cannot reach user space (EFAULT) is gone before anyone finds it: a device loss right after trips over nothing (freed memory poisoned)"""
+    p = fresh_poisoned_vt3
+    a = p.a
+    mark = kmark(a)
+    a.spawn("vt3-uverbs efault", "efault", 120)
+    a.check("for i in $(seq 400); do grep -q creating /tmp/efault.out && exit 0; sleep 0.05; done; "
+            "cat /tmp/efault.out; exit 1", 40, "vt3-uverbs efault did not start")
+    # A device loss walks every QP vt3.ko can find: the failed one must not be among them.
+    ctl_fault(p.vt3a, "device-fatal")
+    r = a.join("efault", 60)
+    assert r.rc == 0 and "ok   CREATE_QP with an unwritable response (-14): EFAULT" in r.out, \
+        f"vt3-uverbs efault: exit {r.rc}:\n{tail(r.out)}"
+    log = kmsg_since(a, mark)
+    assert count(log, r"vt3_0: device fatal$") == 1, f"vt3.ko did not see the device loss:\n{tail(log)}"
+    a.check(f"rmmod vt3 && insmod {KMOD}/vt3.ko", 120, "reloading vt3.ko after the device loss")
+    wait_device(a)
+    assert p.vt3a.stats()["rnic.fatal"] == 0, "vt3d still fatal after vt3.ko's reset"
+    trouble = a.kernel_trouble_since(p.scenario_mark["a"])
+    assert not trouble, f"kernel trouble after the failed create and the loss: {trouble[:3]}"
+    no_objects(p, "after the failed create and vt3.ko's reset")
 
 
 def listening(g, port, devices):
