@@ -59,7 +59,8 @@
 #                  response is copied to user space, and when the copy
 #                  fails frees it without waiting for the references a
 #                  device loss took meanwhile (windows widened as a busy
-#                  guest might: 2 s in the create, 3 s in the loss)
+#                  guest might, and as a loaded TCG host needs: 10 s in
+#                  the create, 15 s in the loss)
 #
 # A mutant is KILLED when the cases fail and the failure report names the
 # broken rule (REASON, a regex); SURVIVED when they pass; WRONG-REASON when
@@ -335,7 +336,7 @@ ANCHOR[create-qp-findable]='		err = ib_copy_to_udata(udata, &uresp, sizeof(uresp
 	err = xa_insert(&dev->qp_xa, qp->qpn, qp, GFP_KERNEL);'
 REPLACEMENT[create-qp-findable]='		err = xa_insert(&dev->qp_xa, qp->qpn, qp, GFP_KERNEL); /* MUTANT: findable first */
 		if (!err) {
-			schedule_timeout_uninterruptible(2 * HZ); /* MUTANT: a busy guest */
+			schedule_timeout_uninterruptible(10 * HZ); /* MUTANT: a busy guest */
 			err = ib_copy_to_udata(udata, &uresp, sizeof(uresp));
 			if (err) {
 				xa_erase(&dev->qp_xa, qp->qpn); /* MUTANT: no wait for references */
@@ -349,7 +350,7 @@ FILE2[create-qp-findable]=guest-driver/vt3_cm.c
 ANCHOR2[create-qp-findable]='	while ((qp = vt3_qp_get_next(dev, &qpn))) {
 		mutex_lock(&qp->state_lock);'
 REPLACEMENT2[create-qp-findable]='	while ((qp = vt3_qp_get_next(dev, &qpn))) {
-		msleep(3000); /* MUTANT: a busy guest between the reference and the lock */
+		msleep(15000); /* MUTANT: a busy guest between the reference and the lock */
 		mutex_lock(&qp->state_lock);'
 REASON[create-qp-findable]='general protection fault|BUG: unable to handle|BUG: kernel NULL pointer|BUG [[:alnum:]_.-]+ \(|Poison overwritten|soft lockup|use-after-free'
 CASES[create-qp-findable]=create-qp-efault
