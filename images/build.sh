@@ -8,6 +8,8 @@
 #   OUT/initramfs.cpio.gz   busybox + rdma-core + perftest + iproute2 + netcat, the
 #                           kernel modules we need, siw.ko built from Debian's own
 #                           kernel source, and images/init as /init
+#   OUT/initramfs-python.cpio.gz  Debian's python3, a layer over initramfs.cpio.gz for the
+#                           guests that run rdma-core's own test suite (pyverbs)
 #   OUT/kver                kernel release, e.g. 6.1.0-57-amd64
 #   OUT/kbuild-dir          kernel build dir for out-of-tree modules (make -C $(cat ..) M=..)
 #   OUT/manifest.txt        every package and module that went in, with versions
@@ -62,6 +64,16 @@ GUEST_PACKAGES=(
 	nvme-cli fio
 	nfs-kernel-server nfs-common netbase
 )
+
+# Python for rdma-core's test suite (pyverbs; images/overlay.sh adds pyverbs
+# and the tests). Only the `pyverbs` case runs it, so it is a layer of its
+# own (initramfs-python.cpio.gz), not part of the base every guest boots:
+# with its libraries it is about 30 MB unpacked. The stdlib packages
+# suffice: the suite imports only the standard library and pyverbs. Debian
+# 12's python3 is 3.11, the interpreter provider/build-rdma-core.sh builds
+# pyverbs for; pyverbs' modules link libpython3.11.so.1.0 (rdma-core's
+# cmake links them with the Python library, as in Debian's python3-pyverbs).
+PYTHON_PACKAGES=(python3-minimal python3.11-minimal libpython3.11-minimal libpython3.11-stdlib libpython3.11)
 
 # Libraries fio links only for engines the guest never runs (rbd/rados,
 # glusterfs, nbd, pmem). With what they pull in (ceph, glusterfs, gnutls,
@@ -369,16 +381,16 @@ run_depmod() {
 
 # ---------------------------------------------------------------- user space
 
-# Resolves GUEST_PACKAGES plus the closure of their library dependencies
+# Resolves GUEST_PACKAGES and PYTHON_PACKAGES plus the closure of their library dependencies
 # (first alternative of each Depends/Pre-Depends) into POOL_PKGS[name]=version.
 # Only library packages are followed: that keeps debconf, adduser, passwd,
 # PAM... out, and the NEEDED scan decides which of the pool really goes in.
 declare -A POOL_PKGS=()
 resolve_guest_packages() {
-	local p queue=("${GUEST_PACKAGES[@]}") next missing=()
+	local p queue=("${GUEST_PACKAGES[@]}" "${PYTHON_PACKAGES[@]}") next missing=()
 	POOL_PKGS=()
 	declare -A seen=() explicit=()
-	for p in "${GUEST_PACKAGES[@]}"; do seen[$p]=1 explicit[$p]=1; done
+	for p in "${queue[@]}"; do seen[$p]=1 explicit[$p]=1; done
 	declare -A stub=()
 	for p in "${STUB_PACKAGES[@]}"; do stub[$p]=1; done
 	while ((${#queue[@]})); do
@@ -414,7 +426,7 @@ resolve_guest_packages() {
 			END { if (pkg != "") print pkg, ver, sec, deps }')
 		queue=("${next[@]}")
 	done
-	for p in "${GUEST_PACKAGES[@]}"; do [[ -n ${POOL_PKGS[$p]+x} ]] || missing+=("$p"); done
+	for p in "${GUEST_PACKAGES[@]}" "${PYTHON_PACKAGES[@]}"; do [[ -n ${POOL_PKGS[$p]+x} ]] || missing+=("$p"); done
 	MISSING=${missing[*]}
 	[[ -z $MISSING ]]
 }
@@ -431,7 +443,7 @@ apt_state_key() {
 
 resolve_versions() {
 	local key file=$CACHE/resolved-$SERIES.sh
-	key="$(apt_state_key) $(fn_hash resolve_kernel resolve_guest_packages) $KMETA ${GUEST_PACKAGES[*]} stubs ${STUB_PACKAGES[*]}"
+	key="$(apt_state_key) $(fn_hash resolve_kernel resolve_guest_packages) $KMETA ${GUEST_PACKAGES[*]} python ${PYTHON_PACKAGES[*]} stubs ${STUB_PACKAGES[*]}"
 	if [[ -f $file && "$(head -n1 "$file")" == "# $key" ]]; then
 		# shellcheck source=/dev/null
 		source "$file"
@@ -571,8 +583,12 @@ install_userspace() {
 	local p
 	for p in "${GUEST_PACKAGES[@]}"; do install_pkg "$p"; done
 	install_stubs
-	# Add the packages providing missing libraries until nothing is missing.
-	local _
+	install_needed_libraries
+}
+
+# Add the packages providing missing libraries until nothing is missing.
+install_needed_libraries() {
+	local p _
 	for _ in 1 2 3 4 5 6 7 8 9 10; do
 		local missing so by added=0
 		declare -A this_round=()
@@ -704,9 +720,45 @@ write_manifest() {
 		echo "kernel $KVER $KPKGVER (source $KSRCVER)"
 		echo "modules $MODULE_LIST"
 		echo "stubs ${STUBBED[*]}"
-		local p
-		for p in $(printf '%s\n' "${!INSTALLED[@]}" | sort); do echo "package $p ${POOL_PKGS[$p]}"; done
+		write_package_lines "${!INSTALLED[@]}"
 	} >"$1"
+}
+
+write_package_lines() {
+	local p
+	for p in $(printf '%s\n' "$@" | sort); do echo "package $p ${POOL_PKGS[$p]}"; done
+}
+
+# newc cpio of the guest root's paths read from stdin (NUL-separated, in
+# order), gzip'd into FILE.
+write_cpio_gz() {
+	(cd "$ROOTFS" && cpio --null -o -H newc -R 0:0 --reproducible --quiet) |
+		gzip -6 -n >"$1.tmp"
+	mv "$1.tmp" "$1"
+}
+
+# The python layer: PYTHON_PACKAGES and the libraries they need that the
+# base lacks, installed over the finished base root (every path in it has
+# mtime 0 by now); the paths they add make initramfs-python.cpio.gz.
+write_python_layer() {
+	local base_pkgs=("${!INSTALLED[@]}") base_files=$CACHE/base-files-$SERIES p
+	(cd "$ROOTFS" && find . | sort) >"$base_files"
+	for p in "${PYTHON_PACKAGES[@]}"; do install_pkg "$p"; done
+	install_needed_libraries
+	# A layer only adds: a file of the base replaced by it would differ
+	# between the guests that have the layer and those that do not.
+	local replaced
+	replaced=$(cd "$ROOTFS" && find . ! -type d -newermt @1 | sort | comm -12 - "$base_files")
+	[[ -z $replaced ]] || die "the python layer would replace files of the base: ${replaced//$'\n'/ }"
+	declare -A in_base=()
+	for p in "${base_pkgs[@]}"; do in_base[$p]=1; done
+	local layer_pkgs=()
+	for p in "${!INSTALLED[@]}"; do [[ -n ${in_base[$p]+x} ]] || layer_pkgs+=("$p"); done
+	write_package_lines "${layer_pkgs[@]}" >"$ROOTFS/etc/vt3-manifest-python.txt"
+	find "$ROOTFS" -newermt @1 -exec touch -h -d @0 {} +
+	(cd "$ROOTFS" && find . | sort | comm -23 - "$base_files" | tr '\n' '\0') |
+		write_cpio_gz "$OUT/initramfs-python.cpio.gz"
+	cp "$ROOTFS/etc/vt3-manifest-python.txt" "$OUT/manifest-python.txt"
 }
 
 # ---------------------------------------------------------------- assembly
@@ -716,12 +768,12 @@ build_initramfs() {
 	key=$(
 		echo "kernel $KVER $KPKGVER"
 		sha256sum "$KROOT/lib/modules/$KVER/extra/siw.ko" | cut -d' ' -f1
-		printf '%s\n' "${KERNEL_MODULES[@]}" "${GUEST_PACKAGES[@]}"
+		printf '%s\n' "${KERNEL_MODULES[@]}" "${GUEST_PACKAGES[@]}" python "${PYTHON_PACKAGES[@]}"
 		for p in $(printf '%s\n' "${!POOL_PKGS[@]}" | sort); do echo "$p=${POOL_PKGS[$p]}"; done
 		sha256sum "${IMAGE_INPUTS[@]}" | cut -d' ' -f1
 	)
 	key=$(sha256sum <<<"$key" | cut -d' ' -f1)
-	if stamp_ok "$OUT/.stamp" "$key" && [[ -f $OUT/initramfs.cpio.gz && -f $OUT/vmlinuz ]]; then
+	if stamp_ok "$OUT/.stamp" "$key" && [[ -f $OUT/initramfs.cpio.gz && -f $OUT/initramfs-python.cpio.gz && -f $OUT/vmlinuz ]]; then
 		log "initramfs up to date"
 		return 0
 	fi
@@ -741,12 +793,11 @@ build_initramfs() {
 	log "writing initramfs.cpio.gz"
 	# Fixed timestamps, owners and order: the same inputs give the same bytes.
 	find "$ROOTFS" -exec touch -h -d @0 {} +
-	(cd "$ROOTFS" && find . -print0 | sort -z |
-		cpio --null -o -H newc -R 0:0 --reproducible --quiet) |
-		gzip -6 -n >"$OUT/initramfs.cpio.gz.tmp"
-	mv "$OUT/initramfs.cpio.gz.tmp" "$OUT/initramfs.cpio.gz"
+	(cd "$ROOTFS" && find . -print0 | sort -z) | write_cpio_gz "$OUT/initramfs.cpio.gz"
 	cp "$KROOT/boot/vmlinuz-$KVER" "$OUT/vmlinuz"
 	cp "$ROOTFS/etc/vt3-manifest.txt" "$OUT/manifest.txt"
+	log "writing initramfs-python.cpio.gz"
+	write_python_layer
 	stamp_set "$OUT/.stamp" "$key"
 }
 

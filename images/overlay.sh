@@ -12,8 +12,13 @@
 # left uncompressed: under TCG the guest unpacks 40 MB of cpio 1.5 s sooner
 # than it inflates the same gzip'd.
 #
+# rdma-core's own test suite (pyverbs and tests/, staged by
+# build-rdma-core.sh) goes only into a second image, with images/build.sh's
+# python layer: initramfs-pyverbs.cpio = initramfs-vt3.cpio + python +
+# pyverbs, about 30 MB more to unpack, booted by the `pyverbs` case alone.
+#
 #   images/overlay.sh [--images DIR]     (default DIR: $VT3_CACHE/images)
-#   -> DIR/initramfs-vt3.cpio
+#   -> DIR/initramfs-vt3.cpio, DIR/initramfs-pyverbs.cpio
 #
 # In the guest, `vt3.driver=1` on the kernel command line loads vt3.ko
 # (a hook in /etc/vt3/init.d, run by images/init before "ready").
@@ -46,12 +51,17 @@ die() {
 }
 
 [ -f "$IMAGES/initramfs.cpio.gz" ] || die "no base image in $IMAGES (run images/build.sh first)"
+[ -f "$IMAGES/initramfs-python.cpio.gz" ] || die "no python layer in $IMAGES (run images/build.sh again)"
 KVER=$(cat "$IMAGES/kver")
 KDIR=$(cat "$IMAGES/kbuild-dir")
 # A build of the overlay per images directory (tools/mutants.sh builds its own).
 WORK=$IMAGES/overlay-work
 STAGE=${VT3_RDMA_CORE_WORK:-$VT3_CACHE/rdma-core}/stage
 OUT=$IMAGES/initramfs-vt3.cpio
+PYVERBS_OUT=$IMAGES/initramfs-pyverbs.cpio
+# rdma-core's test suite and its Python binding, as Debian's python3-pyverbs
+# installs them, and guest-tools' runner of it; in the pyverbs image only.
+PYVERBS_PATHS=(./usr/lib/python3 ./usr/share/doc/rdma-core/tests ./usr/bin/vt3-pyverbs)
 
 # The driver's kernel test modules (guest-driver/tests/Kbuild).
 TEST_MODULES=(vt3_ktest.ko vt3_kcm.ko vt3_kforge.ko vt3_kchaos.ko vt3_kfrmr.ko vt3_ksrq.ko)
@@ -89,7 +99,7 @@ build_rdma_core() {
 inputs_hash() {
 	# Contents only (no paths): the same inputs from any clone hit the cache.
 	{
-		sha256sum "$IMAGES/initramfs.cpio.gz" "$DRV/vt3.ko" "${BASH_SOURCE[0]}" \
+		sha256sum "$IMAGES/initramfs.cpio.gz" "$IMAGES/initramfs-python.cpio.gz" "$DRV/vt3.ko" "${BASH_SOURCE[0]}" \
 			"${TEST_MODULES[@]/#/$DRV/tests/}" "$WORK/vt3-uverbs" "$WORK/vt3-forge" |
 			cut -d' ' -f1
 		(cd "$STAGE" && find . -type f -print0 | sort -z | xargs -0 sha256sum)
@@ -107,8 +117,10 @@ assemble() {
 	install -D -m 755 "$WORK/vt3-uverbs" "$root/usr/bin/vt3-uverbs"
 	install -D -m 755 "$WORK/vt3-forge" "$root/usr/bin/vt3-forge"
 	# rdma-core as the guest runs it: libraries, providers, tools, config.
+	local p pyverbs_prune=()
+	for p in "${PYVERBS_PATHS[@]}"; do pyverbs_prune+=(-o -path "$p"); done
 	(cd "$STAGE" && find . \( -path ./usr/include -o -path ./usr/share/man -o -path ./usr/share/doc \
-		-o -name '*.a' -o -path '*/pkgconfig' \) -prune -o -print |
+		"${pyverbs_prune[@]}" -o -name '*.a' -o -path '*/pkgconfig' \) -prune -o -print |
 		cpio -pdm --quiet "$root")
 	local top
 	for top in "$root"/*; do
@@ -128,6 +140,26 @@ HOOK
 	} >"$OUT.tmp"
 	rm -f "$IMAGES/initramfs-vt3.cpio.gz" # what this wrote before
 	mv "$OUT.tmp" "$OUT"
+	assemble_pyverbs
+}
+
+assemble_pyverbs() {
+	local p
+	for p in "${PYVERBS_PATHS[@]}"; do
+		[ -e "$STAGE/$p" ] || die "no $p in $STAGE (rdma-core built without pyverbs?)"
+	done
+	{
+		cat "$OUT"
+		gzip -dc "$IMAGES/initramfs-python.cpio.gz"
+		# With their parent directories: the kernel's unpacker makes none.
+		(cd "$STAGE" && {
+			for p in "${PYVERBS_PATHS[@]}"; do
+				while p=$(dirname "$p") && [ "$p" != . ]; do echo "$p"; done
+			done
+			find "${PYVERBS_PATHS[@]}"
+		} | sort -u | cpio -o -H newc --quiet -R 0:0)
+	} >"$PYVERBS_OUT.tmp"
+	mv "$PYVERBS_OUT.tmp" "$PYVERBS_OUT"
 }
 
 main() {
@@ -136,13 +168,13 @@ main() {
 	build_rdma_core
 	local hash
 	hash=$(inputs_hash)
-	if [ -f "$OUT" ] && [ "$(cat "$WORK/.stamp" 2>/dev/null)" = "$hash" ]; then
+	if [ -f "$OUT" ] && [ -f "$PYVERBS_OUT" ] && [ "$(cat "$WORK/.stamp" 2>/dev/null)" = "$hash" ]; then
 		say "initramfs-vt3 up to date"
 		return 0
 	fi
 	assemble
 	echo "$hash" >"$WORK/.stamp"
-	say "done: $OUT ($(du -h "$OUT" | cut -f1))"
+	say "done: $OUT ($(du -h "$OUT" | cut -f1)), $PYVERBS_OUT ($(du -h "$PYVERBS_OUT" | cut -f1))"
 }
 
 main

@@ -6,6 +6,8 @@
 #   STAGE/etc/libibverbs.d/                  vt3.driver, siw.driver ...
 #   STAGE/usr/bin/                           ibv_devinfo, rping, ucmatose, rdma_server ..., vt3-resources
 #   STAGE/usr/include/infiniband/vt3dv.h
+#   STAGE/usr/lib/python3/dist-packages/pyverbs/   pyverbs (Cython), for Debian's python3
+#   STAGE/usr/share/doc/rdma-core/tests/    rdma-core's own test suite (run_tests.py)
 # The layout is Debian's (multiarch lib dir, /etc), so the staged files replace
 # Debian's rdma-core packages file for file.
 #
@@ -41,8 +43,16 @@ RDMA_CORE_VERSION=55.0
 
 # Host packages: the toolchain and what rdma-core's cmake looks for. libnl is
 # required for the netlink device discovery of libibverbs 55, libudev for
-# rdma-ndd, python3 by rdma-core's cmake even without pyverbs.
-HOST_PACKAGES=(gcc binutils cmake ninja-build pkg-config python3 libnl-3-dev libnl-route-3-dev libudev-dev)
+# rdma-ndd; python3, python3-dev and cython3 for pyverbs, which rdma-core's
+# test suite (tests/, the `pyverbs` case) is written in.
+HOST_PACKAGES=(gcc binutils cmake ninja-build pkg-config python3 python3-dev cython3
+	libnl-3-dev libnl-route-3-dev libudev-dev)
+
+# pyverbs is built for Debian's python3, the one the guest runs (images/build.sh
+# PYTHON_PACKAGES): its headers come from python3-dev, Cython from cython3, and
+# only this interpreter imports that Cython (a python3 earlier on PATH, e.g. a
+# pyenv one, would not).
+PYTHON=/usr/bin/python3
 
 # Install paths as Debian's rdma-core package uses them (debian/rules), so the
 # staged tree overrides Debian's files in the guest; but systemd units and
@@ -53,7 +63,6 @@ CMAKE_ARGS=(
 	-GNinja
 	-DCMAKE_BUILD_TYPE=RelWithDebInfo
 	-DNO_MAN_PAGES=1
-	-DNO_PYVERBS=1
 	-DENABLE_STATIC=0
 	-DCMAKE_INSTALL_PREFIX=/usr
 	-DCMAKE_INSTALL_LIBDIR=lib/x86_64-linux-gnu
@@ -65,6 +74,9 @@ CMAKE_ARGS=(
 	-DCMAKE_INSTALL_SYSTEMD_SERVICEDIR=/usr/lib/systemd/system
 	-DCMAKE_INSTALL_SYSTEMD_BINDIR=/usr/lib/systemd
 	-DCMAKE_INSTALL_UDEV_RULESDIR=/usr/lib/udev/rules.d
+	# Where Debian's python3-pyverbs puts it (not the host's sysconfig
+	# platlib, /usr/local/lib/python3.X/dist-packages on Debian).
+	-DCMAKE_INSTALL_PYTHON_ARCH_LIB=/usr/lib/python3/dist-packages
 	# No build-tree RPATH: the install would drop it but keep its length,
 	# and the staged bytes would depend on the path of WORK.
 	-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON
@@ -135,9 +147,11 @@ ensure_host_packages() {
 	if ((${#missing[@]})); then
 		[[ $EUID -eq 0 ]] || die "missing host packages: ${missing[*]} (apt-get install ${missing[*]})"
 		log "apt-get install ${missing[*]}"
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2 || {
-			apt-get update -qq >&2 &&
-				DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
+		# Waits for dpkg's lock rather than failing while another apt runs.
+		local apt=(apt-get -o DPkg::Lock::Timeout=600)
+		DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -qq "${missing[@]}" >&2 || {
+			"${apt[@]}" update -qq >&2 &&
+				DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -qq "${missing[@]}" >&2
 		} || die "apt-get install ${missing[*]} failed"
 	fi
 	command -v cargo >/dev/null || die "no cargo (rustup, or apt-get install cargo): it fetches rdma-core"
@@ -146,7 +160,7 @@ ensure_host_packages() {
 # Hash of every input of the build: a different hash means rebuild.
 inputs_hash() {
 	{
-		printf '%s\n' "$CRATE $CRATE_VERSION" "${CMAKE_ARGS[@]}"
+		printf '%s\n' "$CRATE $CRATE_VERSION" "${CMAKE_ARGS[@]}" "$PYTHON"
 		(cd "$REPO" && find provider guest-tools guest-driver/include -type f ! -name '*~' -print0 |
 			sort -z | xargs -0 sha256sum)
 	} | sha256sum | cut -c1-16
@@ -239,14 +253,16 @@ configure() {
 	# not depend on where WORK is.
 	local cflags="-ffile-prefix-map=$WORK/src=/usr/src/rdma-core-$RDMA_CORE_VERSION"
 	cflags+=" -ffile-prefix-map=$WORK/build=/usr/src/rdma-core-$RDMA_CORE_VERSION/build"
-	key="${CMAKE_ARGS[*]} $cflags"
+	key="${CMAKE_ARGS[*]} $cflags $PYTHON"
 	[[ -f $WORK/build/build.ninja ]] && stamp_ok "$WORK/build/.vt3-stamp" "$key" && return 0
 	log "cmake"
 	rm -rf "$WORK/build"
 	cmake -S "$WORK/src" -B "$WORK/build" "${CMAKE_ARGS[@]}" -DCMAKE_C_FLAGS="$cflags" \
 		-DVT3_ABI_INCLUDE_DIR="$WORK/src/vt3-include" \
-		-DPYTHON_EXECUTABLE="$(command -v python3)" >"$WORK/cmake.log" 2>&1 ||
+		-DPYTHON_EXECUTABLE="$PYTHON" >"$WORK/cmake.log" 2>&1 ||
 		die "cmake failed, see $WORK/cmake.log"
+	! grep -q 'cython NOT found' "$WORK/cmake.log" ||
+		die "cmake found no Cython for $PYTHON (pyverbs would be left out), see $WORK/cmake.log"
 	stamp_set "$WORK/build/.vt3-stamp" "$key"
 }
 
@@ -262,7 +278,8 @@ build_and_stage() {
 		die "ninja install failed, see $WORK/install.log"
 	local f
 	for f in usr/lib/x86_64-linux-gnu/libibverbs/libvt3-rdmav34.so etc/libibverbs.d/vt3.driver \
-		usr/bin/vt3-resources usr/lib/x86_64-linux-gnu/libibverbs.so.1; do
+		usr/bin/vt3-resources usr/lib/x86_64-linux-gnu/libibverbs.so.1 \
+		usr/lib/python3/dist-packages/pyverbs/__init__.py usr/share/doc/rdma-core/tests/run_tests.py; do
 		[[ -e $STAGE.tmp/$f ]] || die "the install did not produce $f"
 	done
 	# Only etc/ and usr/: safe to lay over a merged-/usr root (see CMAKE_ARGS).

@@ -3,6 +3,8 @@ anyone's pytest suite:
 
     Vt3Pair    two vt3 guests, each behind its own vt3d, the vt3d wired together
     Vt3Siw     a vt3 guest (a) and a siw guest (b) on a plain QEMU NIC
+    PyverbsVt3Siw  Vt3Siw booted from the pyverbs image (python3, pyverbs and
+               rdma-core's tests/: images/overlay.sh)
     Vt3Plain   a vt3 guest (a, vt3.ko loaded) beside a plain QEMU guest (b)
     SingleVt3  one vt3 guest whose uplink leads nowhere
     PoisonedVt3  a SingleVt3 whose kernel poisons freed memory (slub_debug=P)
@@ -16,6 +18,7 @@ boot can serve many scenarios."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 from pathlib import Path
@@ -212,6 +215,19 @@ class Vt3Siw(Setup):
         wait_device(self.b, "siw0")
 
 
+class PyverbsVt3Siw(Vt3Siw):
+    """Vt3Siw whose guests boot initramfs-pyverbs.cpio: the vt3 image
+    with python3, pyverbs and rdma-core's tests/ (images/overlay.sh), ~30 MB
+    that no other setup needs to unpack."""
+    kind = "pyverbs-vt3-siw"
+
+    def __init__(self, cfg: LabConfig, rundir: Path):
+        initrd = cfg.initrd.with_name("initramfs-pyverbs.cpio")
+        if not initrd.exists():
+            raise RuntimeError(f"{initrd} is missing: run the tests through ./run-vm.sh (images/overlay.sh builds it)")
+        super().__init__(dataclasses.replace(cfg, initrd=initrd), rundir)
+
+
 class Vt3Plain(Setup):
     """a: vt3 guest with vt3.ko, vt3d carrying up to 9000-byte MTUs; b: a
     plain QEMU guest on the same segment."""
@@ -301,4 +317,5 @@ class ChaosPair(Vt3Pair):
         self.a.check(f"ping -c 2 -W 5 {self.b.ip}", 60)
 
 
-SETUPS = {cls.kind: cls for cls in (Vt3Pair, Vt3Siw, Vt3Plain, SingleVt3, PoisonedVt3, SiwPair, ChaosPair)}
+SETUPS = {cls.kind: cls for cls in (Vt3Pair, Vt3Siw, PyverbsVt3Siw, Vt3Plain, SingleVt3, PoisonedVt3, SiwPair,
+                                    ChaosPair)}
