@@ -14,9 +14,12 @@ import re
 import time
 from collections import Counter
 
+import pytest
+
 from vt3lab.tools import tail
 
-# Both runs at once, one vCPU each: measured TODO s under TCG.
+# Both runs at once, one guest vCPU each: 92-255 s under TCG on the loaded
+# 2-core machine (boot 32-54 s more), hence the soak, not CI's budget.
 SUITE_TIMEOUT = 1500
 OUTCOMES = ("pass", "fail", "error", "skip", "xfail", "xpass")
 
@@ -80,8 +83,6 @@ NOT_PASSING: list[tuple[str, str, str, str, str]] = [
     (r"tests\.test_qpex\.\w+\.\w+|tests\.test_shared_pd\.\w+\.\w+", "skip", r"Extended QP is not supported on this device|"
      r"Create mr with IBV_ACCESS_FLUSH_GLOBAL access flag is not supported in kernel|Create custom mr with additional access flags 18 is not supported",
      "vt3", "ibv_qp_ex (ibv_wr_* posting) is not in libvt3 (nor in siw's provider); FLUSH (RFC 9xxx's iWARP flush) and MW binds neither"),
-    (r"tests\.test_qp\.QPTest\.test_create_rc_qp_ex_no_attr", "skip", r"Create RC QP (with|without) extended attrs is not supported",
-     "vt3", "the suite's random create mask may ask for send_ops_flags (ibv_qp_ex, above); with the fixed seed it does for this test"),
     (r"tests\.test_cqex\.(CQEXAPITest\.test_create_cq_ex_bad_flow|CqExTestCase\.test_(rc|ud)_traffic_cq_ex)", "skip", r"Create Extended CQ is not supported",
      "vt3", "ibv_create_cq_ex is not in libvt3 (nor in siw's provider)"),
     (r"tests\.test_mr\.MWTest\.\w+", "skip", r"Reg MR with MW access is not supported|Create memory window of type 3 is not supported",
@@ -152,6 +153,7 @@ def entry_for(test_id: str, rec: dict):
     return None
 
 
+@pytest.mark.soak
 def test_pyverbs(pyverbs_vt3_siw):
     """rdma-core's test suite on vt3 and siw: vt3 passes >= siw, and fails or skips only what NOT_PASSING explains"""
     results = run_suites(pyverbs_vt3_siw)
