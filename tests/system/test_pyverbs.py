@@ -18,7 +18,7 @@ import pytest
 
 from vt3lab.tools import tail
 
-# Both runs at once, one guest vCPU each: 92-255 s under TCG on the loaded
+# Both runs at once, one guest vCPU each: 92-330 s under TCG on the loaded
 # 2-core machine (boot 32-54 s more), hence the soak, not CI's budget.
 SUITE_TIMEOUT = 1500
 OUTCOMES = ("pass", "fail", "error", "skip", "xfail", "xpass")
