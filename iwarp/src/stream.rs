@@ -45,7 +45,9 @@ impl FpduDeframer {
         FpduDeframer {
             crc_enabled,
             max_ulpdu_len,
-            partial: Vec::with_capacity(fpdu_len(max_ulpdu_len)),
+            // Grows with the first FPDU split across segments (at most
+            // fpdu_len(max_ulpdu_len)): an idle connection holds nothing.
+            partial: Vec::new(),
             delivered: false,
             failed: None,
         }
