@@ -45,7 +45,9 @@ impl FpduDeframer {
         FpduDeframer {
             crc_enabled,
             max_ulpdu_len,
-            partial: Vec::with_capacity(fpdu_len(max_ulpdu_len)),
+            // Taken at the first FPDU split across segments ([`Self::gather`]):
+            // an idle connection holds nothing.
+            partial: Vec::new(),
             delivered: false,
             failed: None,
         }
@@ -127,6 +129,10 @@ impl FpduDeframer {
             let Some((taken, rest)) = available.split_at_checked(wanted) else {
                 return Ok(());
             };
+            if self.partial.capacity() == 0 {
+                // Once, at the first split FPDU: the largest one accepted.
+                self.partial.reserve_exact(fpdu_len(self.max_ulpdu_len));
+            }
             self.partial.extend_from_slice(taken);
             *input = rest;
             let header_just_completed =
@@ -198,6 +204,19 @@ mod tests {
         }
         assert!(input.is_empty());
         Ok(out)
+    }
+
+    /// An idle connection's deframer holds no buffer; a split FPDU gets
+    /// one no larger than the largest FPDU it accepts.
+    #[test]
+    fn the_reassembly_buffer_is_taken_when_needed() {
+        let mut deframer = FpduDeframer::new(100, true);
+        assert_eq!(deframer.partial.capacity(), 0);
+        let mut wire = vec![0u8; 64];
+        let n = emit_fpdu(&[7; 20], true, &mut wire).unwrap();
+        assert_eq!(drain(&mut deframer, &wire[..5]).unwrap().len(), 0);
+        assert_eq!(drain(&mut deframer, &wire[5..n]).unwrap(), vec![vec![7u8; 20]]);
+        assert_eq!(deframer.partial.capacity(), fpdu_len(100));
     }
 
     #[test]

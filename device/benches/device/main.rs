@@ -10,7 +10,8 @@
 //!
 //! Writes `build/bench/device.json` (keys in run.rs) and prints a table.
 //! `VT3D=path` runs another vt3d binary; `VT3_BENCH_SECS` sets the seconds
-//! per measurement.
+//! per measurement, `VT3_BENCH_IDLE` the idle connections of the memory
+//! measurement.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
 mod anchors;
@@ -31,6 +32,9 @@ fn main() {
     let mut opts = if args.iter().any(|a| a == "--short") { run::Options::short(out) } else { run::Options::full(out) };
     if let Some(secs) = std::env::var("VT3_BENCH_SECS").ok().and_then(|s| s.parse().ok()) {
         opts.secs = secs;
+    }
+    if let Some(n) = std::env::var("VT3_BENCH_IDLE").ok().and_then(|s| s.parse().ok()) {
+        opts.idle_conns = n;
     }
     run::run(&opts);
 }

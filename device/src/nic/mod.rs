@@ -343,6 +343,11 @@ impl Nic {
         self.send_queue().len()
     }
 
+    /// Frames the uplink's send queue still holds before it drops.
+    pub fn uplink_room(&self) -> usize {
+        uplink::MAX_PENDING_SENDS.saturating_sub(self.uplink_backlog())
+    }
+
     /// So many frames wait for the uplink that the guest's TX ring should
     /// be left unread until it drains (backpressure to the guest).
     pub fn uplink_congested(&self) -> bool {

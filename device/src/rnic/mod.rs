@@ -228,6 +228,9 @@ pub struct Rnic {
     tcp_timeout: vt3_iwarp::toe::Duration,
     /// Octets the uplink's receive queue holds, if known: sizes TCP windows.
     uplink_queue: Option<usize>,
+    /// Frames the uplink's send queue takes before it drops: the engine's
+    /// egress budget ([`Rnic::set_uplink_room`]).
+    uplink_room: usize,
     /// Injections done (`vt3d ctl fault`); kept across guest resets.
     fault_stats: fault::FaultStats,
     /// `fault device-fatal` requested or done; cleared by RESET.
@@ -316,6 +319,7 @@ impl Rnic {
             mtu,
             tcp_timeout: vt3_iwarp::toe::Duration::from_secs(DEFAULT_TCP_TIMEOUT_SECS),
             uplink_queue: None,
+            uplink_room: usize::MAX,
             fault_stats: fault::FaultStats::default(),
             fatal: None,
             muted_until: None,

@@ -295,6 +295,13 @@ impl Rnic {
         self.uplink_queue = octets;
     }
 
+    /// How many frames the uplink's send queue takes now: the next
+    /// [`Rnic::service`] sends no more (TCP keeps the rest in its buffers
+    /// rather than lose it to a full queue).
+    pub fn set_uplink_room(&mut self, frames: usize) {
+        self.uplink_room = frames;
+    }
+
     /// VT3_CMD_SET_ADDR: starts the engine for the address, or a new one if
     /// the address changed (connections of the old one are lost: their QPs
     /// go to ERROR). IPv4 0.0.0.0 stops the engine.
@@ -584,6 +591,9 @@ impl Rnic {
         uplink: &mut dyn FnMut(&[u8]),
     ) -> Option<Instant> {
         self.device_fatal(mem, now);
+        if let Some(offload) = self.offload.as_mut() {
+            offload.engine.set_egress_room(self.uplink_room);
+        }
         self.service_rings(now, mem);
         for _ in 0..MAX_POLL_ROUNDS {
             self.fetch_starved_receives(mem);

@@ -20,7 +20,7 @@ use virtio_bindings::bindings::virtio_ring::{
 };
 use virtio_queue::QueueT;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
-use vmm_sys_util::epoll::EventSet;
+use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use vmm_sys_util::timerfd::TimerFd;
@@ -48,6 +48,8 @@ pub const TIMER_EVENT: u16 = UPLINK_EVENT + 1;
 pub const KICK_EVENT: u16 = TIMER_EVENT + 1;
 /// Epoll id of the backend's own wake-up: a budget ran out with work left.
 pub const RESUME_EVENT: u16 = KICK_EVENT + 1;
+/// Epoll id of [`WritableWatch`]: the uplink took frames again.
+pub const WRITABLE_EVENT: u16 = RESUME_EVENT + 1;
 /// TX chains taken per wake-up (a NAPI weight): a guest that keeps its TX
 /// ring full cannot keep the worker from RX, the engine and the uplink.
 pub const TX_BUDGET: usize = 128;
@@ -172,6 +174,37 @@ impl EngineTimer {
     }
 }
 
+/// Writability of the uplink, watched only while frames wait for it: an
+/// epoll set of its own (registered with the worker as
+/// [`WRITABLE_EVENT`]) holds the uplink with EPOLLOUT exactly then. An
+/// uplink always registered for EPOLLOUT wakes the worker each time the
+/// peer reads a datagram, which in a stream is once per frame.
+#[derive(Debug)]
+struct WritableWatch {
+    epoll: Epoll,
+    uplink: RawFd,
+    watching: bool,
+}
+
+impl WritableWatch {
+    fn new(uplink: RawFd) -> io::Result<Self> {
+        Ok(Self { epoll: Epoll::new()?, uplink, watching: false })
+    }
+
+    /// Watches the uplink for room while `waiting` (frames are held).
+    fn set(&mut self, waiting: bool) {
+        if waiting == self.watching {
+            return;
+        }
+        let (op, events) =
+            if waiting { (ControlOperation::Add, EventSet::OUT) } else { (ControlOperation::Delete, EventSet::empty()) };
+        match self.epoll.ctl(op, self.uplink, EpollEvent::new(events, 0)) {
+            Ok(()) => self.watching = waiting,
+            Err(e) => log::warn!("uplink writability watch: {e}"),
+        }
+    }
+}
+
 /// Past this many undelivered device frames, vt3d stops taking commands
 /// from the TX ring: a guest that never posts RX buffers throttles itself
 /// instead of growing vt3d's queue.
@@ -184,6 +217,7 @@ pub struct NetBackend {
     event_idx: AtomicBool,
     datapath: Mutex<Datapath>,
     timer: Mutex<EngineTimer>,
+    writable: Mutex<WritableWatch>,
     /// Per queue: found broken, left alone until the frontend re-initialises it.
     broken: [AtomicBool; NUM_QUEUES],
     /// Written when a budget ran out with work left; the worker polls it
@@ -219,6 +253,7 @@ impl NetBackend {
                 tx_waits_uplink: false,
             }),
             timer: Mutex::new(EngineTimer::new()?),
+            writable: Mutex::new(WritableWatch::new(nic.uplink().as_raw_fd())?),
             broken: [AtomicBool::new(false), AtomicBool::new(false)],
             resume: EventFd::new(EFD_NONBLOCK)?,
             channel: Mutex::new(Channel::new(Arc::clone(&nic.control_stats))),
@@ -231,6 +266,11 @@ impl NetBackend {
     /// The timer to register with the worker's epoll as [`TIMER_EVENT`].
     pub fn timer_fd(&self) -> RawFd {
         lock(&self.timer).fd.as_raw_fd()
+    }
+
+    /// The epoll set to register with the worker's epoll as [`WRITABLE_EVENT`].
+    pub fn writable_fd(&self) -> RawFd {
+        lock(&self.writable).epoll.as_raw_fd()
     }
 
     /// The eventfd to register with the worker's epoll as [`RESUME_EVENT`].
@@ -247,6 +287,7 @@ impl NetBackend {
     fn run_engine<M: vm_memory::GuestMemory>(&self, mem: &M, device_frames: &mut VecDeque<Vec<u8>>) {
         let now = self.now();
         let mut rnic = self.nic.rnic();
+        rnic.set_uplink_room(self.nic.uplink_room());
         let next = rnic.service(now, mem, &mut |frame| self.nic.offload_to_uplink(frame));
         // The pass's frames leave together (receive()'s ACKs too).
         self.nic.flush_uplink();
@@ -270,7 +311,14 @@ impl NetBackend {
         }
         let within = i64::try_from(RING_WATCHDOG.as_micros()).unwrap_or(i64::MAX);
         let watchdog = Instant::from_micros(now.total_micros().saturating_add(within));
-        lock(&self.timer).arm(now, Some(next.map_or(watchdog, |at| at.min(watchdog))));
+        let mut timer = lock(&self.timer);
+        match next.filter(|&at| at < watchdog) {
+            Some(at) => timer.arm(now, Some(at)),
+            // Only the watchdog is due: an expiry armed already comes
+            // sooner, and an early look is harmless (no system call per pass).
+            None if timer.armed.is_some_and(|armed| armed > now) => {}
+            None => timer.arm(now, Some(watchdog)),
+        }
     }
 
     /// Runs the engine if it asked to run again at once.
@@ -800,7 +848,7 @@ impl VhostUserBackend for NetBackend {
         };
         *lock(&self.queues) = QueueAddrs { rx: ring_addrs(rx), tx: ring_addrs(tx) };
         // Whatever woke us, frames held for a full uplink go first if it
-        // has room (EPOLLOUT comes as an UPLINK_EVENT).
+        // has room (EPOLLOUT comes as a WRITABLE_EVENT).
         self.nic.flush_uplink();
         // Whatever woke us (its own resume event, EPOLLOUT, a kick), an
         // engine with work left continues first.
@@ -815,6 +863,11 @@ impl VhostUserBackend for NetBackend {
             }
             // An RX kick means new buffers for held frames.
             RX_QUEUE | UPLINK_EVENT => self.receive(rx)?,
+            // Held frames left above; what waited behind them goes on.
+            WRITABLE_EVENT => {
+                self.transmit(tx)?;
+                self.receive(rx)?;
+            }
             TIMER_EVENT => {
                 self.on_timer();
                 self.tx_watchdog(tx)?;
@@ -842,6 +895,7 @@ impl VhostUserBackend for NetBackend {
             self.transmit(tx)?;
             self.receive(rx)?;
         }
+        lock(&self.writable).set(self.nic.uplink_backlog() > 0);
         Ok(())
     }
 

@@ -38,6 +38,8 @@ struct Wire {
     inbound: Mutex<VecDeque<Vec<u8>>>,
     sent: Mutex<Vec<Vec<u8>>>,
     full: AtomicBool,
+    /// A real descriptor for the backend's epoll sets (never read).
+    fd: Option<std::os::unix::net::UnixDatagram>,
 }
 
 #[derive(Debug)]
@@ -60,7 +62,7 @@ impl Uplink for Shared {
 
 impl AsRawFd for Shared {
     fn as_raw_fd(&self) -> RawFd {
-        -1
+        self.0.fd.as_ref().map_or(-1, AsRawFd::as_raw_fd)
     }
 }
 
@@ -87,7 +89,7 @@ fn setup() -> Setup {
     // The mocks borrow the memory for the whole test (a test leaks it).
     let mem: &'static GuestMemoryMmap =
         Box::leak(Box::new(GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x200_0000)]).unwrap()));
-    let wire = Arc::new(Wire::default());
+    let wire = Arc::new(Wire { fd: std::os::unix::net::UnixDatagram::unbound().ok(), ..Wire::default() });
     let nic = Arc::new(Nic::new(Box::new(Shared(Arc::clone(&wire))), None, 1500));
     let backend = Arc::new(NetBackend::new(Arc::clone(&nic)).unwrap());
     backend.update_memory(GuestMemoryAtomic::new(mem.clone())).unwrap();
@@ -340,10 +342,12 @@ fn a_full_uplink_holds_frames_and_tx_waits_for_writability() {
     assert!(start.elapsed() < Duration::from_secs(1));
     assert_eq!(s.nic.uplink_backlog(), TX_PAUSE_PENDING);
     assert_eq!(usize::from(s.tx_used()), TX_PAUSE_PENDING, "the guest's ring waits, frames are not dropped");
+    assert!(lock(&s.backend.writable).watching, "EPOLLOUT is watched while frames wait");
     // The uplink polls writable: held frames go, then the TX ring.
     s.wire.full.store(false, Ordering::Relaxed);
-    s.event(UPLINK_EVENT);
+    s.event(WRITABLE_EVENT);
     s.event(RESUME_EVENT);
+    assert!(!lock(&s.backend.writable).watching, "and no longer once none waits");
     assert_eq!(s.tx_used(), 200);
     assert_eq!(sent_seqs(&s), (0..200).collect::<Vec<_>>(), "all of them, in order");
     assert_eq!(s.stat("tx_uplink_dropped"), 0);
@@ -421,4 +425,32 @@ fn a_kick_after_the_watchdog_read_is_no_missed_kick() {
     s.event(TX_QUEUE); // the kick was only late
     s.event(TIMER_EVENT);
     assert_eq!((s.stat("tx_watchdog_reads"), s.stat("tx_kicks_missed")), (1, 0));
+}
+
+/// The watch's epoll set is readable exactly while it watches an uplink
+/// with room: not while the peer's queue is full, not once unwatched.
+#[test]
+fn writable_watch_reports_room_only_while_watching() {
+    use std::os::unix::net::UnixDatagram;
+    let (ours, peer) = UnixDatagram::pair().unwrap();
+    ours.set_nonblocking(true).unwrap();
+    let mut watch = WritableWatch::new(ours.as_raw_fd()).unwrap();
+    let ready = |watch: &WritableWatch| {
+        let mut events = [EpollEvent::default(); 1];
+        watch.epoll.wait(0, &mut events).unwrap() > 0
+    };
+    assert!(!ready(&watch), "nothing watched: never readable");
+    let mut queued = 0;
+    while ours.send(&[0u8; 1024]).is_ok() {
+        queued += 1;
+    }
+    watch.set(true);
+    assert!(!ready(&watch), "the peer's queue is full ({queued} datagrams)");
+    let mut buf = [0u8; 1024];
+    for _ in 0..queued {
+        peer.recv(&mut buf).unwrap();
+    }
+    assert!(ready(&watch), "room again");
+    watch.set(false);
+    assert!(!ready(&watch), "unwatched");
 }

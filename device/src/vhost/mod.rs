@@ -21,7 +21,7 @@ use vmm_sys_util::epoll::EventSet;
 
 use crate::nic::Nic;
 use crate::uplink::RecvBatch;
-use backend::{NetBackend, KICK_EVENT, RESUME_EVENT, TIMER_EVENT, UPLINK_EVENT};
+use backend::{NetBackend, KICK_EVENT, RESUME_EVENT, TIMER_EVENT, UPLINK_EVENT, WRITABLE_EVENT};
 use relay::{poll_readable, Relay, RelayEnd};
 
 #[derive(Debug, Error)]
@@ -99,14 +99,15 @@ pub fn serve_frontend(
     let mut daemon =
         VhostUserDaemon::new("vt3d-net".to_owned(), Arc::clone(&backend), mem).map_err(daemon_error)?;
     for handler in daemon.get_epoll_handlers().iter().take(1) {
-        // EPOLLOUT too: a send that would block holds its frame until the
-        // uplink reports room (edge triggered, so only when that changes).
+        // Edge triggered: a pass reads until the socket is empty or its
+        // budget ends (then it resumes on its own).
         handler
-            .register_listener(
-                nic.uplink().as_raw_fd(),
-                EventSet::IN | EventSet::OUT | EventSet::EDGE_TRIGGERED,
-                u64::from(UPLINK_EVENT),
-            )
+            .register_listener(nic.uplink().as_raw_fd(), EventSet::IN | EventSet::EDGE_TRIGGERED, u64::from(UPLINK_EVENT))
+            .map_err(VhostError::Register)?;
+        // The uplink's EPOLLOUT, while frames wait for room (level
+        // triggered: readable as long as the watched uplink is writable).
+        handler
+            .register_listener(backend.writable_fd(), EventSet::IN, u64::from(WRITABLE_EVENT))
             .map_err(VhostError::Register)?;
         // Level triggered: pending until the worker reads it.
         handler

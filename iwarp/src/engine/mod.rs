@@ -381,6 +381,12 @@ impl<T: Transport> Engine<T> {
         self.toe.ingress(now, frame, uplink);
     }
 
+    /// The uplink takes at most `frames` more frames from the polls that
+    /// follow (see [`Transport::set_egress_room`]).
+    pub fn set_egress_room(&mut self, frames: usize) {
+        self.toe.set_egress_room(frames);
+    }
+
     /// When to call [`Engine::poll`] at the latest.
     pub fn poll_at(&mut self, now: Instant) -> Option<Instant> {
         if self.loopback_behind {

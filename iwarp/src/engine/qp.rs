@@ -271,14 +271,13 @@ pub(crate) struct Qp {
 
 impl Qp {
     pub fn new(qpn: u32, config: QpConfig) -> Qp {
-        let mut queues = Queues::default();
-        queues.sq.reserve_exact(config.sq_depth as usize);
-        queues.rq.reserve_exact(config.rq_depth as usize);
+        // The queues grow as WQEs are posted (to the ring's depth at most)
+        // and keep their room: an idle QP holds no WQE slots.
         Qp {
             qpn,
             config,
             state: QpState::Idle,
-            queues,
+            queues: Queues::default(),
             conn: None,
             end_reported: false,
         }

@@ -317,6 +317,12 @@ pub trait Transport {
     /// When [`Transport::egress`] must run next at the latest (`None`: no timer).
     fn poll_at(&mut self, now: Instant) -> Option<Instant>;
 
+    /// The uplink takes at most `frames` more frames from the egress calls
+    /// that follow, until this is called again: segments beyond it stay in
+    /// their socket buffers instead of being lost in a full queue (which
+    /// costs a retransmission timeout and the congestion window).
+    fn set_egress_room(&mut self, frames: usize);
+
     /// Listens on `port` with room for `backlog` connections not yet
     /// accepted (half-open included); SYNs beyond are answered with RST.
     fn listen(&mut self, port: u16, backlog: usize) -> Result<(), TcpError>;

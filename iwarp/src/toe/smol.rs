@@ -292,6 +292,8 @@ pub struct SmolToe {
     delayed: DelayQueue,
     faults: FaultCounters,
     looped: LoopQueue,
+    /// Frames the uplink takes from egress ([`Transport::set_egress_room`]).
+    egress_room: usize,
 }
 
 impl std::fmt::Debug for SmolToe {
@@ -535,6 +537,7 @@ impl SmolToe {
             delayed,
             faults,
             looped: LoopQueue::default(),
+            egress_room: usize::MAX,
         })
     }
 
@@ -751,6 +754,8 @@ impl SmolToe {
                 break;
             }
         }
+        let sent = budget - port.tx.budget;
+        self.egress_room = self.egress_room.saturating_sub(sent);
     }
 
     /// One received frame (from the uplink, or looped back).
@@ -943,9 +948,13 @@ impl Transport for SmolToe {
             let frame = entry.remove();
             send_out(&frame, self.config.mac, &mut self.looped, uplink);
         }
-        self.run(now, None, uplink, self.burst());
+        self.run(now, None, uplink, self.burst().min(self.egress_room));
         self.take_looped(now, uplink);
         self.sweep();
+    }
+
+    fn set_egress_room(&mut self, frames: usize) {
+        self.egress_room = frames;
     }
 
     fn poll_at(&mut self, now: Instant) -> Option<Instant> {

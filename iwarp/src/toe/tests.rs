@@ -369,3 +369,38 @@ fn a_released_time_wait_gives_way_to_a_new_connection_on_its_tuple() {
     assert_eq!(pair.b.status(b2), Some(LinkStatus::Established));
     assert_eq!(pair.a.status(a), None, "the old connection is gone");
 }
+
+/// Egress sends no more frames than the uplink said it has room for; the
+/// rest waits in the socket (no loss, so no retransmission) until the
+/// room is given back.
+#[test]
+fn egress_stays_within_the_uplink_room() {
+    let mut pair = Pair::new(|c| c);
+    pair.b.listen(4791, 4).unwrap();
+    let a = pair.a.connect(pair.now, 40000, SocketAddrV4::new(IP_B, 4791), MAC_B).unwrap();
+    pair.settle(false, Duration::ZERO);
+    let b = pair.b.accept(4791).unwrap();
+    let data: Vec<u8> = (0..20_000u32).map(|i| (i * 3) as u8).collect();
+    assert_eq!(pair.a.send_slice(a, &data).unwrap(), data.len());
+
+    // The initial congestion window allows two segments.
+    pair.a.set_egress_room(1);
+    let mut frames = Vec::new();
+    pair.a.egress(pair.now, &mut |f| frames.push(f.to_vec()));
+    pair.a.egress(pair.now, &mut |f| frames.push(f.to_vec()));
+    assert_eq!(frames.len(), 1, "two egress calls share the room");
+    pair.a.set_egress_room(0);
+    pair.a.egress(pair.now, &mut |f| frames.push(f.to_vec()));
+    assert_eq!(frames.len(), 1, "no room: nothing leaves");
+    assert!(pair.a.poll_at(pair.now).is_some_and(|at| at <= pair.now), "data waits: poll again");
+
+    pair.wire.extend(frames.into_iter().map(|f| (true, f)));
+    pair.a.set_egress_room(usize::MAX);
+    let mut got = Vec::new();
+    while got.len() < data.len() {
+        pair.settle(true, Duration::from_secs(1));
+        got.extend(read_all(&mut pair.b, b));
+    }
+    assert_eq!(got, data);
+    assert_eq!(pair.a.tcb(a).unwrap().retransmits, 0);
+}
