@@ -12,6 +12,7 @@ import re
 import shlex
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -133,7 +134,9 @@ def test_lab(lab):
         vm2.check(f"ping -c 1 -W 10 {guests['vm3'][1]}", 30)
         # The user's program, server on the siw guest, client on a vt3 guest.
         vm3.check(f"sh /mnt/share/labping.sh server {guests['vm3'][1]} & server=$!", 10)
-        vm3.check("for i in $(seq 100); do rdma res show cm_id | grep -q LISTEN && exit 0; sleep 0.2; done; exit 1", 40)
+        # (No `exit` at a console: it would end the guest's shell.)
+        vm3.check("for i in $(seq 100); do rdma res show cm_id | grep -q LISTEN && break; sleep 0.2; done; "
+                  "rdma res show cm_id | grep LISTEN", 40)
         client_rc, client_console = vm1.run(f"sh /mnt/share/labping.sh client {guests['vm3'][1]}", 180)
         server_rc, server_console = vm3.run("wait $server", 60)
         client_out = (share / "vm1.client").read_text()
@@ -161,3 +164,50 @@ def test_lab(lab):
     assert not left, f"still running after down: {left}"
     assert not (rundir / "lab.json").exists() and not list(rundir.glob("*.sock")) and \
         not list(rundir.glob("hub.vm*")), sorted(os.listdir(rundir))
+    # The hub's closing report: each guest's MAC learnt on its own port.
+    learnt = re.search(r"^learnt: (.*)$", (rundir / "hub.log").read_text(), re.M)
+    assert learnt and sorted(learnt.group(1).split(", ")) == [
+        f"52:54:00:77:00:0{i} on vm{i}" for i in (1, 2, 3)], (rundir / "hub.log").read_text()
+
+
+def test_hub(tmp_path):
+    """the lab's hub floods broadcast and unknown unicast to every other port, and a learnt MAC's frames to its port alone"""
+    peers = {name: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) for name in ("p1", "p2", "p3")}
+    for name, sock in peers.items():
+        sock.bind(str(tmp_path / f"{name}.peer"))
+    hub = subprocess.Popen([sys.executable, "-m", "vt3lab.hub", str(tmp_path),
+                            *(f"{n}={tmp_path / n}.peer" for n in peers)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert hub.stdout.readline().startswith("hub: 3 ports"), "the hub did not start"
+
+        def mac(i: int) -> bytes:
+            return bytes([0x52, 0x54, 0, 0, 0, i])
+
+        def send(port: str, dst: bytes, src: bytes, payload: bytes) -> bytes:
+            frame = dst + src + b"\x08\x00" + payload
+            peers[port].sendto(frame, str(tmp_path / f"hub.{port}"))
+            return frame
+
+        def expect(frame: bytes, at: set[str]) -> None:
+            """FRAME arrives at the peers of ports AT, and nothing else anywhere."""
+            for name, sock in peers.items():
+                sock.settimeout(10 if name in at else 0.2)
+                got = []
+                while True:
+                    try:
+                        got.append(sock.recv(65536))
+                    except socket.timeout:
+                        break
+                    sock.settimeout(0.2)
+                assert got == ([frame] if name in at else []), f"port {name} got {got}, want {frame if name in at else None}"
+
+        expect(send("p1", b"\xff" * 6, mac(1), b"who is there"), {"p2", "p3"})
+        expect(send("p2", mac(3), mac(2), b"to 3, not learnt yet"), {"p1", "p3"})
+        expect(send("p3", mac(1), mac(3), b"to 1, learnt from its broadcast"), {"p1"})
+        expect(send("p1", mac(3), mac(1), b"to 3, learnt by now"), {"p3"})
+        peers["p2"].sendto(b"\x01" * 13, str(tmp_path / "hub.p2"))  # a runt: nowhere
+        expect(b"", set())
+    finally:
+        hub.terminate()
+        out, _ = hub.communicate(timeout=10)
+    assert hub.returncode == 0 and "rx_runt 1" in out, out

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import pwd
 import re
+import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 from contextlib import contextmanager
@@ -124,8 +125,10 @@ class Libvirtd:
         self.socket = dirs["runtime"] / "libvirt" / "libvirt-sock"
         self.qemu_run = dirs["runtime"] / "libvirt" / "qemu" / "run"
         self.log_dir = dirs["cache"] / "libvirt" / "qemu" / "log"
+        binary = shutil.which("libvirtd", path=f"{os.environ.get('PATH', '')}:/usr/sbin")
+        assert binary, "no libvirtd (Debian's libvirt-daemon; run-vm.sh installs it)"
         self.proc = Process("libvirtd", ["setpriv", f"--reuid={USER.pw_uid}", f"--regid={USER.pw_gid}",
-                                         "--clear-groups", "libvirtd"], base / "libvirtd.log", lifetime, env=self.env)
+                                         "--clear-groups", binary], base / "libvirtd.log", lifetime, env=self.env)
         if not wait_for(lambda: self.socket.exists() or not self.proc.alive(), 30):
             raise AssertionError(f"libvirtd made no socket within 30 s:\n{self.log_tail()}")
         assert self.proc.alive(), f"libvirtd exited:\n{self.log_tail()}"
