@@ -79,9 +79,12 @@ class Console:
         self.sock.close()
 
 
-def run_vm(*args: str, timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([str(ROOT / "run-vm.sh"), *args], capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+def run_vm(cfg, *args: str, timeout: float) -> subprocess.CompletedProcess:
+    """./run-vm.sh ARGS with the QEMU and guest kernel of this run (its
+    images, VT3_IMAGES, are for that kernel)."""
+    kernel = ".".join((cfg.kernel.parent / "kver").read_text().split(".")[:2])
+    return subprocess.run([str(ROOT / "run-vm.sh"), "--qemu", cfg.qemu, "--kernel", kernel, *args],
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 def still_running(procs: list[dict]) -> list[str]:
@@ -108,7 +111,7 @@ def test_lab(lab):
     share = rundir / "share"
     boot = lab.cfg.boot_timeout + 120
     t0 = time.monotonic()
-    upped = run_vm("up", "3", "--siw", "1", "--dir", str(rundir), "--share", str(share), timeout=boot)
+    upped = run_vm(lab.cfg, "up", "3", "--siw", "1", "--dir", str(rundir), "--share", str(share), timeout=boot)
     assert upped.returncode == 0, f"up exited {upped.returncode}:\n{upped.stdout[-2000:]}\n{upped.stderr[-3000:]}"
     print(f"up returned in {time.monotonic() - t0:.0f} s:\n{upped.stdout}")
     state = json.loads((rundir / "lab.json").read_text())
@@ -158,7 +161,7 @@ def test_lab(lab):
     finally:
         for c in consoles:
             c.close()
-        downed = run_vm("down", "--dir", str(rundir), timeout=180)
+        downed = run_vm(lab.cfg, "down", "--dir", str(rundir), timeout=180)
     assert downed.returncode == 0, f"down exited {downed.returncode}:\n{downed.stdout}\n{downed.stderr}"
     left = still_running(procs)
     assert not left, f"still running after down: {left}"
