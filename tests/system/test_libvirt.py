@@ -62,6 +62,9 @@ def domain_xml(template: str, g: Guest, vhost: Path, accel: str) -> str:
         template = template.replace(old, new[key])
     ET.register_namespace("qemu", QEMU_NS)
     root = ET.fromstring(template)
+    argv = g.qemu_argv()
+    assert root.findtext("os/cmdline") == argv[argv.index("-append") + 1], \
+        "the README's libvirt XML boots with other kernel arguments than the lab's guests"
     if accel == "kvm":
         root.set("type", "kvm")
     devices = root.find("devices")
