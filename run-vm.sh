@@ -19,7 +19,13 @@
 #                                      vt3↔vt3 beside siw↔siw;
 #                                      --short: the device bench's few-second
 #                                      form only (implies --device-only)
-#   ./run-vm.sh [OPTIONS] up [SETUP]   boot a setup (vt3-pair, vt3-siw, …) and wait
+#   ./run-vm.sh [OPTIONS] up N [--siw K] [--share DIR] [--dir DIR] [--hours H]
+#                                      the lab: N guests on one Ethernet segment
+#                                      (the last K with siw, the others vt3),
+#                                      booted in the background; prints each
+#                                      guest's console and vt3d ctl; DIR (default
+#                                      /tmp/vt3-lab-UID) is its run directory
+#   ./run-vm.sh down [--dir DIR]       stops the lab, and everything it started
 #   ./run-vm.sh [OPTIONS] shell        an interactive guest with a vt3 NIC
 #
 # Options:
@@ -61,26 +67,36 @@ die() {
 
 # Host tools, as "command:package"; python3-pytest is checked by import.
 # tshark: the case pcap reads vt3d's captures with Wireshark's dissectors.
-HOST_TOOLS="timeout:coreutils md5sum:coreutils gcc:gcc flock:util-linux tshark:tshark"
+# socat: what `up` tells the user to reach a guest's console with.
+HOST_TOOLS="timeout:coreutils md5sum:coreutils gcc:gcc flock:util-linux tshark:tshark socat:socat"
+# The same, installed without their recommendations: libvirt's daemon and
+# virsh for the case libvirt (not libvirt-daemon-system: the case runs its
+# own libvirtd; no service of the machine's is installed or started).
+HOST_TOOLS_BARE="libvirtd:libvirt-daemon virsh:libvirt-clients"
 
 ensure_host_packages() {
-	local missing=() pair cmd pkg
+	local missing=() bare=() pair cmd pkg
 	[ -n "$QEMU" ] || HOST_TOOLS+=" qemu-system-x86_64:qemu-system-x86"
 	for pair in $HOST_TOOLS; do
 		cmd=${pair%%:*} pkg=${pair#*:}
 		command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
 	done
+	for pair in $HOST_TOOLS_BARE; do
+		cmd=${pair%%:*} pkg=${pair#*:}
+		PATH=$PATH:/usr/sbin command -v "$cmd" >/dev/null 2>&1 || bare+=("$pkg")
+	done
 	# vt3-uverbs is linked statically (images/overlay.sh): libc.a.
 	[ -f /usr/lib/x86_64-linux-gnu/libc.a ] || missing+=(libc6-dev)
 	# Debian's own Python and pytest (not whatever python3 is first on PATH).
 	"$PYTHON" -c 'import pytest, xdist' 2>/dev/null || missing+=(python3 python3-pytest python3-pytest-xdist)
-	[ ${#missing[@]} -eq 0 ] && return 0
+	[ $((${#missing[@]} + ${#bare[@]})) -eq 0 ] && return 0
 	if [ "$(id -u)" -ne 0 ]; then
-		die "missing host packages: ${missing[*]} (run as root to install them, or: apt-get install ${missing[*]})"
+		die "missing host packages: ${missing[*]} ${bare[*]} (run as root to install them, or: apt-get install ${missing[*]} ${bare[*]})"
 	fi
-	log "installing host packages: ${missing[*]} (apt, about a minute)"
+	log "installing host packages: ${missing[*]} ${bare[*]} (apt, about a minute)"
 	apt-get update -q >/dev/null
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
+	[ ${#missing[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
+	[ ${#bare[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${bare[@]}" >/dev/null
 }
 
 # The Rust the workspace asks for (Cargo.toml's rust-version), with a clear
@@ -357,9 +373,11 @@ cmd_shell() {
 	log "interactive guest (vt3 NIC, 10.77.0.1, vt3.ko loaded); quit with Ctrl-A X; vt3d ctl --mgmt $dir/vt3a.mgmt"
 	local intx=
 	[ "$("$QEMU" --version | sed -n 's/^QEMU emulator version \([0-9]*\)\..*/\1/p')" -lt 8 ] && intx=,vectors=0
-	timeout 14400 "$QEMU" -accel "$ACCEL" -M q35 -smp 1 -m 512M -nographic \
+	# --foreground: QEMU owns the terminal (in the background it would stop at
+	# its first tcsetattr, SIGTTOU).
+	timeout --foreground 14400 "$QEMU" -accel "$ACCEL" -M q35 -smp 1 -m 512M -nographic \
 		-no-reboot -kernel "$IMAGES/vmlinux" -initrd "$IMAGES/initramfs-vt3.cpio" \
-		-append "console=ttyS0 panic=-1 vt3.name=shell vt3.ip=10.77.0.1/24 vt3.driver=1 vt3.shell=1" \
+		-append "console=ttyS0 panic=-1 no_timer_check vt3.name=shell vt3.ip=10.77.0.1/24 vt3.driver=1 vt3.shell=1 vt3.agent=none" \
 		-object memory-backend-memfd,id=mem,size=512M,share=on -numa node,memdev=mem \
 		-chardev "socket,id=vhost,path=$dir/vt3a.vhost" -netdev vhost-user,id=n0,chardev=vhost \
 		-device "virtio-net-pci,netdev=n0,mac=52:54:00:77:00:01,romfile=$intx"
@@ -368,7 +386,7 @@ cmd_shell() {
 vt3lab() {
 	prepare
 	local keep=()
-	[ "$KEEP" = 0 ] || keep=(--keep)
+	case $1 in demo | bench) [ "$KEEP" = 0 ] || keep=(--keep) ;; esac
 	(cd "$ROOT" && exec "$PYTHON" -m vt3lab "$@" "${keep[@]}")
 }
 
@@ -409,9 +427,10 @@ main() {
 	soak) cmd_soak ;;
 	mutants) prepare && "$ROOT/tools/mutants.sh" "$@" ;;
 	bench) cmd_bench "$@" ;;
-	up) vt3lab up --setup "${1:-vt3-pair}" ;;
+	up) vt3lab up "$@" ;;
+	down) (cd "$ROOT" && exec "$PYTHON" -m vt3lab down "$@") ;;
 	shell) cmd_shell ;;
-	*) die "unknown command '$cmd' (demo, test, list, check, soak, mutants, bench, up, shell)" ;;
+	*) die "unknown command '$cmd' (demo, test, list, check, soak, mutants, bench, up, down, shell)" ;;
 	esac
 }
 

@@ -48,6 +48,7 @@ KERNEL_MODULES=(
 	ipv6
 	nvme-rdma nvmet-rdma brd
 	nfsd nfs nfsv4 rpcrdma
+	9p 9pnet_virtio
 )
 
 # Guest user space. Shared libraries they need are found by scanning NEEDED

@@ -3,11 +3,12 @@ vt3lab.fixtures). See tests/system/README.md."""
 
 from .guest import CommandFailed, CommandTimeout, Guest, GuestDead, GuestError, LabConfig, Nic, Result
 from .lab import config_from_env
-from .setups import A_IP, A_MAC, B_IP, B_MAC, KMOD, SETUPS, SingleVt3, SiwPair, Setup, Vt3Pair, Vt3Plain, Vt3Siw
+from .setups import (A_IP, A_MAC, B_IP, B_MAC, KMOD, SETUPS, Segment, SingleVt3, SiwPair, Setup, Vt3Pair, Vt3Plain,
+                     Vt3Siw)
 from .vt3d import Vt3d, Vt3dError
 
 __all__ = [
     "A_IP", "A_MAC", "B_IP", "B_MAC", "KMOD", "SETUPS", "CommandFailed", "CommandTimeout", "Guest",
-    "GuestDead", "GuestError", "LabConfig", "Nic", "Result", "Setup", "SingleVt3", "SiwPair", "Vt3Pair",
+    "GuestDead", "GuestError", "LabConfig", "Nic", "Result", "Segment", "Setup", "SingleVt3", "SiwPair", "Vt3Pair",
     "Vt3Plain", "Vt3Siw", "Vt3d", "Vt3dError", "config_from_env",
 ]

@@ -93,14 +93,20 @@ class LabConfig:
 
 class Guest:
     def __init__(self, cfg: LabConfig, workdir: Path, name: str, nic: Nic, ip: str, mac: str,
-                 kernel_args: str = ""):
+                 kernel_args: str = "", share: Path | None = None, console_socket: bool = False):
+        """SHARE: a host directory shared into the guest (9p, mount_tag
+        vt3share; vt3.share=DIR mounts it). CONSOLE_SOCKET: the console
+        (ttyS0) is also a unix socket (NAME.console.sock) a user connects
+        to, e.g. with socat; NAME.console logs it either way."""
         self.cfg = cfg
         self.name = name
         self.ip = ip
         self.mac = mac
         self.nic = nic
         self.workdir = workdir
+        self.share = share
         self.console = workdir / f"{name}.console"
+        self.console_socket = workdir / f"{name}.console.sock" if console_socket else None
         self.commands_log = workdir / "commands.log"
         self.agent_path = workdir / f"{name}.agent"
         self.qmp_path = workdir / f"{name}.qmp"
@@ -123,10 +129,12 @@ class Guest:
                 # IO-APIC timer check can fail and panic the boot.
                 "-append", f"console=ttyS0 panic=-1 loglevel=5 no_timer_check vt3.name={self.name} "
                            f"vt3.ip={self.ip}/24 {self.kernel_args}".strip(),
-                "-serial", f"file:{self.console}",
+                *self.console_args(),
                 "-chardev", f"socket,id=agent,path={self.agent_path},server=on,wait=off",
                 "-serial", "chardev:agent",
                 "-qmp", f"unix:{self.qmp_path},server=on,wait=off"]
+        if self.share is not None:
+            args += ["-virtfs", f"local,path={self.share},mount_tag=vt3share,security_model=none,id=share"]
         if self.nic.kind == "vt3":
             # QEMU 7.2 under TCG segfaults in msix_set_vector_notifiers for a
             # vhost-user virtio-net-pci with MSI-X; later QEMUs are fine.
@@ -142,25 +150,38 @@ class Guest:
                      "-device", f"virtio-net-pci,netdev=n0,mac={self.mac},romfile="]
         return args
 
+    def console_args(self) -> list[str]:
+        if self.console_socket is None:
+            return ["-serial", f"file:{self.console}"]
+        # Output nobody reads is dropped by the socket but kept in the log.
+        return ["-chardev", f"socket,id=console,path={self.console_socket},server=on,wait=off,logfile={self.console}",
+                "-serial", "chardev:console"]
+
     def start(self) -> "Guest":
         """Starts QEMU and connects to the agent and QMP; does not wait for
         the boot (see wait_ready), so several guests boot in parallel."""
-        for p in (self.agent_path, self.qmp_path):
-            p.unlink(missing_ok=True)
-        self._lines = queue.Queue()
+        for p in (self.agent_path, self.qmp_path, self.console_socket):
+            if p is not None:
+                p.unlink(missing_ok=True)
         self.proc = Process(f"qemu {self.name}", self.qemu_argv(), self.workdir / f"{self.name}.qemu.log",
                             self.cfg.lifetime)
         if not wait_for(lambda: self.agent_path.exists() or not self.proc.alive(), 15, 0.02):
             raise GuestDead(self, "QEMU made no agent socket")
         if not self.proc.alive():
             raise GuestDead(self, f"QEMU exited at once: {self.qemu_log_tail()}")
-        self.sock = self._connect_agent()
-        threading.Thread(target=self._reader, args=(self.sock, self._lines), daemon=True).start()
+        self.attach_agent()
         try:
             self.qmp = Qmp(self.qmp_path)
         except (QmpError, OSError) as e:
             raise GuestDead(self, f"QMP: {e}") from None
         return self
+
+    def attach_agent(self) -> None:
+        """Connects to the agent's socket (QEMU has made it) and reads its
+        lines from then on."""
+        self._lines = queue.Queue()
+        self.sock = self._connect_agent()
+        threading.Thread(target=self._reader, args=(self.sock, self._lines), daemon=True).start()
 
     def _connect_agent(self, timeout: float = 15) -> socket.socket:
         # QEMU binds the socket before it listens: a refused connect in

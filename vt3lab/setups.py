@@ -11,6 +11,9 @@ anyone's pytest suite:
     SiwPair    two siw guests, each behind its own vt3d (the bench's anchor)
     ChaosPair  a Vt3Pair whose vt3d time a silent connection out in 4 s, and
                whose vt3d and guests can be restarted (the fault soak's)
+    Segment    N guests on one Ethernet segment (a learning hub), vt3 or siw
+               each, with consoles to type in and a shared host directory
+               (the interactive lab of ./run-vm.sh up)
 
 A setup boots its guests in parallel; `health()` says what a scenario left
 behind (objects in vt3d, processes in a guest, kernel warnings), so one
@@ -21,9 +24,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import sys
 from pathlib import Path
 
 from .guest import Guest, LabConfig, Nic
+from .proc import Process, wait_for
 from .vt3d import Vt3d
 
 A_IP, B_IP = "10.77.0.1", "10.77.0.2"
@@ -36,14 +41,17 @@ _serial = itertools.count(1)
 class Setup:
     kind = "setup"
 
-    def __init__(self, cfg: LabConfig, rundir: Path):
+    def __init__(self, cfg: LabConfig, rundir: Path, own_dir: bool = True):
+        """Files go to a new directory under RUNDIR, or (OWN_DIR false) to
+        RUNDIR itself."""
         self.cfg = cfg
         # pytest-xdist workers share the run directory: gw0-01-vt3-pair, …
         worker = os.environ.get("PYTEST_XDIST_WORKER")
-        self.dir = rundir / f"{worker + '-' if worker else ''}{next(_serial):02d}-{self.kind}"
-        self.dir.mkdir(parents=True)
+        self.dir = rundir / f"{worker + '-' if worker else ''}{next(_serial):02d}-{self.kind}" if own_dir else rundir
+        self.dir.mkdir(parents=True, exist_ok=not own_dir)
         self.vt3d: dict[str, Vt3d] = {}
         self.guests: dict[str, Guest] = {}
+        self.processes: dict[str, Process] = {}  # others the setup runs (the lab's hub)
         self.broken = False
 
     # Subclasses: build() makes vt3ds and guests (not started), ready() after boot.
@@ -71,8 +79,8 @@ class Setup:
         self.vt3d[name] = d
         return d
 
-    def add_guest(self, name: str, nic: Nic, ip: str, mac: str, kernel_args: str = "") -> Guest:
-        g = Guest(self.cfg, self.dir, name, nic, ip, mac, kernel_args)
+    def add_guest(self, name: str, nic: Nic, ip: str, mac: str, kernel_args: str = "", **options) -> Guest:
+        g = Guest(self.cfg, self.dir, name, nic, ip, mac, kernel_args, **options)
         self.guests[name] = g
         return g
 
@@ -96,7 +104,8 @@ class Setup:
         old.stop()
         n = len(list(self.dir.glob(f"{name}.console*")))
         old.console.rename(self.dir / f"{name}.console.{n}")
-        new = Guest(self.cfg, self.dir, name, old.nic, old.ip, old.mac, old.kernel_args)
+        new = Guest(self.cfg, self.dir, name, old.nic, old.ip, old.mac, old.kernel_args, old.share,
+                    old.console_socket is not None)
         self.guests[name] = new
         new.start()
         new.wait_ready()
@@ -168,6 +177,8 @@ class Setup:
             g.stop()
         for d in self.vt3d.values():
             d.stop()
+        for p in self.processes.values():
+            p.stop()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.dir})"
@@ -315,6 +326,76 @@ class ChaosPair(Vt3Pair):
         wait_device(g)
         debug_vt3(g)
         self.a.check(f"ping -c 2 -W 5 {self.b.ip}", 60)
+
+
+# Where a Segment's guests mount the shared host directory.
+SHARE_MOUNT = "/mnt/share"
+# Beyond this many guests the 10.77.0.0/24 addresses and MACs would still
+# do, but not the host: each TCG guest takes a core while it boots.
+SEGMENT_MAX = 16
+
+
+def segment_ip(i: int) -> str:
+    return f"10.77.0.{i}"
+
+
+def segment_mac(i: int) -> str:
+    return f"52:54:00:77:00:{i:02x}"
+
+
+class Segment(Setup):
+    """N guests vm1…vmN on one Ethernet segment: a learning hub
+    (vt3lab/hub.py) between their uplinks. The first N-SIW each have a vt3
+    NIC (vt3.ko) behind their own vt3d, whose unix-dgram uplink is a hub
+    port; the last SIW have siw on a plain QEMU NIC whose -netdev dgram is
+    a hub port. Every console is a socket to type in, and SHARE (a host
+    directory) is mounted on SHARE_MOUNT in every guest."""
+    kind = "segment"
+
+    def __init__(self, cfg: LabConfig, rundir: Path, n: int, siw: int = 0, share: Path | None = None,
+                 own_dir: bool = True):
+        if not 1 <= n <= SEGMENT_MAX or not 0 <= siw <= n:
+            raise ValueError(f"a segment has 1..{SEGMENT_MAX} guests, of which 0..N are siw (got {n}, siw {siw})")
+        super().__init__(cfg, rundir, own_dir)
+        self.n, self.siw = n, siw
+        self.share = share
+
+    def build(self) -> None:
+        hub_ports = {}
+        for i in range(1, self.n + 1):
+            name = f"vm{i}"
+            hub_port = str(self.dir / f"hub.{name}")
+            args = f"vt3.shell=1 vt3.share={SHARE_MOUNT}" if self.share else "vt3.shell=1"
+            options = {"share": self.share, "console_socket": True}
+            if i <= self.n - self.siw:
+                d = self.add_vt3d(name, f"unix-dgram:{self.uplink_socket(name)},{hub_port}", segment_mac(i))
+                self.add_guest(name, Nic.vt3(d.socket), segment_ip(i), segment_mac(i), f"vt3.driver=1 {args}",
+                               **options)
+                hub_ports[name] = self.uplink_socket(name)
+            else:
+                self.add_guest(name, Nic.dgram(Path(hub_port)), segment_ip(i), segment_mac(i), f"vt3.siw=1 {args}",
+                               **options)
+                hub_ports[name] = str(self.dir / f"{name}.dgram")
+        package_root = Path(__file__).resolve().parents[1]
+        hub = Process("hub", [sys.executable, "-m", "vt3lab.hub", str(self.dir),
+                              *(f"{k}={v}" for k, v in hub_ports.items())],
+                      self.dir / "hub.log", self.cfg.lifetime, env={"PYTHONPATH": str(package_root)})
+        self.processes["hub"] = hub
+        if not wait_for(lambda: all((self.dir / f"hub.{k}").exists() for k in hub_ports) or not hub.alive(), 10):
+            raise RuntimeError(f"the hub made no sockets within 10 s: {(self.dir / 'hub.log').read_text()[-500:]}")
+        if not hub.alive():
+            raise RuntimeError(f"the hub exited: {(self.dir / 'hub.log').read_text()[-500:]}")
+
+    def device(self, g: Guest) -> str:
+        return "vt3_0" if g.name in self.vt3d else "siw0"
+
+    def ready(self) -> None:
+        for g in self.guests.values():
+            wait_device(g, self.device(g))
+        first, *others = self.guests.values()
+        for g in others:
+            first.check(f"ping -c 1 -W 10 {g.ip}", 30,
+                        f"{first.name} cannot reach {g.name} ({g.ip}) through the hub")
 
 
 SETUPS = {cls.kind: cls for cls in (Vt3Pair, Vt3Siw, PyverbsVt3Siw, Vt3Plain, SingleVt3, PoisonedVt3, SiwPair,
