@@ -55,12 +55,6 @@
 #   doorbell-under-lock libvt3 rings the doorbell (a syscall) of a queue
 #                  owing a flush while it holds the CQ's lock: the
 #                  application's other threads polling that CQ wait
-#   create-qp-findable  vt3.ko makes a user QP findable before its
-#                  response is copied to user space, and when the copy
-#                  fails frees it without waiting for the references a
-#                  device loss took meanwhile (windows widened as a busy
-#                  guest might, and as a loaded TCG host needs: 10 s in
-#                  the create, 15 s in the loss)
 #
 # A mutant is KILLED when the cases fail and the failure report names the
 # broken rule (REASON, a regex); SURVIVED when they pass; WRONG-REASON when
@@ -323,37 +317,6 @@ REPLACEMENT[doorbell-under-lock]='		if (pending) {
 		}'
 REASON[doorbell-under-lock]="the CQ's lock is held across it"
 CASES[doorbell-under-lock]=flush-datapath
-
-FILE[create-qp-findable]=guest-driver/vt3_qp.c
-ANCHOR[create-qp-findable]='		err = ib_copy_to_udata(udata, &uresp, sizeof(uresp));
-		if (err)
-			goto err_destroy;
-	}
-	/*
-	 * Findable (events, CQEs) only once nothing can fail: an error path
-	 * after this would have to wait for the references others took.
-	 */
-	err = xa_insert(&dev->qp_xa, qp->qpn, qp, GFP_KERNEL);'
-REPLACEMENT[create-qp-findable]='		err = xa_insert(&dev->qp_xa, qp->qpn, qp, GFP_KERNEL); /* MUTANT: findable first */
-		if (!err) {
-			schedule_timeout_uninterruptible(10 * HZ); /* MUTANT: a busy guest */
-			err = ib_copy_to_udata(udata, &uresp, sizeof(uresp));
-			if (err) {
-				xa_erase(&dev->qp_xa, qp->qpn); /* MUTANT: no wait for references */
-				goto err_destroy;
-			}
-		}
-	} else {
-		err = xa_insert(&dev->qp_xa, qp->qpn, qp, GFP_KERNEL);
-	}'
-FILE2[create-qp-findable]=guest-driver/vt3_cm.c
-ANCHOR2[create-qp-findable]='	while ((qp = vt3_qp_get_next(dev, &qpn))) {
-		mutex_lock(&qp->state_lock);'
-REPLACEMENT2[create-qp-findable]='	while ((qp = vt3_qp_get_next(dev, &qpn))) {
-		msleep(15000); /* MUTANT: a busy guest between the reference and the lock */
-		mutex_lock(&qp->state_lock);'
-REASON[create-qp-findable]='general protection fault|BUG: unable to handle|BUG: kernel NULL pointer|BUG [[:alnum:]_.-]+ \(|Poison overwritten|soft lockup|use-after-free'
-CASES[create-qp-findable]=create-qp-efault
 
 FILE[qp-calloc]=provider/verbs.c
 ANCHOR[qp-calloc]='	qp = vt3_qp_alloc();'
