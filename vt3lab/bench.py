@@ -27,10 +27,16 @@ def iters_for(size: int) -> int:
     return 20 if size >= 1 << 20 else 50 if size >= 65536 else 500
 
 
+# BENCH_PERFTEST=0: the fio rows only.
+PERFTEST = os.environ.get("BENCH_PERFTEST", "1") != "0"
+
+
 def measure(setup, device: str) -> dict[tuple[str, int], float]:
     a, b = setup.a, setup.b
     results = {}
     runs = [(t, s, iters_for(s)) for t in BW_TOOLS for s in SIZES] + [(t, 64, 200) for t in LAT_TOOLS]
+    if not PERFTEST:
+        runs = []
     for tool, size, iters in runs:
         try:
             results[(tool, size)] = perftest(a, b, tool, size, iters, f"-d {device}", setup=setup).value
