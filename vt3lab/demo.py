@@ -18,7 +18,7 @@ FLUSH_PORT = 7471
 def flushtest_injected(setup: Vt3Pair, scenario: str, style: str, expect: str, fault: list[str]) -> str:
     """One vt3-flushtest client run in b; once it is READY, FAULT goes to
     a's vt3d against a's end of the connection ({PEER})."""
-    a, b = setup.a, setup.b
+    b = setup.b
     b.spawn(f"vt3-flushtest client --server {A_IP} --port {FLUSH_PORT} --scenario {scenario} "
             f"--style {style} --timeout 60 --expect {expect} -v", "ft-cli", 180)
     ready = None

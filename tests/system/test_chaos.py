@@ -37,7 +37,7 @@ import time
 
 import pytest
 
-from helpers import A_IP, B_IP, no_objects, wait_rdma_listen
+from helpers import A_IP, no_objects, wait_rdma_listen
 from vt3lab import KMOD
 from vt3lab.setups import SHORT_TCP_TIMEOUT as TCP_TIMEOUT, ChaosPair, wait_device
 from vt3lab.vt3d import Vt3d

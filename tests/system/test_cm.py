@@ -117,7 +117,7 @@ def test_vt3_kcm(vt3_pair):
     assert passed == KCM_CLIENT_CHECKS, f"client: {passed} passed, want {KCM_CLIENT_CHECKS}:\n{tail(blog, 30)}"
     assert count(blog, r"^vt3_kcm: ok ") == passed, f"client: ok lines differ from the summary:\n{tail(blog, 30)}"
     # The server logs its result when its connection's DISCONNECTED was drained.
-    a.check(f"for i in $(seq 150); do dmesg | grep -q 'vt3_kcm: server: ' && exit 0; sleep 0.2; done; exit 1", 60,
+    a.check("for i in $(seq 150); do dmesg | grep -q 'vt3_kcm: server: ' && exit 0; sleep 0.2; done; exit 1", 60,
             "no server summary")
     alog = kmsg_since(a, ma)
     passed, failed = summary(alog, "vt3_kcm: server:")
