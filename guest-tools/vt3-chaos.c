@@ -81,33 +81,14 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
-/* The vendor event of vt3 (infiniband/vt3dv.h), without needing the header. */
-#define EV_LLP_CLOSE_COMPLETE	0x8001
-
-#define MAGIC		0x76743363u	/* "vt3c" */
-#define MAX_QPS		16
-#define MAX_CQS		4
-#define SQ_DEPTH	32
-#define RQ_DEPTH	32
-#define MAX_WR		16384		/* per queue and QP in one run */
-#define SLOT		256		/* bytes per buffer slot */
-#define NSLOT		64		/* local slots of each kind (> 2 queue depths) */
-#define RSLOTS		1024		/* remote WRITE slots per connection */
-#define RECENT		(RSLOTS / 2)	/* a READ reads back a WRITE this recent */
-#define SRV_RQ		96		/* > RQ_DEPTH: every client SEND finds one */
-#define SRV_SQ		96
-#define HDR		16
-#define ORD		4
-
-/* Byte-pattern tags: what a buffer's bytes derive from besides the seed. */
-enum tag { T_LEN = 1, T_OP, T_CSEND, T_REPLY, T_WRITE, T_STATIC, T_PLAN };
+#include "vt3-chaos.h"
 
 /* ------------------------------------------------------------- common */
 
-static int verbose;
-static int timeout_s = 600;
+int verbose;
+int timeout_s = 600;
 
-static double now(void)
+double now(void)
 {
 	struct timespec ts;
 
@@ -115,8 +96,7 @@ static double now(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static void vlog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void vlog(const char *fmt, ...)
+void vlog(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -126,365 +106,6 @@ static void vlog(const char *fmt, ...)
 	fprintf(stderr, "  [%.3f] ", now());
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-}
-
-static uint64_t mix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
-static uint64_t hash(uint64_t seed, unsigned int qpi, enum tag tag, uint32_t idx)
-{
-	return mix(seed ^ mix(((uint64_t)qpi << 40) ^ ((uint64_t)tag << 32) ^ idx));
-}
-
-/* Byte i of the message (seed, qpi, tag, idx). */
-static uint8_t pat(uint64_t base, unsigned int i)
-{
-	return (uint8_t)((base >> ((i & 7) * 8)) + (i >> 3) * 151);
-}
-
-static void fill(uint8_t *p, uint64_t base, unsigned int from, unsigned int len)
-{
-	unsigned int i;
-
-	for (i = from; i < len; i++)
-		p[i] = pat(base, i);
-}
-
-/* Index of the first wrong byte, or -1. */
-static int verify(const uint8_t *p, uint64_t base, unsigned int from, unsigned int len)
-{
-	unsigned int i;
-
-	for (i = from; i < len; i++)
-		if (p[i] != pat(base, i))
-			return i;
-	return -1;
-}
-
-/* SEND messages start with this header; the rest is the pattern. */
-struct msg_hdr {
-	uint32_t magic;
-	uint16_t qpi;
-	uint16_t len;
-	uint32_t seq;
-	uint32_t tag;
-};
-
-static unsigned int reply_len(uint64_t seed, unsigned int qpi, uint32_t seq)
-{
-	return HDR + hash(seed, qpi, T_REPLY, seq ^ 0x80000000u) % (SLOT - HDR + 1);
-}
-
-enum action { ACT_NONE, ACT_CLOSE, ACT_ABORT };
-
-struct req_pd {			/* client -> server, in the connect */
-	uint32_t magic;
-	uint32_t qpi;
-	uint64_t seed;
-	uint32_t action;
-	uint32_t act_ms;	/* after ESTABLISHED */
-};
-
-struct rep_pd {			/* server -> client, in the accept */
-	uint32_t magic;
-	uint32_t qpn;
-	uint64_t addr;		/* RSLOTS WRITE slots, then the static slot */
-	uint32_t rkey;
-	uint32_t reserved;
-};
-
-/* --------------------------------------------------------------- server */
-
-#define SRV_CONNS	64
-#define SRV_BUF		((RSLOTS + 1 + SRV_RQ + SRV_SQ) * SLOT)
-#define SRV_RECV(i)	((RSLOTS + 1 + (i)) * SLOT)
-#define SRV_SEND(i)	((RSLOTS + 1 + SRV_RQ + (i)) * SLOT)
-
-struct sconn {
-	struct rdma_cm_id *id;
-	struct ibv_pd *pd;
-	struct ibv_cq *cq;
-	struct ibv_mr *mr;	/* its own SEND and receive buffers */
-	struct ibv_mr *rmr;	/* what the client WRITEs and READs: another STag,
-				 * so invalidating it fails only the client's access */
-	uint8_t *buf;
-	struct req_pd req;
-	double act_at;		/* 0: nothing to do */
-	uint32_t received, replied;
-	int sq_out;
-	bool established, bad_reported;
-};
-
-static struct sconn sconns[SRV_CONNS];
-static unsigned long srv_accepted, srv_nbad, srv_bytes;
-
-static void sconn_free(struct sconn *c, bool abort_conn)
-{
-	if (!c->id)
-		return;
-	if (!abort_conn)
-		rdma_disconnect(c->id);
-	if (c->id->qp)
-		rdma_destroy_qp(c->id);
-	if (c->mr)
-		ibv_dereg_mr(c->mr);
-	if (c->rmr)
-		ibv_dereg_mr(c->rmr);
-	if (c->cq)
-		ibv_destroy_cq(c->cq);
-	if (c->pd)
-		ibv_dealloc_pd(c->pd);
-	rdma_destroy_id(c->id);
-	free(c->buf);
-	memset(c, 0, sizeof(*c));
-}
-
-static int srv_post_recv(struct sconn *c, uint32_t n)
-{
-	struct ibv_sge sge = { .addr = (uintptr_t)c->buf + SRV_RECV(n % SRV_RQ),
-			       .length = SLOT, .lkey = c->mr->lkey };
-	struct ibv_recv_wr wr = { .wr_id = n, .sg_list = &sge, .num_sge = 1 }, *bad;
-
-	return ibv_post_recv(c->id->qp, &wr, &bad);
-}
-
-static void srv_bad(struct sconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void srv_bad(struct sconn *c, const char *fmt, ...)
-{
-	va_list ap;
-
-	srv_nbad++;
-	if (c->bad_reported)
-		return;
-	c->bad_reported = true;
-	printf("SERVER BAD seed %" PRIu64 " qp %u: ", c->req.seed, c->req.qpi);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-}
-
-static void srv_check_recv(struct sconn *c, const struct ibv_wc *wc)
-{
-	const uint8_t *p = c->buf + SRV_RECV(wc->wr_id % SRV_RQ);
-	struct msg_hdr h;
-	int bad;
-
-	memcpy(&h, p, sizeof(h));
-	if (wc->byte_len < HDR || h.magic != MAGIC || h.qpi != c->req.qpi || h.tag != T_CSEND ||
-	    h.len != wc->byte_len) {
-		srv_bad(c, "SEND %u: header magic %#x qpi %u tag %u len %u, byte_len %u", c->received,
-			h.magic, h.qpi, h.tag, h.len, wc->byte_len);
-		return;
-	}
-	if (h.seq != c->received) {
-		srv_bad(c, "SEND seq %u arrived as receive %u (lost or reordered)", h.seq, c->received);
-		return;
-	}
-	bad = verify(p, hash(c->req.seed, c->req.qpi, T_CSEND, h.seq), HDR, h.len);
-	if (bad >= 0)
-		srv_bad(c, "SEND %u: byte %d wrong", h.seq, bad);
-	srv_bytes += h.len;
-}
-
-/* Answers each received SEND with one of ours, while the SQ has room. */
-static void srv_reply(struct sconn *c)
-{
-	while (c->replied < c->received && c->sq_out < SRV_SQ - 1) {
-		unsigned int len = reply_len(c->req.seed, c->req.qpi, c->replied);
-		uint8_t *p = c->buf + SRV_SEND(c->replied % SRV_SQ);
-		struct msg_hdr h = { .magic = MAGIC, .qpi = c->req.qpi, .len = len,
-				     .seq = c->replied, .tag = T_REPLY };
-		struct ibv_sge sge = { .addr = (uintptr_t)p, .length = len, .lkey = c->mr->lkey };
-		struct ibv_send_wr wr = { .wr_id = c->replied, .sg_list = &sge, .num_sge = 1,
-					  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
-
-		memcpy(p, &h, sizeof(h));
-		fill(p, hash(c->req.seed, c->req.qpi, T_REPLY, c->replied), HDR, len);
-		if (ibv_post_send(c->id->qp, &wr, &bad))
-			return;		/* in error: the connection is ending */
-		c->replied++;
-		c->sq_out++;
-	}
-}
-
-static void srv_poll(struct sconn *c)
-{
-	struct ibv_wc wc[16];
-	int n, i;
-
-	while ((n = ibv_poll_cq(c->cq, 16, wc)) > 0) {
-		for (i = 0; i < n; i++) {
-			if (wc[i].opcode & IBV_WC_RECV) {
-				if (wc[i].status != IBV_WC_SUCCESS)
-					continue;
-				srv_check_recv(c, &wc[i]);
-				c->received++;
-				srv_post_recv(c, wc[i].wr_id + SRV_RQ);
-			} else {
-				c->sq_out--;
-			}
-		}
-	}
-	srv_reply(c);
-}
-
-static struct sconn *sconn_of(struct rdma_cm_id *id)
-{
-	int i;
-
-	for (i = 0; i < SRV_CONNS; i++)
-		if (sconns[i].id == id)
-			return &sconns[i];
-	return NULL;
-}
-
-static void sconn_setup(struct rdma_cm_event *ev)
-{
-	struct ibv_qp_init_attr attr = {
-		.cap = { .max_send_wr = SRV_SQ, .max_recv_wr = SRV_RQ,
-			 .max_send_sge = 1, .max_recv_sge = 1 },
-		.qp_type = IBV_QPT_RC, .sq_sig_all = 1,
-	};
-	struct rdma_conn_param param = { .responder_resources = ORD, .initiator_depth = ORD };
-	struct rep_pd rep = { .magic = MAGIC };
-	struct sconn *c = sconn_of(NULL);
-	uint32_t i;
-
-	if (!c || ev->param.conn.private_data_len < sizeof(c->req)) {
-		fprintf(stderr, "server: %s\n", c ? "connect without our private data" : "too many connections");
-		rdma_reject(ev->id, NULL, 0);
-		rdma_destroy_id(ev->id);
-		return;
-	}
-	c->id = ev->id;
-	memcpy(&c->req, ev->param.conn.private_data, sizeof(c->req));
-	c->buf = calloc(1, SRV_BUF);
-	c->pd = c->buf ? ibv_alloc_pd(c->id->verbs) : NULL;
-	c->cq = c->pd ? ibv_create_cq(c->id->verbs, SRV_RQ + SRV_SQ, NULL, NULL, 0) : NULL;
-	c->rmr = c->cq ? ibv_reg_mr(c->pd, c->buf, SRV_RECV(0), IBV_ACCESS_LOCAL_WRITE |
-				    IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ) : NULL;
-	c->mr = c->rmr ? ibv_reg_mr(c->pd, c->buf + SRV_RECV(0), SRV_BUF - SRV_RECV(0),
-				    IBV_ACCESS_LOCAL_WRITE) : NULL;
-	attr.send_cq = attr.recv_cq = c->cq;
-	if (c->req.magic != MAGIC || !c->mr || rdma_create_qp(c->id, c->pd, &attr)) {
-		perror("server: setup");
-		rdma_reject(c->id, NULL, 0);
-		sconn_free(c, true);
-		return;
-	}
-	/* What a READ of a place never written returns. */
-	fill(c->buf + RSLOTS * SLOT, hash(c->req.seed, c->req.qpi, T_STATIC, 0), 0, SLOT);
-	for (i = 0; i < SRV_RQ; i++)
-		srv_post_recv(c, i);
-	rep.qpn = c->id->qp->qp_num;
-	rep.addr = (uintptr_t)c->buf;
-	rep.rkey = c->rmr->rkey;
-	param.private_data = &rep;
-	param.private_data_len = sizeof(rep);
-	if (rdma_accept(c->id, &param)) {
-		perror("server: rdma_accept");
-		sconn_free(c, true);
-		return;
-	}
-	srv_accepted++;
-	vlog("server: accepted qp %u (seed %" PRIu64 " qpi %u action %u)\n", rep.qpn,
-	     c->req.seed, c->req.qpi, c->req.action);
-}
-
-static volatile sig_atomic_t srv_stop;
-
-static void srv_on_term(int sig)
-{
-	(void)sig;
-	srv_stop = 1;
-}
-
-static int run_server(int port)
-{
-	struct rdma_event_channel *ch;
-	struct rdma_cm_id *listen_id;
-	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(port) };
-	double idle_since = now();
-	int i;
-
-	signal(SIGTERM, srv_on_term);
-	ch = rdma_create_event_channel();
-	if (!ch || rdma_create_id(ch, &listen_id, NULL, RDMA_PS_TCP) ||
-	    rdma_bind_addr(listen_id, (struct sockaddr *)&sin) || rdma_listen(listen_id, 64)) {
-		perror("server: listen");
-		return 2;
-	}
-	printf("SERVER LISTENING %d\n", port);
-	fflush(stdout);
-	while (!srv_stop) {
-		struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
-		struct rdma_cm_event *ev;
-		bool any = false;
-
-		for (i = 0; i < SRV_CONNS; i++) {
-			struct sconn *c = &sconns[i];
-
-			if (!c->id)
-				continue;
-			any = true;
-			if (c->established && c->cq)
-				srv_poll(c);
-			if (c->act_at && now() >= c->act_at) {
-				vlog("server: qp %u action %u\n", c->req.qpi, c->req.action);
-				c->act_at = 0;
-				if (c->req.action == ACT_CLOSE)
-					rdma_disconnect(c->id);
-				else
-					sconn_free(c, true);	/* RST */
-			}
-		}
-		if (any)
-			idle_since = now();
-		else if (now() - idle_since > timeout_s)
-			break;
-		if (poll(&pfd, 1, any ? 1 : 50) <= 0 || rdma_get_cm_event(ch, &ev))
-			continue;
-		vlog("server: cm event %s\n", rdma_event_str(ev->event));
-		if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
-			struct rdma_cm_event copy = *ev;
-
-			/* The private data lives until the ack: setup first. */
-			sconn_setup(&copy);
-			rdma_ack_cm_event(ev);
-			continue;
-		}
-		{
-			struct sconn *c = sconn_of(ev->id);
-			enum rdma_cm_event_type type = ev->event;
-
-			rdma_ack_cm_event(ev);
-			if (!c)
-				continue;
-			if (type == RDMA_CM_EVENT_ESTABLISHED) {
-				c->established = true;
-				if (c->req.action != ACT_NONE)
-					c->act_at = now() + c->req.act_ms / 1000.0;
-			} else if (type == RDMA_CM_EVENT_DISCONNECTED ||
-				   type == RDMA_CM_EVENT_CONNECT_ERROR ||
-				   type == RDMA_CM_EVENT_DEVICE_REMOVAL) {
-				if (c->established && c->cq)
-					srv_poll(c);
-				sconn_free(c, false);
-			}
-		}
-	}
-	for (i = 0; i < SRV_CONNS; i++)
-		sconn_free(&sconns[i], false);
-	printf("SERVER done: %lu accepted, %lu bad, %lu bytes checked\n", srv_accepted, srv_nbad, srv_bytes);
-	rdma_destroy_id(listen_id);
-	rdma_destroy_event_channel(ch);
-	return srv_stop ? 143 : 0;
 }
 
 /* ---------------------------------------------------------------- faults */
@@ -555,22 +176,7 @@ static int fault_find(const char *name)
 
 /* ------------------------------------------------------------------ plan */
 
-enum style { ST_POLL, ST_POST, ST_ASYNC, ST_MIXED };
 static const char *const style_names[] = { "poll", "post", "async", "mixed" };
-
-struct plan {
-	uint64_t seed;
-	int fault;
-	int side;		/* 0: the peer's vt3d/QP, 1: ours */
-	int target;		/* QP index */
-	int nqp, ncq, nworkers;
-	int send_cq[MAX_QPS], recv_cq[MAX_QPS];
-	bool cq_event[MAX_CQS];	/* reaped by the cq-event thread, else busy-polled */
-	enum style style[MAX_QPS];
-	int sig_every[MAX_QPS];
-	double duration, fault_at;	/* s after the traffic starts */
-	int a1, a2, a3;
-};
 
 static uint64_t rng_next(uint64_t *s)
 {
@@ -642,85 +248,7 @@ static unsigned int plan_expect(const struct plan *p)
 
 /* ---------------------------------------------------------------- client */
 
-enum queue { SQ, RQ };
-enum op { OP_SEND, OP_WRITE, OP_READ, OP_RECV };
 static const char *const op_names[] = { "SEND", "WRITE", "READ", "RECV" };
-
-struct wrec {
-	uint8_t op;
-	uint8_t signaled;
-	uint8_t seen;
-	uint8_t status;
-	uint16_t len;
-	int32_t src;		/* READ: the WRITE it reads back; -1 the static slot */
-	uint32_t seq;		/* SEND: its number among the QP's SENDs */
-	uint8_t after_err;	/* posted when the QP was known to be in error */
-};
-
-struct wq {
-	struct wrec *w;
-	uint32_t posted;	/* records 0..posted-1 (atomic: pollers read it) */
-	uint32_t next;		/* completions so far came for indexes < next */
-	uint32_t discarded;	/* the QP was destroyed: from here on nothing is owed */
-	uint32_t after_err;	/* WRs posted to it in error (bounded) */
-	volatile bool flushed;
-	unsigned long ok, flush, err, silent;
-};
-
-struct cq {
-	struct ibv_cq *cq;
-	pthread_mutex_t lock;	/* poll + accounting in one step: order checks hold */
-	bool event;
-	int unacked;
-};
-
-struct qp {
-	int idx;
-	struct client *c;
-	struct rdma_cm_id *id;
-	struct ibv_qp *qp;
-	uint32_t qpn;
-	struct ibv_mr *mr;
-	uint8_t *buf;		/* NSLOT source, NSLOT READ, NSLOT receive slots */
-	struct rep_pd peer;
-	struct cq *scq, *rcq;
-	enum style style;
-	int sig_every;
-	pthread_mutex_t lock;	/* posting: index order == ring order */
-	struct wq q[2];
-	uint32_t nsend;		/* SENDs posted */
-	uint32_t nrecv_ok;	/* receives completed with SUCCESS */
-	int32_t last_write;
-	volatile bool destroyed;	/* ibv_destroy_qp returned */
-	volatile bool gone;	/* destroyed or never to be posted to again */
-	volatile bool cm_closed;
-	volatile int first_event;	/* E_* bit, 0: none yet */
-	double first_event_at;
-	int nevents;
-	bool fenced;
-};
-
-struct client {
-	struct plan plan;
-	int run;
-	struct rdma_event_channel *ch;
-	struct ibv_context *ctx;
-	struct ibv_pd *pd;
-	struct ibv_comp_channel *cch;
-	struct cq cqs[MAX_CQS];
-	struct qp qps[MAX_QPS];
-	int nqp;
-	volatile bool stop_post;	/* the end: posters stop */
-	volatile bool stop;		/* threads end */
-	volatile bool ending;		/* error events from here on are ours */
-	volatile bool device_fatal;
-	double t0, t_end;
-	pthread_mutex_t err_lock;
-	char err[1024];
-	int nerr;
-	unsigned long events[6];	/* FATAL REQ ACCESS CLOSE DEVICE other */
-	unsigned long cq_wakeups, fallback_polls;
-};
 
 static const char *server_ip;
 /* --signaled-flush-only: what libvt3 flushes today (only signaled send WRs),
@@ -730,8 +258,7 @@ static int port = 7472;
 static const char *ack_file;
 static int tcp_timeout = 15;
 
-static void cfail(struct client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void cfail(struct client *c, const char *fmt, ...)
+void cfail(struct client *c, const char *fmt, ...)
 {
 	va_list ap;
 	size_t len;
@@ -783,7 +310,7 @@ static void watchdog(struct client *c, const char *phase, int secs)
 	alarm(secs);
 }
 
-static uint64_t make_wr_id(struct client *c, int qpi, enum queue q, uint32_t idx)
+uint64_t make_wr_id(struct client *c, int qpi, enum queue q, uint32_t idx)
 {
 	return ((uint64_t)(c->run & 0xffff) << 48) | ((uint64_t)qpi << 40) | ((uint64_t)q << 32) | idx;
 }
@@ -792,8 +319,6 @@ static uint8_t *src_slot(struct qp *qp, uint32_t idx) { return qp->buf + (idx % 
 static uint8_t *read_slot(struct qp *qp, uint32_t idx) { return qp->buf + (NSLOT + idx % NSLOT) * SLOT; }
 static uint8_t *recv_slot(struct qp *qp, uint32_t idx) { return qp->buf + (2 * NSLOT + idx % NSLOT) * SLOT; }
 
-static uint32_t load(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-static void store(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 
 /*
  * The application knows the QP is in error: it read an error event for it
@@ -1083,7 +608,7 @@ static void account(struct client *c, struct cq *cq, const struct ibv_wc *wc, bo
 }
 
 /* Polls CQ until it is empty; returns how many completions came. */
-static int poll_cq(struct client *c, struct cq *cq, int *device_cqes)
+int poll_cq(struct client *c, struct cq *cq, int *device_cqes)
 {
 	struct ibv_wc wc[16];
 	bool was_destroyed[MAX_QPS];
