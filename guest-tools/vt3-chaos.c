@@ -189,6 +189,8 @@ static int rnd(uint64_t *s, int n)
 	return (int)(rng_next(s) % (uint64_t)n);
 }
 
+static void plan_srqs(struct plan *p, uint64_t seed);
+
 /* Everything but timing from the seed; the fault is drawn first from the
  * allowed list, so --faults F with one F keeps the rest of the plan. */
 static void make_plan(struct plan *p, uint64_t seed, const int *allowed, int nallowed, int duration_ms)
@@ -225,6 +227,43 @@ static void make_plan(struct plan *p, uint64_t seed, const int *allowed, int nal
 
 		p->a1 = t[0], p->a2 = t[1], p->a3 = t[2];
 	}
+	plan_srqs(p, seed);
+}
+
+/*
+ * Shared receive queues, from a stream of their own (the rest of a plan
+ * is what the seed drew before SRQs existed): half of the runs put a
+ * random subset of their QPs, a quarter of those all of them, on one or
+ * two SRQs; QPs of different receive CQs share one.
+ */
+static void plan_srqs(struct plan *p, uint64_t seed)
+{
+	uint64_t s = hash(seed, 0, T_PLAN, 1);
+	int used[MAX_SRQS] = {}, i, n = 0;
+	bool all;
+
+	for (i = 0; i < p->nqp; i++)
+		p->srq[i] = -1;
+	if (rnd(&s, 2))
+		return;
+	p->nsrq = 1 + rnd(&s, MAX_SRQS);
+	all = rnd(&s, 4) == 0;
+	for (i = 0; i < p->nqp; i++)
+		if (all || rnd(&s, 2))
+			p->srq[i] = rnd(&s, p->nsrq);
+	/* SRQs numbered in their QPs' order, none without a QP. */
+	for (i = 0; i < MAX_SRQS; i++)
+		used[i] = -1;
+	for (i = 0; i < p->nqp; i++) {
+		if (p->srq[i] < 0)
+			continue;
+		if (used[p->srq[i]] < 0)
+			used[p->srq[i]] = n++;
+		p->srq[i] = used[p->srq[i]];
+	}
+	if (!n)
+		p->srq[rnd(&s, p->nqp)] = n++;
+	p->nsrq = n;
 }
 
 /* The target's first error event for this fault. */
@@ -443,7 +482,7 @@ static void post_some(struct qp *qp)
 	if (c->stop_post || qp->gone)
 		goto out;
 	/* In error, WRs go on being posted (each must be flushed), a few. */
-	while (rq->posted - load(&rq->next) < RQ_DEPTH && rq->posted < MAX_WR &&
+	while (!qp->srq && rq->posted - load(&rq->next) < RQ_DEPTH && rq->posted < MAX_WR &&
 	       rq->after_err < 2 * RQ_DEPTH)
 		if (post_recv(qp))
 			break;
@@ -456,7 +495,7 @@ static void post_some(struct qp *qp)
 		bool sig;
 
 		/* Each SEND gets an answer: only as many as receives wait. */
-		if (op == OP_SEND && qp->nsend >= rq->posted)
+		if (op == OP_SEND && (qp->srq ? !srq_send_credit(qp->srq) : qp->nsend >= rq->posted))
 			op = OP_WRITE;
 		/* A READ's data is checked at its completion: always signaled. */
 		sig = op == OP_READ || (idx + 1) % qp->sig_every == 0;
@@ -495,6 +534,34 @@ static const char *ev_bits_str(unsigned int m, char *buf, size_t len)
 	return buf;
 }
 
+/*
+ * A receive of QP's (its RQ's WR idx, or of WHAT, its SRQ) completed with
+ * SUCCESS into P: the server's next reply on that connection, intact.
+ * Under the QP's receive CQ's lock.
+ */
+void check_reply(struct client *c, struct qp *qp, const uint8_t *p, const struct ibv_wc *wc,
+		 const char *what, uint32_t idx)
+{
+	unsigned int qpi = qp->idx;
+	uint32_t seq = qp->nrecv_ok++;
+	unsigned int len = reply_len(c->plan.seed, qpi, seq);
+	struct msg_hdr h;
+	int bad;
+
+	memcpy(&h, p, sizeof(h));
+	if (wc->opcode != IBV_WC_RECV)
+		cfail(c, "q%u %s wr %u: opcode %d, want RECV", qpi, what, idx, wc->opcode);
+	if (h.magic != MAGIC || h.qpi != qpi || h.tag != T_REPLY || h.seq != seq ||
+	    h.len != len || wc->byte_len != len) {
+		cfail(c, "q%u %s wr %u: received magic %#x qpi %u tag %u seq %u len %u byte_len %u, want seq %u len %u",
+		      qpi, what, idx, h.magic, h.qpi, h.tag, h.seq, h.len, wc->byte_len, seq, len);
+		return;
+	}
+	bad = verify(p, hash(c->plan.seed, qpi, T_REPLY, seq), HDR, len);
+	if (bad >= 0)
+		cfail(c, "q%u %s wr %u (reply %u): byte %d wrong", qpi, what, idx, seq, bad);
+}
+
 /* One completion, against the posted set; under its CQ's lock. */
 static void account(struct client *c, struct cq *cq, const struct ibv_wc *wc, bool was_destroyed[])
 {
@@ -508,6 +575,10 @@ static void account(struct client *c, struct cq *cq, const struct ibv_wc *wc, bo
 
 	vlog("wc %#" PRIx64 " %s opcode %d qp_num %u\n", wc->wr_id, ibv_wc_status_str(wc->status),
 	     wc->opcode, wc->qp_num);
+	if (run == (unsigned int)(c->run & 0xffff) && qn == SRQ_Q) {
+		srq_account(c, cq, wc, was_destroyed);
+		return;
+	}
 	if (run != (unsigned int)(c->run & 0xffff) || qpi >= (unsigned int)c->nqp || qn > RQ) {
 		cfail(c, "completion of unknown wr_id %#" PRIx64 " (%s, qp_num %u)", wc->wr_id,
 		      ibv_wc_status_str(wc->status), wc->qp_num);
@@ -563,27 +634,9 @@ static void account(struct client *c, struct cq *cq, const struct ibv_wc *wc, bo
 		return;
 	}
 	switch (r->op) {
-	case OP_RECV: {
-		const uint8_t *p = recv_slot(qp, idx);
-		struct msg_hdr h;
-		uint32_t seq = qp->nrecv_ok++;
-		unsigned int len = reply_len(c->plan.seed, qpi, seq);
-		int bad;
-
-		memcpy(&h, p, sizeof(h));
-		if (wc->opcode != IBV_WC_RECV)
-			cfail(c, "q%u RQ wr %u: opcode %d, want RECV", qpi, idx, wc->opcode);
-		if (h.magic != MAGIC || h.qpi != qpi || h.tag != T_REPLY || h.seq != seq ||
-		    h.len != len || wc->byte_len != len) {
-			cfail(c, "q%u RQ wr %u: received magic %#x qpi %u tag %u seq %u len %u byte_len %u, want seq %u len %u",
-			      qpi, idx, h.magic, h.qpi, h.tag, h.seq, h.len, wc->byte_len, seq, len);
-			break;
-		}
-		bad = verify(p, hash(c->plan.seed, qpi, T_REPLY, seq), HDR, len);
-		if (bad >= 0)
-			cfail(c, "q%u RQ wr %u (reply %u): byte %d wrong", qpi, idx, seq, bad);
+	case OP_RECV:
+		check_reply(c, qp, recv_slot(qp, idx), wc, "RQ", idx);
 		break;
-	}
 	case OP_READ: {
 		uint64_t base = r->src >= 0 ? hash(c->plan.seed, qpi, T_WRITE, r->src)
 					    : hash(c->plan.seed, qpi, T_STATIC, 0);
@@ -672,6 +725,16 @@ static bool polls_cq(struct client *c, int w, int cqi)
 	return false;
 }
 
+static bool srq_posts(struct client *c, int w, int si)
+{
+	int i;
+
+	for (i = 0; i < c->nqp; i++)
+		if (c->plan.srq[i] == si && posts_to(c, w, i))
+			return true;
+	return false;
+}
+
 static void *worker_thread(void *arg)
 {
 	struct worker *w = arg;
@@ -684,6 +747,10 @@ static void *worker_thread(void *arg)
 		for (i = 0; i < c->nqp; i++)
 			if (posts_to(c, w->n, i))
 				post_some(&c->qps[i]);
+		/* An SRQ: by every worker that posts to one of its QPs, at once. */
+		for (i = 0; i < c->plan.nsrq; i++)
+			if (srq_posts(c, w->n, i))
+				srq_post_some(&c->srqs[i]);
 		for (i = 0; i < c->plan.ncq; i++)
 			if (polls_cq(c, w->n, i))
 				got += poll_cq(c, &c->cqs[i], NULL);
@@ -699,6 +766,16 @@ static struct qp *qp_of(struct client *c, struct ibv_qp *ibqp)
 
 	for (i = 0; i < c->nqp; i++)
 		if (c->qps[i].qp == ibqp && ibqp)
+			return &c->qps[i];
+	return NULL;
+}
+
+struct qp *qp_of_num(struct client *c, uint32_t qpn)
+{
+	int i;
+
+	for (i = 0; i < c->nqp; i++)
+		if (c->qps[i].qpn == qpn && qpn)
 			return &c->qps[i];
 	return NULL;
 }
@@ -754,11 +831,27 @@ static void *async_thread(void *arg)
 		case IBV_EVENT_CQ_ERR:
 			cfail(c, "CQ_ERR: a CQ overflowed (sized for every WR of its QPs)");
 			break;
+		case IBV_EVENT_QP_LAST_WQE_REACHED: {
+			struct qp *sqp = qp_of(c, ev.element.qp);
+
+			if (sqp)
+				srq_last_wqe(c, sqp);
+			else
+				cfail(c, "LAST_WQE_REACHED: element.qp %p is none of our QPs",
+				      (void *)ev.element.qp);
+			break;
+		}
+		case IBV_EVENT_SRQ_LIMIT_REACHED:
+		case IBV_EVENT_SRQ_ERR:
+			/* No limit is armed; the rings are ours and sound. */
+			cfail(c, "%s on an SRQ (%p)", ibv_event_type_str(type), (void *)ev.element.srq);
+			break;
 		default:
 			break;	/* port events */
 		}
-		c->events[type == IBV_EVENT_DEVICE_FATAL ? 4 : ev_bit(type) ?
-			  __builtin_ctz(ev_bit(type)) : 5]++;
+		if (type != IBV_EVENT_QP_LAST_WQE_REACHED)
+			c->events[type == IBV_EVENT_DEVICE_FATAL ? 4 : ev_bit(type) ?
+				  __builtin_ctz(ev_bit(type)) : 5]++;
 		ibv_ack_async_event(&ev);
 		/* async and mixed: this thread polls the QP's CQs at once. */
 		if (qp && (qp->style == ST_ASYNC || qp->style == ST_MIXED)) {
@@ -941,11 +1034,18 @@ static int connect_qp(struct client *c, struct qp *qp, struct addrinfo *ai)
 		c->cch = ibv_create_comp_channel(c->ctx);
 		for (i = 0; i < p->ncq && c->pd && c->cch; i++) {
 			struct cq *cq = &c->cqs[i];
-			int j, depth = 0;
+			int j, k, depth = 0;
 
 			/* Room for every WR of every queue feeding it: no overflow. */
 			for (j = 0; j < p->nqp; j++)
 				depth += (p->send_cq[j] == i) * SQ_DEPTH + (p->recv_cq[j] == i) * RQ_DEPTH;
+			/* An SRQ's WRs may all complete on any CQ of its QPs. */
+			for (k = 0; k < p->nsrq; k++)
+				for (j = 0; j < p->nqp; j++)
+					if (p->srq[j] == k && p->recv_cq[j] == i) {
+						depth += SRQ_DEPTH;
+						break;
+					}
 			cq->event = p->cq_event[i];
 			cq->cq = ibv_create_cq(c->ctx, depth ? depth : 1, NULL,
 					       cq->event ? c->cch : NULL, 0);
@@ -958,6 +1058,10 @@ static int connect_qp(struct client *c, struct qp *qp, struct addrinfo *ai)
 			cfail(c, "verbs setup: %s", strerror(errno));
 			return -1;
 		}
+		for (i = 0; i < p->nsrq; i++)
+			if (srq_create(c, &c->srqs[i]))
+				return -1;
+		memcpy(&c->local, rdma_get_local_addr(qp->id), sizeof(struct sockaddr_in));
 	} else if (qp->id->verbs != c->ctx) {
 		cfail(c, "q%d resolved to another device", qp->idx);
 		return -1;
@@ -966,6 +1070,7 @@ static int connect_qp(struct client *c, struct qp *qp, struct addrinfo *ai)
 	qp->mr = qp->buf ? ibv_reg_mr(c->pd, qp->buf, 3 * NSLOT * SLOT, IBV_ACCESS_LOCAL_WRITE) : NULL;
 	attr.send_cq = qp->scq->cq;
 	attr.recv_cq = qp->rcq->cq;
+	attr.srq = qp->srq ? qp->srq->srq : NULL;
 	if (!qp->mr || rdma_create_qp(qp->id, c->pd, &attr)) {
 		cfail(c, "q%d: create QP: %s", qp->idx, strerror(errno));
 		return -1;
@@ -974,7 +1079,7 @@ static int connect_qp(struct client *c, struct qp *qp, struct addrinfo *ai)
 	qp->qpn = qp->qp->qp_num;
 	/* Receives before the connection: the server answers at once. */
 	pthread_mutex_lock(&qp->lock);
-	for (i = 0; i < RQ_DEPTH; i++)
+	for (i = 0; i < RQ_DEPTH && !qp->srq; i++)
 		if (post_recv(qp))
 			break;
 	pthread_mutex_unlock(&qp->lock);
@@ -1018,6 +1123,8 @@ static void destroy_qp(struct client *c, struct qp *qp)
 	pthread_mutex_lock(&qp->lock);
 	qp->gone = true;
 	pthread_mutex_unlock(&qp->lock);
+	/* Its SRQ WQEs whose CQEs were still in the ring go with it. */
+	qp->aborted = qp->srq && !qp->last_wqe;
 	if (pthread_create(&t, NULL, destroy_thread, &d)) {
 		destroy_thread(&d);
 	} else {
@@ -1242,6 +1349,8 @@ static const char *styles_str(struct client *c, char *buf, size_t len)
 		n += snprintf(buf + n, len - n, "%s%s/%d%s%s", i ? "," : "", style_names[qp->style],
 			      qp->sig_every, qp->scq->event || qp->rcq->event ? "+cq-event" : "",
 			      qp->scq != qp->rcq ? "+2cq" : "");
+		if (qp->srq && n < len)
+			n += snprintf(buf + n, len - n, "+srq%d", qp->srq->idx);
 	}
 	return buf;
 }
@@ -1256,7 +1365,7 @@ static bool run_one(int run, uint64_t seed, const int *allowed, int nallowed, in
 	bool async_on = false, cqev_on = false, cm_on = false, any_event_cq = false;
 	struct worker workers[2];
 	int nworkers = 0, i, qn, threads;
-	char portstr[16], styles[512];
+	char portstr[16], styles[768], srqs[160];
 	unsigned long tot[2][5] = {};
 	double until, t_start = now(), t_setup = 0, t_reap = 0, t_down;
 	bool pass;
@@ -1267,6 +1376,16 @@ static bool run_one(int run, uint64_t seed, const int *allowed, int nallowed, in
 	f = &faults[p->fault];
 	watchdog(c, "setup", 120);
 	c->nqp = p->nqp;
+	/* A lost device (CQs frozen) flushes its SRQs; a removed one (rmmod)
+	 * ends its QPs through vt3d, which flushes nothing of them. */
+	c->lost_run = f->scope == S_DEVICE && strcmp(f->name, "rmmod");
+	c->removed_run = !strcmp(f->name, "rmmod");
+	c->may_fail = f->scope == S_QP ? p->target : f->scope == S_NOEVENT ? -1 : -2;
+	for (i = 0; i < p->nsrq; i++) {
+		c->srqs[i].idx = i;
+		c->srqs[i].c = c;
+		pthread_mutex_init(&c->srqs[i].lock, NULL);
+	}
 	for (i = 0; i < p->ncq; i++)
 		pthread_mutex_init(&c->cqs[i].lock, NULL);
 	for (i = 0; i < p->nqp; i++) {
@@ -1278,6 +1397,7 @@ static bool run_one(int run, uint64_t seed, const int *allowed, int nallowed, in
 		qp->sig_every = p->sig_every[i];
 		qp->scq = &c->cqs[p->send_cq[i]];
 		qp->rcq = &c->cqs[p->recv_cq[i]];
+		qp->srq = p->srq[i] >= 0 ? &c->srqs[p->srq[i]] : NULL;
 		qp->last_write = -1;
 		pthread_mutex_init(&qp->lock, NULL);
 		qp->q[SQ].w = calloc(MAX_WR, sizeof(struct wrec));
@@ -1337,7 +1457,7 @@ static bool run_one(int run, uint64_t seed, const int *allowed, int nallowed, in
 
 		for (i = 0; i < c->nqp; i++)
 			all &= qp_accounted(&c->qps[i]);
-		if (all || now() > until)
+		if ((all && srq_accounted(c)) || now() > until)
 			break;
 		usleep(5000);
 	}
@@ -1346,6 +1466,7 @@ static bool run_one(int run, uint64_t seed, const int *allowed, int nallowed, in
 		if (!qp_accounted(&c->qps[i]))
 			cfail(c, "q%d: signaled WRs without a completion %.0f s after the end", i,
 			      now() - t_reap);
+	srq_check_last_wqe(c);
 	c->stop = true;
 	for (i = 0; i < nworkers; i++)
 		pthread_join(workers[i].t, NULL);
@@ -1367,6 +1488,10 @@ out:
 		pthread_join(async_t, NULL);
 	if (cm_on)
 		pthread_join(cm_t, NULL);
+	/* What the device wrote before LAST_WQE_REACHED is the SRQ's, not lost. */
+	for (i = 0; i < p->ncq; i++)
+		if (c->cqs[i].cq)
+			poll_cq(c, &c->cqs[i], NULL);
 	for (i = 0; i < c->nqp; i++)
 		if (c->qps[i].qp)
 			destroy_qp(c, &c->qps[i]);
@@ -1391,6 +1516,9 @@ out:
 			ibv_dereg_mr(qp->mr);
 		free(qp->buf);
 	}
+	/* Every QP of the SRQs is gone: what they still hold is accounted. */
+	for (i = 0; i < p->nsrq; i++)
+		srq_end(c, &c->srqs[i]);
 	if (c->t0 && !c->err[0])
 		check_events(c);
 	for (i = 0; i < p->ncq; i++) {
@@ -1413,22 +1541,27 @@ out:
 	t_down = now() - t_down;
 
 	threads = 1 + nworkers + any_event_cq + 1;	/* + the main thread's cm part */
+	srq_counts(c, srqs, sizeof(srqs));
 	pass = !c->err[0];
 	printf("RUN %d seed %" PRIu64 " fault %s side %d target q%d qps %d cqs %d threads %d "
 	       "styles %s; %.2f s: %s: sq %lu posted %lu ok %lu flushed %lu error %lu silent; "
-	       "rq %lu posted %lu ok %lu flushed %lu error; events fatal %lu req %lu access %lu close %lu device %lu other %lu; "
+	       "rq %lu posted %lu ok %lu flushed %lu error; %s; "
+	       "events fatal %lu req %lu access %lu close %lu device %lu other %lu last-wqe %lu; "
 	       "cq-wakeups %lu fallback %lu; setup %.2f reap %.2f teardown %.2f s%s%s\n",
 	       run, seed, f->name, p->side, p->target, p->nqp, p->ncq, threads,
 	       styles_str(c, styles, sizeof(styles)), now() - t_start, pass ? "ok" : "FAIL",
 	       tot[SQ][0], tot[SQ][1], tot[SQ][2], tot[SQ][3], tot[SQ][4],
-	       tot[RQ][0], tot[RQ][1], tot[RQ][2], tot[RQ][3],
+	       tot[RQ][0], tot[RQ][1], tot[RQ][2], tot[RQ][3], srqs,
 	       c->events[0], c->events[1], c->events[2], c->events[3], c->events[4], c->events[5],
+	       c->last_wqe_events,
 	       c->cq_wakeups, c->fallback_polls, t_setup, t_reap, t_down, pass ? "" : " -- ", c->err);
 	fflush(stdout);
 	for (i = 0; i < c->nqp; i++) {
 		free(c->qps[i].q[SQ].w);
 		free(c->qps[i].q[RQ].w);
 	}
+	for (i = 0; i < p->nsrq; i++)
+		free(c->srqs[i].w);
 	free(c);
 	return pass;
 }

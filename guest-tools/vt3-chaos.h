@@ -142,8 +142,6 @@ struct plan {
 	int srq[MAX_QPS];	/* the QP's SRQ, -1: its own receive queue */
 };
 
-void plan_srqs(struct plan *p);
-
 /* ---------------------------------------------------------------- client */
 
 enum queue { SQ, RQ, SRQ_Q };	/* SRQ_Q: wr_id's QP field is the SRQ's index */
@@ -248,9 +246,10 @@ struct client {
 	struct qp qps[MAX_QPS];
 	struct srq srqs[MAX_SRQS];
 	int nqp;
-	bool lost_run;			/* the fault loses the device */
-	bool target_fails_alone;	/* before the end, only the target QP may fail */
-	int target;			/* that QP, -1: none may */
+	bool lost_run;			/* the device is lost: its SRQs are flushed */
+	bool removed_run;		/* the fault removes the device (rmmod) */
+	int may_fail;			/* before the end: this QP may fail; -1 none, -2 any */
+	struct sockaddr_storage local;	/* our address (the SRQ's drain connects to it) */
 	volatile bool stop_post;	/* the end: posters stop */
 	volatile bool stop;		/* threads end */
 	volatile bool ending;		/* error events from here on are ours */
@@ -282,8 +281,7 @@ void srq_account(struct client *c, struct cq *cq, const struct ibv_wc *wc, const
 void srq_last_wqe(struct client *c, struct qp *qp);
 bool srq_accounted(struct client *c);
 void srq_check_last_wqe(struct client *c);
-void srq_prove_left(struct client *c, struct srq *s, const struct sockaddr *local);
-void srq_destroy(struct client *c, struct srq *s);
-int srq_counts(struct client *c, char *buf, size_t len);
+void srq_end(struct client *c, struct srq *s);
+void srq_counts(struct client *c, char *buf, size_t len);
 
 #endif
