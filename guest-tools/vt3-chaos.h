@@ -197,7 +197,7 @@ struct srq {
 	uint32_t after_err;	/* WRs posted after the device was lost (atomic) */
 	pthread_mutex_t lock;	/* accounting */
 	int nqp;
-	bool enomem;		/* a post was refused for want of a ring slot */
+	unsigned long enomem;	/* posts refused: the slot at the producer index was busy */
 	unsigned long ok, flush, err, left, dropped;
 };
 
