@@ -25,8 +25,13 @@
  * threads), a style per QP (poll: one poster; post: two posters at once;
  * async: the async thread also polls the QP's CQs after each of its
  * events; mixed: two posters, two pollers and the async thread on one
- * QP), every Nth send signaled (sq_sig_all = 0), and one fault at a
- * random moment:
+ * QP), every Nth send signaled (sq_sig_all = 0), in half of the runs
+ * some or all QPs on one or two shared receive queues (QPs of different
+ * receive CQs on one SRQ; the workers that post to its QPs refill it, at
+ * once: several threads in ibv_post_srq_recv; an SRQ QP's SENDs only as
+ * many as SRQ WRs were posted, so every reply finds a WQE; drawn from a
+ * stream of their own, so the rest of a seed's plan is what it was before
+ * SRQs), and one fault at a random moment:
  *   local   disconnect (rdma_disconnect of one QP), abort (destroy one QP
  *           with traffic in flight), bad-wqe (a WRITE with a bad lkey)
  *   peer    peer-close, peer-abort (the server, on the client's request)
@@ -55,8 +60,19 @@
  * fault on the QP it hit and no error event on the others before the end;
  * no completion of a QP after ibv_destroy_qp returned (a drain of every CQ
  * after the destroys finds nothing); nothing hangs (every wait bounded, a
- * watchdog ends a stuck run as FAIL). One line per run,
- *   RUN <i> seed <s> fault <f> ... ok|FAIL: <counts> [-- reasons]
+ * watchdog ends a stuck run as FAIL). SRQ WRs (vt3-chaos-srq.c, where
+ * the rules are spelled out): each completes at most once, on a QP of its
+ * SRQ and that QP's receive CQ, with the server's next reply on that QP;
+ * a QP's error flushes nothing of the SRQ but the one WQE the QP had
+ * taken (at most one unsuccessful SRQ completion per QP, its last), a
+ * lost device's flush completes every SRQ WR exactly once; each SRQ QP
+ * in ERROR gets LAST_WQE_REACHED once, after its error event, and nothing
+ * of the SRQ succeeds on it after that; at the end posted = completed +
+ * left, "left" proved by draining the SRQ through a loopback connection
+ * (each left WR taken once, then an empty SRQ). One line per run,
+ *   RUN <i> seed <s> fault <f> ... ok|FAIL: sq …; rq …; srqs <n>: <p> posted
+ *   <o> ok <f> flushed <e> error <l> left <d> dropped[ unproven]; events …
+ *   [-- reasons]
  * and "vt3-chaos: N passed, N failed" last; exit 1 on a failure. Replay
  * one run with --seed <s> --runs 1 --faults <f>.
  */
