@@ -54,6 +54,18 @@ static uint8_t *srq_slot(struct srq *s, uint32_t idx)
 	return s->buf + (size_t)(idx % SRQ_SLOTS) * SLOT;
 }
 
+/* Where an SRQ WR completed (wrec.by): "q3", "the drain QP", "qp_num 77". */
+static const char *by_name(char *buf, size_t len, int by, uint32_t qp_num)
+{
+	if (by >= 0)
+		snprintf(buf, len, "q%d", by);
+	else if (by == -2)
+		snprintf(buf, len, "the drain QP");
+	else
+		snprintf(buf, len, "qp_num %u", qp_num);
+	return buf;
+}
+
 static bool rec_done(const struct wrec *r)
 {
 	return __atomic_load_n(&r->seen, __ATOMIC_ACQUIRE) || __atomic_load_n(&r->unposted, __ATOMIC_ACQUIRE);
@@ -160,7 +172,7 @@ void srq_account(struct client *c, struct cq *cq, const struct ibv_wc *wc, const
 	struct srq *s;
 	struct wrec *r;
 	struct qp *qp;
-	char what[16];
+	char what[16], first[24], second[24];
 
 	if (si >= (unsigned int)c->plan.nsrq) {
 		cfail(c, "completion of unknown SRQ wr_id %#" PRIx64 " (%s, qp_num %u)", wc->wr_id, st, wc->qp_num);
@@ -175,13 +187,15 @@ void srq_account(struct client *c, struct cq *cq, const struct ibv_wc *wc, const
 	qp = qp_of_num(c, wc->qp_num);
 	pthread_mutex_lock(&s->lock);
 	if (r->seen) {
-		cfail(c, "srq%u wr %u completed twice: %s on q%d, then %s on qp_num %u", si, idx,
-		      ibv_wc_status_str(r->status), r->by, st, wc->qp_num);
+		cfail(c, "srq%u wr %u completed twice: %s on %s, then %s on %s", si, idx,
+		      ibv_wc_status_str(r->status), by_name(first, sizeof(first), r->by, r->by_qpn), st,
+		      by_name(second, sizeof(second), qp ? qp->idx : -1, wc->qp_num));
 		pthread_mutex_unlock(&s->lock);
 		return;
 	}
 	r->status = wc->status;
 	r->by = qp ? qp->idx : -1;
+	r->by_qpn = wc->qp_num;
 	__atomic_store_n(&r->seen, 1, __ATOMIC_RELEASE);
 	__atomic_add_fetch(&s->done, 1, __ATOMIC_ACQ_REL);
 	if (ok)
@@ -388,7 +402,7 @@ static void drain_poll(struct drain *d)
 		for (i = 0; i < n; i++) {
 			uint32_t idx = (uint32_t)wc[i].wr_id;
 			struct wrec *r = &s->w[idx % MAX_SRQ_WR];
-			char what[24];
+			char what[24], first[24];
 
 			if (wc[i].wr_id != make_wr_id(d->c, s->idx, SRQ_Q, idx) || idx >= load(&s->reserved) ||
 			    r->unposted) {
@@ -397,9 +411,9 @@ static void drain_poll(struct drain *d)
 				continue;
 			}
 			if (r->seen) {
-				cfail(d->c, "srq%d wr %u completed twice: %s on q%d, then %s on the drain QP",
-				      s->idx, idx, ibv_wc_status_str(r->status), r->by,
-				      ibv_wc_status_str(wc[i].status));
+				cfail(d->c, "srq%d wr %u completed twice: %s on %s, then %s on the drain QP",
+				      s->idx, idx, ibv_wc_status_str(r->status),
+				      by_name(first, sizeof(first), r->by, r->by_qpn), ibv_wc_status_str(wc[i].status));
 				continue;
 			}
 			r->seen = 1;

@@ -157,7 +157,8 @@ struct wrec {
 	uint32_t seq;		/* SEND: its number among the QP's SENDs */
 	uint8_t after_err;	/* posted when the QP was known to be in error */
 	uint8_t unposted;	/* SRQ: its ibv_post_srq_recv failed */
-	int8_t by;		/* SRQ: the QP it completed on */
+	int8_t by;		/* SRQ: the QP it completed on; -2 the drain QP */
+	uint32_t by_qpn;	/* SRQ: its wc.qp_num */
 };
 
 struct wq {
