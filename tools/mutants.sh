@@ -45,6 +45,7 @@
 #                  (success returned, the WQE never written): it never
 #                  completes and is not left in the SRQ (the chaos run's
 #                  drain of what the SRQ holds must miss it)
+#   srq-no-last-wqe  vt3.ko never reports IB_EVENT_QP_LAST_WQE_REACHED
 #   destroyed-qp-relinked  vt3.ko lets a device loss put a kernel QP back
 #                  on its CQ's flush list after destroy_qp took it off
 #                  (and holds the loss's QP reference 1 s before it takes
@@ -209,6 +210,13 @@ REASON[srq-post-lost]='never completed and not in the SRQ: lost|never completed 
 CASES[srq-post-lost]=chaos
 ENV[srq-post-lost]=$CHAOS_SRQ_ENV
 
+FILE[srq-no-last-wqe]=guest-driver/vt3_qp.c
+ANCHOR[srq-no-last-wqe]='	vt3_qp_ib_event(qp, IB_EVENT_QP_LAST_WQE_REACHED);'
+REPLACEMENT[srq-no-last-wqe]='	/* MUTANT: never reported */'
+REASON[srq-no-last-wqe]='no LAST_WQE_REACHED \(a QP of srq'
+CASES[srq-no-last-wqe]=chaos
+ENV[srq-no-last-wqe]=$CHAOS_SRQ_ENV
+
 FILE[ksrq-flush-on-error]=guest-driver/vt3_flush.c
 ANCHOR[ksrq-flush-on-error]='	    (!qp->ibqp.srq || vt3_cons_untrusted(qp, rcq))) {'
 REPLACEMENT[ksrq-flush-on-error]='	    (1 || !qp->ibqp.srq || vt3_cons_untrusted(qp, rcq))) { /* MUTANT */'
@@ -362,7 +370,7 @@ CASES[qp-calloc]=flush-decoy-qp
 
 ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze close-withheld lost-flush-from-cons slot-by-cons
 	free-unknown fatal-before-flags srq-flush-on-error ksrq-flush-on-error srq-lost-unflushed ksrq-lost-unflushed
-	srq-flushed-on-error srq-completes-twice srq-post-lost
+	srq-flushed-on-error srq-completes-twice srq-post-lost srq-no-last-wqe
 	destroyed-qp-relinked destroyed-qp-completes flush-after-ring qp-calloc doorbell-under-lock)
 
 log() { printf '[mutants] %s\n' "$*" >&2; }
