@@ -442,6 +442,9 @@ static void drain_wait(struct drain *d)
 	double until = now() + 20;
 
 	while (!d->last_wqe && now() < until) {
+		/* Failed, yet no LAST_WQE_REACHED: a little longer only. */
+		if (d->first_event && until > now() + 3)
+			until = now() + 3;
 		struct pollfd pfd = { .fd = ctx->async_fd, .events = POLLIN };
 		struct ibv_async_event ev;
 
@@ -537,9 +540,12 @@ static void srq_drain(struct client *c, struct srq *s, uint32_t unseen, uint32_t
 		if (!s->w[i].seen && !s->w[i].unposted && !missing++)
 			first_missing = i;
 	s->dropped = missing;
-	if (!d.last_wqe)
+	if (!d.first_event)
 		cfail(c, "srq%d drain: %u SENDs for %u WRs left, %lu taken, and the drain QP did not fail: the SRQ held more WQEs than were left",
 		      s->idx, d.sends, unseen, s->left);
+	else if (!d.last_wqe)
+		cfail(c, "srq%d drain: the drain QP failed (%s), but no LAST_WQE_REACHED", s->idx,
+		      ibv_event_type_str(d.first_event));
 	else if (d.first_event != IBV_EVENT_QP_REQ_ERR)
 		cfail(c, "srq%d drain: the drain QP's error was %s, want QP_REQ_ERR (a SEND found no WQE)",
 		      s->idx, d.first_event ? ibv_event_type_str(d.first_event) : "no event");
