@@ -25,8 +25,13 @@
  * threads), a style per QP (poll: one poster; post: two posters at once;
  * async: the async thread also polls the QP's CQs after each of its
  * events; mixed: two posters, two pollers and the async thread on one
- * QP), every Nth send signaled (sq_sig_all = 0), and one fault at a
- * random moment:
+ * QP), every Nth send signaled (sq_sig_all = 0), in half of the runs
+ * some or all QPs on one or two shared receive queues (QPs of different
+ * receive CQs on one SRQ; the workers that post to its QPs refill it, at
+ * once: several threads in ibv_post_srq_recv; an SRQ QP's SENDs only as
+ * many as SRQ WRs were posted, so every reply finds a WQE; drawn from a
+ * stream of their own, so the rest of a seed's plan is what it was before
+ * SRQs), and one fault at a random moment:
  *   local   disconnect (rdma_disconnect of one QP), abort (destroy one QP
  *           with traffic in flight), bad-wqe (a WRITE with a bad lkey)
  *   peer    peer-close, peer-abort (the server, on the client's request)
@@ -55,8 +60,19 @@
  * fault on the QP it hit and no error event on the others before the end;
  * no completion of a QP after ibv_destroy_qp returned (a drain of every CQ
  * after the destroys finds nothing); nothing hangs (every wait bounded, a
- * watchdog ends a stuck run as FAIL). One line per run,
- *   RUN <i> seed <s> fault <f> ... ok|FAIL: <counts> [-- reasons]
+ * watchdog ends a stuck run as FAIL). SRQ WRs (vt3-chaos-srq.c, where
+ * the rules are spelled out): each completes at most once, on a QP of its
+ * SRQ and that QP's receive CQ, with the server's next reply on that QP;
+ * a QP's error flushes nothing of the SRQ but the one WQE the QP had
+ * taken (at most one unsuccessful SRQ completion per QP, its last), a
+ * lost device's flush completes every SRQ WR exactly once; each SRQ QP
+ * in ERROR gets LAST_WQE_REACHED once, after its error event, and nothing
+ * of the SRQ succeeds on it after that; at the end posted = completed +
+ * left, "left" proved by draining the SRQ through a loopback connection
+ * (each left WR taken once, then an empty SRQ). One line per run,
+ *   RUN <i> seed <s> fault <f> ... ok|FAIL: sq …; rq …; srqs <n>: <p> posted
+ *   <o> ok <f> flushed <e> error <l> left <d> dropped[ unproven]; events …
+ *   [-- reasons]
  * and "vt3-chaos: N passed, N failed" last; exit 1 on a failure. Replay
  * one run with --seed <s> --runs 1 --faults <f>.
  */
@@ -81,33 +97,14 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
-/* The vendor event of vt3 (infiniband/vt3dv.h), without needing the header. */
-#define EV_LLP_CLOSE_COMPLETE	0x8001
-
-#define MAGIC		0x76743363u	/* "vt3c" */
-#define MAX_QPS		16
-#define MAX_CQS		4
-#define SQ_DEPTH	32
-#define RQ_DEPTH	32
-#define MAX_WR		16384		/* per queue and QP in one run */
-#define SLOT		256		/* bytes per buffer slot */
-#define NSLOT		64		/* local slots of each kind (> 2 queue depths) */
-#define RSLOTS		1024		/* remote WRITE slots per connection */
-#define RECENT		(RSLOTS / 2)	/* a READ reads back a WRITE this recent */
-#define SRV_RQ		96		/* > RQ_DEPTH: every client SEND finds one */
-#define SRV_SQ		96
-#define HDR		16
-#define ORD		4
-
-/* Byte-pattern tags: what a buffer's bytes derive from besides the seed. */
-enum tag { T_LEN = 1, T_OP, T_CSEND, T_REPLY, T_WRITE, T_STATIC, T_PLAN };
+#include "vt3-chaos.h"
 
 /* ------------------------------------------------------------- common */
 
-static int verbose;
-static int timeout_s = 600;
+int verbose;
+int timeout_s = 600;
 
-static double now(void)
+double now(void)
 {
 	struct timespec ts;
 
@@ -115,8 +112,7 @@ static double now(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static void vlog(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void vlog(const char *fmt, ...)
+void vlog(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -126,365 +122,6 @@ static void vlog(const char *fmt, ...)
 	fprintf(stderr, "  [%.3f] ", now());
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
-}
-
-static uint64_t mix(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
-static uint64_t hash(uint64_t seed, unsigned int qpi, enum tag tag, uint32_t idx)
-{
-	return mix(seed ^ mix(((uint64_t)qpi << 40) ^ ((uint64_t)tag << 32) ^ idx));
-}
-
-/* Byte i of the message (seed, qpi, tag, idx). */
-static uint8_t pat(uint64_t base, unsigned int i)
-{
-	return (uint8_t)((base >> ((i & 7) * 8)) + (i >> 3) * 151);
-}
-
-static void fill(uint8_t *p, uint64_t base, unsigned int from, unsigned int len)
-{
-	unsigned int i;
-
-	for (i = from; i < len; i++)
-		p[i] = pat(base, i);
-}
-
-/* Index of the first wrong byte, or -1. */
-static int verify(const uint8_t *p, uint64_t base, unsigned int from, unsigned int len)
-{
-	unsigned int i;
-
-	for (i = from; i < len; i++)
-		if (p[i] != pat(base, i))
-			return i;
-	return -1;
-}
-
-/* SEND messages start with this header; the rest is the pattern. */
-struct msg_hdr {
-	uint32_t magic;
-	uint16_t qpi;
-	uint16_t len;
-	uint32_t seq;
-	uint32_t tag;
-};
-
-static unsigned int reply_len(uint64_t seed, unsigned int qpi, uint32_t seq)
-{
-	return HDR + hash(seed, qpi, T_REPLY, seq ^ 0x80000000u) % (SLOT - HDR + 1);
-}
-
-enum action { ACT_NONE, ACT_CLOSE, ACT_ABORT };
-
-struct req_pd {			/* client -> server, in the connect */
-	uint32_t magic;
-	uint32_t qpi;
-	uint64_t seed;
-	uint32_t action;
-	uint32_t act_ms;	/* after ESTABLISHED */
-};
-
-struct rep_pd {			/* server -> client, in the accept */
-	uint32_t magic;
-	uint32_t qpn;
-	uint64_t addr;		/* RSLOTS WRITE slots, then the static slot */
-	uint32_t rkey;
-	uint32_t reserved;
-};
-
-/* --------------------------------------------------------------- server */
-
-#define SRV_CONNS	64
-#define SRV_BUF		((RSLOTS + 1 + SRV_RQ + SRV_SQ) * SLOT)
-#define SRV_RECV(i)	((RSLOTS + 1 + (i)) * SLOT)
-#define SRV_SEND(i)	((RSLOTS + 1 + SRV_RQ + (i)) * SLOT)
-
-struct sconn {
-	struct rdma_cm_id *id;
-	struct ibv_pd *pd;
-	struct ibv_cq *cq;
-	struct ibv_mr *mr;	/* its own SEND and receive buffers */
-	struct ibv_mr *rmr;	/* what the client WRITEs and READs: another STag,
-				 * so invalidating it fails only the client's access */
-	uint8_t *buf;
-	struct req_pd req;
-	double act_at;		/* 0: nothing to do */
-	uint32_t received, replied;
-	int sq_out;
-	bool established, bad_reported;
-};
-
-static struct sconn sconns[SRV_CONNS];
-static unsigned long srv_accepted, srv_nbad, srv_bytes;
-
-static void sconn_free(struct sconn *c, bool abort_conn)
-{
-	if (!c->id)
-		return;
-	if (!abort_conn)
-		rdma_disconnect(c->id);
-	if (c->id->qp)
-		rdma_destroy_qp(c->id);
-	if (c->mr)
-		ibv_dereg_mr(c->mr);
-	if (c->rmr)
-		ibv_dereg_mr(c->rmr);
-	if (c->cq)
-		ibv_destroy_cq(c->cq);
-	if (c->pd)
-		ibv_dealloc_pd(c->pd);
-	rdma_destroy_id(c->id);
-	free(c->buf);
-	memset(c, 0, sizeof(*c));
-}
-
-static int srv_post_recv(struct sconn *c, uint32_t n)
-{
-	struct ibv_sge sge = { .addr = (uintptr_t)c->buf + SRV_RECV(n % SRV_RQ),
-			       .length = SLOT, .lkey = c->mr->lkey };
-	struct ibv_recv_wr wr = { .wr_id = n, .sg_list = &sge, .num_sge = 1 }, *bad;
-
-	return ibv_post_recv(c->id->qp, &wr, &bad);
-}
-
-static void srv_bad(struct sconn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void srv_bad(struct sconn *c, const char *fmt, ...)
-{
-	va_list ap;
-
-	srv_nbad++;
-	if (c->bad_reported)
-		return;
-	c->bad_reported = true;
-	printf("SERVER BAD seed %" PRIu64 " qp %u: ", c->req.seed, c->req.qpi);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-}
-
-static void srv_check_recv(struct sconn *c, const struct ibv_wc *wc)
-{
-	const uint8_t *p = c->buf + SRV_RECV(wc->wr_id % SRV_RQ);
-	struct msg_hdr h;
-	int bad;
-
-	memcpy(&h, p, sizeof(h));
-	if (wc->byte_len < HDR || h.magic != MAGIC || h.qpi != c->req.qpi || h.tag != T_CSEND ||
-	    h.len != wc->byte_len) {
-		srv_bad(c, "SEND %u: header magic %#x qpi %u tag %u len %u, byte_len %u", c->received,
-			h.magic, h.qpi, h.tag, h.len, wc->byte_len);
-		return;
-	}
-	if (h.seq != c->received) {
-		srv_bad(c, "SEND seq %u arrived as receive %u (lost or reordered)", h.seq, c->received);
-		return;
-	}
-	bad = verify(p, hash(c->req.seed, c->req.qpi, T_CSEND, h.seq), HDR, h.len);
-	if (bad >= 0)
-		srv_bad(c, "SEND %u: byte %d wrong", h.seq, bad);
-	srv_bytes += h.len;
-}
-
-/* Answers each received SEND with one of ours, while the SQ has room. */
-static void srv_reply(struct sconn *c)
-{
-	while (c->replied < c->received && c->sq_out < SRV_SQ - 1) {
-		unsigned int len = reply_len(c->req.seed, c->req.qpi, c->replied);
-		uint8_t *p = c->buf + SRV_SEND(c->replied % SRV_SQ);
-		struct msg_hdr h = { .magic = MAGIC, .qpi = c->req.qpi, .len = len,
-				     .seq = c->replied, .tag = T_REPLY };
-		struct ibv_sge sge = { .addr = (uintptr_t)p, .length = len, .lkey = c->mr->lkey };
-		struct ibv_send_wr wr = { .wr_id = c->replied, .sg_list = &sge, .num_sge = 1,
-					  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED }, *bad;
-
-		memcpy(p, &h, sizeof(h));
-		fill(p, hash(c->req.seed, c->req.qpi, T_REPLY, c->replied), HDR, len);
-		if (ibv_post_send(c->id->qp, &wr, &bad))
-			return;		/* in error: the connection is ending */
-		c->replied++;
-		c->sq_out++;
-	}
-}
-
-static void srv_poll(struct sconn *c)
-{
-	struct ibv_wc wc[16];
-	int n, i;
-
-	while ((n = ibv_poll_cq(c->cq, 16, wc)) > 0) {
-		for (i = 0; i < n; i++) {
-			if (wc[i].opcode & IBV_WC_RECV) {
-				if (wc[i].status != IBV_WC_SUCCESS)
-					continue;
-				srv_check_recv(c, &wc[i]);
-				c->received++;
-				srv_post_recv(c, wc[i].wr_id + SRV_RQ);
-			} else {
-				c->sq_out--;
-			}
-		}
-	}
-	srv_reply(c);
-}
-
-static struct sconn *sconn_of(struct rdma_cm_id *id)
-{
-	int i;
-
-	for (i = 0; i < SRV_CONNS; i++)
-		if (sconns[i].id == id)
-			return &sconns[i];
-	return NULL;
-}
-
-static void sconn_setup(struct rdma_cm_event *ev)
-{
-	struct ibv_qp_init_attr attr = {
-		.cap = { .max_send_wr = SRV_SQ, .max_recv_wr = SRV_RQ,
-			 .max_send_sge = 1, .max_recv_sge = 1 },
-		.qp_type = IBV_QPT_RC, .sq_sig_all = 1,
-	};
-	struct rdma_conn_param param = { .responder_resources = ORD, .initiator_depth = ORD };
-	struct rep_pd rep = { .magic = MAGIC };
-	struct sconn *c = sconn_of(NULL);
-	uint32_t i;
-
-	if (!c || ev->param.conn.private_data_len < sizeof(c->req)) {
-		fprintf(stderr, "server: %s\n", c ? "connect without our private data" : "too many connections");
-		rdma_reject(ev->id, NULL, 0);
-		rdma_destroy_id(ev->id);
-		return;
-	}
-	c->id = ev->id;
-	memcpy(&c->req, ev->param.conn.private_data, sizeof(c->req));
-	c->buf = calloc(1, SRV_BUF);
-	c->pd = c->buf ? ibv_alloc_pd(c->id->verbs) : NULL;
-	c->cq = c->pd ? ibv_create_cq(c->id->verbs, SRV_RQ + SRV_SQ, NULL, NULL, 0) : NULL;
-	c->rmr = c->cq ? ibv_reg_mr(c->pd, c->buf, SRV_RECV(0), IBV_ACCESS_LOCAL_WRITE |
-				    IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ) : NULL;
-	c->mr = c->rmr ? ibv_reg_mr(c->pd, c->buf + SRV_RECV(0), SRV_BUF - SRV_RECV(0),
-				    IBV_ACCESS_LOCAL_WRITE) : NULL;
-	attr.send_cq = attr.recv_cq = c->cq;
-	if (c->req.magic != MAGIC || !c->mr || rdma_create_qp(c->id, c->pd, &attr)) {
-		perror("server: setup");
-		rdma_reject(c->id, NULL, 0);
-		sconn_free(c, true);
-		return;
-	}
-	/* What a READ of a place never written returns. */
-	fill(c->buf + RSLOTS * SLOT, hash(c->req.seed, c->req.qpi, T_STATIC, 0), 0, SLOT);
-	for (i = 0; i < SRV_RQ; i++)
-		srv_post_recv(c, i);
-	rep.qpn = c->id->qp->qp_num;
-	rep.addr = (uintptr_t)c->buf;
-	rep.rkey = c->rmr->rkey;
-	param.private_data = &rep;
-	param.private_data_len = sizeof(rep);
-	if (rdma_accept(c->id, &param)) {
-		perror("server: rdma_accept");
-		sconn_free(c, true);
-		return;
-	}
-	srv_accepted++;
-	vlog("server: accepted qp %u (seed %" PRIu64 " qpi %u action %u)\n", rep.qpn,
-	     c->req.seed, c->req.qpi, c->req.action);
-}
-
-static volatile sig_atomic_t srv_stop;
-
-static void srv_on_term(int sig)
-{
-	(void)sig;
-	srv_stop = 1;
-}
-
-static int run_server(int port)
-{
-	struct rdma_event_channel *ch;
-	struct rdma_cm_id *listen_id;
-	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(port) };
-	double idle_since = now();
-	int i;
-
-	signal(SIGTERM, srv_on_term);
-	ch = rdma_create_event_channel();
-	if (!ch || rdma_create_id(ch, &listen_id, NULL, RDMA_PS_TCP) ||
-	    rdma_bind_addr(listen_id, (struct sockaddr *)&sin) || rdma_listen(listen_id, 64)) {
-		perror("server: listen");
-		return 2;
-	}
-	printf("SERVER LISTENING %d\n", port);
-	fflush(stdout);
-	while (!srv_stop) {
-		struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
-		struct rdma_cm_event *ev;
-		bool any = false;
-
-		for (i = 0; i < SRV_CONNS; i++) {
-			struct sconn *c = &sconns[i];
-
-			if (!c->id)
-				continue;
-			any = true;
-			if (c->established && c->cq)
-				srv_poll(c);
-			if (c->act_at && now() >= c->act_at) {
-				vlog("server: qp %u action %u\n", c->req.qpi, c->req.action);
-				c->act_at = 0;
-				if (c->req.action == ACT_CLOSE)
-					rdma_disconnect(c->id);
-				else
-					sconn_free(c, true);	/* RST */
-			}
-		}
-		if (any)
-			idle_since = now();
-		else if (now() - idle_since > timeout_s)
-			break;
-		if (poll(&pfd, 1, any ? 1 : 50) <= 0 || rdma_get_cm_event(ch, &ev))
-			continue;
-		vlog("server: cm event %s\n", rdma_event_str(ev->event));
-		if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
-			struct rdma_cm_event copy = *ev;
-
-			/* The private data lives until the ack: setup first. */
-			sconn_setup(&copy);
-			rdma_ack_cm_event(ev);
-			continue;
-		}
-		{
-			struct sconn *c = sconn_of(ev->id);
-			enum rdma_cm_event_type type = ev->event;
-
-			rdma_ack_cm_event(ev);
-			if (!c)
-				continue;
-			if (type == RDMA_CM_EVENT_ESTABLISHED) {
-				c->established = true;
-				if (c->req.action != ACT_NONE)
-					c->act_at = now() + c->req.act_ms / 1000.0;
-			} else if (type == RDMA_CM_EVENT_DISCONNECTED ||
-				   type == RDMA_CM_EVENT_CONNECT_ERROR ||
-				   type == RDMA_CM_EVENT_DEVICE_REMOVAL) {
-				if (c->established && c->cq)
-					srv_poll(c);
-				sconn_free(c, false);
-			}
-		}
-	}
-	for (i = 0; i < SRV_CONNS; i++)
-		sconn_free(&sconns[i], false);
-	printf("SERVER done: %lu accepted, %lu bad, %lu bytes checked\n", srv_accepted, srv_nbad, srv_bytes);
-	rdma_destroy_id(listen_id);
-	rdma_destroy_event_channel(ch);
-	return srv_stop ? 143 : 0;
 }
 
 /* ---------------------------------------------------------------- faults */
@@ -555,22 +192,7 @@ static int fault_find(const char *name)
 
 /* ------------------------------------------------------------------ plan */
 
-enum style { ST_POLL, ST_POST, ST_ASYNC, ST_MIXED };
 static const char *const style_names[] = { "poll", "post", "async", "mixed" };
-
-struct plan {
-	uint64_t seed;
-	int fault;
-	int side;		/* 0: the peer's vt3d/QP, 1: ours */
-	int target;		/* QP index */
-	int nqp, ncq, nworkers;
-	int send_cq[MAX_QPS], recv_cq[MAX_QPS];
-	bool cq_event[MAX_CQS];	/* reaped by the cq-event thread, else busy-polled */
-	enum style style[MAX_QPS];
-	int sig_every[MAX_QPS];
-	double duration, fault_at;	/* s after the traffic starts */
-	int a1, a2, a3;
-};
 
 static uint64_t rng_next(uint64_t *s)
 {
@@ -582,6 +204,8 @@ static int rnd(uint64_t *s, int n)
 {
 	return (int)(rng_next(s) % (uint64_t)n);
 }
+
+static void plan_srqs(struct plan *p, uint64_t seed);
 
 /* Everything but timing from the seed; the fault is drawn first from the
  * allowed list, so --faults F with one F keeps the rest of the plan. */
@@ -619,6 +243,43 @@ static void make_plan(struct plan *p, uint64_t seed, const int *allowed, int nal
 
 		p->a1 = t[0], p->a2 = t[1], p->a3 = t[2];
 	}
+	plan_srqs(p, seed);
+}
+
+/*
+ * Shared receive queues, from a stream of their own (the rest of a plan
+ * is what the seed drew before SRQs existed): half of the runs put a
+ * random subset of their QPs, a quarter of those all of them, on one or
+ * two SRQs; QPs of different receive CQs share one.
+ */
+static void plan_srqs(struct plan *p, uint64_t seed)
+{
+	uint64_t s = hash(seed, 0, T_PLAN, 1);
+	int used[MAX_SRQS] = {}, i, n = 0;
+	bool all;
+
+	for (i = 0; i < p->nqp; i++)
+		p->srq[i] = -1;
+	if (rnd(&s, 2))
+		return;
+	p->nsrq = 1 + rnd(&s, MAX_SRQS);
+	all = rnd(&s, 4) == 0;
+	for (i = 0; i < p->nqp; i++)
+		if (all || rnd(&s, 2))
+			p->srq[i] = rnd(&s, p->nsrq);
+	/* SRQs numbered in their QPs' order, none without a QP. */
+	for (i = 0; i < MAX_SRQS; i++)
+		used[i] = -1;
+	for (i = 0; i < p->nqp; i++) {
+		if (p->srq[i] < 0)
+			continue;
+		if (used[p->srq[i]] < 0)
+			used[p->srq[i]] = n++;
+		p->srq[i] = used[p->srq[i]];
+	}
+	if (!n)
+		p->srq[rnd(&s, p->nqp)] = n++;
+	p->nsrq = n;
 }
 
 /* The target's first error event for this fault. */
@@ -642,85 +303,7 @@ static unsigned int plan_expect(const struct plan *p)
 
 /* ---------------------------------------------------------------- client */
 
-enum queue { SQ, RQ };
-enum op { OP_SEND, OP_WRITE, OP_READ, OP_RECV };
 static const char *const op_names[] = { "SEND", "WRITE", "READ", "RECV" };
-
-struct wrec {
-	uint8_t op;
-	uint8_t signaled;
-	uint8_t seen;
-	uint8_t status;
-	uint16_t len;
-	int32_t src;		/* READ: the WRITE it reads back; -1 the static slot */
-	uint32_t seq;		/* SEND: its number among the QP's SENDs */
-	uint8_t after_err;	/* posted when the QP was known to be in error */
-};
-
-struct wq {
-	struct wrec *w;
-	uint32_t posted;	/* records 0..posted-1 (atomic: pollers read it) */
-	uint32_t next;		/* completions so far came for indexes < next */
-	uint32_t discarded;	/* the QP was destroyed: from here on nothing is owed */
-	uint32_t after_err;	/* WRs posted to it in error (bounded) */
-	volatile bool flushed;
-	unsigned long ok, flush, err, silent;
-};
-
-struct cq {
-	struct ibv_cq *cq;
-	pthread_mutex_t lock;	/* poll + accounting in one step: order checks hold */
-	bool event;
-	int unacked;
-};
-
-struct qp {
-	int idx;
-	struct client *c;
-	struct rdma_cm_id *id;
-	struct ibv_qp *qp;
-	uint32_t qpn;
-	struct ibv_mr *mr;
-	uint8_t *buf;		/* NSLOT source, NSLOT READ, NSLOT receive slots */
-	struct rep_pd peer;
-	struct cq *scq, *rcq;
-	enum style style;
-	int sig_every;
-	pthread_mutex_t lock;	/* posting: index order == ring order */
-	struct wq q[2];
-	uint32_t nsend;		/* SENDs posted */
-	uint32_t nrecv_ok;	/* receives completed with SUCCESS */
-	int32_t last_write;
-	volatile bool destroyed;	/* ibv_destroy_qp returned */
-	volatile bool gone;	/* destroyed or never to be posted to again */
-	volatile bool cm_closed;
-	volatile int first_event;	/* E_* bit, 0: none yet */
-	double first_event_at;
-	int nevents;
-	bool fenced;
-};
-
-struct client {
-	struct plan plan;
-	int run;
-	struct rdma_event_channel *ch;
-	struct ibv_context *ctx;
-	struct ibv_pd *pd;
-	struct ibv_comp_channel *cch;
-	struct cq cqs[MAX_CQS];
-	struct qp qps[MAX_QPS];
-	int nqp;
-	volatile bool stop_post;	/* the end: posters stop */
-	volatile bool stop;		/* threads end */
-	volatile bool ending;		/* error events from here on are ours */
-	volatile bool device_fatal;
-	double t0, t_end;
-	pthread_mutex_t err_lock;
-	char err[1024];
-	int nerr;
-	unsigned long events[6];	/* FATAL REQ ACCESS CLOSE DEVICE other */
-	unsigned long cq_wakeups, fallback_polls;
-};
 
 static const char *server_ip;
 /* --signaled-flush-only: what libvt3 flushes today (only signaled send WRs),
@@ -730,8 +313,7 @@ static int port = 7472;
 static const char *ack_file;
 static int tcp_timeout = 15;
 
-static void cfail(struct client *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void cfail(struct client *c, const char *fmt, ...)
+void cfail(struct client *c, const char *fmt, ...)
 {
 	va_list ap;
 	size_t len;
@@ -783,7 +365,7 @@ static void watchdog(struct client *c, const char *phase, int secs)
 	alarm(secs);
 }
 
-static uint64_t make_wr_id(struct client *c, int qpi, enum queue q, uint32_t idx)
+uint64_t make_wr_id(struct client *c, int qpi, enum queue q, uint32_t idx)
 {
 	return ((uint64_t)(c->run & 0xffff) << 48) | ((uint64_t)qpi << 40) | ((uint64_t)q << 32) | idx;
 }
@@ -792,8 +374,6 @@ static uint8_t *src_slot(struct qp *qp, uint32_t idx) { return qp->buf + (idx % 
 static uint8_t *read_slot(struct qp *qp, uint32_t idx) { return qp->buf + (NSLOT + idx % NSLOT) * SLOT; }
 static uint8_t *recv_slot(struct qp *qp, uint32_t idx) { return qp->buf + (2 * NSLOT + idx % NSLOT) * SLOT; }
 
-static uint32_t load(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-static void store(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 
 /*
  * The application knows the QP is in error: it read an error event for it
@@ -918,7 +498,7 @@ static void post_some(struct qp *qp)
 	if (c->stop_post || qp->gone)
 		goto out;
 	/* In error, WRs go on being posted (each must be flushed), a few. */
-	while (rq->posted - load(&rq->next) < RQ_DEPTH && rq->posted < MAX_WR &&
+	while (!qp->srq && rq->posted - load(&rq->next) < RQ_DEPTH && rq->posted < MAX_WR &&
 	       rq->after_err < 2 * RQ_DEPTH)
 		if (post_recv(qp))
 			break;
@@ -931,7 +511,7 @@ static void post_some(struct qp *qp)
 		bool sig;
 
 		/* Each SEND gets an answer: only as many as receives wait. */
-		if (op == OP_SEND && qp->nsend >= rq->posted)
+		if (op == OP_SEND && (qp->srq ? !srq_send_credit(qp->srq) : qp->nsend >= rq->posted))
 			op = OP_WRITE;
 		/* A READ's data is checked at its completion: always signaled. */
 		sig = op == OP_READ || (idx + 1) % qp->sig_every == 0;
@@ -970,6 +550,34 @@ static const char *ev_bits_str(unsigned int m, char *buf, size_t len)
 	return buf;
 }
 
+/*
+ * A receive of QP's (its RQ's WR idx, or of WHAT, its SRQ) completed with
+ * SUCCESS into P: the server's next reply on that connection, intact.
+ * Under the QP's receive CQ's lock.
+ */
+void check_reply(struct client *c, struct qp *qp, const uint8_t *p, const struct ibv_wc *wc,
+		 const char *what, uint32_t idx)
+{
+	unsigned int qpi = qp->idx;
+	uint32_t seq = qp->nrecv_ok++;
+	unsigned int len = reply_len(c->plan.seed, qpi, seq);
+	struct msg_hdr h;
+	int bad;
+
+	memcpy(&h, p, sizeof(h));
+	if (wc->opcode != IBV_WC_RECV)
+		cfail(c, "q%u %s wr %u: opcode %d, want RECV", qpi, what, idx, wc->opcode);
+	if (h.magic != MAGIC || h.qpi != qpi || h.tag != T_REPLY || h.seq != seq ||
+	    h.len != len || wc->byte_len != len) {
+		cfail(c, "q%u %s wr %u: received magic %#x qpi %u tag %u seq %u len %u byte_len %u, want seq %u len %u",
+		      qpi, what, idx, h.magic, h.qpi, h.tag, h.seq, h.len, wc->byte_len, seq, len);
+		return;
+	}
+	bad = verify(p, hash(c->plan.seed, qpi, T_REPLY, seq), HDR, len);
+	if (bad >= 0)
+		cfail(c, "q%u %s wr %u (reply %u): byte %d wrong", qpi, what, idx, seq, bad);
+}
+
 /* One completion, against the posted set; under its CQ's lock. */
 static void account(struct client *c, struct cq *cq, const struct ibv_wc *wc, bool was_destroyed[])
 {
@@ -983,6 +591,10 @@ static void account(struct client *c, struct cq *cq, const struct ibv_wc *wc, bo
 
 	vlog("wc %#" PRIx64 " %s opcode %d qp_num %u\n", wc->wr_id, ibv_wc_status_str(wc->status),
 	     wc->opcode, wc->qp_num);
+	if (run == (unsigned int)(c->run & 0xffff) && qn == SRQ_Q) {
+		srq_account(c, cq, wc, was_destroyed);
+		return;
+	}
 	if (run != (unsigned int)(c->run & 0xffff) || qpi >= (unsigned int)c->nqp || qn > RQ) {
 		cfail(c, "completion of unknown wr_id %#" PRIx64 " (%s, qp_num %u)", wc->wr_id,
 		      ibv_wc_status_str(wc->status), wc->qp_num);
@@ -1038,27 +650,9 @@ static void account(struct client *c, struct cq *cq, const struct ibv_wc *wc, bo
 		return;
 	}
 	switch (r->op) {
-	case OP_RECV: {
-		const uint8_t *p = recv_slot(qp, idx);
-		struct msg_hdr h;
-		uint32_t seq = qp->nrecv_ok++;
-		unsigned int len = reply_len(c->plan.seed, qpi, seq);
-		int bad;
-
-		memcpy(&h, p, sizeof(h));
-		if (wc->opcode != IBV_WC_RECV)
-			cfail(c, "q%u RQ wr %u: opcode %d, want RECV", qpi, idx, wc->opcode);
-		if (h.magic != MAGIC || h.qpi != qpi || h.tag != T_REPLY || h.seq != seq ||
-		    h.len != len || wc->byte_len != len) {
-			cfail(c, "q%u RQ wr %u: received magic %#x qpi %u tag %u seq %u len %u byte_len %u, want seq %u len %u",
-			      qpi, idx, h.magic, h.qpi, h.tag, h.seq, h.len, wc->byte_len, seq, len);
-			break;
-		}
-		bad = verify(p, hash(c->plan.seed, qpi, T_REPLY, seq), HDR, len);
-		if (bad >= 0)
-			cfail(c, "q%u RQ wr %u (reply %u): byte %d wrong", qpi, idx, seq, bad);
+	case OP_RECV:
+		check_reply(c, qp, recv_slot(qp, idx), wc, "RQ", idx);
 		break;
-	}
 	case OP_READ: {
 		uint64_t base = r->src >= 0 ? hash(c->plan.seed, qpi, T_WRITE, r->src)
 					    : hash(c->plan.seed, qpi, T_STATIC, 0);
@@ -1083,7 +677,7 @@ static void account(struct client *c, struct cq *cq, const struct ibv_wc *wc, bo
 }
 
 /* Polls CQ until it is empty; returns how many completions came. */
-static int poll_cq(struct client *c, struct cq *cq, int *device_cqes)
+int poll_cq(struct client *c, struct cq *cq, int *device_cqes)
 {
 	struct ibv_wc wc[16];
 	bool was_destroyed[MAX_QPS];
@@ -1147,6 +741,16 @@ static bool polls_cq(struct client *c, int w, int cqi)
 	return false;
 }
 
+static bool srq_posts(struct client *c, int w, int si)
+{
+	int i;
+
+	for (i = 0; i < c->nqp; i++)
+		if (c->plan.srq[i] == si && posts_to(c, w, i))
+			return true;
+	return false;
+}
+
 static void *worker_thread(void *arg)
 {
 	struct worker *w = arg;
@@ -1159,6 +763,10 @@ static void *worker_thread(void *arg)
 		for (i = 0; i < c->nqp; i++)
 			if (posts_to(c, w->n, i))
 				post_some(&c->qps[i]);
+		/* An SRQ: by every worker that posts to one of its QPs, at once. */
+		for (i = 0; i < c->plan.nsrq; i++)
+			if (srq_posts(c, w->n, i))
+				srq_post_some(&c->srqs[i]);
 		for (i = 0; i < c->plan.ncq; i++)
 			if (polls_cq(c, w->n, i))
 				got += poll_cq(c, &c->cqs[i], NULL);
@@ -1174,6 +782,16 @@ static struct qp *qp_of(struct client *c, struct ibv_qp *ibqp)
 
 	for (i = 0; i < c->nqp; i++)
 		if (c->qps[i].qp == ibqp && ibqp)
+			return &c->qps[i];
+	return NULL;
+}
+
+struct qp *qp_of_num(struct client *c, uint32_t qpn)
+{
+	int i;
+
+	for (i = 0; i < c->nqp; i++)
+		if (c->qps[i].qpn == qpn && qpn)
 			return &c->qps[i];
 	return NULL;
 }
@@ -1229,11 +847,27 @@ static void *async_thread(void *arg)
 		case IBV_EVENT_CQ_ERR:
 			cfail(c, "CQ_ERR: a CQ overflowed (sized for every WR of its QPs)");
 			break;
+		case IBV_EVENT_QP_LAST_WQE_REACHED: {
+			struct qp *sqp = qp_of(c, ev.element.qp);
+
+			if (sqp)
+				srq_last_wqe(c, sqp);
+			else
+				cfail(c, "LAST_WQE_REACHED: element.qp %p is none of our QPs",
+				      (void *)ev.element.qp);
+			break;
+		}
+		case IBV_EVENT_SRQ_LIMIT_REACHED:
+		case IBV_EVENT_SRQ_ERR:
+			/* No limit is armed; the rings are ours and sound. */
+			cfail(c, "%s on an SRQ (%p)", ibv_event_type_str(type), (void *)ev.element.srq);
+			break;
 		default:
 			break;	/* port events */
 		}
-		c->events[type == IBV_EVENT_DEVICE_FATAL ? 4 : ev_bit(type) ?
-			  __builtin_ctz(ev_bit(type)) : 5]++;
+		if (type != IBV_EVENT_QP_LAST_WQE_REACHED)
+			c->events[type == IBV_EVENT_DEVICE_FATAL ? 4 : ev_bit(type) ?
+				  __builtin_ctz(ev_bit(type)) : 5]++;
 		ibv_ack_async_event(&ev);
 		/* async and mixed: this thread polls the QP's CQs at once. */
 		if (qp && (qp->style == ST_ASYNC || qp->style == ST_MIXED)) {
@@ -1416,11 +1050,18 @@ static int connect_qp(struct client *c, struct qp *qp, struct addrinfo *ai)
 		c->cch = ibv_create_comp_channel(c->ctx);
 		for (i = 0; i < p->ncq && c->pd && c->cch; i++) {
 			struct cq *cq = &c->cqs[i];
-			int j, depth = 0;
+			int j, k, depth = 0;
 
 			/* Room for every WR of every queue feeding it: no overflow. */
 			for (j = 0; j < p->nqp; j++)
 				depth += (p->send_cq[j] == i) * SQ_DEPTH + (p->recv_cq[j] == i) * RQ_DEPTH;
+			/* An SRQ's WRs may all complete on any CQ of its QPs. */
+			for (k = 0; k < p->nsrq; k++)
+				for (j = 0; j < p->nqp; j++)
+					if (p->srq[j] == k && p->recv_cq[j] == i) {
+						depth += SRQ_DEPTH;
+						break;
+					}
 			cq->event = p->cq_event[i];
 			cq->cq = ibv_create_cq(c->ctx, depth ? depth : 1, NULL,
 					       cq->event ? c->cch : NULL, 0);
@@ -1433,6 +1074,10 @@ static int connect_qp(struct client *c, struct qp *qp, struct addrinfo *ai)
 			cfail(c, "verbs setup: %s", strerror(errno));
 			return -1;
 		}
+		for (i = 0; i < p->nsrq; i++)
+			if (srq_create(c, &c->srqs[i]))
+				return -1;
+		memcpy(&c->local, rdma_get_local_addr(qp->id), sizeof(struct sockaddr_in));
 	} else if (qp->id->verbs != c->ctx) {
 		cfail(c, "q%d resolved to another device", qp->idx);
 		return -1;
@@ -1441,6 +1086,7 @@ static int connect_qp(struct client *c, struct qp *qp, struct addrinfo *ai)
 	qp->mr = qp->buf ? ibv_reg_mr(c->pd, qp->buf, 3 * NSLOT * SLOT, IBV_ACCESS_LOCAL_WRITE) : NULL;
 	attr.send_cq = qp->scq->cq;
 	attr.recv_cq = qp->rcq->cq;
+	attr.srq = qp->srq ? qp->srq->srq : NULL;
 	if (!qp->mr || rdma_create_qp(qp->id, c->pd, &attr)) {
 		cfail(c, "q%d: create QP: %s", qp->idx, strerror(errno));
 		return -1;
@@ -1449,7 +1095,7 @@ static int connect_qp(struct client *c, struct qp *qp, struct addrinfo *ai)
 	qp->qpn = qp->qp->qp_num;
 	/* Receives before the connection: the server answers at once. */
 	pthread_mutex_lock(&qp->lock);
-	for (i = 0; i < RQ_DEPTH; i++)
+	for (i = 0; i < RQ_DEPTH && !qp->srq; i++)
 		if (post_recv(qp))
 			break;
 	pthread_mutex_unlock(&qp->lock);
@@ -1493,6 +1139,8 @@ static void destroy_qp(struct client *c, struct qp *qp)
 	pthread_mutex_lock(&qp->lock);
 	qp->gone = true;
 	pthread_mutex_unlock(&qp->lock);
+	/* Its SRQ WQEs whose CQEs were still in the ring go with it. */
+	qp->aborted = qp->srq && !qp->last_wqe;
 	if (pthread_create(&t, NULL, destroy_thread, &d)) {
 		destroy_thread(&d);
 	} else {
@@ -1717,6 +1365,8 @@ static const char *styles_str(struct client *c, char *buf, size_t len)
 		n += snprintf(buf + n, len - n, "%s%s/%d%s%s", i ? "," : "", style_names[qp->style],
 			      qp->sig_every, qp->scq->event || qp->rcq->event ? "+cq-event" : "",
 			      qp->scq != qp->rcq ? "+2cq" : "");
+		if (qp->srq && n < len)
+			n += snprintf(buf + n, len - n, "+srq%d", qp->srq->idx);
 	}
 	return buf;
 }
@@ -1731,7 +1381,7 @@ static bool run_one(int run, uint64_t seed, const int *allowed, int nallowed, in
 	bool async_on = false, cqev_on = false, cm_on = false, any_event_cq = false;
 	struct worker workers[2];
 	int nworkers = 0, i, qn, threads;
-	char portstr[16], styles[512];
+	char portstr[16], styles[768], srqs[160];
 	unsigned long tot[2][5] = {};
 	double until, t_start = now(), t_setup = 0, t_reap = 0, t_down;
 	bool pass;
@@ -1742,6 +1392,16 @@ static bool run_one(int run, uint64_t seed, const int *allowed, int nallowed, in
 	f = &faults[p->fault];
 	watchdog(c, "setup", 120);
 	c->nqp = p->nqp;
+	/* A lost device (CQs frozen) flushes its SRQs; a removed one (rmmod)
+	 * ends its QPs through vt3d, which flushes nothing of them. */
+	c->lost_run = f->scope == S_DEVICE && strcmp(f->name, "rmmod");
+	c->removed_run = !strcmp(f->name, "rmmod");
+	c->may_fail = f->scope == S_QP ? p->target : f->scope == S_NOEVENT ? -1 : -2;
+	for (i = 0; i < p->nsrq; i++) {
+		c->srqs[i].idx = i;
+		c->srqs[i].c = c;
+		pthread_mutex_init(&c->srqs[i].lock, NULL);
+	}
 	for (i = 0; i < p->ncq; i++)
 		pthread_mutex_init(&c->cqs[i].lock, NULL);
 	for (i = 0; i < p->nqp; i++) {
@@ -1753,6 +1413,7 @@ static bool run_one(int run, uint64_t seed, const int *allowed, int nallowed, in
 		qp->sig_every = p->sig_every[i];
 		qp->scq = &c->cqs[p->send_cq[i]];
 		qp->rcq = &c->cqs[p->recv_cq[i]];
+		qp->srq = p->srq[i] >= 0 ? &c->srqs[p->srq[i]] : NULL;
 		qp->last_write = -1;
 		pthread_mutex_init(&qp->lock, NULL);
 		qp->q[SQ].w = calloc(MAX_WR, sizeof(struct wrec));
@@ -1812,7 +1473,7 @@ static bool run_one(int run, uint64_t seed, const int *allowed, int nallowed, in
 
 		for (i = 0; i < c->nqp; i++)
 			all &= qp_accounted(&c->qps[i]);
-		if (all || now() > until)
+		if ((all && srq_accounted(c)) || now() > until)
 			break;
 		usleep(5000);
 	}
@@ -1821,6 +1482,7 @@ static bool run_one(int run, uint64_t seed, const int *allowed, int nallowed, in
 		if (!qp_accounted(&c->qps[i]))
 			cfail(c, "q%d: signaled WRs without a completion %.0f s after the end", i,
 			      now() - t_reap);
+	srq_check_last_wqe(c);
 	c->stop = true;
 	for (i = 0; i < nworkers; i++)
 		pthread_join(workers[i].t, NULL);
@@ -1842,6 +1504,10 @@ out:
 		pthread_join(async_t, NULL);
 	if (cm_on)
 		pthread_join(cm_t, NULL);
+	/* What the device wrote before LAST_WQE_REACHED is the SRQ's, not lost. */
+	for (i = 0; i < p->ncq; i++)
+		if (c->cqs[i].cq)
+			poll_cq(c, &c->cqs[i], NULL);
 	for (i = 0; i < c->nqp; i++)
 		if (c->qps[i].qp)
 			destroy_qp(c, &c->qps[i]);
@@ -1866,6 +1532,9 @@ out:
 			ibv_dereg_mr(qp->mr);
 		free(qp->buf);
 	}
+	/* Every QP of the SRQs is gone: what they still hold is accounted. */
+	for (i = 0; i < p->nsrq; i++)
+		srq_end(c, &c->srqs[i]);
 	if (c->t0 && !c->err[0])
 		check_events(c);
 	for (i = 0; i < p->ncq; i++) {
@@ -1888,22 +1557,27 @@ out:
 	t_down = now() - t_down;
 
 	threads = 1 + nworkers + any_event_cq + 1;	/* + the main thread's cm part */
+	srq_counts(c, srqs, sizeof(srqs));
 	pass = !c->err[0];
 	printf("RUN %d seed %" PRIu64 " fault %s side %d target q%d qps %d cqs %d threads %d "
 	       "styles %s; %.2f s: %s: sq %lu posted %lu ok %lu flushed %lu error %lu silent; "
-	       "rq %lu posted %lu ok %lu flushed %lu error; events fatal %lu req %lu access %lu close %lu device %lu other %lu; "
+	       "rq %lu posted %lu ok %lu flushed %lu error; %s; "
+	       "events fatal %lu req %lu access %lu close %lu device %lu other %lu last-wqe %lu; "
 	       "cq-wakeups %lu fallback %lu; setup %.2f reap %.2f teardown %.2f s%s%s\n",
 	       run, seed, f->name, p->side, p->target, p->nqp, p->ncq, threads,
 	       styles_str(c, styles, sizeof(styles)), now() - t_start, pass ? "ok" : "FAIL",
 	       tot[SQ][0], tot[SQ][1], tot[SQ][2], tot[SQ][3], tot[SQ][4],
-	       tot[RQ][0], tot[RQ][1], tot[RQ][2], tot[RQ][3],
+	       tot[RQ][0], tot[RQ][1], tot[RQ][2], tot[RQ][3], srqs,
 	       c->events[0], c->events[1], c->events[2], c->events[3], c->events[4], c->events[5],
+	       c->last_wqe_events,
 	       c->cq_wakeups, c->fallback_polls, t_setup, t_reap, t_down, pass ? "" : " -- ", c->err);
 	fflush(stdout);
 	for (i = 0; i < c->nqp; i++) {
 		free(c->qps[i].q[SQ].w);
 		free(c->qps[i].q[RQ].w);
 	}
+	for (i = 0; i < p->nsrq; i++)
+		free(c->srqs[i].w);
 	free(c);
 	return pass;
 }

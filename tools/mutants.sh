@@ -38,6 +38,14 @@
 #   srq-lost-unflushed  libvt3 never flushes a lost device's SRQ WQEs (the
 #                  ones a QP had taken complete nowhere)
 #   ksrq-lost-unflushed vt3.ko does the same to a kernel SRQ
+#   srq-flushed-on-error  srq-flush-on-error's patch, killed by the fault
+#                  soak (chaos) instead of the SRQ conformance case
+#   srq-completes-twice  libvt3 returns the CQE of one SRQ WQE in 61 twice
+#   srq-post-lost  libvt3 drops one SRQ WR in 101 at ibv_post_srq_recv
+#                  (success returned, the WQE never written): it never
+#                  completes and is not left in the SRQ (the chaos run's
+#                  drain of what the SRQ holds must miss it)
+#   srq-no-last-wqe  vt3.ko never reports IB_EVENT_QP_LAST_WQE_REACHED
 #   destroyed-qp-relinked  vt3.ko lets a device loss put a kernel QP back
 #                  on its CQ's flush list after destroy_qp took it off
 #                  (and holds the loss's QP reference 1 s before it takes
@@ -172,6 +180,42 @@ ANCHOR[srq-flush-on-error]='	wq->srq_lost = wq->recv && wq->qp->srq && wq->flush
 REPLACEMENT[srq-flush-on-error]='	wq->srq_lost = wq->recv && wq->qp->srq; /* MUTANT */'
 REASON[srq-flush-on-error]='FAIL no-flush: [0-9]+ completions after the error'
 CASES[srq-flush-on-error]=srq
+
+# The soak's SRQ runs: a fixed first seed whose 6 runs put QPs on SRQs.
+CHAOS_SRQ_ENV='VT3_CHAOS_SEED=5000 VT3_CHAOS_PLAN=6:'
+FILE[srq-flushed-on-error]=${FILE[srq-flush-on-error]}
+ANCHOR[srq-flushed-on-error]=${ANCHOR[srq-flush-on-error]}
+REPLACEMENT[srq-flushed-on-error]=${REPLACEMENT[srq-flush-on-error]}
+REASON[srq-flushed-on-error]='its SRQ WR #[0-9]+ in error: a QP.s error flushes nothing of its SRQ'
+CASES[srq-flushed-on-error]=chaos
+ENV[srq-flushed-on-error]=$CHAOS_SRQ_ENV
+
+FILE[srq-completes-twice]=provider/cq.c
+ANCHOR[srq-completes-twice]='			wc[n++].wr_id = wr_id;'
+REPLACEMENT[srq-completes-twice]='			wc[n++].wr_id = wr_id;
+			if ((cqe->flags & VT3_CQE_SRQ) && n < num && le32toh(cqe->wqe_idx) % 61 == 60) { /* MUTANT */
+				wc[n] = wc[n - 1];
+				n++;
+			}'
+REASON[srq-completes-twice]='srq[0-9] wr [0-9]+ completed twice'
+CASES[srq-completes-twice]=chaos
+ENV[srq-completes-twice]=$CHAOS_SRQ_ENV
+
+FILE[srq-post-lost]=provider/srq.c
+ANCHOR[srq-post-lost]='		vt3_fill_recv_wqe(wqe, wr);'
+REPLACEMENT[srq-post-lost]='		if ((uint32_t)wr->wr_id % 101 == 100) /* MUTANT: never written */
+			continue;
+		vt3_fill_recv_wqe(wqe, wr);'
+REASON[srq-post-lost]='never completed and not in the SRQ: lost|never completed after the device was lost'
+CASES[srq-post-lost]=chaos
+ENV[srq-post-lost]=$CHAOS_SRQ_ENV
+
+FILE[srq-no-last-wqe]=guest-driver/vt3_qp.c
+ANCHOR[srq-no-last-wqe]='	vt3_qp_ib_event(qp, IB_EVENT_QP_LAST_WQE_REACHED);'
+REPLACEMENT[srq-no-last-wqe]='	/* MUTANT: never reported */'
+REASON[srq-no-last-wqe]='no LAST_WQE_REACHED \(a QP of srq'
+CASES[srq-no-last-wqe]=chaos
+ENV[srq-no-last-wqe]=$CHAOS_SRQ_ENV
 
 FILE[ksrq-flush-on-error]=guest-driver/vt3_flush.c
 ANCHOR[ksrq-flush-on-error]='	    (!qp->ibqp.srq || vt3_cons_untrusted(qp, rcq))) {'
@@ -326,6 +370,7 @@ CASES[qp-calloc]=flush-decoy-qp
 
 ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze close-withheld lost-flush-from-cons slot-by-cons
 	free-unknown fatal-before-flags srq-flush-on-error ksrq-flush-on-error srq-lost-unflushed ksrq-lost-unflushed
+	srq-flushed-on-error srq-completes-twice srq-post-lost srq-no-last-wqe
 	destroyed-qp-relinked destroyed-qp-completes flush-after-ring qp-calloc doorbell-under-lock)
 
 log() { printf '[mutants] %s\n' "$*" >&2; }

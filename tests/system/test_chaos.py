@@ -4,7 +4,8 @@ two vt3 guests whose vt3d time a silent connection out after
 TCP_TIMEOUT s (a blackhole ends in seconds, not 15).
 
 The client runs a batch of runs, seed S, S+1, …; each run connects 4-16
-QPs on shared CQs, streams verified SEND/WRITE/READ traffic from 2-4
+QPs on shared CQs (in half of the runs some or all of them on one or two
+shared receive queues), streams verified SEND/WRITE/READ traffic from 2-4
 threads in random styles, and takes one fault at a random moment. Faults
 the host does (every `vt3d ctl fault` kind, killing the server, either
 vt3d, rmmod) the client announces with
@@ -62,6 +63,9 @@ RUN = re.compile(r"^RUN (?P<run>\d+) seed (?P<seed>\d+) fault (?P<fault>\S+) sid
                  r"(?P<secs>[\d.]+) s: (?P<verdict>ok|FAIL): (?P<rest>.*)$", re.M)
 COUNTS = re.compile(r"^sq (\d+) posted (\d+) ok (\d+) flushed (\d+) error (\d+) silent; "
                     r"rq (\d+) posted (\d+) ok (\d+) flushed (\d+) error; ")
+# vt3-chaos's shared receive queues (a run's QPs may have none).
+SRQ_COUNTS = re.compile(r"; srqs (\d+): (\d+) posted (\d+) ok (\d+) flushed (\d+) error (\d+) left (\d+) dropped"
+                        r"(?P<unproven> unproven)?; ")
 # Exploration only (e.g. --signaled-flush-only); the case passes nothing.
 EXTRA_ARGS = os.environ.get("VT3_CHAOS_ARGS", "")
 
@@ -198,10 +202,16 @@ class Tally:
         self.faults: dict[str, int] = {}
         self.seconds = 0.0
         self.wrs = 0
+        self.srq_runs = 0      # runs with QPs on a shared receive queue
+        self.srq_target = 0    # of them, runs whose fault hit a QP of an SRQ
+        self.srq_wrs = 0
+        self.srq_left = 0      # SRQ WRs still posted at a run's end, proved by its drain
 
     def __str__(self) -> str:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.faults.items()))
-        return f"{self.runs} runs, {len(self.faults)} fault kinds ({kinds}), {self.wrs} WRs, {self.seconds:.0f} s"
+        srq = (f"; {self.srq_runs} SRQ runs ({self.srq_target} with the fault's QP on the SRQ), "
+               f"{self.srq_wrs} SRQ WRs, {self.srq_left} left and drained") if self.srq_runs else ""
+        return f"{self.runs} runs, {len(self.faults)} fault kinds ({kinds}), {self.wrs} WRs{srq}, {self.seconds:.0f} s"
 
 
 def batch(p: ChaosPair, tally: Tally, seed: int, runs: int, faults: tuple[str, ...],
@@ -258,9 +268,24 @@ def batch(p: ChaosPair, tally: Tally, seed: int, runs: int, faults: tuple[str, .
         # Each WR at most once, in one of the counts (the tool checks each one).
         assert sq_ok + sq_flush + sq_err + sq_silent <= sq_posted and rq_ok + rq_flush + rq_err <= rq_posted, \
             f"{what}: counts exceed what was posted: {m.group(0)}"
-        assert sq_ok > 0 and rq_ok > 0, f"{what}: no traffic completed before the fault: {m.group(0)}"
+        srq = SRQ_COUNTS.search(m.group("rest")) if client is USER else None
+        assert srq or client is not USER, f"{what}: no SRQ counts: {m.group(0)}"
+        nsrq, srq_posted, srq_ok, srq_flush, srq_err, srq_left, srq_dropped = \
+            map(int, srq.groups()[:7]) if srq else (0,) * 7
+        if nsrq:
+            # posted = completed + left (the drain proves "left"; "dropped": taken by an aborted QP).
+            accounted = srq_ok + srq_flush + srq_err + srq_left + srq_dropped
+            assert accounted == srq_posted or (srq.group("unproven") and accounted <= srq_posted), \
+                f"{what}: SRQ counts do not add up ({accounted} of {srq_posted}): {m.group(0)}"
+            tally.srq_runs += 1
+            target = int(m.group("target"))
+            tally.srq_target += "+srq" in m.group("styles").split(",")[target]
+            tally.srq_wrs += srq_posted
+            tally.srq_left += srq_left
+        assert sq_ok > 0 and (rq_ok > 0 or rq_posted == 0) and (srq_ok > 0 or not nsrq), \
+            f"{what}: no traffic completed before the fault: {m.group(0)}"
         tally.faults[m.group("fault")] = tally.faults.get(m.group("fault"), 0) + 1
-        tally.wrs += sq_posted + rq_posted
+        tally.wrs += sq_posted + rq_posted + srq_posted
         parsed.append({"fault": m.group("fault"), "line": m.group(0)})
     host = sum(1 for r in parsed if r["fault"] in HOST_FAULTS)
     assert handled == host, f"{what}: {handled} READY lines handled, {host} runs with a host fault"
@@ -366,7 +391,8 @@ REGRESSIONS = [
 
 def test_chaos(chaos_pair):
     """≥ 50 fault runs (the regressions' seeds, then random ones of every kind but the two that reboot a guest,
-    which the soak runs), exactly-once accounting of every WR, objects back to zero"""
+    which the soak runs), ≥ 10 of them with QPs on shared receive queues, exactly-once accounting of every WR
+    (SRQ WRs too: what an SRQ holds at the end drained and counted), objects back to zero"""
     p = chaos_pair
     # rmmod is a regression seed already; mute-commands (40 s) is the soak's.
     cheap = [(1, (f,)) for f in CHEAP_DESTRUCTIVE if f not in ("rmmod", "mute-commands")]
@@ -377,11 +403,13 @@ def test_chaos(chaos_pair):
     assert tally.runs >= 50, f"only {tally}"
     missing = [f for f in NON_DESTRUCTIVE + CHEAP_DESTRUCTIVE if f not in tally.faults and f != "mute-commands"]
     assert not missing, f"fault kinds never hit: {missing} ({tally})"
+    # Half of the plans put QPs on SRQs: 25 of 50 expected, fewer than 10 once in 10^6.
+    assert tally.srq_runs >= 10 and tally.srq_target >= 3, f"too few SRQ runs: {tally}"
 
 
 @pytest.mark.soak
 def test_chaos_soak(chaos_pair):
-    """≥ 1000 randomized fault runs, every fault kind many times; 0 lost, 0 duplicated, 0 hangs"""
+    """≥ 1000 randomized fault runs, every fault kind many times, ≥ 400 with SRQs; 0 lost, 0 duplicated, 0 hangs"""
     p = chaos_pair
     rounds = list(REGRESSIONS)
     for n in range(16):
@@ -393,6 +421,7 @@ def test_chaos_soak(chaos_pair):
     assert tally.runs >= 1000, f"only {tally}"
     few = [f for f in ALL_FAULTS if tally.faults.get(f, 0) < 4]
     assert not few, f"fault kinds hit fewer than 4 times: {few} ({tally})"
+    assert tally.srq_runs >= 400 and tally.srq_target >= 200, f"too few SRQ runs: {tally}"
 
 
 def kchaos_probes(p: ChaosPair) -> None:
