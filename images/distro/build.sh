@@ -234,7 +234,7 @@ build_image() {
 		--setup-hook='mkdir -p "$1"/var/cache/apt/archives' \
 		--setup-hook="sync-in $WORK/apt-archives /var/cache/apt/archives" \
 		--customize-hook="copy-in $DEBS /tmp" \
-		--customize-hook='chroot "$1" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q /tmp/debs/*.deb' \
+		--customize-hook='chroot "$1" sh -c "DEBIAN_FRONTEND=noninteractive apt-get install -y -q /tmp/debs/*.deb"' \
 		--customize-hook='rm -rf "$1"/tmp/debs' \
 		--customize-hook="sync-out /var/cache/apt/archives $WORK/apt-archives" \
 		--customize-hook='mkdir -p "$1"/usr/local/lib/vt3' \
