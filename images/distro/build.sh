@@ -142,7 +142,8 @@ build_rdma_core_debs() {
 	}
 	mkdir -p "$dir/debs"
 	mv "$dir"/*.deb "$dir/debs/"
-	dpkg-deb -c "$dir"/debs/ibverbs-providers_*.deb | grep -q 'libibverbs/libvt3-rdmav34.so$' ||
+	# (grep -q would end the pipe early: dpkg-deb's SIGPIPE fails it under pipefail.)
+	dpkg-deb -c "$dir"/debs/ibverbs-providers_*.deb | grep 'libibverbs/libvt3-rdmav34.so$' >/dev/null ||
 		die "ibverbs-providers has no libvt3-rdmav34.so"
 	printf '%s\n' "$key" >"$dir/.stamp"
 }
