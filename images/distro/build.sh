@@ -8,8 +8,10 @@
 #   - rdma-core 55 with libvt3 (rdma-core's own debian/, dpkg-buildpackage):
 #     installed with apt over Debian's rdma-core 44, so Debian's perftest and
 #     everything else use our libibverbs.
-# The disk is an ext4 file system made from an mmdebstrap directory with
-# `mkfs.ext4 -d` (no loop device, no mount), converted to qcow2. The guest
+# Debian's part is an mmdebstrap directory (cached on its own, built while
+# our packages build); ours go into a copy of it with apt in a chroot. The
+# disk is an ext4 file system made from that directory with `mkfs.ext4 -d`
+# (no loop device, no mount of the disk), converted to qcow2. The guest
 # boots its own kernel directly: OUT/vmlinuz and OUT/initrd.img are copies
 # of the image's /boot files (QEMU -kernel/-initrd, root=/dev/vda).
 #
@@ -207,25 +209,24 @@ apt_sources() {
 	echo "http://deb.debian.org/debian"
 }
 
-build_image() {
-	local root=$WORK/root key kver sources agent
+# Debian's part of the image, cached on its own (the long step: a few
+# minutes, most of it dpkg and initramfs-tools): only Debian's packages.
+build_base_root() {
+	local base=$WORK/base-root key sources
 	sources=$(apt_sources)
-	agent=$WORK/vt3-agent
-	make_agent "$agent"
 	key=$({
-		printf '%s\n' "${GUEST_PACKAGES[@]}" "$GUEST_USER" "$sources"
+		printf '%s\n' "${GUEST_PACKAGES[@]}" "$sources"
 		apt-cache policy linux-image-amd64 linux-headers-amd64 | grep Candidate
-		sha256sum "$DEBS"/*.deb "$agent" | cut -d' ' -f1
-		hash_files "$HERE/rootfs"
-		declare -f build_image
+		declare -f build_base_root
 	} | sha256sum | cut -c1-16)
-	if stamp_ok "$OUT/.stamp" "$key" && [[ -f $OUT/disk.qcow2 ]]; then
-		log "image up to date: $OUT"
+	if stamp_ok "$WORK/base-root.stamp" "$key" && [[ -d $base ]]; then
+		log "Debian root up to date"
+		echo "$key"
 		return 0
 	fi
-	log "mmdebstrap $SUITE (systemd, udev, linux-image-amd64 + headers, DKMS; a few minutes)"
-	rm -rf "$root" "$OUT.tmp"
-	mkdir -p "$WORK/apt-archives" "$OUT.tmp"
+	log "mmdebstrap $SUITE (systemd, udev, linux-image-amd64 + headers, DKMS; many minutes, log: $WORK/mmdebstrap.log)"
+	rm -rf "$base" "$WORK/base-root.stamp"
+	mkdir -p "$WORK/apt-archives"
 	# Downloads are kept between builds (mmdebstrap's sync-in/sync-out recipe).
 	mmdebstrap --mode=root --variant=minbase --skip=download/empty \
 		--include="$(
@@ -234,30 +235,70 @@ build_image() {
 		)" \
 		--setup-hook='mkdir -p "$1"/var/cache/apt/archives' \
 		--setup-hook="sync-in $WORK/apt-archives /var/cache/apt/archives" \
-		--customize-hook="copy-in $DEBS /tmp" \
-		--customize-hook='chroot "$1" sh -c "DEBIAN_FRONTEND=noninteractive apt-get install -y -q /tmp/debs/*.deb"' \
-		--customize-hook='rm -rf "$1"/tmp/debs' \
 		--customize-hook="sync-out /var/cache/apt/archives $WORK/apt-archives" \
-		--customize-hook='mkdir -p "$1"/usr/local/lib/vt3' \
-		--customize-hook="copy-in $agent /usr/local/lib/vt3" \
-		--customize-hook="sync-in $HERE/rootfs /" \
-		--customize-hook="chroot \"\$1\" useradd -m -s /bin/bash $GUEST_USER" \
-		--customize-hook='chroot "$1" systemctl enable systemd-networkd vt3-agent.service' \
-		--customize-hook='echo distro >"$1"/etc/hostname' \
-		--customize-hook='printf "/dev/vda / ext4 errors=remount-ro 0 1\n" >"$1"/etc/fstab' \
-		--customize-hook='chroot "$1" dpkg-query -W -f="\${Package} \${Version}\n" >"$1"/etc/vt3-manifest.txt' \
-		"$SUITE" "$root" "$sources" >"$WORK/mmdebstrap.log" 2>&1 || {
+		"$SUITE" "$base" "$sources" >"$WORK/mmdebstrap.log" 2>&1 || {
 		tail -n 30 "$WORK/mmdebstrap.log" >&2
 		die "mmdebstrap failed (log: $WORK/mmdebstrap.log)"
 	}
+	printf '%s\n' "$key" >"$WORK/base-root.stamp"
+	echo "$key"
+}
+
+# Runs COMMAND... in ROOT with /proc, /sys and /dev mounted (what apt,
+# DKMS and initramfs-tools need), unmounting whatever happens.
+in_chroot() {
+	local root=$1 rc=0
+	shift
+	mount -t proc proc "$root/proc"
+	mount --rbind /sys "$root/sys" && mount --make-rslave "$root/sys"
+	mount --rbind /dev "$root/dev" && mount --make-rslave "$root/dev"
+	chroot "$root" "$@" || rc=$?
+	umount -R "$root/dev" "$root/sys" "$root/proc"
+	return "$rc"
+}
+
+# Our part: the .debs installed with apt over Debian's (DKMS builds vt3.ko
+# for the image's kernel here), the agent, the user, the guest's own
+# configuration; then the disk.
+build_image() {
+	local root=$WORK/root base_key=$1 key kver agent
+	agent=$WORK/vt3-agent
+	make_agent "$agent"
+	key=$({
+		printf '%s\n' "$base_key" "$GUEST_USER"
+		sha256sum "$DEBS"/*.deb "$agent" | cut -d' ' -f1
+		hash_files "$HERE/rootfs"
+		declare -f build_image in_chroot
+	} | sha256sum | cut -c1-16)
+	if stamp_ok "$OUT/.stamp" "$key" && [[ -f $OUT/disk.qcow2 ]]; then
+		log "image up to date: $OUT"
+		return 0
+	fi
+	log "our packages into a copy of the Debian root (apt; DKMS builds vt3.ko)"
+	rm -rf "$root" "$OUT.tmp"
+	mkdir -p "$OUT.tmp"
+	cp -a "$WORK/base-root" "$root"
+	cp -r "$DEBS" "$root/tmp/debs"
+	in_chroot "$root" sh -c 'DEBIAN_FRONTEND=noninteractive apt-get install -y -q /tmp/debs/*.deb' \
+		>"$WORK/install.log" 2>&1 || {
+		tail -n 30 "$WORK/install.log" >&2
+		die "installing our packages failed (log: $WORK/install.log)"
+	}
+	rm -rf "$root/tmp/debs"
+	install -D -m 755 "$agent" "$root/usr/local/lib/vt3/vt3-agent"
+	cp -r "$HERE/rootfs/." "$root/"
+	chroot "$root" useradd -m -s /bin/bash "$GUEST_USER"
+	chroot "$root" systemctl enable -q systemd-networkd vt3-agent.service
+	echo distro >"$root/etc/hostname"
+	printf '/dev/vda / ext4 errors=remount-ro 0 1\n' >"$root/etc/fstab"
+	chroot "$root" dpkg-query -W -f='${Package} ${Version}\n' >"$OUT.tmp/manifest.txt"
 	kver=$(cd "$root/lib/modules" && ls)
 	[[ $(wc -w <<<"$kver") == 1 ]] || die "expected one kernel in the image, found: $kver"
 	[[ -f $root/lib/modules/$kver/updates/dkms/vt3.ko ]] ||
-		die "DKMS did not build vt3.ko for $kver at install time (log: $WORK/mmdebstrap.log)"
+		die "DKMS did not build vt3.ko for $kver at install time (log: $WORK/install.log)"
 	cp "$root/boot/vmlinuz-$kver" "$OUT.tmp/vmlinuz"
 	cp "$root/boot/initrd.img-$kver" "$OUT.tmp/initrd.img"
 	echo "$kver" >"$OUT.tmp/kver"
-	cp "$root/etc/vt3-manifest.txt" "$OUT.tmp/manifest.txt"
 	local size
 	# The root's size and a quarter more room for the guest to write in.
 	size=$(($(du -sm "$root" | cut -f1) * 5 / 4 + 256))
@@ -277,10 +318,16 @@ main() {
 	exec 9>"$WORK/.lock"
 	flock 9
 	ensure_host_packages
+	# Debian's root builds while our packages do (neither needs the other).
+	local base_key
+	build_base_root >"$WORK/base-root.key" &
+	local base_pid=$!
 	build_vt3_dkms_deb
 	build_rdma_core_debs
+	wait "$base_pid" || die "building the Debian root failed"
+	base_key=$(<"$WORK/base-root.key")
 	collect_debs
-	build_image
+	build_image "$base_key"
 	echo "$OUT"
 }
 
