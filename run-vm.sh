@@ -10,7 +10,7 @@
 #                                      the compile check (vt3.ko on 6.1 and
 #                                      6.12), the image self-test, all cases with this
 #                                      QEMU, the QEMU 10.0 set, the 6.12 kernel set
-#   ./run-vm.sh [OPTIONS] soak         the long runs (not in CI)
+#   ./run-vm.sh [OPTIONS] soak [CASE…] the long runs (not in CI), or some of them
 #   ./run-vm.sh [OPTIONS] mutants      deliberately broken builds must fail
 #   ./run-vm.sh [OPTIONS] bench [--device-only] [--short]
 #                                      vt3d's own bench (two vt3d processes,
@@ -353,9 +353,11 @@ cmd_bench() {
 }
 
 cmd_soak() {
+	local args=() name
+	for name in "$@"; do args+=(--case "$name"); done
 	prepare
 	local rc=0
-	run_pytest soak -m soak || rc=$?
+	run_pytest soak -m soak "${args[@]}" || rc=$?
 	set -- $(junit_counts "$RESULTS/soak.xml")
 	echo "$1 passed, $2 failed"
 	[ "$rc" -eq 0 ] && [ "$2" -eq 0 ]
@@ -424,7 +426,7 @@ main() {
 	test) cmd_test "$@" ;;
 	list) cmd_list ;;
 	check) cmd_check ;;
-	soak) cmd_soak ;;
+	soak) cmd_soak "$@" ;;
 	mutants) prepare && "$ROOT/tools/mutants.sh" "$@" ;;
 	bench) cmd_bench "$@" ;;
 	up) vt3lab up "$@" ;;

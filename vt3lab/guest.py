@@ -346,13 +346,15 @@ class Guest:
 
     # --------------------------------------------------------- observation
 
+    # "PID COMM" of every user-space process (kernel threads have an empty
+    # cmdline). Shell builtins only (a fork per process costs seconds under
+    # TCG); procfs files have size 0, so read the cmdline rather than test -s.
+    PROCESS_LISTING = ('for p in /proc/[0-9]*; do read -r x < $p/cmdline; [ -n "$x" ] && read -r c < $p/comm && '
+                       'echo ${p#/proc/} $c; done 2>/dev/null; true')
+
     def user_processes(self) -> dict[int, str]:
-        """pid → comm of every user-space process (kernel threads have an
-        empty cmdline)."""
-        # Shell builtins only (a fork per process costs seconds under TCG);
-        # procfs files have size 0, so read the cmdline rather than test -s.
-        out = self.check('for p in /proc/[0-9]*; do read -r x < $p/cmdline; [ -n "$x" ] && read -r c < $p/comm && '
-                         'echo ${p#/proc/} $c; done 2>/dev/null; true', 20)
+        """pid → comm of every process PROCESS_LISTING lists."""
+        out = self.check(self.PROCESS_LISTING, 20)
         procs = {}
         for line in out.splitlines():
             pid, _, comm = line.partition(" ")
