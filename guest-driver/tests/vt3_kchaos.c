@@ -1197,6 +1197,43 @@ static unsigned int since(struct krun *r, unsigned long t)
 	return t ? jiffies_to_msecs(t - r->t0) : 0;
 }
 
+/* A run's own state (RUN: its number in the batch, or a probe's). */
+static struct krun *krun_alloc(int run)
+{
+	struct krun *r = vzalloc(sizeof(*r));
+
+	if (!r)
+		return NULL;
+	r->run = run;
+	r->t0 = jiffies;
+	spin_lock_init(&r->err_lock);
+	mutex_init(&r->lock);
+	init_completion(&r->released_done);
+	return r;
+}
+
+/* QP I of R on the CQs it sends and receives on, with its WR records. */
+static int kqp_init(struct krun *r, int i, struct kcq *scq, struct kcq *rcq)
+{
+	struct kqp *qp = &r->qps[i];
+	int qn;
+
+	qp->idx = i;
+	qp->r = r;
+	qp->last_write = -1;
+	spin_lock_init(&qp->post_lock);
+	init_completion(&qp->cm_done);
+	qp->scq = scq;
+	qp->rcq = rcq;
+	for (qn = 0; qn < 2; qn++) {
+		qp->q[qn].flush_from = U32_MAX;
+		qp->q[qn].w = vzalloc(MAX_WR * sizeof(struct kwr));
+		if (!qp->q[qn].w)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
 static enum verdict run_one(int run, u64 s)
 {
 	struct krun *r;
@@ -1206,37 +1243,18 @@ static enum verdict run_one(int run, u64 s)
 	bool ok, hung = false;
 	int i, n;
 
-	r = vzalloc(sizeof(*r));
+	r = krun_alloc(run);
 	if (!r)
 		return RUN_FAIL;
-	r->run = run;
-	r->t0 = jiffies;
-	spin_lock_init(&r->err_lock);
-	mutex_init(&r->lock);
-	init_completion(&r->released_done);
 	make_plan(&r->plan, s, run);
 	if (!in4_pton(addr, -1, (u8 *)&dst.sin_addr.s_addr, -1, NULL)) {
 		cfail(r, "addr=%s is not an IPv4 address", addr);
 		goto report;
 	}
 	for (i = 0; i < r->plan.nqp; i++) {
-		struct kqp *qp = &r->qps[i];
-		int qn;
-
-		qp->idx = i;
-		qp->r = r;
-		qp->last_write = -1;
-		spin_lock_init(&qp->post_lock);
-		init_completion(&qp->cm_done);
-		qp->scq = &r->cqs[r->plan.send_cq[i]];
-		qp->rcq = &r->cqs[r->plan.recv_cq[i]];
-		for (qn = 0; qn < 2; qn++) {
-			qp->q[qn].flush_from = U32_MAX;
-			qp->q[qn].w = vzalloc(MAX_WR * sizeof(struct kwr));
-			if (!qp->q[qn].w) {
-				cfail(r, "out of memory");
-				goto teardown;
-			}
+		if (kqp_init(r, i, &r->cqs[r->plan.send_cq[i]], &r->cqs[r->plan.recv_cq[i]])) {
+			cfail(r, "out of memory");
+			goto teardown;
 		}
 	}
 	for (i = 0; i < r->plan.nqp; i++) {
@@ -1348,33 +1366,19 @@ static bool probe_late_event(void)
 	struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons(port) };
 	struct ib_cq_init_attr attr = { .cqe = SQ_DEPTH + RQ_DEPTH + 2 };
 	struct ib_qp_attr err_attr = { .qp_state = IB_QPS_ERR };
-	struct krun *r = vzalloc(sizeof(*r));
+	struct krun *r = krun_alloc(0xffff);
 	struct kqp *qp;
 	struct ib_wc wc[16];
-	int before = 0, after_enable = 0, polled = 0, n, qn;
+	int before = 0, after_enable = 0, polled = 0, n;
 	bool ok = false;
 
 	if (!r)
 		return false;
-	r->run = 0xffff;
-	r->t0 = jiffies;
-	spin_lock_init(&r->err_lock);
-	mutex_init(&r->lock);
-	init_completion(&r->released_done);
 	r->plan.seed = seed ^ 0x7761;
 	r->plan.nqp = 1;
 	qp = &r->qps[0];
-	qp->r = r;
-	qp->last_write = -1;
-	spin_lock_init(&qp->post_lock);
-	init_completion(&qp->cm_done);
-	qp->scq = qp->rcq = &r->cqs[0];
-	for (qn = 0; qn < 2; qn++) {
-		qp->q[qn].flush_from = U32_MAX;
-		qp->q[qn].w = vzalloc(MAX_WR * sizeof(struct kwr));
-		if (!qp->q[qn].w)
-			goto out;
-	}
+	if (kqp_init(r, 0, &r->cqs[0], &r->cqs[0]))
+		goto out;
 	if (!in4_pton(addr, -1, (u8 *)&dst.sin_addr.s_addr, -1, NULL) || resolve(r, qp, &dst))
 		goto out;
 	r->pd = ib_alloc_pd(r->dev, IB_PD_UNSAFE_GLOBAL_RKEY);
@@ -1472,9 +1476,9 @@ static bool probe_busy_drain(void)
 {
 	struct sockaddr_in dst = { .sin_family = AF_INET, .sin_port = htons(port) };
 	struct ib_cq_init_attr attr = { .cqe = 2 * (SQ_DEPTH + RQ_DEPTH + 2) };
-	struct krun *r = vzalloc(sizeof(*r));
+	struct krun *r = krun_alloc(0xfffe);
 	struct drain_work *d = NULL;
-	int i, n, qn, polls = 0, a_flushed = 0, b_done = 0, b_seen = 0;
+	int i, n, polls = 0, a_flushed = 0, b_done = 0, b_seen = 0;
 	bool returned = false, ok = false;
 	struct ib_wc wc[BUSY_BATCH];
 	struct kqp *a, *b, *qp;
@@ -1483,28 +1487,11 @@ static bool probe_busy_drain(void)
 
 	if (!r)
 		return false;
-	r->run = 0xfffe;
-	r->t0 = jiffies;
-	spin_lock_init(&r->err_lock);
-	mutex_init(&r->lock);
-	init_completion(&r->released_done);
 	r->plan.seed = seed ^ 0x6472;
 	r->plan.nqp = 2;
-	for (i = 0; i < 2; i++) {
-		qp = &r->qps[i];
-		qp->idx = i;
-		qp->r = r;
-		qp->last_write = -1;
-		spin_lock_init(&qp->post_lock);
-		init_completion(&qp->cm_done);
-		qp->scq = qp->rcq = &r->cqs[0];
-		for (qn = 0; qn < 2; qn++) {
-			qp->q[qn].flush_from = U32_MAX;
-			qp->q[qn].w = vzalloc(MAX_WR * sizeof(struct kwr));
-			if (!qp->q[qn].w)
-				goto out;
-		}
-	}
+	for (i = 0; i < 2; i++)
+		if (kqp_init(r, i, &r->cqs[0], &r->cqs[0]))
+			goto out;
 	a = &r->qps[0];
 	b = &r->qps[1];
 	if (!in4_pton(addr, -1, (u8 *)&dst.sin_addr.s_addr, -1, NULL) ||
