@@ -406,8 +406,11 @@ run_mutant() {
 	(cd "$ROOT" && git ls-files -z | xargs -0 cp --parents -t "$dir")
 	mutate "$name" "$dir" || return 2
 	mkdir -p "$dir/images" "$dir/target"
-	cp -a "$VT3_CACHE/images/." "$dir/images/"
-	rm -f "$dir/images/initramfs-vt3.cpio"
+	# The overlays are rebuilt from the mutant's tree: copying them (the
+	# pyverbs one is ~110 MB) would only be thrown away.
+	(cd "$VT3_CACHE/images" && find . -mindepth 1 -maxdepth 1 \
+		! -name initramfs-vt3.cpio ! -name initramfs-pyverbs.cpio \
+		-exec cp -a -t "$dir/images/" {} +)
 	cp -a "$VT3_CACHE/rdma-core" "$dir/rdma-core"
 	cp -a "$VT3_CACHE/target/release" "$dir/target/"
 	local cases=${CASES[$name]:-$DEFAULT_CASES}
