@@ -18,7 +18,7 @@ fn main() {
             }
             // Scripts reading JSON get the error as JSON too (and exit 1).
             Err(e) if args.json => {
-                println!("{{\"error\":{}}}", vt3d::mgmt::json_string(&e.to_string()));
+                println!("{}", serde_json::json!({ "error": e.to_string() }));
                 std::process::exit(1);
             }
             Err(e) => Err(format!("{}: {e}", args.mgmt.display())),

@@ -12,6 +12,7 @@ use std::fmt::Write as _;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
@@ -31,21 +32,47 @@ use crate::rnic::{tpt, Rnic};
 /// Longest request line accepted.
 const MAX_REQUEST: u64 = 256;
 
+/// Clients served at once; one more is told the server is busy.
+const MAX_CLIENTS: usize = 8;
+
 /// Serves the management socket on a background thread for the life of
-/// the process.
+/// the process. Each client gets a thread of its own: one that connects
+/// and says nothing must not hold up a test's `vt3d ctl fault` for the
+/// length of its read timeout.
 pub fn spawn(listener: UnixListener, nic: Arc<Nic>) -> io::Result<thread::JoinHandle<()>> {
     thread::Builder::new().name("vt3d-mgmt".into()).spawn(move || {
+        let clients = Arc::new(AtomicUsize::new(0));
         for conn in listener.incoming() {
             match conn {
-                Ok(stream) => {
-                    if let Err(e) = serve_one(stream, &nic) {
-                        log::debug!("mgmt: {e}");
-                    }
-                }
+                Ok(stream) => serve_on_thread(stream, &nic, &clients),
                 Err(e) => log::warn!("mgmt accept: {e}"),
             }
         }
     })
+}
+
+fn serve_on_thread(stream: UnixStream, nic: &Arc<Nic>, clients: &Arc<AtomicUsize>) {
+    if clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
+        clients.fetch_sub(1, Ordering::AcqRel);
+        // Its request is read first (briefly: this is the accept loop), or
+        // closing on unread data would reset the connection before the
+        // client reads the answer.
+        let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
+        let _ = BufReader::new((&stream).take(MAX_REQUEST)).read_line(&mut String::new());
+        let _ = (&stream).write_all(format!("error: busy ({MAX_CLIENTS} clients at once)\n").as_bytes());
+        return;
+    }
+    let (nic, done) = (Arc::clone(nic), Arc::clone(clients));
+    let spawned = thread::Builder::new().name("vt3d-mgmt-client".into()).spawn(move || {
+        if let Err(e) = serve_one(stream, &nic) {
+            log::debug!("mgmt: {e}");
+        }
+        done.fetch_sub(1, Ordering::AcqRel);
+    });
+    if let Err(e) = spawned {
+        clients.fetch_sub(1, Ordering::AcqRel);
+        log::warn!("mgmt: no thread for a client: {e}");
+    }
 }
 
 fn serve_one(stream: UnixStream, nic: &Nic) -> io::Result<()> {
@@ -100,31 +127,13 @@ fn text_cell(v: &Value) -> String {
     }
 }
 
-fn json_cell(v: &Value) -> String {
+fn json_cell(v: &Value) -> serde_json::Value {
     match v {
-        Value::Num(n) => n.to_string(),
-        Value::Bool(b) => b.to_string(),
-        Value::Text(s) => json_string(s),
-        Value::None => "null".to_owned(),
+        Value::Num(n) => (*n).into(),
+        Value::Bool(b) => (*b).into(),
+        Value::Text(s) => s.as_str().into(),
+        Value::None => serde_json::Value::Null,
     }
-}
-
-/// A JSON string literal (control characters escaped too).
-pub fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 impl From<bool> for Value {
@@ -150,14 +159,12 @@ fn text_table(rows: &[Row]) -> String {
     out
 }
 
-fn json_object(row: &Row) -> String {
-    let body: Vec<String> = row.iter().map(|(k, v)| format!("\"{k}\":{}", json_cell(v))).collect();
-    format!("{{{}}}", body.join(","))
+fn json_object(row: &Row) -> serde_json::Value {
+    row.iter().map(|(k, v)| ((*k).to_owned(), json_cell(v))).collect::<serde_json::Map<_, _>>().into()
 }
 
 fn json_table(rows: &[Row]) -> String {
-    let body: Vec<String> = rows.iter().map(json_object).collect();
-    format!("[{}]\n", body.join(","))
+    format!("{}\n", serde_json::Value::Array(rows.iter().map(json_object).collect()))
 }
 
 /// The answer to one request line.
@@ -171,8 +178,8 @@ pub fn answer(request: &str, nic: &Nic) -> String {
         CtlRequest::Stats => {
             let rows = stats_rows(nic);
             if json {
-                let body: Vec<String> = rows.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
-                format!("{{{}}}\n", body.join(","))
+                let object: serde_json::Map<_, _> = rows.into_iter().map(|(k, v)| (k, v.into())).collect();
+                format!("{}\n", serde_json::Value::Object(object))
             } else {
                 rows.iter().map(|(k, v)| format!("{k} {v}\n")).collect()
             }
@@ -544,6 +551,32 @@ mod tests {
             Err(e) => assert_eq!(e.kind(), io::ErrorKind::ConnectionReset),
         }
         assert!(request(&path, "stats").is_ok());
+    }
+
+    #[test]
+    fn a_silent_client_holds_up_no_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_nic, path) = serving(dir.path());
+        // Connected, request not yet sent: a server serving one client at
+        // a time would answer the next only after this one's 5 s read
+        // timeout, and this one would be gone by then.
+        let mut silent = UnixStream::connect(&path).unwrap();
+        assert!(request(&path, "stats").unwrap().lines().any(|l| l == "rnic.qp 0"));
+        silent.write_all(b"qps\n").unwrap();
+        let mut answer = String::new();
+        silent.read_to_string(&mut answer).unwrap();
+        assert_eq!(answer, "");
+    }
+
+    #[test]
+    fn one_client_too_many_is_told_so() {
+        // A server of its own: no earlier client's thread still counted.
+        let dir = tempfile::tempdir().unwrap();
+        let (_nic, path) = serving(dir.path());
+        let held: Vec<UnixStream> = (0..MAX_CLIENTS).map(|_| UnixStream::connect(&path).unwrap()).collect();
+        let err = request(&path, "stats").unwrap_err();
+        assert_eq!(err.to_string(), format!("busy ({MAX_CLIENTS} clients at once)"));
+        drop(held);
     }
 
     #[test]
