@@ -17,9 +17,9 @@
 #include "vt3-chaos.h"
 
 #define SRV_CONNS	64
-#define SRV_BUF		((RSLOTS + 1 + SRV_RQ + SRV_SQ) * SLOT)
 #define SRV_RECV(i)	((RSLOTS + 1 + (i)) * SLOT)
-#define SRV_SEND(i)	((RSLOTS + 1 + SRV_RQ + (i)) * SLOT)
+#define SRV_SEND(i)	(SRV_RECV(SRV_RQ) + (i) * RSLOT)
+#define SRV_BUF		SRV_SEND(SRV_SQ)
 
 struct sconn {
 	struct rdma_cm_id *id;
@@ -112,7 +112,8 @@ static void srv_check_recv(struct sconn *c, const struct ibv_wc *wc)
 static void srv_reply(struct sconn *c)
 {
 	while (c->replied < c->received && c->sq_out < SRV_SQ - 1) {
-		unsigned int len = reply_len(c->req.seed, c->req.qpi, c->replied);
+		unsigned int len = reply_len(c->req.seed, c->req.qpi, c->replied,
+					     c->req.flags & REQ_BIG_REPLIES);
 		uint8_t *p = c->buf + SRV_SEND(c->replied % SRV_SQ);
 		struct msg_hdr h = { .magic = MAGIC, .qpi = c->req.qpi, .len = len,
 				     .seq = c->replied, .tag = T_REPLY };
@@ -172,14 +173,15 @@ static void sconn_setup(struct rdma_cm_event *ev)
 	struct sconn *c = sconn_of(NULL);
 	uint32_t i;
 
-	if (!c || ev->param.conn.private_data_len < sizeof(c->req)) {
+	if (!c || ev->param.conn.private_data_len < REQ_PD_V1_LEN) {
 		fprintf(stderr, "server: %s\n", c ? "connect without our private data" : "too many connections");
 		rdma_reject(ev->id, NULL, 0);
 		rdma_destroy_id(ev->id);
 		return;
 	}
 	c->id = ev->id;
-	memcpy(&c->req, ev->param.conn.private_data, sizeof(c->req));
+	memcpy(&c->req, ev->param.conn.private_data,
+	       ev->param.conn.private_data_len < sizeof(c->req) ? ev->param.conn.private_data_len : sizeof(c->req));
 	c->buf = calloc(1, SRV_BUF);
 	c->pd = c->buf ? ibv_alloc_pd(c->id->verbs) : NULL;
 	c->cq = c->pd ? ibv_create_cq(c->id->verbs, SRV_RQ + SRV_SQ, NULL, NULL, 0) : NULL;

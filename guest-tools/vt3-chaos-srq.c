@@ -51,7 +51,7 @@
 
 static uint8_t *srq_slot(struct srq *s, uint32_t idx)
 {
-	return s->buf + (size_t)(idx % SRQ_SLOTS) * SLOT;
+	return s->buf + (size_t)(idx % SRQ_SLOTS) * RSLOT;
 }
 
 /* Where an SRQ WR completed (wrec.by): "q3", "the drain QP", "qp_num 77". */
@@ -76,8 +76,8 @@ int srq_create(struct client *c, struct srq *s)
 	struct ibv_srq_init_attr attr = { .attr = { .max_wr = SRQ_DEPTH, .max_sge = 1 } };
 
 	s->w = calloc(MAX_SRQ_WR, sizeof(*s->w));
-	s->buf = calloc(SRQ_SLOTS, SLOT);
-	s->mr = s->buf ? ibv_reg_mr(c->pd, s->buf, SRQ_SLOTS * SLOT, IBV_ACCESS_LOCAL_WRITE) : NULL;
+	s->buf = calloc(SRQ_SLOTS, RSLOT);
+	s->mr = s->buf ? ibv_reg_mr(c->pd, s->buf, SRQ_SLOTS * RSLOT, IBV_ACCESS_LOCAL_WRITE) : NULL;
 	s->srq = s->mr && s->w ? ibv_create_srq(c->pd, &attr) : NULL;
 	if (!s->srq) {
 		cfail(c, "srq%d: create: %s", s->idx, strerror(errno));
@@ -117,7 +117,7 @@ static bool srq_post_one(struct srq *s)
 	r->signaled = 1;
 	r->by = -1;
 	r->after_err = c->device_fatal;
-	sge = (struct ibv_sge){ .addr = (uintptr_t)srq_slot(s, idx), .length = SLOT, .lkey = s->mr->lkey };
+	sge = (struct ibv_sge){ .addr = (uintptr_t)srq_slot(s, idx), .length = RSLOT, .lkey = s->mr->lkey };
 	wr.wr_id = make_wr_id(c, s->idx, SRQ_Q, idx);
 	ret = ibv_post_srq_recv(s->srq, &wr, &bad);
 	if (ret) {
@@ -223,6 +223,8 @@ void srq_account(struct client *c, struct cq *cq, const struct ibv_wc *wc, const
 			qp->srq_flushed++;
 		if (c->lost_run)
 			return;		/* the lost device's flush: checked at the end */
+		if (qp->srq_unsuccessful == 1)	/* QPs of other CQs share s: atomic */
+			__atomic_add_fetch(&s->taken, 1, __ATOMIC_RELAXED);
 		if (qp->srq_unsuccessful > 1)
 			cfail(c, "q%d: srq%u wr %u completed with %s, its SRQ WR #%d in error: a QP's error flushes nothing of its SRQ but the one WQE it had taken",
 			      qp->idx, si, idx, st, qp->srq_unsuccessful);
@@ -372,8 +374,8 @@ static int drain_send_all(struct drain *d)
 	uint32_t k;
 
 	for (k = 0; k < d->sends; k++) {
-		unsigned int len = reply_len(seed, DRAIN_QPI(d->s), k);
-		uint8_t *p = d->buf + (size_t)k * SLOT;
+		unsigned int len = reply_len(seed, DRAIN_QPI(d->s), k, true);
+		uint8_t *p = d->buf + (size_t)k * RSLOT;
 		struct msg_hdr h = { .magic = MAGIC, .qpi = DRAIN_QPI(d->s), .len = len, .seq = k,
 				     .tag = T_REPLY };
 		struct ibv_sge sge = { .addr = (uintptr_t)p, .length = len, .lkey = d->mr->lkey };
@@ -512,8 +514,9 @@ static void srq_drain(struct client *c, struct srq *s, uint32_t unseen, uint32_t
 	memcpy(&addr, &c->local, sizeof(addr));
 	addr.sin_port = 0;
 	d.dq.idx = DRAIN_QPI(s);
-	d.buf = calloc(d.sends, SLOT);
-	d.mr = d.buf ? ibv_reg_mr(c->pd, d.buf, (size_t)d.sends * SLOT, IBV_ACCESS_LOCAL_WRITE) : NULL;
+	d.dq.srq = s;		/* its replies are an SRQ QP's: up to RSLOT */
+	d.buf = calloc(d.sends, RSLOT);
+	d.mr = d.buf ? ibv_reg_mr(c->pd, d.buf, (size_t)d.sends * RSLOT, IBV_ACCESS_LOCAL_WRITE) : NULL;
 	d.dcq = ibv_create_cq(c->ctx, unseen + 2, NULL, NULL, 0);
 	d.scq = ibv_create_cq(c->ctx, d.sends + 2, NULL, NULL, 0);
 	d.ch = rdma_create_event_channel();
@@ -603,10 +606,10 @@ out:
 	free(s->buf);
 }
 
-/* "srqs N: P posted O ok F flushed E error L left D dropped" */
+/* "srqs N: P posted O ok F flushed E error L left D dropped T taken" */
 void srq_counts(struct client *c, char *buf, size_t len)
 {
-	unsigned long t[6] = {};
+	unsigned long t[7] = {};
 	int i;
 
 	for (i = 0; i < c->plan.nsrq; i++) {
@@ -618,7 +621,9 @@ void srq_counts(struct client *c, char *buf, size_t len)
 		t[3] += s->err;
 		t[4] += s->left;
 		t[5] += s->dropped;
+		t[6] += s->taken;
 	}
-	snprintf(buf, len, "srqs %d: %lu posted %lu ok %lu flushed %lu error %lu left %lu dropped%s",
-		 c->plan.nsrq, t[0], t[1], t[2], t[3], t[4], t[5], c->removed_run && c->plan.nsrq ? " unproven" : "");
+	snprintf(buf, len, "srqs %d: %lu posted %lu ok %lu flushed %lu error %lu left %lu dropped %lu taken%s",
+		 c->plan.nsrq, t[0], t[1], t[2], t[3], t[4], t[5], t[6],
+		 c->removed_run && c->plan.nsrq ? " unproven" : "");
 }

@@ -71,7 +71,10 @@
  * left, "left" proved by draining the SRQ through a loopback connection
  * (each left WR taken once, then an empty SRQ). One line per run,
  *   RUN <i> seed <s> fault <f> ... ok|FAIL: sq …; rq …; srqs <n>: <p> posted
- *   <o> ok <f> flushed <e> error <l> left <d> dropped[ unproven]; events …
+ *   <o> ok <f> flushed <e> error <l> left <d> dropped <t> taken[ unproven];
+ *   events …  ("taken": SRQ WQEs a QP had begun to fill when it failed;
+ *   the client asks for replies of up to three DDP segments so faults can
+ *   cut one)
  *   [-- reasons]
  * and "vt3-chaos: N passed, N failed" last; exit 1 on a failure. Replay
  * one run with --seed <s> --runs 1 --faults <f>.
@@ -372,7 +375,7 @@ uint64_t make_wr_id(struct client *c, int qpi, enum queue q, uint32_t idx)
 
 static uint8_t *src_slot(struct qp *qp, uint32_t idx) { return qp->buf + (idx % NSLOT) * SLOT; }
 static uint8_t *read_slot(struct qp *qp, uint32_t idx) { return qp->buf + (NSLOT + idx % NSLOT) * SLOT; }
-static uint8_t *recv_slot(struct qp *qp, uint32_t idx) { return qp->buf + (2 * NSLOT + idx % NSLOT) * SLOT; }
+static uint8_t *recv_slot(struct qp *qp, uint32_t idx) { return qp->buf + 2 * NSLOT * SLOT + idx % NSLOT * RSLOT; }
 
 
 /*
@@ -394,7 +397,7 @@ static int post_recv(struct qp *qp)
 	struct wq *q = &qp->q[RQ];
 	uint32_t idx = q->posted;
 	struct wrec *r = &q->w[idx];
-	struct ibv_sge sge = { .addr = (uintptr_t)recv_slot(qp, idx), .length = SLOT,
+	struct ibv_sge sge = { .addr = (uintptr_t)recv_slot(qp, idx), .length = RSLOT,
 			       .lkey = qp->mr->lkey };
 	struct ibv_recv_wr wr = { .wr_id = make_wr_id(qp->c, qp->idx, RQ, idx),
 				  .sg_list = &sge, .num_sge = 1 }, *bad;
@@ -560,7 +563,7 @@ void check_reply(struct client *c, struct qp *qp, const uint8_t *p, const struct
 {
 	unsigned int qpi = qp->idx;
 	uint32_t seq = qp->nrecv_ok++;
-	unsigned int len = reply_len(c->plan.seed, qpi, seq);
+	unsigned int len = reply_len(c->plan.seed, qpi, seq, qp->srq);
 	struct msg_hdr h;
 	int bad;
 
@@ -1025,7 +1028,8 @@ static int connect_qp(struct client *c, struct qp *qp, struct addrinfo *ai)
 	};
 	struct rdma_conn_param param = { .responder_resources = ORD, .initiator_depth = ORD,
 					 .retry_count = 7 };
-	struct req_pd req = { .magic = MAGIC, .qpi = qp->idx, .seed = p->seed };
+	struct req_pd req = { .magic = MAGIC, .qpi = qp->idx, .seed = p->seed,
+			      .flags = qp->srq ? REQ_BIG_REPLIES : 0 };
 	int i;
 
 	if (f->who == PEER && qp->idx == p->target) {
@@ -1082,8 +1086,8 @@ static int connect_qp(struct client *c, struct qp *qp, struct addrinfo *ai)
 		cfail(c, "q%d resolved to another device", qp->idx);
 		return -1;
 	}
-	qp->buf = calloc(3 * NSLOT, SLOT);
-	qp->mr = qp->buf ? ibv_reg_mr(c->pd, qp->buf, 3 * NSLOT * SLOT, IBV_ACCESS_LOCAL_WRITE) : NULL;
+	qp->buf = calloc(1, QP_BUF);
+	qp->mr = qp->buf ? ibv_reg_mr(c->pd, qp->buf, QP_BUF, IBV_ACCESS_LOCAL_WRITE) : NULL;
 	attr.send_cq = qp->scq->cq;
 	attr.recv_cq = qp->rcq->cq;
 	attr.srq = qp->srq ? qp->srq->srq : NULL;

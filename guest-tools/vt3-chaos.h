@@ -10,6 +10,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <infiniband/verbs.h>
@@ -25,6 +26,8 @@
 #define RQ_DEPTH	32
 #define MAX_WR		16384		/* per queue and QP in one run */
 #define SLOT		256		/* bytes per buffer slot */
+#define RSLOT		3072		/* bytes of a receive slot for a reply (REQ_BIG_REPLIES) */
+#define QP_BUF		(2 * NSLOT * SLOT + NSLOT * RSLOT)	/* a client QP's buffer */
 #define NSLOT		64		/* local slots of each kind (> 2 queue depths) */
 #define RSLOTS		1024		/* remote WRITE slots per connection */
 #define RECENT		(RSLOTS / 2)	/* a READ reads back a WRITE this recent */
@@ -91,9 +94,19 @@ struct msg_hdr {
 	uint32_t tag;
 };
 
-static inline unsigned int reply_len(uint64_t seed, unsigned int qpi, uint32_t seq)
+/*
+ * With REQ_BIG_REPLIES (the client's QPs on an SRQ) replies are up to
+ * RSLOT bytes, about half of them two or three DDP segments at MTU 1500:
+ * a fault can then cut one in the middle and leave an SRQ WQE taken and
+ * not finished (the rule "a QP's error flushes only the WQE it had taken"
+ * needs one). Otherwise (and in the kernel client, vt3_kchaos.c, which
+ * has its own copy of this) every reply fits a SLOT.
+ */
+static inline unsigned int reply_len(uint64_t seed, unsigned int qpi, uint32_t seq, bool big)
 {
-	return HDR + hash(seed, qpi, T_REPLY, seq ^ 0x80000000u) % (SLOT - HDR + 1);
+	uint64_t h = hash(seed, qpi, T_REPLY, seq ^ 0x80000000u);
+
+	return HDR + h % ((big ? RSLOT : SLOT) - HDR + 1);
 }
 
 enum action { ACT_NONE, ACT_CLOSE, ACT_ABORT };
@@ -104,7 +117,13 @@ struct req_pd {			/* client -> server, in the connect */
 	uint64_t seed;
 	uint32_t action;
 	uint32_t act_ms;	/* after ESTABLISHED */
+	/* The kernel client's request ends here (REQ_PD_V1_LEN). */
+	uint32_t flags;		/* REQ_* */
+	uint32_t reserved;
 };
+
+#define REQ_PD_V1_LEN	offsetof(struct req_pd, flags)
+#define REQ_BIG_REPLIES	1u	/* replies up to RSLOT bytes (reply_len) */
 
 struct rep_pd {			/* server -> client, in the accept */
 	uint32_t magic;
@@ -200,6 +219,7 @@ struct srq {
 	int nqp;
 	unsigned long enomem;	/* posts refused: the slot at the producer index was busy */
 	unsigned long ok, flush, err, left, dropped;
+	unsigned long taken;	/* of flush + err: the WQE a QP had taken when it failed */
 };
 
 struct qp {
@@ -209,7 +229,7 @@ struct qp {
 	struct ibv_qp *qp;
 	uint32_t qpn;
 	struct ibv_mr *mr;
-	uint8_t *buf;		/* NSLOT source, NSLOT READ, NSLOT receive slots */
+	uint8_t *buf;		/* NSLOT source, NSLOT READ (SLOT each), NSLOT receive slots (RSLOT) */
 	struct rep_pd peer;
 	struct cq *scq, *rcq;
 	struct srq *srq;	/* NULL: its receives are its own RQ's */

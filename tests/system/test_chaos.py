@@ -65,7 +65,7 @@ COUNTS = re.compile(r"^sq (\d+) posted (\d+) ok (\d+) flushed (\d+) error (\d+) 
                     r"rq (\d+) posted (\d+) ok (\d+) flushed (\d+) error; ")
 # vt3-chaos's shared receive queues (a run's QPs may have none).
 SRQ_COUNTS = re.compile(r"; srqs (\d+): (\d+) posted (\d+) ok (\d+) flushed (\d+) error (\d+) left (\d+) dropped"
-                        r"(?P<unproven> unproven)?; ")
+                        r" (\d+) taken(?P<unproven> unproven)?; ")
 # Exploration only (e.g. --signaled-flush-only); the case passes nothing.
 EXTRA_ARGS = os.environ.get("VT3_CHAOS_ARGS", "")
 
@@ -206,11 +206,13 @@ class Tally:
         self.srq_target = 0    # of them, runs whose fault hit a QP of an SRQ
         self.srq_wrs = 0
         self.srq_left = 0      # SRQ WRs still posted at a run's end, proved by its drain
+        self.srq_taken = 0     # SRQ WQEs a QP had taken when it failed (completed in error on it)
 
     def __str__(self) -> str:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.faults.items()))
         srq = (f"; {self.srq_runs} SRQ runs ({self.srq_target} with the fault's QP on the SRQ), "
-               f"{self.srq_wrs} SRQ WRs, {self.srq_left} left and drained") if self.srq_runs else ""
+               f"{self.srq_wrs} SRQ WRs, {self.srq_left} left and drained, "
+               f"{self.srq_taken} taken by a failing QP") if self.srq_runs else ""
         return f"{self.runs} runs, {len(self.faults)} fault kinds ({kinds}), {self.wrs} WRs{srq}, {self.seconds:.0f} s"
 
 
@@ -270,8 +272,8 @@ def batch(p: ChaosPair, tally: Tally, seed: int, runs: int, faults: tuple[str, .
             f"{what}: counts exceed what was posted: {m.group(0)}"
         srq = SRQ_COUNTS.search(m.group("rest")) if client is USER else None
         assert srq or client is not USER, f"{what}: no SRQ counts: {m.group(0)}"
-        nsrq, srq_posted, srq_ok, srq_flush, srq_err, srq_left, srq_dropped = \
-            map(int, srq.groups()[:7]) if srq else (0,) * 7
+        nsrq, srq_posted, srq_ok, srq_flush, srq_err, srq_left, srq_dropped, srq_taken = \
+            map(int, srq.groups()[:8]) if srq else (0,) * 8
         if nsrq:
             # posted = completed + left (the drain proves "left"; "dropped": taken by an aborted QP).
             accounted = srq_ok + srq_flush + srq_err + srq_left + srq_dropped
@@ -282,6 +284,9 @@ def batch(p: ChaosPair, tally: Tally, seed: int, runs: int, faults: tuple[str, .
             tally.srq_target += "+srq" in m.group("styles").split(",")[target]
             tally.srq_wrs += srq_posted
             tally.srq_left += srq_left
+            # Each QP's taken WQE completes in error once (the tool checks which).
+            assert srq_taken <= srq_flush + srq_err, f"{what}: more taken than failed: {m.group(0)}"
+            tally.srq_taken += srq_taken
         assert sq_ok > 0 and (rq_ok > 0 or rq_posted == 0) and (srq_ok > 0 or not nsrq), \
             f"{what}: no traffic completed before the fault: {m.group(0)}"
         tally.faults[m.group("fault")] = tally.faults.get(m.group("fault"), 0) + 1
