@@ -34,6 +34,7 @@
  * wildcard listen vt3 cannot serve stays inactive here rather than fail
  * everybody's (siw's on the same netdev included).
  */
+#include <linux/capability.h>
 #include <linux/etherdevice.h>
 #include <linux/inetdevice.h>
 #include <linux/net.h>
@@ -54,7 +55,8 @@
 struct vt3_listener {
 	struct list_head list;		/* dev->listeners */
 	struct iw_cm_id *cm_id;		/* referenced */
-	struct socket *port;		/* NULL: inactive here */
+	struct socket *port;		/* the reservation; NULL: none */
+	bool serving;			/* vt3d listens (else inactive here) */
 	struct vt3_sockaddr addr;	/* as LISTEN named it */
 };
 
@@ -775,6 +777,23 @@ static int vt3_listen_start(struct vt3_dev *dev, struct vt3_listener *l,
 	if (sin->sin_addr.s_addr && sin->sin_addr.s_addr != dev->addr.ipv4)
 		return -EADDRNOTAVAIL;
 	err = vt3_port_reserve(dev, sin, true, &port);
+	if (err == -EADDRINUSE && sin->sin_port &&
+	    ns_capable(dev_net(dev->netdev)->user_ns, CAP_NET_ADMIN)) {
+		/*
+		 * A listener of the guest's own TCP holds the port: LIO's iSCSI
+		 * portal, which an iSER portal on the same address always
+		 * comes with. As on a T3, whose listening servers steer the
+		 * port's SYNs to the adapter, vt3d takes the connections the
+		 * wire brings to it and the guest's listener gets none. Only
+		 * for a privileged caller (configfs, root's rdma_listen): an
+		 * unprivileged one must not take a guest service's port.
+		 */
+		ibdev_info(&dev->ibdev,
+			   "listening on port %u beside a listener of the guest's TCP: connections from the wire to it come to this device\n",
+			   ntohs(sin->sin_port));
+		port = NULL;
+		err = 0;
+	}
 	if (err)
 		return err;
 	req.local.ipv4 = sin->sin_addr.s_addr;
@@ -782,10 +801,12 @@ static int vt3_listen_start(struct vt3_dev *dev, struct vt3_listener *l,
 	req.backlog = cpu_to_le32(backlog);
 	err = vt3_cmd(dev, VT3_CMD_LISTEN, &req, sizeof(req), NULL, 0);
 	if (err) {
-		sock_release(port);
+		if (port)
+			sock_release(port);
 		return err;
 	}
 	l->port = port;
+	l->serving = true;
 	l->addr = req.local;
 	return 0;
 }
@@ -847,7 +868,7 @@ int vt3_iw_create_listen(struct iw_cm_id *cm_id, int backlog)
 	cm_id->add_ref(cm_id);
 	mutex_unlock(&dev->cm_lock);
 	ibdev_dbg(&dev->ibdev, "listening on %pISpc%s\n", ss,
-		  l->port ? "" : " (inactive)");
+		  l->serving ? "" : " (inactive)");
 	return 0;
 }
 
@@ -860,7 +881,7 @@ int vt3_iw_destroy_listen(struct iw_cm_id *cm_id)
 
 	mutex_lock(&dev->cm_lock);
 	list_del(&l->list);
-	if (l->port) {
+	if (l->serving) {
 		/* vt3d drops the requests still pending on it. */
 		req.local = l->addr;
 		err = vt3_cmd(dev, VT3_CMD_UNLISTEN, &req, sizeof(req), NULL,
@@ -868,7 +889,8 @@ int vt3_iw_destroy_listen(struct iw_cm_id *cm_id)
 		if (err)
 			ibdev_dbg(&dev->ibdev, "UNLISTEN port %u: %d\n",
 				  ntohs(l->addr.port), err);
-		sock_release(l->port);
+		if (l->port)
+			sock_release(l->port);
 	}
 	mutex_unlock(&dev->cm_lock);
 	cm_id->rem_ref(cm_id);
@@ -885,7 +907,7 @@ static struct vt3_listener *vt3_listener_find(struct vt3_dev *dev,
 	struct vt3_listener *l;
 
 	list_for_each_entry(l, &dev->listeners, list) {
-		if (l->port && l->addr.port == local->port &&
+		if (l->serving && l->addr.port == local->port &&
 		    (!l->addr.ipv4 || l->addr.ipv4 == local->ipv4))
 			return l;
 	}

@@ -48,6 +48,7 @@ KERNEL_MODULES=(
 	ipv6
 	nvme-rdma nvmet-rdma brd
 	nfsd nfs nfsv4 rpcrdma
+	target_core_iblock iscsi_target_mod ib_isert ib_iser sd_mod
 	9p 9pnet_virtio
 )
 
@@ -64,6 +65,7 @@ GUEST_PACKAGES=(
 	iproute2 netcat-openbsd
 	nvme-cli fio
 	nfs-kernel-server nfs-common netbase
+	open-iscsi
 )
 
 # Python for rdma-core's test suite (pyverbs; images/overlay.sh adds pyverbs

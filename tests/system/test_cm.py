@@ -135,6 +135,28 @@ def test_vt3_rping(vt3_pair):
     no_objects(vt3_pair, "after rping")
 
 
+def test_listen_beside_tcp(vt3_pair):
+    """a port the guest's TCP listens on: root's rdma_listen there takes the wire's connections (rping works, the
+    TCP listener gets none, as on a T3 whose listening server steers the port's SYNs); nobody's gets EADDRINUSE"""
+    a, b = vt3_pair.a, vt3_pair.b
+    port = 5555
+    mark = kmark(a)
+    a.spawn(f"nc -l {a.ip} {port} > /tmp/nc.out", "nc", 300)
+    a.check(f"for i in $(seq 100); do grep -qi ':{port:04X} 00000000:0000 0A' /proc/net/tcp && exit 0; sleep 0.1; "
+            "done; exit 1", 30, "nc does not listen")
+    # Root of a user namespace of its own: no CAP_NET_ADMIN over the guest's network.
+    r = a.run(f"unshare -U -r rping -s -a {a.ip} -p {port} -C 1 2>&1", 60)
+    assert r.rc != 0 and "rdma_listen: Address already in use" in r.out, \
+        f"an unprivileged rping -s on a port the guest's TCP listens on: exit {r.rc}:\n{tail(r.out)}"
+    rping_between(a, b, 5, port=port)
+    assert a.running("nc"), "the guest's TCP listener ended"
+    assert a.check("cat /tmp/nc.out", 10) == "", "the guest's TCP listener received data"
+    log = kmsg_since(a, mark)
+    assert count(log, rf"listening on port {port} beside a listener of the guest's TCP") == 1, tail(log)
+    a.check("kill $(pidof nc)", 10)
+    no_objects(vt3_pair, "after rping beside a TCP listener")
+
+
 def test_vt3_disconnect(vt3_pair):
     """rdma_disconnect after the peer's close succeeds (ib_send_bw -R, 3 rounds)"""
     # librdmacm's rdma_disconnect() moves the QP to SQD first: after the
