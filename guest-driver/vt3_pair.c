@@ -108,7 +108,8 @@ int vt3_pair_connect(struct vt3_qp *qp)
 	if (err) {
 		if (port)
 			sock_release(port);
-		return err;
+		/* The peer went away since the RTR: no QP of the device. */
+		return err == -ENOENT ? -EINVAL : err;
 	}
 	qp->port = port;
 	qp->laddr = sin;
