@@ -272,6 +272,7 @@ enum vt3_conn_state {
 	VT3_CONN_ACCEPTING,	/* ACCEPT sent: ESTABLISHED owed */
 	VT3_CONN_UP,		/* iw_cm knows it established */
 	VT3_CONN_CLOSING,	/* a close began (ours or the peer's) */
+	VT3_CONN_PAIRING,	/* PAIR_QP sent (vt3_pair.c): not up yet */
 };
 
 /*
@@ -331,7 +332,10 @@ struct vt3_qp {
 
 	/* The connection (vt3_cm.c), under state_lock. */
 	enum vt3_conn_state conn;
-	struct iw_cm_id *cm_id;		/* referenced while conn != NONE */
+	struct iw_cm_id *cm_id;		/* referenced while conn != NONE, */
+					/* NULL for a pair (vt3_pair.c) */
+	bool pair_named;		/* RTR named pair_qpn (IB_QP_DEST_QPN) */
+	u32 pair_qpn;
 	struct socket *port;		/* an active open's reserved port */
 	struct sockaddr_in laddr;
 	struct sockaddr_in raddr;
@@ -444,6 +448,11 @@ void vt3_cm_qp_init(struct vt3_qp *qp);
 void vt3_cm_qp_destroy(struct vt3_qp *qp);
 int vt3_cm_disconnect(struct vt3_qp *qp);
 void vt3_cm_abort(struct vt3_qp *qp, int status);
+int vt3_cm_sync_addr(struct vt3_dev *dev);
+int vt3_port_reserve(struct vt3_dev *dev, struct sockaddr_in *sin,
+		     bool listener, struct socket **sockp);
+int vt3_pair_name(struct vt3_qp *qp, const struct ib_qp_attr *attr, int mask);
+int vt3_pair_connect(struct vt3_qp *qp);
 int vt3_iw_connect(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param);
 int vt3_iw_accept(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param);
 int vt3_iw_reject(struct iw_cm_id *cm_id, const void *pdata, u8 pdata_len);

@@ -114,7 +114,7 @@ static void vt3_cm_current_addr(struct vt3_dev *dev,
 }
 
 /* Tells vt3d the address unless it knows it already. */
-static int vt3_cm_sync_addr(struct vt3_dev *dev)
+int vt3_cm_sync_addr(struct vt3_dev *dev)
 {
 	struct vt3_cmd_set_addr addr;
 	int err;
@@ -164,8 +164,8 @@ void vt3_cm_addr_changed(struct vt3_dev *dev)
  * (SO_REUSEADDR too) when a wildcard rdma_listen reaches both devices.
  * A wildcard one is tied to our netdev, as siw ties its own.
  */
-static int vt3_port_reserve(struct vt3_dev *dev, struct sockaddr_in *sin,
-			    bool listener, struct socket **sockp)
+int vt3_port_reserve(struct vt3_dev *dev, struct sockaddr_in *sin,
+		     bool listener, struct socket **sockp)
 {
 	struct sockaddr_in bound;
 	struct socket *sock;
@@ -309,6 +309,9 @@ static void vt3_conn_upcall(struct vt3_qp *qp, enum iw_cm_event_type type,
 {
 	struct iw_cm_event ev = { .event = type, .status = status };
 
+	/* A pair connected by modify_qp (vt3_pair.c) has no iw_cm to tell. */
+	if (!qp->cm_id)
+		return;
 	memcpy(&ev.local_addr, &qp->laddr, sizeof(qp->laddr));
 	memcpy(&ev.remote_addr, &qp->raddr, sizeof(qp->raddr));
 	if (c) {
@@ -352,7 +355,8 @@ static void vt3_conn_release(struct vt3_qp *qp)
 	}
 	qp->cm_id = NULL;
 	qp->conn = VT3_CONN_NONE;
-	cm_id->rem_ref(cm_id);
+	if (cm_id)
+		cm_id->rem_ref(cm_id);
 }
 
 /*
@@ -387,7 +391,8 @@ static void vt3_conn_end(struct vt3_qp *qp, int status)
 		 * when rdma_cm drops it. Connects and accepts still get their
 		 * outcome: iw_cm waits for it.
 		 */
-		if (removing && !qp->destroying && !qp->close_owed) {
+		if (removing && qp->cm_id && !qp->destroying &&
+		    !qp->close_owed) {
 			qp->close_owed = qp->cm_id;
 			qp->close_owed->add_ref(qp->close_owed);
 			break;
@@ -637,7 +642,8 @@ int vt3_iw_connect(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param)
 		       param->private_data_len);
 
 	mutex_lock(&qp->state_lock);
-	if (qp->conn != VT3_CONN_NONE) {
+	/* Nor a QP whose RTR named a peer (vt3_pair.c). */
+	if (qp->conn != VT3_CONN_NONE || qp->pair_named) {
 		err = -EBUSY;
 		goto out_unlock;
 	}
@@ -718,7 +724,7 @@ int vt3_iw_accept(struct iw_cm_id *cm_id, struct iw_cm_conn_param *param)
 		       param->private_data_len);
 
 	mutex_lock(&qp->state_lock);
-	if (qp->conn != VT3_CONN_NONE) {
+	if (qp->conn != VT3_CONN_NONE || qp->pair_named) {
 		err = -EBUSY;
 		goto out_unlock;
 	}
@@ -964,18 +970,26 @@ static void vt3_cm_connect_reply(struct vt3_qp *qp, const struct vt3_cm_ev *c)
 {
 	int status = vt3_cm_status(c->status);
 
-	if (qp->conn != VT3_CONN_CONNECTING) {
+	if (qp->conn != VT3_CONN_CONNECTING && qp->conn != VT3_CONN_PAIRING) {
 		ibdev_dbg(qp->ibqp.device, "QP %u: CONNECT_REPLY ignored\n",
 			  qp->qpn);
 		return;
 	}
 	if (status) {
 		vt3_qp_enter_error(qp);
+		/* Only the QP can tell a pair's consumer (no CM event). */
+		if (qp->conn == VT3_CONN_PAIRING)
+			vt3_qp_ib_event(qp, IB_EVENT_QP_FATAL);
 		vt3_conn_upcall(qp, IW_CM_EVENT_CONNECT_REPLY, status, c);
 		vt3_conn_release(qp);
 		return;
 	}
 	cancel_delayed_work(&qp->cm_timer);
+	if (qp->conn == VT3_CONN_PAIRING) {
+		/* Up: the consumer moved it to RTS already. */
+		qp->conn = VT3_CONN_UP;
+		return;
+	}
 	qp->conn = VT3_CONN_UP;
 	WRITE_ONCE(qp->ib_state, IB_QPS_RTS);
 	vt3_conn_upcall(qp, IW_CM_EVENT_CONNECT_REPLY, 0, c);
@@ -983,6 +997,10 @@ static void vt3_cm_connect_reply(struct vt3_qp *qp, const struct vt3_cm_ev *c)
 
 static void vt3_cm_established(struct vt3_qp *qp, const struct vt3_cm_ev *c)
 {
+	if (qp->conn == VT3_CONN_PAIRING) {
+		qp->conn = VT3_CONN_UP;
+		return;
+	}
 	if (qp->conn != VT3_CONN_ACCEPTING) {
 		ibdev_dbg(qp->ibqp.device, "QP %u: ESTABLISHED ignored\n",
 			  qp->qpn);

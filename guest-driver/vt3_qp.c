@@ -6,9 +6,12 @@
  * QPs); vt3d consumes.
  *
  * IB states map on vt3d's iWARP states as: RESET/INIT/RTR -> IDLE,
- * RTS -> RTS, SQD -> CLOSING, SQE/ERR -> ERROR. A QP reaches RTS through
- * its connection (vt3_cm.c: vt3d moves it, the driver follows on the
- * event); vt3d refuses RTS without one. A connected QP closes through
+ * RTS -> RTS, SQD -> CLOSING, SQE/ERR -> ERROR. A new QP is INIT, as an
+ * RNIC's IDLE QP is reported (cxgb4 does so; rdma-core's tests expect it).
+ * A QP reaches RTS through its connection (vt3_cm.c: vt3d moves it, the
+ * driver follows on the event), or by an RTS after an RTR that named a
+ * peer QP of this device (vt3_pair.c); vt3d refuses RTS without one of
+ * them. A connected QP closes through
  * VT3_CMD_DISCONNECT: gracefully on RTS -> SQD (iw_cm_disconnect), with an
  * RST on any way to ERR or RESET.
  */
@@ -188,7 +191,7 @@ int vt3_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *attr,
 	INIT_LIST_HEAD(&qp->sq_flush_node);
 	INIT_LIST_HEAD(&qp->rq_flush_node);
 	vt3_cm_qp_init(qp);
-	qp->ib_state = IB_QPS_RESET;
+	qp->ib_state = IB_QPS_INIT;
 	qp->user = !!udata;
 	qp->sig_all = attr->sq_sig_type == IB_SIGNAL_ALL_WR;
 	/* vt3d takes rings of at least two entries. */
@@ -405,6 +408,7 @@ int vt3_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 	struct vt3_qp *qp = to_vt3_qp(ibqp);
 	struct vt3_cmd_modify_qp req = { .qpn = cpu_to_le32(qp->qpn) };
 	enum ib_qp_state cur, next;
+	bool pairing, named = false;
 	u32 vmask = 0;
 	int err = 0;
 
@@ -453,6 +457,16 @@ int vt3_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		vmask |= VT3_MODIFY_IRD;
 		req.ird = cpu_to_le32(attr->max_dest_rd_atomic);
 	}
+	/* vt3's extension: an RTR that names a peer QP (vt3_pair.c). */
+	if (mask & IB_QP_DEST_QPN) {
+		err = next == IB_QPS_RTR ? vt3_pair_name(qp, attr, mask) : -EINVAL;
+		if (err)
+			goto out;
+		named = true;
+	}
+	/* Its RTS asks for the connection, which takes it to RTS in vt3d. */
+	pairing = next == IB_QPS_RTS && cur != IB_QPS_RTS && qp->pair_named &&
+		  qp->conn == VT3_CONN_NONE;
 	if (qp->conn != VT3_CONN_NONE && next != cur) {
 		/* iw_cm_disconnect(): a graceful close, FIN after the SQ. */
 		if (cur == IB_QPS_RTS && next == IB_QPS_SQD) {
@@ -469,7 +483,7 @@ int vt3_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		    vt3_state_from_ib(next) == VT3_QPS_ERROR)
 			vt3_cm_abort(qp, -ECONNRESET);
 	}
-	if (vt3_state_from_ib(next) != vt3_state_from_ib(cur)) {
+	if (vt3_state_from_ib(next) != vt3_state_from_ib(cur) && !pairing) {
 		vmask |= VT3_MODIFY_STATE;
 		req.state = cpu_to_le32(vt3_state_from_ib(next));
 	}
@@ -494,6 +508,14 @@ int vt3_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 			goto out;
 		}
 	}
+	/* After IRD/ORD: the connection negotiates them. */
+	if (pairing) {
+		err = vt3_pair_connect(qp);
+		if (err)
+			goto out;
+	}
+	if (next == IB_QPS_RESET)
+		qp->pair_named = false;
 	if (vt3_state_from_ib(next) == VT3_QPS_ERROR)
 		vt3_qp_enter_error(qp);
 	else if (next == IB_QPS_RESET && cur != IB_QPS_RESET)
@@ -503,6 +525,9 @@ int vt3_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
 		qp->last_wqe_done = false;
 	WRITE_ONCE(qp->ib_state, next);
 out:
+	/* An RTR that failed names no peer. */
+	if (err && named)
+		qp->pair_named = false;
 	mutex_unlock(&qp->state_lock);
 	return err;
 }

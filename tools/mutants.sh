@@ -368,10 +368,16 @@ REPLACEMENT[qp-calloc]='	qp = calloc(1, sizeof(*qp)); /* MUTANT: anywhere in the
 REASON[qp-calloc]='ibv_destroy_qp (of the decoy QP )?hangs|element.qp .* is not our QP'
 CASES[qp-calloc]=flush-decoy-qp
 
+FILE[no-pair]=device/src/rnic/pairing.rs
+ANCHOR[no-pair]='            Some(PairRequest { peer: asked, port: listen_port }) if asked == qpn => {'
+REPLACEMENT[no-pair]='            Some(PairRequest { peer: asked, port: listen_port }) if asked == qpn && qpn == u32::MAX => { // MUTANT: never paired'
+REASON[no-pair]='FAIL pair: no completion of WR 1'
+CASES[no-pair]=modify-connect
+
 ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze close-withheld lost-flush-from-cons slot-by-cons
 	free-unknown fatal-before-flags srq-flush-on-error ksrq-flush-on-error srq-lost-unflushed ksrq-lost-unflushed
 	srq-flushed-on-error srq-completes-twice srq-post-lost srq-no-last-wqe
-	destroyed-qp-relinked destroyed-qp-completes flush-after-ring qp-calloc doorbell-under-lock)
+	destroyed-qp-relinked destroyed-qp-completes flush-after-ring qp-calloc doorbell-under-lock no-pair)
 
 log() { printf '[mutants] %s\n' "$*" >&2; }
 

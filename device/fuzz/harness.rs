@@ -707,6 +707,18 @@ impl World {
                 })
             }
             Cmd::QueryQp | Cmd::DestroyQp => handle(pick(input, &g.qpns())),
+            Cmd::PairQp => {
+                let qpns = g.qpns();
+                let (qpn, peer_qpn) = (pick(input, &qpns), pick(input, &qpns));
+                // A few ports, so that pairs collide on them; now and then 0.
+                let port = if input.u8() == 0 { 0 } else { 40_100 + u16::from(input.u8() % 4) };
+                as_bytes(&abi::CmdPairQp {
+                    qpn: qpn.into(),
+                    peer_qpn: peer_qpn.into(),
+                    port: port.to_be_bytes(),
+                    reserved: 0.into(),
+                })
+            }
             Cmd::CreateSrq => {
                 let pdn = pick(input, &g.pds);
                 let depth = 2u32 << (input.u8() % 5);

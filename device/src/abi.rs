@@ -119,6 +119,7 @@ abi_enums! {
         ModifySrq = "VT3_CMD_MODIFY_SRQ" = 26,
         QuerySrq = "VT3_CMD_QUERY_SRQ" = 27,
         DestroySrq = "VT3_CMD_DESTROY_SRQ" = 28,
+        PairQp = "VT3_CMD_PAIR_QP" = 29,
     }
 
     pub enum Status: u16 {
@@ -483,6 +484,13 @@ abi_structs! {
         pub pd_len: Le16,
         pub reserved: Le16,
         pub private_data: PrivateData,
+    }
+
+    pub struct CmdPairQp = "vt3_cmd_pair_qp" {
+        pub qpn: Le32,
+        pub peer_qpn: Le32,
+        pub port: [u8; 2],
+        pub reserved: Le16,
     }
 
     pub struct CmdDisconnect = "vt3_cmd_disconnect" {

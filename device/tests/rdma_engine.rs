@@ -17,6 +17,8 @@ use vt3d::abi::*;
 use vt3d::control::{build_frame, Channel, DriverEnd, Outcome, QueueAddrs};
 use vt3d::rnic::{Limits, Rnic};
 
+#[path = "rdma_engine/pair.rs"]
+mod pair;
 #[path = "rdma_engine/srq.rs"]
 mod srq;
 

@@ -285,6 +285,8 @@ enum vt3_cmd {
 	VT3_CMD_MODIFY_SRQ = 26,	/* vt3_cmd_modify_srq */
 	VT3_CMD_QUERY_SRQ = 27,		/* vt3_cmd_handle (srqn) -> vt3_srq_attr */
 	VT3_CMD_DESTROY_SRQ = 28,	/* vt3_cmd_handle (srqn); BUSY while QPs use it */
+	/* vt3 extension: QPs of this device connected by modify_qp (below): */
+	VT3_CMD_PAIR_QP = 29,		/* vt3_cmd_pair_qp; then as CONNECT/ACCEPT */
 };
 
 enum vt3_status {
@@ -597,6 +599,33 @@ struct vt3_cmd_reject {
 	__le16	pd_len;
 	__le16	reserved;
 	__u8	private_data[VT3_MAX_PRIVATE_DATA];
+};
+
+/*
+ * PAIR_QP, a vt3 extension for test suites and one-VM setups (rdma-core's
+ * tests/ connect two RC QPs of one device by ibv_modify_qp, without a CM):
+ * user QP qpn, whose RTR named peer_qpn (IB_QP_DEST_QPN), moves to RTS and
+ * asks for a connection to that QP of this device. Once both QPs asked for
+ * each other, vt3d connects them inside its TOE loopback exactly as an
+ * rdma_cm loopback connection (TCP and MPA, no private data): the QP that
+ * asked first listens on its port and gets VT3_EV_ESTABLISHED (conn_id 0)
+ * when it accepted; the second connects from its port and gets
+ * VT3_EV_CONNECT_REPLY (status 0 or an errno). From then on it is a
+ * connection like any other (DISCONNECT, the VT3_EV_QP events). Should the
+ * attempt end before the first QP accepted (the second destroyed or moved
+ * to ERROR, the first moved to ERROR), the first gets VT3_QPE_RESET and
+ * goes to ERROR. A request holds while the QP stays IDLE: a MODIFY_QP of
+ * its state drops it; asking again replaces it. Ports are the driver's,
+ * reserved in the guest's own TCP stack as for CONNECT.
+ * Refused: INVALID (a kernel QP on either side, qpn == peer_qpn, port 0),
+ * NOT_FOUND (either QP), STATE (no address yet; either QP is not IDLE, is
+ * in a connection or its attempt, or is spent), BUSY (the TOE holds the port).
+ */
+struct vt3_cmd_pair_qp {
+	__le32	qpn;
+	__le32	peer_qpn;
+	__be16	port;			/* qpn's own TCP port */
+	__le16	reserved;
 };
 
 /* DISCONNECT: graceful (FIN after the SQ drained) or abortive (RST). */

@@ -372,11 +372,12 @@ static void check(struct ctx *c)
 
 	/* QP states. */
 	err = query_qp(c, &qa);
-	CHECK(!err && qa.qp_state == QPS_RESET && qa.max_send_wr == 64,
+	/* A new QP is INIT (an RNIC's IDLE), as cxgb4 reports it. */
+	CHECK(!err && qa.qp_state == QPS_INIT && qa.max_send_wr == 64,
 	      "QUERY_QP (%d): state %u sq %u", err, qa.qp_state,
 	      qa.max_send_wr);
 	err = modify_qp(c, QPS_INIT);
-	CHECK(!err, "RESET -> INIT (%d)", err);
+	CHECK(!err, "INIT -> INIT (%d)", err);
 	err = modify_qp(c, QPS_RTR);
 	CHECK(!err, "INIT -> RTR (%d)", err);
 	err = modify_qp(c, QPS_RTS);
@@ -397,6 +398,8 @@ static void check(struct ctx *c)
 	err = modify_qp(c, QPS_RESET);
 	CHECK(!err && qs->state == VT3_QPS_IDLE, "ERR -> RESET (%d): state %u",
 	      err, qs->state);
+	err = modify_qp(c, QPS_INIT);
+	CHECK(!err, "RESET -> INIT (%d)", err);
 	err = modify_qp(c, 42);
 	CHECK(err == -EINVAL, "state 42 refused (%d)", err);
 

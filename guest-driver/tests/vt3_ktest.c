@@ -96,6 +96,9 @@ static void vt3_ktest_run(struct ib_device *dev)
 	rwr.wr_id = 1;
 	rwr.sg_list = &sge;
 	rwr.num_sge = 1;
+	/* A new QP is INIT (an RNIC's IDLE); in RESET it takes no work. */
+	err = vt3_ktest_modify(qp, IB_QPS_RESET);
+	CHECK(!err, "INIT -> RESET (%d)", err);
 	err = ib_post_recv(qp, &rwr, &bad_recv);
 	CHECK(err == -EINVAL, "post_recv in RESET refused (%d)", err);
 	err = vt3_ktest_modify(qp, IB_QPS_INIT);

@@ -15,8 +15,8 @@ from vt3lab.tools import tail
 
 # Exact numbers of checks the guest tools run: a check that silently stops
 # running makes the count differ and the test fail.
-VT3_UVERBS_CHECKS = 35
-VT3_KTEST_CHECKS = 29
+VT3_UVERBS_CHECKS = 36
+VT3_KTEST_CHECKS = 30
 
 
 @pytest.mark.qemu10

@@ -12,6 +12,7 @@ mod datapath;
 pub mod fault;
 pub mod memory;
 mod offload;
+mod pairing;
 pub mod srq;
 pub mod table;
 pub mod tpt;
@@ -175,6 +176,9 @@ pub struct Qp {
     /// which the provider flushes ([consumer, producer) of each queue), so
     /// vt3d leaves the rings alone until ERROR -> IDLE resets the QP.
     pub spent: bool,
+    /// VT3_CMD_PAIR_QP asked for a connection to another QP of the device,
+    /// which has not asked back yet.
+    pub pair: Option<pairing::PairRequest>,
 }
 
 impl Qp {
@@ -563,6 +567,7 @@ impl Rnic {
             Cmd::ModifySrq => self.modify_srq(&args(payload)?),
             Cmd::QuerySrq => self.query_srq(&args(payload)?),
             Cmd::DestroySrq => self.destroy_srq(&args(payload)?),
+            Cmd::PairQp => self.pair_qp(mem, now, &args(payload)?),
         }
     }
 
@@ -786,6 +791,7 @@ impl Rnic {
             conn_id: 0,
             close_requested: false,
             spent: false,
+            pair: None,
         };
         let Some(qpn) = self.qps.insert(qp) else {
             self.pbl_used -= npages;
@@ -827,6 +833,8 @@ impl Rnic {
             if !transition_allowed(qp.state, to) {
                 return Err(Status::State);
             }
+            // A pairing request holds while the QP stays as it was.
+            qp.pair = None;
             Some(to)
         } else {
             None

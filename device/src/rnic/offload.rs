@@ -16,6 +16,7 @@ use vt3_iwarp::toe::{CloseReason, Duration, FourTuple, SmolToe, TcpConfig, TcpEr
 use vt3_iwarp::wire::terminate::TermCode;
 
 use super::memory::GuestRam;
+use super::pairing::PendingPair;
 use super::{le, CmdResult, GuestAddr, Instant, Rnic};
 use crate::abi::{
     CmdAccept, CmdConnect, CmdDisconnect, CmdListen, CmdReject, Event as AbiEvent, EventCm, EventType, PrivateData,
@@ -70,6 +71,8 @@ pub struct Offload {
     requests: BTreeMap<u32, Request>,
     last_conn_id: u32,
     listening: BTreeSet<u16>,
+    /// Pairs of QPs being connected by modify_qp, by listening port.
+    pub(super) pairs: BTreeMap<u16, PendingPair>,
 }
 
 impl Offload {
@@ -95,6 +98,7 @@ impl Offload {
             requests: BTreeMap::new(),
             last_conn_id: 0,
             listening: BTreeSet::new(),
+            pairs: BTreeMap::new(),
         })
     }
 
@@ -104,6 +108,10 @@ impl Offload {
 
     pub fn ip(&self) -> Ipv4Addr {
         self.ip
+    }
+
+    pub(super) fn mac(&self) -> [u8; 6] {
+        self.mac
     }
 
     fn new_conn_id(&mut self) -> u32 {
@@ -149,6 +157,9 @@ impl Offload {
             let _ = self.engine.modify_qp(now, qpn, engine::QpState::Error);
         }
         for port in std::mem::take(&mut self.listening) {
+            self.engine.unlisten(port);
+        }
+        for port in std::mem::take(&mut self.pairs).into_keys() {
             self.engine.unlisten(port);
         }
         self.requests.clear();
@@ -337,6 +348,7 @@ impl Rnic {
             }
         }
         self.pump(now, mem);
+        let pair_listeners = self.pair_listeners();
         self.offload = offload;
         // SRQs first: QPs attach to them.
         let srqns: Vec<u32> = self.srqs.iter().map(|(srqn, _)| srqn).collect();
@@ -349,6 +361,8 @@ impl Rnic {
         for &qpn in &qpns {
             let Some(qp) = self.qps.get_mut(qpn) else { continue };
             let (state, connecting) = (qp.state, qp.connecting);
+            // A pair's listener, whose connection had not come in yet.
+            let waiting = pair_listeners.contains(&qpn);
             qp.tuple = None;
             qp.conn_id = 0;
             // WQEs not yet retired are still in the ring: fetch them again.
@@ -359,11 +373,11 @@ impl Rnic {
             }
             if connecting {
                 self.connect_reply(qpn, errno(libc::ECONNABORTED), &[]);
-            } else if matches!(state, QpState::Rts | QpState::Closing | QpState::Terminate) {
+            } else if waiting || matches!(state, QpState::Rts | QpState::Closing | QpState::Terminate) {
                 self.qp_event(qpn, QpEvent::Reset, 0);
             }
             // Like any failed connection, an interrupted one leaves ERROR.
-            if state != QpState::Idle || connecting {
+            if state != QpState::Idle || connecting || waiting {
                 match self.offload.as_mut() {
                     Some(o) => {
                         let _ = o.engine.modify_qp(now, qpn, engine::QpState::Error);
@@ -655,22 +669,32 @@ impl Rnic {
     /// got new work meanwhile.
     pub(super) fn pump<M: GuestMemory>(&mut self, now: Instant, mem: &M) -> bool {
         let mut more = false;
-        while let Some(offload) = self.offload.as_mut() {
-            if let Some(c) = offload.engine.pop_completion() {
-                more |= self.complete(mem, now, &c);
-                continue;
+        loop {
+            while let Some(offload) = self.offload.as_mut() {
+                if let Some(c) = offload.engine.pop_completion() {
+                    more |= self.complete(mem, now, &c);
+                    continue;
+                }
+                let Some(event) = offload.engine.pop_event() else { break };
+                more |= self.engine_event(mem, now, event);
             }
-            let Some(event) = offload.engine.pop_event() else { break };
-            more |= self.engine_event(mem, event);
+            // Ending a pair makes events of its own.
+            if !self.end_broken_pairs(now) {
+                break;
+            }
         }
         self.sync_srqs(mem);
         self.report_last_wqe();
         more
     }
 
-    fn engine_event<M: GuestMemory>(&mut self, mem: &M, event: Event) -> bool {
+    fn engine_event<M: GuestMemory>(&mut self, mem: &M, now: Instant, event: Event) -> bool {
         match (event.qpn, event.conn, event.kind) {
-            (_, Some(conn), EventKind::ConnectRequest(request)) => self.connect_request(conn, &request),
+            (_, Some(conn), EventKind::ConnectRequest(request)) => {
+                if !self.pair_request(now, conn, &request) {
+                    self.connect_request(conn, &request);
+                }
+            }
             (_, Some(conn), EventKind::ConnectWithdrawn) => {
                 // The driver learns it when it answers (NOT_FOUND).
                 if let Some(o) = self.offload.as_mut() {
@@ -798,7 +822,7 @@ impl Rnic {
         self.push_event(EventType::ConnectReply, &cm.body());
     }
 
-    fn qp_event(&mut self, qpn: u32, code: QpEvent, detail: u32) {
+    pub(super) fn qp_event(&mut self, qpn: u32, code: QpEvent, detail: u32) {
         let body = AbiEvent { handle: qpn.into(), code: (code as u32).into(), detail: detail.into(), reserved: 0.into() };
         self.push_event(EventType::Qp, &body);
     }
