@@ -522,9 +522,14 @@ static bool recv_ok(struct run *r, const struct wc *wc, uint32_t len, uint32_t s
 	       filled(SERVER_SLOT(r, wc->wr_id % SLOTS), len, seq);
 }
 
+/*
+ * @n SRQ WRs completed: as many new ones, so every SEND finds one (a
+ * SEND without a receive WR is a protocol error on iWARP).
+ */
 static void note_recvs(struct run *r, int n)
 {
 	r->srq_posted -= n;
+	post_srq(r, n);
 }
 
 /* ---------------------------------------------------------------- the steps */
@@ -727,7 +732,6 @@ static void step_mixed(struct run *r)
 	ns = collect(r, r->ccq, 16, 20, sw, 300);
 	nr = collect(r, r->scq, 16, 20, rw, 100);
 	note_recvs(r, nr);
-	post_srq(r, nr);
 	for (i = 0; i < ns; i++) {
 		uint64_t k = sw[i].wr_id - 100;
 
