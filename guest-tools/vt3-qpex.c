@@ -68,6 +68,9 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 
+#define VT3_CHECK_PROG "vt3-qpex"
+#include "vt3-check.h"
+
 #include <infiniband/verbs.h>
 #include <infiniband/vt3dv.h>
 #include <rdma/rdma_cma.h>
@@ -85,40 +88,6 @@
 
 static int timeout_s = 60;
 static bool verbose;
-static int passed, failed;
-
-static void check(bool ok, const char *name, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (ok) {
-		passed++;
-		printf("ok   %s\n", name);
-	} else {
-		failed++;
-		printf("FAIL %s: ", name);
-		va_start(ap, fmt);
-		vprintf(fmt, ap);
-		va_end(ap);
-		printf("\n");
-	}
-	fflush(stdout);
-}
-
-static void die(const char *what)
-{
-	printf("FAIL setup: %s: %s\n", what, strerror(errno));
-	printf("vt3-qpex: %d passed, %d failed\n", passed, failed + 1);
-	exit(1);
-}
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* ------------------------------------------------- the parent domain's allocator */
 
@@ -532,6 +501,39 @@ static void note_recvs(struct run *r, int n)
 	post_srq(r, n);
 }
 
+/* One signaled SEND of @len bytes at @addr, a batch of its own: wr_complete's status. */
+static int send_one(struct ibv_qp_ex *qpx, uint32_t lkey, uint64_t wr_id,
+		    void *addr, uint32_t len)
+{
+	ibv_wr_start(qpx);
+	qpx->wr_id = wr_id;
+	qpx->wr_flags = IBV_SEND_SIGNALED;
+	ibv_wr_send(qpx);
+	ibv_wr_set_sge(qpx, lkey, (uintptr_t)addr, len);
+	return ibv_wr_complete(qpx);
+}
+
+/*
+ * send_one of message @seq (client slot @seq, @len bytes): it alone
+ * completes and arrives, intact.
+ */
+static void check_one_send(struct run *r, const char *name, uint64_t wr_id,
+			   uint32_t seq, uint32_t len)
+{
+	struct wc sw[4], rw[4];
+	int ret, ns, nr;
+
+	fill(CLIENT_SLOT(r, seq), len, seq);
+	ret = send_one(r->client.qpx, r->mr->lkey, wr_id, CLIENT_SLOT(r, seq), len);
+	ns = collect(r, r->ccq, 1, 4, sw, 300);
+	nr = collect(r, r->scq, 1, 4, rw, 100);
+	note_recvs(r, nr);
+	check(!ret && ns == 1 && sw[0].wr_id == wr_id && sw[0].status == IBV_WC_SUCCESS &&
+	      nr == 1 && recv_ok(r, &rw[0], len, seq), name,
+	      "wr_complete %s, %d sends (want 1: %" PRIu64 "), %d receives (want 1 of %u bytes)",
+	      strerror(ret), ns, wr_id, nr, len);
+}
+
 /* ---------------------------------------------------------------- the steps */
 
 static void step_refusals(struct run *r)
@@ -588,12 +590,7 @@ static void step_not_connected(struct run *r)
 	if (!qp)
 		die("ibv_create_qp_ex (unconnected)");
 	qpx = ibv_qp_to_qp_ex(qp);
-	ibv_wr_start(qpx);
-	qpx->wr_id = 900;
-	qpx->wr_flags = IBV_SEND_SIGNALED;
-	ibv_wr_send(qpx);
-	ibv_wr_set_sge(qpx, r->mr->lkey, (uintptr_t)CLIENT_SLOT(r, 0), 8);
-	ret = ibv_wr_complete(qpx);
+	ret = send_one(qpx, r->mr->lkey, 900, CLIENT_SLOT(r, 0), 8);
 	check(ret == EINVAL && collect(r, r->ccq, 0, 2, wc, 100) == 0,
 	      "not-connected", "wr_complete on a QP in RESET: %s (want EINVAL)", strerror(ret));
 	if (ibv_destroy_qp(qp))
@@ -752,7 +749,7 @@ static void step_abort(struct run *r)
 {
 	struct ibv_qp_ex *qpx = r->client.qpx;
 	struct wc sw[4], rw[4];
-	int ns, nr, ret;
+	int ns, nr;
 
 	ibv_wr_start(qpx);
 	qpx->wr_flags = IBV_SEND_SIGNALED;
@@ -770,18 +767,7 @@ static void step_abort(struct run *r)
 		check(false, "abort", "an aborted batch made %d send completions, %d receives", ns, nr);
 		return;
 	}
-	fill(CLIENT_SLOT(r, 10), 33, 10);
-	ibv_wr_start(qpx);
-	qpx->wr_id = 202;
-	ibv_wr_send(qpx);
-	ibv_wr_set_sge(qpx, r->mr->lkey, (uintptr_t)CLIENT_SLOT(r, 10), 33);
-	ret = ibv_wr_complete(qpx);
-	ns = collect(r, r->ccq, 1, 4, sw, 300);
-	nr = collect(r, r->scq, 1, 4, rw, 100);
-	note_recvs(r, nr);
-	check(!ret && ns == 1 && sw[0].wr_id == 202 && nr == 1 && recv_ok(r, &rw[0], 33, 10),
-	      "abort", "after the abort: wr_complete %s, %d sends (want 1: 202), %d receives (want 1, 33 bytes)",
-	      strerror(ret), ns, nr);
+	check_one_send(r, "abort", 202, 10, 33);
 }
 
 /* A failed batch: wr_complete's errno, and nothing of it completes. */
@@ -848,23 +834,7 @@ static void step_negative(struct run *r)
 	ret = ibv_wr_complete(qpx);
 	expect_refused(r, "ring-full", ret, ENOMEM);
 
-	{
-		struct wc sw[4], rw[4];
-		int ns, nr;
-
-		fill(CLIENT_SLOT(r, 11), 21, 11);
-		ibv_wr_start(qpx);
-		qpx->wr_id = 305;
-		ibv_wr_send(qpx);
-		ibv_wr_set_sge(qpx, lkey, (uintptr_t)CLIENT_SLOT(r, 11), 21);
-		ret = ibv_wr_complete(qpx);
-		ns = collect(r, r->ccq, 1, 4, sw, 300);
-		nr = collect(r, r->scq, 1, 4, rw, 100);
-		note_recvs(r, nr);
-		check(!ret && ns == 1 && sw[0].wr_id == 305 && nr == 1 && recv_ok(r, &rw[0], 21, 11),
-		      "still-works", "wr_complete %s, %d sends (want 1: 305), %d receives (want 1)",
-		      strerror(ret), ns, nr);
-	}
+	check_one_send(r, "still-works", 305, 11, 21);
 }
 
 /* Waits for the armed server CQ's event; false on the timeout. */
@@ -904,12 +874,7 @@ static void step_srq_forget(struct run *r)
 	post_srq(r, r->srq_max - r->srq_posted);
 	if (ibv_req_notify_cq(ibv_cq_ex_to_cq(r->scq), 0))
 		die("ibv_req_notify_cq");
-	ibv_wr_start(qpx);
-	qpx->wr_flags = IBV_SEND_SIGNALED;
-	qpx->wr_id = 400;
-	ibv_wr_send(qpx);
-	ibv_wr_set_sge(qpx, r->mr->lkey, (uintptr_t)CLIENT_SLOT(r, 0), 16);
-	ret = ibv_wr_complete(qpx);
+	ret = send_one(qpx, r->mr->lkey, 400, CLIENT_SLOT(r, 0), 16);
 	event = wait_cq_event(r);
 	ns = collect(r, r->ccq, 1, 4, sw, 0);
 	check(!ret && event && ns == 1 && sw[0].wr_id == 400 && sw[0].status == IBV_WC_SUCCESS,
@@ -1018,6 +983,5 @@ int main(int argc, char **argv)
 	step_negative(&r);
 	step_srq_forget(&r);
 	teardown(&r);
-	printf("vt3-qpex: %d passed, %d failed\n", passed, failed);
-	return failed ? 1 : 0;
+	return check_summary();
 }

@@ -169,32 +169,6 @@ err_destroy:
 	return ret;
 }
 
-struct ibv_cq *vt3_create_cq(struct ibv_context *ibctx, int cqe,
-			     struct ibv_comp_channel *channel, int comp_vector)
-{
-	struct uvt3_create_cq_resp resp = {};
-	struct ibv_create_cq cmd = {};
-	struct vt3_cq *cq;
-	int ret;
-
-	cq = calloc(1, sizeof(*cq));
-	if (!cq)
-		return NULL;
-
-	ret = ibv_cmd_create_cq(ibctx, cqe, channel, comp_vector, &cq->ibv_cq,
-				&cmd, sizeof(cmd), &resp.ibv_resp, sizeof(resp));
-	if (ret) {
-		free(cq);
-		errno = ret;
-		return NULL;
-	}
-	if (vt3_cq_setup(ibctx, cq, &resp.drv)) {
-		free(cq);
-		return NULL;
-	}
-	return &cq->ibv_cq;
-}
-
 /*
  * The completion fields vt3 fills: iWARP has no immediate data (IMM is
  * the channel of the invalidated rkey, ibv_wc_read_invalidated_rkey()),
@@ -247,6 +221,21 @@ struct ibv_cq_ex *vt3_create_cq_ex(struct ibv_context *ibctx,
 		cq->domain = vt3_domain_get(attr->parent_domain);
 	vt3_cq_ex_setup(cq);
 	return &cq->vcq.cq_ex;
+}
+
+/* The same CQ: ibv_create_cq's fields are ibv_cq_ex's first ones. */
+struct ibv_cq *vt3_create_cq(struct ibv_context *ibctx, int cqe,
+			     struct ibv_comp_channel *channel, int comp_vector)
+{
+	struct ibv_cq_init_attr_ex attr = {
+		.cqe = cqe,
+		.channel = channel,
+		.comp_vector = comp_vector,
+		.wc_flags = VT3_CQ_EX_WC_FLAGS,
+	};
+	struct ibv_cq_ex *cqx = vt3_create_cq_ex(ibctx, &attr);
+
+	return cqx ? ibv_cq_ex_to_cq(cqx) : NULL;
 }
 
 int vt3_destroy_cq(struct ibv_cq *ibcq)

@@ -38,11 +38,10 @@
 
 VT3_RESP(vt3_alloc_ucontext_resp, ib_uverbs_get_context_resp);
 VT3_RESP(vt3_alloc_pd_resp, ib_uverbs_alloc_pd_resp);
-VT3_RESP(vt3_create_cq_resp, ib_uverbs_create_cq_resp);
 VT3_RESP(vt3_create_qp_resp, ib_uverbs_create_qp_resp);
 VT3_RESP(vt3_create_srq_resp, ib_uverbs_create_srq_resp);
 
-/* create_cq_ex: ours behind the extended core response. */
+/* create_cq_ex (every CQ): ours behind the extended core response. */
 struct uvt3_create_cq_ex_resp {
 	struct ib_uverbs_ex_create_cq_resp ibv_resp;
 	struct vt3_create_cq_resp drv;
