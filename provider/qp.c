@@ -447,7 +447,8 @@ static int vt3_build_send(struct vt3_qp *qp, const struct ibv_send_wr *wr,
 		return ret;
 	if (!(wr->send_flags & IBV_SEND_INLINE) || !op->data)
 		return vt3_sq_wqe_set_sges(qp, op, wqe, wr->sg_list, wr->num_sge);
-	if (wr->num_sge > VT3_MAX_SGE)
+	/* Inline or not, num_sge is bounded by the QP's max_send_sge. */
+	if ((uint32_t)wr->num_sge > qp->sq.max_sge || wr->num_sge > VT3_MAX_SGE)
 		return EINVAL;
 	for (i = 0; i < wr->num_sge; i++)
 		bufs[i] = (struct ibv_data_buf){
