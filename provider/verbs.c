@@ -380,10 +380,11 @@ void vt3_qp_table_free(struct vt3_context *ctx)
 }
 
 /*
- * What create_qp_ex takes: a PD (or parent domain), and the ibv_wr_*
- * opcodes (qp_ex.c checks which); no create flags.
+ * What create_qp_ex takes: a PD (or parent domain), the ibv_wr_* opcodes
+ * (qp_ex.c checks which), and create flags if none is set (vt3 has none).
  */
-#define VT3_QP_INIT_ATTR_MASK	(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
+#define VT3_QP_INIT_ATTR_MASK	(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | \
+				 IBV_QP_INIT_ATTR_CREATE_FLAGS)
 
 struct ibv_qp *vt3_create_qp_ex(struct ibv_context *ibctx,
 				struct ibv_qp_init_attr_ex *attr)
@@ -391,11 +392,13 @@ struct ibv_qp *vt3_create_qp_ex(struct ibv_context *ibctx,
 	struct vt3_context *ctx = to_vt3_ctx(ibctx);
 	struct uvt3_create_qp_resp resp = {};
 	struct ibv_create_qp cmd = {};
+	struct ibv_qp_init_attr_ex kattr;
 	struct vt3_cq *scq, *rcq;
 	struct vt3_qp *qp;
 	int ret;
 
-	if (!check_comp_mask(attr->comp_mask, VT3_QP_INIT_ATTR_MASK)) {
+	if (!check_comp_mask(attr->comp_mask, VT3_QP_INIT_ATTR_MASK) ||
+	    (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS && attr->create_flags)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
@@ -411,13 +414,17 @@ struct ibv_qp *vt3_create_qp_ex(struct ibv_context *ibctx,
 		}
 	}
 
-	ret = ibv_cmd_create_qp_ex(ibctx, &qp->vqp, attr, &cmd, sizeof(cmd),
+	/* The command takes no create flags, not even none. */
+	kattr = *attr;
+	kattr.comp_mask &= ~IBV_QP_INIT_ATTR_CREATE_FLAGS;
+	ret = ibv_cmd_create_qp_ex(ibctx, &qp->vqp, &kattr, &cmd, sizeof(cmd),
 				   &resp.ibv_resp, sizeof(resp));
 	if (ret) {
 		vt3_qp_free(qp);
 		errno = ret;
 		return NULL;
 	}
+	attr->cap = kattr.cap;
 	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
 		qp->vqp.comp_mask |= VERBS_QP_EX;
 	qp->domain = vt3_domain_get(attr->pd);
