@@ -883,6 +883,7 @@ static void step_srq_forget(struct run *r)
 
 	ibv_wr_start(qpx);
 	qpx->wr_id = 600;
+	qpx->wr_flags = IBV_SEND_SIGNALED;
 	ibv_wr_local_inv(qpx, r->mr->lkey);
 	ret = ibv_wr_complete(qpx);
 	ns = collect(r, r->ccq, 1, 4, sw, 300);
