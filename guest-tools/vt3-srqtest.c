@@ -66,6 +66,9 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 
+#define VT3_CHECK_PROG "vt3-srqtest"
+#include "vt3-check.h"
+
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
@@ -95,40 +98,6 @@ static int timeout_s = 60;
 static bool lost_mode;
 static int fault_wait_s = 60;
 static bool verbose;
-static int passed, failed;
-
-static void check(bool ok, const char *name, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (ok) {
-		passed++;
-		printf("ok   %s\n", name);
-	} else {
-		failed++;
-		printf("FAIL %s: ", name);
-		va_start(ap, fmt);
-		vprintf(fmt, ap);
-		va_end(ap);
-		printf("\n");
-	}
-	fflush(stdout);
-}
-
-static void die(const char *what)
-{
-	printf("FAIL setup: %s: %s\n", what, strerror(errno));
-	printf("vt3-srqtest: %d passed, %d failed\n", passed, failed + 1);
-	exit(1);
-}
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static struct rdma_cm_event *cm_wait(struct rdma_event_channel *ch,
 				     enum rdma_cm_event_type want)
@@ -513,8 +482,7 @@ static int run_lost(struct srqside *s)
 	ibv_destroy_cq(s->scq);
 	ibv_dealloc_pd(s->pd);
 	rdma_destroy_id(s->listen);
-	printf("vt3-srqtest: %d passed, %d failed\n", passed, failed);
-	return failed ? 1 : 0;
+	return check_summary();
 }
 
 static int run_srq(const char *port)
@@ -674,8 +642,7 @@ static int run_srq(const char *port)
 	rdma_destroy_id(s.listen);
 	rdma_destroy_event_channel(s.ch);
 	free(s.buf);
-	printf("vt3-srqtest: %d passed, %d failed\n", passed, failed);
-	return failed ? 1 : 0;
+	return check_summary();
 }
 
 /* -------------------------------------------------------------------- peer */

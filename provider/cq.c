@@ -46,6 +46,7 @@ static const enum ibv_wc_opcode vt3_wc_opcode[] = {
 	[VT3_WC_WRITE] = IBV_WC_RDMA_WRITE,
 	[VT3_WC_READ] = IBV_WC_RDMA_READ,
 	[VT3_WC_RECV] = IBV_WC_RECV,
+	[VT3_WC_LOCAL_INV] = IBV_WC_LOCAL_INV,
 };
 
 /* Two CQs of one QP, in address order so that two QPs never deadlock. */
@@ -326,17 +327,41 @@ static int vt3_cq_flush(struct vt3_cq *cq, int num, struct ibv_wc *wc)
 }
 
 /*
- * The QP of @wq was destroyed (vt3d confirmed: it writes no more CQEs
- * for it): its CQEs below the producer index are skipped from now on.
- * Called with cq->lock held.
+ * The receives of SRQ @srq that @qpn completed in [cq->cons, @prod) are
+ * never returned (the QP is gone): their slots are free again at once,
+ * or the SRQ would stay short of them for good. cq->lock held.
  */
-void vt3_cq_forget(struct vt3_cq *cq, uint32_t qpn)
+static void vt3_cq_release_srq_slots(struct vt3_cq *cq, uint32_t qpn,
+				     struct vt3_srq *srq, uint32_t prod)
+{
+	uint32_t i;
+
+	for (i = cq->cons; i != prod; i++) {
+		const struct vt3_cqe *cqe = &cq->ring[i & (cq->depth - 1)];
+		uint64_t wr_id;
+
+		if (le32toh(cqe->qpn) == qpn && cqe->opcode == VT3_WC_RECV &&
+		    cqe->flags & VT3_CQE_SRQ)
+			vt3_srq_cqe_taken(srq, le32toh(cqe->wqe_idx), &wr_id);
+	}
+}
+
+/*
+ * The QP @qpn was destroyed (vt3d confirmed: it writes no more CQEs for
+ * it): its CQEs below the producer index are skipped from now on, and
+ * the SRQ slots those of @srq (its SRQ, if it completes receives here;
+ * else NULL) held are free. Called with cq->lock held.
+ */
+void vt3_cq_forget(struct vt3_cq *cq, uint32_t qpn, struct vt3_srq *srq)
 {
 	struct vt3_gone *g;
 	uint32_t prod = vt3_cq_prod(cq);
 
 	if (prod == cq->cons)
 		return;
+	/* A producer past the ring is a device bug: vt3_poll_device() says so. */
+	if (srq && prod - cq->cons <= cq->depth)
+		vt3_cq_release_srq_slots(cq, qpn, srq, prod);
 	g = calloc(1, sizeof(*g));
 	if (!g) {
 		verbs_err(verbs_get_ctx(cq->ibv_cq.context),
@@ -358,14 +383,15 @@ void vt3_cq_free_gone(struct vt3_cq *cq)
 	}
 }
 
-int vt3_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
+/*
+ * Up to @num completions into @wc, cq->lock held: the one reader of the
+ * CQ for ibv_poll_cq and ibv_cq_ex (cq_ex.c) alike, so a completion is
+ * returned once whichever API takes it.
+ */
+int vt3_cq_poll_locked(struct vt3_cq *cq, int num, struct ibv_wc *wc)
 {
-	struct vt3_cq *cq = to_vt3_cq(ibcq);
-	int n;
+	int flushed = 0, n;
 
-	int flushed = 0;
-
-	pthread_spin_lock(&cq->lock);
 	/*
 	 * vt3d and vt3.ko flag a QP in error before its CQs: the CQ flag
 	 * (it stays set) spares a look at every QP on a healthy CQ. Flush
@@ -374,12 +400,20 @@ int vt3_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
 	 * a drain.
 	 */
 	if (vt3_load_acquire(&cq->status->flags) & VT3_CQ_F_ERROR)
-		flushed = vt3_cq_flush(cq, num_entries, wc);
-	n = vt3_poll_device(cq, num_entries - flushed, wc + flushed);
+		flushed = vt3_cq_flush(cq, num, wc);
+	n = vt3_poll_device(cq, num - flushed, wc + flushed);
 	if (n >= 0)
-		n += flushed;
-	else if (flushed)
-		n = flushed;
+		return n + flushed;
+	return flushed ? flushed : n;
+}
+
+int vt3_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc)
+{
+	struct vt3_cq *cq = to_vt3_cq(ibcq);
+	int n;
+
+	pthread_spin_lock(&cq->lock);
+	n = vt3_cq_poll_locked(cq, num_entries, wc);
 	pthread_spin_unlock(&cq->lock);
 	return n;
 }

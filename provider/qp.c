@@ -24,11 +24,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <ccan/array_size.h>
 #include <util/udma_barrier.h>
 
 #include "vt3.h"
+#include "vt3dv.h"
 
-static void *vt3_wq_slot(struct vt3_wq *wq, uint32_t idx)
+void *vt3_wq_slot(struct vt3_wq *wq, uint32_t idx)
 {
 	return (uint8_t *)wq->ring + (size_t)(idx & (wq->depth - 1)) * VT3_WQE_SIZE;
 }
@@ -38,7 +40,8 @@ int vt3_wq_init(struct vt3_qp *qp, struct vt3_wq *wq, struct vt3_cq *cq,
 		bool recv, uint32_t max_sge)
 {
 	/* The empty RQ of a QP of an SRQ has depth 0: one entry, unused. */
-	wq->swqe = calloc(wq->depth ?: 1, sizeof(*wq->swqe));
+	wq->swqe = vt3_buf_calloc(qp->domain, wq->depth ?: 1, sizeof(*wq->swqe),
+				  VT3DV_RES_TYPE_QP, &wq->swqe_custom);
 	if (!wq->swqe)
 		return ENOMEM;
 	pthread_spin_init(&wq->lock, PTHREAD_PROCESS_PRIVATE);
@@ -87,7 +90,8 @@ void vt3_wq_cleanup(struct vt3_wq *wq)
 	if (!wq->swqe)
 		return;
 	pthread_spin_destroy(&wq->lock);
-	free(wq->swqe);
+	vt3_buf_free(wq->qp->domain, wq->swqe, VT3DV_RES_TYPE_QP,
+		     wq->swqe_custom);
 	wq->swqe = NULL;
 }
 
@@ -197,14 +201,15 @@ static bool vt3_qp_may_post(struct vt3_qp *qp, bool recv)
 /*
  * A slot is free again once poll_cq took the CQE of its WQE or a later
  * one (acquire: pairs with its release), and in error, where vt3d
- * retires nothing more, once the flush returned it.
+ * retires nothing more, once the flush returned it. @prod: the index
+ * of the WQE to be written.
  */
-static bool vt3_wq_full(struct vt3_wq *wq)
+bool vt3_wq_full(struct vt3_wq *wq, uint32_t prod)
 {
 	uint32_t tail = wq->error ? wq->flush_pos :
 				    __atomic_load_n(&wq->done, __ATOMIC_ACQUIRE);
 
-	return wq->prod - tail >= wq->depth;
+	return prod - tail >= wq->depth;
 }
 
 /*
@@ -257,86 +262,200 @@ void vt3_wq_doorbell(struct vt3_wq *wq)
 			  ibqp->qp_num, wq->recv ? "RQ" : "SQ", strerror(ret));
 }
 
-/* Inline data is copied now: the application may reuse its buffer at once. */
-static int vt3_copy_inline(struct vt3_qp *qp, const struct ibv_send_wr *wr,
-			   struct vt3_sq_wqe *wqe)
+/*
+ * Starts a post to @wq: takes its lock (vt3_wq_post_end() drops it) and
+ * tells whether the QP is in error (*@error; then it takes WRs to flush
+ * them). EINVAL: the QP's state takes no WRs of this kind.
+ */
+int vt3_wq_post_begin(struct vt3_wq *wq, bool *error)
+{
+	pthread_spin_lock(&wq->lock);
+	*error = vt3_wq_error(wq, VT3_BY_POST);
+	if (!*error && !vt3_qp_may_post(wq->qp, wq->recv))
+		return EINVAL;
+	return 0;
+}
+
+/*
+ * Ends a post to @wq that began at producer index @start (wq->lock held;
+ * dropped here): publishes the WQEs taken, then rings the doorbell if
+ * vt3d went idle. In error vt3d ignores the ring, but the producer index
+ * still moves (vt3d catches its consumer index up to it on RESET), and
+ * the doorbell is the kick that wakes a waiter for the flush.
+ */
+void vt3_wq_post_end(struct vt3_wq *wq, uint32_t start, bool error)
+{
+	bool posted = wq->prod != start, ring = false;
+
+	if (posted)
+		ring = vt3_wq_publish(wq) || error;
+	pthread_spin_unlock(&wq->lock);
+	/* poll_cq may have put the queue aside as flushed. */
+	if (posted && error)
+		vt3_cq_note_repost(wq);
+	if (ring)
+		vt3_wq_doorbell(wq);
+}
+
+/*
+ * The send opcodes vt3 supports, by enum ibv_wr_opcode: the one place
+ * that knows what each makes of an SQ WQE, for post_send and the ibv_wr_*
+ * builders (qp_ex.c) alike. iWARP has no immediate data; vt3 no atomics.
+ */
+static const struct vt3_send_op vt3_send_ops[] = {
+	[IBV_WR_SEND] = {
+		.supported = true, .opcode = VT3_WR_SEND,
+		.opcode_se = VT3_WR_SEND_SE, .wc_opcode = IBV_WC_SEND,
+		.data = true,
+	},
+	[IBV_WR_SEND_WITH_INV] = {
+		.supported = true, .opcode = VT3_WR_SEND_INV,
+		.opcode_se = VT3_WR_SEND_SE_INV, .wc_opcode = IBV_WC_SEND,
+		.invalidate = true, .data = true,
+	},
+	[IBV_WR_RDMA_WRITE] = {
+		.supported = true, .opcode = VT3_WR_WRITE,
+		.opcode_se = VT3_WR_WRITE, .wc_opcode = IBV_WC_RDMA_WRITE,
+		.remote = true, .data = true,
+	},
+	[IBV_WR_RDMA_READ] = {
+		.supported = true, .opcode = VT3_WR_READ,
+		.opcode_se = VT3_WR_READ, .wc_opcode = IBV_WC_RDMA_READ,
+		.remote = true, .data = true, .sink = true,
+	},
+	/* Of a fast-registered STag: vt3d refuses others (LOC_QP_OP_ERR). */
+	[IBV_WR_LOCAL_INV] = {
+		.supported = true, .opcode = VT3_WR_LOCAL_INV,
+		.opcode_se = VT3_WR_LOCAL_INV, .wc_opcode = IBV_WC_LOCAL_INV,
+		.invalidate = true,
+	},
+};
+
+const struct vt3_send_op *vt3_send_op(unsigned int opcode)
+{
+	if (opcode >= ARRAY_SIZE(vt3_send_ops) || !vt3_send_ops[opcode].supported)
+		return NULL;
+	return &vt3_send_ops[opcode];
+}
+
+/*
+ * The header of an SQ WQE for @op (no data yet: no SGEs) and its
+ * shadow entry. EINVAL: inline data asked for a READ's sink.
+ */
+int vt3_sq_wqe_init(struct vt3_qp *qp, const struct vt3_send_op *op,
+		    const struct vt3_send_req *req, struct vt3_sq_wqe *wqe,
+		    struct vt3_swqe *swqe)
+{
+	memset(wqe, 0, sizeof(*wqe));
+	if (op->sink && req->send_flags & IBV_SEND_INLINE)
+		return EINVAL;
+	wqe->opcode = req->send_flags & IBV_SEND_SOLICITED ? op->opcode_se :
+							     op->opcode;
+	if (op->remote) {
+		wqe->remote_addr = htole64(req->remote_addr);
+		wqe->remote_stag = htole32(req->rkey);
+	}
+	if (op->invalidate)
+		wqe->invalidate_stag = htole32(req->invalidate_rkey);
+	wqe->wr_id = htole64(req->wr_id);
+	if (qp->sig_all || req->send_flags & IBV_SEND_SIGNALED)
+		wqe->flags |= VT3_WQE_SIGNALED;
+	if (req->send_flags & IBV_SEND_FENCE)
+		wqe->flags |= VT3_WQE_FENCE;
+	swqe->wr_id = req->wr_id;
+	swqe->wc_opcode = op->wc_opcode;
+	return 0;
+}
+
+/*
+ * The WQE's data as @num SGEs (replacing inline data set before). A
+ * READ's sink is also bounded by the device's READ limit; an operation
+ * without data (LOCAL_INV) ignores them, as the verbs say.
+ */
+int vt3_sq_wqe_set_sges(struct vt3_qp *qp, const struct vt3_send_op *op,
+			struct vt3_sq_wqe *wqe, const struct ibv_sge *sges,
+			size_t num)
+{
+	uint32_t max_sge = qp->sq.max_sge;
+	size_t i;
+
+	if (!op->data)
+		return 0;
+	if (op->sink && max_sge > qp->max_sge_rd)
+		max_sge = qp->max_sge_rd;
+	if (num > max_sge)
+		return EINVAL;
+	wqe->flags &= ~VT3_WQE_INLINE;
+	wqe->inline_len = 0;
+	wqe->num_sge = num;
+	for (i = 0; i < num; i++) {
+		wqe->sge[i].addr = htole64(sges[i].addr);
+		wqe->sge[i].length = htole32(sges[i].length);
+		wqe->sge[i].lkey = htole32(sges[i].lkey);
+	}
+	return 0;
+}
+
+/*
+ * The WQE's data as inline bytes, copied now (the application may reuse
+ * its buffers at once): @num buffers, at most the QP's max_inline in all.
+ */
+int vt3_sq_wqe_set_inline(struct vt3_qp *qp, const struct vt3_send_op *op,
+			  struct vt3_sq_wqe *wqe, const struct ibv_data_buf *bufs,
+			  size_t num)
 {
 	uint32_t len = 0;
-	int i;
+	size_t i;
 
-	for (i = 0; i < wr->num_sge; i++) {
-		const struct ibv_sge *sge = &wr->sg_list[i];
-
-		if (sge->length > qp->max_inline - len)
+	if (!op->data || op->sink)
+		return EINVAL;
+	for (i = 0; i < num; i++) {
+		if (bufs[i].length > qp->max_inline - len)
 			return EINVAL;
-		if (sge->length)
-			memcpy(wqe->inline_data + len,
-			       (const void *)(uintptr_t)sge->addr, sge->length);
-		len += sge->length;
+		if (bufs[i].length)
+			memcpy(wqe->inline_data + len, bufs[i].addr,
+			       bufs[i].length);
+		len += bufs[i].length;
 	}
+	wqe->num_sge = 0;
 	wqe->flags |= VT3_WQE_INLINE;
 	wqe->inline_len = htole32(len);
 	return 0;
 }
 
+/* @wr through the builder, into @wqe and @swqe. */
 static int vt3_build_send(struct vt3_qp *qp, const struct ibv_send_wr *wr,
 			  struct vt3_sq_wqe *wqe, struct vt3_swqe *swqe)
 {
-	bool se = wr->send_flags & IBV_SEND_SOLICITED;
-	uint32_t max_sge = qp->sq.max_sge;
-	int i;
+	const struct vt3_send_op *op = vt3_send_op(wr->opcode);
+	struct vt3_send_req req = {
+		.wr_id = wr->wr_id,
+		.send_flags = wr->send_flags,
+		.invalidate_rkey = wr->invalidate_rkey,
+	};
+	struct ibv_data_buf bufs[VT3_MAX_SGE];
+	int i, ret;
 
-	memset(wqe, 0, sizeof(*wqe));
-	switch (wr->opcode) {
-	case IBV_WR_SEND:
-		wqe->opcode = se ? VT3_WR_SEND_SE : VT3_WR_SEND;
-		swqe->wc_opcode = IBV_WC_SEND;
-		break;
-	case IBV_WR_SEND_WITH_INV:
-		wqe->opcode = se ? VT3_WR_SEND_SE_INV : VT3_WR_SEND_INV;
-		wqe->invalidate_stag = htole32(wr->invalidate_rkey);
-		swqe->wc_opcode = IBV_WC_SEND;
-		break;
-	case IBV_WR_RDMA_WRITE:
-		wqe->opcode = VT3_WR_WRITE;
-		wqe->remote_addr = htole64(wr->wr.rdma.remote_addr);
-		wqe->remote_stag = htole32(wr->wr.rdma.rkey);
-		swqe->wc_opcode = IBV_WC_RDMA_WRITE;
-		break;
-	case IBV_WR_RDMA_READ:
-		wqe->opcode = VT3_WR_READ;
-		wqe->remote_addr = htole64(wr->wr.rdma.remote_addr);
-		wqe->remote_stag = htole32(wr->wr.rdma.rkey);
-		swqe->wc_opcode = IBV_WC_RDMA_READ;
-		/* The SGEs are the sink: nothing inline, the device's READ limit. */
-		if (wr->send_flags & IBV_SEND_INLINE)
-			return EINVAL;
-		if (max_sge > qp->max_sge_rd)
-			max_sge = qp->max_sge_rd;
-		break;
-	default:
-		/* iWARP has no immediate data; vt3 no atomics, MW binds or local invalidates. */
+	if (!op || wr->num_sge < 0)
 		return EINVAL;
+	if (op->remote) {
+		req.remote_addr = wr->wr.rdma.remote_addr;
+		req.rkey = wr->wr.rdma.rkey;
 	}
-	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > max_sge)
+	ret = vt3_sq_wqe_init(qp, op, &req, wqe, swqe);
+	if (ret)
+		return ret;
+	if (!(wr->send_flags & IBV_SEND_INLINE) || !op->data)
+		return vt3_sq_wqe_set_sges(qp, op, wqe, wr->sg_list, wr->num_sge);
+	/* Inline or not, num_sge is bounded by the QP's max_send_sge. */
+	if ((uint32_t)wr->num_sge > qp->sq.max_sge || wr->num_sge > VT3_MAX_SGE)
 		return EINVAL;
-
-	swqe->wr_id = wr->wr_id;
-	wqe->wr_id = htole64(wr->wr_id);
-	if (qp->sig_all || wr->send_flags & IBV_SEND_SIGNALED)
-		wqe->flags |= VT3_WQE_SIGNALED;
-	if (wr->send_flags & IBV_SEND_FENCE)
-		wqe->flags |= VT3_WQE_FENCE;
-	if (wr->send_flags & IBV_SEND_INLINE)
-		return vt3_copy_inline(qp, wr, wqe);
-
-	wqe->num_sge = wr->num_sge;
-	for (i = 0; i < wr->num_sge; i++) {
-		wqe->sge[i].addr = htole64(wr->sg_list[i].addr);
-		wqe->sge[i].length = htole32(wr->sg_list[i].length);
-		wqe->sge[i].lkey = htole32(wr->sg_list[i].lkey);
-	}
-	return 0;
+	for (i = 0; i < wr->num_sge; i++)
+		bufs[i] = (struct ibv_data_buf){
+			.addr = (void *)(uintptr_t)wr->sg_list[i].addr,
+			.length = wr->sg_list[i].length,
+		};
+	return vt3_sq_wqe_set_inline(qp, op, wqe, bufs, wr->num_sge);
 }
 
 int vt3_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
@@ -346,19 +465,14 @@ int vt3_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 	struct vt3_wq *wq = &qp->sq;
 	struct vt3_sq_wqe wqe;
 	struct vt3_swqe swqe;
-	bool error, ring = false, repost = false;
 	uint32_t start;
-	int ret = 0;
+	bool error;
+	int ret;
 
-	pthread_spin_lock(&wq->lock);
-	error = vt3_wq_error(wq, VT3_BY_POST);
-	if (!error && !vt3_qp_may_post(qp, false)) {
-		ret = EINVAL;
-		goto out;
-	}
+	ret = vt3_wq_post_begin(wq, &error);
 	start = wq->prod;
-	for (; wr; wr = wr->next) {
-		if (vt3_wq_full(wq)) {
+	for (; wr && !ret; wr = wr->next) {
+		if (vt3_wq_full(wq, wq->prod)) {
 			ret = ENOMEM;
 			break;
 		}
@@ -369,24 +483,9 @@ int vt3_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 		wq->swqe[wq->prod & (wq->depth - 1)] = swqe;
 		wq->prod++;
 	}
-	/*
-	 * In error vt3d ignores the ring, but the producer index still
-	 * moves (vt3d catches its consumer index up to it on RESET), and
-	 * the doorbell is the kick that wakes a waiter for the flush.
-	 */
-	if (wq->prod != start) {
-		ring = vt3_wq_publish(wq) || error;
-		repost = error;
-	}
-out:
-	pthread_spin_unlock(&wq->lock);
 	if (ret)
 		*bad_wr = wr;
-	/* poll_cq may have put the queue aside as flushed. */
-	if (repost)
-		vt3_cq_note_repost(wq);
-	if (ring)
-		vt3_wq_doorbell(wq);
+	vt3_wq_post_end(wq, start, error);
 	return ret;
 }
 
@@ -423,24 +522,19 @@ int vt3_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 	struct vt3_wq *wq = &qp->rq;
 	struct vt3_rq_wqe wqe;
 	struct vt3_swqe swqe;
-	bool error, ring = false, repost = false;
 	uint32_t start;
-	int ret = 0;
+	bool error;
+	int ret;
 
 	/* A QP of an SRQ receives into the SRQ's WQEs only. */
 	if (qp->srq) {
 		*bad_wr = wr;
 		return EINVAL;
 	}
-	pthread_spin_lock(&wq->lock);
-	error = vt3_wq_error(wq, VT3_BY_POST);
-	if (!error && !vt3_qp_may_post(qp, true)) {
-		ret = EINVAL;
-		goto out;
-	}
+	ret = vt3_wq_post_begin(wq, &error);
 	start = wq->prod;
-	for (; wr; wr = wr->next) {
-		if (vt3_wq_full(wq)) {
+	for (; wr && !ret; wr = wr->next) {
+		if (vt3_wq_full(wq, wq->prod)) {
 			ret = ENOMEM;
 			break;
 		}
@@ -451,19 +545,8 @@ int vt3_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
 		wq->swqe[wq->prod & (wq->depth - 1)] = swqe;
 		wq->prod++;
 	}
-	/* As for the SQ. */
-	if (wq->prod != start) {
-		ring = vt3_wq_publish(wq) || error;
-		repost = error;
-	}
-out:
-	pthread_spin_unlock(&wq->lock);
 	if (ret)
 		*bad_wr = wr;
-	/* poll_cq may have put the queue aside as flushed. */
-	if (repost)
-		vt3_cq_note_repost(wq);
-	if (ring)
-		vt3_wq_doorbell(wq);
+	vt3_wq_post_end(wq, start, error);
 	return ret;
 }

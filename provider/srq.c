@@ -27,6 +27,16 @@
 #include <util/udma_barrier.h>
 
 #include "vt3.h"
+#include "vt3dv.h"
+
+static void vt3_srq_free(struct vt3_srq *srq)
+{
+	if (srq->slots)
+		vt3_buf_free(srq->domain, srq->slots, VT3DV_RES_TYPE_SRQ,
+			     srq->slots_custom);
+	vt3_domain_put(srq->domain);
+	free(srq);
+}
 
 struct ibv_srq *vt3_create_srq(struct ibv_pd *pd,
 			       struct ibv_srq_init_attr *attr)
@@ -58,7 +68,9 @@ struct ibv_srq *vt3_create_srq(struct ibv_pd *pd,
 	srq->depth = resp.drv.depth;
 	srq->ring_size = resp.drv.ring_size;
 	srq->max_sge = attr->attr.max_sge;
-	srq->slots = calloc(srq->depth, sizeof(*srq->slots));
+	srq->domain = vt3_domain_get(pd);
+	srq->slots = vt3_buf_calloc(srq->domain, srq->depth, sizeof(*srq->slots),
+				    VT3DV_RES_TYPE_SRQ, &srq->slots_custom);
 	if (!srq->slots) {
 		ret = ENOMEM;
 		goto err_destroy;
@@ -83,8 +95,7 @@ err_unmap:
 	vt3_munmap(srq->status, sizeof(*srq->status));
 err_destroy:
 	ibv_cmd_destroy_srq(&srq->ibv_srq);
-	free(srq->slots);
-	free(srq);
+	vt3_srq_free(srq);
 	errno = ret;
 	return NULL;
 }
@@ -104,8 +115,7 @@ int vt3_destroy_srq(struct ibv_srq *ibsrq)
 	vt3_munmap(srq->ring, srq->ring_size);
 	vt3_munmap(srq->status, sizeof(*srq->status));
 	pthread_spin_destroy(&srq->lock);
-	free(srq->slots);
-	free(srq);
+	vt3_srq_free(srq);
 	return 0;
 }
 

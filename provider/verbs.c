@@ -47,39 +47,6 @@ int vt3_query_port(struct ibv_context *ibctx, uint8_t port,
 	return ibv_cmd_query_port(ibctx, port, attr, &cmd, sizeof(cmd));
 }
 
-struct ibv_pd *vt3_alloc_pd(struct ibv_context *ibctx)
-{
-	struct uvt3_alloc_pd_resp resp = {};
-	struct ibv_alloc_pd cmd = {};
-	struct ibv_pd *pd;
-	int ret;
-
-	pd = calloc(1, sizeof(*pd));
-	if (!pd)
-		return NULL;
-
-	ret = ibv_cmd_alloc_pd(ibctx, pd, &cmd, sizeof(cmd), &resp.ibv_resp,
-			       sizeof(resp));
-	if (ret) {
-		free(pd);
-		errno = ret;
-		return NULL;
-	}
-	return pd;
-}
-
-int vt3_dealloc_pd(struct ibv_pd *pd)
-{
-	int ret;
-
-	ret = ibv_cmd_dealloc_pd(pd);
-	if (ret)
-		return ret;
-
-	free(pd);
-	return 0;
-}
-
 struct ibv_mr *vt3_reg_mr(struct ibv_pd *pd, void *addr, size_t len,
 			  uint64_t hca_va, int access)
 {
@@ -155,44 +122,32 @@ static void vt3_cq_unmap(struct vt3_cq *cq)
 	vt3_munmap(cq->status, sizeof(*cq->status));
 }
 
-struct ibv_cq *vt3_create_cq(struct ibv_context *ibctx, int cqe,
-			     struct ibv_comp_channel *channel, int comp_vector)
+/*
+ * Maps the CQ vt3.ko created (@drv: its answer). On failure the kernel's
+ * CQ is destroyed and errno set.
+ */
+static int vt3_cq_setup(struct ibv_context *ibctx, struct vt3_cq *cq,
+			const struct vt3_create_cq_resp *drv)
 {
-	struct uvt3_create_cq_resp resp = {};
-	struct ibv_create_cq cmd = {};
-	struct vt3_cq *cq;
 	int ret;
 
-	cq = calloc(1, sizeof(*cq));
-	if (!cq)
-		return NULL;
-
-	ret = ibv_cmd_create_cq(ibctx, cqe, channel, comp_vector, &cq->ibv_cq,
-				&cmd, sizeof(cmd), &resp.ibv_resp, sizeof(resp));
-	if (ret) {
-		free(cq);
-		errno = ret;
-		return NULL;
-	}
-
-	if (!vt3_ring_ok(resp.drv.depth, resp.drv.ring_size,
-			 sizeof(struct vt3_cqe))) {
+	if (!vt3_ring_ok(drv->depth, drv->ring_size, sizeof(struct vt3_cqe))) {
 		verbs_err(verbs_get_ctx(ibctx),
 			  "libvt3: bad CQ ring from the kernel: %u entries in %u bytes\n",
-			  resp.drv.depth, resp.drv.ring_size);
+			  drv->depth, drv->ring_size);
 		ret = EPROTO;
 		goto err_destroy;
 	}
-	cq->depth = resp.drv.depth;
-	cq->ring_size = resp.drv.ring_size;
+	cq->depth = drv->depth;
+	cq->ring_size = drv->ring_size;
 
 	/* The device is the only producer: a stray store here is a fault. */
-	cq->ring = vt3_mmap(ibctx, cq->ring_size, PROT_READ, resp.drv.ring_key,
+	cq->ring = vt3_mmap(ibctx, cq->ring_size, PROT_READ, drv->ring_key,
 			    "CQ ring");
 	if (!cq->ring)
 		goto err_unmap;
 	cq->status = vt3_mmap(ibctx, sizeof(*cq->status),
-			      PROT_READ | PROT_WRITE, resp.drv.status_key,
+			      PROT_READ | PROT_WRITE, drv->status_key,
 			      "CQ status page");
 	if (!cq->status)
 		goto err_unmap;
@@ -203,16 +158,84 @@ struct ibv_cq *vt3_create_cq(struct ibv_context *ibctx, int cqe,
 	list_head_init(&cq->gone);
 	/* Indices are free running: start where the page says. */
 	cq->cons = le32toh(cq->status->cons);
-	return &cq->ibv_cq;
+	return 0;
 
 err_unmap:
 	ret = errno;
 	vt3_cq_unmap(cq);
 err_destroy:
 	ibv_cmd_destroy_cq(&cq->ibv_cq);
-	free(cq);
 	errno = ret;
-	return NULL;
+	return ret;
+}
+
+/*
+ * The completion fields vt3 fills: iWARP has no immediate data (IMM is
+ * the channel of the invalidated rkey, ibv_wc_read_invalidated_rkey()),
+ * no remote QP number, no LIDs or SLs (read as 0, as in ibv_poll_cq's
+ * ibv_wc), so the standard set; no timestamps, VLANs, flow tags or tag
+ * matching.
+ */
+#define VT3_CQ_EX_WC_FLAGS	IBV_WC_STANDARD_FLAGS
+
+struct ibv_cq_ex *vt3_create_cq_ex(struct ibv_context *ibctx,
+				   struct ibv_cq_init_attr_ex *attr)
+{
+	struct uvt3_create_cq_ex_resp resp = {};
+	struct ibv_create_cq_ex cmd = {};
+	struct vt3_cq *cq;
+	int ret;
+
+	if (attr->wc_flags & ~(uint64_t)VT3_CQ_EX_WC_FLAGS ||
+	    !check_comp_mask(attr->comp_mask, IBV_CQ_INIT_ATTR_MASK_FLAGS |
+					      IBV_CQ_INIT_ATTR_MASK_PD) ||
+	    /* A CQ overflow is reported, never ignored (DESIGN.md section 3). */
+	    (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS &&
+	     attr->flags & ~IBV_CREATE_CQ_ATTR_SINGLE_THREADED)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	/* As mlx5: only a parent domain, which no buffer of a CQ uses here. */
+	if (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD &&
+	    (!attr->parent_domain || !to_vt3_pd(attr->parent_domain)->protection)) {
+		errno = EINVAL;
+		return NULL;
+	}
+
+	cq = calloc(1, sizeof(*cq));
+	if (!cq)
+		return NULL;
+
+	ret = ibv_cmd_create_cq_ex(ibctx, attr, &cq->vcq, &cmd, sizeof(cmd),
+				   &resp.ibv_resp, sizeof(resp), 0);
+	if (ret) {
+		free(cq);
+		errno = ret;
+		return NULL;
+	}
+	if (vt3_cq_setup(ibctx, cq, &resp.drv)) {
+		free(cq);
+		return NULL;
+	}
+	if (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD)
+		cq->domain = vt3_domain_get(attr->parent_domain);
+	vt3_cq_ex_setup(cq);
+	return &cq->vcq.cq_ex;
+}
+
+/* The same CQ: ibv_create_cq's fields are ibv_cq_ex's first ones. */
+struct ibv_cq *vt3_create_cq(struct ibv_context *ibctx, int cqe,
+			     struct ibv_comp_channel *channel, int comp_vector)
+{
+	struct ibv_cq_init_attr_ex attr = {
+		.cqe = cqe,
+		.channel = channel,
+		.comp_vector = comp_vector,
+		.wc_flags = VT3_CQ_EX_WC_FLAGS,
+	};
+	struct ibv_cq_ex *cqx = vt3_create_cq_ex(ibctx, &attr);
+
+	return cqx ? ibv_cq_ex_to_cq(cqx) : NULL;
 }
 
 int vt3_destroy_cq(struct ibv_cq *ibcq)
@@ -228,6 +251,7 @@ int vt3_destroy_cq(struct ibv_cq *ibcq)
 	vt3_cq_free_gone(cq);
 	vt3_cq_unmap(cq);
 	pthread_spin_destroy(&cq->lock);
+	vt3_domain_put(cq->domain);
 	free(cq);
 	return 0;
 }
@@ -355,27 +379,55 @@ void vt3_qp_table_free(struct vt3_context *ctx)
 		free(ctx->qp_table[i]);
 }
 
-struct ibv_qp *vt3_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+/*
+ * What create_qp_ex takes: a PD (or parent domain), the ibv_wr_* opcodes
+ * (qp_ex.c checks which), and create flags if none is set (vt3 has none).
+ */
+#define VT3_QP_INIT_ATTR_MASK	(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | \
+				 IBV_QP_INIT_ATTR_CREATE_FLAGS)
+
+struct ibv_qp *vt3_create_qp_ex(struct ibv_context *ibctx,
+				struct ibv_qp_init_attr_ex *attr)
 {
-	struct ibv_context *ibctx = pd->context;
 	struct vt3_context *ctx = to_vt3_ctx(ibctx);
 	struct uvt3_create_qp_resp resp = {};
 	struct ibv_create_qp cmd = {};
+	struct ibv_qp_init_attr_ex kattr;
 	struct vt3_cq *scq, *rcq;
 	struct vt3_qp *qp;
 	int ret;
 
+	if (!check_comp_mask(attr->comp_mask, VT3_QP_INIT_ATTR_MASK) ||
+	    (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS && attr->create_flags)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
 	qp = vt3_qp_alloc();
 	if (!qp)
 		return NULL;
+	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+		ret = vt3_qp_ex_setup(qp, attr);
+		if (ret) {
+			vt3_qp_free(qp);
+			errno = ret;
+			return NULL;
+		}
+	}
 
-	ret = ibv_cmd_create_qp(pd, &qp->ibv_qp, attr, &cmd, sizeof(cmd),
-				&resp.ibv_resp, sizeof(resp));
+	/* The command takes no create flags, not even none. */
+	kattr = *attr;
+	kattr.comp_mask &= ~IBV_QP_INIT_ATTR_CREATE_FLAGS;
+	ret = ibv_cmd_create_qp_ex(ibctx, &qp->vqp, &kattr, &cmd, sizeof(cmd),
+				   &resp.ibv_resp, sizeof(resp));
 	if (ret) {
 		vt3_qp_free(qp);
 		errno = ret;
 		return NULL;
 	}
+	attr->cap = kattr.cap;
+	if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
+		qp->vqp.comp_mask |= VERBS_QP_EX;
+	qp->domain = vt3_domain_get(attr->pd);
 
 	/* A QP of an SRQ has no RQ ring of its own. */
 	if (!vt3_ring_ok(resp.drv.sq_depth, resp.drv.sq_size, VT3_WQE_SIZE) ||
@@ -446,9 +498,32 @@ err_unmap:
 	vt3_qp_unmap(qp);
 err_destroy:
 	ibv_cmd_destroy_qp(&qp->ibv_qp);
+	vt3_domain_put(qp->domain);
 	vt3_qp_free(qp);
 	errno = ret;
 	return NULL;
+}
+
+struct ibv_qp *vt3_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	struct ibv_qp_init_attr_ex attr_ex = {
+		.qp_context = attr->qp_context,
+		.send_cq = attr->send_cq,
+		.recv_cq = attr->recv_cq,
+		.srq = attr->srq,
+		.cap = attr->cap,
+		.qp_type = attr->qp_type,
+		.sq_sig_all = attr->sq_sig_all,
+		.comp_mask = IBV_QP_INIT_ATTR_PD,
+		.pd = pd,
+	};
+	struct ibv_qp *qp;
+
+	qp = vt3_create_qp_ex(pd->context, &attr_ex);
+	/* What the kernel granted, as ibv_cmd_create_qp() reports it. */
+	if (qp)
+		attr->cap = attr_ex.cap;
+	return qp;
 }
 
 /*
@@ -513,9 +588,9 @@ int vt3_destroy_qp(struct ibv_qp *ibqp)
 	 */
 	vt3_lock_cqs(qp->sq.cq, qp->rq.cq);
 	vt3_qp_table_clear(ctx, qp->ibv_qp.qp_num);
-	vt3_cq_forget(qp->sq.cq, qp->ibv_qp.qp_num);
-	if (qp->rq.cq != qp->sq.cq)
-		vt3_cq_forget(qp->rq.cq, qp->ibv_qp.qp_num);
+	vt3_cq_forget(qp->rq.cq, qp->ibv_qp.qp_num, qp->srq);
+	if (qp->sq.cq != qp->rq.cq)
+		vt3_cq_forget(qp->sq.cq, qp->ibv_qp.qp_num, NULL);
 	vt3_srq_wq_gone(&qp->rq);
 	list_del(&qp->sq.cq_entry);
 	list_del(&qp->rq.cq_entry);
@@ -524,6 +599,7 @@ int vt3_destroy_qp(struct ibv_qp *ibqp)
 	vt3_cq_wait_ringing(qp->rq.cq);
 
 	vt3_qp_unmap(qp);
+	vt3_domain_put(qp->domain);
 	vt3_qp_free(qp);
 	return 0;
 }

@@ -38,9 +38,17 @@
 
 VT3_RESP(vt3_alloc_ucontext_resp, ib_uverbs_get_context_resp);
 VT3_RESP(vt3_alloc_pd_resp, ib_uverbs_alloc_pd_resp);
-VT3_RESP(vt3_create_cq_resp, ib_uverbs_create_cq_resp);
 VT3_RESP(vt3_create_qp_resp, ib_uverbs_create_qp_resp);
 VT3_RESP(vt3_create_srq_resp, ib_uverbs_create_srq_resp);
+
+/* create_cq_ex (every CQ): ours behind the extended core response. */
+struct uvt3_create_cq_ex_resp {
+	struct ib_uverbs_ex_create_cq_resp ibv_resp;
+	struct vt3_create_cq_resp drv;
+};
+static_assert(offsetof(struct uvt3_create_cq_ex_resp, drv) ==
+	      sizeof(struct ib_uverbs_ex_create_cq_resp),
+	      "vt3_create_cq_resp follows the extended core response");
 
 struct vt3_device {
 	struct verbs_device ibv_dev;
@@ -74,7 +82,10 @@ struct vt3_context {
 };
 
 struct vt3_cq {
-	struct ibv_cq ibv_cq;
+	union {				/* verbs_cq for create_cq_ex */
+		struct ibv_cq ibv_cq;
+		struct verbs_cq vcq;
+	};
 	/* Serializes polling; taken before any vt3_wq.lock. */
 	pthread_spinlock_t lock;
 	uint32_t depth;			/* power of two */
@@ -100,6 +111,13 @@ struct vt3_cq {
 	 */
 	struct list_head gone;
 	int ringing;			/* req_notify_cq doorbells in flight (atomic) */
+	/*
+	 * ibv_cq_ex (cq_ex.c): the completion start_poll/next_poll took,
+	 * read by the read_* ops, under lock from start_poll to end_poll.
+	 */
+	struct ibv_wc cur;
+	/* The parent domain it was created on (create_cq_ex), or NULL. */
+	struct vt3_pd *domain;
 };
 
 struct vt3_gone {
@@ -132,6 +150,7 @@ struct vt3_wq {
 	uint32_t max_sge;
 	uint32_t prod;			/* next WQE; published in the status page */
 	struct vt3_swqe *swqe;		/* depth entries */
+	bool swqe_custom;		/* from the parent domain's allocator */
 	__le32 *prod_idx;		/* status page words of this queue */
 	__le32 *cons_idx;
 	/*
@@ -189,7 +208,10 @@ struct vt3_srq {
 	uint32_t prod;
 	uint32_t owed;			/* slots with owed set */
 	struct vt3_srq_slot *slots;
+	bool slots_custom;		/* from the parent domain's allocator */
 	struct vt3_srq_status *status;
+	/* The parent domain whose allocator gave the slots, or NULL. */
+	struct vt3_pd *domain;
 	/*
 	 * The device was lost: the RQ (of a QP of this SRQ) whose CQ
 	 * flushes every owed slot, from flush_pos on (vt3_hw.h); NULL
@@ -199,8 +221,70 @@ struct vt3_srq {
 	uint32_t flush_pos;
 };
 
+/*
+ * A PD, or a parent domain (protection set): the PD's handle, the
+ * thread domain and the allocator of the provider's own buffers
+ * (pd.c). refs: parent domains on a PD, QPs/SRQs/CQs on a parent
+ * domain (atomic); dealloc refuses while there are any.
+ */
+struct vt3_pd {
+	struct ibv_pd ibv_pd;
+	struct vt3_pd *protection;
+	struct ibv_td *td;
+	void *(*alloc)(struct ibv_pd *pd, void *pd_context, size_t size,
+		       size_t alignment, uint64_t resource_type);
+	void (*free)(struct ibv_pd *pd, void *pd_context, void *ptr,
+		     uint64_t resource_type);
+	void *pd_context;
+	int refs;
+};
+
+struct vt3_td {
+	struct ibv_td ibv_td;
+	int refs;			/* parent domains on it (atomic) */
+};
+
+/*
+ * What an ibv_wr_opcode makes of an SQ WQE (qp.c: one table for
+ * post_send and the ibv_wr_* builders).
+ */
+struct vt3_send_op {
+	bool supported;
+	uint8_t opcode;			/* enum vt3_wr_opcode */
+	uint8_t opcode_se;		/* the same with IBV_SEND_SOLICITED */
+	uint8_t wc_opcode;		/* enum ibv_wc_opcode of its completion */
+	bool remote;			/* remote_addr and rkey */
+	bool invalidate;		/* invalidate_stag */
+	bool data;			/* SGEs or inline data */
+	bool sink;			/* SGEs are a READ's sink: not inline, max_sge_rd */
+};
+
+/* A send WR's header, whichever API gave it. */
+struct vt3_send_req {
+	uint64_t wr_id;
+	unsigned int send_flags;	/* enum ibv_send_flags */
+	uint64_t remote_addr;
+	uint32_t rkey;
+	uint32_t invalidate_rkey;
+};
+
+/*
+ * A batch of ibv_wr_* between wr_start and wr_complete/wr_abort
+ * (qp_ex.c), under sq.lock: WQEs go straight into the ring slots from
+ * sq.prod on, published only by wr_complete.
+ */
+struct vt3_qp_batch {
+	uint32_t next;			/* index of the next WQE */
+	const struct vt3_send_op *op;	/* of WQE next - 1; NULL: none yet */
+	int err;			/* first error: wr_complete posts nothing */
+	bool error;			/* the QP was in error at wr_start */
+};
+
 struct vt3_qp {
-	struct ibv_qp ibv_qp;
+	union {				/* verbs_qp for ibv_qp_ex */
+		struct ibv_qp ibv_qp;
+		struct verbs_qp vqp;
+	};
 	struct vt3_wq sq;
 	struct vt3_wq rq;
 	struct vt3_srq *srq;		/* NULL: the QP has its own RQ */
@@ -214,6 +298,9 @@ struct vt3_qp {
 	int state;
 	struct vt3_qp_status *status;	/* producer indices from us, the rest from vt3d */
 	struct list_node ctx_entry;	/* vt3_context.qps */
+	struct vt3_qp_batch batch;
+	/* The parent domain whose allocator gave the shadows, or NULL. */
+	struct vt3_pd *domain;
 };
 
 static inline struct vt3_device *to_vt3_dev(struct ibv_device *ibdev)
@@ -236,6 +323,21 @@ static inline struct vt3_qp *to_vt3_qp(struct ibv_qp *ibqp)
 	return container_of(ibqp, struct vt3_qp, ibv_qp);
 }
 
+static inline struct vt3_pd *to_vt3_pd(struct ibv_pd *ibpd)
+{
+	return container_of(ibpd, struct vt3_pd, ibv_pd);
+}
+
+static inline struct vt3_qp *vt3_qp_of_ex(struct ibv_qp_ex *qpx)
+{
+	return container_of(qpx, struct vt3_qp, vqp.qp_ex);
+}
+
+static inline struct vt3_cq *vt3_cq_of_ex(struct ibv_cq_ex *cqx)
+{
+	return container_of(cqx, struct vt3_cq, vcq.cq_ex);
+}
+
 static inline struct vt3_srq *to_vt3_srq(struct ibv_srq *ibsrq)
 {
 	return container_of(ibsrq, struct vt3_srq, ibv_srq);
@@ -251,15 +353,17 @@ int vt3_query_device(struct ibv_context *ibctx,
 		     struct ibv_device_attr_ex *attr, size_t attr_size);
 int vt3_query_port(struct ibv_context *ibctx, uint8_t port,
 		   struct ibv_port_attr *attr);
-struct ibv_pd *vt3_alloc_pd(struct ibv_context *ibctx);
-int vt3_dealloc_pd(struct ibv_pd *pd);
 struct ibv_mr *vt3_reg_mr(struct ibv_pd *pd, void *addr, size_t len,
 			  uint64_t hca_va, int access);
 int vt3_dereg_mr(struct verbs_mr *vmr);
 struct ibv_cq *vt3_create_cq(struct ibv_context *ibctx, int cqe,
 			     struct ibv_comp_channel *channel, int comp_vector);
 int vt3_destroy_cq(struct ibv_cq *ibcq);
+struct ibv_cq_ex *vt3_create_cq_ex(struct ibv_context *ibctx,
+				   struct ibv_cq_init_attr_ex *attr);
 struct ibv_qp *vt3_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
+struct ibv_qp *vt3_create_qp_ex(struct ibv_context *ibctx,
+				struct ibv_qp_init_attr_ex *attr);
 int vt3_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr,
 		  int attr_mask);
 int vt3_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask,
@@ -270,7 +374,35 @@ void vt3_qp_table_clear(struct vt3_context *ctx, uint32_t qpn);
 struct vt3_qp *vt3_qp_find(struct vt3_context *ctx, uint32_t qpn);
 void vt3_qp_table_free(struct vt3_context *ctx);
 
+/* pd.c: PDs, parent and thread domains, the provider's buffers */
+struct ibv_pd *vt3_alloc_pd(struct ibv_context *ibctx);
+int vt3_dealloc_pd(struct ibv_pd *pd);
+struct ibv_pd *vt3_alloc_parent_domain(struct ibv_context *ibctx,
+				       struct ibv_parent_domain_init_attr *attr);
+struct ibv_td *vt3_alloc_td(struct ibv_context *ibctx,
+			    struct ibv_td_init_attr *attr);
+int vt3_dealloc_td(struct ibv_td *td);
+struct vt3_pd *vt3_domain_get(struct ibv_pd *pd);
+void vt3_domain_put(struct vt3_pd *domain);
+void *vt3_buf_calloc(struct vt3_pd *domain, size_t num, size_t size,
+		     uint64_t type, bool *custom);
+void vt3_buf_free(struct vt3_pd *domain, void *ptr, uint64_t type, bool custom);
+
 /* qp.c: posting to the mapped SQ/RQ rings */
+void *vt3_wq_slot(struct vt3_wq *wq, uint32_t idx);
+bool vt3_wq_full(struct vt3_wq *wq, uint32_t prod);
+int vt3_wq_post_begin(struct vt3_wq *wq, bool *error);
+void vt3_wq_post_end(struct vt3_wq *wq, uint32_t start, bool error);
+const struct vt3_send_op *vt3_send_op(unsigned int opcode);
+int vt3_sq_wqe_init(struct vt3_qp *qp, const struct vt3_send_op *op,
+		    const struct vt3_send_req *req, struct vt3_sq_wqe *wqe,
+		    struct vt3_swqe *swqe);
+int vt3_sq_wqe_set_sges(struct vt3_qp *qp, const struct vt3_send_op *op,
+			struct vt3_sq_wqe *wqe, const struct ibv_sge *sges,
+			size_t num);
+int vt3_sq_wqe_set_inline(struct vt3_qp *qp, const struct vt3_send_op *op,
+			  struct vt3_sq_wqe *wqe, const struct ibv_data_buf *bufs,
+			  size_t num);
 int vt3_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 		  struct ibv_send_wr **bad_wr);
 int vt3_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
@@ -291,13 +423,20 @@ bool vt3_wq_error(struct vt3_wq *wq, enum vt3_trigger by);
 bool vt3_qp_check_error(struct vt3_qp *qp, enum vt3_trigger by);
 void vt3_wq_doorbell(struct vt3_wq *wq);
 
+/* qp_ex.c: ibv_qp_ex, the ibv_wr_* posting */
+int vt3_qp_ex_setup(struct vt3_qp *qp, const struct ibv_qp_init_attr_ex *attr);
+
+/* cq_ex.c: ibv_cq_ex, the start_poll/next_poll/end_poll reading */
+void vt3_cq_ex_setup(struct vt3_cq *cq);
+
 /* cq.c: reaping the mapped CQE ring, flushing */
+int vt3_cq_poll_locked(struct vt3_cq *cq, int num, struct ibv_wc *wc);
 int vt3_poll_cq(struct ibv_cq *ibcq, int num_entries, struct ibv_wc *wc);
 int vt3_req_notify_cq(struct ibv_cq *ibcq, int solicited_only);
 void vt3_cq_requeue(struct vt3_wq *wq);
 void vt3_cq_note_repost(struct vt3_wq *wq);
 uint32_t vt3_cq_prod(struct vt3_cq *cq);
-void vt3_cq_forget(struct vt3_cq *cq, uint32_t qpn);
+void vt3_cq_forget(struct vt3_cq *cq, uint32_t qpn, struct vt3_srq *srq);
 bool vt3_cq_frozen(struct vt3_cq *cq);
 void vt3_cq_free_gone(struct vt3_cq *cq);
 void vt3_cq_wait_ringing(struct vt3_cq *cq);

@@ -14,6 +14,17 @@
 #define VT3DV_ABI_VERSION	3
 
 /*
+ * resource_type of the alloc/free callbacks of a parent domain
+ * (ibv_alloc_parent_domain(3)): the provider's own buffers of a QP (its
+ * send and receive shadows: what each posted WR owes, for the flush) and
+ * of an SRQ (its slots). The rings themselves are vt3.ko's, mapped, never
+ * allocated by the provider. The high 32 bits are the driver id vt3.ko
+ * reports (RDMA_DRIVER_CXGB3, 3), as mlx5dv's types carry theirs.
+ */
+#define VT3DV_RES_TYPE_QP	(((unsigned long long)3 << 32) + 1)
+#define VT3DV_RES_TYPE_SRQ	(((unsigned long long)3 << 32) + 2)
+
+/*
  * Async events of a vt3 device (DESIGN.md section 5; docs/events.md).
  *
  * VT3DV_EVENT_LLP_CLOSE_COMPLETE: a vendor event type, outside enum

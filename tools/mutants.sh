@@ -63,6 +63,13 @@
 #   doorbell-under-lock libvt3 rings the doorbell (a syscall) of a queue
 #                  owing a flush while it holds the CQ's lock: the
 #                  application's other threads polling that CQ wait
+#   srq-slot-kept  libvt3 keeps the SRQ slot of a receive completion its
+#                  QP's destroy discarded (ibv_post_srq_recv ENOMEM with room)
+#   wr-abort-posts libvt3's ibv_wr_abort publishes the batch like
+#                  ibv_wr_complete
+#   cq-ex-peeks    libvt3's ibv_start_poll/next_poll leave a successful
+#                  completion in the ring: ibv_poll_cq returns it again
+#   cq-ex-byte-len libvt3's ibv_wc_read_byte_len is one off
 #
 # A mutant is KILLED when the cases fail and the failure report names the
 # broken rule (REASON, a regex); SURVIVED when they pass; WRONG-REASON when
@@ -374,10 +381,42 @@ REPLACEMENT[no-pair]='            Some(PairRequest { peer: asked, port: listen_p
 REASON[no-pair]='FAIL pair: no completion of WR 1'
 CASES[no-pair]=modify-connect
 
+FILE[srq-slot-kept]=provider/cq.c
+ANCHOR[srq-slot-kept]='	if (srq && prod - cq->cons <= cq->depth)'
+REPLACEMENT[srq-slot-kept]='	if (0 && srq && prod - cq->cons <= cq->depth) /* MUTANT */'
+REASON[srq-slot-kept]='FAIL srq-forget'
+CASES[srq-slot-kept]=qpex
+
+FILE[wr-abort-posts]=provider/qp_ex.c
+ANCHOR[wr-abort-posts]='	vt3_wq_post_end(&qp->sq, qp->sq.prod, qp->batch.error);'
+REPLACEMENT[wr-abort-posts]='	uint32_t start = qp->sq.prod; /* MUTANT */
+
+	qp->sq.prod = qp->batch.next;
+	vt3_wq_post_end(&qp->sq, start, qp->batch.error);'
+REASON[wr-abort-posts]='FAIL abort: an aborted batch made'
+CASES[wr-abort-posts]=qpex
+
+FILE[cq-ex-peeks]=provider/cq_ex.c
+ANCHOR[cq-ex-peeks]='	if (!n)
+		return ENOENT;'
+REPLACEMENT[cq-ex-peeks]='	if (!n)
+		return ENOENT;
+	if (cq->cur.status == IBV_WC_SUCCESS) /* MUTANT */
+		cq->cons--;'
+REASON[cq-ex-peeks]='FAIL mixed: .* [1-9][0-9]* twice'
+CASES[cq-ex-peeks]=qpex
+
+FILE[cq-ex-byte-len]=provider/cq_ex.c
+ANCHOR[cq-ex-byte-len]='	return vt3_cq_of_ex(cqx)->cur.byte_len;'
+REPLACEMENT[cq-ex-byte-len]='	return vt3_cq_of_ex(cqx)->cur.byte_len + 1; /* MUTANT */'
+REASON[cq-ex-byte-len]='FAIL batch: [1-9][0-9]* wrong'
+CASES[cq-ex-byte-len]=qpex
+
 ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze close-withheld lost-flush-from-cons slot-by-cons
 	free-unknown fatal-before-flags srq-flush-on-error ksrq-flush-on-error srq-lost-unflushed ksrq-lost-unflushed
 	srq-flushed-on-error srq-completes-twice srq-post-lost srq-no-last-wqe
-	destroyed-qp-relinked destroyed-qp-completes flush-after-ring qp-calloc doorbell-under-lock no-pair)
+	destroyed-qp-relinked destroyed-qp-completes flush-after-ring qp-calloc doorbell-under-lock no-pair
+	srq-slot-kept wr-abort-posts cq-ex-peeks cq-ex-byte-len)
 
 log() { printf '[mutants] %s\n' "$*" >&2; }
 
