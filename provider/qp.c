@@ -279,12 +279,43 @@ static int vt3_copy_inline(struct vt3_qp *qp, const struct ibv_send_wr *wr,
 	return 0;
 }
 
+/*
+ * A BIND_MW slot (struct vt3_bind_mw_wqe, the size of a vt3_sq_wqe): the
+ * window's type is the one it was allocated with, its new key the one the
+ * application (type 2) or vt3_bind_mw (type 1) chose; vt3d checks the rest
+ * in SQ order (vt3_hw.h "Memory windows").
+ */
+static int vt3_build_bind_mw(const struct ibv_send_wr *wr,
+			     struct vt3_sq_wqe *wqe)
+{
+	const struct ibv_mw_bind_info *info = &wr->bind_mw.bind_info;
+	const unsigned int rights = IBV_ACCESS_LOCAL_WRITE |
+				    IBV_ACCESS_REMOTE_WRITE |
+				    IBV_ACCESS_REMOTE_READ;
+	struct vt3_bind_mw_wqe bind = {};
+
+	if (!wr->bind_mw.mw || info->mw_access_flags & ~rights ||
+	    (!info->mr && info->length))
+		return EINVAL;
+	bind.opcode = VT3_WR_BIND_MW;
+	bind.mw_type = wr->bind_mw.mw->type == IBV_MW_TYPE_1 ? VT3_MW_TYPE_1 :
+							      VT3_MW_TYPE_2;
+	bind.mw_stag = htole32(wr->bind_mw.rkey);
+	bind.mr_stag = htole32(info->mr ? info->mr->lkey : 0);
+	bind.addr = htole64(info->addr);
+	bind.length = htole64(info->length);
+	/* The IBV_ACCESS_* bits of these rights are the VT3_ACCESS_* ones. */
+	bind.access = htole32(info->mw_access_flags);
+	memcpy(wqe, &bind, sizeof(bind));
+	return 0;
+}
+
 static int vt3_build_send(struct vt3_qp *qp, const struct ibv_send_wr *wr,
 			  struct vt3_sq_wqe *wqe, struct vt3_swqe *swqe)
 {
 	bool se = wr->send_flags & IBV_SEND_SOLICITED;
 	uint32_t max_sge = qp->sq.max_sge;
-	int i;
+	int i, ret;
 
 	memset(wqe, 0, sizeof(*wqe));
 	switch (wr->opcode) {
@@ -314,10 +345,25 @@ static int vt3_build_send(struct vt3_qp *qp, const struct ibv_send_wr *wr,
 		if (max_sge > qp->max_sge_rd)
 			max_sge = qp->max_sge_rd;
 		break;
+	case IBV_WR_LOCAL_INV:
+		wqe->opcode = VT3_WR_LOCAL_INV;
+		wqe->invalidate_stag = htole32(wr->invalidate_rkey);
+		swqe->wc_opcode = IBV_WC_LOCAL_INV;
+		max_sge = 0;
+		break;
+	case IBV_WR_BIND_MW:
+		ret = vt3_build_bind_mw(wr, wqe);
+		if (ret)
+			return ret;
+		swqe->wc_opcode = IBV_WC_BIND_MW;
+		max_sge = 0;
+		break;
 	default:
-		/* iWARP has no immediate data; vt3 no atomics, MW binds or local invalidates. */
+		/* iWARP has no immediate data; vt3 no atomics. */
 		return EINVAL;
 	}
+	if (max_sge == 0 && wr->send_flags & IBV_SEND_INLINE)
+		return EINVAL;
 	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > max_sge)
 		return EINVAL;
 
@@ -330,6 +376,8 @@ static int vt3_build_send(struct vt3_qp *qp, const struct ibv_send_wr *wr,
 	if (wr->send_flags & IBV_SEND_INLINE)
 		return vt3_copy_inline(qp, wr, wqe);
 
+	if (!max_sge)
+		return 0;
 	wqe->num_sge = wr->num_sge;
 	for (i = 0; i < wr->num_sge; i++) {
 		wqe->sge[i].addr = htole64(wr->sg_list[i].addr);
@@ -388,6 +436,30 @@ out:
 	if (ring)
 		vt3_wq_doorbell(wq);
 	return ret;
+}
+
+/*
+ * ibv_bind_mw (type 1): a BIND_MW work request under the window's next
+ * key, which the window takes now (rxe and mlx5 do the same; a bind that
+ * then fails leaves the application to undo it, the verbs say).
+ */
+int vt3_bind_mw(struct ibv_qp *ibqp, struct ibv_mw *mw,
+		struct ibv_mw_bind *mw_bind)
+{
+	struct ibv_send_wr wr = {}, *bad_wr;
+	int ret;
+
+	wr.wr_id = mw_bind->wr_id;
+	wr.opcode = IBV_WR_BIND_MW;
+	wr.send_flags = mw_bind->send_flags;
+	wr.bind_mw.mw = mw;
+	wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+	wr.bind_mw.bind_info = mw_bind->bind_info;
+	ret = vt3_post_send(ibqp, &wr, &bad_wr);
+	if (ret)
+		return ret;
+	mw->rkey = wr.bind_mw.rkey;
+	return 0;
 }
 
 /* @wr as a receive WQE (its SGE count checked by the caller): RQ or SRQ. */

@@ -256,6 +256,10 @@ int vt3_dealloc_pd(struct ibv_pd *pd);
 struct ibv_mr *vt3_reg_mr(struct ibv_pd *pd, void *addr, size_t len,
 			  uint64_t hca_va, int access);
 int vt3_dereg_mr(struct verbs_mr *vmr);
+struct ibv_mw *vt3_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int vt3_dealloc_mw(struct ibv_mw *mw);
+int vt3_bind_mw(struct ibv_qp *ibqp, struct ibv_mw *mw,
+		struct ibv_mw_bind *mw_bind);
 struct ibv_cq *vt3_create_cq(struct ibv_context *ibctx, int cqe,
 			     struct ibv_comp_channel *channel, int comp_vector);
 int vt3_destroy_cq(struct ibv_cq *ibcq);
