@@ -205,9 +205,10 @@ void vt3_queue_mem_release(struct vt3_dev *dev, struct vt3_queue_mem *q,
 
 int vt3_access(int ib_access, u32 *access)
 {
-	/* No atomics in iWARP; no on-demand paging, no memory windows. */
+	/* No atomics in iWARP; no on-demand paging. */
 	if (ib_access & ~(IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE |
-			  IB_ACCESS_REMOTE_READ | IB_ACCESS_OPTIONAL))
+			  IB_ACCESS_REMOTE_READ | IB_ACCESS_MW_BIND |
+			  IB_ACCESS_OPTIONAL))
 		return -EOPNOTSUPP;
 	*access = 0;
 	if (ib_access & IB_ACCESS_LOCAL_WRITE)
@@ -216,6 +217,8 @@ int vt3_access(int ib_access, u32 *access)
 		*access |= VT3_ACCESS_REMOTE_WRITE;
 	if (ib_access & IB_ACCESS_REMOTE_READ)
 		*access |= VT3_ACCESS_REMOTE_READ;
+	if (ib_access & IB_ACCESS_MW_BIND)
+		*access |= VT3_ACCESS_MW_BIND;
 	return 0;
 }
 

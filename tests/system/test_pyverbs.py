@@ -73,7 +73,8 @@ NOT_PASSING: list[tuple[str, str, str, str, str]] = [
      r"subprocess\.CalledProcessError: Command '\['cat', '/sys/class/infiniband/vt3_0/ports/1/pkeys/0'\]' returned non-zero exit status 1\.",
      "iwarp", "P_Keys are InfiniBand partitions: an iWARP port has no pkeys/ in sysfs (siw neither)"),
     (r"tests\.test_(cq_events\.CqEventsTestCase\.test_cq_events_rc|mr\.MRTest\.test_mr_rereg_\w+|relaxed_ordering\.RoTestCase\.test_ro_rc_traffic"
-     r"|srq\.SrqTestCase\.test_(modify_srq_limit|rc_srq_traffic|resize_srq))", "error",
+     r"|srq\.SrqTestCase\.test_(modify_srq_limit|rc_srq_traffic|resize_srq)"
+     r"|mr\.MWTest\.test_(mw_type1|invalidate_mw_type1|mw_type2|mw_type2_invalidate_(local|remote|dealloc)))", "error",
      r"pyverbs\.pyverbs_error\.PyverbsRDMAError: Failed to modify QP state to RTS\. Errno: 22, Invalid argument",
      "iwarp", "the suite connects two RC QPs with ibv_modify_qp(RTR, RTS) and no CM: an iWARP QP reaches RTS only "
               "through iw_cm, over its TCP connection (siw refuses the same way)"),
@@ -87,8 +88,6 @@ NOT_PASSING: list[tuple[str, str, str, str, str]] = [
      "vt3", "ibv_qp_ex (ibv_wr_* posting) is not in libvt3 (nor in siw's provider); FLUSH (RFC 9xxx's iWARP flush) and MW binds neither"),
     (r"tests\.test_cqex\.(CQEXAPITest\.test_create_cq_ex_bad_flow|CqExTestCase\.test_(rc|ud)_traffic_cq_ex)", "skip", r"Create Extended CQ is not supported",
      "vt3", "ibv_create_cq_ex is not in libvt3 (nor in siw's provider)"),
-    (r"tests\.test_mr\.MWTest\.\w+", "skip", r"Reg MR with MW access is not supported|Create memory window of type 3 is not supported",
-     "vt3", "memory windows (RFC 5040 has them, the T3 had type 1) are not in vt3"),
     (r"tests\.test_parent_domain\.\w+\.\w+", "skip", r"Parent Domain is not supported on this device|There are no huge pages of size 2M allocated",
      "vt3", "parent domains (provider-allocated QP buffers) are not in libvt3"),
     (r"tests\.test_qp\.QPTest\.test_query_rc_qp", "fail", r"AssertionError: <ibv_qp_state\.IBV_QPS_INIT: 1> != 0",
