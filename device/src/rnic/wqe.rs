@@ -269,7 +269,7 @@ mod tests {
     fn hostile_send_wqes_are_refused() {
         let five: Vec<AbiSge> = (0..4).map(|i| sge(i, 1, 1)).collect();
         let cases = [
-            (sq(9, 0, &[]), BadWqe::Opcode(9)),
+            (sq(10, 0, &[]), BadWqe::Opcode(10)),
             (sq(0xff, 0, &[]), BadWqe::Opcode(0xff)),
             (sq(0, 0x08, &[]), BadWqe::Flags(0x08)),
             (sq(0, 0xff, &[]), BadWqe::Flags(0xff)),
