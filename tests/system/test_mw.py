@@ -19,8 +19,8 @@ OWNER_CHECKS = ("type1-bind", "type1-access", "type1-unbind", "type1-after-unbin
                 "type1-rebind", "type1-remote-inv-refused", "type1-remote-inv-event",
                 "rules-bind", "rules-dereg-busy", "rules-dealloc-dereg", "rules-type3",
                 "rules-bind-err", "rules-bind-err-qp", "rules-bind-err-event")
-PEER_CHECKS = ("peer-access",) * 3 + ("type1-peer-read-fails", "type2-local-peer-read-fails",
-                                      "type2-remote-peer-read-fails", "type1-remote-inv-peer")
+PEER_CHECKS = ("peer-access", "type1-peer-read-fails", "peer-access", "type2-local-peer-read-fails",
+               "peer-access", "type2-remote-peer-read-fails", "type1-remote-inv-peer")
 # What the owner's vt3d logs for each refusal, in order: the peer's READs
 # through an unbound or invalidated window (an invalid STag: RDMAP remote
 # protection 0/1/00), the peer's SEND_WITH_INV of a type 1 window (0/1/09).
@@ -53,10 +53,8 @@ def mwtest(setup) -> None:
         assert checks_of(r.out) == list(want), f"vt3-mwtest {prog}: checks {checks_of(r.out)}"
     with open(log, errors="replace") as f:
         f.seek(start)
-        sent = re.findall(r"TERMINATE sent \(\w+\)", f.read())
-    with open(log, errors="replace") as f:
-        f.seek(start)
         text = f.read()
+    sent = re.findall(r"TERMINATE sent \(\w+\)", text)
     found = [bool(re.search(t, text)) for t in TERMINATES]
     assert all(found) and len(sent) == len(TERMINATES), \
         f"vt3d {setup.vt3a.name}: TERMINATEs sent {sent}, want {len(TERMINATES)} of {TERMINATES}"
