@@ -226,6 +226,11 @@ static int send_cmd(struct side *s, uint32_t op, uint32_t rkey, uint64_t addr, u
 
 	*c = (struct cmd){ MAGIC, op, rkey, ok, addr };
 	wr.invalidate_rkey = invalidate;
+	/*
+	 * libsiw (rdma-core 55) sends wr.rdma.rkey as the STag to invalidate,
+	 * not invalidate_rkey: give it both (a SEND uses neither otherwise).
+	 */
+	wr.wr.rdma.rkey = invalidate;
 	if (ibv_post_send(s->id->qp, &wr, &bad))
 		return -1;
 	if (!next_wc(s, &wc) || wc.status != IBV_WC_SUCCESS || wc.wr_id != 0xc0) {
