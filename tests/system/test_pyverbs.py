@@ -86,6 +86,9 @@ NOT_PASSING: list[tuple[str, str, str, str, str]] = [
     (r"tests\.test_qpex\.\w+\.\w+|tests\.test_shared_pd\.\w+\.\w+", "skip", r"Extended QP is not supported on this device|"
      r"Create mr with IBV_ACCESS_FLUSH_GLOBAL access flag is not supported in kernel|Create custom mr with additional access flags 18 is not supported",
      "vt3", "ibv_qp_ex (ibv_wr_* posting) is not in libvt3 (nor in siw's provider); FLUSH (RFC 9xxx's iWARP flush) and MW binds neither"),
+    (r"tests\.test_qp\.QPTest\.test_create_rc_qp_ex_with_attr", "skip", r"Create RC QP with extended attrs is not supported",
+     "vt3", "the create mask drawn (seed 1) asks for ibv_qp_ex send ops, not in libvt3; what the seeded stream draws "
+            "here depends on the device's caps (IBV_ACCESS_MW_BIND joined the MR access flags drawn before it)"),
     (r"tests\.test_cqex\.(CQEXAPITest\.test_create_cq_ex_bad_flow|CqExTestCase\.test_(rc|ud)_traffic_cq_ex)", "skip", r"Create Extended CQ is not supported",
      "vt3", "ibv_create_cq_ex is not in libvt3 (nor in siw's provider)"),
     (r"tests\.test_parent_domain\.\w+\.\w+", "skip", r"Parent Domain is not supported on this device|There are no huge pages of size 2M allocated",
