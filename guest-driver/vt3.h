@@ -72,6 +72,7 @@ struct vt3_limits {
 	u32 max_inline;
 	u32 max_pbl_pages;
 	u32 max_fast_reg_pages;	/* 0: vt3d has no fast registration */
+	u32 max_mw;		/* 0: vt3d has no memory windows */
 	u32 max_srq;		/* 0: vt3d has no SRQs */
 	u32 max_srq_wr;
 	u32 max_srq_depth;	/* power of two >= max_srq_wr */
@@ -185,6 +186,11 @@ struct vt3_mr {
 	 */
 	bool fast_reg;
 	u32 npages;
+};
+
+/* A memory window: all its state is vt3d's (vt3_hw.h "Memory windows"). */
+struct vt3_mw {
+	struct ib_mw ibmw;
 };
 
 struct vt3_mmap_entry {
@@ -476,6 +482,8 @@ struct ib_mr *vt3_get_dma_mr(struct ib_pd *ibpd, int access);
 struct ib_mr *vt3_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 			      u64 virt, int access, struct ib_udata *udata);
 int vt3_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
+int vt3_alloc_mw(struct ib_mw *ibmw, struct ib_udata *udata);
+int vt3_dealloc_mw(struct ib_mw *ibmw);
 struct ib_mr *vt3_alloc_mr(struct ib_pd *ibpd, enum ib_mr_type type,
 			   u32 max_num_sg);
 int vt3_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int sg_nents,

@@ -124,6 +124,7 @@ static void vt3_set_limits(struct vt3_dev *dev, const struct vt3_device_attr *a,
 	l->max_srq_wr = vt3_clamp(le32_to_cpu(a->max_srq_wr), VT3_MAX_DEPTH);
 	l->max_srq_depth = vt3_depth_for(l->max_srq_wr);
 	l->max_srq_sge = vt3_clamp(le32_to_cpu(a->max_srq_sge), VT3_MAX_SGE);
+	l->max_mw = vt3_clamp(le32_to_cpu(a->max_mw), INT_MAX);
 	/* An SRQ that holds nothing is no SRQ. */
 	if (!l->max_srq_wr)
 		l->max_srq = 0;
@@ -618,6 +619,7 @@ static const struct ib_device_ops vt3_dev_ops = {
 
 	.alloc_hw_device_stats = vt3_alloc_hw_device_stats,
 	.alloc_mr = vt3_alloc_mr,
+	.alloc_mw = vt3_alloc_mw,
 	.get_hw_stats = vt3_get_hw_stats,
 	.alloc_pd = vt3_alloc_pd,
 	.alloc_ucontext = vt3_alloc_ucontext,
@@ -625,6 +627,7 @@ static const struct ib_device_ops vt3_dev_ops = {
 	.create_qp = vt3_create_qp,
 	.create_srq = vt3_create_srq,
 	.dealloc_driver = vt3_dealloc_driver,
+	.dealloc_mw = vt3_dealloc_mw,
 	.dealloc_pd = vt3_dealloc_pd,
 	.dealloc_ucontext = vt3_dealloc_ucontext,
 	.dereg_mr = vt3_dereg_mr,
@@ -661,6 +664,7 @@ static const struct ib_device_ops vt3_dev_ops = {
 	.req_notify_cq = vt3_req_notify_cq,
 
 	INIT_RDMA_OBJ_SIZE(ib_cq, vt3_cq, ibcq),
+	INIT_RDMA_OBJ_SIZE(ib_mw, vt3_mw, ibmw),
 	INIT_RDMA_OBJ_SIZE(ib_pd, vt3_pd, ibpd),
 	INIT_RDMA_OBJ_SIZE(ib_qp, vt3_qp, ibqp),
 	INIT_RDMA_OBJ_SIZE(ib_srq, vt3_srq, ibsrq),

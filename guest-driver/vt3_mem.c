@@ -205,9 +205,10 @@ void vt3_queue_mem_release(struct vt3_dev *dev, struct vt3_queue_mem *q,
 
 int vt3_access(int ib_access, u32 *access)
 {
-	/* No atomics in iWARP; no on-demand paging, no memory windows. */
+	/* No atomics in iWARP; no on-demand paging. */
 	if (ib_access & ~(IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE |
-			  IB_ACCESS_REMOTE_READ | IB_ACCESS_OPTIONAL))
+			  IB_ACCESS_REMOTE_READ | IB_ACCESS_MW_BIND |
+			  IB_ACCESS_OPTIONAL))
 		return -EOPNOTSUPP;
 	*access = 0;
 	if (ib_access & IB_ACCESS_LOCAL_WRITE)
@@ -216,6 +217,8 @@ int vt3_access(int ib_access, u32 *access)
 		*access |= VT3_ACCESS_REMOTE_WRITE;
 	if (ib_access & IB_ACCESS_REMOTE_READ)
 		*access |= VT3_ACCESS_REMOTE_READ;
+	if (ib_access & IB_ACCESS_MW_BIND)
+		*access |= VT3_ACCESS_MW_BIND;
 	return 0;
 }
 
@@ -421,6 +424,12 @@ int vt3_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 	int err;
 
 	err = vt3_cmd_handle(dev, VT3_CMD_DEREG_MR, ibmr->lkey);
+	/*
+	 * Memory windows are bound to it (vt3_hw.h "Memory windows"): the
+	 * verbs refuse, and the MR stays whole (rxe does the same).
+	 */
+	if (err == -EBUSY)
+		return err;
 	if (err)
 		ibdev_dbg(ibmr->device, "DEREG_MR %#x: %d\n", ibmr->lkey, err);
 	/* The pinned pages and the PBL stay until vt3d surely forgot them. */
@@ -431,5 +440,50 @@ int vt3_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 			vt3_orphan(dev, mr->mem);
 	}
 	kfree(mr);
+	return 0;
+}
+
+/*
+ * Memory windows (vt3_hw.h "Memory windows"): an unbound TPT entry of the
+ * PD. Binds are work requests (libvt3 posts them), so the window's
+ * current key is known only to the application; DEALLOC_MW names the
+ * index and vt3d takes any key.
+ */
+int vt3_alloc_mw(struct ib_mw *ibmw, struct ib_udata *udata)
+{
+	struct vt3_dev *dev = to_vt3_dev(ibmw->device);
+	struct vt3_cmd_alloc_mw req = {};
+	struct vt3_resp_handle resp;
+	int err;
+
+	if (udata && (udata->inlen || udata->outlen))
+		return -EINVAL;
+	switch (ibmw->type) {
+	case IB_MW_TYPE_1:
+		req.mw_type = cpu_to_le32(VT3_MW_TYPE_1);
+		break;
+	case IB_MW_TYPE_2:
+		req.mw_type = cpu_to_le32(VT3_MW_TYPE_2);
+		break;
+	default:
+		return -EINVAL;
+	}
+	req.pdn = cpu_to_le32(to_vt3_pd(ibmw->pd)->pdn);
+	err = vt3_cmd(dev, VT3_CMD_ALLOC_MW, &req, sizeof(req), &resp,
+		      sizeof(resp));
+	if (err)
+		return err;
+	ibmw->rkey = le32_to_cpu(resp.handle);
+	return 0;
+}
+
+int vt3_dealloc_mw(struct ib_mw *ibmw)
+{
+	int err = vt3_cmd_handle(to_vt3_dev(ibmw->device), VT3_CMD_DEALLOC_MW,
+				 ibmw->rkey);
+
+	/* Nothing of the guest's is held for a window: it may go regardless. */
+	if (err)
+		ibdev_dbg(ibmw->device, "DEALLOC_MW %#x: %d\n", ibmw->rkey, err);
 	return 0;
 }

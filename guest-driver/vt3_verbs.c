@@ -43,11 +43,17 @@ int vt3_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 	attr->max_qp_wr = l->max_qp_wr;
 	/*
 	 * Fast registration (alloc_mr, map_mr_sg, REG_MR, LOCAL_INV, remote
-	 * invalidation) when vt3d offers it; no memory windows yet.
+	 * invalidation) when vt3d offers it.
 	 */
 	if (l->max_fast_reg_pages) {
 		attr->device_cap_flags |= IB_DEVICE_MEM_MGT_EXTENSIONS;
 		attr->max_fast_reg_page_list_len = l->max_fast_reg_pages;
+	}
+	/* Memory windows: type 1 and type 2 (IB's 2B, bound to a QP). */
+	if (l->max_mw) {
+		attr->device_cap_flags |= IB_DEVICE_MEM_WINDOW |
+					  IB_DEVICE_MEM_WINDOW_TYPE_2B;
+		attr->max_mw = l->max_mw;
 	}
 	/* `rdma link del` may remove what `rdma link add` created. */
 	attr->kernel_cap_flags = IBK_ALLOW_USER_UNREG;

@@ -39,6 +39,7 @@ static const enum ibv_wc_status vt3_wc_status[] = {
 	[VT3_WC_GENERAL_ERR] = IBV_WC_GENERAL_ERR,
 	[VT3_WC_BAD_RESP_ERR] = IBV_WC_BAD_RESP_ERR,
 	[VT3_WC_REM_INV_REQ_ERR] = IBV_WC_REM_INV_REQ_ERR,
+	[VT3_WC_MW_BIND_ERR] = IBV_WC_MW_BIND_ERR,
 };
 
 static const enum ibv_wc_opcode vt3_wc_opcode[] = {
@@ -47,6 +48,7 @@ static const enum ibv_wc_opcode vt3_wc_opcode[] = {
 	[VT3_WC_READ] = IBV_WC_RDMA_READ,
 	[VT3_WC_RECV] = IBV_WC_RECV,
 	[VT3_WC_LOCAL_INV] = IBV_WC_LOCAL_INV,
+	[VT3_WC_BIND_MW] = IBV_WC_BIND_MW,
 };
 
 /* Two CQs of one QP, in address order so that two QPs never deadlock. */
@@ -84,8 +86,12 @@ static void vt3_cqe_to_wc(const struct vt3_cqe *cqe, struct ibv_wc *wc)
 	};
 	if (cqe->status < ARRAY_SIZE(vt3_wc_status))
 		wc->status = vt3_wc_status[cqe->status];
-	/* An opcode we do not know is a device bug: an error on the SQ. */
-	if (cqe->opcode < ARRAY_SIZE(vt3_wc_opcode))
+	/*
+	 * An opcode we do not know is a device bug: an error on the SQ
+	 * (REG_MR included: no user QP posts one).
+	 */
+	if (cqe->opcode < ARRAY_SIZE(vt3_wc_opcode) &&
+	    cqe->opcode != VT3_WC_REG_MR)
 		wc->opcode = vt3_wc_opcode[cqe->opcode];
 	else
 		wc->status = IBV_WC_GENERAL_ERR;

@@ -323,11 +323,17 @@ static const struct vt3_send_op vt3_send_ops[] = {
 		.opcode_se = VT3_WR_READ, .wc_opcode = IBV_WC_RDMA_READ,
 		.remote = true, .data = true, .sink = true,
 	},
-	/* Of a fast-registered STag: vt3d refuses others (LOC_QP_OP_ERR). */
+	/* Of a fast-registered STag or a type 2 window; vt3d refuses others. */
 	[IBV_WR_LOCAL_INV] = {
 		.supported = true, .opcode = VT3_WR_LOCAL_INV,
 		.opcode_se = VT3_WR_LOCAL_INV, .wc_opcode = IBV_WC_LOCAL_INV,
 		.invalidate = true,
+	},
+	/* Type 2 windows here; ibv_bind_mw's type 1 binds come this way too. */
+	[IBV_WR_BIND_MW] = {
+		.supported = true, .opcode = VT3_WR_BIND_MW,
+		.opcode_se = VT3_WR_BIND_MW, .wc_opcode = IBV_WC_BIND_MW,
+		.bind = true,
 	},
 };
 
@@ -423,6 +429,38 @@ int vt3_sq_wqe_set_inline(struct vt3_qp *qp, const struct vt3_send_op *op,
 	return 0;
 }
 
+/*
+ * A BIND_MW slot (struct vt3_bind_mw_wqe, the size of a vt3_sq_wqe, with
+ * the same wr_id, opcode and flags): the window's type is the one it was
+ * allocated with, its new key the one the application (type 2) or
+ * vt3_bind_mw (type 1) chose; vt3d checks the rest in SQ order (vt3_hw.h
+ * "Memory windows").
+ */
+int vt3_sq_wqe_set_bind(struct vt3_sq_wqe *wqe, const struct ibv_mw *mw,
+			uint32_t rkey, const struct ibv_mw_bind_info *info)
+{
+	const unsigned int rights = IBV_ACCESS_LOCAL_WRITE |
+				    IBV_ACCESS_REMOTE_WRITE |
+				    IBV_ACCESS_REMOTE_READ;
+	struct vt3_bind_mw_wqe bind = {
+		.wr_id = wqe->wr_id,
+		.opcode = wqe->opcode,
+		.flags = wqe->flags,
+	};
+
+	if (!mw || info->mw_access_flags & ~rights || (!info->mr && info->length))
+		return EINVAL;
+	bind.mw_type = mw->type == IBV_MW_TYPE_1 ? VT3_MW_TYPE_1 : VT3_MW_TYPE_2;
+	bind.mw_stag = htole32(rkey);
+	bind.mr_stag = htole32(info->mr ? info->mr->lkey : 0);
+	bind.addr = htole64(info->addr);
+	bind.length = htole64(info->length);
+	/* The IBV_ACCESS_* bits of these rights are the VT3_ACCESS_* ones. */
+	bind.access = htole32(info->mw_access_flags);
+	memcpy(wqe, &bind, sizeof(bind));
+	return 0;
+}
+
 /* @wr through the builder, into @wqe and @swqe. */
 static int vt3_build_send(struct vt3_qp *qp, const struct ibv_send_wr *wr,
 			  struct vt3_sq_wqe *wqe, struct vt3_swqe *swqe)
@@ -445,6 +483,10 @@ static int vt3_build_send(struct vt3_qp *qp, const struct ibv_send_wr *wr,
 	ret = vt3_sq_wqe_init(qp, op, &req, wqe, swqe);
 	if (ret)
 		return ret;
+	if (op->bind)
+		return wr->send_flags & IBV_SEND_INLINE ? EINVAL :
+		       vt3_sq_wqe_set_bind(wqe, wr->bind_mw.mw, wr->bind_mw.rkey,
+					   &wr->bind_mw.bind_info);
 	if (!(wr->send_flags & IBV_SEND_INLINE) || !op->data)
 		return vt3_sq_wqe_set_sges(qp, op, wqe, wr->sg_list, wr->num_sge);
 	/* Inline or not, num_sge is bounded by the QP's max_send_sge. */
@@ -487,6 +529,30 @@ int vt3_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr,
 		*bad_wr = wr;
 	vt3_wq_post_end(wq, start, error);
 	return ret;
+}
+
+/*
+ * ibv_bind_mw (type 1): a BIND_MW work request under the window's next
+ * key, which the window takes now (rxe and mlx5 do the same; a bind that
+ * then fails leaves the application to undo it, the verbs say).
+ */
+int vt3_bind_mw(struct ibv_qp *ibqp, struct ibv_mw *mw,
+		struct ibv_mw_bind *mw_bind)
+{
+	struct ibv_send_wr wr = {}, *bad_wr;
+	int ret;
+
+	wr.wr_id = mw_bind->wr_id;
+	wr.opcode = IBV_WR_BIND_MW;
+	wr.send_flags = mw_bind->send_flags;
+	wr.bind_mw.mw = mw;
+	wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+	wr.bind_mw.bind_info = mw_bind->bind_info;
+	ret = vt3_post_send(ibqp, &wr, &bad_wr);
+	if (ret)
+		return ret;
+	mw->rkey = wr.bind_mw.rkey;
+	return 0;
 }
 
 /* @wr as a receive WQE (its SGE count checked by the caller): RQ or SRQ. */

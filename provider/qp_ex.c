@@ -35,6 +35,7 @@ static const struct {
 	{ IBV_QP_EX_WITH_RDMA_WRITE, IBV_WR_RDMA_WRITE },
 	{ IBV_QP_EX_WITH_RDMA_READ, IBV_WR_RDMA_READ },
 	{ IBV_QP_EX_WITH_LOCAL_INV, IBV_WR_LOCAL_INV },
+	{ IBV_QP_EX_WITH_BIND_MW, IBV_WR_BIND_MW },
 };
 
 static void vt3_wr_fail(struct vt3_qp_batch *batch, int err)
@@ -103,6 +104,22 @@ static void vt3_wr_rdma_read(struct ibv_qp_ex *qpx, uint32_t rkey,
 static void vt3_wr_local_inv(struct ibv_qp_ex *qpx, uint32_t invalidate_rkey)
 {
 	vt3_wr_build(qpx, IBV_WR_LOCAL_INV, 0, 0, invalidate_rkey);
+}
+
+static void vt3_wr_bind_mw(struct ibv_qp_ex *qpx, struct ibv_mw *mw,
+			   uint32_t rkey, const struct ibv_mw_bind_info *info)
+{
+	struct vt3_qp *qp = vt3_qp_of_ex(qpx);
+	struct vt3_qp_batch *batch = &qp->batch;
+	int ret;
+
+	vt3_wr_build(qpx, IBV_WR_BIND_MW, 0, 0, 0);
+	if (batch->err)
+		return;
+	ret = vt3_sq_wqe_set_bind(vt3_wq_slot(&qp->sq, batch->next - 1), mw,
+				  rkey, info);
+	if (ret)
+		vt3_wr_fail(batch, ret);
 }
 
 /*
@@ -227,6 +244,8 @@ int vt3_qp_ex_setup(struct vt3_qp *qp, const struct ibv_qp_init_attr_ex *attr)
 		qpx->wr_rdma_read = vt3_wr_rdma_read;
 	if (attr->send_ops_flags & IBV_QP_EX_WITH_LOCAL_INV)
 		qpx->wr_local_inv = vt3_wr_local_inv;
+	if (attr->send_ops_flags & IBV_QP_EX_WITH_BIND_MW)
+		qpx->wr_bind_mw = vt3_wr_bind_mw;
 	qpx->wr_set_sge = vt3_wr_set_sge;
 	qpx->wr_set_sge_list = vt3_wr_set_sge_list;
 	qpx->wr_set_inline_data = vt3_wr_set_inline_data;

@@ -81,6 +81,37 @@ int vt3_dereg_mr(struct verbs_mr *vmr)
 	return 0;
 }
 
+/* An unbound window of @pd; vt3.ko checks the type. */
+struct ibv_mw *vt3_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
+{
+	struct ib_uverbs_alloc_mw_resp resp = {};
+	struct ibv_alloc_mw cmd = {};
+	struct ibv_mw *mw;
+	int ret;
+
+	mw = calloc(1, sizeof(*mw));
+	if (!mw)
+		return NULL;
+	ret = ibv_cmd_alloc_mw(pd, type, mw, &cmd, sizeof(cmd), &resp,
+			       sizeof(resp));
+	if (ret) {
+		free(mw);
+		errno = ret;
+		return NULL;
+	}
+	return mw;
+}
+
+int vt3_dealloc_mw(struct ibv_mw *mw)
+{
+	int ret = ibv_cmd_dealloc_mw(mw);
+
+	if (ret)
+		return ret;
+	free(mw);
+	return 0;
+}
+
 /*
  * A ring the kernel describes must be a power of two deep and fit in what
  * it asks us to map; anything else is a driver/provider mismatch.

@@ -257,6 +257,7 @@ struct vt3_send_op {
 	bool invalidate;		/* invalidate_stag */
 	bool data;			/* SGEs or inline data */
 	bool sink;			/* SGEs are a READ's sink: not inline, max_sge_rd */
+	bool bind;			/* a memory window's bind (vt3_sq_wqe_set_bind) */
 };
 
 /* A send WR's header, whichever API gave it. */
@@ -356,6 +357,10 @@ int vt3_query_port(struct ibv_context *ibctx, uint8_t port,
 struct ibv_mr *vt3_reg_mr(struct ibv_pd *pd, void *addr, size_t len,
 			  uint64_t hca_va, int access);
 int vt3_dereg_mr(struct verbs_mr *vmr);
+struct ibv_mw *vt3_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int vt3_dealloc_mw(struct ibv_mw *mw);
+int vt3_bind_mw(struct ibv_qp *ibqp, struct ibv_mw *mw,
+		struct ibv_mw_bind *mw_bind);
 struct ibv_cq *vt3_create_cq(struct ibv_context *ibctx, int cqe,
 			     struct ibv_comp_channel *channel, int comp_vector);
 int vt3_destroy_cq(struct ibv_cq *ibcq);
@@ -400,6 +405,8 @@ int vt3_sq_wqe_init(struct vt3_qp *qp, const struct vt3_send_op *op,
 int vt3_sq_wqe_set_sges(struct vt3_qp *qp, const struct vt3_send_op *op,
 			struct vt3_sq_wqe *wqe, const struct ibv_sge *sges,
 			size_t num);
+int vt3_sq_wqe_set_bind(struct vt3_sq_wqe *wqe, const struct ibv_mw *mw,
+			uint32_t rkey, const struct ibv_mw_bind_info *info);
 int vt3_sq_wqe_set_inline(struct vt3_qp *qp, const struct vt3_send_op *op,
 			  struct vt3_sq_wqe *wqe, const struct ibv_data_buf *bufs,
 			  size_t num);

@@ -1116,7 +1116,7 @@ fn sge(input: &mut Input<'_>, mrs: &[MrInfo]) -> abi::Sge {
 }
 
 fn sq_template(input: &mut Input<'_>, mrs: &[MrInfo], peer: &[MrInfo]) -> SqWqe {
-    let opcode = input.u8() % 10; // 9 is not an opcode
+    let opcode = input.u8() % 11; // 10 is not an opcode (9, BIND_MW, binds whatever the slot says)
     if opcode == abi::WrOpcode::RegMr as u8 {
         return reg_mr_template(input, mrs);
     }

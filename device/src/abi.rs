@@ -120,6 +120,8 @@ abi_enums! {
         QuerySrq = "VT3_CMD_QUERY_SRQ" = 27,
         DestroySrq = "VT3_CMD_DESTROY_SRQ" = 28,
         PairQp = "VT3_CMD_PAIR_QP" = 29,
+        AllocMw = "VT3_CMD_ALLOC_MW" = 30,
+        DeallocMw = "VT3_CMD_DEALLOC_MW" = 31,
     }
 
     pub enum Status: u16 {
@@ -217,6 +219,12 @@ abi_enums! {
         RegMr = "VT3_WR_REG_MR" = 6,
         LocalInv = "VT3_WR_LOCAL_INV" = 7,
         ReadInv = "VT3_WR_READ_INV" = 8,
+        BindMw = "VT3_WR_BIND_MW" = 9,
+    }
+
+    pub enum MwType: u32 {
+        One = "VT3_MW_TYPE_1" = 1,
+        Two = "VT3_MW_TYPE_2" = 2,
     }
 
     pub enum WqeFlag: u8 {
@@ -232,6 +240,7 @@ abi_enums! {
         Recv = "VT3_WC_RECV" = 3,
         RegMr = "VT3_WC_REG_MR" = 4,
         LocalInv = "VT3_WC_LOCAL_INV" = 5,
+        BindMw = "VT3_WC_BIND_MW" = 6,
     }
 
     pub enum WcStatus: u8 {
@@ -245,6 +254,7 @@ abi_enums! {
         GeneralErr = "VT3_WC_GENERAL_ERR" = 7,
         BadRespErr = "VT3_WC_BAD_RESP_ERR" = 8,
         RemInvReqErr = "VT3_WC_REM_INV_REQ_ERR" = 9,
+        MwBindErr = "VT3_WC_MW_BIND_ERR" = 10,
     }
 
     pub enum CqeFlag: u8 {
@@ -320,7 +330,7 @@ abi_structs! {
         pub max_srq: Le32,
         pub max_srq_wr: Le32,
         pub max_srq_sge: Le32,
-        pub reserved: Le32,
+        pub max_mw: Le32,
     }
 
     pub struct PortAttr = "vt3_port_attr" {
@@ -362,6 +372,11 @@ abi_structs! {
     pub struct CmdAllocMr = "vt3_cmd_alloc_mr" {
         pub pdn: Le32,
         pub max_pages: Le32,
+    }
+
+    pub struct CmdAllocMw = "vt3_cmd_alloc_mw" {
+        pub pdn: Le32,
+        pub mw_type: Le32,
     }
 
     pub struct CmdCreateCq = "vt3_cmd_create_cq" {
@@ -554,6 +569,21 @@ abi_structs! {
         pub page_shift: Le32,
         pub reserved1: Le32,
         pub reserved2: [Le64; 9],
+    }
+
+    /// The SQ slot of a VT3_WR_BIND_MW.
+    pub struct BindMwWqe = "vt3_bind_mw_wqe" {
+        pub wr_id: Le64,
+        pub opcode: u8,
+        pub flags: u8,
+        pub mw_type: u8,
+        pub reserved0: u8,
+        pub mw_stag: Le32,
+        pub addr: Le64,
+        pub length: Le64,
+        pub mr_stag: Le32,
+        pub access: Le32,
+        pub reserved1: [Le64; 11],
     }
 
     pub struct RqWqe = "vt3_rq_wqe" {

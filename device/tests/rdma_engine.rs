@@ -672,7 +672,7 @@ fn a_malformed_wqe_fails_in_order() {
     let now = s.sim.now;
     s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(10, WrOpcode::Send, true, &[(a_local, 0, 64)]));
     let mut bad = send_wqe(11, WrOpcode::Send, true, &[]);
-    bad.opcode = 9;
+    bad.opcode = 10; // one past VT3_WR_BIND_MW: no such opcode
     s.sim.a.post_send_wqe(now, &mut s.qa, &bad);
     assert!(s.sim.run_until(Duration::from_secs(3), |sim| !sim.a.qp_events().is_empty()
         && !sim.b.qp_events().is_empty()));

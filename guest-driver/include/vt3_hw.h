@@ -158,6 +158,32 @@
  * by its index under any key (a REG_MR refused or flushed leaves the
  * driver's key one vt3d never took).
  *
+ * Memory windows
+ * --------------
+ * VT3_CMD_ALLOC_MW makes an unbound window of a PD (an entry of the TPT's
+ * index space; its STag is the answer); VT3_CMD_DEALLOC_MW frees it, bound
+ * or not, named by index under any key. A VT3_WR_BIND_MW (struct
+ * vt3_bind_mw_wqe) binds it, in SQ order, on a QP of the window's PD: the
+ * WQE's type is the window's; a type 2 window must be unbound (free or
+ * invalidated), a type 1 window may be rebound at any time; the key is
+ * rotated (differs from the current one); for a nonzero length, mr_stag
+ * names a valid MR (not a window) of the QP's PD, registered with
+ * VT3_ACCESS_MW_BIND (and VT3_ACCESS_LOCAL_WRITE if the window grants
+ * REMOTE_WRITE), and [addr, addr + length) lies within it. A zero-length
+ * bind names no MR: it unbinds a type 1 window and binds a type 2 one to
+ * nothing. A refused bind completes with VT3_WC_MW_BIND_ERR and the QP
+ * goes to ERROR (a bad WQE, DESIGN.md §5), the window as it was. Only the
+ * peer reaches memory through a window's STag (as an lkey it is invalid),
+ * checked as through an MR (state, PD, rights, bounds) and, for type 2,
+ * only on the QP that bound it ("STag not associated with RDMAP stream"
+ * otherwise: DDP 1/1/02 for a WRITE, RDMAP 0/1/03 for a READ source, the
+ * codes of another PD's STag).
+ * VT3_WR_LOCAL_INV and the peer's Send with Invalidate invalidate a type 2
+ * window of the QP's PD; a type 1 window cannot be invalidated either way
+ * (LOCAL_INV: VT3_WC_LOC_QP_OP_ERR; the peer's: TERMINATE 0/1/09, as an
+ * ordinary MR). VT3_CMD_DEREG_MR of an MR with valid windows bound to it
+ * answers VT3_ERR_BUSY.
+ *
  * Shared receive queues (SRQ)
  * ---------------------------
  * VT3_CMD_CREATE_SRQ makes a ring of vt3_rq_wqe of a PD and its status
@@ -287,6 +313,9 @@ enum vt3_cmd {
 	VT3_CMD_DESTROY_SRQ = 28,	/* vt3_cmd_handle (srqn); BUSY while QPs use it */
 	/* vt3 extension: QPs of this device connected by modify_qp (below): */
 	VT3_CMD_PAIR_QP = 29,		/* vt3_cmd_pair_qp; then as CONNECT/ACCEPT */
+	/* Memory windows (see "Memory windows" above): */
+	VT3_CMD_ALLOC_MW = 30,		/* vt3_cmd_alloc_mw -> vt3_resp_handle (stag) */
+	VT3_CMD_DEALLOC_MW = 31,	/* vt3_cmd_handle (stag, any key) */
 };
 
 enum vt3_status {
@@ -324,7 +353,7 @@ struct vt3_device_attr {
 	__le32	max_srq;		/* 0: no SRQs */
 	__le32	max_srq_wr;		/* usable entries, as max_qp_wr */
 	__le32	max_srq_sge;
-	__le32	reserved;
+	__le32	max_mw;			/* windows share the TPT with MRs */
 };
 
 struct vt3_port_attr {
@@ -414,6 +443,17 @@ struct vt3_cmd_reg_mr {
 struct vt3_cmd_alloc_mr {
 	__le32	pdn;
 	__le32	max_pages;
+};
+
+enum vt3_mw_type {
+	VT3_MW_TYPE_1 = 1,		/* bound to the PD (ibv_bind_mw) */
+	VT3_MW_TYPE_2 = 2,		/* bound to the posting QP (IB's type 2B) */
+};
+
+/* An unbound memory window of pdn. */
+struct vt3_cmd_alloc_mw {
+	__le32	pdn;
+	__le32	mw_type;		/* enum vt3_mw_type */
 };
 
 struct vt3_cmd_create_cq {
@@ -719,6 +759,7 @@ enum vt3_wr_opcode {
 	VT3_WR_REG_MR = 6,		/* struct vt3_reg_mr_wqe */
 	VT3_WR_LOCAL_INV = 7,		/* invalidate_stag; no SGEs */
 	VT3_WR_READ_INV = 8,		/* READ, then LOCAL_INV of invalidate_stag */
+	VT3_WR_BIND_MW = 9,		/* struct vt3_bind_mw_wqe */
 };
 
 enum vt3_wqe_flags {
@@ -769,6 +810,28 @@ struct vt3_reg_mr_wqe {
 	__le64	reserved2[9];
 };
 
+/*
+ * The SQ slot of a VT3_WR_BIND_MW (same size and header as vt3_sq_wqe):
+ * binds window mw_stag (its index, its new key) over bytes [addr, addr +
+ * length) of MR mr_stag with rights access (REMOTE_READ/REMOTE_WRITE;
+ * LOCAL_WRITE is accepted and ignored). mw_type is the type the poster
+ * means (1: ibv_bind_mw, 2: IBV_WR_BIND_MW) and must be the window's.
+ * flags: VT3_WQE_SIGNALED, VT3_WQE_FENCE.
+ */
+struct vt3_bind_mw_wqe {
+	__le64	wr_id;
+	__u8	opcode;			/* VT3_WR_BIND_MW */
+	__u8	flags;			/* enum vt3_wqe_flags, INLINE excluded */
+	__u8	mw_type;		/* enum vt3_mw_type */
+	__u8	reserved0;
+	__le32	mw_stag;		/* the window's index, its new key */
+	__le64	addr;
+	__le64	length;
+	__le32	mr_stag;
+	__le32	access;			/* enum vt3_access */
+	__le64	reserved1[11];
+};
+
 struct vt3_rq_wqe {
 	__le64	wr_id;
 	__u8	num_sge;
@@ -787,6 +850,7 @@ enum vt3_wc_opcode {
 	VT3_WC_RECV = 3,
 	VT3_WC_REG_MR = 4,
 	VT3_WC_LOCAL_INV = 5,
+	VT3_WC_BIND_MW = 6,
 };
 
 enum vt3_wc_status {
@@ -801,6 +865,7 @@ enum vt3_wc_status {
 	VT3_WC_GENERAL_ERR = 7,
 	VT3_WC_BAD_RESP_ERR = 8,
 	VT3_WC_REM_INV_REQ_ERR = 9,
+	VT3_WC_MW_BIND_ERR = 10,
 };
 
 enum vt3_cqe_flags {
@@ -891,6 +956,7 @@ VT3_ASSERT_SIZE(vt3_cmd_handle, 8);
 VT3_ASSERT_SIZE(vt3_resp_handle, 8);
 VT3_ASSERT_SIZE(vt3_cmd_reg_mr, 48);
 VT3_ASSERT_SIZE(vt3_cmd_alloc_mr, 8);
+VT3_ASSERT_SIZE(vt3_cmd_alloc_mw, 8);
 VT3_ASSERT_SIZE(vt3_cmd_create_cq, 24);
 VT3_ASSERT_SIZE(vt3_cmd_arm_cq, 8);
 VT3_ASSERT_SIZE(vt3_cmd_create_qp, 72);
@@ -911,6 +977,7 @@ VT3_ASSERT_SIZE(vt3_event_cm, 552);
 VT3_ASSERT_SIZE(vt3_sge, 16);
 VT3_ASSERT_SIZE(vt3_sq_wqe, VT3_WQE_SIZE);
 VT3_ASSERT_SIZE(vt3_reg_mr_wqe, VT3_WQE_SIZE);
+VT3_ASSERT_SIZE(vt3_bind_mw_wqe, VT3_WQE_SIZE);
 VT3_ASSERT_SIZE(vt3_rq_wqe, VT3_WQE_SIZE);
 VT3_ASSERT_SIZE(vt3_cqe, 32);
 VT3_ASSERT_SIZE(vt3_qp_status, 32);

@@ -5,8 +5,9 @@
 #![allow(clippy::indexing_slicing)] // test support: indexes it just checked
 
 use crate::engine::{
-    check_fast_reg, read_page_list, Access, AccessError, FastReg, FastRegError, GuestMemory,
-    MemoryError, MemoryRegions,
+    bound_state, check_bind, check_fast_reg, check_window_access, check_window_invalidate,
+    read_page_list, Access, AccessError, BindError, FastReg, FastRegError, GuestMemory,
+    MemoryError, MemoryRegions, MwBind, MwType, Owner, RegionView, Window, WindowView,
 };
 
 /// Guest RAM: one flat buffer at guest-physical address 0.
@@ -122,9 +123,51 @@ pub struct MockMr {
     /// A fast-reg MR of at most this many pages (filled by REG_MR,
     /// invalidated by LOCAL_INV and the peer); `None`: an ordinary MR.
     pub fast_reg: Option<u32>,
+    /// A memory window (no pages of its own: it reaches memory through
+    /// the region it is bound to); `None`: a region.
+    pub window: Option<Window>,
 }
 
 impl MockMr {
+    fn window_view(&self, window: Window, key: u8) -> WindowView {
+        WindowView {
+            window,
+            pdn: self.pdn,
+            key,
+            valid: self.valid,
+            access: self.access,
+            iova: self.iova,
+            length: self.length,
+        }
+    }
+
+    /// Bounds of `[iova, iova + len)` in this region, then its pieces.
+    fn place(
+        &self,
+        iova: u64,
+        len: u64,
+        segment: &mut dyn FnMut(u64, u64),
+    ) -> Result<(), AccessError> {
+        let offset = iova.checked_sub(self.iova).ok_or(AccessError::Bounds)?;
+        let end = offset.checked_add(len).ok_or(AccessError::Bounds)?;
+        if end > self.length {
+            return Err(AccessError::Bounds);
+        }
+        let mut pos = offset + self.page_offset;
+        let stop = end + self.page_offset;
+        while pos < stop {
+            let page = self
+                .pages
+                .get(usize::try_from(pos / PAGE_SIZE).map_err(|_| AccessError::Bounds)?)
+                .ok_or(AccessError::Bounds)?;
+            let in_page = pos % PAGE_SIZE;
+            let take = (PAGE_SIZE - in_page).min(stop - pos);
+            segment(page + in_page, take);
+            pos += take;
+        }
+        Ok(())
+    }
+
     /// The guest-physical ranges of `[iova, iova + len)`, as the TPT
     /// translates them (no checks).
     pub fn ranges(&self, iova: u64, len: u64) -> Vec<(u64, u64)> {
@@ -192,6 +235,7 @@ impl MockRegions {
             page_offset,
             valid: true,
             fast_reg: None,
+            window: None,
         })
     }
 
@@ -207,7 +251,37 @@ impl MockRegions {
             page_offset: 0,
             valid: false,
             fast_reg: Some(max_pages),
+            window: None,
         })
+    }
+
+    /// An unbound memory window of `pdn` (VT3_CMD_ALLOC_MW).
+    pub fn alloc_window(&mut self, pdn: u32, mw_type: MwType) -> u32 {
+        self.register(MockMr {
+            pdn,
+            access: 0,
+            iova: 0,
+            length: 0,
+            pages: Vec::new(),
+            page_offset: 0,
+            valid: false,
+            fast_reg: None,
+            window: Some(Window {
+                mw_type,
+                mr_stag: 0,
+                qpn: 0,
+            }),
+        })
+    }
+
+    /// Regions with a valid window bound to them (VT3_CMD_DEREG_MR
+    /// refuses to free those).
+    pub fn windows_bound_to(&self, mr_stag: u32) -> usize {
+        self.entries
+            .iter()
+            .flatten()
+            .filter(|e| e.valid && e.window.is_some_and(|w| w.mr_stag == mr_stag))
+            .count()
     }
 
     /// The host invalidates any region (`vt3d ctl fault invalidate-stag`),
@@ -229,7 +303,7 @@ impl MockRegions {
         Ok(())
     }
 
-    /// The fast-reg rules of [`MemoryRegions::invalidate`]: STag, PD, kind.
+    /// The rules of [`MemoryRegions::invalidate`]: STag, PD, kind.
     fn check_invalidatable(&self, stag: u32, pdn: u32) -> Result<usize, AccessError> {
         let index = self.index_of(stag).ok_or(AccessError::InvalidStag)?;
         let mr = self
@@ -237,6 +311,10 @@ impl MockRegions {
             .get(index)
             .and_then(Option::as_ref)
             .ok_or(AccessError::InvalidStag)?;
+        if let Some(window) = mr.window {
+            check_window_invalidate(&mr.window_view(window, (stag & 0xff) as u8), pdn)?;
+            return Ok(index);
+        }
         if mr.pdn != pdn {
             return Err(AccessError::WrongPd);
         }
@@ -304,40 +382,32 @@ impl MemoryRegions for MockRegions {
     fn translate(
         &self,
         stag: u32,
-        pdn: u32,
+        owner: Owner,
         iova: u64,
         len: u64,
         access: Access,
         segment: &mut dyn FnMut(u64, u64),
     ) -> Result<(), AccessError> {
-        let mr = self
-            .get(stag)
+        let entry = self.get(stag).ok_or(AccessError::InvalidStag)?;
+        if let Some(window) = entry.window {
+            let view = entry.window_view(window, (stag & 0xff) as u8);
+            let mr_stag = check_window_access(&view, owner, iova, len, access)?;
+            let mr = self
+                .get(mr_stag)
+                .filter(|mr| mr.valid && mr.window.is_none())
+                .ok_or(AccessError::InvalidStag)?;
+            return mr.place(iova, len, segment);
+        }
+        let mr = Some(entry)
             .filter(|mr| mr.valid)
             .ok_or(AccessError::InvalidStag)?;
-        if mr.pdn != pdn {
+        if mr.pdn != owner.pdn {
             return Err(AccessError::WrongPd);
         }
         if mr.access & access != access {
             return Err(AccessError::Rights);
         }
-        let offset = iova.checked_sub(mr.iova).ok_or(AccessError::Bounds)?;
-        let end = offset.checked_add(len).ok_or(AccessError::Bounds)?;
-        if end > mr.length {
-            return Err(AccessError::Bounds);
-        }
-        let mut pos = offset + mr.page_offset;
-        let stop = end + mr.page_offset;
-        while pos < stop {
-            let page = mr
-                .pages
-                .get(usize::try_from(pos / PAGE_SIZE).map_err(|_| AccessError::Bounds)?)
-                .ok_or(AccessError::Bounds)?;
-            let in_page = pos % PAGE_SIZE;
-            let take = (PAGE_SIZE - in_page).min(stop - pos);
-            segment(page + in_page, take);
-            pos += take;
-        }
-        Ok(())
+        mr.place(iova, len, segment)
     }
 
     fn invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), AccessError> {
@@ -387,6 +457,35 @@ impl MemoryRegions for MockRegions {
         mr.access = reg.access;
         mr.valid = true;
         self.keys[index] = key;
+        Ok(())
+    }
+
+    fn bind_window(&mut self, owner: Owner, bind: &MwBind) -> Result<(), BindError> {
+        let index = (bind.mw_stag >> 8) as usize;
+        let window = self
+            .entries
+            .get(index)
+            .and_then(Option::as_ref)
+            .and_then(|e| Some(e.window_view(e.window?, self.keys[index])));
+        let region = self
+            .get(bind.mr_stag)
+            .filter(|mr| mr.valid && mr.window.is_none())
+            .map(|mr| RegionView {
+                pdn: mr.pdn,
+                access: mr.access,
+                iova: mr.iova,
+                length: mr.length,
+            });
+        check_bind(bind, owner, window.as_ref(), region.as_ref())?;
+        let (valid, access, iova, length, window) = bound_state(bind, owner);
+        if let Some(Some(entry)) = self.entries.get_mut(index) {
+            entry.valid = valid;
+            entry.access = access;
+            entry.iova = iova;
+            entry.length = length;
+            entry.window = Some(window);
+            self.keys[index] = (bind.mw_stag & 0xff) as u8;
+        }
         Ok(())
     }
 }

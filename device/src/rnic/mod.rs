@@ -22,18 +22,18 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
 use vm_memory::{Bytes, GuestAddress, GuestMemory, Le32, Permissions};
-use vt3_iwarp::engine::WorkQueue;
+use vt3_iwarp::engine::{MwType, WorkQueue};
 use vt3_iwarp::toe::FourTuple;
 
 use crate::abi::{
-    self, Cmd, CmdAllocMr, CmdArmCq, CmdCreateCq, CmdCreateQp, CmdDoorbell, CmdHandle, CmdModifyQp, CmdRegMr, CmdSetAddr,
+    self, Cmd, CmdAllocMr, CmdAllocMw, CmdArmCq, CmdCreateCq, CmdCreateQp, CmdDoorbell, CmdHandle, CmdModifyQp, CmdRegMr, CmdSetAddr,
     DeviceAttr, EventType, PortAttr, QpAttr, QpState, QpStatusFlag, RespHandle, Status, VT3_PAGE_SIZE,
 };
 use datapath::FETCH_BUDGET;
 use memory::StatusWord;
 use srq::Srq;
 use table::Table;
-use tpt::{Backing, Mr, Tpt, ALL_ACCESS};
+use tpt::{Backing, DeregError, Mr, Tpt, ALL_ACCESS};
 use vm_memory::ByteValued;
 
 pub use offload::Offload;
@@ -404,7 +404,7 @@ impl Rnic {
             max_srq: l.max_srq.into(),
             max_srq_wr: l.max_srq_wr.into(),
             max_srq_sge: l.max_srq_sge.into(),
-            reserved: 0.into(),
+            max_mw: l.max_mr.into(),
         }
     }
 
@@ -449,9 +449,29 @@ impl Rnic {
             Cmd::AllocMr => self.alloc_mr(&args(payload)?),
             Cmd::DeregMr => {
                 let stag = le(args::<CmdHandle>(payload)?.handle);
-                let mr = self.tpt.remove_for_dereg(stag).ok_or(Status::NotFound)?;
+                let mr = self.tpt.remove_for_dereg(stag).map_err(|e| match e {
+                    DeregError::NotFound => Status::NotFound,
+                    DeregError::WindowsBound => Status::Busy,
+                })?;
                 self.pbl_used -= mr.pbl_entries();
                 self.pd_users(mr.pdn, false);
+                Ok(Vec::new())
+            }
+            Cmd::AllocMw => {
+                let a: CmdAllocMw = args(payload)?;
+                let pdn = le(a.pdn);
+                if self.pds.get(pdn).is_none() {
+                    return Err(Status::NotFound);
+                }
+                let mw_type = u8::try_from(le(a.mw_type)).ok().and_then(MwType::from_wire).ok_or(Status::Invalid)?;
+                let stag = self.tpt.insert(Mr::unbound_window(pdn, mw_type)).ok_or(Status::NoResource)?;
+                self.pd_users(pdn, true);
+                handle_reply(stag)
+            }
+            Cmd::DeallocMw => {
+                let stag = le(args::<CmdHandle>(payload)?.handle);
+                let mw = self.tpt.remove_window(stag).ok_or(Status::NotFound)?;
+                self.pd_users(mw.pdn, false);
                 Ok(Vec::new())
             }
             Cmd::CreateCq => self.create_cq(mem, &args(payload)?),
@@ -648,7 +668,7 @@ impl Rnic {
             }
             _ => return Err(Status::Invalid),
         };
-        let mr = Mr { pdn, access, iova, length, backing, valid: true, fast_reg: None };
+        let mr = Mr { pdn, access, iova, length, backing, valid: true, fast_reg: None, window: None };
         let release = mr.backing.clone();
         match self.tpt.insert(mr) {
             Some(stag) => {

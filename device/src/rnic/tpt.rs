@@ -7,8 +7,16 @@
 //! REG_MR fills one under a rotated key, LOCAL_INV and the peer's Send
 //! with Invalidate empty it again (`vt3_hw.h`, "Fast registration"). Only
 //! they may be invalidated by the QP or its peer.
+//!
+//! Memory windows (VT3_CMD_ALLOC_MW) are entries of the same index space:
+//! unbound until a BIND_MW binds them over part of an MR, then reached by
+//! the peer through their own STag, checked by the engine's window rules
+//! (`vt3_iwarp::engine::check_bind`, `check_window_access`).
 
-use vt3_iwarp::engine::{self, FastReg, FastRegError, MemoryRegions};
+use vt3_iwarp::engine::{
+    self, bound_state, check_bind, check_window_access, check_window_invalidate, BindError,
+    FastReg, FastRegError, MemoryRegions, MwBind, MwType, Owner, RegionView, Window, WindowView,
+};
 
 use crate::abi::{VT3_PAGE_SHIFT, VT3_PAGE_SIZE};
 
@@ -44,6 +52,9 @@ pub struct Mr {
     /// `Some(max_pages)`: a fast-reg MR for up to that many pages (its page
     /// list entries are reserved at allocation). `None`: an ordinary MR.
     pub fast_reg: Option<u32>,
+    /// A memory window: the fields above describe its binding, and it
+    /// reaches memory through the MR it is bound to. `None`: an MR.
+    pub window: Option<Window>,
 }
 
 impl Mr {
@@ -57,6 +68,33 @@ impl Mr {
             backing: Backing::Pages { pages: Vec::new(), page_offset: 0 },
             valid: false,
             fast_reg: Some(max_pages),
+            window: None,
+        }
+    }
+
+    /// An unbound memory window of `pdn` (VT3_CMD_ALLOC_MW).
+    pub fn unbound_window(pdn: u32, mw_type: MwType) -> Self {
+        Mr {
+            pdn,
+            access: 0,
+            iova: 0,
+            length: 0,
+            backing: Backing::Pages { pages: Vec::new(), page_offset: 0 },
+            valid: false,
+            fast_reg: None,
+            window: Some(Window { mw_type, mr_stag: 0, qpn: 0 }),
+        }
+    }
+
+    fn window_view(&self, window: Window, key: u8) -> WindowView {
+        WindowView {
+            window,
+            pdn: self.pdn,
+            key,
+            valid: self.valid,
+            access: self.access,
+            iova: self.iova,
+            length: self.length,
         }
     }
 
@@ -82,6 +120,8 @@ pub enum AccessError {
     Rights,
     #[error("base or bounds violation")]
     Bounds,
+    #[error("STag is bound to another queue pair")]
+    WrongQp,
 }
 
 impl From<AccessError> for engine::AccessError {
@@ -91,8 +131,31 @@ impl From<AccessError> for engine::AccessError {
             AccessError::WrongPd => Self::WrongPd,
             AccessError::Rights => Self::Rights,
             AccessError::Bounds => Self::Bounds,
+            AccessError::WrongQp => Self::WrongQp,
         }
     }
+}
+
+impl From<engine::AccessError> for AccessError {
+    fn from(e: engine::AccessError) -> Self {
+        match e {
+            engine::AccessError::InvalidStag => Self::InvalidStag,
+            engine::AccessError::WrongPd => Self::WrongPd,
+            engine::AccessError::Rights => Self::Rights,
+            engine::AccessError::Bounds => Self::Bounds,
+            engine::AccessError::WrongQp => Self::WrongQp,
+        }
+    }
+}
+
+/// Why VT3_CMD_DEREG_MR refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DeregError {
+    #[error("no such memory region")]
+    NotFound,
+    /// The verbs refuse to deregister an MR with windows bound to it.
+    #[error("memory windows are bound to the region")]
+    WindowsBound,
 }
 
 #[derive(Debug)]
@@ -145,12 +208,38 @@ impl Tpt {
     /// MR ended with: a REG_MR under a rotated key may be refused or
     /// flushed (never executed), unsignaled at that, and ULPs deregister
     /// such MRs (NFS/RDMA destroys every flushed MR).
-    pub fn remove_for_dereg(&mut self, stag: u32) -> Option<Mr> {
-        if let Some(mr) = self.remove(stag) {
-            return Some(mr);
+    pub fn remove_for_dereg(&mut self, stag: u32) -> Result<Mr, DeregError> {
+        let index = match self.index_of(stag) {
+            Some(index) => index,
+            None => {
+                let index = stag >> 8;
+                self.entries.get(index).filter(|mr| mr.fast_reg.is_some()).ok_or(DeregError::NotFound)?;
+                index
+            }
+        };
+        let mr = self.entries.get(index).ok_or(DeregError::NotFound)?;
+        if mr.window.is_some() {
+            return Err(DeregError::NotFound);
         }
+        if self.windows_bound_to(index) > 0 {
+            return Err(DeregError::WindowsBound);
+        }
+        self.entries.remove(index).ok_or(DeregError::NotFound)
+    }
+
+    /// Valid windows bound to the MR at `index` (under its current key).
+    pub fn windows_bound_to(&self, index: u32) -> usize {
+        let Some(key) = self.keys.get(index as usize) else { return 0 };
+        let mr_stag = index << 8 | u32::from(*key);
+        self.iter().filter(|e| e.valid && e.window.is_some_and(|w| w.mr_stag == mr_stag)).count()
+    }
+
+    /// VT3_CMD_DEALLOC_MW: the window at `stag`'s index, under any key (a
+    /// type 2 window's key is rotated by binds the driver never sees).
+    /// Bound or not: its STag names nothing from then on.
+    pub fn remove_window(&mut self, stag: u32) -> Option<Mr> {
         let index = stag >> 8;
-        self.entries.get(index).filter(|mr| mr.fast_reg.is_some())?;
+        self.entries.get(index).filter(|mr| mr.window.is_some())?;
         self.entries.remove(index)
     }
 
@@ -178,24 +267,41 @@ impl Tpt {
         self.entries.clear();
     }
 
-    /// Checks an access of `len` bytes at `iova` through `stag` and calls
-    /// `segment(guest_phys, len)` for each physically contiguous piece.
+    /// Checks an access of `len` bytes at `iova` through `stag` by
+    /// `owner` and calls `segment(guest_phys, len)` for each physically
+    /// contiguous piece. A window's STag is checked by the window rules,
+    /// then translated through the MR it is bound to.
     pub fn translate(
         &self,
         stag: u32,
-        pdn: u32,
+        owner: Owner,
         iova: u64,
         len: u64,
         needed: Access,
-        mut segment: impl FnMut(u64, u64),
+        segment: impl FnMut(u64, u64),
     ) -> Result<(), AccessError> {
-        let mr = self.get(stag).filter(|mr| mr.valid).ok_or(AccessError::InvalidStag)?;
-        if mr.pdn != pdn {
+        let entry = self.get(stag).ok_or(AccessError::InvalidStag)?;
+        if let Some(window) = entry.window {
+            let view = entry.window_view(window, (stag & 0xff) as u8);
+            let mr_stag = check_window_access(&view, owner, iova, len, needed)?;
+            let mr = self
+                .get(mr_stag)
+                .filter(|mr| mr.valid && mr.window.is_none())
+                .ok_or(AccessError::InvalidStag)?;
+            return Self::place(mr, iova, len, segment);
+        }
+        let mr = Some(entry).filter(|mr| mr.valid).ok_or(AccessError::InvalidStag)?;
+        if mr.pdn != owner.pdn {
             return Err(AccessError::WrongPd);
         }
         if mr.access & needed != needed {
             return Err(AccessError::Rights);
         }
+        Self::place(mr, iova, len, segment)
+    }
+
+    /// Bounds of `[iova, iova + len)` in `mr`, then its pieces.
+    fn place(mr: &Mr, iova: u64, len: u64, mut segment: impl FnMut(u64, u64)) -> Result<(), AccessError> {
         let offset = iova.checked_sub(mr.iova).ok_or(AccessError::Bounds)?;
         let end = offset.checked_add(len).ok_or(AccessError::Bounds)?;
         if end > mr.length {
@@ -238,10 +344,11 @@ impl Tpt {
 }
 
 impl Tpt {
-    /// LOCAL_INV and Send with Invalidate: `stag` names a fast-reg MR of
-    /// `pdn` (current key); already invalid is fine (the verbs allow it).
-    /// Checked in the order STag, PD, kind (an ordinary MR: `Rights`).
-    pub fn invalidate_fast_reg(&mut self, stag: u32, pdn: u32) -> Result<(), AccessError> {
+    /// LOCAL_INV and Send with Invalidate: `stag` names a fast-reg MR or
+    /// a type 2 window of `pdn` (current key); already invalid is fine
+    /// (the verbs allow it). Checked in the order STag, PD, kind (an
+    /// ordinary MR, a type 1 window: `Rights`).
+    pub fn invalidate_by_wr(&mut self, stag: u32, pdn: u32) -> Result<(), AccessError> {
         self.invalidatable(stag, pdn)?;
         if let Some(mr) = self.get_mut(stag) {
             mr.valid = false;
@@ -252,6 +359,9 @@ impl Tpt {
     /// Whether [`Self::invalidate_fast_reg`] would succeed; changes nothing.
     pub fn invalidatable(&self, stag: u32, pdn: u32) -> Result<(), AccessError> {
         let mr = self.get(stag).ok_or(AccessError::InvalidStag)?;
+        if let Some(window) = mr.window {
+            return Ok(check_window_invalidate(&mr.window_view(window, (stag & 0xff) as u8), pdn)?);
+        }
         if mr.pdn != pdn {
             return Err(AccessError::WrongPd);
         }
@@ -312,25 +422,53 @@ impl Tpt {
     }
 }
 
+impl Tpt {
+    /// BIND_MW (see [`MemoryRegions::bind_window`]).
+    pub fn bind_window(&mut self, owner: Owner, bind: &MwBind) -> Result<(), BindError> {
+        let index = bind.mw_stag >> 8;
+        let key = self.keys.get(index as usize).copied().unwrap_or(0);
+        let window = self.entries.get(index).and_then(|e| Some(e.window_view(e.window?, key)));
+        let region = self.get(bind.mr_stag).filter(|mr| mr.valid && mr.window.is_none()).map(|mr| RegionView {
+            pdn: mr.pdn,
+            access: mr.access,
+            iova: mr.iova,
+            length: mr.length,
+        });
+        check_bind(bind, owner, window.as_ref(), region.as_ref())?;
+        let (valid, access, iova, length, window) = bound_state(bind, owner);
+        if let Some(entry) = self.entries.get_mut(index) {
+            entry.valid = valid;
+            entry.access = access;
+            entry.iova = iova;
+            entry.length = length;
+            entry.window = Some(window);
+        }
+        if let Some(slot) = self.keys.get_mut(index as usize) {
+            *slot = (bind.mw_stag & 0xff) as u8;
+        }
+        Ok(())
+    }
+}
+
 impl MemoryRegions for Tpt {
     fn translate(
         &self,
         stag: u32,
-        pdn: u32,
+        owner: Owner,
         iova: u64,
         len: u64,
         access: engine::Access,
         segment: &mut dyn FnMut(u64, u64),
     ) -> Result<(), engine::AccessError> {
-        Tpt::translate(self, stag, pdn, iova, len, access, segment).map_err(Into::into)
+        Tpt::translate(self, stag, owner, iova, len, access, segment).map_err(Into::into)
     }
 
     fn invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), engine::AccessError> {
-        self.invalidate_fast_reg(stag, pdn).map_err(Into::into)
+        self.invalidate_by_wr(stag, pdn).map_err(Into::into)
     }
 
     fn local_invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), engine::AccessError> {
-        self.invalidate_fast_reg(stag, pdn).map_err(Into::into)
+        self.invalidate_by_wr(stag, pdn).map_err(Into::into)
     }
 
     fn invalidatable(&self, stag: u32, pdn: u32) -> Result<(), engine::AccessError> {
@@ -345,12 +483,19 @@ impl MemoryRegions for Tpt {
     ) -> Result<(), FastRegError> {
         Tpt::fast_register(self, pdn, reg, memory)
     }
+
+    fn bind_window(&mut self, owner: Owner, bind: &MwBind) -> Result<(), BindError> {
+        Tpt::bind_window(self, owner, bind)
+    }
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
     use super::*;
+
+    /// QP 1 of PD 1.
+    const OWNER: Owner = Owner { pdn: 1, qpn: 1 };
 
     fn mr(pdn: u32, access: Access) -> Mr {
         // 3 pages, region starts 0x100 into the first one: 8192 bytes.
@@ -362,12 +507,13 @@ mod tests {
             backing: Backing::Pages { pages: vec![0x10_0000, 0x20_0000, 0x30_0000], page_offset: 0x100 },
             valid: true,
             fast_reg: None,
+            window: None,
         }
     }
 
     fn segments(tpt: &Tpt, stag: u32, iova: u64, len: u64, needed: Access) -> Result<Vec<(u64, u64)>, AccessError> {
         let mut v = Vec::new();
-        tpt.translate(stag, 1, iova, len, needed, |a, l| v.push((a, l)))?;
+        tpt.translate(stag, OWNER, iova, len, needed, |a, l| v.push((a, l)))?;
         Ok(v)
     }
 
@@ -397,7 +543,7 @@ mod tests {
         assert_eq!(err(ro ^ 1, 0x7000_0100, 1, REMOTE_READ), AccessError::InvalidStag);
         assert_eq!(err(0, 0x7000_0100, 1, REMOTE_READ), AccessError::InvalidStag);
         let mut v = Vec::new();
-        assert_eq!(tpt.translate(ro, 2, 0x7000_0100, 1, REMOTE_READ, |a, l| v.push((a, l))), Err(AccessError::WrongPd));
+        assert_eq!(tpt.translate(ro, Owner { pdn: 2, qpn: 1 }, 0x7000_0100, 1, REMOTE_READ, |a, l| v.push((a, l))), Err(AccessError::WrongPd));
     }
 
     #[test]
@@ -424,11 +570,11 @@ mod tests {
         assert_eq!(tpt.invalidate(stag, 1), Err(AccessError::InvalidStag), "already invalid");
         // Through the engine's trait, errors map one to one.
         let mut seen = 0;
-        let r = MemoryRegions::translate(&tpt, stag, 1, 0x7000_0100, 1, REMOTE_READ, &mut |_, _| seen += 1);
+        let r = MemoryRegions::translate(&tpt, stag, OWNER, 0x7000_0100, 1, REMOTE_READ, &mut |_, _| seen += 1);
         assert_eq!(r, Err(engine::AccessError::InvalidStag));
         assert_eq!(MemoryRegions::invalidate(&mut tpt, 0, 1), Err(engine::AccessError::InvalidStag));
         let fresh = tpt.insert(mr(1, REMOTE_READ)).unwrap();
-        let r = MemoryRegions::translate(&tpt, fresh, 1, 0x7000_0100, 1, REMOTE_WRITE, &mut |_, _| seen += 1);
+        let r = MemoryRegions::translate(&tpt, fresh, OWNER, 0x7000_0100, 1, REMOTE_WRITE, &mut |_, _| seen += 1);
         assert_eq!((r, seen), (Err(engine::AccessError::Rights), 0));
     }
 
@@ -492,7 +638,7 @@ mod tests {
         tpt.fast_register(1, &reg(stag, 2), &ram).unwrap();
         assert!(tpt.get(old).is_none(), "the old key names nothing");
         let mut v = Vec::new();
-        tpt.translate(stag, 1, 0x9000_0200, 4096, REMOTE_WRITE, |a, l| v.push((a, l))).unwrap();
+        tpt.translate(stag, OWNER, 0x9000_0200, 4096, REMOTE_WRITE, |a, l| v.push((a, l))).unwrap();
         assert_eq!(v, vec![(0x20_0200, 0xe00), (0x10_0000, 0x200)]);
         assert_eq!(tpt.fast_register(1, &reg(rotated(stag), 2), &ram), Err(FastRegError::StillValid));
         // Invalidation: fast-reg MRs of the PD only; an ordinary MR never.
@@ -514,9 +660,54 @@ mod tests {
         // DEREG_MR: a fast-reg MR under any key (the driver's may be one a
         // refused REG_MR never gave it); an ordinary MR under its own only.
         let current = rotated(stag);
-        assert!(tpt.remove_for_dereg(plain ^ 0x40).is_none());
-        assert!(tpt.remove_for_dereg(current ^ 0x40).is_some_and(|mr| mr.fast_reg == Some(2)));
-        assert!(tpt.remove_for_dereg(current).is_none(), "gone");
-        assert!(tpt.remove_for_dereg(plain).is_some());
+        assert_eq!(tpt.remove_for_dereg(plain ^ 0x40).err(), Some(DeregError::NotFound));
+        assert!(tpt.remove_for_dereg(current ^ 0x40).is_ok_and(|mr| mr.fast_reg == Some(2)));
+        assert_eq!(tpt.remove_for_dereg(current).err(), Some(DeregError::NotFound), "gone");
+        assert!(tpt.remove_for_dereg(plain).is_ok());
+    }
+
+    #[test]
+    fn windows_in_the_tpt() {
+        let mut tpt = Tpt::new(16);
+        let mr_stag = tpt.insert(mr(1, LOCAL_WRITE | MW_BIND)).unwrap();
+        let w1 = tpt.insert(Mr::unbound_window(1, MwType::One)).unwrap();
+        let w2 = tpt.insert(Mr::unbound_window(1, MwType::Two)).unwrap();
+        assert_eq!(segments(&tpt, w2, 0x7000_0100, 1, REMOTE_READ), Err(AccessError::InvalidStag), "unbound");
+        let bind = |mw: u32, mw_type| MwBind {
+            mw_stag: rotated(mw),
+            mr_stag,
+            addr: 0x7000_1000,
+            length: 0x800,
+            access: REMOTE_READ | REMOTE_WRITE,
+            mw_type,
+        };
+        tpt.bind_window(OWNER, &bind(w1, MwType::One)).unwrap();
+        tpt.bind_window(OWNER, &bind(w2, MwType::Two)).unwrap();
+        let (w1, w2) = (rotated(w1), rotated(w2));
+        // Through a window: the MR's pages, the window's bounds and rights.
+        assert_eq!(segments(&tpt, w2, 0x7000_1000, 0x10, REMOTE_WRITE).unwrap(), vec![(0x20_0000, 0x10)]);
+        assert_eq!(segments(&tpt, w2, 0x7000_0100, 1, REMOTE_READ), Err(AccessError::Bounds));
+        assert_eq!(segments(&tpt, w2, 0x7000_1000, 1, LOCAL_WRITE), Err(AccessError::InvalidStag), "never an lkey");
+        let other_qp = Owner { pdn: 1, qpn: 2 };
+        let mut v = Vec::new();
+        assert_eq!(tpt.translate(w2, other_qp, 0x7000_1000, 1, REMOTE_READ, |a, l| v.push((a, l))), Err(AccessError::WrongQp));
+        assert!(tpt.translate(w1, other_qp, 0x7000_1000, 1, REMOTE_READ, |a, l| v.push((a, l))).is_ok(), "type 1: the PD's");
+        assert_eq!(MemoryRegions::translate(&tpt, w2, other_qp, 0x7000_1000, 1, REMOTE_READ, &mut |_, _| ()), Err(engine::AccessError::WrongQp));
+        // A bound MR is not deregistered; a window is not an MR to deregister.
+        assert_eq!(tpt.windows_bound_to(mr_stag >> 8), 2);
+        assert_eq!(tpt.remove_for_dereg(mr_stag).err(), Some(DeregError::WindowsBound));
+        assert_eq!(tpt.remove_for_dereg(w1).err(), Some(DeregError::NotFound));
+        // Invalidation: type 2 only, by the PD.
+        assert_eq!(tpt.invalidate_by_wr(w1, 1), Err(AccessError::Rights));
+        assert_eq!(tpt.invalidate_by_wr(w2, 2), Err(AccessError::WrongPd));
+        tpt.invalidate_by_wr(w2, 1).unwrap();
+        assert_eq!(segments(&tpt, w2, 0x7000_1000, 1, REMOTE_READ), Err(AccessError::InvalidStag));
+        // DEALLOC_MW under any key; then the MR goes.
+        assert!(tpt.remove_window(w2 ^ 0x55).is_some());
+        assert!(tpt.remove_window(mr_stag).is_none(), "an MR is no window");
+        assert_eq!(tpt.remove_for_dereg(mr_stag).err(), Some(DeregError::WindowsBound), "w1 still bound");
+        assert!(tpt.remove_window(w1).is_some());
+        assert!(tpt.remove_for_dereg(mr_stag).is_ok());
+        assert!(tpt.is_empty());
     }
 }

@@ -5,10 +5,10 @@
 use thiserror::Error;
 use vm_memory::ByteValued;
 use vt3_iwarp::engine::{
-    Completion, FastReg, InlineData, RecvWr, SendOpcode, SendWr, Sge, SgeList, WcStatus, WorkQueue,
+    Completion, FastReg, InlineData, MwBind, MwType, RecvWr, SendOpcode, SendWr, Sge, SgeList, WcStatus, WorkQueue,
 };
 
-use crate::abi::{self, CqeFlag, RegMrWqe, RqWqe, SqWqe, WqeFlag, VT3_MAX_SGE, VT3_PAGE_SHIFT};
+use crate::abi::{self, BindMwWqe, CqeFlag, RegMrWqe, RqWqe, SqWqe, WqeFlag, VT3_MAX_SGE, VT3_PAGE_SHIFT};
 
 /// What a QP allows in its WQEs (from CREATE_QP, which keeps them within
 /// VT3_MAX_SGE and VT3_MAX_INLINE).
@@ -36,6 +36,8 @@ pub enum BadWqe {
     Unreadable,
     #[error("REG_MR page shift {0}: only VT3_PAGE_SHIFT is supported")]
     PageShift(u32),
+    #[error("BIND_MW of window type {0}: not a vt3_mw_type")]
+    MwType(u8),
 }
 
 const KNOWN_FLAGS: u8 = WqeFlag::Signaled as u8 | WqeFlag::Inline as u8 | WqeFlag::Fence as u8;
@@ -88,12 +90,13 @@ pub fn send_wr(wqe: &SqWqe, limits: &WqeLimits) -> Result<SendWr, BadWqe> {
         remote_stag: wqe.remote_stag.to_native(),
         invalidate_stag: wqe.invalidate_stag.to_native(),
         fast_reg: FastReg::default(),
+        bind: MwBind::default(),
     })
 }
 
-/// REG_MR (a `vt3_reg_mr_wqe` in the slot) and LOCAL_INV: no data, no
-/// inline. What the registration may do is the TPT's to check, when the
-/// engine reaches the WQE in SQ order.
+/// REG_MR (a `vt3_reg_mr_wqe` in the slot), BIND_MW (a `vt3_bind_mw_wqe`)
+/// and LOCAL_INV: no data, no inline. What the registration or bind may do
+/// is the TPT's to check, when the engine reaches the WQE in SQ order.
 fn local_wr(wqe: &SqWqe, opcode: SendOpcode, limits: &WqeLimits) -> Result<SendWr, BadWqe> {
     if wqe.flags & WqeFlag::Inline as u8 != 0 {
         return Err(BadWqe::Flags(wqe.flags));
@@ -103,6 +106,18 @@ fn local_wr(wqe: &SqWqe, opcode: SendOpcode, limits: &WqeLimits) -> Result<SendW
     wr.fence = wqe.flags & WqeFlag::Fence as u8 != 0;
     if opcode == SendOpcode::LocalInv {
         wr.invalidate_stag = wqe.invalidate_stag.to_native();
+        return Ok(wr);
+    }
+    if opcode == SendOpcode::BindMw {
+        let bind = abi::read_struct::<BindMwWqe>(wqe.as_slice()).ok_or(BadWqe::Unreadable)?;
+        wr.bind = MwBind {
+            mw_stag: bind.mw_stag.to_native(),
+            mr_stag: bind.mr_stag.to_native(),
+            addr: bind.addr.to_native(),
+            length: bind.length.to_native(),
+            access: bind.access.to_native(),
+            mw_type: MwType::from_wire(bind.mw_type).ok_or(BadWqe::MwType(bind.mw_type))?,
+        };
         return Ok(wr);
     }
     let reg = abi::read_struct::<RegMrWqe>(wqe.as_slice()).ok_or(BadWqe::Unreadable)?;
@@ -136,6 +151,8 @@ impl BadWqe {
             | BadWqe::InlineLen(_)
             | BadWqe::Unreadable
             | BadWqe::PageShift(_) => WcStatus::LocQpOpErr,
+            // A bind the device cannot read is a bind that failed.
+            BadWqe::MwType(_) => WcStatus::MwBindErr,
         }
     }
 }
@@ -227,8 +244,9 @@ mod tests {
         // SIG_ALL folds into every WR.
         let all = WqeLimits { sig_all: true, ..LIMITS };
         assert!(send_wr(&w, &all).unwrap().signaled);
-        // (REG_MR has a slot layout of its own: `reg_mr_and_local_inv_wqes`.)
-        for op in WrOpcode::ALL.iter().filter(|op| **op != WrOpcode::RegMr) {
+        // (REG_MR and BIND_MW have slot layouts of their own:
+        // `reg_mr_and_local_inv_wqes`, `bind_mw_wqes`.)
+        for op in WrOpcode::ALL.iter().filter(|op| !matches!(op, WrOpcode::RegMr | WrOpcode::BindMw)) {
             let wr = send_wr(&sq(*op as u8, WqeFlag::Signaled as u8, &[]), &LIMITS).unwrap();
             assert_eq!((wr.opcode as u8, wr.signaled), (*op as u8, true));
         }
@@ -251,7 +269,7 @@ mod tests {
     fn hostile_send_wqes_are_refused() {
         let five: Vec<AbiSge> = (0..4).map(|i| sge(i, 1, 1)).collect();
         let cases = [
-            (sq(9, 0, &[]), BadWqe::Opcode(9)),
+            (sq(10, 0, &[]), BadWqe::Opcode(10)),
             (sq(0xff, 0, &[]), BadWqe::Opcode(0xff)),
             (sq(0, 0x08, &[]), BadWqe::Flags(0x08)),
             (sq(0, 0xff, &[]), BadWqe::Flags(0xff)),
@@ -322,6 +340,37 @@ mod tests {
         assert_eq!(SendOpcode::RegMr.wc_opcode() as u8, abi::WcOpcode::RegMr as u8);
         let sig_all = WqeLimits { sig_all: true, ..LIMITS };
         assert!(send_wr(&slot_of(&reg), &sig_all).unwrap().signaled);
+    }
+
+    #[test]
+    fn bind_mw_wqes() {
+        let bind = BindMwWqe {
+            wr_id: 0x99.into(),
+            opcode: WrOpcode::BindMw as u8,
+            flags: WqeFlag::Signaled as u8,
+            mw_type: abi::MwType::One as u8,
+            mw_stag: 0x4407.into(),
+            addr: 0x7000_0100u64.into(),
+            length: 4096u64.into(),
+            mr_stag: 0x1203.into(),
+            access: 6.into(),
+            ..Default::default()
+        };
+        let wr = send_wr(&abi::read_struct::<SqWqe>(bind.as_slice()).unwrap(), &LIMITS).unwrap();
+        assert_eq!((wr.wr_id, wr.opcode, wr.signaled, wr.fence), (0x99, SendOpcode::BindMw, true, false));
+        assert_eq!(
+            wr.bind,
+            MwBind { mw_stag: 0x4407, mr_stag: 0x1203, addr: 0x7000_0100, length: 4096, access: 6, mw_type: MwType::One }
+        );
+        assert_eq!(wr.opcode.wc_opcode() as u8, abi::WcOpcode::BindMw as u8);
+        for bad_type in [0u8, 3, 0xff] {
+            let bad = BindMwWqe { mw_type: bad_type, ..bind };
+            let refused = send_wr(&abi::read_struct::<SqWqe>(bad.as_slice()).unwrap(), &LIMITS);
+            assert_eq!(refused, Err(BadWqe::MwType(bad_type)));
+            assert_eq!(BadWqe::MwType(bad_type).status() as u8, abi::WcStatus::MwBindErr as u8);
+        }
+        let inline = BindMwWqe { flags: WqeFlag::Inline as u8, ..bind };
+        assert_eq!(send_wr(&abi::read_struct(inline.as_slice()).unwrap(), &LIMITS), Err(BadWqe::Flags(2)));
     }
 
     fn slot_of(reg: &RegMrWqe) -> SqWqe {

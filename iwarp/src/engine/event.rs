@@ -88,7 +88,7 @@ fn tagged_code(error: AccessError) -> TermCode {
     match error {
         AccessError::InvalidStag | AccessError::Rights => TermCode::DdpTaggedInvalidStag,
         AccessError::Bounds => TermCode::DdpTaggedBaseOrBoundsViolation,
-        AccessError::WrongPd => TermCode::DdpTaggedStagNotAssociated,
+        AccessError::WrongPd | AccessError::WrongQp => TermCode::DdpTaggedStagNotAssociated,
     }
 }
 
@@ -98,7 +98,7 @@ fn rdmap_code(error: AccessError) -> TermCode {
         AccessError::InvalidStag => TermCode::RdmapInvalidStag,
         AccessError::Bounds => TermCode::RdmapBaseOrBoundsViolation,
         AccessError::Rights => TermCode::RdmapAccessRightsViolation,
-        AccessError::WrongPd => TermCode::RdmapStagNotAssociated,
+        AccessError::WrongPd | AccessError::WrongQp => TermCode::RdmapStagNotAssociated,
     }
 }
 
@@ -138,7 +138,9 @@ impl ProtocolError {
             ProtocolError::CannotInvalidate(AccessError::InvalidStag | AccessError::Bounds) => {
                 TermCode::RdmapOperationStagCannotBeInvalidated
             }
-            ProtocolError::CannotInvalidate(AccessError::WrongPd | AccessError::Rights) => {
+            ProtocolError::CannotInvalidate(
+                AccessError::WrongPd | AccessError::WrongQp | AccessError::Rights,
+            ) => {
                 TermCode::RdmapProtectionStagCannotBeInvalidated
             }
             ProtocolError::ReadBeyondIrd { .. } => TermCode::RdmapCatastrophicStream,

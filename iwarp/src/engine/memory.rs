@@ -5,6 +5,7 @@
 
 use thiserror::Error;
 
+use super::window::{BindError, MwBind, Owner};
 use super::wr::FastReg;
 
 /// Access rights, the bit values of `enum vt3_access` (and of the device's
@@ -18,8 +19,10 @@ pub const REMOTE_WRITE: Access = 2;
 pub const REMOTE_READ: Access = 4;
 /// Reading our own memory to send it needs no right.
 pub const LOCAL_READ: Access = 0;
+/// Memory windows may be bound to the region.
+pub const MW_BIND: Access = 8;
 /// Every right a registration may grant (`enum vt3_access`, MW_BIND included).
-pub const ALL_ACCESS: Access = LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | 8;
+pub const ALL_ACCESS: Access = LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | MW_BIND;
 /// Page size of page lists (`VT3_PAGE_SIZE`).
 pub const PAGE_SIZE: u64 = 4096;
 
@@ -35,19 +38,23 @@ pub enum AccessError {
     Rights,
     #[error("base or bounds violation")]
     Bounds,
+    /// A type 2 memory window bound on another QP.
+    #[error("STag is bound to another queue pair")]
+    WrongQp,
 }
 
 /// The TPT. `device/src/rnic/tpt.rs::Tpt::translate` has this signature
 /// already (its `AccessError` maps one to one).
 pub trait MemoryRegions {
-    /// Checks an access of `len` octets at `iova` through `stag` for
-    /// protection domain `pdn` with rights `access`, then calls
+    /// Checks an access of `len` octets at `iova` through `stag` by
+    /// `owner` (its PD; its QP for a type 2 window) with rights `access`,
+    /// then calls
     /// `segment(guest_phys, len)` for each physically contiguous piece, in
     /// order. A zero-length access checks the STag, PD and rights only.
     fn translate(
         &self,
         stag: u32,
-        pdn: u32,
+        owner: Owner,
         iova: u64,
         len: u64,
         access: Access,
@@ -55,10 +62,11 @@ pub trait MemoryRegions {
     ) -> Result<(), AccessError>;
 
     /// Send with Invalidate (RFC 5040 §6.10 as the verbs restrict it):
-    /// invalidates `stag`, which must name a fast-reg MR of protection
-    /// domain `pdn` with its current key. An STag naming nothing is
-    /// `InvalidStag`, another PD's `WrongPd`, an ordinary MR (which the
-    /// peer may never invalidate) `Rights`. Invalidating an invalid
+    /// invalidates `stag`, which must name a fast-reg MR or a type 2
+    /// memory window of protection domain `pdn` with its current key. An
+    /// STag naming nothing is `InvalidStag`, another PD's `WrongPd`, an
+    /// ordinary MR or a type 1 window (which the peer may never
+    /// invalidate) `Rights`. Invalidating an invalid
     /// fast-reg MR succeeds (the verbs allow it; siw does the same). After
     /// it, every access through `stag` fails with `InvalidStag` until a
     /// REG_MR validates the MR again, under a new key.
@@ -82,6 +90,11 @@ pub trait MemoryRegions {
         reg: &FastReg,
         memory: &dyn GuestMemory,
     ) -> Result<(), FastRegError>;
+
+    /// BIND_MW from the SQ of `owner`'s QP, executed in SQ order: the
+    /// rules of [`super::window::check_bind`]; on success the window takes
+    /// `bind.mw_stag`'s key and the binding, on error it is left as it was.
+    fn bind_window(&mut self, owner: Owner, bind: &MwBind) -> Result<(), BindError>;
 }
 
 /// Why a REG_MR was refused (its WQE completes with LOC_QP_OP_ERR, as siw
@@ -199,7 +212,7 @@ pub(crate) fn read_region(
     regions: &dyn MemoryRegions,
     memory: &dyn GuestMemory,
     stag: u32,
-    pdn: u32,
+    owner: Owner,
     iova: u64,
     access: Access,
     out: &mut [u8],
@@ -208,7 +221,7 @@ pub(crate) fn read_region(
     let mut failed = None;
     regions.translate(
         stag,
-        pdn,
+        owner,
         iova,
         out.len() as u64,
         access,
@@ -250,7 +263,7 @@ pub(crate) fn write_region(
     regions: &dyn MemoryRegions,
     memory: &mut dyn GuestMemory,
     stag: u32,
-    pdn: u32,
+    owner: Owner,
     iova: u64,
     access: Access,
     data: &[u8],
@@ -259,7 +272,7 @@ pub(crate) fn write_region(
     let mut failed = None;
     regions.translate(
         stag,
-        pdn,
+        owner,
         iova,
         data.len() as u64,
         access,

@@ -30,6 +30,7 @@ mod srq;
 #[cfg(test)]
 mod tests;
 mod tx;
+mod window;
 mod wr;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -40,7 +41,12 @@ use thiserror::Error;
 pub use event::{ConnectFailure, ConnectRequest, Event, EventKind, ProtocolError};
 pub use memory::{
     check_fast_reg, read_page_list, Access, AccessError, FastRegError, GuestMemory, MemoryError,
-    MemoryRegions, ALL_ACCESS, LOCAL_READ, LOCAL_WRITE, PAGE_SIZE, REMOTE_READ, REMOTE_WRITE,
+    MemoryRegions, ALL_ACCESS, LOCAL_READ, LOCAL_WRITE, MW_BIND, PAGE_SIZE, REMOTE_READ,
+    REMOTE_WRITE,
+};
+pub use window::{
+    bound_state, check_bind, check_window_access, check_window_invalidate, BindError, MwBind,
+    MwType, Owner, RegionView, Window, WindowView, WINDOW_ACCESS,
 };
 pub use qp::{QpState, QP_STATE_NAMES};
 pub use wr::{
@@ -1708,8 +1714,10 @@ fn receive<T: Transport>(
         return;
     }
     let mut env = RxEnv {
-        qpn: *qpn,
-        pdn: qp_config.pdn,
+        owner: Owner {
+            pdn: qp_config.pdn,
+            qpn: *qpn,
+        },
         memory: &mut *io.memory,
         regions: &mut *io.regions,
         completions: &mut out.completions,
@@ -1802,6 +1810,7 @@ fn transmit<T: Transport>(
         return;
     }
     let Qp {
+        qpn,
         config: qp_config,
         queues,
         conn,
@@ -1820,7 +1829,10 @@ fn transmit<T: Transport>(
     }
     stream.tx_hold = None;
     let mut env = TxEnv {
-        pdn: qp_config.pdn,
+        owner: Owner {
+            pdn: qp_config.pdn,
+            qpn: *qpn,
+        },
         memory: &*io.memory,
         regions: &mut *io.regions,
         stats: &mut out.stats,

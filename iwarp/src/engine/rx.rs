@@ -15,6 +15,7 @@ use super::memory::{
 };
 use super::qp::{IrqEntry, Queues, RefusedRecv, RxSend, RxTagged, Stream, TermMessage, READ_REQUEST_COPY};
 use super::srq::{Srq, SrqWr};
+use super::window::Owner;
 use super::wr::{Completion, SendOpcode, WcOpcode, WcStatus, WorkQueue};
 use super::EngineStats;
 use crate::stream::FpduDeframer;
@@ -25,8 +26,8 @@ use crate::wire::terminate::{self, layer, TermCode};
 
 /// What the receive path needs besides the QP.
 pub(crate) struct RxEnv<'a> {
-    pub qpn: u32,
-    pub pdn: u32,
+    /// This QP and its PD: whose accesses the TPT checks.
+    pub owner: Owner,
     pub memory: &'a mut dyn GuestMemory,
     pub regions: &'a mut dyn MemoryRegions,
     pub completions: &'a mut VecDeque<Completion>,
@@ -46,7 +47,7 @@ impl RxEnv<'_> {
         srq_idx: Option<u32>,
     ) {
         self.completions.push_back(Completion {
-            qpn: self.qpn,
+            qpn: self.owner.qpn,
             queue: WorkQueue::Recv,
             wr_id,
             opcode: WcOpcode::Recv,
@@ -320,7 +321,7 @@ fn write(
             &*env.regions,
             env.memory,
             stag,
-            env.pdn,
+            env.owner,
             offset,
             REMOTE_WRITE,
             payload,
@@ -367,7 +368,7 @@ fn read_response(
             &*env.regions,
             env.memory,
             stag,
-            env.pdn,
+            env.owner,
             offset,
             LOCAL_WRITE,
             payload,
@@ -392,7 +393,7 @@ fn read_response(
                 if sq.wr.opcode == SendOpcode::ReadInvalidate {
                     // Checked before the READ went out; only a region
                     // deregistered meanwhile fails here.
-                    let invalidated = env.regions.local_invalidate(sq.wr.invalidate_stag, env.pdn);
+                    let invalidated = env.regions.local_invalidate(sq.wr.invalidate_stag, env.owner.pdn);
                     if let Err(error) = invalidated {
                         sq.result = Some((WcStatus::LocProtErr, done.len));
                         return Err(ProtocolError::ReadSinkAccess(error));
@@ -487,7 +488,7 @@ fn send(
             &*env.regions,
             env.memory,
             sge.lkey,
-            env.pdn,
+            env.owner,
             sge.addr.wrapping_add(skip),
             LOCAL_WRITE,
             piece,
@@ -519,7 +520,7 @@ fn send(
     let solicited = current.opcode.solicited_event();
     if current.opcode.carries_invalidate_stag() {
         let stag = current.invalidate_stag;
-        if let Err(error) = env.regions.invalidate(stag, env.pdn) {
+        if let Err(error) = env.regions.invalidate(stag, env.owner.pdn) {
             env.complete_recv(
                 wqe.wr_id,
                 WcStatus::RemInvReqErr,
@@ -594,7 +595,7 @@ fn read_request(
         env.regions
             .translate(
                 request.source_stag,
-                env.pdn,
+                env.owner,
                 request.source_offset,
                 u64::from(request.size),
                 REMOTE_READ,

@@ -18,6 +18,7 @@ use crate::wire::terminate::{ErrorClass, TermCode};
 const PD: u32 = 3;
 
 mod frmr;
+mod mw;
 mod srq;
 
 fn pair() -> Sim<Node, Node> {

@@ -16,6 +16,7 @@ use super::memory::{
 };
 use super::qp::{OrqEntry, Queues, Stream, TermMessage, TxCurrent};
 use super::rx::terminate_message;
+use super::window::Owner;
 use super::wr::{SendOpcode, SendWr, WcStatus, MAX_MESSAGE};
 use super::EngineStats;
 use crate::stream::{seal_fpdu, ULPDU_OFFSET};
@@ -25,9 +26,9 @@ use crate::wire::mpa::{fpdu_len, RtrKind};
 use crate::wire::rdmap::{self, Opcode, Placement, ReadRequestPacket, ReadRequestRepr};
 
 pub(crate) struct TxEnv<'a> {
-    pub pdn: u32,
+    pub owner: Owner,
     pub memory: &'a dyn GuestMemory,
-    /// Mutable for the SQ's own REG_MR and LOCAL_INV.
+    /// Mutable for the SQ's own REG_MR, LOCAL_INV and BIND_MW.
     pub regions: &'a mut dyn MemoryRegions,
     pub stats: &'a mut EngineStats,
 }
@@ -130,7 +131,7 @@ fn gather(
     wr: &SendWr,
     offset: u64,
     out: &mut [u8],
-    pdn: u32,
+    owner: Owner,
     memory: &dyn GuestMemory,
     regions: &dyn MemoryRegions,
 ) -> Result<(), PlacementError> {
@@ -162,7 +163,7 @@ fn gather(
             regions,
             memory,
             sge.lkey,
-            pdn,
+            owner,
             sge.addr.wrapping_add(skip),
             LOCAL_READ,
             piece,
@@ -174,7 +175,7 @@ fn gather(
 }
 
 /// Checks a WQE before its first octet goes out.
-fn validate(wr: &SendWr, pdn: u32, regions: &dyn MemoryRegions, ord: u16) -> Result<(), WcStatus> {
+fn validate(wr: &SendWr, owner: Owner, regions: &dyn MemoryRegions, ord: u16) -> Result<(), WcStatus> {
     let opcode = wr.opcode;
     if wr.inline.is_some() && !(opcode.is_send() || opcode == SendOpcode::Write) {
         return Err(WcStatus::LocQpOpErr);
@@ -185,7 +186,7 @@ fn validate(wr: &SendWr, pdn: u32, regions: &dyn MemoryRegions, ord: u16) -> Res
     // What a READ_INV will invalidate must be ours to invalidate: found
     // now, not after the data came.
     if opcode == SendOpcode::ReadInvalidate
-        && regions.invalidatable(wr.invalidate_stag, pdn).is_err()
+        && regions.invalidatable(wr.invalidate_stag, owner.pdn).is_err()
     {
         return Err(WcStatus::LocQpOpErr);
     }
@@ -202,7 +203,7 @@ fn validate(wr: &SendWr, pdn: u32, regions: &dyn MemoryRegions, ord: u16) -> Res
             regions
                 .translate(
                     sge.lkey,
-                    pdn,
+                    owner,
                     sge.addr,
                     u64::from(sge.length),
                     access,
@@ -225,24 +226,30 @@ fn rdmap_opcode(opcode: SendOpcode) -> Opcode {
         SendOpcode::Read
         | SendOpcode::ReadInvalidate
         | SendOpcode::RegMr
-        | SendOpcode::LocalInv => Opcode::RdmaReadRequest,
+        | SendOpcode::LocalInv
+        | SendOpcode::BindMw => Opcode::RdmaReadRequest,
     }
 }
 
-/// Executes a REG_MR or LOCAL_INV at its turn in the SQ (after every
+/// Executes a REG_MR, LOCAL_INV or BIND_MW at its turn in the SQ (after every
 /// earlier WQE went out, so a later SEND advertising the STag cannot
 /// overtake it; with FENCE also after every earlier READ completed).
-/// Refusals are local errors: LOC_QP_OP_ERR, as siw and rxe report them.
+/// Refusals are local errors: LOC_QP_OP_ERR, as siw and rxe report them
+/// (MW_BIND_ERR for a bind, as the verbs say).
 fn local_operation(wr: &SendWr, env: &mut TxEnv<'_>) -> Result<(), WcStatus> {
     match wr.opcode {
         SendOpcode::RegMr => env
             .regions
-            .fast_register(env.pdn, &wr.fast_reg, env.memory)
+            .fast_register(env.owner.pdn, &wr.fast_reg, env.memory)
             .map_err(|_| WcStatus::LocQpOpErr),
         SendOpcode::LocalInv => env
             .regions
-            .local_invalidate(wr.invalidate_stag, env.pdn)
+            .local_invalidate(wr.invalidate_stag, env.owner.pdn)
             .map_err(|_| WcStatus::LocQpOpErr),
+        SendOpcode::BindMw => env
+            .regions
+            .bind_window(env.owner, &wr.bind)
+            .map_err(|_| WcStatus::MwBindErr),
         _ => Err(WcStatus::LocQpOpErr),
     }
 }
@@ -291,7 +298,7 @@ pub(crate) fn transmit<T: Transport>(
                 if !entry.checked {
                     let checked = match entry.refused {
                         Some(status) => Err(status),
-                        None => validate(&entry.wr, env.pdn, &*env.regions, ord),
+                        None => validate(&entry.wr, env.owner, &*env.regions, ord),
                     };
                     if let Err(status) = checked {
                         return Err(TxStop::WqeError {
@@ -595,11 +602,11 @@ fn sq_fpdu<T: Transport>(
     };
     let ulpdu_len = header_len + chunk;
     let total = fpdu_len(u16::try_from(ulpdu_len).unwrap_or(u16::MAX));
-    let (pdn, memory, regions) = (env.pdn, env.memory, &*env.regions);
+    let (owner, memory, regions) = (env.owner, env.memory, &*env.regions);
     let mut build = |fpdu: &mut [u8]| {
         fill(fpdu, &header, &mut |payload| {
             let data = payload.get_mut(..chunk).unwrap_or(&mut []);
-            gather(&wr, u64::from(sent), data, pdn, memory, regions)
+            gather(&wr, u64::from(sent), data, owner, memory, regions)
         })?;
         seal(fpdu, ulpdu_len, crc, corrupt);
         Ok(())
@@ -668,7 +675,7 @@ fn read_response_fpdu<T: Transport>(
     let ulpdu_len = TAGGED_HEADER_LEN + chunk;
     let total = fpdu_len(u16::try_from(ulpdu_len).unwrap_or(u16::MAX));
     let corrupt = stream.corrupt_crc;
-    let (pdn, memory, regions) = (env.pdn, env.memory, &*env.regions);
+    let (owner, memory, regions) = (env.owner, env.memory, &*env.regions);
     let mut build = |fpdu: &mut [u8]| {
         fill(fpdu, &header, &mut |payload| {
             let data = payload.get_mut(..chunk).unwrap_or(&mut []);
@@ -679,7 +686,7 @@ fn read_response_fpdu<T: Transport>(
                 regions,
                 memory,
                 entry.source_stag,
-                pdn,
+                owner,
                 entry.source_to.wrapping_add(u64::from(entry.sent)),
                 REMOTE_READ,
                 data,

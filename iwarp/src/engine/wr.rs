@@ -5,6 +5,8 @@
 
 use core::fmt;
 
+use super::window::MwBind;
+
 /// `VT3_MAX_SGE`.
 pub const MAX_SGE: usize = 4;
 /// `VT3_MAX_INLINE`.
@@ -122,10 +124,12 @@ pub enum SendOpcode {
     /// MR of ours, normally the sink's) once its last response was placed
     /// (IB_WR_RDMA_READ_WITH_INV, what rdma_rw posts on iWARP).
     ReadInvalidate = 8,
+    /// Bind of a memory window ([`SendWr::bind`]): local, like RegMr.
+    BindMw = 9,
 }
 
 impl SendOpcode {
-    pub const ALL: [SendOpcode; 9] = [
+    pub const ALL: [SendOpcode; 10] = [
         SendOpcode::Send,
         SendOpcode::SendInvalidate,
         SendOpcode::SendSolicited,
@@ -135,6 +139,7 @@ impl SendOpcode {
         SendOpcode::RegMr,
         SendOpcode::LocalInv,
         SendOpcode::ReadInvalidate,
+        SendOpcode::BindMw,
     ];
 
     pub fn from_wire(value: u8) -> Option<SendOpcode> {
@@ -148,6 +153,7 @@ impl SendOpcode {
             SendOpcode::Read | SendOpcode::ReadInvalidate => WcOpcode::Read,
             SendOpcode::RegMr => WcOpcode::RegMr,
             SendOpcode::LocalInv => WcOpcode::LocalInv,
+            SendOpcode::BindMw => WcOpcode::BindMw,
             _ => WcOpcode::Send,
         }
     }
@@ -159,7 +165,10 @@ impl SendOpcode {
 
     /// Executed by the RNIC itself, against its TPT, in SQ order.
     pub const fn is_local(self) -> bool {
-        matches!(self, SendOpcode::RegMr | SendOpcode::LocalInv)
+        matches!(
+            self,
+            SendOpcode::RegMr | SendOpcode::LocalInv | SendOpcode::BindMw
+        )
     }
 
     pub const fn is_send(self) -> bool {
@@ -208,6 +217,8 @@ pub struct SendWr {
     pub invalidate_stag: u32,
     /// REG_MR: the registration.
     pub fast_reg: FastReg,
+    /// BIND_MW: the bind.
+    pub bind: MwBind,
 }
 
 impl SendWr {
@@ -231,6 +242,7 @@ impl SendWr {
                 npages: 0,
                 access: 0,
             },
+            bind: MwBind::default(),
         }
     }
 
@@ -259,6 +271,7 @@ pub enum WcOpcode {
     Recv = 3,
     RegMr = 4,
     LocalInv = 5,
+    BindMw = 6,
 }
 
 /// Completion statuses, the values of `enum vt3_wc_status`. The engine
@@ -275,6 +288,8 @@ pub enum WcStatus {
     GeneralErr = 7,
     BadRespErr = 8,
     RemInvReqErr = 9,
+    /// A BIND_MW refused (IBV_WC_MW_BIND_ERR).
+    MwBindErr = 10,
 }
 
 impl WcStatus {
@@ -290,6 +305,7 @@ impl WcStatus {
             WcStatus::GeneralErr => "general error",
             WcStatus::BadRespErr => "bad response",
             WcStatus::RemInvReqErr => "remote invalid request",
+            WcStatus::MwBindErr => "memory window bind error",
         }
     }
 }
