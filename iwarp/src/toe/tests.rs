@@ -140,8 +140,8 @@ fn connect_transfer_and_graceful_close() {
     pair.settle(true, Duration::from_secs(120));
     assert_eq!(
         pair.b.socket_count(),
-        4,
-        "only the listening slots are left"
+        1,
+        "only the listening socket is left"
     );
     assert_eq!(pair.a.socket_count(), 0, "TIME-WAIT over");
     assert_eq!(pair.strays, 0);
@@ -403,4 +403,94 @@ fn egress_stays_within_the_uplink_room() {
     }
     assert_eq!(got, data);
     assert_eq!(pair.a.tcb(a).unwrap().retransmits, 0);
+}
+
+#[test]
+fn buffer_sizes_follow_the_budget() {
+    let mut c = TcpConfig::new(MAC_A, IP_A);
+    c.rx_buffer = 64 * 1024;
+    c.tx_buffer = 32 * 1024;
+    c.buffer_budget = 512 * 1024;
+    let floor = 2 * 1460;
+    assert_eq!(c.buffer_floor(), floor);
+    // Alone: the maxima.
+    assert_eq!(c.buffer_sizes(0, 0), (64 * 1024, 32 * 1024));
+    // An equal share among the sockets there are (7 + this one: 64 KiB
+    // both ways) …
+    assert_eq!(c.buffer_sizes(7, 0), (32 * 1024, 32 * 1024));
+    // … but no more than is left …
+    assert_eq!(c.buffer_sizes(1, 448 * 1024), (32 * 1024, 32 * 1024));
+    // … and two segments each way once it is spent.
+    assert_eq!(c.buffer_sizes(4, 512 * 1024), (floor, floor));
+    assert_eq!(c.buffer_sizes(10_000, 600 * 1024), (floor, floor));
+    // A floor never exceeds the maxima.
+    c.tx_buffer = 2000;
+    assert_eq!(c.buffer_floor(), 2000);
+    assert_eq!(c.buffer_sizes(4, 512 * 1024), (2000, 2000));
+}
+
+#[test]
+fn many_connections_share_the_buffer_budget() {
+    const MAX: usize = 64 * 1024;
+    // Room for two sockets' full buffers, both ways.
+    const BUDGET: usize = 4 * MAX;
+    let floor = 2 * 1460;
+    let mut pair = Pair::new(|mut c| {
+        c.rx_buffer = MAX;
+        c.tx_buffer = MAX;
+        c.buffer_budget = BUDGET;
+        c
+    });
+    pair.b.listen(4791, 64).unwrap();
+    assert_eq!(pair.b.socket_count(), 1, "one socket listens, whatever the backlog");
+    assert_eq!(pair.b.buffers_reserved(), 2 * MAX);
+    let remote = SocketAddrV4::new(IP_B, 4791);
+    let ids: Vec<SocketId> = (0..40)
+        .map(|i| pair.a.connect(pair.now, 40000 + i, remote, MAC_B).unwrap())
+        .collect();
+    pair.settle(false, Duration::ZERO);
+    let accepted: Vec<SocketId> = (0..40).map(|_| pair.b.accept(4791).unwrap()).collect();
+    assert!(pair.b.accept(4791).is_none());
+    // 40 connections and B's listening socket, within the bound.
+    assert_eq!(pair.a.socket_count(), 40);
+    assert_eq!(pair.b.socket_count(), 41);
+    for toe in [&pair.a, &pair.b] {
+        assert!(toe.buffers_reserved() <= BUDGET + toe.socket_count() * 2 * floor);
+    }
+    // The first two got full buffers (the budget), the rest the floor.
+    assert_eq!(pair.a.buffers_reserved(), 2 * (2 * MAX) + 38 * 2 * floor);
+    // The first connection got full windows, a late one two segments.
+    assert_eq!(pair.a.tcb(ids[0]).unwrap().rcv_wnd, Some(MAX as u32));
+    assert_eq!(pair.a.tcb(ids[39]).unwrap().rcv_wnd, Some(floor as u32));
+
+    // A connection on the floor still carries data, both ways.
+    let data: Vec<u8> = (0..50_000u32).map(|i| (i * 13) as u8).collect();
+    let late = ids[39];
+    let mut sent = 0;
+    let mut got = Vec::new();
+    let mut rounds = 0;
+    while got.len() < data.len() {
+        sent += pair.a.send_slice(late, &data[sent..]).unwrap();
+        pair.settle(true, Duration::from_millis(100));
+        for &b in &accepted {
+            got.extend(read_all(&mut pair.b, b));
+        }
+        rounds += 1;
+        assert!(rounds < 1000, "{} of {} octets", got.len(), data.len());
+    }
+    assert_eq!(got, data);
+
+    // All closed: the budget is back.
+    for &id in &ids {
+        pair.a.close(id);
+        pair.a.release(id);
+    }
+    for &id in &accepted {
+        pair.b.close(id);
+        pair.b.release(id);
+    }
+    pair.settle(true, Duration::from_secs(120));
+    assert_eq!(pair.a.socket_count(), 0);
+    assert_eq!(pair.a.buffers_reserved(), 0);
+    assert_eq!(pair.b.socket_count(), 1);
 }
