@@ -23,6 +23,8 @@ const QP_DEPTH: u32 = 16;
 const QP_GUEST_BYTES: usize = 4 * 4096;
 /// Guest RAM besides the QPs' rings (the MR, CQs, virtqueues).
 const GUEST_BASE_BYTES: usize = 160 << 20;
+/// Idle connections opened between two progress lines.
+const IDLE_STEP: usize = 1000;
 /// 1 MiB WRs in flight per QP.
 const IN_FLIGHT: u32 = 8;
 /// `--mtu`'s upper bound: the largest MTU both uplinks carry (a UDP
@@ -395,7 +397,20 @@ pub fn run(opts: &Options) -> Value {
     drop(warm);
     std::thread::sleep(Duration::from_millis(100));
     let before: Vec<u64> = pair.procs.iter().map(Vt3d::rss_kib).collect();
-    let idle = pair.connect(opts.idle_conns);
+    // In steps, each reported: how connection setup and memory scale.
+    let mut idle = Vec::with_capacity(opts.idle_conns);
+    let step_started = Instant::now();
+    while idle.len() < opts.idle_conns {
+        idle.extend(pair.connect((opts.idle_conns - idle.len()).min(IDLE_STEP)));
+        let rss: u64 = pair.procs.iter().map(Vt3d::rss_kib).sum();
+        println!(
+            "  {} idle connections: {:.1} s, vt3d CPU {:.1} s, RSS {} KiB (both processes)",
+            idle.len(),
+            step_started.elapsed().as_secs_f64(),
+            pair.cpu_seconds(),
+            rss
+        );
+    }
     std::thread::sleep(Duration::from_millis(200));
     let after: Vec<u64> = pair.procs.iter().map(Vt3d::rss_kib).collect();
     let grown: u64 = after.iter().zip(&before).map(|(a, b)| a.saturating_sub(*b)).sum();

@@ -292,9 +292,11 @@ impl TcpConfig {
 
     /// The smallest buffer of a socket, each way, once the budget is
     /// spent: two full segments (one delayed ACK's worth), so a
-    /// connection still moves data, only slowly.
+    /// connection still moves data, only slowly; with jumbo frames one
+    /// segment or 64 KiB, so thousands of them stay within memory.
     pub fn buffer_floor(&self) -> usize {
-        (2 * usize::from(self.mss())).min(self.rx_buffer).min(self.tx_buffer)
+        let mss = usize::from(self.mss());
+        (2 * mss).min(64 * 1024).max(mss).min(self.rx_buffer).min(self.tx_buffer)
     }
 
     /// Receive and send buffer sizes of a new socket when `sockets` hold

@@ -423,7 +423,15 @@ fn buffer_sizes_follow_the_budget() {
     // … and two segments each way once it is spent.
     assert_eq!(c.buffer_sizes(4, 512 * 1024), (floor, floor));
     assert_eq!(c.buffer_sizes(10_000, 600 * 1024), (floor, floor));
+    // Jumbo frames: two segments up to 64 KiB.
+    c.mtu = 9000;
+    assert_eq!(c.buffer_floor(), 2 * 8960);
+    c.rx_buffer = 1 << 20;
+    c.tx_buffer = 1 << 20;
+    c.mtu = 65_000;
+    assert_eq!(c.buffer_floor(), 64 * 1024);
     // A floor never exceeds the maxima.
+    c.mtu = 1500;
     c.tx_buffer = 2000;
     assert_eq!(c.buffer_floor(), 2000);
     assert_eq!(c.buffer_sizes(4, 512 * 1024), (2000, 2000));
