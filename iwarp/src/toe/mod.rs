@@ -291,12 +291,12 @@ impl TcpConfig {
     }
 
     /// The smallest buffer of a socket, each way, once the budget is
-    /// spent: two full segments (one delayed ACK's worth), so a
-    /// connection still moves data, only slowly; with jumbo frames one
-    /// segment or 64 KiB, so thousands of them stay within memory.
+    /// spent: 64 KiB (the window of every connection before windows
+    /// followed the MTU; more than any segment). Measured: with two
+    /// segments (2920 octets at MTU 1500) connection setup failed past
+    /// the budget (docs/performance.md, round 3).
     pub fn buffer_floor(&self) -> usize {
-        let mss = usize::from(self.mss());
-        (2 * mss).min(64 * 1024).max(mss).min(self.rx_buffer).min(self.tx_buffer)
+        (64 * 1024).min(self.rx_buffer).min(self.tx_buffer)
     }
 
     /// Receive and send buffer sizes of a new socket when `sockets` hold

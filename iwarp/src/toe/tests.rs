@@ -407,42 +407,37 @@ fn egress_stays_within_the_uplink_room() {
 
 #[test]
 fn buffer_sizes_follow_the_budget() {
+    const K: usize = 1024;
     let mut c = TcpConfig::new(MAC_A, IP_A);
-    c.rx_buffer = 64 * 1024;
-    c.tx_buffer = 32 * 1024;
-    c.buffer_budget = 512 * 1024;
-    let floor = 2 * 1460;
-    assert_eq!(c.buffer_floor(), floor);
+    c.rx_buffer = 256 * K;
+    c.tx_buffer = 256 * K;
+    c.buffer_budget = 2048 * K;
+    assert_eq!(c.buffer_floor(), 64 * K);
     // Alone: the maxima.
-    assert_eq!(c.buffer_sizes(0, 0), (64 * 1024, 32 * 1024));
-    // An equal share among the sockets there are (7 + this one: 64 KiB
-    // both ways) …
-    assert_eq!(c.buffer_sizes(7, 0), (32 * 1024, 32 * 1024));
+    assert_eq!(c.buffer_sizes(0, 0), (256 * K, 256 * K));
+    // An equal share among the sockets there are (7 + this one) …
+    assert_eq!(c.buffer_sizes(7, 0), (128 * K, 128 * K));
     // … but no more than is left …
-    assert_eq!(c.buffer_sizes(1, 448 * 1024), (32 * 1024, 32 * 1024));
-    // … and two segments each way once it is spent.
-    assert_eq!(c.buffer_sizes(4, 512 * 1024), (floor, floor));
-    assert_eq!(c.buffer_sizes(10_000, 600 * 1024), (floor, floor));
-    // Jumbo frames: two segments up to 64 KiB.
-    c.mtu = 9000;
-    assert_eq!(c.buffer_floor(), 2 * 8960);
-    c.rx_buffer = 1 << 20;
-    c.tx_buffer = 1 << 20;
-    c.mtu = 65_000;
-    assert_eq!(c.buffer_floor(), 64 * 1024);
+    assert_eq!(c.buffer_sizes(1, 1792 * K), (128 * K, 128 * K));
+    // … and the floor once it is spent.
+    assert_eq!(c.buffer_sizes(4, 2048 * K), (64 * K, 64 * K));
+    assert_eq!(c.buffer_sizes(10_000, 3072 * K), (64 * K, 64 * K));
+    // Whatever the MTU (a segment is at most 65495 octets).
+    c.mtu = 65_535;
+    assert_eq!(c.buffer_floor(), 64 * K);
     // A floor never exceeds the maxima.
     c.mtu = 1500;
-    c.tx_buffer = 2000;
-    assert_eq!(c.buffer_floor(), 2000);
-    assert_eq!(c.buffer_sizes(4, 512 * 1024), (2000, 2000));
+    c.tx_buffer = 16 * K;
+    assert_eq!(c.buffer_floor(), 16 * K);
+    assert_eq!(c.buffer_sizes(4, 2048 * K), (16 * K, 16 * K));
 }
 
 #[test]
 fn many_connections_share_the_buffer_budget() {
-    const MAX: usize = 64 * 1024;
+    const MAX: usize = 256 * 1024;
+    const FLOOR: usize = 64 * 1024;
     // Room for two sockets' full buffers, both ways.
     const BUDGET: usize = 4 * MAX;
-    let floor = 2 * 1460;
     let mut pair = Pair::new(|mut c| {
         c.rx_buffer = MAX;
         c.tx_buffer = MAX;
@@ -463,16 +458,15 @@ fn many_connections_share_the_buffer_budget() {
     assert_eq!(pair.a.socket_count(), 40);
     assert_eq!(pair.b.socket_count(), 41);
     for toe in [&pair.a, &pair.b] {
-        assert!(toe.buffers_reserved() <= BUDGET + toe.socket_count() * 2 * floor);
+        assert!(toe.buffers_reserved() <= BUDGET + toe.socket_count() * 2 * FLOOR);
     }
     // The first two got full buffers (the budget), the rest the floor.
-    assert_eq!(pair.a.buffers_reserved(), 2 * (2 * MAX) + 38 * 2 * floor);
-    // The first connection got full windows, a late one two segments.
+    assert_eq!(pair.a.buffers_reserved(), 2 * (2 * MAX) + 38 * 2 * FLOOR);
     assert_eq!(pair.a.tcb(ids[0]).unwrap().rcv_wnd, Some(MAX as u32));
-    assert_eq!(pair.a.tcb(ids[39]).unwrap().rcv_wnd, Some(floor as u32));
+    assert_eq!(pair.a.tcb(ids[39]).unwrap().rcv_wnd, Some(FLOOR as u32));
 
-    // A connection on the floor still carries data, both ways.
-    let data: Vec<u8> = (0..50_000u32).map(|i| (i * 13) as u8).collect();
+    // A connection on the floor carries data past its window.
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i * 13) as u8).collect();
     let late = ids[39];
     let mut sent = 0;
     let mut got = Vec::new();
