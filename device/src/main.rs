@@ -2,7 +2,19 @@ use clap::Parser;
 
 use vt3d::config::{Cli, Command};
 
+/// Allocations from this size on are their own anonymous mappings, whose
+/// pages stay unallocated until touched: a TOE socket buffer (64 KiB and
+/// up) of an idle connection costs no memory. glibc's default threshold
+/// (128 KiB) rises to the largest block freed so far, after which such
+/// buffers come from the heap and calloc zeroes them page by page.
+const MMAP_THRESHOLD: libc::c_int = 64 * 1024;
+
 fn main() {
+    // SAFETY: mallopt only sets an allocator parameter; called before any
+    // other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+    }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let result = match Cli::parse().command {
         Command::Serve(args) => vt3d::serve(&args.into()).map_err(|e| e.to_string()),

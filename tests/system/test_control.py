@@ -26,7 +26,7 @@ def test_devinfo(vt3_plain):
     a = vt3_plain.a
     assert re.search(r"^\s+vt3_0\s", a.check("ibv_devices"), re.M), "ibv_devices does not list vt3_0"
     info = a.check("ibv_devinfo -v -d vt3_0")
-    want = {"transport": "iWARP (1)", "state": "PORT_ACTIVE (4)", "max_qp": "1024", "max_qp_wr": "4095",
+    want = {"transport": "iWARP (1)", "state": "PORT_ACTIVE (4)", "max_qp": "16384", "max_qp_wr": "4095",
             "max_sge": "4", "max_cq": "2048", "max_cqe": "65535", "max_mr": "16384", "max_pd": "1024",
             "max_qp_rd_atom": "8", "max_qp_init_rd_atom": "8", "vendor_id": "0x1425"}
     for key, value in want.items():

@@ -18,6 +18,13 @@ const MIB: u64 = 1 << 20;
 /// Each side registers this much (WRITE/READ sources and sinks share it).
 const MR_LEN: u64 = 8 * MIB;
 const QP_DEPTH: u32 = 16;
+/// Guest RAM a QP's rings take in the synthetic guest (SQ and RQ: a page
+/// and a page-list page each).
+const QP_GUEST_BYTES: usize = 4 * 4096;
+/// Guest RAM besides the QPs' rings (the MR, CQs, virtqueues).
+const GUEST_BASE_BYTES: usize = 160 << 20;
+/// Idle connections opened between two progress lines.
+const IDLE_STEP: usize = 1000;
 /// 1 MiB WRs in flight per QP.
 const IN_FLIGHT: u32 = 8;
 /// `--mtu`'s upper bound: the largest MTU both uplinks carry (a UDP
@@ -83,10 +90,13 @@ struct Pair {
 }
 
 impl Pair {
-    fn start(dir: &Path, uplink: UplinkKind, mtu: u32, cq_depth: u32) -> Self {
+    /// `qps`: how many QPs each guest will create at most.
+    fn start(dir: &Path, uplink: UplinkKind, mtu: u32, cq_depth: u32, qps: usize) -> Self {
         let procs = Vt3d::pair(dir, uplink, mtu, MACS);
+        // A memfd: pages no QP uses are never allocated.
+        let ram = GUEST_BASE_BYTES + qps * QP_GUEST_BYTES;
         let boot = |i: usize| {
-            let mut g = Guest::boot(&procs[i].socket, MACS[i], IPS[i], 160 << 20, [0xb3 + i as u64, 0x5eed]);
+            let mut g = Guest::boot(&procs[i].socket, MACS[i], IPS[i], ram, [0xb3 + i as u64, 0x5eed]);
             g.set_addr();
             let pd = g.pd();
             let scq = g.cq(cq_depth);
@@ -326,7 +336,8 @@ struct Row {
     write_mbs: f64,
     cpu_s_per_gb: f64,
     read_mbs: Option<f64>,
-    qps_mbs: Option<f64>,
+    /// The many-QP WRITE: MB/s and vt3d CPU seconds per GB.
+    qps_mbs: Option<(f64, f64)>,
     rtt_us: Option<(f64, f64)>,
 }
 
@@ -361,7 +372,7 @@ pub fn run(opts: &Options) -> Value {
     let mut rows: BTreeMap<(&str, u32), Row> = BTreeMap::new();
     for &u in &opts.uplinks {
         for &mtu in &opts.mtus {
-            let mut pair = Pair::start(dir.path(), u, mtu, 1024);
+            let mut pair = Pair::start(dir.path(), u, mtu, 1024, 1 + opts.qps);
             let mut one = pair.connect(1);
             let (rate, cpu_s_per_gb) = pair.stream(&mut one, WrOpcode::Write, opts.secs);
             let mut row = Row { write_mbs: mbs(rate), cpu_s_per_gb, ..Row::default() };
@@ -371,7 +382,8 @@ pub fn run(opts: &Options) -> Value {
                     row.rtt_us = Some(pair.ping_pong(qp, opts.secs));
                 }
                 let mut many = pair.connect(opts.qps);
-                row.qps_mbs = Some(mbs(pair.stream(&mut many, WrOpcode::Write, opts.secs).0));
+                let (rate, cpu) = pair.stream(&mut many, WrOpcode::Write, opts.secs);
+                row.qps_mbs = Some((mbs(rate), cpu));
             }
             println!("  {} MTU {mtu}: {:.0} MB/s", u.name(), row.write_mbs);
             rows.insert((u.name(), mtu), row);
@@ -380,12 +392,25 @@ pub fn run(opts: &Options) -> Value {
 
     // Memory per idle connection: RSS before and after, both processes.
     let primary = opts.uplinks.first().copied().unwrap_or(UplinkKind::UnixDgram);
-    let mut pair = Pair::start(dir.path(), primary, 1500, 64);
+    let mut pair = Pair::start(dir.path(), primary, 1500, 64, 1 + opts.idle_conns);
     let warm = pair.connect(1);
     drop(warm);
     std::thread::sleep(Duration::from_millis(100));
     let before: Vec<u64> = pair.procs.iter().map(Vt3d::rss_kib).collect();
-    let idle = pair.connect(opts.idle_conns);
+    // In steps, each reported: how connection setup and memory scale.
+    let mut idle = Vec::with_capacity(opts.idle_conns);
+    let step_started = Instant::now();
+    while idle.len() < opts.idle_conns {
+        idle.extend(pair.connect((opts.idle_conns - idle.len()).min(IDLE_STEP)));
+        let rss: u64 = pair.procs.iter().map(Vt3d::rss_kib).sum();
+        println!(
+            "  {} idle connections: {:.1} s, vt3d CPU {:.1} s, RSS {} KiB (both processes)",
+            idle.len(),
+            step_started.elapsed().as_secs_f64(),
+            pair.cpu_seconds(),
+            rss
+        );
+    }
     std::thread::sleep(Duration::from_millis(200));
     let after: Vec<u64> = pair.procs.iter().map(Vt3d::rss_kib).collect();
     let grown: u64 = after.iter().zip(&before).map(|(a, b)| a.saturating_sub(*b)).sum();
@@ -432,7 +457,7 @@ impl Report<'_> {
         let r1500 = row(1500);
         let ceiling = mbs(rate * payload_per_frame(1500));
         let rtt = r1500.rtt_us.map_or(f64::NAN, |r| r.0);
-        let qp64 = r1500.qps_mbs.map_or(f64::NAN, |m| m / r1500.write_mbs);
+        let qp64 = r1500.qps_mbs.map_or(f64::NAN, |(m, _)| m / r1500.write_mbs);
         let max = row(self.max_mtu());
         let mut per_uplink = serde_json::Map::new();
         for &u in &self.opts.uplinks {
@@ -444,8 +469,9 @@ impl Report<'_> {
                 if let Some(v) = r.read_mbs {
                     m.insert(format!("read_1m_{mtu}_mbs"), json!(v));
                 }
-                if let Some(v) = r.qps_mbs {
+                if let Some((v, cpu)) = r.qps_mbs {
                     m.insert(format!("write_1m_{mtu}_{}qp_mbs", self.opts.qps), json!(v));
+                    m.insert(format!("cpu_s_per_gb_{mtu}_{}qp", self.opts.qps), json!(cpu));
                 }
                 if let Some((p50, p99)) = r.rtt_us {
                     m.insert("rtt_64_us".into(), json!(p50));
@@ -501,7 +527,7 @@ impl Report<'_> {
         println!(
             "| RDMA WRITE 1 MiB, {} QPs, MTU 1500 | {} | |",
             self.opts.qps,
-            cells(&|u| self.rows.get(&(u, 1500)).and_then(|r| r.qps_mbs.map(|m| (m, r.write_mbs))).map_or("-".into(), |(m, one)| format!("{m:.0} MB/s ({:.2}× 1 QP)", m / one)))
+            cells(&|u| self.rows.get(&(u, 1500)).and_then(|r| r.qps_mbs.map(|m| (m, r.write_mbs))).map_or("-".into(), |((m, cpu), one)| format!("{m:.0} MB/s ({:.2}× 1 QP, {cpu:.2} CPU-s/GB)", m / one)))
         );
         println!(
             "| SEND 64 B ping-pong RTT (p50 / p99) | {} | 64 B datagram ping-pong p50: {} |",

@@ -70,7 +70,9 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            max_qp: 1024,
+            // 10,000 connections and more (issue 15): a QP costs vt3d a few
+            // KiB while idle; the TOE's socket buffers share one budget.
+            max_qp: 16384,
             max_qp_wr: 4095,
             max_sge: u32::try_from(abi::VT3_MAX_SGE).unwrap_or(u32::MAX),
             max_sge_rd: 1,

@@ -35,6 +35,13 @@ const MAX_WINDOW: usize = 1024 * 1024;
 /// Full-size segments a window holds at least, whatever the MTU: with
 /// fewer, a jumbo-frame connection waits for an ACK after every segment.
 const MIN_WINDOW_SEGMENTS: usize = 4;
+/// Full windows (each way) the socket buffers of all connections add up
+/// to: this many busy connections keep full windows; beyond, a new one
+/// gets an equal share of the budget, then two segments each way once it
+/// is spent (`TcpConfig::buffer_sizes`). A window past the uplink's
+/// queue only queues (DESIGN.md §8), so the aggregate, not the count of
+/// connections, is what the budget follows.
+const BUDGET_WINDOWS: usize = 64;
 /// Frames the TOE sends per engine poll: a budget per wake-up so the
 /// guest's rings get their turn, not pacing — work left over resumes at
 /// once (vhost/backend.rs), and the uplink's send queue holds a burst the
@@ -76,7 +83,14 @@ pub struct Offload {
 }
 
 impl Offload {
-    fn new(addr: &GuestAddr, mtu: u32, window: usize, now: Instant, timeout: Duration) -> Result<Self, TcpError> {
+    fn new(
+        addr: &GuestAddr,
+        mtu: u32,
+        window: usize,
+        max_qp: u32,
+        now: Instant,
+        timeout: Duration,
+    ) -> Result<Self, TcpError> {
         let ip = Ipv4Addr::from(addr.ipv4);
         let mut tcp = TcpConfig::new(addr.mac, ip);
         // A dead peer (or a blackhole) is noticed within `timeout`.
@@ -86,13 +100,17 @@ impl Offload {
         // hold, congestion control backs off when it does.
         tcp.rx_buffer = window;
         tcp.tx_buffer = window;
+        tcp.buffer_budget = 2 * BUDGET_WINDOWS * window;
+        let max_qps = usize::try_from(max_qp).unwrap_or(usize::MAX);
+        // A connection per QP, and on every listening port its backlog.
+        tcp.max_sockets = max_qps.saturating_add(MAX_LISTENERS * MAX_BACKLOG);
         tcp.max_burst = TOE_BURST;
         tcp.ack_delay = Some(ACK_DELAY);
         // Initial sequence numbers and ports differ from run to run.
         tcp.seed = RandomState::new().build_hasher().finish();
         let toe = SmolToe::new(tcp, now)?;
         Ok(Self {
-            engine: Engine::new(toe, EngineConfig::default()),
+            engine: Engine::new(toe, EngineConfig { max_qps, ..EngineConfig::default() }),
             mac: addr.mac,
             ip,
             requests: BTreeMap::new(),
@@ -327,7 +345,7 @@ impl Rnic {
                 None
             } else {
                 let window = toe_window(self.mtu, self.uplink_queue);
-                let o = Offload::new(&addr, self.mtu, window, now, self.tcp_timeout).map_err(|e| {
+                let o = Offload::new(&addr, self.mtu, window, self.limits.max_qp, now, self.tcp_timeout).map_err(|e| {
                     log::warn!("no TCP offload for {ip}: {e}");
                     Status::Invalid
                 })?;

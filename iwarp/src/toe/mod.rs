@@ -216,10 +216,17 @@ pub struct TcpConfig {
     pub ip: std::net::Ipv4Addr,
     /// IP MTU of the uplink (1500 for Ethernet); MSS = MTU - 40.
     pub mtu: usize,
-    /// Per-connection socket buffers. The receive buffer decides the window
-    /// scale; the send buffer bounds what the engine queues ahead.
+    /// Per-connection socket buffers at most. The receive buffer decides
+    /// the window scale; the send buffer bounds what the engine queues ahead.
     pub rx_buffer: usize,
     pub tx_buffer: usize,
+    /// Octets of socket buffers (receive and send together) all sockets
+    /// share: a new socket gets an equal share among the sockets that
+    /// exist, no more than is left, between [`TcpConfig::buffer_floor`]
+    /// and the two maxima above. So what the TOE allocates is at most
+    /// `buffer_budget + max_sockets × 2 × buffer_floor`, however many
+    /// connections a guest opens, and few connections keep full windows.
+    pub buffer_budget: usize,
     /// Abort after this long without hearing from the peer (smoltcp's
     /// socket timeout counts from the last segment received, idle or not,
     /// so keep it well above `keep_alive`); `None`: never.
@@ -253,6 +260,7 @@ impl TcpConfig {
             mtu: 1500,
             rx_buffer: 256 * 1024,
             tx_buffer: 256 * 1024,
+            buffer_budget: usize::MAX,
             timeout: Some(Duration::from_secs(60)),
             keep_alive: Some(Duration::from_secs(15)),
             ack_delay: Some(Duration::from_millis(10)),
@@ -280,6 +288,25 @@ impl TcpConfig {
     /// The MSS we announce: MTU minus IPv4 and TCP headers.
     pub fn mss(&self) -> u16 {
         u16::try_from(self.mtu.saturating_sub(40)).unwrap_or(u16::MAX)
+    }
+
+    /// The smallest buffer of a socket, each way, once the budget is
+    /// spent: 64 KiB (the window of every connection before windows
+    /// followed the MTU; more than any segment). Measured: with two
+    /// segments (2920 octets at MTU 1500) connection setup failed past
+    /// the budget (docs/performance.md, round 3).
+    pub fn buffer_floor(&self) -> usize {
+        (64 * 1024).min(self.rx_buffer).min(self.tx_buffer)
+    }
+
+    /// Receive and send buffer sizes of a new socket when `sockets` hold
+    /// `reserved` octets of buffers already ([`TcpConfig::buffer_budget`]).
+    pub fn buffer_sizes(&self, sockets: usize, reserved: usize) -> (usize, usize) {
+        let share = self.buffer_budget / sockets.saturating_add(1);
+        let left = self.buffer_budget.saturating_sub(reserved);
+        let each_way = share.min(left) / 2;
+        let floor = self.buffer_floor();
+        (each_way.clamp(floor, self.rx_buffer.max(floor)), each_way.clamp(floor, self.tx_buffer.max(floor)))
     }
 }
 

@@ -192,6 +192,8 @@ struct Entry {
     delay: Option<Duration>,
     /// Where our frames for this connection go.
     next_hop: MacAddr,
+    /// Octets of its receive and send buffers (of the TOE's budget).
+    buffers: usize,
 }
 
 impl Entry {
@@ -294,6 +296,8 @@ pub struct SmolToe {
     looped: LoopQueue,
     /// Frames the uplink takes from egress ([`Transport::set_egress_room`]).
     egress_room: usize,
+    /// Octets of socket buffers the sockets hold ([`TcpConfig::buffer_budget`]).
+    reserved: usize,
 }
 
 impl std::fmt::Debug for SmolToe {
@@ -538,6 +542,7 @@ impl SmolToe {
             faults,
             looped: LoopQueue::default(),
             egress_room: usize::MAX,
+            reserved: 0,
         })
     }
 
@@ -592,11 +597,20 @@ impl SmolToe {
         Some(self.sockets.get_mut::<tcp::Socket>(handle))
     }
 
-    fn new_socket(&self) -> tcp::Socket<'static> {
+    /// Octets of socket buffers the sockets hold now.
+    pub fn buffers_reserved(&self) -> usize {
+        self.reserved
+    }
+
+    /// A socket with buffers sized from what the others hold
+    /// ([`TcpConfig::buffer_sizes`]), and their octets. Zeroed allocations:
+    /// pages stay untouched until data passes.
+    fn new_socket(&self) -> (tcp::Socket<'static>, usize) {
         let config = &self.config;
+        let (rx, tx) = config.buffer_sizes(self.live, self.reserved);
         let mut socket = tcp::Socket::new(
-            tcp::SocketBuffer::new(vec![0; config.rx_buffer]),
-            tcp::SocketBuffer::new(vec![0; config.tx_buffer]),
+            tcp::SocketBuffer::new(vec![0; rx]),
+            tcp::SocketBuffer::new(vec![0; tx]),
         );
         socket.set_nagle_enabled(config.nagle);
         socket.set_ack_delay(config.ack_delay);
@@ -607,13 +621,13 @@ impl SmolToe {
         });
         socket.set_timeout(config.timeout);
         socket.set_keep_alive(config.keep_alive);
-        socket
+        (socket, rx + tx)
     }
 
     /// Adds a socket to the table; `None` when full.
     fn insert(
         &mut self,
-        socket: tcp::Socket<'static>,
+        (socket, buffers): (tcp::Socket<'static>, usize),
         role: Role,
         next_hop: MacAddr,
     ) -> Option<u32> {
@@ -635,6 +649,7 @@ impl SmolToe {
             rng: 1,
             delay: None,
             next_hop,
+            buffers,
         };
         let index = match self.free.pop() {
             Some(index) => index,
@@ -646,6 +661,7 @@ impl SmolToe {
         let slot = self.slots.get_mut(index as usize)?;
         slot.entry = Some(entry);
         self.live += 1;
+        self.reserved += buffers;
         Some(index)
     }
 
@@ -668,38 +684,40 @@ impl SmolToe {
         }
         self.free.push(index);
         self.live -= 1;
+        self.reserved -= entry.buffers;
     }
 
     fn arm_listener(&mut self, port: u16) -> Result<(), TcpError> {
-        let mut socket = self.new_socket();
+        let (mut socket, buffers) = self.new_socket();
         socket
             .listen(IpEndpoint::new(IpAddress::Ipv4(self.config.ip), port))
             .map_err(|_| TcpError::Unaddressable)?;
-        self.insert(socket, Role::Listening { port }, [0; 6])
+        self.insert((socket, buffers), Role::Listening { port }, [0; 6])
             .map(|_| ())
             .ok_or(TcpError::NoResources)
     }
 
-    /// Sockets owned by `port` (listening and pending).
-    fn port_sockets(&self, port: u16) -> usize {
-        self.slots
-            .iter()
-            .filter_map(|slot| slot.entry.as_ref())
-            .filter(|entry| {
-                matches!(entry.role, Role::Listening { port: p } | Role::Pending { port: p } if p == port)
-            })
-            .count()
+    /// Sockets owned by `port`: (listening, pending).
+    fn port_sockets(&self, port: u16) -> (usize, usize) {
+        self.slots.iter().filter_map(|slot| slot.entry.as_ref()).fold((0, 0), |(l, p), entry| match entry.role {
+            Role::Listening { port: q } if q == port => (l + 1, p),
+            Role::Pending { port: q } if q == port => (l, p + 1),
+            _ => (l, p),
+        })
     }
 
-    /// Keeps `backlog` sockets (listening + pending) on every listening port.
+    /// Keeps one socket listening on `port` while fewer than its backlog
+    /// wait to be accepted. One, not a backlog of them: its buffers are
+    /// sized when it is armed (the SYN before took the previous one), from
+    /// the budget the connections of that moment leave.
     fn rearm(&mut self, port: u16) {
         let Some(backlog) = self.listeners.get(&port).map(|l| l.backlog) else {
             return;
         };
-        for _ in self.port_sockets(port)..backlog {
-            if self.arm_listener(port).is_err() {
-                break;
-            }
+        let (listening, pending) = self.port_sockets(port);
+        if listening == 0 && pending < backlog {
+            // Out of sockets: SYNs are refused (RST) until one is freed.
+            let _ = self.arm_listener(port);
         }
     }
 
@@ -886,6 +904,7 @@ impl SmolToe {
             entry.observed.segs_in = 1;
         }
         self.by_tuple.insert(tuple, index);
+        self.rearm(port);
     }
 
     /// After timers ran: closes discovered here are timeouts, except the
@@ -1076,7 +1095,7 @@ impl Transport for SmolToe {
         if self.listeners.contains_key(&local_port) {
             return Err(TcpError::PortInUse(local_port));
         }
-        let mut socket = self.new_socket();
+        let (mut socket, buffers) = self.new_socket();
         socket
             .connect(
                 self.iface.context(),
@@ -1085,7 +1104,7 @@ impl Transport for SmolToe {
             )
             .map_err(|_| TcpError::Unaddressable)?;
         let index = self
-            .insert(socket, Role::Connection { listen_port: None }, next_hop)
+            .insert((socket, buffers), Role::Connection { listen_port: None }, next_hop)
             .ok_or(TcpError::NoResources)?;
         let id = self.id_of(index);
         if let Some(entry) = self.entry_mut(id) {

@@ -140,8 +140,8 @@ fn connect_transfer_and_graceful_close() {
     pair.settle(true, Duration::from_secs(120));
     assert_eq!(
         pair.b.socket_count(),
-        4,
-        "only the listening slots are left"
+        1,
+        "only the listening socket is left"
     );
     assert_eq!(pair.a.socket_count(), 0, "TIME-WAIT over");
     assert_eq!(pair.strays, 0);
@@ -403,4 +403,96 @@ fn egress_stays_within_the_uplink_room() {
     }
     assert_eq!(got, data);
     assert_eq!(pair.a.tcb(a).unwrap().retransmits, 0);
+}
+
+#[test]
+fn buffer_sizes_follow_the_budget() {
+    const K: usize = 1024;
+    let mut c = TcpConfig::new(MAC_A, IP_A);
+    c.rx_buffer = 256 * K;
+    c.tx_buffer = 256 * K;
+    c.buffer_budget = 2048 * K;
+    assert_eq!(c.buffer_floor(), 64 * K);
+    // Alone: the maxima.
+    assert_eq!(c.buffer_sizes(0, 0), (256 * K, 256 * K));
+    // An equal share among the sockets there are (7 + this one) …
+    assert_eq!(c.buffer_sizes(7, 0), (128 * K, 128 * K));
+    // … but no more than is left …
+    assert_eq!(c.buffer_sizes(1, 1792 * K), (128 * K, 128 * K));
+    // … and the floor once it is spent.
+    assert_eq!(c.buffer_sizes(4, 2048 * K), (64 * K, 64 * K));
+    assert_eq!(c.buffer_sizes(10_000, 3072 * K), (64 * K, 64 * K));
+    // Whatever the MTU (a segment is at most 65495 octets).
+    c.mtu = 65_535;
+    assert_eq!(c.buffer_floor(), 64 * K);
+    // A floor never exceeds the maxima.
+    c.mtu = 1500;
+    c.tx_buffer = 16 * K;
+    assert_eq!(c.buffer_floor(), 16 * K);
+    assert_eq!(c.buffer_sizes(4, 2048 * K), (16 * K, 16 * K));
+}
+
+#[test]
+fn many_connections_share_the_buffer_budget() {
+    const MAX: usize = 256 * 1024;
+    const FLOOR: usize = 64 * 1024;
+    // Room for two sockets' full buffers, both ways.
+    const BUDGET: usize = 4 * MAX;
+    let mut pair = Pair::new(|mut c| {
+        c.rx_buffer = MAX;
+        c.tx_buffer = MAX;
+        c.buffer_budget = BUDGET;
+        c
+    });
+    pair.b.listen(4791, 64).unwrap();
+    assert_eq!(pair.b.socket_count(), 1, "one socket listens, whatever the backlog");
+    assert_eq!(pair.b.buffers_reserved(), 2 * MAX);
+    let remote = SocketAddrV4::new(IP_B, 4791);
+    let ids: Vec<SocketId> = (0..40)
+        .map(|i| pair.a.connect(pair.now, 40000 + i, remote, MAC_B).unwrap())
+        .collect();
+    pair.settle(false, Duration::ZERO);
+    let accepted: Vec<SocketId> = (0..40).map(|_| pair.b.accept(4791).unwrap()).collect();
+    assert!(pair.b.accept(4791).is_none());
+    // 40 connections and B's listening socket, within the bound.
+    assert_eq!(pair.a.socket_count(), 40);
+    assert_eq!(pair.b.socket_count(), 41);
+    for toe in [&pair.a, &pair.b] {
+        assert!(toe.buffers_reserved() <= BUDGET + toe.socket_count() * 2 * FLOOR);
+    }
+    // The first two got full buffers (the budget), the rest the floor.
+    assert_eq!(pair.a.buffers_reserved(), 2 * (2 * MAX) + 38 * 2 * FLOOR);
+    assert_eq!(pair.a.tcb(ids[0]).unwrap().rcv_wnd, Some(MAX as u32));
+    assert_eq!(pair.a.tcb(ids[39]).unwrap().rcv_wnd, Some(FLOOR as u32));
+
+    // A connection on the floor carries data past its window.
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i * 13) as u8).collect();
+    let late = ids[39];
+    let mut sent = 0;
+    let mut got = Vec::new();
+    let mut rounds = 0;
+    while got.len() < data.len() {
+        sent += pair.a.send_slice(late, &data[sent..]).unwrap();
+        pair.settle(true, Duration::from_millis(100));
+        for &b in &accepted {
+            got.extend(read_all(&mut pair.b, b));
+        }
+        rounds += 1;
+        assert!(rounds < 1000, "{} of {} octets", got.len(), data.len());
+    }
+    assert_eq!(got, data);
+
+    // All closed: the budget is back.
+    for &id in &ids {
+        pair.a.close(id);
+        pair.a.release(id);
+    }
+    for &id in &accepted {
+        pair.b.close(id);
+        pair.b.release(id);
+    }
+    pair.settle(true, Duration::from_secs(120));
+    assert_eq!(pair.a.socket_count(), 0);
+    assert_eq!(pair.a.buffers_reserved(), 0);
+    assert_eq!(pair.b.socket_count(), 1);
 }
