@@ -618,10 +618,20 @@ impl Rnic {
         }
     }
 
-    /// Whether vt3d polls some queue now: its worker should come back at
-    /// once to [`Rnic::poll_queues`] instead of sleeping.
+    /// Whether vt3d polls some queue now.
     pub fn polling(&self) -> bool {
         !self.polled.is_empty()
+    }
+
+    /// How often the worker looks at the polled queues
+    /// ([`Rnic::poll_queues`]), if any: as often as the queue that wants
+    /// it most ([`poll::PollWindow::look_interval`]).
+    pub fn poll_interval(&self) -> Option<Duration> {
+        let interval = |queue: &PolledQueue| match *queue {
+            PolledQueue::Qp(qpn, wq) => self.qps.get(qpn).map(|qp| qp.poll_window(wq).look_interval()),
+            PolledQueue::Srq(srqn) => self.srqs.get(srqn).map(|srq| srq.poll.look_interval()),
+        };
+        self.polled.queues().iter().filter_map(interval).min()
     }
 
     /// Looks once at every polled queue: takes the WQEs the guest posted

@@ -39,6 +39,11 @@ pub const INITIAL_WINDOW: Duration = Duration::from_micros(64);
 pub const MAX_WINDOW: Duration = Duration::from_millis(1);
 /// Queues polled at once; the others wait for doorbells, as before.
 pub const MAX_POLLED: usize = 64;
+/// Looks per gap between posts: a post waits at most this fraction of
+/// the usual gap before vt3d finds it.
+const LOOKS_PER_GAP: u32 = 16;
+/// The most often vt3d looks (each look is a wake-up of the worker).
+const MIN_LOOK_INTERVAL: Duration = Duration::from_micros(10);
 
 /// One queue's adaptive polling window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,11 +54,14 @@ pub struct PollWindow {
     until: Option<Instant>,
     /// When the queue last gave work.
     last_work: Option<Instant>,
+    /// The usual gap between two posts (a moving average of those seen
+    /// within [`MAX_WINDOW`]): sets how often vt3d looks.
+    gap: Duration,
 }
 
 impl Default for PollWindow {
     fn default() -> Self {
-        Self { length: INITIAL_WINDOW, until: None, last_work: None }
+        Self { length: INITIAL_WINDOW, until: None, last_work: None, gap: INITIAL_WINDOW }
     }
 }
 
@@ -74,6 +82,22 @@ impl PollWindow {
         self.length
     }
 
+    /// How often vt3d looks at the queue while it polls it.
+    pub fn look_interval(&self) -> Duration {
+        (self.gap / LOOKS_PER_GAP).max(MIN_LOOK_INTERVAL)
+    }
+
+    /// Work came `gap` after the previous work: the average moves a
+    /// quarter of the way to it (a gap longer than any window is no
+    /// polling's business).
+    fn note_gap(&mut self, now: Instant) {
+        let Some(last) = self.last_work else { return };
+        let gap = now - last;
+        if gap <= MAX_WINDOW {
+            self.gap = (self.gap * 3 + gap) / 4;
+        }
+    }
+
     /// Polling until then, if polling.
     pub fn until(&self) -> Option<Instant> {
         self.until
@@ -88,6 +112,7 @@ impl PollWindow {
         if gap <= MAX_WINDOW {
             self.length = (self.length * 2).max(gap + gap / 4).min(MAX_WINDOW);
         }
+        self.note_gap(now);
     }
 
     /// Whether vt3d keeps polling once the ring is drained at `now`:
@@ -108,15 +133,14 @@ impl PollWindow {
         if taken > 0 {
             if trigger == Trigger::Poll {
                 self.length = (self.length * 2).min(MAX_WINDOW);
+                self.note_gap(now);
             }
             self.last_work = Some(now);
             self.until = polling.then(|| now + self.length);
             return;
         }
-        if !polling {
-            if self.until.take().is_some_and(|until| now >= until) {
-                self.length = (self.length / 2).max(MIN_WINDOW);
-            }
+        if !polling && self.until.take().is_some_and(|until| now >= until) {
+            self.length = (self.length / 2).max(MIN_WINDOW);
         }
     }
 
@@ -253,7 +277,7 @@ pub fn drain(ring: &mut impl ProducerRing, mut budget: u32, mut stays: impl FnMu
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
 
@@ -354,6 +378,24 @@ mod tests {
         let length = w.length();
         w.doorbell(at(10) + MAX_WINDOW + us(1));
         assert_eq!(w.length(), length, "longer after the work than any window");
+    }
+
+    #[test]
+    fn looks_come_sixteen_times_per_usual_gap() {
+        let mut w = PollWindow::default();
+        assert_eq!(w.look_interval(), MIN_LOOK_INTERVAL, "64 µs / 16, bounded: each look is a wake-up");
+        // Posts 800 µs apart, found by polling: the average gap moves to them.
+        let mut t = 0;
+        work(&mut w, at(t), Trigger::Doorbell);
+        for _ in 0..20 {
+            t += 800;
+            work(&mut w, at(t), Trigger::Poll);
+        }
+        assert!(w.look_interval() > us(48) && w.look_interval() <= us(50), "{:?}", w.look_interval());
+        // A gap longer than any window does not count.
+        poll_out(&mut w, t + 1, 100);
+        w.doorbell(at(t + 50_000));
+        assert!(w.look_interval() > us(48));
     }
 
     #[test]

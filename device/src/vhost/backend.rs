@@ -50,7 +50,7 @@ pub const KICK_EVENT: u16 = TIMER_EVENT + 1;
 pub const RESUME_EVENT: u16 = KICK_EVENT + 1;
 /// Epoll id of [`WritableWatch`]: the uplink took frames again.
 pub const WRITABLE_EVENT: u16 = RESUME_EVENT + 1;
-/// Epoll id of [`PollWatch`]: the RNIC polls work queues.
+/// Epoll id of [`PollWatch`]: time to look at the polled work queues.
 pub const POLL_EVENT: u16 = WRITABLE_EVENT + 1;
 /// TX chains taken per wake-up (a NAPI weight): a guest that keeps its TX
 /// ring full cannot keep the worker from RX, the engine and the uplink.
@@ -131,16 +131,7 @@ struct EngineTimer {
 
 impl EngineTimer {
     fn new() -> io::Result<Self> {
-        let fd = TimerFd::new()?;
-        let raw = fd.as_raw_fd();
-        // SAFETY: F_GETFL on a descriptor this function owns; no memory is passed.
-        let flags = unsafe { libc::fcntl(raw, libc::F_GETFL) };
-        // SAFETY: F_SETFL on the same descriptor, only adding O_NONBLOCK: a
-        // read after another handler re-armed the timer must not block the worker.
-        if flags < 0 || unsafe { libc::fcntl(raw, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Self { fd, armed: None })
+        Ok(Self { fd: nonblocking_timer()?, armed: None })
     }
 
     /// Consumes the expiry (nothing to read is fine: it was re-armed).
@@ -208,31 +199,55 @@ impl WritableWatch {
 }
 
 /// While the RNIC polls work queues ([`crate::rnic::poll`]) the worker
-/// comes back at once after each pass instead of sleeping: an eventfd in
-/// its epoll set ([`POLL_EVENT`], level triggered) stays readable exactly
-/// then. Every other event is served in between, as epoll reports them
-/// together.
+/// looks at them every [`crate::rnic::Rnic::poll_interval`]: a periodic
+/// timer in its epoll set ([`POLL_EVENT`]) armed exactly then. Between
+/// looks it sleeps: on a host whose cores the guests' vCPUs need, a
+/// spinning worker would take their time, and a thread that slept is the
+/// one the scheduler runs at once when its timer or a frame wakes it.
 #[derive(Debug)]
 struct PollWatch {
-    fd: EventFd,
-    armed: bool,
+    timer: TimerFd,
+    period: Option<Duration>,
 }
 
 impl PollWatch {
     fn new() -> io::Result<Self> {
-        Ok(Self { fd: EventFd::new(EFD_NONBLOCK)?, armed: false })
+        Ok(Self { timer: nonblocking_timer()?, period: None })
     }
 
-    fn set(&mut self, polling: bool) {
-        if polling == self.armed {
+    /// Looks every `period` from now on (`None`: no more).
+    fn set(&mut self, period: Option<Duration>) {
+        if period == self.period {
             return;
         }
-        let result = if polling { self.fd.write(1) } else { self.fd.read().map(drop) };
+        let result = match period {
+            Some(p) => self.timer.reset(p, Some(p)),
+            None => self.timer.clear(),
+        };
         match result {
-            Ok(()) => self.armed = polling,
-            Err(e) => log::warn!("poll event: {e}"),
+            Ok(()) => self.period = period,
+            Err(e) => log::warn!("poll timer: {e}"),
         }
     }
+
+    /// Consumes the expiries (none is fine: it was re-armed).
+    fn expired(&mut self) {
+        let _ = self.timer.wait();
+    }
+}
+
+/// A timerfd that never blocks the worker on read (a read after another
+/// handler re-armed it finds nothing).
+fn nonblocking_timer() -> io::Result<TimerFd> {
+    let fd = TimerFd::new()?;
+    let raw = fd.as_raw_fd();
+    // SAFETY: F_GETFL on a descriptor this function owns; no memory is passed.
+    let flags = unsafe { libc::fcntl(raw, libc::F_GETFL) };
+    // SAFETY: F_SETFL on the same descriptor, only adding O_NONBLOCK.
+    if flags < 0 || unsafe { libc::fcntl(raw, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
 }
 
 /// Past this many undelivered device frames, vt3d stops taking commands
@@ -310,9 +325,9 @@ impl NetBackend {
         self.resume.as_raw_fd()
     }
 
-    /// The eventfd to register with the worker's epoll as [`POLL_EVENT`].
+    /// The timer to register with the worker's epoll as [`POLL_EVENT`].
     pub fn poll_fd(&self) -> RawFd {
-        lock(&self.poll).fd.as_raw_fd()
+        lock(&self.poll).timer.as_raw_fd()
     }
 
     fn now(&self) -> Instant {
@@ -384,13 +399,12 @@ impl NetBackend {
     }
 
     /// One look at the polled work queues: WQEs found run the engine at
-    /// once (and what it made reaches the guest); none found, the core is
-    /// left to whoever shares it (the guest's vCPU) before the next look.
+    /// once, and what it made reaches the guest.
     fn on_poll(&self, rx: &VringRwLock) -> Result<(), BackendError> {
+        lock(&self.poll).expired();
         let Ok(mem) = self.memory() else { return Ok(()) };
         let mem = mem.memory();
         if !self.nic.rnic().poll_queues(self.now(), &*mem) {
-            std::thread::yield_now();
             return Ok(());
         }
         {
@@ -953,8 +967,8 @@ impl VhostUserBackend for NetBackend {
             self.receive(rx)?;
         }
         lock(&self.writable).set(self.nic.uplink_backlog() > 0);
-        let polling = self.nic.rnic().polling();
-        lock(&self.poll).set(polling);
+        let period = self.nic.rnic().poll_interval();
+        lock(&self.poll).set(period.map(|p| Duration::from_micros(p.total_micros())));
         Ok(())
     }
 
