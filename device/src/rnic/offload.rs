@@ -611,11 +611,7 @@ impl Rnic {
         if !self.fetch_pending.is_empty() || !self.ring_faults.is_empty() || !self.srq_fetch_pending.is_empty() {
             return Some(now);
         }
-        // A polling window's end hands its queue back to the doorbells.
-        match (next, self.poll_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        next
     }
 
     /// Whether vt3d polls some queue now.
@@ -658,8 +654,10 @@ impl Rnic {
         found
     }
 
-    /// When the first polling window ends.
-    fn poll_deadline(&self) -> Option<Instant> {
+    /// When the first polling window ends (a look then hands its queue
+    /// back to the doorbells; the worker's looks come often enough anyway,
+    /// [`Rnic::poll_interval`]).
+    pub fn poll_deadline(&self) -> Option<Instant> {
         let until = |queue: &PolledQueue| match *queue {
             PolledQueue::Qp(qpn, wq) => self.qps.get(qpn).and_then(|qp| qp.poll_window(wq).until()),
             PolledQueue::Srq(srqn) => self.srqs.get(srqn).and_then(|srq| srq.poll.until()),
