@@ -614,20 +614,10 @@ impl Rnic {
         next
     }
 
-    /// Whether vt3d polls some queue now.
+    /// Whether vt3d polls some queue now: its worker should come back at
+    /// once to [`Rnic::poll_queues`] instead of sleeping.
     pub fn polling(&self) -> bool {
         !self.polled.is_empty()
-    }
-
-    /// How often the worker looks at the polled queues
-    /// ([`Rnic::poll_queues`]), if any: as often as the queue that wants
-    /// it most ([`poll::PollWindow::look_interval`]).
-    pub fn poll_interval(&self) -> Option<Duration> {
-        let interval = |queue: &PolledQueue| match *queue {
-            PolledQueue::Qp(qpn, wq) => self.qps.get(qpn).map(|qp| qp.poll_window(wq).look_interval()),
-            PolledQueue::Srq(srqn) => self.srqs.get(srqn).map(|srq| srq.poll.look_interval()),
-        };
-        self.polled.queues().iter().filter_map(interval).min()
     }
 
     /// Looks once at every polled queue: takes the WQEs the guest posted
@@ -655,8 +645,8 @@ impl Rnic {
     }
 
     /// When the first polling window ends (a look then hands its queue
-    /// back to the doorbells; the worker's looks come often enough anyway,
-    /// [`Rnic::poll_interval`]).
+    /// back to the doorbells; the worker looks after every pass while
+    /// [`Rnic::polling`]).
     pub fn poll_deadline(&self) -> Option<Instant> {
         let until = |queue: &PolledQueue| match *queue {
             PolledQueue::Qp(qpn, wq) => self.qps.get(qpn).and_then(|qp| qp.poll_window(wq).until()),

@@ -36,16 +36,10 @@ pub const INITIAL_WINDOW: Duration = Duration::from_micros(64);
 /// The longest: the longest gap between posts polling covers. A 64 B
 /// round trip between TCG guests is ~0.4 ms on an idle host and 2-4 ms on
 /// a loaded one (1 ms caught almost none there, 4 ms half the posts).
-/// Looks are spread over the usual gap, so even a window this long costs
-/// a queue that stopped giving work a few dozen looks.
 pub const MAX_WINDOW: Duration = Duration::from_millis(4);
 /// Queues polled at once; the others wait for doorbells, as before.
 pub const MAX_POLLED: usize = 64;
-/// Looks per gap between posts: a post waits at most this fraction of
-/// the usual gap before vt3d finds it.
-const LOOKS_PER_GAP: u32 = 16;
-/// The most often vt3d looks (each look is a wake-up of the worker).
-const MIN_LOOK_INTERVAL: Duration = Duration::from_micros(10);
+
 
 /// One queue's adaptive polling window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,14 +50,11 @@ pub struct PollWindow {
     until: Option<Instant>,
     /// When the queue last gave work.
     last_work: Option<Instant>,
-    /// The usual gap between two posts (a moving average of those seen
-    /// within [`MAX_WINDOW`]): sets how often vt3d looks.
-    gap: Duration,
 }
 
 impl Default for PollWindow {
     fn default() -> Self {
-        Self { length: INITIAL_WINDOW, until: None, last_work: None, gap: INITIAL_WINDOW }
+        Self { length: INITIAL_WINDOW, until: None, last_work: None }
     }
 }
 
@@ -84,21 +75,6 @@ impl PollWindow {
         self.length
     }
 
-    /// How often vt3d looks at the queue while it polls it.
-    pub fn look_interval(&self) -> Duration {
-        (self.gap / LOOKS_PER_GAP).max(MIN_LOOK_INTERVAL)
-    }
-
-    /// Work came `gap` after the previous work: the average moves a
-    /// quarter of the way to it (a gap longer than any window is no
-    /// polling's business).
-    fn note_gap(&mut self, now: Instant) {
-        let Some(last) = self.last_work else { return };
-        let gap = now - last;
-        if gap <= MAX_WINDOW {
-            self.gap = (self.gap * 3 + gap) / 4;
-        }
-    }
 
     /// Polling until then, if polling.
     pub fn until(&self) -> Option<Instant> {
@@ -114,7 +90,6 @@ impl PollWindow {
         if gap <= MAX_WINDOW {
             self.length = (self.length * 2).max(gap + gap / 4).min(MAX_WINDOW);
         }
-        self.note_gap(now);
     }
 
     /// Whether vt3d keeps polling once the ring is drained at `now`:
@@ -135,7 +110,6 @@ impl PollWindow {
         if taken > 0 {
             if trigger == Trigger::Poll {
                 self.length = (self.length * 2).min(MAX_WINDOW);
-                self.note_gap(now);
             }
             self.last_work = Some(now);
             self.until = polling.then(|| now + self.length);
@@ -380,24 +354,6 @@ mod tests {
         let length = w.length();
         w.doorbell(at(10) + MAX_WINDOW + us(1));
         assert_eq!(w.length(), length, "longer after the work than any window");
-    }
-
-    #[test]
-    fn looks_come_sixteen_times_per_usual_gap() {
-        let mut w = PollWindow::default();
-        assert_eq!(w.look_interval(), MIN_LOOK_INTERVAL, "64 µs / 16, bounded: each look is a wake-up");
-        // Posts 800 µs apart, found by polling: the average gap moves to them.
-        let mut t = 0;
-        work(&mut w, at(t), Trigger::Doorbell);
-        for _ in 0..20 {
-            t += 800;
-            work(&mut w, at(t), Trigger::Poll);
-        }
-        assert!(w.look_interval() > us(48) && w.look_interval() <= us(50), "{:?}", w.look_interval());
-        // A gap longer than any window does not count.
-        poll_out(&mut w, t + 1, 100);
-        w.doorbell(at(t + 50_000));
-        assert!(w.look_interval() > us(48));
     }
 
     #[test]

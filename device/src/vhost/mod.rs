@@ -113,7 +113,7 @@ pub fn serve_frontend(
         handler
             .register_listener(backend.resume_fd(), EventSet::IN, u64::from(RESUME_EVENT))
             .map_err(VhostError::Register)?;
-        // Level triggered: an expiry stays readable until consumed.
+        // Level triggered: readable for as long as the RNIC polls.
         handler
             .register_listener(backend.poll_fd(), EventSet::IN, u64::from(POLL_EVENT))
             .map_err(VhostError::Register)?;
