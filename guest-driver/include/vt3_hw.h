@@ -110,7 +110,7 @@
  * A producer stores its new index (release), issues a full barrier, then
  * reads VT3_QP_F_SQ_IDLE / VT3_QP_F_RQ_IDLE; only if set does it send
  * VT3_CMD_DOORBELL. vt3d keeps the flag clear while it reads the ring, and
- * after a queue gave it work, for a short adaptive window (at most 4 ms)
+ * after a queue gave it work, for a short adaptive window (at most 1 ms)
  * during which it polls the producer index itself: posts then need no
  * doorbell. vt3d sets the IDLE flag, issues a full barrier and re-reads
  * the producer index before it stops polling a queue, so a WQE posted in
