@@ -1185,6 +1185,25 @@ fn a_busy_queue_is_polled_without_doorbells_until_its_window_ends() {
     assert_eq!((g.doorbells, fetched(g)), (2, 12), "idle again: the next post rings and is taken at once");
 }
 
+/// `vt3d serve --poll-queues 0`: vt3d never polls, every post rings.
+#[test]
+fn without_polling_every_post_rings_its_doorbell() {
+    let mut s = setup(16);
+    let t0 = s.sim.now;
+    let g = &mut s.sim.a;
+    g.rnic.set_poll_queues(0);
+    let pdn = g.handle(t0, Cmd::AllocPd, &CmdHandle::default());
+    let (scq, rcq) = (g.cq(t0, 64), g.cq(t0, 16));
+    let mut qp = g.qp(t0, pdn, scq, rcq, 64);
+    for i in 0..5u64 {
+        g.post_send_wqe(t0, &mut qp, &send_wqe(i, WrOpcode::Send, false, &[]));
+        assert_ne!(g.qp_status(&qp).flags.to_native() & QpStatusFlag::SqIdle as u32, 0, "idle after each fetch");
+    }
+    assert_eq!(g.doorbells, 5);
+    assert_eq!(g.rnic.qps.get(qp.qpn).unwrap().sq_work.fetched, 5);
+    assert!(!g.rnic.polling());
+}
+
 #[test]
 fn a_malformed_receive_wqe_fails_in_order_with_its_own_status() {
     let mut s = setup(16);

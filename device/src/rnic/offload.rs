@@ -614,6 +614,12 @@ impl Rnic {
         next
     }
 
+    /// How many work queues may be polled at once (`--poll-queues`; 0:
+    /// none, every post to an idle queue rings its doorbell).
+    pub fn set_poll_queues(&mut self, n: usize) {
+        self.polled.set_capacity(n);
+    }
+
     /// Whether vt3d polls some queue now: its worker should come back at
     /// once to [`Rnic::poll_queues`] instead of sleeping.
     pub fn polling(&self) -> bool {

@@ -39,8 +39,9 @@ pub const INITIAL_WINDOW: Duration = Duration::from_micros(64);
 /// polling that long takes the CPU the guests' vCPUs need (measured with
 /// 4 ms: ib_send_lat 4-7x slower), so such gaps are left to doorbells.
 pub const MAX_WINDOW: Duration = Duration::from_millis(1);
-/// Queues polled at once; the others wait for doorbells, as before.
-pub const MAX_POLLED: usize = 64;
+/// Queues polled at once by default (`vt3d serve --poll-queues`); the
+/// others wait for doorbells, as before.
+pub const MAX_POLLED: u16 = 64;
 
 
 /// One queue's adaptive polling window.
@@ -135,17 +136,30 @@ pub enum PolledQueue {
     Srq(u32),
 }
 
-/// The queues polled now, at most [`MAX_POLLED`]: each is looked at once
-/// per poll pass, with the fetch budget of a doorbell.
-#[derive(Debug, Default)]
+/// The queues polled now, at most `capacity` (0: none): each is looked
+/// at once per poll pass, with the fetch budget of a doorbell.
+#[derive(Debug)]
 pub struct PollSet {
     queues: Vec<PolledQueue>,
+    capacity: usize,
+}
+
+impl Default for PollSet {
+    fn default() -> Self {
+        Self { queues: Vec::new(), capacity: usize::from(MAX_POLLED) }
+    }
 }
 
 impl PollSet {
+    /// At most `capacity` queues from now on (the others stop at their
+    /// next look).
+    pub fn set_capacity(&mut self, capacity: usize) {
+        self.capacity = capacity;
+    }
+
     /// Whether `queue` is polled or may join.
     pub fn has_room_for(&self, queue: PolledQueue) -> bool {
-        self.queues.len() < MAX_POLLED || self.queues.contains(&queue)
+        self.queues.len() < self.capacity || (self.queues.contains(&queue) && self.queues.len() <= self.capacity)
     }
 
     /// Sets whether `queue` is polled (joining needs room: see
@@ -153,7 +167,7 @@ impl PollSet {
     pub fn set(&mut self, queue: PolledQueue, polled: bool) {
         let at = self.queues.iter().position(|&q| q == queue);
         match (polled, at) {
-            (true, None) if self.queues.len() < MAX_POLLED => self.queues.push(queue),
+            (true, None) if self.queues.len() < self.capacity => self.queues.push(queue),
             (false, Some(at)) => {
                 self.queues.swap_remove(at);
             }
@@ -363,17 +377,21 @@ mod tests {
         let w = PollWindow::default();
         assert!(!w.stays(at(0), true, false));
         let mut set = PollSet::default();
-        for qpn in 0..MAX_POLLED as u32 {
+        for qpn in 0..u32::from(MAX_POLLED) {
             assert!(set.has_room_for(PolledQueue::Qp(qpn, WorkQueue::Send)));
             set.set(PolledQueue::Qp(qpn, WorkQueue::Send), true);
         }
         let extra = PolledQueue::Srq(1);
         assert!(!set.has_room_for(extra));
         set.set(extra, true);
-        assert_eq!(set.len(), MAX_POLLED, "never more than the bound");
+        assert_eq!(set.len(), usize::from(MAX_POLLED), "never more than the bound");
         assert!(set.has_room_for(PolledQueue::Qp(3, WorkQueue::Send)), "a member keeps its place");
         set.remove_qp(3);
         assert!(set.has_room_for(extra));
+        // --poll-queues 0: nobody polls, members leave at their next look.
+        set.set_capacity(0);
+        assert!(!set.has_room_for(PolledQueue::Qp(4, WorkQueue::Send)));
+        assert!(!set.has_room_for(extra));
     }
 
     /// A queue in memory, and a guest that posts one WQE at a chosen
