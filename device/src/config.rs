@@ -334,6 +334,14 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECS", default_value_t = crate::rnic::DEFAULT_TCP_TIMEOUT_SECS,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub tcp_timeout: u64,
+    /// Work queues vt3d polls at once after they gave it work, so posts
+    /// need no doorbell (docs/performance.md, round 3); 0: never, every
+    /// post to an idle queue rings. Polling takes a core's time while it
+    /// lasts (at most 1 ms after the last work of a queue): on a host
+    /// whose cores TCG guests need it slows them.
+    #[arg(long, value_name = "N", default_value_t = crate::rnic::poll::MAX_POLLED,
+          value_parser = clap::value_parser!(u16).range(0..=1024))]
+    pub poll_queues: u16,
     /// Capture every frame on the uplink, both ways, to this pcapng file
     /// from the start (`vt3d ctl capture stop` ends it).
     #[arg(long, value_name = "FILE")]
@@ -354,6 +362,8 @@ pub struct Config {
     pub mgmt: Option<PathBuf>,
     /// Seconds (`--tcp-timeout`).
     pub tcp_timeout: u64,
+    /// `--poll-queues`.
+    pub poll_queues: usize,
     /// `--pcap`: capture the uplink to this file from the start.
     pub pcap: Option<PathBuf>,
 }
@@ -367,6 +377,7 @@ impl From<ServeArgs> for Config {
             mtu: usize::from(a.mtu),
             mgmt: a.mgmt,
             tcp_timeout: a.tcp_timeout,
+            poll_queues: usize::from(a.poll_queues),
             pcap: a.pcap,
         }
     }
@@ -530,6 +541,8 @@ mod tests {
         assert_eq!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0"]).unwrap().tcp_timeout, 15);
         assert!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0", "--tcp-timeout", "0"]).is_err());
         assert_eq!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0", "--tcp-timeout", "60"]).unwrap().tcp_timeout, 60);
+        assert_eq!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0"]).unwrap().poll_queues, 64);
+        assert_eq!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0", "--poll-queues", "0"]).unwrap().poll_queues, 0);
         assert_eq!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0"]).unwrap().pcap, None);
         let with_pcap = parse(&["serve", "--socket", "s", "--uplink", "tap:t0", "--pcap", "/tmp/w.pcapng"]).unwrap();
         assert_eq!(with_pcap.pcap, Some(PathBuf::from("/tmp/w.pcapng")));

@@ -58,6 +58,7 @@ pub fn serve(config: &Config) -> Result<(), Error> {
         .map_err(|source| Error::Uplink { spec: config.uplink.to_string(), source })?;
     let nic = Arc::new(Nic::new(uplink, config.mac, config.mtu));
     nic.rnic().set_tcp_timeout(vt3_iwarp::toe::Duration::from_secs(config.tcp_timeout));
+    nic.rnic().set_poll_queues(config.poll_queues);
     nic.capture.describe(&config.uplink.to_string());
     if let Some(path) = &config.pcap {
         nic.capture.start(path)?;

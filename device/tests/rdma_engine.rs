@@ -15,6 +15,7 @@ use vt3_iwarp::sim::{Endpoint, Sim, WireConfig, IPS, MACS};
 use vt3_iwarp::toe::{Duration, Instant};
 use vt3d::abi::*;
 use vt3d::control::{build_frame, Channel, DriverEnd, Outcome, QueueAddrs};
+use vt3d::rnic::poll::MAX_WINDOW;
 use vt3d::rnic::{Limits, Rnic};
 
 #[path = "rdma_engine/pair.rs"]
@@ -91,7 +92,11 @@ impl Endpoint for Guest {
     }
 
     fn poll(&mut self, now: Instant, tx: &mut dyn FnMut(&[u8])) {
-        self.next_poll = self.rnic.service(now, &self.mem, tx);
+        // vt3d's worker also looks at polled queues until their windows end.
+        self.next_poll = match (self.rnic.service(now, &self.mem, tx), self.rnic.poll_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         self.chan.take_events(&mut self.rnic, &mut self.frames);
         while let Some(f) = self.frames.pop_front() {
             self.record_event(&f);
@@ -472,7 +477,10 @@ fn connect_transfer_and_close_gracefully() {
     for i in 0..4 {
         s.sim.b.post_recv(now, &mut s.qb, 100 + i, &b_local, i * 4096, 4096);
     }
-    assert_eq!(s.sim.b.doorbells, 4, "an idle device asks for every doorbell");
+    // The first receive finds the device idle and rings; the device then
+    // polls the RQ for a window, so the next three need no doorbell.
+    assert_eq!(s.sim.b.doorbells, 1, "one doorbell, then the device polls");
+    assert_eq!(s.sim.b.qp_status(&s.qb).flags.to_native() & QpStatusFlag::RqIdle as u32, 0);
     connect(&mut s);
 
     // SEND into a posted receive.
@@ -1125,8 +1133,77 @@ fn a_deep_ring_is_fetched_over_several_passes() {
     assert_eq!(fetched(g), 256);
     g.rnic.service(now, &g.mem, &mut tx);
     assert_eq!(fetched(g), 300);
-    assert_ne!(g.qp_status(&qp).flags.to_native() & QpStatusFlag::SqIdle as u32, 0);
+    assert_eq!(g.qp_status(&qp).flags.to_native() & QpStatusFlag::SqIdle as u32, 0, "polled after the work");
+    assert!(g.rnic.poll_deadline().is_some_and(|end| end <= now + MAX_WINDOW));
+    g.rnic.service(now + MAX_WINDOW, &g.mem, &mut tx);
+    assert_ne!(g.qp_status(&qp).flags.to_native() & QpStatusFlag::SqIdle as u32, 0, "idle once the window ended");
     assert_eq!(g.doorbells, 1);
+}
+
+/// A queue that just gave work is polled: posts within its window need
+/// no doorbell and are taken at the device's next look; the window grows
+/// while looks find work; once one ends with nothing found the queue is
+/// handed back (IDLE set) and the next post rings again.
+#[test]
+fn a_busy_queue_is_polled_without_doorbells_until_its_window_ends() {
+    let mut s = setup(16);
+    let t0 = s.sim.now;
+    let g = &mut s.sim.a;
+    let pdn = g.handle(t0, Cmd::AllocPd, &CmdHandle::default());
+    let (scq, rcq) = (g.cq(t0, 64), g.cq(t0, 16));
+    let mut qp = g.qp(t0, pdn, scq, rcq, 64);
+    let mut tx = |_: &[u8]| {};
+    let qpn = qp.qpn;
+    let fetched = |g: &Guest| g.rnic.qps.get(qpn).unwrap().sq_work.fetched;
+    let stat = |g: &Guest, name: &str| g.rnic.ring_stats().iter().find(|(k, _)| *k == name).unwrap().1;
+    let sq_idle = |g: &Guest, qp: &QpRings| g.qp_status(qp).flags.to_native() & QpStatusFlag::SqIdle as u32 != 0;
+    // An IDLE QP takes sends and holds them until it is connected.
+    g.post_send_wqe(t0, &mut qp, &send_wqe(0, WrOpcode::Send, false, &[]));
+    assert_eq!((g.doorbells, fetched(g)), (1, 1));
+    assert!(!sq_idle(g, &qp), "polled after the work");
+    // Ten more, 40 µs apart (within every window): found by polling.
+    let mut t = t0;
+    for i in 1..=10u64 {
+        t += Duration::from_micros(40);
+        g.post_send_wqe(t, &mut qp, &send_wqe(i, WrOpcode::Send, false, &[]));
+        assert_eq!(fetched(g), i as u32, "no doorbell: taken at the next look");
+        assert!(g.rnic.poll_queues(t, &g.mem), "the look finds it");
+        assert_eq!(fetched(g), i as u32 + 1);
+    }
+    assert_eq!(g.doorbells, 1, "one doorbell for eleven WQEs");
+    assert_eq!((stat(g, "poll_finds"), stat(g, "polled_queues")), (10, 1));
+    // Nothing more: the window ends, and then the queue is handed back to
+    // the doorbells.
+    g.rnic.service(t, &g.mem, &mut tx);
+    let end = g.rnic.poll_deadline().unwrap();
+    assert!(end > t && end <= t + MAX_WINDOW, "window end {end} after the last find at {t}");
+    assert!(!g.rnic.poll_queues(end - Duration::from_micros(1), &g.mem));
+    assert!(!sq_idle(g, &qp), "still polled inside the window");
+    assert!(!g.rnic.poll_queues(end, &g.mem));
+    assert!(sq_idle(g, &qp), "handed back at the window's end");
+    assert!(!g.rnic.polling());
+    assert_eq!(stat(g, "polled_queues"), 0);
+    g.post_send_wqe(end, &mut qp, &send_wqe(11, WrOpcode::Send, false, &[]));
+    assert_eq!((g.doorbells, fetched(g)), (2, 12), "idle again: the next post rings and is taken at once");
+}
+
+/// `vt3d serve --poll-queues 0`: vt3d never polls, every post rings.
+#[test]
+fn without_polling_every_post_rings_its_doorbell() {
+    let mut s = setup(16);
+    let t0 = s.sim.now;
+    let g = &mut s.sim.a;
+    g.rnic.set_poll_queues(0);
+    let pdn = g.handle(t0, Cmd::AllocPd, &CmdHandle::default());
+    let (scq, rcq) = (g.cq(t0, 64), g.cq(t0, 16));
+    let mut qp = g.qp(t0, pdn, scq, rcq, 64);
+    for i in 0..5u64 {
+        g.post_send_wqe(t0, &mut qp, &send_wqe(i, WrOpcode::Send, false, &[]));
+        assert_ne!(g.qp_status(&qp).flags.to_native() & QpStatusFlag::SqIdle as u32, 0, "idle after each fetch");
+    }
+    assert_eq!(g.doorbells, 5);
+    assert_eq!(g.rnic.qps.get(qp.qpn).unwrap().sq_work.fetched, 5);
+    assert!(!g.rnic.polling());
 }
 
 #[test]

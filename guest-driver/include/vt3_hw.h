@@ -109,9 +109,14 @@
  * ---------
  * A producer stores its new index (release), issues a full barrier, then
  * reads VT3_QP_F_SQ_IDLE / VT3_QP_F_RQ_IDLE; only if set does it send
- * VT3_CMD_DOORBELL. vt3d sets the IDLE flag, issues a full barrier and
- * re-reads the producer index before it stops polling a queue, so a WQE
- * posted in between is never missed.
+ * VT3_CMD_DOORBELL. vt3d keeps the flag clear while it reads the ring, and
+ * after a queue gave it work, for a short adaptive window (at most 1 ms)
+ * during which it polls the producer index itself: posts then need no
+ * doorbell. vt3d sets the IDLE flag, issues a full barrier and re-reads
+ * the producer index before it stops polling a queue, so a WQE posted in
+ * between is never missed: of the two stores (index, flag), one side sees
+ * the other's. A clear flag is only a hint to skip the doorbell; a
+ * doorbell rung anyway is harmless.
  *
  * Arming
  * ------

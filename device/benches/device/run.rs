@@ -260,8 +260,11 @@ impl Pair {
         self.a.poll_cq(&mut self.scq[0], &mut cqes);
     }
 
-    /// 64-octet SEND ping-pong on one connection: (median, p99) round trip, µs.
-    fn ping_pong(&mut self, qp: &mut (QpRings, QpRings), secs: f64) -> (f64, f64) {
+    /// 64-octet SEND ping-pong on one connection: (median, p99) round
+    /// trip in µs, and the doorbells both guests rang per round trip (four
+    /// posts each: the device polls a queue that just gave work, so most
+    /// need none).
+    fn ping_pong(&mut self, qp: &mut (QpRings, QpRings), secs: f64) -> (f64, f64, f64) {
         let (qa, qb) = qp;
         let (ma, mb) = (self.mr[0], self.mr[1]);
         let recv_at = 4 * MIB;
@@ -269,12 +272,10 @@ impl Pair {
             self.a.post_recv(qa, i, &ma, recv_at + i * 64, 64);
             self.b.post_recv(qb, i, &mb, recv_at + i * 64, 64);
         }
-        // A receive is the device's once it fetched it: vt3d looks at the
-        // RQ on a doorbell, not when a SEND arrives, so a SEND that beats
-        // the peer's doorbell finds no buffer (TERMINATE). Later receives
-        // are posted before the SEND that makes the peer answer.
-        // The guest cannot see that (rq_cons moves on completion), so
-        // the bench asks vt3d's management socket.
+        // The measurement starts once both vt3d hold the receives (a SEND
+        // that finds none makes vt3d read the RQ, but the first round trip
+        // would pay for it). The guest cannot see that (rq_cons moves on
+        // completion), so the bench asks vt3d's management socket.
         for (side, q) in [(0, qa.qpn), (1, qb.qpn)] {
             let start = Instant::now();
             while self.procs[side].rq_fetched(q) < Some(8) {
@@ -286,6 +287,7 @@ impl Pair {
         }
         let mut cqes = Vec::new();
         let mut samples = Vec::new();
+        let doorbells = self.a.doorbells + self.b.doorbells;
         let start = Instant::now();
         let mut n = 0u64;
         while start.elapsed().as_secs_f64() < secs {
@@ -305,7 +307,18 @@ impl Pair {
             n += 1;
         }
         let p50 = median(&mut samples);
-        (p50, percentile(&samples, 0.99))
+        let rung = (self.a.doorbells + self.b.doorbells - doorbells) as f64 / n.max(1) as f64;
+        (p50, percentile(&samples, 0.99), rung)
+    }
+
+    /// Both vt3d processes' CPU, in % of one core, over `secs` without
+    /// traffic (connections up): polling must stop when the work does.
+    fn idle_cpu_percent(&self, secs: f64) -> f64 {
+        // Longer than any polling window.
+        std::thread::sleep(Duration::from_millis(20));
+        let cpu0 = self.cpu_seconds();
+        std::thread::sleep(Duration::from_secs_f64(secs));
+        (self.cpu_seconds() - cpu0) / secs * 100.0
     }
 
     fn await_recv(&mut self, side: usize, since: Instant) {
@@ -339,6 +352,8 @@ struct Row {
     /// The many-QP WRITE: MB/s and vt3d CPU seconds per GB.
     qps_mbs: Option<(f64, f64)>,
     rtt_us: Option<(f64, f64)>,
+    doorbells_per_rtt: Option<f64>,
+    idle_cpu_percent: Option<f64>,
 }
 
 fn mbs(bytes_per_sec: f64) -> f64 {
@@ -379,7 +394,10 @@ pub fn run(opts: &Options) -> Value {
             if mtu == 1500 {
                 row.read_mbs = Some(mbs(pair.stream(&mut one, WrOpcode::Read, opts.secs).0));
                 if let Some(qp) = one.first_mut() {
-                    row.rtt_us = Some(pair.ping_pong(qp, opts.secs));
+                    let (p50, p99, rung) = pair.ping_pong(qp, opts.secs);
+                    row.rtt_us = Some((p50, p99));
+                    row.doorbells_per_rtt = Some(rung);
+                    row.idle_cpu_percent = Some(pair.idle_cpu_percent(opts.secs.max(0.5)));
                 }
                 let mut many = pair.connect(opts.qps);
                 let (rate, cpu) = pair.stream(&mut many, WrOpcode::Write, opts.secs);
@@ -477,6 +495,12 @@ impl Report<'_> {
                     m.insert("rtt_64_us".into(), json!(p50));
                     m.insert("rtt_64_p99_us".into(), json!(p99));
                 }
+                if let Some(v) = r.doorbells_per_rtt {
+                    m.insert("pingpong_doorbells_per_rtt".into(), json!(v));
+                }
+                if let Some(v) = r.idle_cpu_percent {
+                    m.insert("idle_cpu_percent".into(), json!(v));
+                }
             }
             let (rate, pp) = self.raw.get(u.name()).copied().unwrap_or((f64::NAN, f64::NAN));
             m.insert("raw_1514_per_s".into(), json!(rate));
@@ -500,6 +524,8 @@ impl Report<'_> {
             "idle_conns": self.idle,
             "read_1m_1500_mbs": r1500.read_mbs,
             "cpu_s_per_gb_1500": r1500.cpu_s_per_gb,
+            "pingpong_doorbells_per_rtt": r1500.doorbells_per_rtt,
+            "idle_cpu_percent": r1500.idle_cpu_percent,
             "ratios": {
                 "max_mtu_vs_tcp_loopback": max.write_mbs / mbs(self.tcp),
                 "write_1500_vs_raw_ceiling": r1500.write_mbs / ceiling,
@@ -533,6 +559,14 @@ impl Report<'_> {
             "| SEND 64 B ping-pong RTT (p50 / p99) | {} | 64 B datagram ping-pong p50: {} |",
             cells(&|u| self.rows.get(&(u, 1500)).and_then(|r| r.rtt_us).map_or("-".into(), |(a, b)| format!("{a:.1} / {b:.1} µs"))),
             self.raw.iter().map(|(u, r)| format!("{u} {:.1} µs", r.1)).collect::<Vec<_>>().join(", ")
+        );
+        println!(
+            "| doorbells per ping-pong round trip (of 4 posts) | {} | |",
+            cells(&|u| self.rows.get(&(u, 1500)).and_then(|r| r.doorbells_per_rtt).map_or("-".into(), |d| format!("{d:.2}")))
+        );
+        println!(
+            "| vt3d CPU with connections up and no traffic | {} | |",
+            cells(&|u| self.rows.get(&(u, 1500)).and_then(|r| r.idle_cpu_percent).map_or("-".into(), |c| format!("{c:.2} % of a core")))
         );
         println!(
             "| raw datagrams, 1514 B (no vt3d) | {} | the MTU 1500 ceiling: rate × 1430 B of payload |",

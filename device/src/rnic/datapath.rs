@@ -8,12 +8,13 @@
 //! CQ producer index (release).
 
 use std::mem::offset_of;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::Ordering;
 
 use vm_memory::{Bytes, GuestAddress, GuestMemory};
 use vt3_iwarp::engine::{self, Completion, WcStatus, WorkQueue};
 
 use super::memory::StatusWord;
+use super::poll::{self, End, PolledQueue, ProducerRing, Take, Trigger};
 use super::wqe::{self, BadWqe};
 use super::{Instant, Rnic, WorkProgress};
 use crate::abi::{self, ArmFlag, CqStatus, CqStatusFlag, EventType, QpState, QpStatus, QpStatusFlag, RqWqe, SqWqe};
@@ -106,95 +107,150 @@ fn read_recv_wr<M: GuestMemory>(
 /// the next pass without a new doorbell (the IDLE flag stays clear).
 pub const FETCH_BUDGET: u32 = 128;
 
+/// One QP's SQ or RQ in guest memory, feeding the engine.
+struct QpRing<'a, M> {
+    mem: &'a M,
+    qpn: u32,
+    queue: WorkQueue,
+    prod: StatusWord,
+    flags: StatusWord,
+    idle: u32,
+    ring: &'a super::Ring,
+    work: &'a mut WorkProgress,
+    limits: wqe::WqeLimits,
+    engine: &'a mut engine::Engine<vt3_iwarp::toe::SmolToe>,
+}
+
+impl<M: GuestMemory> ProducerRing for QpRing<'_, M> {
+    fn producer(&mut self) -> Option<u32> {
+        self.prod.load(self.mem, Ordering::Acquire)
+    }
+
+    fn set_idle(&mut self, idle: bool) {
+        if idle {
+            self.flags.fetch_or(self.mem, self.idle);
+        } else {
+            self.flags.fetch_and_not(self.mem, self.idle);
+        }
+    }
+
+    fn take(&mut self, prod: u32, budget: &mut u32) -> Take {
+        let (qpn, queue, work, depth) = (self.qpn, self.queue, &mut *self.work, self.ring.depth);
+        let outstanding = prod.wrapping_sub(work.consumed);
+        if outstanding > depth {
+            log::warn!(
+                "QP {qpn}: {queue:?} producer index {prod} is {outstanding} ahead of the consumer index {} \
+                 in a ring of {depth}: QP to ERROR",
+                work.consumed,
+            );
+            return Take::Broken;
+        }
+        let mut taken = 0;
+        // Never more than a ring's worth ahead of the consumer index.
+        while work.fetched != prod && work.fetched.wrapping_sub(work.consumed) < depth {
+            if *budget == 0 {
+                return Take::OutOfBudget(taken);
+            }
+            *budget -= 1;
+            let addr = self.ring.entry_addr(work.fetched);
+            let result = match queue {
+                WorkQueue::Send => match read_send_wr(self.mem, addr, &self.limits) {
+                    Ok(wr) => self.engine.post_send(qpn, wr),
+                    Err(bad) => self.engine.post_refused(qpn, queue, bad.wr_id, bad.status),
+                },
+                WorkQueue::Recv => match read_recv_wr(self.mem, addr, &self.limits) {
+                    Ok(wr) => self.engine.post_recv(qpn, wr),
+                    Err(bad) => self.engine.post_refused(qpn, queue, bad.wr_id, bad.status),
+                },
+            };
+            if let Err(e) = result {
+                log::debug!("QP {qpn}: WQE {} not posted: {e}", work.fetched);
+                break;
+            }
+            work.fetched = work.fetched.wrapping_add(1);
+            taken += 1;
+        }
+        Take::Drained(taken)
+    }
+}
+
 impl Rnic {
     /// Hands the WQEs the guest produced on `queue` of `qpn` to the engine;
-    /// returns whether any was posted. A producer index more than the
-    /// ring's depth ahead of the consumer index is impossible: nothing is
-    /// read and the QP goes to ERROR at the next engine pass. Runs the doorbell-suppression
-    /// protocol: the IDLE flag is clear while vt3d reads the ring, and
-    /// before vt3d stops it sets the flag, issues a full barrier and
-    /// re-reads the producer index, so a WQE posted in between is never
-    /// missed (the producer does the mirror image).
-    pub(super) fn fetch<M: GuestMemory>(&mut self, mem: &M, qpn: u32, queue: WorkQueue) -> bool {
+    /// returns whether any was posted. `trigger`: what made vt3d look.
+    /// A producer index more than the ring's depth ahead of the consumer
+    /// index is impossible: nothing is read and the QP goes to ERROR at
+    /// the next engine pass. Runs the doorbell-suppression protocol
+    /// ([`poll::drain`]): the IDLE flag is clear while vt3d reads the ring
+    /// and while it polls it after work ([`poll::PollWindow`]); when it
+    /// stops, it sets the flag, issues a full barrier and re-reads the
+    /// producer index, so a WQE posted in between is never missed (the
+    /// producer does the mirror image).
+    pub(super) fn fetch<M: GuestMemory>(
+        &mut self,
+        mem: &M,
+        now: Instant,
+        qpn: u32,
+        queue: WorkQueue,
+        trigger: Trigger,
+    ) -> bool {
         if queue == WorkQueue::Recv {
             if let Some(srqn) = self.qps.get(qpn).map(|qp| qp.srqn).filter(|&s| s != 0) {
-                return self.fetch_srq(mem, srqn);
+                return self.fetch_srq(mem, now, srqn, trigger);
             }
         }
         let Some(offload) = self.offload.as_mut() else { return false };
         let Some(qp) = self.qps.get_mut(qpn) else { return false };
+        let id = PolledQueue::Qp(qpn, queue);
         let fields = QueueFields::of(queue);
         let flags = qp_flags(qp.status_addr);
-        if qp.spent || !accepts(offload.engine.qp_state(qpn), queue) {
+        let limits = qp.wqe_limits();
+        let takes = !qp.spent && accepts(offload.engine.qp_state(qpn), queue);
+        let (ring, work, window) = match queue {
+            WorkQueue::Send => (&qp.sq, &mut qp.sq_work, &mut qp.sq_poll),
+            WorkQueue::Recv => (&qp.rq, &mut qp.rq_work, &mut qp.rq_poll),
+        };
+        if !takes {
             flags.fetch_or(mem, fields.idle);
+            window.stop();
+            self.polled.set(id, false);
             return false;
         }
-        let prod_word = StatusWord::at(qp.status_addr, fields.prod);
-        let limits = qp.wqe_limits();
-        let (ring, work) = match queue {
-            WorkQueue::Send => (&qp.sq, &mut qp.sq_work),
-            WorkQueue::Recv => (&qp.rq, &mut qp.rq_work),
+        if trigger == Trigger::Doorbell {
+            window.doorbell(now);
+        }
+        let (before, room) = (*window, self.polled.has_room_for(id));
+        let mut ring = QpRing {
+            mem,
+            qpn,
+            queue,
+            prod: StatusWord::at(qp.status_addr, fields.prod),
+            flags,
+            idle: fields.idle,
+            ring,
+            work,
+            limits,
+            engine: &mut offload.engine,
         };
-        flags.fetch_and_not(mem, fields.idle);
-        let mut posted = false;
-        let mut budget = FETCH_BUDGET;
-        let mut seen = prod_word.load(mem, Ordering::Acquire);
-        'ring: while let Some(prod) = seen {
-            let outstanding = prod.wrapping_sub(work.consumed);
-            if outstanding > ring.depth {
-                log::warn!(
-                    "QP {qpn}: {queue:?} producer index {prod} is {outstanding} ahead of the consumer index {} \
-                     in a ring of {}: QP to ERROR",
-                    work.consumed,
-                    ring.depth
-                );
+        let (taken, end) = poll::drain(&mut ring, FETCH_BUDGET, |took| before.stays(now, took, room));
+        window.record(now, trigger, taken, end == End::Polling);
+        self.polled.set(id, end == End::Polling);
+        match end {
+            End::Pending => {
+                // Not idle: the guest rings no doorbell, the next engine
+                // pass carries on.
+                if !self.fetch_pending.contains(&(qpn, queue)) {
+                    self.fetch_pending.push((qpn, queue));
+                }
+            }
+            End::Broken => {
                 flags.fetch_or(mem, fields.idle);
                 if !self.ring_faults.contains(&(qpn, queue)) {
                     self.ring_faults.push((qpn, queue));
                 }
-                return posted;
             }
-            // Never more than a ring's worth ahead of the consumer index.
-            while work.fetched != prod && work.fetched.wrapping_sub(work.consumed) < ring.depth {
-                if budget == 0 {
-                    // Not idle: the guest rings no doorbell, the next
-                    // engine pass carries on.
-                    if !self.fetch_pending.contains(&(qpn, queue)) {
-                        self.fetch_pending.push((qpn, queue));
-                    }
-                    return posted;
-                }
-                budget -= 1;
-                let addr = ring.entry_addr(work.fetched);
-                let engine = &mut offload.engine;
-                let result = match queue {
-                    WorkQueue::Send => match read_send_wr(mem, addr, &limits) {
-                        Ok(wr) => engine.post_send(qpn, wr),
-                        Err(bad) => engine.post_refused(qpn, queue, bad.wr_id, bad.status),
-                    },
-                    WorkQueue::Recv => match read_recv_wr(mem, addr, &limits) {
-                        Ok(wr) => engine.post_recv(qpn, wr),
-                        Err(bad) => engine.post_refused(qpn, queue, bad.wr_id, bad.status),
-                    },
-                };
-                if let Err(e) = result {
-                    log::debug!("QP {qpn}: WQE {} not posted: {e}", work.fetched);
-                    break 'ring;
-                }
-                work.fetched = work.fetched.wrapping_add(1);
-                posted = true;
-            }
-            flags.fetch_or(mem, fields.idle);
-            fence(Ordering::SeqCst);
-            let again = prod_word.load(mem, Ordering::Acquire);
-            if again == seen {
-                return posted;
-            }
-            flags.fetch_and_not(mem, fields.idle);
-            seen = again;
+            End::Idle | End::Polling => {}
         }
-        flags.fetch_or(mem, fields.idle);
-        posted
+        taken > 0
     }
 
     /// Retires one completion: advances the consumer index of its queue and

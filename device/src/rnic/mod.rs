@@ -13,6 +13,7 @@ pub mod fault;
 pub mod memory;
 mod offload;
 mod pairing;
+pub mod poll;
 pub mod srq;
 pub mod table;
 pub mod tpt;
@@ -31,6 +32,7 @@ use crate::abi::{
 };
 use datapath::FETCH_BUDGET;
 use memory::StatusWord;
+use poll::{PollSet, PollWindow, PolledQueue, Trigger};
 use srq::Srq;
 use table::Table;
 use tpt::{Backing, DeregError, Mr, Tpt, ALL_ACCESS};
@@ -181,6 +183,9 @@ pub struct Qp {
     /// VT3_CMD_PAIR_QP asked for a connection to another QP of the device,
     /// which has not asked back yet.
     pub pair: Option<pairing::PairRequest>,
+    /// Adaptive polling of the SQ and of the RQ ([`poll`]).
+    pub sq_poll: PollWindow,
+    pub rq_poll: PollWindow,
 }
 
 impl Qp {
@@ -190,6 +195,13 @@ impl Qp {
             max_recv_sge: self.max_recv_sge,
             max_inline: self.max_inline,
             sig_all: self.flags & abi::QpFlag::SigAll as u32 != 0,
+        }
+    }
+
+    fn poll_window(&self, queue: WorkQueue) -> &PollWindow {
+        match queue {
+            WorkQueue::Send => &self.sq_poll,
+            WorkQueue::Recv => &self.rq_poll,
         }
     }
 }
@@ -262,6 +274,15 @@ pub struct Rnic {
     /// QPs sent to ERROR for an impossible producer index
     /// (`rnic.qp_ring_errors`).
     qp_ring_errors: u64,
+    /// Work queues polled now, in their windows ([`poll`]).
+    polled: PollSet,
+    /// The polled set as one pass walks it (kept: no allocation per pass).
+    poll_pass: Vec<PolledQueue>,
+    /// Doorbell commands (`rnic.doorbells`), looks at polled queues
+    /// (`rnic.poll_looks`) and those that found WQEs (`rnic.poll_finds`).
+    doorbells: u64,
+    poll_looks: u64,
+    poll_finds: u64,
 }
 
 /// Driver events held at most before new connection requests are refused
@@ -337,6 +358,11 @@ impl Rnic {
             srq_ring_errors: 0,
             requests_refused_busy: 0,
             qp_ring_errors: 0,
+            polled: PollSet::default(),
+            poll_pass: Vec::new(),
+            doorbells: 0,
+            poll_looks: 0,
+            poll_finds: 0,
         }
     }
 
@@ -361,14 +387,19 @@ impl Rnic {
         self.fetch_pending.clear();
         self.srq_fetch_pending.clear();
         self.last_wqe_owed.clear();
+        self.polled.clear();
     }
 
     /// Counters of the ring handling, for `vt3d ctl stats` (`rnic.NAME`).
-    pub fn ring_stats(&self) -> [(&'static str, u64); 3] {
+    pub fn ring_stats(&self) -> [(&'static str, u64); 7] {
         [
             ("qp_ring_errors", self.qp_ring_errors),
             ("requests_refused_busy", self.requests_refused_busy),
             ("srq_ring_errors", self.srq_ring_errors),
+            ("doorbells", self.doorbells),
+            ("poll_looks", self.poll_looks),
+            ("poll_finds", self.poll_finds),
+            ("polled_queues", self.polled.len() as u64),
         ]
     }
 
@@ -544,6 +575,7 @@ impl Rnic {
                     srq.qp_users -= 1;
                 }
                 self.last_wqe_owed.retain(|&q| q != qpn);
+                self.polled.remove_qp(qpn);
                 Ok(Vec::new())
             }
             Cmd::Doorbell => {
@@ -555,7 +587,8 @@ impl Rnic {
                         return Err(Status::Invalid);
                     }
                     self.srqs.get(qpn).ok_or(Status::NotFound)?;
-                    self.fetch_srq(mem, qpn);
+                    self.doorbells += 1;
+                    self.fetch_srq(mem, now, qpn, Trigger::Doorbell);
                     return Ok(Vec::new());
                 }
                 self.qps.get(qpn).ok_or(Status::NotFound)?;
@@ -563,13 +596,14 @@ impl Rnic {
                 if queues & !known != 0 {
                     return Err(Status::Invalid);
                 }
+                self.doorbells += 1;
                 // Without an engine yet, the WQEs wait in the ring: they
                 // are fetched when the engine starts.
                 if queues & abi::DoorbellQueue::Sq as u32 != 0 {
-                    self.fetch(mem, qpn, WorkQueue::Send);
+                    self.fetch(mem, now, qpn, WorkQueue::Send, Trigger::Doorbell);
                 }
                 if queues & abi::DoorbellQueue::Rq as u32 != 0 {
-                    self.fetch(mem, qpn, WorkQueue::Recv);
+                    self.fetch(mem, now, qpn, WorkQueue::Recv, Trigger::Doorbell);
                 }
                 Ok(Vec::new())
             }
@@ -814,6 +848,8 @@ impl Rnic {
             close_requested: false,
             spent: false,
             pair: None,
+            sq_poll: PollWindow::default(),
+            rq_poll: PollWindow::default(),
         };
         let Some(qpn) = self.qps.insert(qp) else {
             self.pbl_used -= npages;

@@ -17,6 +17,7 @@ use vt3_iwarp::wire::terminate::TermCode;
 
 use super::memory::GuestRam;
 use super::pairing::PendingPair;
+use super::poll::{PolledQueue, Trigger};
 use super::{le, CmdResult, GuestAddr, Instant, Rnic};
 use crate::abi::{
     CmdAccept, CmdConnect, CmdDisconnect, CmdListen, CmdReject, Event as AbiEvent, EventCm, EventType, PrivateData,
@@ -406,11 +407,11 @@ impl Rnic {
         }
         self.pump(now, mem);
         for srqn in srqns {
-            self.fetch_srq(mem, srqn);
+            self.fetch_srq(mem, now, srqn, Trigger::Device);
         }
         for qpn in qpns {
-            self.fetch(mem, qpn, WorkQueue::Recv);
-            self.fetch(mem, qpn, WorkQueue::Send);
+            self.fetch(mem, now, qpn, WorkQueue::Recv, Trigger::Device);
+            self.fetch(mem, now, qpn, WorkQueue::Send, Trigger::Device);
         }
     }
 
@@ -555,7 +556,7 @@ impl Rnic {
                 QpState::Idle if spent => return Ok(Vec::new()),
                 QpState::Idle => return Err(Status::State),
             }
-            self.fetch(mem, qpn, WorkQueue::Send);
+            self.fetch(mem, now, qpn, WorkQueue::Send, Trigger::Device);
             let qp = self.qps.get_mut(qpn).ok_or(Status::NotFound)?;
             if qp.sq_work.fetched == qp.sq_work.consumed {
                 self.start_close(now, qpn);
@@ -627,8 +628,9 @@ impl Rnic {
             offload.engine.set_egress_room(self.uplink_room);
         }
         self.service_rings(now, mem);
+        self.poll_queues(now, mem);
         for _ in 0..MAX_POLL_ROUNDS {
-            self.fetch_starved_receives(mem);
+            self.fetch_starved_receives(mem, now);
             let offload = self.offload.as_mut()?;
             let mut ram = GuestRam(mem);
             offload.engine.poll(now, &mut Io { memory: &mut ram, regions: &mut self.tpt, uplink: &mut *uplink });
@@ -644,16 +646,63 @@ impl Rnic {
         next
     }
 
+    /// How many work queues may be polled at once (`--poll-queues`; 0:
+    /// none, every post to an idle queue rings its doorbell).
+    pub fn set_poll_queues(&mut self, n: usize) {
+        self.polled.set_capacity(n);
+    }
+
+    /// Whether vt3d polls some queue now: its worker should come back at
+    /// once to [`Rnic::poll_queues`] instead of sleeping.
+    pub fn polling(&self) -> bool {
+        !self.polled.is_empty()
+    }
+
+    /// Looks once at every polled queue: takes the WQEs the guest posted
+    /// since (it rang no doorbell: the IDLE flag was clear), and hands the
+    /// queues whose window ended back to the doorbells. Returns whether it
+    /// took any (the engine has work).
+    pub fn poll_queues<M: GuestMemory>(&mut self, now: Instant, mem: &M) -> bool {
+        let mut pass = std::mem::take(&mut self.poll_pass);
+        pass.clear();
+        pass.extend_from_slice(self.polled.queues());
+        let mut found = false;
+        for &queue in &pass {
+            self.poll_looks += 1;
+            let took = match queue {
+                PolledQueue::Qp(qpn, wq) => self.fetch(mem, now, qpn, wq, Trigger::Poll),
+                PolledQueue::Srq(srqn) => self.fetch_srq(mem, now, srqn, Trigger::Poll),
+            };
+            if took {
+                self.poll_finds += 1;
+                found = true;
+            }
+        }
+        self.poll_pass = pass;
+        found
+    }
+
+    /// When the first polling window ends (a look then hands its queue
+    /// back to the doorbells; the worker looks after every pass while
+    /// [`Rnic::polling`]).
+    pub fn poll_deadline(&self) -> Option<Instant> {
+        let until = |queue: &PolledQueue| match *queue {
+            PolledQueue::Qp(qpn, wq) => self.qps.get(qpn).and_then(|qp| qp.poll_window(wq).until()),
+            PolledQueue::Srq(srqn) => self.srqs.get(srqn).and_then(|srq| srq.poll.until()),
+        };
+        self.polled.queues().iter().filter_map(until).min()
+    }
+
     /// Reads the receive ring of every QP with data waiting and no receive
     /// WQE: a SEND is refused for want of a buffer only if the guest has
     /// posted none by the time it is placed, not because the doorbell for
     /// one was still in the TX queue behind the peer's data, or left for
     /// the next pass by a fetch budget.
-    fn fetch_starved_receives<M: GuestMemory>(&mut self, mem: &M) {
+    fn fetch_starved_receives<M: GuestMemory>(&mut self, mem: &M, now: Instant) {
         let Some(offload) = self.offload.as_ref() else { return };
         let starved: Vec<u32> = offload.engine.starved_receive_queues().collect();
         for qpn in starved {
-            self.fetch(mem, qpn, WorkQueue::Recv);
+            self.fetch(mem, now, qpn, WorkQueue::Recv, Trigger::Device);
         }
     }
 
@@ -662,9 +711,9 @@ impl Rnic {
     /// nothing in it can be trusted, so nothing more is read from it).
     fn service_rings<M: GuestMemory>(&mut self, now: Instant, mem: &M) {
         for (qpn, queue) in std::mem::take(&mut self.fetch_pending) {
-            self.fetch(mem, qpn, queue);
+            self.fetch(mem, now, qpn, queue, Trigger::Device);
         }
-        self.service_srq_rings(mem);
+        self.service_srq_rings(mem, now);
         for (qpn, _queue) in std::mem::take(&mut self.ring_faults) {
             let Some(offload) = self.offload.as_mut() else { continue };
             if self.qps.get(qpn).is_none() {
@@ -722,7 +771,7 @@ impl Rnic {
             (_, _, EventKind::ConnectRefused { tuple, refusal }) => {
                 log::info!("connection {tuple:?} refused by the engine: {refusal:?}");
             }
-            (Some(qpn), _, kind) => return self.qp_engine_event(mem, qpn, kind),
+            (Some(qpn), _, kind) => return self.qp_engine_event(mem, now, qpn, kind),
             (None, _, kind) => log::debug!("engine event without a QP: {kind:?}"),
         }
         false
@@ -758,7 +807,7 @@ impl Rnic {
         self.push_event(EventType::ConnectRequest, &cm.body());
     }
 
-    fn qp_engine_event<M: GuestMemory>(&mut self, mem: &M, qpn: u32, kind: EventKind) -> bool {
+    fn qp_engine_event<M: GuestMemory>(&mut self, mem: &M, now: Instant, qpn: u32, kind: EventKind) -> bool {
         match kind {
             EventKind::StateChanged { to, .. } => {
                 let to = device_state(to);
@@ -768,8 +817,8 @@ impl Rnic {
                 }
                 self.set_qp_state(mem, qpn, to);
                 if to == QpState::Rts {
-                    let recv = self.fetch(mem, qpn, WorkQueue::Recv);
-                    return self.fetch(mem, qpn, WorkQueue::Send) || recv;
+                    let recv = self.fetch(mem, now, qpn, WorkQueue::Recv, Trigger::Device);
+                    return self.fetch(mem, now, qpn, WorkQueue::Send, Trigger::Device) || recv;
                 }
             }
             EventKind::Established { negotiated, private_data } => {

@@ -4,13 +4,14 @@
 //! consumer index and the limit event.
 
 use std::mem::offset_of;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::Ordering;
 
 use vm_memory::{Bytes, GuestAddress, GuestMemory};
 
 use super::memory::StatusWord;
+use super::poll::{self, End, PollWindow, PolledQueue, ProducerRing, Take, Trigger};
 use super::wqe::{self, BadWqe};
-use super::{handle_reply, le, reply, CmdResult, Rnic, Ring, WorkProgress, FETCH_BUDGET};
+use super::{handle_reply, le, reply, CmdResult, Instant, Rnic, Ring, WorkProgress, FETCH_BUDGET};
 use crate::abi::{
     self, CmdCreateSrq, CmdHandle, CmdModifySrq, EventType, QpEvent, RqWqe, SrqAttr, SrqModifyMask, SrqStatus,
     SrqStatusFlag, Status,
@@ -32,6 +33,8 @@ pub struct Srq {
     /// The guest broke the ring (impossible producer index): nothing more
     /// is read from it.
     pub broken: bool,
+    /// Adaptive polling of the ring ([`poll`]).
+    pub poll: PollWindow,
 }
 
 fn field(srq: &Srq, offset: usize) -> StatusWord {
@@ -66,6 +69,7 @@ impl Rnic {
             qp_users: 0,
             work: WorkProgress { fetched: cons, consumed: cons },
             broken: false,
+            poll: PollWindow::default(),
         };
         let Some(srqn) = self.srqs.insert(srq) else {
             self.pbl_used -= npages;
@@ -131,6 +135,7 @@ impl Rnic {
             self.pd_users(srq.pdn, false);
         }
         self.srq_fetch_pending.retain(|&s| s != srqn);
+        self.polled.set(PolledQueue::Srq(srqn), false);
         Ok(Vec::new())
     }
 
@@ -147,78 +152,56 @@ impl Rnic {
 
     /// Copies the WQEs the guest produced on SRQ `srqn` into the engine's
     /// pool, never more than the ring's depth beyond the consumer index;
-    /// returns whether any was posted. Doorbell suppression as for an RQ
-    /// (`datapath::fetch`). A producer index more than depth ahead of the
-    /// consumer index breaks the ring: VT3_SRQ_F_ERROR, VT3_EV_SRQ_ERROR
-    /// once, and nothing more is read (the QPs are not touched).
-    pub(super) fn fetch_srq<M: GuestMemory>(&mut self, mem: &M, srqn: u32) -> bool {
+    /// returns whether any was posted. Doorbell suppression and polling as
+    /// for an RQ (`datapath::fetch`). A producer index more than depth
+    /// ahead of the consumer index breaks the ring: VT3_SRQ_F_ERROR,
+    /// VT3_EV_SRQ_ERROR once, and nothing more is read (the QPs are not
+    /// touched).
+    pub(super) fn fetch_srq<M: GuestMemory>(&mut self, mem: &M, now: Instant, srqn: u32, trigger: Trigger) -> bool {
+        let id = PolledQueue::Srq(srqn);
         let Some(srq) = self.srqs.get_mut(srqn) else { return false };
         let flags = field(srq, offset_of!(SrqStatus, flags));
-        let idle = SrqStatusFlag::Idle as u32;
         let Some(offload) = self.offload.as_mut() else {
-            flags.fetch_or(mem, idle);
+            flags.fetch_or(mem, SrqStatusFlag::Idle as u32);
+            srq.poll.stop();
+            self.polled.set(id, false);
             return false;
         };
         if srq.broken {
             return false;
         }
-        let prod_word = field(srq, offset_of!(SrqStatus, prod));
-        let limits = wqe::WqeLimits { max_send_sge: 0, max_recv_sge: srq.max_sge, max_inline: 0, sig_all: false };
-        flags.fetch_and_not(mem, idle);
-        let mut posted = false;
-        let mut budget = FETCH_BUDGET;
-        let mut seen = prod_word.load(mem, Ordering::Acquire);
-        while let Some(prod) = seen {
-            let outstanding = prod.wrapping_sub(srq.work.consumed);
-            if outstanding > srq.ring.depth {
-                log::warn!(
-                    "SRQ {srqn}: producer index {prod} is {outstanding} ahead of the consumer index {} in a ring \
-                     of {}: SRQ broken",
-                    srq.work.consumed,
-                    srq.ring.depth
-                );
+        if trigger == Trigger::Doorbell {
+            srq.poll.doorbell(now);
+        }
+        let (before, room) = (srq.poll, self.polled.has_room_for(id));
+        let mut ring = SrqRing {
+            mem,
+            srqn,
+            prod: field(srq, offset_of!(SrqStatus, prod)),
+            flags,
+            ring: &srq.ring,
+            work: &mut srq.work,
+            max_sge: srq.max_sge,
+            engine: &mut offload.engine,
+        };
+        let (taken, end) = poll::drain(&mut ring, FETCH_BUDGET, |took| before.stays(now, took, room));
+        srq.poll.record(now, trigger, taken, end == End::Polling);
+        self.polled.set(id, end == End::Polling);
+        match end {
+            End::Pending => {
+                if !self.srq_fetch_pending.contains(&srqn) {
+                    self.srq_fetch_pending.push(srqn);
+                }
+            }
+            End::Broken => {
                 srq.broken = true;
                 flags.fetch_or(mem, SrqStatusFlag::Error as u32);
                 self.srq_ring_errors += 1;
                 self.push_event(EventType::SrqError, &abi::Event { handle: srqn.into(), ..Default::default() });
-                return posted;
             }
-            while srq.work.fetched != prod && srq.work.fetched.wrapping_sub(srq.work.consumed) < srq.ring.depth {
-                if budget == 0 {
-                    if !self.srq_fetch_pending.contains(&srqn) {
-                        self.srq_fetch_pending.push(srqn);
-                    }
-                    return posted;
-                }
-                budget -= 1;
-                let raw = srq.ring.entry_addr(srq.work.fetched).and_then(|a| mem.read_obj::<RqWqe>(a).ok());
-                let parsed = raw.ok_or(BadWqe::Unreadable).and_then(|w| wqe::recv_wr(&w, &limits));
-                let result = match parsed {
-                    Ok(wr) => offload.engine.post_srq_recv(srqn, wr),
-                    Err(e) => {
-                        let wr_id = raw.map_or(0, |w| w.wr_id.to_native());
-                        log::debug!("SRQ {srqn}: receive WQE {wr_id:#x} refused: {e}");
-                        offload.engine.post_srq_refused(srqn, wr_id, e.status())
-                    }
-                };
-                if let Err(e) = result {
-                    log::debug!("SRQ {srqn}: WQE {} not posted: {e}", srq.work.fetched);
-                    break;
-                }
-                srq.work.fetched = srq.work.fetched.wrapping_add(1);
-                posted = true;
-            }
-            flags.fetch_or(mem, idle);
-            fence(Ordering::SeqCst);
-            let again = prod_word.load(mem, Ordering::Acquire);
-            if again == seen {
-                return posted;
-            }
-            flags.fetch_and_not(mem, idle);
-            seen = again;
+            End::Idle | End::Polling => {}
         }
-        flags.fetch_or(mem, idle);
-        posted
+        taken > 0
     }
 
     /// After engine work: publishes each SRQ's consumer index (the slots
@@ -267,10 +250,74 @@ impl Rnic {
     }
 
     /// Continues SRQ fetches that spent their budget.
-    pub(super) fn service_srq_rings<M: GuestMemory>(&mut self, mem: &M) {
+    pub(super) fn service_srq_rings<M: GuestMemory>(&mut self, mem: &M, now: Instant) {
         for srqn in std::mem::take(&mut self.srq_fetch_pending) {
-            self.fetch_srq(mem, srqn);
+            self.fetch_srq(mem, now, srqn, Trigger::Device);
         }
+    }
+}
+
+/// An SRQ's ring in guest memory, feeding the engine's pool.
+struct SrqRing<'a, M> {
+    mem: &'a M,
+    srqn: u32,
+    prod: StatusWord,
+    flags: StatusWord,
+    ring: &'a Ring,
+    work: &'a mut WorkProgress,
+    max_sge: u32,
+    engine: &'a mut vt3_iwarp::engine::Engine<vt3_iwarp::toe::SmolToe>,
+}
+
+impl<M: GuestMemory> ProducerRing for SrqRing<'_, M> {
+    fn producer(&mut self) -> Option<u32> {
+        self.prod.load(self.mem, Ordering::Acquire)
+    }
+
+    fn set_idle(&mut self, idle: bool) {
+        if idle {
+            self.flags.fetch_or(self.mem, SrqStatusFlag::Idle as u32);
+        } else {
+            self.flags.fetch_and_not(self.mem, SrqStatusFlag::Idle as u32);
+        }
+    }
+
+    fn take(&mut self, prod: u32, budget: &mut u32) -> Take {
+        let (srqn, work, depth) = (self.srqn, &mut *self.work, self.ring.depth);
+        let outstanding = prod.wrapping_sub(work.consumed);
+        if outstanding > depth {
+            log::warn!(
+                "SRQ {srqn}: producer index {prod} is {outstanding} ahead of the consumer index {} in a ring \
+                 of {depth}: SRQ broken",
+                work.consumed,
+            );
+            return Take::Broken;
+        }
+        let limits = wqe::WqeLimits { max_send_sge: 0, max_recv_sge: self.max_sge, max_inline: 0, sig_all: false };
+        let mut taken = 0;
+        while work.fetched != prod && work.fetched.wrapping_sub(work.consumed) < depth {
+            if *budget == 0 {
+                return Take::OutOfBudget(taken);
+            }
+            *budget -= 1;
+            let raw = self.ring.entry_addr(work.fetched).and_then(|a| self.mem.read_obj::<RqWqe>(a).ok());
+            let parsed = raw.ok_or(BadWqe::Unreadable).and_then(|w| wqe::recv_wr(&w, &limits));
+            let result = match parsed {
+                Ok(wr) => self.engine.post_srq_recv(srqn, wr),
+                Err(e) => {
+                    let wr_id = raw.map_or(0, |w| w.wr_id.to_native());
+                    log::debug!("SRQ {srqn}: receive WQE {wr_id:#x} refused: {e}");
+                    self.engine.post_srq_refused(srqn, wr_id, e.status())
+                }
+            };
+            if let Err(e) = result {
+                log::debug!("SRQ {srqn}: WQE {} not posted: {e}", work.fetched);
+                break;
+            }
+            work.fetched = work.fetched.wrapping_add(1);
+            taken += 1;
+        }
+        Take::Drained(taken)
     }
 }
 

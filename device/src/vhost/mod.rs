@@ -21,7 +21,7 @@ use vmm_sys_util::epoll::EventSet;
 
 use crate::nic::Nic;
 use crate::uplink::RecvBatch;
-use backend::{NetBackend, KICK_EVENT, RESUME_EVENT, TIMER_EVENT, UPLINK_EVENT, WRITABLE_EVENT};
+use backend::{NetBackend, KICK_EVENT, POLL_EVENT, RESUME_EVENT, TIMER_EVENT, UPLINK_EVENT, WRITABLE_EVENT};
 use relay::{poll_readable, Relay, RelayEnd};
 
 #[derive(Debug, Error)]
@@ -112,6 +112,10 @@ pub fn serve_frontend(
         // Level triggered: pending until the worker reads it.
         handler
             .register_listener(backend.resume_fd(), EventSet::IN, u64::from(RESUME_EVENT))
+            .map_err(VhostError::Register)?;
+        // Level triggered: readable for as long as the RNIC polls.
+        handler
+            .register_listener(backend.poll_fd(), EventSet::IN, u64::from(POLL_EVENT))
             .map_err(VhostError::Register)?;
         // Level triggered: an expiry stays readable until consumed.
         handler.register_listener(timer, EventSet::IN, u64::from(TIMER_EVENT)).map_err(VhostError::Register)?;
