@@ -18,7 +18,7 @@ OWNER_CHECKS = ("type1-bind", "type1-access", "type1-unbind", "type1-after-unbin
                 "type2-rebind", "type2-access-again", "type2-remote-inv", "type2-after-remote-inv",
                 "type1-rebind", "type1-remote-inv-refused", "type1-remote-inv-event",
                 "rules-bind", "rules-dereg-busy", "rules-dealloc-dereg", "rules-type3",
-                "rules-bind-err", "rules-bind-err-qp", "rules-bind-err-event")
+                "rules-bind-err", "rules-bind-err-event", "rules-bind-err-qp")
 PEER_CHECKS = ("peer-access", "type1-peer-read-fails", "peer-access", "type2-local-peer-read-fails",
                "peer-access", "type2-remote-peer-read-fails", "type1-remote-inv-peer")
 # What the owner's vt3d logs for each refusal, in order: the peer's READs

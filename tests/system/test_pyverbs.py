@@ -101,8 +101,6 @@ NOT_PASSING: list[tuple[str, str, str, str, str]] = [
      "vt3", "ibv_rereg_mr is not in vt3.ko (siw's run of these errs earlier, at RTS)"),
     (r"tests\.test_srq\.SrqTestCase\.test_resize_srq", "skip", r"SRQ resize is not supported",
      "vt3", "a vt3 SRQ keeps the size it was created with (IBV_SRQ_MAX_WR is refused; siw's run errs earlier, at RTS)"),
-    (r"tests\.test_parent_domain\.ParentDomainTrafficTest\.test_huge_page_traffic", "skip", r"There are no huge pages of size 2M allocated",
-     "vt3", "the test's allocator wants 2 MiB huge pages, which the guest image does not reserve"),
 ]
 
 
@@ -114,6 +112,9 @@ def run_suites(setup) -> dict[str, tuple[str, dict[str, dict]]]:
         # --gid 0: an iWARP GID is the MAC and ten zero bytes, which the
         # suite's own GID search takes for an empty entry ("No supported
         # port is up" for every traffic test).
+        # Huge pages for test_parent_domain's huge-page allocator (8 MiB).
+        g.check("echo 4 > /proc/sys/vm/nr_hugepages && grep -q '^HugePages_Total: *4$' /proc/meminfo", 30,
+                "reserving huge pages")
         g.spawn(f"vt3-pyverbs /tmp/pyverbs-{dev}.jsonl --dev {dev} --gid 0 -v", f"pyverbs-{dev}", SUITE_TIMEOUT)
     # Polled from the host: a guest-side wait loop would fork a sleep five
     # times a second on the CPU the suite runs on.
