@@ -45,6 +45,9 @@
 
 #include <infiniband/verbs.h>
 
+#define VT3_CHECK_PROG "vt3-modify-connect"
+#include "vt3-check.h"
+
 #define BUF_SIZE	8192
 #define MSG_LEN		100
 #define CQ_DEPTH	64
@@ -67,33 +70,6 @@ struct side {
 
 static const char *dev_name;
 static int timeout_s = 30;
-static int passed, failed;
-
-static void check(bool ok, const char *name, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (ok) {
-		passed++;
-		printf("ok   %s\n", name);
-	} else {
-		failed++;
-		printf("FAIL %s: ", name);
-		va_start(ap, fmt);
-		vprintf(fmt, ap);
-		va_end(ap);
-		printf("\n");
-	}
-	fflush(stdout);
-}
-
-static void die(const char *what)
-{
-	printf("FAIL setup: %s: %s\n", what, strerror(errno));
-	printf("vt3-modify-connect: %d passed, %d failed\n", passed, failed + 1);
-	exit(1);
-}
-
 static long long now_ms(void)
 {
 	struct timespec ts;
@@ -497,6 +473,5 @@ int main(int argc, char **argv)
 
 	side_close(&a);
 	side_close(&b);
-	printf("vt3-modify-connect: %d passed, %d failed\n", passed, failed);
-	return failed ? 1 : 0;
+	return check_summary();
 }

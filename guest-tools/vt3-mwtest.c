@@ -60,6 +60,9 @@
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
+#define VT3_CHECK_PROG "vt3-mwtest"
+#include "vt3-check.h"
+
 #define MAGIC		0x7674336du	/* "vt3m" */
 #define BUF_SIZE	(16 << 10)
 #define WIN_OFF		4096		/* the windows' range in the owner's MR */
@@ -83,43 +86,6 @@ static int timeout_s = 60;
 static bool verbose;
 /* The peer is a vt3 device: its statuses are checked exactly. */
 static bool is_vt3;
-static int passed, failed;
-
-static void check(bool ok, const char *name, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void check(bool ok, const char *name, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (ok) {
-		passed++;
-		printf("ok   %s\n", name);
-	} else {
-		failed++;
-		printf("FAIL %s: ", name);
-		va_start(ap, fmt);
-		vprintf(fmt, ap);
-		va_end(ap);
-		printf("\n");
-	}
-	fflush(stdout);
-}
-
-static void die(const char *what)
-{
-	printf("FAIL setup: %s: %s\n", what, strerror(errno));
-	printf("vt3-mwtest: %d passed, %d failed\n", passed, failed + 1);
-	exit(1);
-}
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static uint8_t pattern(uint32_t i)
 {
 	return (uint8_t)(i * 13 + 7);
@@ -702,8 +668,7 @@ int main(int argc, char **argv)
 		peer(server, port);
 	else
 		goto usage;
-	printf("vt3-mwtest: %d passed, %d failed\n", passed, failed);
-	return failed ? 1 : 0;
+	return check_summary();
 usage:
 	fprintf(stderr, "usage: vt3-mwtest owner [--port P] [--timeout S] [-v]\n"
 			"       vt3-mwtest peer --server IP [--port P] [--timeout S] [-v]\n");
