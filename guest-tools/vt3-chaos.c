@@ -963,10 +963,16 @@ static void *cm_thread(void *arg)
 				continue;
 			if (ev->event == RDMA_CM_EVENT_DISCONNECTED ||
 			    ev->event == RDMA_CM_EVENT_DEVICE_REMOVAL) {
-				/* As every rdma_cm application does: complete the close. */
-				if (!qp->cm_closed && !qp->destroyed)
+				/*
+				 * As every rdma_cm application does: complete the
+				 * close; but never beside rdma_destroy_qp (abort):
+				 * rdma_disconnect modifies id->qp, which that frees.
+				 */
+				pthread_mutex_lock(&qp->lock);
+				if (!qp->cm_closed && !qp->gone)
 					rdma_disconnect(qp->id);
 				qp->cm_closed = true;
+				pthread_mutex_unlock(&qp->lock);
 			}
 		}
 		rdma_ack_cm_event(ev);
@@ -1140,6 +1146,7 @@ static void destroy_qp(struct client *c, struct qp *qp)
 	double until = now() + 20;
 	int i;
 
+	/* Under the lock: the CM thread's rdma_disconnect is done or never comes. */
 	pthread_mutex_lock(&qp->lock);
 	qp->gone = true;
 	pthread_mutex_unlock(&qp->lock);
