@@ -10,7 +10,10 @@
 //!
 //! The window adapts per queue ([`PollWindow`]): it grows while polls find
 //! work, and when a doorbell comes soon after it closed (a longer one would
-//! have saved it); it shrinks each time it ends with nothing found. It is
+//! have saved it) provided at least half of the queue's recent windows paid
+//! (found work); it shrinks each time it ends with nothing found. Where the
+//! gap between posts is a round trip of slow guests (TCG), windows almost
+//! never pay: they stay short instead of taking the CPU the guests need. It is
 //! bounded by [`MAX_WINDOW`], and only vt3d's own clock and its own record
 //! of the work it took decide it: a guest that flips its flags or indices
 //! can make vt3d read a ring, never poll past a window.
@@ -39,6 +42,13 @@ pub const INITIAL_WINDOW: Duration = Duration::from_micros(64);
 /// polling that long takes the CPU the guests' vCPUs need (measured with
 /// 4 ms: ib_send_lat 4-7x slower), so such gaps are left to doorbells.
 pub const MAX_WINDOW: Duration = Duration::from_millis(1);
+/// Of the last 8 windows, at least this many must have found work for a
+/// doorbell to grow the window: growing is a bet that the next gap is like
+/// the last, which only a queue whose windows pay has won.
+const PAID_FOR_GROWTH: u32 = 4;
+/// A new queue's record: as if half of its windows had paid.
+const INITIAL_PAID: u8 = 0x0f;
+
 /// Queues polled at once by default (`vt3d serve --poll-queues`); the
 /// others wait for doorbells, as before.
 pub const MAX_POLLED: u16 = 64;
@@ -53,11 +63,13 @@ pub struct PollWindow {
     until: Option<Instant>,
     /// When the queue last gave work.
     last_work: Option<Instant>,
+    /// The last 8 windows, newest in bit 0: 1 found work, 0 ended empty.
+    paid: u8,
 }
 
 impl Default for PollWindow {
     fn default() -> Self {
-        Self { length: INITIAL_WINDOW, until: None, last_work: None }
+        Self { length: INITIAL_WINDOW, until: None, last_work: None, paid: INITIAL_PAID }
     }
 }
 
@@ -86,8 +98,12 @@ impl PollWindow {
 
     /// A doorbell at `now`: if it came within [`MAX_WINDOW`] of the last
     /// work while vt3d was not polling, a longer window would have saved
-    /// it: grow to cover that gap with a quarter to spare (at least double).
+    /// it: grow to cover that gap with a quarter to spare (at least
+    /// double), if the queue's windows have been paying.
     pub fn doorbell(&mut self, now: Instant) {
+        if self.paid.count_ones() < PAID_FOR_GROWTH {
+            return;
+        }
         let Some(last) = self.last_work.filter(|_| self.until.is_none()) else { return };
         let gap = now - last;
         if gap <= MAX_WINDOW {
@@ -113,6 +129,7 @@ impl PollWindow {
         if taken > 0 {
             if trigger == Trigger::Poll {
                 self.length = (self.length * 2).min(MAX_WINDOW);
+                self.paid = self.paid << 1 | 1;
             }
             self.last_work = Some(now);
             self.until = polling.then(|| now + self.length);
@@ -120,6 +137,7 @@ impl PollWindow {
         }
         if !polling && self.until.take().is_some_and(|until| now >= until) {
             self.length = (self.length / 2).max(MIN_WINDOW);
+            self.paid <<= 1;
         }
     }
 
@@ -354,6 +372,40 @@ mod tests {
         assert!(w.stays(at(799), false, true));
         work(&mut w, at(800), Trigger::Poll);
         assert_eq!(w.length(), MAX_WINDOW);
+    }
+
+    #[test]
+    fn windows_that_never_pay_stop_growing_on_doorbells() {
+        // Posts 0.9 ms apart, a doorbell each (a TCG round trip): once
+        // the windows' record is more misses than finds, a doorbell within
+        // reach of MAX_WINDOW no longer grows the window.
+        let mut w = PollWindow::default();
+        let mut t = 0;
+        let mut lengths = Vec::new();
+        for _ in 0..8 {
+            work(&mut w, at(t), Trigger::Doorbell);
+            poll_out(&mut w, t + 1, 1);
+            t += 900;
+            w.doorbell(at(t));
+            lengths.push(w.length().total_micros());
+        }
+        assert_eq!(lengths, [1000, 1000, 1000, 1000, 500, 250, 125, 62], "4 misses allowed, then only shrinking");
+        for _ in 0..8 {
+            work(&mut w, at(t), Trigger::Doorbell);
+            poll_out(&mut w, t + 1, 1);
+            t += 900;
+            w.doorbell(at(t));
+        }
+        assert_eq!(w.length(), MIN_WINDOW);
+        // Finds earn the growth back.
+        for _ in 0..4 {
+            t += 10;
+            work(&mut w, at(t), Trigger::Poll);
+        }
+        poll_out(&mut w, t + 1, 1);
+        let before = w.length();
+        w.doorbell(at(t + 900));
+        assert!(w.length() > before, "{:?} after 4 finds", w.length());
     }
 
     #[test]
