@@ -218,7 +218,7 @@ impl Rnic {
         if trigger == Trigger::Doorbell {
             window.doorbell(now);
         }
-        let (before, room) = (*window, self.polled.has_room_for(id));
+        let (before, room) = (*window, self.polled.has_room_for(id, now));
         let mut ring = QpRing {
             mem,
             qpn,

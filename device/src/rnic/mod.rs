@@ -391,7 +391,7 @@ impl Rnic {
     }
 
     /// Counters of the ring handling, for `vt3d ctl stats` (`rnic.NAME`).
-    pub fn ring_stats(&self) -> [(&'static str, u64); 7] {
+    pub fn ring_stats(&self) -> [(&'static str, u64); 8] {
         [
             ("qp_ring_errors", self.qp_ring_errors),
             ("requests_refused_busy", self.requests_refused_busy),
@@ -400,6 +400,7 @@ impl Rnic {
             ("poll_looks", self.poll_looks),
             ("poll_finds", self.poll_finds),
             ("polled_queues", self.polled.len() as u64),
+            ("poll_pauses", self.polled.pauses()),
         ]
     }
 

@@ -652,6 +652,12 @@ impl Rnic {
         self.polled.set_capacity(n);
     }
 
+    /// A look that found nothing gave the core away and got it back late
+    /// (`poll::CONTENDED_YIELD`): polling pauses (`PollSet::pause`).
+    pub fn polling_contended(&mut self, now: Instant) {
+        self.polled.pause(now);
+    }
+
     /// Whether vt3d polls some queue now: its worker should come back at
     /// once to [`Rnic::poll_queues`] instead of sleeping.
     pub fn polling(&self) -> bool {

@@ -18,6 +18,12 @@
 //! of the work it took decide it: a guest that flips its flags or indices
 //! can make vt3d read a ring, never poll past a window.
 //!
+//! Polling pays only with a core to spare. When a look that found nothing
+//! gives the core away and gets it back late ([`CONTENDED_YIELD`]), other
+//! threads were waiting for it (on a loaded host, the guests' vCPUs): the
+//! whole set pauses for [`CONTENDED_PAUSE`] and every queue goes back to its
+//! doorbells at its next look.
+//!
 //! The hand-off ([`drain`]): when vt3d stops, it sets the IDLE flag,
 //! issues a full barrier and re-reads the producer index; the guest stores
 //! its index, issues a full barrier and reads the flag. One of the two sees
@@ -48,6 +54,12 @@ pub const MAX_WINDOW: Duration = Duration::from_millis(1);
 const PAID_FOR_GROWTH: u32 = 4;
 /// A new queue's record: as if half of its windows had paid.
 const INITIAL_PAID: u8 = 0x0f;
+
+/// A yield that gave the core away longer than this: it is shared.
+pub const CONTENDED_YIELD: std::time::Duration = std::time::Duration::from_micros(200);
+/// How long polling pauses then (a TCG round trip is 0.4-4 ms here: the
+/// next try comes after several posts went by doorbells).
+pub const CONTENDED_PAUSE: Duration = Duration::from_millis(50);
 
 /// Queues polled at once by default (`vt3d serve --poll-queues`); the
 /// others wait for doorbells, as before.
@@ -111,15 +123,11 @@ impl PollWindow {
         }
     }
 
-    /// Whether vt3d keeps polling once the ring is drained at `now`:
-    /// after taking work (`took`) if the poll set has `room` for the queue,
-    /// else while the current window lasts.
+    /// Whether vt3d keeps polling once the ring is drained at `now`: only
+    /// if the poll set has `room` for the queue; then after taking work
+    /// (`took`), else while the current window lasts.
     pub fn stays(&self, now: Instant, took: bool, room: bool) -> bool {
-        if took {
-            room
-        } else {
-            self.until.is_some_and(|until| now < until)
-        }
+        room && (took || self.until.is_some_and(|until| now < until))
     }
 
     /// After a look at `now` by `trigger` that took `taken` WQEs and ended
@@ -160,11 +168,15 @@ pub enum PolledQueue {
 pub struct PollSet {
     queues: Vec<PolledQueue>,
     capacity: usize,
+    /// No queue is polled before then (the core was found shared).
+    paused_until: Option<Instant>,
+    /// Pauses so far (`rnic.poll_pauses`).
+    pauses: u64,
 }
 
 impl Default for PollSet {
     fn default() -> Self {
-        Self { queues: Vec::new(), capacity: usize::from(MAX_POLLED) }
+        Self { queues: Vec::new(), capacity: usize::from(MAX_POLLED), paused_until: None, pauses: 0 }
     }
 }
 
@@ -175,9 +187,23 @@ impl PollSet {
         self.capacity = capacity;
     }
 
-    /// Whether `queue` is polled or may join.
-    pub fn has_room_for(&self, queue: PolledQueue) -> bool {
+    /// Whether `queue` is polled or may join at `now`.
+    pub fn has_room_for(&self, queue: PolledQueue, now: Instant) -> bool {
+        if self.paused_until.is_some_and(|until| now < until) {
+            return false;
+        }
         self.queues.len() < self.capacity || (self.queues.contains(&queue) && self.queues.len() <= self.capacity)
+    }
+
+    /// A look at `now` found the core shared: no queue is polled for
+    /// [`CONTENDED_PAUSE`] (members leave at their next look).
+    pub fn pause(&mut self, now: Instant) {
+        self.paused_until = Some(now + CONTENDED_PAUSE);
+        self.pauses += 1;
+    }
+
+    pub fn pauses(&self) -> u64 {
+        self.pauses
     }
 
     /// Sets whether `queue` is polled (joining needs room: see
@@ -430,20 +456,37 @@ mod tests {
         assert!(!w.stays(at(0), true, false));
         let mut set = PollSet::default();
         for qpn in 0..u32::from(MAX_POLLED) {
-            assert!(set.has_room_for(PolledQueue::Qp(qpn, WorkQueue::Send)));
+            assert!(set.has_room_for(PolledQueue::Qp(qpn, WorkQueue::Send), at(0)));
             set.set(PolledQueue::Qp(qpn, WorkQueue::Send), true);
         }
         let extra = PolledQueue::Srq(1);
-        assert!(!set.has_room_for(extra));
+        assert!(!set.has_room_for(extra, at(0)));
         set.set(extra, true);
         assert_eq!(set.len(), usize::from(MAX_POLLED), "never more than the bound");
-        assert!(set.has_room_for(PolledQueue::Qp(3, WorkQueue::Send)), "a member keeps its place");
+        assert!(set.has_room_for(PolledQueue::Qp(3, WorkQueue::Send), at(0)), "a member keeps its place");
         set.remove_qp(3);
-        assert!(set.has_room_for(extra));
+        assert!(set.has_room_for(extra, at(0)));
         // --poll-queues 0: nobody polls, members leave at their next look.
         set.set_capacity(0);
-        assert!(!set.has_room_for(PolledQueue::Qp(4, WorkQueue::Send)));
-        assert!(!set.has_room_for(extra));
+        assert!(!set.has_room_for(PolledQueue::Qp(4, WorkQueue::Send), at(0)));
+        assert!(!set.has_room_for(extra, at(0)));
+    }
+
+    #[test]
+    fn a_shared_core_pauses_every_queue_then_polling_resumes() {
+        let mut set = PollSet::default();
+        let (a, b) = (PolledQueue::Qp(1, WorkQueue::Send), PolledQueue::Srq(2));
+        set.set(a, true);
+        let mut w = PollWindow::default();
+        work(&mut w, at(0), Trigger::Doorbell);
+        set.pause(at(10));
+        assert_eq!(set.pauses(), 1);
+        assert!(!set.has_room_for(a, at(10)), "a member leaves");
+        assert!(!set.has_room_for(b, at(10)), "nobody joins");
+        assert!(!w.stays(at(11), false, set.has_room_for(a, at(11))), "not even inside its window");
+        let resume = at(10) + CONTENDED_PAUSE;
+        assert!(!set.has_room_for(b, resume - us(1)));
+        assert!(set.has_room_for(b, resume));
     }
 
     /// A queue in memory, and a guest that posts one WQE at a chosen

@@ -173,7 +173,7 @@ impl Rnic {
         if trigger == Trigger::Doorbell {
             srq.poll.doorbell(now);
         }
-        let (before, room) = (srq.poll, self.polled.has_room_for(id));
+        let (before, room) = (srq.poll, self.polled.has_room_for(id, now));
         let mut ring = SrqRing {
             mem,
             srqn,

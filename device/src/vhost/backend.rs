@@ -32,6 +32,7 @@ use crate::nic::virtio::{
 use crate::control::{Channel, Outcome, QueueAddrs};
 use crate::nic::guest_frames::HeldFrames;
 use crate::nic::{GuestFrame, Nic};
+use crate::rnic::poll::CONTENDED_YIELD;
 use crate::rnic::Instant;
 use crate::uplink::RecvBatch;
 
@@ -391,12 +392,17 @@ impl NetBackend {
 
     /// One look at the polled work queues: WQEs found run the engine at
     /// once (and what it made reaches the guest); none found, the core is
-    /// left to whoever shares it (the guest's vCPU) before the next look.
+    /// left to whoever shares it (the guest's vCPU) before the next look,
+    /// and if someone took it for long, polling pauses (`rnic::poll`).
     fn on_poll(&self, rx: &VringRwLock) -> Result<(), BackendError> {
         let Ok(mem) = self.memory() else { return Ok(()) };
         let mem = mem.memory();
         if !self.nic.rnic().poll_queues(self.now(), &*mem) {
+            let gave = std::time::Instant::now();
             std::thread::yield_now();
+            if gave.elapsed() > CONTENDED_YIELD {
+                self.nic.rnic().polling_contended(self.now());
+            }
             return Ok(());
         }
         {
