@@ -47,11 +47,11 @@
 
 #define VT3_CHECK_PROG "vt3-modify-connect"
 #include "vt3-check.h"
+#include "vt3-modify-pair.h"
 
 #define BUF_SIZE	8192
 #define MSG_LEN		100
 #define CQ_DEPTH	64
-#define PORT		1
 
 /* Unsent: how long a SEND must stay pending to count as waiting. */
 #define WAIT_MS		300
@@ -67,33 +67,6 @@ struct side {
 	struct ibv_qp *qp;
 	char *buf;
 };
-
-static const char *dev_name;
-static int timeout_s = 30;
-static long long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
-static struct ibv_context *open_device(void)
-{
-	struct ibv_device **list = ibv_get_device_list(NULL);
-	struct ibv_context *ctx = NULL;
-	int i;
-
-	if (!list)
-		die("ibv_get_device_list");
-	for (i = 0; list[i] && !ctx; i++)
-		if (!dev_name || !strcmp(ibv_get_device_name(list[i]), dev_name))
-			ctx = ibv_open_device(list[i]);
-	ibv_free_device_list(list);
-	if (!ctx)
-		die("no such device");
-	return ctx;
-}
 
 static void side_qp(struct side *s)
 {
@@ -140,66 +113,6 @@ static void side_close(struct side *s)
 	free(s->buf);
 }
 
-static int to_init(struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = PORT,
-				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE |
-						    IBV_ACCESS_REMOTE_READ };
-
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-			     IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-}
-
-/* INIT -> RTR naming @dest, as ibv_rc_pingpong does (GRH with @dgid if set). */
-static int to_rtr(struct ibv_qp *qp, uint32_t dest, const union ibv_gid *dgid)
-{
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_RTR,
-		.path_mtu = IBV_MTU_1024,
-		.dest_qp_num = dest,
-		.max_dest_rd_atomic = 1,
-		.min_rnr_timer = 12,
-		.ah_attr = { .port_num = PORT },
-	};
-
-	if (dgid) {
-		a.ah_attr.is_global = 1;
-		a.ah_attr.grh.dgid = *dgid;
-		a.ah_attr.grh.hop_limit = 1;
-	}
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-			     IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-			     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-}
-
-static int to_rts(struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTS, .timeout = 14,
-				 .retry_cnt = 7, .rnr_retry = 7,
-				 .max_rd_atomic = 1 };
-
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
-			     IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-			     IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-}
-
-static int to_state(struct ibv_qp *qp, enum ibv_qp_state state)
-{
-	struct ibv_qp_attr a = { .qp_state = state };
-
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE);
-}
-
-static int qp_state(struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a;
-	struct ibv_qp_init_attr init;
-
-	if (ibv_query_qp(qp, &a, IBV_QP_STATE, &init))
-		return -errno;
-	return a.qp_state;
-}
-
 /* A refusal is the errno ibv_modify_qp returns (it sets errno too). */
 static void check_refused(int rc, int want, const char *name)
 {
@@ -234,30 +147,12 @@ static int post_recv(struct side *s, uint64_t wr_id, uint32_t offset)
 	return ibv_post_recv(s->qp, &wr, &bad);
 }
 
-/*
- * Polls @s's CQ for up to @ms for one completion; 1 with *@wc filled, 0
- * if none came.
- */
-static int poll_one(struct side *s, struct ibv_wc *wc, int ms)
-{
-	long long end = now_ms() + ms;
-	int n;
-
-	do {
-		n = ibv_poll_cq(s->cq, 1, wc);
-		if (n)
-			return n < 0 ? 0 : 1;
-		usleep(1000);
-	} while (now_ms() < end);
-	return 0;
-}
-
 static bool completes(struct side *s, uint64_t wr_id, enum ibv_wc_opcode op,
 		      uint32_t len, const char *name)
 {
 	struct ibv_wc wc;
 
-	if (!poll_one(s, &wc, timeout_s * 1000)) {
+	if (!poll_one(s->cq, &wc, timeout_s * 1000)) {
 		check(false, name, "no completion of WR %llu in %d s",
 		      (unsigned long long)wr_id, timeout_s);
 		return false;
@@ -308,7 +203,7 @@ static void check_survivor(struct side *s, const char *name)
 	struct ibv_wc wc;
 	int flushed = 0, other = 0, state;
 
-	while (poll_one(s, &wc, QUIET_MS)) {
+	while (poll_one(s->cq, &wc, QUIET_MS)) {
 		if (wc.wr_id == 900 && wc.status == IBV_WC_WR_FLUSH_ERR)
 			flushed++;
 		else
@@ -401,7 +296,7 @@ int main(int argc, char **argv)
 		die("a: INIT, RTR, RTS");
 	if (post_send(&a, IBV_WR_SEND, 2, 0, MSG_LEN, NULL, 0))
 		die("a: post SEND");
-	check(!poll_one(&a, &wc, WAIT_MS) && !poll_one(&b, &wc, 0), "wait",
+	check(!poll_one(a.cq, &wc, WAIT_MS) && !poll_one(b.cq, &wc, 0), "wait",
 	      "a completion before the peer named the QP back: WR %llu %s",
 	      (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
 
