@@ -49,70 +49,10 @@
 #include "vt3-check.h"
 #include "vt3-modify-pair.h"
 
-#define BUF_SIZE	8192
 #define MSG_LEN		100
-#define CQ_DEPTH	64
 
 /* Unsent: how long a SEND must stay pending to count as waiting. */
 #define WAIT_MS		300
-/* After an async event: how long a second one is waited for. */
-#define QUIET_MS	500
-
-/* One QP and what it needs, in a user context of its own. */
-struct side {
-	struct ibv_context *ctx;
-	struct ibv_pd *pd;
-	struct ibv_cq *cq;
-	struct ibv_mr *mr;
-	struct ibv_qp *qp;
-	char *buf;
-};
-
-static void side_qp(struct side *s)
-{
-	struct ibv_qp_init_attr attr = {
-		.send_cq = s->cq,
-		.recv_cq = s->cq,
-		.qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = 16, .max_recv_wr = 16,
-			 .max_send_sge = 1, .max_recv_sge = 1 },
-	};
-
-	s->qp = ibv_create_qp(s->pd, &attr);
-	if (!s->qp)
-		die("ibv_create_qp");
-}
-
-static void side_open(struct side *s)
-{
-	s->ctx = open_device();
-	s->pd = ibv_alloc_pd(s->ctx);
-	s->cq = s->pd ? ibv_create_cq(s->ctx, CQ_DEPTH, NULL, NULL, 0) : NULL;
-	s->buf = calloc(1, BUF_SIZE);
-	if (!s->cq || !s->buf)
-		die("PD/CQ/buffer");
-	s->mr = ibv_reg_mr(s->pd, s->buf, BUF_SIZE, IBV_ACCESS_LOCAL_WRITE |
-			   IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
-	if (!s->mr)
-		die("ibv_reg_mr");
-	/* Events are waited for with poll(). */
-	if (fcntl(s->ctx->async_fd, F_SETFL,
-		  fcntl(s->ctx->async_fd, F_GETFL) | O_NONBLOCK))
-		die("O_NONBLOCK");
-	side_qp(s);
-}
-
-static void side_close(struct side *s)
-{
-	if (s->qp)
-		ibv_destroy_qp(s->qp);
-	ibv_dereg_mr(s->mr);
-	ibv_destroy_cq(s->cq);
-	ibv_dealloc_pd(s->pd);
-	ibv_close_device(s->ctx);
-	free(s->buf);
-}
-
 /* A refusal is the errno ibv_modify_qp returns (it sets errno too). */
 static void check_refused(int rc, int want, const char *name)
 {
@@ -167,39 +107,13 @@ static bool completes(struct side *s, uint64_t wr_id, enum ibv_wc_opcode op,
 	return true;
 }
 
-/* Async events of @s's context for @ms: how many were QP_FATAL of its QP. */
-static int fatal_events(struct side *s, int ms)
-{
-	struct pollfd pfd = { .fd = s->ctx->async_fd, .events = POLLIN };
-	long long end = now_ms() + ms;
-	struct ibv_async_event ev;
-	int fatal = 0, left;
-
-	while ((left = end - now_ms()) > 0) {
-		if (poll(&pfd, 1, left) <= 0)
-			continue;
-		while (!ibv_get_async_event(s->ctx, &ev)) {
-			if (ev.event_type == IBV_EVENT_QP_FATAL &&
-			    ev.element.qp == s->qp)
-				fatal++;
-			else
-				printf("     (event %s)\n",
-				       ibv_event_type_str(ev.event_type));
-			ibv_ack_async_event(&ev);
-			/* The first one came: from now on only a second counts. */
-			end = now_ms() + QUIET_MS;
-		}
-	}
-	return fatal;
-}
-
 /*
  * The peer of @s went away with a RECV of @s posted (WR 900): QP_FATAL
  * exactly once, that RECV flushed exactly once, the QP in ERR.
  */
 static void check_survivor(struct side *s, const char *name)
 {
-	int fatal = fatal_events(s, timeout_s * 1000);
+	int fatal = qp_events(s, IBV_EVENT_QP_FATAL, timeout_s * 1000);
 	struct ibv_wc wc;
 	int flushed = 0, other = 0, state;
 
@@ -256,30 +170,12 @@ static void refusals(struct side *a, struct side *b, const union ibv_gid *gid)
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "dev", required_argument, NULL, 'd' },
-		{ "timeout", required_argument, NULL, 't' },
-		{}
-	};
 	struct side a = {}, b = {};
 	union ibv_gid gid;
 	struct ibv_wc wc;
 	int c, state_a, state_b;
 
-	while ((c = getopt_long(argc, argv, "d:t:", opts, NULL)) != -1) {
-		switch (c) {
-		case 'd':
-			dev_name = optarg;
-			break;
-		case 't':
-			timeout_s = atoi(optarg);
-			break;
-		default:
-			fprintf(stderr, "usage: vt3-modify-connect [--dev NAME] [--timeout S]\n");
-			return 2;
-		}
-	}
-	setvbuf(stdout, NULL, _IOLBF, 0);
+	pair_options(argc, argv);
 	side_open(&a);
 	side_open(&b);
 	if (ibv_query_gid(a.ctx, PORT, 0, &gid))

@@ -45,64 +45,10 @@
 #include "vt3-check.h"
 #include "vt3-modify-pair.h"
 
-#define BUF_SIZE	8192
+#define BUF_SIZE	SIDE_BUF_SIZE
 #define LEN		4096
-/* After an async event: how long a second one is waited for. */
-#define QUIET_MS	500
-
 #define REMOTE_RW	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | \
 			 IBV_ACCESS_REMOTE_READ)
-
-struct side {
-	struct ibv_context *ctx;
-	struct ibv_pd *pd;
-	struct ibv_cq *cq;
-	struct ibv_qp *qp;
-	struct ibv_mr *mr;
-	char *buf;
-};
-
-static void side_qp(struct side *s)
-{
-	struct ibv_qp_init_attr attr = {
-		.send_cq = s->cq,
-		.recv_cq = s->cq,
-		.qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = 16, .max_recv_wr = 16,
-			 .max_send_sge = 1, .max_recv_sge = 1 },
-	};
-
-	s->qp = ibv_create_qp(s->pd, &attr);
-	if (!s->qp)
-		die("ibv_create_qp");
-}
-
-static char *page_buffer(void)
-{
-	void *p;
-
-	if (posix_memalign(&p, 4096, BUF_SIZE))
-		die("posix_memalign");
-	memset(p, 0, BUF_SIZE);
-	return p;
-}
-
-static void side_open(struct side *s)
-{
-	s->ctx = open_device();
-	s->pd = ibv_alloc_pd(s->ctx);
-	s->cq = s->pd ? ibv_create_cq(s->ctx, 64, NULL, NULL, 0) : NULL;
-	if (!s->cq)
-		die("PD/CQ");
-	s->buf = page_buffer();
-	s->mr = ibv_reg_mr(s->pd, s->buf, BUF_SIZE, REMOTE_RW);
-	if (!s->mr)
-		die("ibv_reg_mr");
-	if (fcntl(s->ctx->async_fd, F_SETFL,
-		  fcntl(s->ctx->async_fd, F_GETFL) | O_NONBLOCK))
-		die("O_NONBLOCK");
-	side_qp(s);
-}
 
 /* Both QPs destroyed (if any) and made again, paired. */
 static void fresh_pair(struct side *a, struct side *b)
@@ -160,30 +106,6 @@ static void landed(struct side *a, char seed, const char *to,
 	      memcmp(to, want, LEN) ? "differs" : "intact");
 }
 
-/* Async events of @s's context for @ms: how many were @type of its QP. */
-static int events(struct side *s, enum ibv_event_type type, int ms)
-{
-	struct pollfd pfd = { .fd = s->ctx->async_fd, .events = POLLIN };
-	long long end = now_ms() + ms;
-	struct ibv_async_event ev;
-	int n = 0, left;
-
-	while ((left = end - now_ms()) > 0) {
-		if (poll(&pfd, 1, left) <= 0)
-			continue;
-		while (!ibv_get_async_event(s->ctx, &ev)) {
-			if (ev.event_type == type && ev.element.qp == s->qp)
-				n++;
-			else
-				printf("     (event %s)\n",
-				       ibv_event_type_str(ev.event_type));
-			ibv_ack_async_event(&ev);
-			end = now_ms() + QUIET_MS;
-		}
-	}
-	return n;
-}
-
 /*
  * a's WRITE was refused by b: QP_ACCESS_ERR once on each side, and
  * neither of b's buffers changed from @buf1/@buf2.
@@ -192,8 +114,8 @@ static void refused(struct side *a, struct side *b, const char *buf1,
 		    const char *buf2, const char *saved1, const char *saved2,
 		    const char *name)
 {
-	int eb = events(b, IBV_EVENT_QP_ACCESS_ERR, timeout_s * 1000);
-	int ea = events(a, IBV_EVENT_QP_ACCESS_ERR, timeout_s * 1000);
+	int eb = qp_events(b, IBV_EVENT_QP_ACCESS_ERR, timeout_s * 1000);
+	int ea = qp_events(a, IBV_EVENT_QP_ACCESS_ERR, timeout_s * 1000);
 	bool same = !memcmp(buf1, saved1, BUF_SIZE) &&
 		    !memcmp(buf2, saved2, BUF_SIZE);
 
@@ -214,11 +136,6 @@ static int rereg(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "dev", required_argument, NULL, 'd' },
-		{ "timeout", required_argument, NULL, 't' },
-		{}
-	};
 	static char saved1[BUF_SIZE], saved2[BUF_SIZE];
 	struct side a = {}, b = {};
 	uint32_t lkey, rkey;
@@ -227,22 +144,9 @@ int main(int argc, char **argv)
 	struct ibv_mw *mw;
 	char *buf1, *buf2;
 	struct ibv_wc wc;
-	int c, rc;
+	int rc;
 
-	while ((c = getopt_long(argc, argv, "d:t:", opts, NULL)) != -1) {
-		switch (c) {
-		case 'd':
-			dev_name = optarg;
-			break;
-		case 't':
-			timeout_s = atoi(optarg);
-			break;
-		default:
-			fprintf(stderr, "usage: vt3-rereg [--dev NAME] [--timeout S]\n");
-			return 2;
-		}
-	}
-	setvbuf(stdout, NULL, _IOLBF, 0);
+	pair_options(argc, argv);
 	side_open(&a);
 	side_open(&b);
 	buf1 = b.buf;
@@ -327,17 +231,11 @@ int main(int argc, char **argv)
 		   IBV_ACCESS_LOCAL_WRITE);
 	check(!rc, "unbound", "ibv_rereg_mr: %d (%s)", rc, strerror(rc));
 
-	ibv_destroy_qp(a.qp);
-	ibv_destroy_qp(b.qp);
 	ibv_dereg_mr(mr2);
-	ibv_dereg_mr(a.mr);
-	ibv_dereg_mr(b.mr);
 	ibv_dealloc_pd(pd2);
-	ibv_destroy_cq(a.cq);
-	ibv_destroy_cq(b.cq);
-	ibv_dealloc_pd(a.pd);
-	ibv_dealloc_pd(b.pd);
-	ibv_close_device(a.ctx);
-	ibv_close_device(b.ctx);
+	side_close(&a);
+	b.buf = buf2;	/* what b's MR names now */
+	side_close(&b);
+	free(buf1);
 	return check_summary();
 }
