@@ -186,6 +186,7 @@ struct vt3_mr {
 	 */
 	bool fast_reg;
 	u32 npages;
+	int ib_access;			/* user MRs: to pin a new range alike */
 };
 
 /* A memory window: all its state is vt3d's (vt3_hw.h "Memory windows"). */
@@ -481,6 +482,9 @@ void vt3_queue_mem_release(struct vt3_dev *dev, struct vt3_queue_mem *q,
 struct ib_mr *vt3_get_dma_mr(struct ib_pd *ibpd, int access);
 struct ib_mr *vt3_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 			      u64 virt, int access, struct ib_udata *udata);
+struct ib_mr *vt3_rereg_user_mr(struct ib_mr *ibmr, int flags, u64 start,
+				u64 length, u64 virt, int ib_access,
+				struct ib_pd *ibpd, struct ib_udata *udata);
 int vt3_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata);
 int vt3_alloc_mw(struct ib_mw *ibmw, struct ib_udata *udata);
 int vt3_dealloc_mw(struct ib_mw *ibmw);

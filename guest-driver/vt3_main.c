@@ -661,6 +661,7 @@ static const struct ib_device_ops vt3_dev_ops = {
 	.query_qp = vt3_query_qp,
 	.query_srq = vt3_query_srq,
 	.reg_user_mr = vt3_reg_user_mr,
+	.rereg_user_mr = vt3_rereg_user_mr,
 	.req_notify_cq = vt3_req_notify_cq,
 
 	INIT_RDMA_OBJ_SIZE(ib_cq, vt3_cq, ibcq),

@@ -277,30 +277,27 @@ struct ib_mr *vt3_get_dma_mr(struct ib_pd *ibpd, int ib_access)
 	return vt3_reg_mr(to_vt3_pd(ibpd), &req, NULL);
 }
 
-struct ib_mr *vt3_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
-			      u64 virt, int ib_access, struct ib_udata *udata)
+/*
+ * Pins [@start, @start + @length) of the caller and builds its PBL; the
+ * registration's translation goes to @req (iova @virt, length, PBL,
+ * npages, page_offset).
+ */
+static struct vt3_pages *vt3_pin_user(struct vt3_dev *dev, u64 start,
+				      u64 length, u64 virt, int ib_access,
+				      struct vt3_cmd_reg_mr *req)
 {
-	struct vt3_dev *dev = to_vt3_dev(ibpd->device);
-	struct vt3_cmd_reg_mr req = {};
 	struct ib_block_iter biter;
 	struct vt3_pages *mem;
 	struct ib_umem *umem;
 	size_t npages, i = 0;
-	u32 access;
 	int err;
 
-	if (!vt3_udata_in_ok(udata))
-		return ERR_PTR(-EINVAL);
 	if (!length || length > dev->lim.max_mr_size)
 		return ERR_PTR(-EINVAL);
-	err = vt3_access(ib_access, &access);
-	if (err)
-		return ERR_PTR(err);
-
 	mem = vt3_pages_new(0);
 	if (!mem)
 		return ERR_PTR(-ENOMEM);
-	umem = ib_umem_get(ibpd->device, start, length, ib_access);
+	umem = ib_umem_get(&dev->ibdev, start, length, ib_access);
 	if (IS_ERR(umem)) {
 		err = PTR_ERR(umem);
 		goto err_mem;
@@ -321,20 +318,121 @@ struct ib_mr *vt3_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 	rdma_umem_for_each_dma_block(umem, &biter, VT3_PAGE_SIZE)
 		mem->pbl[i++] = cpu_to_le64(rdma_block_iter_dma_address(&biter));
 
-	req.iova = cpu_to_le64(virt);
-	req.length = cpu_to_le64(length);
-	req.pbl_addr = cpu_to_le64(virt_to_phys(mem->pbl));
-	req.npages = cpu_to_le32(npages);
-	req.access = cpu_to_le32(access);
+	req->iova = cpu_to_le64(virt);
+	req->length = cpu_to_le64(length);
+	req->pbl_addr = cpu_to_le64(virt_to_phys(mem->pbl));
+	req->npages = cpu_to_le32(npages);
 	/* Where the region starts in its first PBL page. */
-	req.page_offset = cpu_to_le32(ib_umem_offset(umem) &
-				      (VT3_PAGE_SIZE - 1));
-	/* Consumes mem on failure. */
-	return vt3_reg_mr(to_vt3_pd(ibpd), &req, mem);
+	req->page_offset = cpu_to_le32(ib_umem_offset(umem) &
+				       (VT3_PAGE_SIZE - 1));
+	return mem;
 
 err_mem:
 	vt3_pages_put(mem);
 	return ERR_PTR(err);
+}
+
+struct ib_mr *vt3_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
+			      u64 virt, int ib_access, struct ib_udata *udata)
+{
+	struct vt3_cmd_reg_mr req = {};
+	struct vt3_pages *mem;
+	struct ib_mr *ibmr;
+	u32 access;
+	int err;
+
+	if (!vt3_udata_in_ok(udata))
+		return ERR_PTR(-EINVAL);
+	err = vt3_access(ib_access, &access);
+	if (err)
+		return ERR_PTR(err);
+	mem = vt3_pin_user(to_vt3_dev(ibpd->device), start, length, virt,
+			   ib_access, &req);
+	if (IS_ERR(mem))
+		return ERR_CAST(mem);
+	req.access = cpu_to_le32(access);
+	/* Consumes mem on failure. */
+	ibmr = vt3_reg_mr(to_vt3_pd(ibpd), &req, mem);
+	if (!IS_ERR(ibmr))
+		to_vt3_mr(ibmr)->ib_access = ib_access;
+	return ibmr;
+}
+
+/*
+ * ibv_rereg_mr (vt3_hw.h "Re-registration"): the TPT entry changes in
+ * place and lkey/rkey stay. A new range is pinned before the command and
+ * the old one unpinned only once vt3d answered: until then it may still
+ * place data there. NULL tells the core the MR was changed in place.
+ */
+struct ib_mr *vt3_rereg_user_mr(struct ib_mr *ibmr, int flags, u64 start,
+				u64 length, u64 virt, int ib_access,
+				struct ib_pd *ibpd, struct ib_udata *udata)
+{
+	struct vt3_dev *dev = to_vt3_dev(ibmr->device);
+	struct vt3_mr *mr = to_vt3_mr(ibmr);
+	struct vt3_cmd_rereg_mr req = {};
+	struct vt3_cmd_reg_mr trans = {};
+	struct vt3_pages *mem = NULL;
+	int pin_access = mr->ib_access;
+	u32 access;
+	int err;
+
+	if (!vt3_udata_in_ok(udata))
+		return ERR_PTR(-EINVAL);
+	/* Only user MRs over pinned pages (not DMA, not fast-reg). */
+	if (mr->fast_reg || !mr->mem || !mr->mem->umem)
+		return ERR_PTR(-EINVAL);
+	req.stag = cpu_to_le32(ibmr->lkey);
+	if (flags & IB_MR_REREG_ACCESS) {
+		err = vt3_access(ib_access, &access);
+		if (err)
+			return ERR_PTR(err);
+		req.access = cpu_to_le32(access);
+		req.change |= cpu_to_le32(VT3_REREG_ACCESS);
+		pin_access = ib_access;
+		/*
+		 * Writable now, pinned read-only: the same range again, pinned
+		 * for writing (vt3d's writes must not land in a page a later
+		 * copy-on-write replaces).
+		 */
+		if (!(flags & IB_MR_REREG_TRANS) && !mr->mem->umem->writable &&
+		    ib_access_writable(ib_access)) {
+			flags |= IB_MR_REREG_TRANS;
+			start = mr->mem->umem->address;
+			length = mr->mem->umem->length;
+			virt = ibmr->iova;
+		}
+	}
+	if (flags & IB_MR_REREG_PD) {
+		req.pdn = cpu_to_le32(to_vt3_pd(ibpd)->pdn);
+		req.change |= cpu_to_le32(VT3_REREG_PD);
+	}
+	if (flags & IB_MR_REREG_TRANS) {
+		mem = vt3_pin_user(dev, start, length, virt, pin_access, &trans);
+		if (IS_ERR(mem))
+			return ERR_CAST(mem);
+		req.iova = trans.iova;
+		req.length = trans.length;
+		req.pbl_addr = trans.pbl_addr;
+		req.npages = trans.npages;
+		req.page_offset = trans.page_offset;
+		req.change |= cpu_to_le32(VT3_REREG_TRANSLATION);
+	}
+	err = vt3_cmd(dev, VT3_CMD_REREG_MR, &req, sizeof(req), NULL, 0);
+	if (err) {
+		/* Unanswered: vt3d may use the new pages (the old stay the MR's). */
+		if (mem && !vt3_refused(err))
+			vt3_orphan(dev, mem);
+		else if (mem)
+			vt3_pages_put(mem);
+		return ERR_PTR(err);
+	}
+	if (mem) {
+		vt3_pages_put(mr->mem);
+		mr->mem = mem;
+	}
+	mr->ib_access = pin_access;
+	return NULL;
 }
 
 /*

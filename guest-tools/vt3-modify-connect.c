@@ -47,159 +47,12 @@
 
 #define VT3_CHECK_PROG "vt3-modify-connect"
 #include "vt3-check.h"
+#include "vt3-modify-pair.h"
 
-#define BUF_SIZE	8192
 #define MSG_LEN		100
-#define CQ_DEPTH	64
-#define PORT		1
 
 /* Unsent: how long a SEND must stay pending to count as waiting. */
 #define WAIT_MS		300
-/* After an async event: how long a second one is waited for. */
-#define QUIET_MS	500
-
-/* One QP and what it needs, in a user context of its own. */
-struct side {
-	struct ibv_context *ctx;
-	struct ibv_pd *pd;
-	struct ibv_cq *cq;
-	struct ibv_mr *mr;
-	struct ibv_qp *qp;
-	char *buf;
-};
-
-static const char *dev_name;
-static int timeout_s = 30;
-static long long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
-}
-
-static struct ibv_context *open_device(void)
-{
-	struct ibv_device **list = ibv_get_device_list(NULL);
-	struct ibv_context *ctx = NULL;
-	int i;
-
-	if (!list)
-		die("ibv_get_device_list");
-	for (i = 0; list[i] && !ctx; i++)
-		if (!dev_name || !strcmp(ibv_get_device_name(list[i]), dev_name))
-			ctx = ibv_open_device(list[i]);
-	ibv_free_device_list(list);
-	if (!ctx)
-		die("no such device");
-	return ctx;
-}
-
-static void side_qp(struct side *s)
-{
-	struct ibv_qp_init_attr attr = {
-		.send_cq = s->cq,
-		.recv_cq = s->cq,
-		.qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = 16, .max_recv_wr = 16,
-			 .max_send_sge = 1, .max_recv_sge = 1 },
-	};
-
-	s->qp = ibv_create_qp(s->pd, &attr);
-	if (!s->qp)
-		die("ibv_create_qp");
-}
-
-static void side_open(struct side *s)
-{
-	s->ctx = open_device();
-	s->pd = ibv_alloc_pd(s->ctx);
-	s->cq = s->pd ? ibv_create_cq(s->ctx, CQ_DEPTH, NULL, NULL, 0) : NULL;
-	s->buf = calloc(1, BUF_SIZE);
-	if (!s->cq || !s->buf)
-		die("PD/CQ/buffer");
-	s->mr = ibv_reg_mr(s->pd, s->buf, BUF_SIZE, IBV_ACCESS_LOCAL_WRITE |
-			   IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
-	if (!s->mr)
-		die("ibv_reg_mr");
-	/* Events are waited for with poll(). */
-	if (fcntl(s->ctx->async_fd, F_SETFL,
-		  fcntl(s->ctx->async_fd, F_GETFL) | O_NONBLOCK))
-		die("O_NONBLOCK");
-	side_qp(s);
-}
-
-static void side_close(struct side *s)
-{
-	if (s->qp)
-		ibv_destroy_qp(s->qp);
-	ibv_dereg_mr(s->mr);
-	ibv_destroy_cq(s->cq);
-	ibv_dealloc_pd(s->pd);
-	ibv_close_device(s->ctx);
-	free(s->buf);
-}
-
-static int to_init(struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = PORT,
-				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE |
-						    IBV_ACCESS_REMOTE_READ };
-
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-			     IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-}
-
-/* INIT -> RTR naming @dest, as ibv_rc_pingpong does (GRH with @dgid if set). */
-static int to_rtr(struct ibv_qp *qp, uint32_t dest, const union ibv_gid *dgid)
-{
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_RTR,
-		.path_mtu = IBV_MTU_1024,
-		.dest_qp_num = dest,
-		.max_dest_rd_atomic = 1,
-		.min_rnr_timer = 12,
-		.ah_attr = { .port_num = PORT },
-	};
-
-	if (dgid) {
-		a.ah_attr.is_global = 1;
-		a.ah_attr.grh.dgid = *dgid;
-		a.ah_attr.grh.hop_limit = 1;
-	}
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-			     IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-			     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-}
-
-static int to_rts(struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTS, .timeout = 14,
-				 .retry_cnt = 7, .rnr_retry = 7,
-				 .max_rd_atomic = 1 };
-
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
-			     IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-			     IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
-}
-
-static int to_state(struct ibv_qp *qp, enum ibv_qp_state state)
-{
-	struct ibv_qp_attr a = { .qp_state = state };
-
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE);
-}
-
-static int qp_state(struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a;
-	struct ibv_qp_init_attr init;
-
-	if (ibv_query_qp(qp, &a, IBV_QP_STATE, &init))
-		return -errno;
-	return a.qp_state;
-}
-
 /* A refusal is the errno ibv_modify_qp returns (it sets errno too). */
 static void check_refused(int rc, int want, const char *name)
 {
@@ -234,30 +87,12 @@ static int post_recv(struct side *s, uint64_t wr_id, uint32_t offset)
 	return ibv_post_recv(s->qp, &wr, &bad);
 }
 
-/*
- * Polls @s's CQ for up to @ms for one completion; 1 with *@wc filled, 0
- * if none came.
- */
-static int poll_one(struct side *s, struct ibv_wc *wc, int ms)
-{
-	long long end = now_ms() + ms;
-	int n;
-
-	do {
-		n = ibv_poll_cq(s->cq, 1, wc);
-		if (n)
-			return n < 0 ? 0 : 1;
-		usleep(1000);
-	} while (now_ms() < end);
-	return 0;
-}
-
 static bool completes(struct side *s, uint64_t wr_id, enum ibv_wc_opcode op,
 		      uint32_t len, const char *name)
 {
 	struct ibv_wc wc;
 
-	if (!poll_one(s, &wc, timeout_s * 1000)) {
+	if (!poll_one(s->cq, &wc, timeout_s * 1000)) {
 		check(false, name, "no completion of WR %llu in %d s",
 		      (unsigned long long)wr_id, timeout_s);
 		return false;
@@ -272,43 +107,17 @@ static bool completes(struct side *s, uint64_t wr_id, enum ibv_wc_opcode op,
 	return true;
 }
 
-/* Async events of @s's context for @ms: how many were QP_FATAL of its QP. */
-static int fatal_events(struct side *s, int ms)
-{
-	struct pollfd pfd = { .fd = s->ctx->async_fd, .events = POLLIN };
-	long long end = now_ms() + ms;
-	struct ibv_async_event ev;
-	int fatal = 0, left;
-
-	while ((left = end - now_ms()) > 0) {
-		if (poll(&pfd, 1, left) <= 0)
-			continue;
-		while (!ibv_get_async_event(s->ctx, &ev)) {
-			if (ev.event_type == IBV_EVENT_QP_FATAL &&
-			    ev.element.qp == s->qp)
-				fatal++;
-			else
-				printf("     (event %s)\n",
-				       ibv_event_type_str(ev.event_type));
-			ibv_ack_async_event(&ev);
-			/* The first one came: from now on only a second counts. */
-			end = now_ms() + QUIET_MS;
-		}
-	}
-	return fatal;
-}
-
 /*
  * The peer of @s went away with a RECV of @s posted (WR 900): QP_FATAL
  * exactly once, that RECV flushed exactly once, the QP in ERR.
  */
 static void check_survivor(struct side *s, const char *name)
 {
-	int fatal = fatal_events(s, timeout_s * 1000);
+	int fatal = qp_events(s, IBV_EVENT_QP_FATAL, timeout_s * 1000);
 	struct ibv_wc wc;
 	int flushed = 0, other = 0, state;
 
-	while (poll_one(s, &wc, QUIET_MS)) {
+	while (poll_one(s->cq, &wc, QUIET_MS)) {
 		if (wc.wr_id == 900 && wc.status == IBV_WC_WR_FLUSH_ERR)
 			flushed++;
 		else
@@ -361,30 +170,12 @@ static void refusals(struct side *a, struct side *b, const union ibv_gid *gid)
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "dev", required_argument, NULL, 'd' },
-		{ "timeout", required_argument, NULL, 't' },
-		{}
-	};
 	struct side a = {}, b = {};
 	union ibv_gid gid;
 	struct ibv_wc wc;
 	int c, state_a, state_b;
 
-	while ((c = getopt_long(argc, argv, "d:t:", opts, NULL)) != -1) {
-		switch (c) {
-		case 'd':
-			dev_name = optarg;
-			break;
-		case 't':
-			timeout_s = atoi(optarg);
-			break;
-		default:
-			fprintf(stderr, "usage: vt3-modify-connect [--dev NAME] [--timeout S]\n");
-			return 2;
-		}
-	}
-	setvbuf(stdout, NULL, _IOLBF, 0);
+	pair_options(argc, argv);
 	side_open(&a);
 	side_open(&b);
 	if (ibv_query_gid(a.ctx, PORT, 0, &gid))
@@ -401,7 +192,7 @@ int main(int argc, char **argv)
 		die("a: INIT, RTR, RTS");
 	if (post_send(&a, IBV_WR_SEND, 2, 0, MSG_LEN, NULL, 0))
 		die("a: post SEND");
-	check(!poll_one(&a, &wc, WAIT_MS) && !poll_one(&b, &wc, 0), "wait",
+	check(!poll_one(a.cq, &wc, WAIT_MS) && !poll_one(b.cq, &wc, 0), "wait",
 	      "a completion before the peer named the QP back: WR %llu %s",
 	      (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
 

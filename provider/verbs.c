@@ -69,6 +69,25 @@ struct ibv_mr *vt3_reg_mr(struct ibv_pd *pd, void *addr, size_t len,
 	return &vmr->ibv_mr;
 }
 
+/*
+ * ibv_rereg_mr: vt3.ko changes the MR in place (same lkey and rkey); the
+ * caller's errno says why it failed (EBUSY: memory windows are bound).
+ */
+int vt3_rereg_mr(struct verbs_mr *vmr, int flags, struct ibv_pd *pd,
+		 void *addr, size_t length, int access)
+{
+	struct ib_uverbs_rereg_mr_resp resp = {};
+	struct ibv_rereg_mr cmd = {};
+	int ret;
+
+	ret = ibv_cmd_rereg_mr(vmr, flags, addr, length, (uintptr_t)addr,
+			       access, pd, &cmd, sizeof(cmd), &resp,
+			       sizeof(resp));
+	if (ret)
+		errno = ret;
+	return ret;
+}
+
 int vt3_dereg_mr(struct verbs_mr *vmr)
 {
 	int ret;

@@ -33,6 +33,7 @@ static const struct verbs_context_ops vt3_ctx_ops = {
 	.alloc_td = vt3_alloc_td,
 	.dealloc_td = vt3_dealloc_td,
 	.reg_mr = vt3_reg_mr,
+	.rereg_mr = vt3_rereg_mr,
 	.dereg_mr = vt3_dereg_mr,
 	.alloc_mw = vt3_alloc_mw,
 	.dealloc_mw = vt3_dealloc_mw,

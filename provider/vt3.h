@@ -356,6 +356,8 @@ int vt3_query_port(struct ibv_context *ibctx, uint8_t port,
 		   struct ibv_port_attr *attr);
 struct ibv_mr *vt3_reg_mr(struct ibv_pd *pd, void *addr, size_t len,
 			  uint64_t hca_va, int access);
+int vt3_rereg_mr(struct verbs_mr *vmr, int flags, struct ibv_pd *pd,
+		 void *addr, size_t length, int access);
 int vt3_dereg_mr(struct verbs_mr *vmr);
 struct ibv_mw *vt3_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
 int vt3_dealloc_mw(struct ibv_mw *mw);

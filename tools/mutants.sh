@@ -57,6 +57,11 @@
 #   flush-after-ring  vt3.ko returns flush completions only once a poll
 #                  emptied the CQ's ring: ib_drain_qp starves while
 #                  another QP keeps a shared CQ busy
+#   rereg-keeps-pages  vt3d takes a re-registration's new translation
+#                  (iova, length) but keeps the old pages
+#   rereg-ignores-windows  the engine's rereg rules let an MR with bound
+#                  windows be re-registered
+#   rereg-ignores-access  the engine's rereg keeps the old rights
 #   qp-calloc      libvt3 allocates its QP structs with calloc(): the
 #                  vendor event names its QP by the low 32 bits of the
 #                  address only, and two QPs 4 GiB apart share them
@@ -412,11 +417,31 @@ REPLACEMENT[cq-ex-byte-len]='	return vt3_cq_of_ex(cqx)->cur.byte_len + 1; /* MUT
 REASON[cq-ex-byte-len]='FAIL batch: [1-9][0-9]* wrong'
 CASES[cq-ex-byte-len]=qpex
 
+FILE[rereg-keeps-pages]=device/src/rnic/tpt.rs
+ANCHOR[rereg-keeps-pages]='            Some(backing) if rereg.change & REREG_TRANSLATION != 0 => Some(std::mem::replace(&mut mr.backing, backing)),'
+REPLACEMENT[rereg-keeps-pages]='            Some(backing) if rereg.change & REREG_TRANSLATION != 0 => Some(backing), // MUTANT: the old pages stay'
+REASON[rereg-keeps-pages]='FAIL new-range'
+CASES[rereg-keeps-pages]=rereg
+
+FILE[rereg-ignores-windows]=iwarp/src/engine/rereg.rs
+ANCHOR[rereg-ignores-windows]='    if windows_bound > 0 {'
+REPLACEMENT[rereg-ignores-windows]='    if windows_bound > usize::MAX - 1 { // MUTANT: bound windows do not matter'
+REASON[rereg-ignores-windows]='FAIL busy'
+CASES[rereg-ignores-windows]=rereg
+
+FILE[rereg-ignores-access]=iwarp/src/engine/rereg.rs
+ANCHOR[rereg-ignores-access]='    if rereg.change & REREG_ACCESS != 0 {
+        next.access = rereg.new.access;'
+REPLACEMENT[rereg-ignores-access]='    if rereg.change & REREG_ACCESS != 0 && rereg.change == 0 { // MUTANT: the rights stay
+        next.access = rereg.new.access;'
+REASON[rereg-ignores-access]='FAIL narrowed'
+CASES[rereg-ignores-access]=rereg
+
 ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze close-withheld lost-flush-from-cons slot-by-cons
 	free-unknown fatal-before-flags srq-flush-on-error ksrq-flush-on-error srq-lost-unflushed ksrq-lost-unflushed
 	srq-flushed-on-error srq-completes-twice srq-post-lost srq-no-last-wqe
 	destroyed-qp-relinked destroyed-qp-completes flush-after-ring qp-calloc doorbell-under-lock no-pair
-	srq-slot-kept wr-abort-posts cq-ex-peeks cq-ex-byte-len)
+	srq-slot-kept wr-abort-posts cq-ex-peeks cq-ex-byte-len rereg-keeps-pages rereg-ignores-windows rereg-ignores-access)
 
 log() { printf '[mutants] %s\n' "$*" >&2; }
 

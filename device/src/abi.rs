@@ -122,6 +122,7 @@ abi_enums! {
         PairQp = "VT3_CMD_PAIR_QP" = 29,
         AllocMw = "VT3_CMD_ALLOC_MW" = 30,
         DeallocMw = "VT3_CMD_DEALLOC_MW" = 31,
+        ReregMr = "VT3_CMD_REREG_MR" = 32,
     }
 
     pub enum Status: u16 {
@@ -144,6 +145,12 @@ abi_enums! {
 
     pub enum MrFlag: u32 {
         Dma = "VT3_MR_DMA" = 1,
+    }
+
+    pub enum ReregChange: u32 {
+        Translation = "VT3_REREG_TRANSLATION" = 1,
+        Pd = "VT3_REREG_PD" = 2,
+        Access = "VT3_REREG_ACCESS" = 4,
     }
 
     pub enum ArmFlag: u32 {
@@ -372,6 +379,18 @@ abi_structs! {
     pub struct CmdAllocMr = "vt3_cmd_alloc_mr" {
         pub pdn: Le32,
         pub max_pages: Le32,
+    }
+
+    pub struct CmdReregMr = "vt3_cmd_rereg_mr" {
+        pub stag: Le32,
+        pub change: Le32,
+        pub iova: Le64,
+        pub length: Le64,
+        pub pbl_addr: Le64,
+        pub npages: Le32,
+        pub pdn: Le32,
+        pub access: Le32,
+        pub page_offset: Le32,
     }
 
     pub struct CmdAllocMw = "vt3_cmd_alloc_mw" {

@@ -189,6 +189,21 @@
  * ordinary MR). VT3_CMD_DEREG_MR of an MR with valid windows bound to it
  * answers VT3_ERR_BUSY.
  *
+ * Re-registration
+ * ---------------
+ * VT3_CMD_REREG_MR (ibv_rereg_mr) changes an MR of VT3_CMD_REG_MR with a
+ * page list in place: its translation (iova, length and a new page list,
+ * copied as REG_MR's), its PD, its rights, or several at once. The entry
+ * keeps its index and its key, so lkey and rkey stay what they were.
+ * vt3d executes it between two placements: an access checked before it
+ * is placed through the old registration, every later one through the
+ * new; when the answer arrives vt3d reads nothing of the old pages any
+ * more, so the driver unpins them then. Refused: a DMA or fast-reg MR or
+ * a window (INVALID), an MR with valid windows bound to it (BUSY: the
+ * verbs' rule), no change or unknown bits, unknown rights, a translation
+ * that does not fit its pages (INVALID), a PD that does not exist
+ * (NOT_FOUND). A refused REREG_MR leaves the MR as it was.
+ *
  * Shared receive queues (SRQ)
  * ---------------------------
  * VT3_CMD_CREATE_SRQ makes a ring of vt3_rq_wqe of a PD and its status
@@ -321,6 +336,8 @@ enum vt3_cmd {
 	/* Memory windows (see "Memory windows" above): */
 	VT3_CMD_ALLOC_MW = 30,		/* vt3_cmd_alloc_mw -> vt3_resp_handle (stag) */
 	VT3_CMD_DEALLOC_MW = 31,	/* vt3_cmd_handle (stag, any key) */
+	/* Re-registration (see "Re-registration" above): */
+	VT3_CMD_REREG_MR = 32,		/* vt3_cmd_rereg_mr */
 };
 
 enum vt3_status {
@@ -453,6 +470,30 @@ struct vt3_cmd_alloc_mr {
 enum vt3_mw_type {
 	VT3_MW_TYPE_1 = 1,		/* bound to the PD (ibv_bind_mw) */
 	VT3_MW_TYPE_2 = 2,		/* bound to the posting QP (IB's type 2B) */
+};
+
+/* What VT3_CMD_REREG_MR changes. */
+enum vt3_rereg_change {
+	VT3_REREG_TRANSLATION = 1 << 0,	/* iova, length, the page list */
+	VT3_REREG_PD = 1 << 1,		/* pdn */
+	VT3_REREG_ACCESS = 1 << 2,	/* access */
+};
+
+/*
+ * The MR named by stag (current key) takes the fields `change` names;
+ * the others are ignored. With VT3_REREG_TRANSLATION: npages pages at
+ * pbl_addr, the region starting page_offset into the first.
+ */
+struct vt3_cmd_rereg_mr {
+	__le32	stag;
+	__le32	change;			/* enum vt3_rereg_change */
+	__le64	iova;
+	__le64	length;
+	__le64	pbl_addr;		/* guest-physical __le64[npages] */
+	__le32	npages;
+	__le32	pdn;
+	__le32	access;			/* enum vt3_access */
+	__le32	page_offset;
 };
 
 /* An unbound memory window of pdn. */
@@ -962,6 +1003,7 @@ VT3_ASSERT_SIZE(vt3_resp_handle, 8);
 VT3_ASSERT_SIZE(vt3_cmd_reg_mr, 48);
 VT3_ASSERT_SIZE(vt3_cmd_alloc_mr, 8);
 VT3_ASSERT_SIZE(vt3_cmd_alloc_mw, 8);
+VT3_ASSERT_SIZE(vt3_cmd_rereg_mr, 48);
 VT3_ASSERT_SIZE(vt3_cmd_create_cq, 24);
 VT3_ASSERT_SIZE(vt3_cmd_arm_cq, 8);
 VT3_ASSERT_SIZE(vt3_cmd_create_qp, 72);

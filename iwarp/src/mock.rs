@@ -5,9 +5,11 @@
 #![allow(clippy::indexing_slicing)] // test support: indexes it just checked
 
 use crate::engine::{
-    bound_state, check_bind, check_fast_reg, check_window_access, check_window_invalidate,
-    read_page_list, Access, AccessError, BindError, FastReg, FastRegError, GuestMemory,
-    MemoryError, MemoryRegions, MwBind, MwType, Owner, RegionView, Window, WindowView,
+    bound_state, check_bind, check_fast_reg, check_rereg, check_window_access,
+    check_window_invalidate, read_page_list, reregistered, Access, AccessError, BindError,
+    FastReg, FastRegError, GuestMemory, MemoryError, MemoryRegions, MwBind, MwType, Owner,
+    RegionKind, RegionView, Registration, Rereg, ReregError, Window, WindowView,
+    REREG_TRANSLATION,
 };
 
 /// Guest RAM: one flat buffer at guest-physical address 0.
@@ -346,6 +348,36 @@ impl MockRegions {
         let count = (page_offset + length).div_ceil(PAGE_SIZE).max(1);
         let pages = (0..count).map(|i| first + i * PAGE_SIZE).collect();
         self.register_pages(pdn, access, iova, length, pages, page_offset)
+    }
+
+    /// VT3_CMD_REREG_MR: the engine's rules ([`check_rereg`]), then the
+    /// region named by `stag` (current key, which it keeps) takes the
+    /// changes, with a translation change over `pages`.
+    pub fn rereg(&mut self, stag: u32, rereg: &Rereg, pages: Vec<u64>) -> Result<(), ReregError> {
+        let windows = self.windows_bound_to(stag);
+        let mr = self
+            .index_of(stag)
+            .and_then(|index| self.entries.get_mut(index)?.as_mut())
+            .ok_or(ReregError::NoSuchMr(stag))?;
+        let kind = match (mr.window, mr.fast_reg) {
+            (Some(_), _) => RegionKind::Window,
+            (None, Some(_)) => RegionKind::FastReg,
+            (None, None) => RegionKind::Pages,
+        };
+        check_rereg(kind, windows, rereg)?;
+        let current = Registration {
+            pdn: mr.pdn,
+            access: mr.access,
+            iova: mr.iova,
+            length: mr.length,
+        };
+        let next = reregistered(current, rereg);
+        (mr.pdn, mr.access, mr.iova, mr.length) = (next.pdn, next.access, next.iova, next.length);
+        if rereg.change & REREG_TRANSLATION != 0 {
+            mr.pages = pages;
+            mr.page_offset = rereg.page_offset;
+        }
+        Ok(())
     }
 
     pub fn deregister(&mut self, stag: u32) -> Option<MockMr> {

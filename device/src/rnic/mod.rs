@@ -13,6 +13,7 @@ pub mod fault;
 pub mod memory;
 mod offload;
 mod pairing;
+mod rereg;
 pub mod poll;
 pub mod srq;
 pub mod table;
@@ -481,6 +482,7 @@ impl Rnic {
             }
             Cmd::RegMr => self.reg_mr(mem, &args(payload)?),
             Cmd::AllocMr => self.alloc_mr(&args(payload)?),
+            Cmd::ReregMr => self.rereg_mr(mem, &args(payload)?),
             Cmd::DeregMr => {
                 let stag = le(args::<CmdHandle>(payload)?.handle);
                 let mr = self.tpt.remove_for_dereg(stag).map_err(|e| match e {

@@ -14,8 +14,9 @@
 //! (`vt3_iwarp::engine::check_bind`, `check_window_access`).
 
 use vt3_iwarp::engine::{
-    self, bound_state, check_bind, check_window_access, check_window_invalidate, BindError,
-    FastReg, FastRegError, MemoryRegions, MwBind, MwType, Owner, RegionView, Window, WindowView,
+    self, bound_state, check_bind, check_rereg, check_window_access, check_window_invalidate, reregistered,
+    BindError, FastReg, FastRegError, MemoryRegions, MwBind, MwType, Owner, RegionKind, RegionView, Registration,
+    Rereg, ReregError, Window, WindowView, REREG_TRANSLATION,
 };
 
 use crate::abi::{VT3_PAGE_SHIFT, VT3_PAGE_SIZE};
@@ -423,6 +424,37 @@ impl Tpt {
 }
 
 impl Tpt {
+    /// Whether VT3_CMD_REREG_MR of `stag` (current key) would be taken:
+    /// the engine's rules ([`check_rereg`]); changes nothing.
+    pub fn check_rereg(&self, stag: u32, rereg: &Rereg) -> Result<(), ReregError> {
+        let index = self.index_of(stag).ok_or(ReregError::NoSuchMr(stag))?;
+        let mr = self.entries.get(index).ok_or(ReregError::NoSuchMr(stag))?;
+        let kind = match (&mr.window, mr.fast_reg, &mr.backing) {
+            (Some(_), _, _) => RegionKind::Window,
+            (None, Some(_), _) => RegionKind::FastReg,
+            (None, None, Backing::Dma) => RegionKind::Dma,
+            (None, None, Backing::Pages { .. }) => RegionKind::Pages,
+        };
+        check_rereg(kind, self.windows_bound_to(index), rereg)
+    }
+
+    /// VT3_CMD_REREG_MR: the MR at `stag` takes the changes, keeping its
+    /// index and key; with a translation change `backing` replaces its
+    /// pages and the old backing is returned (to release its budget).
+    pub fn rereg(&mut self, stag: u32, rereg: &Rereg, backing: Option<Backing>) -> Result<Option<Backing>, ReregError> {
+        self.check_rereg(stag, rereg)?;
+        let mr = self.get_mut(stag).ok_or(ReregError::NoSuchMr(stag))?;
+        let current = Registration { pdn: mr.pdn, access: mr.access, iova: mr.iova, length: mr.length };
+        let next = reregistered(current, rereg);
+        (mr.pdn, mr.access, mr.iova, mr.length) = (next.pdn, next.access, next.iova, next.length);
+        Ok(match backing {
+            Some(backing) if rereg.change & REREG_TRANSLATION != 0 => Some(std::mem::replace(&mut mr.backing, backing)),
+            _ => None,
+        })
+    }
+}
+
+impl Tpt {
     /// BIND_MW (see [`MemoryRegions::bind_window`]).
     pub fn bind_window(&mut self, owner: Owner, bind: &MwBind) -> Result<(), BindError> {
         let index = bind.mw_stag >> 8;
@@ -664,6 +696,40 @@ mod tests {
         assert!(tpt.remove_for_dereg(current ^ 0x40).is_ok_and(|mr| mr.fast_reg == Some(2)));
         assert_eq!(tpt.remove_for_dereg(current).err(), Some(DeregError::NotFound), "gone");
         assert!(tpt.remove_for_dereg(plain).is_ok());
+    }
+
+    #[test]
+    fn rereg_in_the_tpt() {
+        use vt3_iwarp::engine::{REREG_ACCESS, REREG_PD};
+        let mut tpt = Tpt::new(16);
+        let stag = tpt.insert(mr(1, LOCAL_WRITE | REMOTE_WRITE)).unwrap();
+        let new = Registration { pdn: 2, access: LOCAL_WRITE, iova: 0x9000_0000, length: 100 };
+        let rereg = |change| Rereg { change, new, npages: 1, page_offset: 0x10 };
+        let pages = Backing::Pages { pages: vec![0x50_0000], page_offset: 0x10 };
+        let old = tpt.rereg(stag, &rereg(REREG_TRANSLATION), Some(pages)).unwrap();
+        assert!(matches!(old, Some(Backing::Pages { pages, .. }) if pages.len() == 3), "the old pages come back");
+        assert_eq!(segments(&tpt, stag, 0x9000_0000, 100, REMOTE_WRITE).unwrap(), vec![(0x50_0010, 100)], "same STag");
+        assert_eq!(segments(&tpt, stag, 0x7000_0100, 1, REMOTE_WRITE), Err(AccessError::Bounds), "the old range");
+        assert_eq!(tpt.rereg(stag, &rereg(REREG_ACCESS | REREG_PD), None), Ok(None));
+        assert_eq!(segments(&tpt, stag, 0x9000_0000, 1, REMOTE_WRITE), Err(AccessError::WrongPd));
+        let mut v = Vec::new();
+        let pd2 = Owner { pdn: 2, qpn: 1 };
+        assert_eq!(tpt.translate(stag, pd2, 0x9000_0000, 1, REMOTE_WRITE, |a, l| v.push((a, l))), Err(AccessError::Rights));
+        assert!(tpt.translate(stag, pd2, 0x9000_0000, 1, LOCAL_WRITE, |a, l| v.push((a, l))).is_ok());
+        // Refused: stale key, DMA and fast-reg MRs, windows (as MRs and bound).
+        assert_eq!(tpt.rereg(stag ^ 1, &rereg(REREG_PD), None), Err(ReregError::NoSuchMr(stag ^ 1)));
+        let dma = tpt.insert(Mr { backing: Backing::Dma, ..mr(1, LOCAL_WRITE) }).unwrap();
+        assert_eq!(tpt.check_rereg(dma, &rereg(REREG_PD)), Err(ReregError::Kind("DMA")));
+        let fast = tpt.insert(Mr::fast_reg(1, 4)).unwrap();
+        assert_eq!(tpt.check_rereg(fast, &rereg(REREG_PD)), Err(ReregError::Kind("fast-reg")));
+        let bindable = tpt.insert(mr(1, LOCAL_WRITE | MW_BIND)).unwrap();
+        let w = tpt.insert(Mr::unbound_window(1, MwType::One)).unwrap();
+        let bind = MwBind { mw_stag: rotated(w), mr_stag: bindable, addr: 0x7000_1000, length: 16, access: REMOTE_READ, mw_type: MwType::One };
+        tpt.bind_window(OWNER, &bind).unwrap();
+        assert_eq!(tpt.check_rereg(rotated(w), &rereg(REREG_PD)), Err(ReregError::Kind("window")));
+        let before = tpt.get(bindable).cloned();
+        assert_eq!(tpt.rereg(bindable, &rereg(REREG_ACCESS), None), Err(ReregError::WindowsBound(1)));
+        assert_eq!(tpt.get(bindable).cloned(), before, "as it was");
     }
 
     #[test]

@@ -25,6 +25,7 @@
 mod event;
 mod memory;
 mod qp;
+mod rereg;
 mod rx;
 mod srq;
 #[cfg(test)]
@@ -49,6 +50,10 @@ pub use window::{
     MwType, Owner, RegionView, Window, WindowView, WINDOW_ACCESS,
 };
 pub use qp::{QpState, QP_STATE_NAMES};
+pub use rereg::{
+    check_rereg, reregistered, RegionKind, Registration, Rereg, ReregError, REREG_ACCESS, REREG_PD,
+    REREG_TRANSLATION,
+};
 pub use wr::{
     Completion, FastReg, InlineData, RecvWr, SendOpcode, SendWr, Sge, SgeList, WcOpcode, WcStatus,
     WorkQueue, MAX_INLINE, MAX_MESSAGE, MAX_SGE,

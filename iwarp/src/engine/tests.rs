@@ -19,6 +19,7 @@ const PD: u32 = 3;
 
 mod frmr;
 mod mw;
+mod rereg;
 mod srq;
 
 fn pair() -> Sim<Node, Node> {
@@ -60,6 +61,59 @@ fn others(events: &[EventKind]) -> Vec<EventKind> {
 
 fn settle(sim: &mut Sim<Node, Node>, secs: u64) {
     sim.run_for(Duration::from_secs(secs));
+}
+
+/// Completions of `qpn`: (wr_id, opcode, status).
+fn results(node: &Node, qpn: u32) -> Vec<(u64, WcOpcode, WcStatus)> {
+    node.completions
+        .iter()
+        .filter(|c| c.qpn == qpn)
+        .map(|c| (c.wr_id, c.opcode, c.status))
+        .collect()
+}
+
+fn rdma(wr_id: u64, opcode: SendOpcode, local: (u32, u64), len: u32, stag: u32, to: u64) -> SendWr {
+    let mut wr = SendWr::new(wr_id, opcode);
+    wr.sges = SgeList::single(Sge {
+        addr: local.1,
+        length: len,
+        lkey: local.0,
+    });
+    wr.remote_stag = stag;
+    wr.remote_addr = to;
+    wr
+}
+
+/// A's WRITE of `len` octets (a pattern) to `to` through `stag`, from QP
+/// `qp.0` of PD `qp.1`.
+fn a_writes_in(sim: &mut Sim<Node, Node>, qp: (u32, u32), stag: u32, to: u64, len: u32) {
+    let (qpn, pd) = qp;
+    let (astag, aiova) = (
+        sim.a.regions.register_contiguous(pd, LOCAL_WRITE, 0x1000, 0x1000, 8192),
+        0x1000,
+    );
+    let data: Vec<u8> = (0..len).map(|i| (i % 241) as u8 ^ 0x5a).collect();
+    sim.a.memory.fill(aiova, &data);
+    sim.a
+        .engine
+        .post_send(qpn, rdma(1, SendOpcode::Write, (astag, aiova), len, stag, to))
+        .unwrap();
+    settle(sim, 2);
+}
+
+/// B's QP `bqpn` refused A's access (QP `aqpn`) with `error`, TERMINATE `sent`.
+fn refused(sim: &Sim<Node, Node>, aqpn: u32, bqpn: u32, error: ProtocolError, sent: TermCode) {
+    assert_eq!(
+        others(&sim.b.qp_events(bqpn)),
+        vec![EventKind::LocalError { error, sent }]
+    );
+    assert_eq!(
+        others(&sim.a.qp_events(aqpn)),
+        vec![EventKind::TerminateReceived {
+            code: sent,
+            class: sent.etype_class()
+        }]
+    );
 }
 
 fn registered_buffer(node: &mut Node, len: u64) -> (u32, u64) {

@@ -66,26 +66,6 @@ fn registered(sim: &mut Sim<Node, Node>, access: Access) -> (u32, u32) {
     (old, stag)
 }
 
-fn results(node: &Node, qpn: u32) -> Vec<(u64, WcOpcode, WcStatus)> {
-    node.completions
-        .iter()
-        .filter(|c| c.qpn == qpn)
-        .map(|c| (c.wr_id, c.opcode, c.status))
-        .collect()
-}
-
-fn rdma(wr_id: u64, opcode: SendOpcode, local: (u32, u64), len: u32, stag: u32, to: u64) -> SendWr {
-    let mut wr = SendWr::new(wr_id, opcode);
-    wr.sges = SgeList::single(Sge {
-        addr: local.1,
-        length: len,
-        lkey: local.0,
-    });
-    wr.remote_stag = stag;
-    wr.remote_addr = to;
-    wr
-}
-
 /// What B's memory holds at region bytes `[offset, offset + len)` of
 /// the MR over [`PAGES`] (0x100 into the first page).
 fn region_bytes(node: &Node, offset: u64, len: usize) -> Vec<u8> {
