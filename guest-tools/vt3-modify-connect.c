@@ -52,6 +52,8 @@
 #define MSG_LEN		100
 #define CQ_DEPTH	64
 #define PORT		1
+#define VT3_PAIR_PORT	PORT
+#include "vt3-modify-pair.h"
 
 /* Unsent: how long a SEND must stay pending to count as waiting. */
 #define WAIT_MS		300
@@ -138,49 +140,6 @@ static void side_close(struct side *s)
 	ibv_dealloc_pd(s->pd);
 	ibv_close_device(s->ctx);
 	free(s->buf);
-}
-
-static int to_init(struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = PORT,
-				 .qp_access_flags = IBV_ACCESS_REMOTE_WRITE |
-						    IBV_ACCESS_REMOTE_READ };
-
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-			     IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-}
-
-/* INIT -> RTR naming @dest, as ibv_rc_pingpong does (GRH with @dgid if set). */
-static int to_rtr(struct ibv_qp *qp, uint32_t dest, const union ibv_gid *dgid)
-{
-	struct ibv_qp_attr a = {
-		.qp_state = IBV_QPS_RTR,
-		.path_mtu = IBV_MTU_1024,
-		.dest_qp_num = dest,
-		.max_dest_rd_atomic = 1,
-		.min_rnr_timer = 12,
-		.ah_attr = { .port_num = PORT },
-	};
-
-	if (dgid) {
-		a.ah_attr.is_global = 1;
-		a.ah_attr.grh.dgid = *dgid;
-		a.ah_attr.grh.hop_limit = 1;
-	}
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-			     IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-			     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-}
-
-static int to_rts(struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTS, .timeout = 14,
-				 .retry_cnt = 7, .rnr_retry = 7,
-				 .max_rd_atomic = 1 };
-
-	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
-			     IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-			     IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
 static int to_state(struct ibv_qp *qp, enum ibv_qp_state state)
