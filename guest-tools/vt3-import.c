@@ -16,7 +16,7 @@
  * ibv_modify_qp (docs/modify-connect.md) and posts an RDMA WRITE and a
  * SEND whose local SGEs are the imported MR's lkey over the creator's
  * addresses: the bytes can only come from the creator's pinned pages.
- * Checks, in order (importer's, then creator's):
+ * Checks, in the order they run:
  *  import-device  ibv_import_device() on the passed fd: vt3's device
  *  import-pd      ibv_import_pd(): the PD, with the creator's handle
  *  pd-not-a-pd    ibv_import_pd() of the MR's handle: EINVAL
@@ -26,9 +26,10 @@
  *  pair           the importer's QP (on the imported PD, in the imported
  *                 context) paired with the creator's
  *  posted         the WRITE and the SEND complete successfully
- *  unimport       QP and CQ destroyed, MR and PD unimported, context closed
- *  received       the creator's RECV: the SEND's bytes, and the WRITE's
- *                 (three pages and more, unaligned) in its sink MR
+ *  received       (the creator's) its RECV: the SEND's bytes, and the
+ *                 WRITE's (three pages and more, unaligned) in its sink MR
+ *  unimport       (the importer's, once the creator has checked) QP and CQ
+ *                 destroyed, MR and PD unimported, context closed
  *  importer-exit  the importer exited 0 with its checks' counts
  *  creator-owns   unimporting left the creator's objects alive: its MRs
  *                 deregister and its PD deallocates (0 each)
@@ -331,8 +332,10 @@ static int creator(const char *self)
 	rsge = (struct ibv_sge){ .addr = (uintptr_t)sink + RECV_OFF,
 				 .length = MSG_LEN, .lkey = sink_mr->lkey };
 	rwr.sg_list = &rsge;
-	if (ibv_post_recv(qp, &rwr, &bad))
-		die("ibv_post_recv");
+	/* A RESET QP takes no RECV (EINVAL): INIT first, RTR once paired. */
+	errno = to_init(qp) ?: ibv_post_recv(qp, &rwr, &bad);
+	if (errno)
+		die("INIT and ibv_post_recv");
 	if (pipe(up) || pipe(down))
 		die("pipe");
 
@@ -355,7 +358,7 @@ static int creator(const char *self)
 	if (!read_within(up[0], &qpn, sizeof(qpn))) {
 		check(false, "received", "the importer sent no QPN");
 	} else {
-		ret = pair_with(qp, qpn);
+		ret = to_rtr(qp, qpn, NULL) ?: to_rts(qp);
 		if (ret)
 			printf("     (creator's pair: %s)\n", strerror(ret));
 		ret = ret ? -1 : poll_success(cq, 1, &wc);

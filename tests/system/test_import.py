@@ -8,9 +8,9 @@ import re
 from helpers import summary
 from vt3lab.tools import tail
 
-# vt3-import's checks (its header comment lists them), the importer's first.
+# vt3-import's checks in the order they run (its header comment lists them).
 CHECKS = ("import-device", "import-pd", "pd-not-a-pd", "pd-no-handle", "import-mr", "mr-not-an-mr", "pair",
-          "posted", "unimport", "received", "importer-exit", "creator-owns")
+          "posted", "received", "unimport", "importer-exit", "creator-owns")
 
 
 def test_import(single_vt3):
