@@ -95,8 +95,6 @@ NOT_PASSING: list[tuple[str, str, str, str, str]] = [
      r"Create mr with IBV_ACCESS_FLUSH_GLOBAL access flag is not supported in kernel|Create custom mr with additional access flags 18 is not supported",
      "iwarp", "FLUSH is InfiniBand's (IBA 1.5 memory placement extensions); RFC 5040 and RFC 7306 have none, "
               "its iWARP form is an expired draft (draft-talpey-rdma-commit-02): vt3.ko refuses the FLUSH access flags"),
-    (r"tests\.test_shared_pd\.SharedPDTestCase\.test_imported_rc_ex_rdma_write", "skip", r"Importing a device is not supported",
-     "vt3", "ibv_import_device (a context, PD and MR shared between processes) needs the provider's import ops: not in libvt3"),
     (r"tests\.test_mr\.MRTest\.test_mr_rereg_(access|access_bad_flow|addr|pd)", "skip",
      r"Rereg MR is not supported \(Failed to rereg MR: IBV_REREG_MR_ERR_CMD\. Errno: 95, Operation not supported\)",
      "vt3", "ibv_rereg_mr is not in vt3.ko (siw's run of these errs earlier, at RTS)"),
