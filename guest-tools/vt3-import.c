@@ -241,23 +241,6 @@ static int importer(const char *arg)
 	return failed ? 1 : 0;
 }
 
-static struct ibv_context *open_device(void)
-{
-	struct ibv_device **list = ibv_get_device_list(NULL);
-	struct ibv_context *ctx = NULL;
-	int i;
-
-	if (!list)
-		die("ibv_get_device_list");
-	for (i = 0; list[i] && !ctx; i++)
-		if (!strcmp(ibv_get_device_name(list[i]), dev_name))
-			ctx = ibv_open_device(list[i]);
-	ibv_free_device_list(list);
-	if (!ctx)
-		die("no such device");
-	return ctx;
-}
-
 static struct ibv_mr *reg(struct ibv_pd *pd, void *buf, int access)
 {
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, BUF_SIZE, access);
@@ -306,7 +289,7 @@ static void reap_importer(pid_t pid, int up_fd)
 
 static int creator(const char *self)
 {
-	struct ibv_context *ctx = open_device();
+	struct ibv_context *ctx = open_device(dev_name);
 	struct ibv_pd *pd = ibv_alloc_pd(ctx);
 	struct ibv_cq *cq = pd ? ibv_create_cq(ctx, CQ_DEPTH, NULL, NULL, 0) : NULL;
 	unsigned char *src = aligned_alloc(PAGE, BUF_SIZE);

@@ -80,23 +80,6 @@ static long long now_ms(void)
 	return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
 }
 
-static struct ibv_context *open_device(void)
-{
-	struct ibv_device **list = ibv_get_device_list(NULL);
-	struct ibv_context *ctx = NULL;
-	int i;
-
-	if (!list)
-		die("ibv_get_device_list");
-	for (i = 0; list[i] && !ctx; i++)
-		if (!dev_name || !strcmp(ibv_get_device_name(list[i]), dev_name))
-			ctx = ibv_open_device(list[i]);
-	ibv_free_device_list(list);
-	if (!ctx)
-		die("no such device");
-	return ctx;
-}
-
 static void side_qp(struct side *s)
 {
 	struct ibv_qp_init_attr attr = {
@@ -114,7 +97,7 @@ static void side_qp(struct side *s)
 
 static void side_open(struct side *s)
 {
-	s->ctx = open_device();
+	s->ctx = open_device(dev_name);
 	s->pd = ibv_alloc_pd(s->ctx);
 	s->cq = s->pd ? ibv_create_cq(s->ctx, CQ_DEPTH, NULL, NULL, 0) : NULL;
 	s->buf = calloc(1, BUF_SIZE);

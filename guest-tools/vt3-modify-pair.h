@@ -2,14 +2,34 @@
 /*
  * Two RC QPs of one device paired by ibv_modify_qp alone (RTR naming the
  * other's QPN, then RTS), as rdma-core's tests/ and ibv_rc_pingpong do
- * it (docs/modify-connect.md). Define VT3_PAIR_PORT before including.
+ * it (docs/modify-connect.md). Define VT3_PAIR_PORT and include
+ * vt3-check.h (die()) before including.
  */
 #ifndef VT3_MODIFY_PAIR_H
 #define VT3_MODIFY_PAIR_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include <infiniband/verbs.h>
+
+/* A context of the device named @name (NULL: the first one); dies if none. */
+static inline struct ibv_context *open_device(const char *name)
+{
+	struct ibv_device **list = ibv_get_device_list(NULL);
+	struct ibv_context *ctx = NULL;
+	int i;
+
+	if (!list)
+		die("ibv_get_device_list");
+	for (i = 0; list[i] && !ctx; i++)
+		if (!name || !strcmp(ibv_get_device_name(list[i]), name))
+			ctx = ibv_open_device(list[i]);
+	ibv_free_device_list(list);
+	if (!ctx)
+		die("no such device");
+	return ctx;
+}
 
 static inline int to_init(struct ibv_qp *qp)
 {
