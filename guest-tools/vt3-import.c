@@ -225,6 +225,8 @@ static int importer(const char *arg)
 	check(done == 2, "posted",
 	      "post %s, %d of 2 completions (last: %s)", strerror(ret), done,
 	      done < 0 ? ibv_wc_status_str(wc.status) : "-");
+	/* Our lines first: the creator checks its RECV after this word. */
+	write_all(h.up_fd, "p", 1);
 
 	/* The creator has read its RECV and sink: our QP may go. */
 	if (!read_within(h.down_fd, &go, 1))
@@ -302,6 +304,7 @@ static int creator(const char *self)
 	struct handoff h;
 	struct ibv_wc wc;
 	uint32_t qpn;
+	char posted;
 	pid_t pid;
 
 	if (!cq || !src || !sink)
@@ -344,6 +347,8 @@ static int creator(const char *self)
 		ret = to_rtr(qp, qpn, NULL) ?: to_rts(qp);
 		if (ret)
 			printf("     (creator's pair: %s)\n", strerror(ret));
+		if (!read_within(up[0], &posted, 1))
+			printf("     (the importer did not report its posts)\n");
 		ret = ret ? -1 : poll_success(cq, 1, &wc);
 		check(ret == 1 && wc.wr_id == 7 && wc.opcode == IBV_WC_RECV &&
 		      wc.byte_len == MSG_LEN &&
