@@ -503,6 +503,8 @@ int vt3_get_port_immutable(struct ib_device *ibdev, u32 port,
 			   struct ib_port_immutable *immutable);
 int vt3_query_gid(struct ib_device *ibdev, u32 port, int idx,
 		  union ib_gid *gid);
+void vt3_ucontext_resp(struct vt3_dev *dev,
+		       struct vt3_alloc_ucontext_resp *resp);
 int vt3_alloc_ucontext(struct ib_ucontext *ibuc, struct ib_udata *udata);
 void vt3_dealloc_ucontext(struct ib_ucontext *ibuc);
 void vt3_disassociate_ucontext(struct ib_ucontext *ibuc);
@@ -512,6 +514,11 @@ int vt3_alloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);
 int vt3_dealloc_pd(struct ib_pd *ibpd, struct ib_udata *udata);
 void vt3_get_dev_fw_str(struct ib_device *ibdev, char *str);
 bool vt3_udata_in_ok(struct ib_udata *udata);
+
+/* vt3_import.c */
+extern const struct uapi_definition vt3_uapi_defs[];
+int vt3_query_ucontext(struct ib_ucontext *ibuc,
+		       struct uverbs_attr_bundle *attrs);
 
 /* vt3_cq.c */
 int vt3_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,

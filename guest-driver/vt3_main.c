@@ -246,6 +246,7 @@ static struct vt3_dev *vt3_dev_create(struct net_device *netdev)
 	ibdev->iw_driver_flags = IW_F_NO_PORT_MAP;
 	strscpy(ibdev->iw_ifname, netdev->name, sizeof(ibdev->iw_ifname));
 	ib_set_device_ops(ibdev, &vt3_dev_ops);
+	ibdev->driver_def = vt3_uapi_defs;
 	return dev;
 }
 
@@ -660,6 +661,7 @@ static const struct ib_device_ops vt3_dev_ops = {
 	.query_port = vt3_query_port,
 	.query_qp = vt3_query_qp,
 	.query_srq = vt3_query_srq,
+	.query_ucontext = vt3_query_ucontext,
 	.reg_user_mr = vt3_reg_user_mr,
 	.rereg_user_mr = vt3_rereg_user_mr,
 	.req_notify_cq = vt3_req_notify_cq,

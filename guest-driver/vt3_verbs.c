@@ -131,16 +131,22 @@ int vt3_query_gid(struct ib_device *ibdev, u32 port, int idx, union ib_gid *gid)
 	return 0;
 }
 
-int vt3_alloc_ucontext(struct ib_ucontext *ibuc, struct ib_udata *udata)
+/* What a provider checks of a context: at its creation and at an import. */
+void vt3_ucontext_resp(struct vt3_dev *dev, struct vt3_alloc_ucontext_resp *resp)
 {
-	struct vt3_dev *dev = to_vt3_dev(ibuc->device);
-	struct vt3_alloc_ucontext_resp resp = {
+	*resp = (struct vt3_alloc_ucontext_resp) {
 		.abi_version = VT3_ABI_VERSION,
 		.wqe_size = VT3_WQE_SIZE,
 		.cqe_size = sizeof(struct vt3_cqe),
 		.max_inline = dev->lim.max_inline,
 	};
+}
 
+int vt3_alloc_ucontext(struct ib_ucontext *ibuc, struct ib_udata *udata)
+{
+	struct vt3_alloc_ucontext_resp resp;
+
+	vt3_ucontext_resp(to_vt3_dev(ibuc->device), &resp);
 	if (!vt3_udata_in_ok(udata) || udata->outlen < sizeof(resp))
 		return -EINVAL;
 	return ib_copy_to_udata(udata, &resp, sizeof(resp));

@@ -133,6 +133,18 @@ static inline int to_rts(struct ibv_qp *qp)
 			     IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
+/* INIT, RTR naming @dest (no GRH), RTS; 0 or the first step's errno. */
+static inline int pair_with(struct ibv_qp *qp, uint32_t dest)
+{
+	int ret = to_init(qp);
+
+	if (!ret)
+		ret = to_rtr(qp, dest, NULL);
+	if (!ret)
+		ret = to_rts(qp);
+	return ret;
+}
+
 static inline int to_state(struct ibv_qp *qp, enum ibv_qp_state state)
 {
 	struct ibv_qp_attr a = { .qp_state = state };

@@ -35,6 +35,10 @@ static const struct verbs_context_ops vt3_ctx_ops = {
 	.reg_mr = vt3_reg_mr,
 	.rereg_mr = vt3_rereg_mr,
 	.dereg_mr = vt3_dereg_mr,
+	.import_pd = vt3_import_pd,
+	.unimport_pd = vt3_unimport_pd,
+	.import_mr = vt3_import_mr,
+	.unimport_mr = vt3_unimport_mr,
 	.alloc_mw = vt3_alloc_mw,
 	.dealloc_mw = vt3_dealloc_mw,
 	.bind_mw = vt3_bind_mw,
@@ -95,6 +99,38 @@ static int vt3_query_limits(struct vt3_context *ctx)
 	return 0;
 }
 
+struct vt3_context *vt3_context_alloc(struct ibv_device *ibdev, int cmd_fd)
+{
+	struct vt3_context *ctx;
+
+	return verbs_init_and_alloc_context(ibdev, cmd_fd, ctx, ibv_ctx,
+					    to_vt3_dev(ibdev)->driver_id);
+}
+
+/*
+ * Sets up @ctx from the kernel's @resp (of its creation or its import);
+ * NULL with errno set, @ctx freed, if that fails or @err says it did.
+ */
+struct verbs_context *vt3_context_setup(struct vt3_context *ctx, int err,
+					const struct vt3_alloc_ucontext_resp *resp)
+{
+	if (!err)
+		err = vt3_check_ucontext(&ctx->ibv_ctx, resp);
+	if (!err)
+		err = vt3_query_limits(ctx);
+	if (err) {
+		verbs_uninit_context(&ctx->ibv_ctx);
+		free(ctx);
+		errno = err;
+		return NULL;
+	}
+
+	pthread_mutex_init(&ctx->qps_lock, NULL);
+	list_head_init(&ctx->qps);
+	verbs_set_ops(&ctx->ibv_ctx, &vt3_ctx_ops);
+	return &ctx->ibv_ctx;
+}
+
 static struct verbs_context *vt3_alloc_context(struct ibv_device *ibdev,
 					       int cmd_fd, void *private_data)
 {
@@ -103,28 +139,13 @@ static struct verbs_context *vt3_alloc_context(struct ibv_device *ibdev,
 	struct vt3_context *ctx;
 	int ret;
 
-	ctx = verbs_init_and_alloc_context(ibdev, cmd_fd, ctx, ibv_ctx,
-					   to_vt3_dev(ibdev)->driver_id);
+	ctx = vt3_context_alloc(ibdev, cmd_fd);
 	if (!ctx)
 		return NULL;
 
 	ret = ibv_cmd_get_context(&ctx->ibv_ctx, &cmd, sizeof(cmd),
 				  &resp.ibv_resp, sizeof(resp));
-	if (!ret)
-		ret = vt3_check_ucontext(&ctx->ibv_ctx, &resp.drv);
-	if (!ret)
-		ret = vt3_query_limits(ctx);
-	if (ret) {
-		verbs_uninit_context(&ctx->ibv_ctx);
-		free(ctx);
-		errno = ret;
-		return NULL;
-	}
-
-	pthread_mutex_init(&ctx->qps_lock, NULL);
-	list_head_init(&ctx->qps);
-	verbs_set_ops(&ctx->ibv_ctx, &vt3_ctx_ops);
-	return &ctx->ibv_ctx;
+	return vt3_context_setup(ctx, ret, &resp.drv);
 }
 
 static struct verbs_device *vt3_device_alloc(struct verbs_sysfs_dev *sysfs_dev)
@@ -166,6 +187,7 @@ static const struct verbs_device_ops vt3_dev_ops = {
 	.alloc_device = vt3_device_alloc,
 	.uninit_device = vt3_device_free,
 	.alloc_context = vt3_alloc_context,
+	.import_context = vt3_import_context,
 };
 
 PROVIDER_DRIVER(vt3, vt3_dev_ops);

@@ -344,6 +344,18 @@ static inline struct vt3_srq *to_vt3_srq(struct ibv_srq *ibsrq)
 	return container_of(ibsrq, struct vt3_srq, ibv_srq);
 }
 
+/* vt3.c: contexts */
+struct vt3_context *vt3_context_alloc(struct ibv_device *ibdev, int cmd_fd);
+struct verbs_context *vt3_context_setup(struct vt3_context *ctx, int err,
+					const struct vt3_alloc_ucontext_resp *resp);
+
+/* import.c: a context, PD and MR taken over from another process */
+struct verbs_context *vt3_import_context(struct ibv_device *ibdev, int cmd_fd);
+struct ibv_pd *vt3_import_pd(struct ibv_context *ibctx, uint32_t pd_handle);
+void vt3_unimport_pd(struct ibv_pd *ibpd);
+struct ibv_mr *vt3_import_mr(struct ibv_pd *pd, uint32_t mr_handle);
+void vt3_unimport_mr(struct ibv_mr *ibmr);
+
 /* verbs.c: control path, through the kernel */
 bool vt3_ring_ok(uint32_t depth, uint32_t map_size, size_t entry_size);
 void *vt3_mmap(struct ibv_context *ibctx, size_t len, int prot, uint64_t key,

@@ -75,6 +75,12 @@
 #   cq-ex-peeks    libvt3's ibv_start_poll/next_poll leave a successful
 #                  completion in the ring: ibv_poll_cq returns it again
 #   cq-ex-byte-len libvt3's ibv_wc_read_byte_len is one off
+#   unimport-deregs  libvt3's ibv_unimport_mr deregisters the MR: the
+#                  creator's MR is gone under it
+#   import-pd-unchecked  libvt3's ibv_import_pd takes any handle without
+#                  asking vt3.ko (a handle of an MR, or of nothing, "imported")
+#   import-ctx-unchecked  vt3.ko answers an import's query of the context
+#                  with zeroes: libvt3 must refuse the ABI it cannot check
 #
 # A mutant is KILLED when the cases fail and the failure report names the
 # broken rule (REASON, a regex); SURVIVED when they pass; WRONG-REASON when
@@ -436,12 +442,32 @@ REPLACEMENT[rereg-ignores-access]='    if rereg.change & REREG_ACCESS != 0 && re
         next.access = rereg.new.access;'
 REASON[rereg-ignores-access]='FAIL narrowed'
 CASES[rereg-ignores-access]=rereg
+FILE[unimport-deregs]=provider/import.c
+ANCHOR[unimport-deregs]='	free(verbs_get_mr(ibmr));'
+REPLACEMENT[unimport-deregs]='	ibv_cmd_dereg_mr(verbs_get_mr(ibmr)); /* MUTANT: the shared MR destroyed */
+	free(verbs_get_mr(ibmr));'
+REASON[unimport-deregs]='FAIL creator-owns'
+CASES[unimport-deregs]=import
+
+FILE[import-pd-unchecked]=provider/import.c
+ANCHOR[import-pd-unchecked]='	ret = execute_ioctl(ibctx, cmd);'
+REPLACEMENT[import-pd-unchecked]='	ret = 0 && execute_ioctl(ibctx, cmd); /* MUTANT: any handle taken */'
+REASON[import-pd-unchecked]='FAIL pd-not-a-pd'
+CASES[import-pd-unchecked]=import
+
+FILE[import-ctx-unchecked]=guest-driver/vt3_import.c
+ANCHOR[import-ctx-unchecked]='	vt3_ucontext_resp(to_vt3_dev(ibuc->device), &resp);'
+REPLACEMENT[import-ctx-unchecked]='	memset(&resp, 0, sizeof(resp)); /* MUTANT */'
+REASON[import-ctx-unchecked]='FAIL import-device'
+CASES[import-ctx-unchecked]=import
 
 ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze close-withheld lost-flush-from-cons slot-by-cons
 	free-unknown fatal-before-flags srq-flush-on-error ksrq-flush-on-error srq-lost-unflushed ksrq-lost-unflushed
 	srq-flushed-on-error srq-completes-twice srq-post-lost srq-no-last-wqe
 	destroyed-qp-relinked destroyed-qp-completes flush-after-ring qp-calloc doorbell-under-lock no-pair
 	srq-slot-kept wr-abort-posts cq-ex-peeks cq-ex-byte-len rereg-keeps-pages rereg-ignores-windows rereg-ignores-access)
+# The import path (provider/import.c, guest-driver/vt3_import.c).
+ALL_MUTANTS+=(unimport-deregs import-pd-unchecked import-ctx-unchecked)
 
 log() { printf '[mutants] %s\n' "$*" >&2; }
 

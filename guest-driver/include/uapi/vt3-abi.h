@@ -9,6 +9,7 @@
 #define VT3_ABI_USER_H
 
 #include <linux/types.h>
+#include <rdma/ib_user_ioctl_cmds.h>
 
 /* Bumped on any incompatible change; the provider refuses a mismatch. */
 #define VT3_ABI_VERSION		3
@@ -29,6 +30,29 @@ struct vt3_alloc_ucontext_resp {
 	__u32	wqe_size;		/* VT3_WQE_SIZE */
 	__u32	cqe_size;		/* sizeof(struct vt3_cqe) */
 	__u32	max_inline;
+};
+
+/*
+ * Importing a context, PD or MR into another process (ibv_import_device(),
+ * ibv_import_pd()): driver attributes and methods of the ioctl uverbs,
+ * in the driver's id space.
+ *
+ * UVERBS_METHOD_QUERY_CONTEXT returns, in VT3_ATTR_QUERY_CONTEXT_RESP_UCTX,
+ * the struct vt3_alloc_ucontext_resp that created the context, so an
+ * importer checks the same ABI its creator did.
+ */
+enum vt3_query_context_attrs {
+	VT3_ATTR_QUERY_CONTEXT_RESP_UCTX = (1U << UVERBS_ID_NS_SHIFT),
+};
+
+/* UVERBS_OBJECT_PD: VT3_METHOD_PD_QUERY, a PD handle of the context -> pdn. */
+enum vt3_pd_methods {
+	VT3_METHOD_PD_QUERY = (1U << UVERBS_ID_NS_SHIFT),
+};
+
+enum vt3_query_pd_attrs {
+	VT3_ATTR_QUERY_PD_HANDLE = (1U << UVERBS_ID_NS_SHIFT),
+	VT3_ATTR_QUERY_PD_RESP_PDN,
 };
 
 struct vt3_alloc_pd_resp {
