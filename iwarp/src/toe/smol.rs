@@ -28,7 +28,7 @@
 //!   TIME-WAIT (graceful), a local abort, or a close during a timer run
 //!   (timeout).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddrV4;
 
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
@@ -174,9 +174,14 @@ impl Observed {
     }
 }
 
-#[derive(Debug)]
 struct Entry {
+    /// The connection's own socket set: smoltcp walks every socket of the
+    /// set it is given, so each socket has one and the TOE hands smoltcp
+    /// only the set a frame or a timer is for.
+    set: SocketSet<'static>,
     handle: SocketHandle,
+    /// When smoltcp wants this socket polled, as queued in `SmolToe::timers`.
+    timer: Option<Instant>,
     role: Role,
     tuple: Option<FourTuple>,
     released: bool,
@@ -196,7 +201,26 @@ struct Entry {
     buffers: usize,
 }
 
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry")
+            .field("role", &self.role)
+            .field("tuple", &self.tuple)
+            .field("state", &self.state)
+            .field("timer", &self.timer)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Entry {
+    fn socket(&self) -> &tcp::Socket<'static> {
+        self.set.get::<tcp::Socket>(self.handle)
+    }
+
+    fn socket_mut(&mut self) -> &mut tcp::Socket<'static> {
+        self.set.get_mut::<tcp::Socket>(self.handle)
+    }
+
     /// Whether fault injection drops the next frame of this connection.
     fn drops(&mut self) -> bool {
         if self.blackhole {
@@ -277,13 +301,17 @@ struct Slot {
 #[derive(Debug, Default)]
 struct Listener {
     backlog: usize,
+    /// The one socket in LISTEN, which takes the next SYN (none while the
+    /// backlog is full or the table is: SYNs are refused).
+    armed: Option<u32>,
+    /// Connections that arrived and are not accepted yet, oldest first.
+    pending: VecDeque<u32>,
 }
 
 /// The smoltcp-backed TOE.
 pub struct SmolToe {
     config: TcpConfig,
     iface: Interface,
-    sockets: SocketSet<'static>,
     slots: Vec<Slot>,
     free: Vec<u32>,
     live: usize,
@@ -298,6 +326,12 @@ pub struct SmolToe {
     egress_room: usize,
     /// Octets of socket buffers the sockets hold ([`TcpConfig::buffer_budget`]).
     reserved: usize,
+    /// Sockets by the time smoltcp wants them polled (`Entry::timer`), one
+    /// key per socket: egress polls only those due, so idle connections
+    /// cost nothing until a timer of theirs comes.
+    timers: BTreeSet<(Instant, u32)>,
+    /// The latest time the TOE was given (for engine calls, which have none).
+    now: Instant,
 }
 
 impl std::fmt::Debug for SmolToe {
@@ -531,7 +565,6 @@ impl SmolToe {
         Ok(SmolToe {
             config,
             iface,
-            sockets: SocketSet::new(Vec::new()),
             slots: Vec::new(),
             free: Vec::new(),
             live: 0,
@@ -543,6 +576,8 @@ impl SmolToe {
             looped: LoopQueue::default(),
             egress_room: usize::MAX,
             reserved: 0,
+            timers: BTreeSet::new(),
+            now,
         })
     }
 
@@ -588,13 +623,11 @@ impl SmolToe {
     }
 
     fn socket(&self, id: SocketId) -> Option<&tcp::Socket<'static>> {
-        let handle = self.entry(id)?.handle;
-        Some(self.sockets.get::<tcp::Socket>(handle))
+        Some(self.entry(id)?.socket())
     }
 
     fn socket_mut(&mut self, id: SocketId) -> Option<&mut tcp::Socket<'static>> {
-        let handle = self.entry(id)?.handle;
-        Some(self.sockets.get_mut::<tcp::Socket>(handle))
+        Some(self.entry_mut(id)?.socket_mut())
     }
 
     /// Octets of socket buffers the sockets hold now.
@@ -635,9 +668,12 @@ impl SmolToe {
             return None;
         }
         let state = map_state(socket.state());
-        let handle = self.sockets.add(socket);
+        let mut set = SocketSet::new(Vec::with_capacity(1));
+        let handle = set.add(socket);
         let entry = Entry {
+            set,
             handle,
+            timer: None,
             role,
             tuple: None,
             released: false,
@@ -676,11 +712,24 @@ impl SmolToe {
             slot.generation = slot.generation.wrapping_add(1);
             entry
         };
-        self.sockets.remove(entry.handle);
+        if let Some(at) = entry.timer {
+            self.timers.remove(&(at, index));
+        }
         if let Some(tuple) = entry.tuple {
             if self.by_tuple.get(&tuple) == Some(&index) {
                 self.by_tuple.remove(&tuple);
             }
+        }
+        match entry.role {
+            Role::Listening { port } | Role::Pending { port } => {
+                if let Some(listener) = self.listeners.get_mut(&port) {
+                    if listener.armed == Some(index) {
+                        listener.armed = None;
+                    }
+                    listener.pending.retain(|&pending| pending != index);
+                }
+            }
+            Role::Connection { .. } => {}
         }
         self.free.push(index);
         self.live -= 1;
@@ -692,18 +741,13 @@ impl SmolToe {
         socket
             .listen(IpEndpoint::new(IpAddress::Ipv4(self.config.ip), port))
             .map_err(|_| TcpError::Unaddressable)?;
-        self.insert((socket, buffers), Role::Listening { port }, [0; 6])
-            .map(|_| ())
-            .ok_or(TcpError::NoResources)
-    }
-
-    /// Sockets owned by `port`: (listening, pending).
-    fn port_sockets(&self, port: u16) -> (usize, usize) {
-        self.slots.iter().filter_map(|slot| slot.entry.as_ref()).fold((0, 0), |(l, p), entry| match entry.role {
-            Role::Listening { port: q } if q == port => (l + 1, p),
-            Role::Pending { port: q } if q == port => (l, p + 1),
-            _ => (l, p),
-        })
+        let index = self
+            .insert((socket, buffers), Role::Listening { port }, [0; 6])
+            .ok_or(TcpError::NoResources)?;
+        if let Some(listener) = self.listeners.get_mut(&port) {
+            listener.armed = Some(index);
+        }
+        Ok(())
     }
 
     /// Keeps one socket listening on `port` while fewer than its backlog
@@ -711,30 +755,41 @@ impl SmolToe {
     /// sized when it is armed (the SYN before took the previous one), from
     /// the budget the connections of that moment leave.
     fn rearm(&mut self, port: u16) {
-        let Some(backlog) = self.listeners.get(&port).map(|l| l.backlog) else {
+        let Some(listener) = self.listeners.get(&port) else {
             return;
         };
-        let (listening, pending) = self.port_sockets(port);
-        if listening == 0 && pending < backlog {
+        if listener.armed.is_none() && listener.pending.len() < listener.backlog {
             // Out of sockets: SYNs are refused (RST) until one is freed.
             let _ = self.arm_listener(port);
         }
     }
 
-    /// Runs smoltcp on one received IPv4 packet (`rx`, with the MAC it came
-    /// from), or its egress with up to `budget` frames.
+    /// Runs smoltcp on the socket set of slot `target` (none: an empty
+    /// set, so smoltcp refuses the segment with RST): one received IPv4
+    /// packet (`rx`, with the MAC it came from), or its egress with up to
+    /// `budget` frames. Returns the frames sent.
     fn run(
         &mut self,
         now: Instant,
+        target: Option<u32>,
         rx: Option<(&[u8], MacAddr)>,
         uplink: &mut dyn FnMut(&[u8]),
         budget: usize,
-    ) {
+    ) -> usize {
+        self.now = now;
         let mtu = self.config.mtu;
         let our_mac = self.config.mac;
+        fn target_entry(slots: &mut [Slot], target: Option<u32>) -> Option<&mut Entry> {
+            slots.get_mut(target? as usize)?.entry.as_mut()
+        }
+        // Lent out of its entry while smoltcp runs (the transmit path
+        // needs the entries); moving a set keeps its handles valid.
+        let mut set = match target_entry(&mut self.slots, target) {
+            Some(entry) => std::mem::replace(&mut entry.set, SocketSet::new(Vec::new())),
+            None => SocketSet::new(Vec::new()),
+        };
         let SmolToe {
             iface,
-            sockets,
             slots,
             by_tuple,
             scratch,
@@ -764,19 +819,73 @@ impl SmolToe {
         if port.rx.is_some() {
             // Immediate replies (an RST to a stray segment) use the token
             // that comes with the received packet, whatever the budget.
-            iface.poll_ingress_single(now, &mut port, sockets);
-            return;
-        }
-        while port.tx.budget > 0 {
-            if iface.poll_egress(now, &mut port, sockets) == smoltcp::iface::PollResult::None {
-                break;
+            iface.poll_ingress_single(now, &mut port, &mut set);
+        } else {
+            while port.tx.budget > 0 {
+                if iface.poll_egress(now, &mut port, &mut set) == smoltcp::iface::PollResult::None {
+                    break;
+                }
             }
         }
-        let sent = budget - port.tx.budget;
-        self.egress_room = self.egress_room.saturating_sub(sent);
+        let sent = budget.saturating_sub(port.tx.budget);
+        if let Some(entry) = target_entry(&mut self.slots, target) {
+            entry.set = set;
+        }
+        sent
     }
 
-    /// One received frame (from the uplink, or looped back).
+    /// Polls the sockets whose timers are due, oldest first, with up to
+    /// `budget` frames; those the budget does not reach stay due.
+    fn poll_due(&mut self, now: Instant, uplink: &mut dyn FnMut(&[u8]), budget: usize) -> usize {
+        let mut due = Vec::new();
+        let mut sent = 0;
+        while let Some(&(at, index)) = self.timers.first() {
+            if at > now || sent >= budget {
+                break;
+            }
+            self.timers.pop_first();
+            if let Some(entry) = self
+                .slots
+                .get_mut(index as usize)
+                .and_then(|s| s.entry.as_mut())
+            {
+                entry.timer = None;
+            }
+            sent += self.run(now, Some(index), None, uplink, budget - sent);
+            due.push(index);
+        }
+        for index in due {
+            self.touch(index);
+        }
+        sent
+    }
+
+    /// After anything happened to the socket of slot `index`: queues its
+    /// next timer and settles its entry.
+    fn touch(&mut self, index: u32) {
+        let now = self.now;
+        let Some(entry) = self
+            .slots
+            .get_mut(index as usize)
+            .and_then(|s| s.entry.as_mut())
+        else {
+            return;
+        };
+        let at = self.iface.poll_at(now, &entry.set);
+        if entry.timer != at {
+            if let Some(old) = entry.timer {
+                self.timers.remove(&(old, index));
+            }
+            if let Some(at) = at {
+                self.timers.insert((at, index));
+            }
+            entry.timer = at;
+        }
+        self.settle(index);
+    }
+
+    /// One received frame (from the uplink, or looped back): to the set of
+    /// its connection, or of the port's listening socket.
     fn take_in(&mut self, now: Instant, frame: &[u8], uplink: &mut dyn FnMut(&[u8])) {
         let Some(segment) = frame::parse(frame) else {
             return;
@@ -785,7 +894,8 @@ impl SmolToe {
             return;
         }
         let tuple = segment.tuple_at_receiver();
-        if let Some(id) = self.by_tuple.get(&tuple).map(|&index| self.id_of(index)) {
+        let target = if let Some(&index) = self.by_tuple.get(&tuple) {
+            let id = self.id_of(index);
             let Some(entry) = self.entry_mut(id) else {
                 return;
             };
@@ -802,12 +912,20 @@ impl SmolToe {
                 return;
             }
             entry.observed.incoming(&segment, now);
-        }
+            Some(index)
+        } else {
+            self.listeners
+                .get(&segment.dst.port())
+                .and_then(|l| l.armed)
+        };
         let Some(packet) = frame.get(ETHERNET_HEADER_LEN..) else {
             return;
         };
-        self.run(now, Some((packet, segment.src_mac)), uplink, 1);
-        self.after_ingress(&segment);
+        self.run(now, target, Some((packet, segment.src_mac)), uplink, 1);
+        self.after_ingress(&segment, target);
+        if let Some(index) = target {
+            self.touch(index);
+        }
     }
 
     /// Takes back in what we sent to our own MAC, and lets TCP answer it,
@@ -823,7 +941,8 @@ impl SmolToe {
                     break;
                 }
             }
-            self.run(now, None, uplink, self.burst());
+            let sent = self.poll_due(now, uplink, self.burst());
+            self.egress_room = self.egress_room.saturating_sub(sent);
         }
     }
 
@@ -842,30 +961,47 @@ impl SmolToe {
                 || self.listeners.contains_key(&segment.dst.port()))
     }
 
-    /// After smoltcp processed `segment`: registers a new half-open
-    /// connection, notices resets and closes.
-    fn after_ingress(&mut self, segment: &Segment) {
+    /// After smoltcp processed `segment` on the set of `target`: registers
+    /// a new half-open connection, notices resets and closes.
+    fn after_ingress(&mut self, segment: &Segment, target: Option<u32>) {
+        let Some(index) = target else {
+            return;
+        };
         let tuple = segment.tuple_at_receiver();
-        if let Some(&index) = self.by_tuple.get(&tuple) {
-            let id = self.id_of(index);
-            let Some(handle) = self.entry(id).map(|e| e.handle) else {
-                return;
-            };
-            let state = map_state(self.sockets.get::<tcp::Socket>(handle).state());
+        let id = self.id_of(index);
+        let SmolToe {
+            slots,
+            by_tuple,
+            listeners,
+            ..
+        } = self;
+        let Some(entry) = slots
+            .get_mut(id.index as usize)
+            .and_then(|slot| slot.entry.as_mut())
+        else {
+            return;
+        };
+        let state = map_state(entry.socket().state());
+        if entry.tuple == Some(tuple) {
             let is_rst = segment.has(flags::RST);
-            let Some(entry) = self.entry_mut(id) else {
-                return;
-            };
             let previous = entry.state;
             entry.state = state;
             if state == TcpState::Listen {
                 // RST in SYN-RECEIVED: smoltcp returns the socket to LISTEN.
-                if let Role::Pending { port } = entry.role {
-                    entry.role = Role::Listening { port };
-                }
+                // It listens again unless another socket does already.
                 entry.tuple = None;
                 entry.observed = Observed::default();
-                self.by_tuple.remove(&tuple);
+                by_tuple.remove(&tuple);
+                if let Role::Pending { port } = entry.role {
+                    entry.role = Role::Listening { port };
+                    match listeners.get_mut(&port) {
+                        Some(listener) if listener.armed.is_none() => {
+                            listener.pending.retain(|&pending| pending != index);
+                            listener.armed = Some(index);
+                        }
+                        _ => self.remove(index),
+                    }
+                }
             } else if state == TcpState::Closed && previous != TcpState::Closed {
                 entry.close_reason.get_or_insert(if is_rst {
                     CloseReason::Reset
@@ -875,75 +1011,59 @@ impl SmolToe {
             }
             return;
         }
-        let port = segment.dst.port();
-        if !segment.has(flags::SYN) || !self.listeners.contains_key(&port) {
-            return;
-        }
-        // Which listening socket took the SYN?
-        let taken = self.slots.iter().enumerate().find_map(|(index, slot)| {
-            let entry = slot.entry.as_ref()?;
-            if entry.role != (Role::Listening { port }) {
-                return None;
-            }
-            let socket = self.sockets.get::<tcp::Socket>(entry.handle);
-            let local = socket.local_endpoint().and_then(endpoint)?;
-            let remote = socket.remote_endpoint().and_then(endpoint)?;
-            (FourTuple { local, remote } == tuple).then_some(index)
-        });
-        let Some(index) = taken.and_then(|i| u32::try_from(i).ok()) else {
+        // The port's listening socket: did it take the SYN?
+        let Role::Listening { port } = entry.role else {
             return;
         };
-        let id = self.id_of(index);
-        let state = self.socket(id).map(|s| map_state(s.state()));
-        if let Some(entry) = self.entry_mut(id) {
-            entry.role = Role::Pending { port };
-            entry.tuple = Some(tuple);
-            entry.next_hop = segment.src_mac;
-            entry.state = state.unwrap_or(TcpState::SynReceived);
-            entry.observed.incoming(segment, Instant::from_micros(0));
-            entry.observed.segs_in = 1;
+        let socket = entry.socket();
+        let took = socket
+            .local_endpoint()
+            .and_then(endpoint)
+            .zip(socket.remote_endpoint().and_then(endpoint));
+        if took != Some((tuple.local, tuple.remote)) {
+            return;
         }
-        self.by_tuple.insert(tuple, index);
+        entry.role = Role::Pending { port };
+        entry.tuple = Some(tuple);
+        entry.next_hop = segment.src_mac;
+        entry.state = state;
+        entry.observed.incoming(segment, Instant::from_micros(0));
+        entry.observed.segs_in = 1;
+        by_tuple.insert(tuple, index);
+        if let Some(listener) = listeners.get_mut(&port) {
+            listener.armed = None;
+            listener.pending.push_back(index);
+        }
         self.rearm(port);
     }
 
-    /// After timers ran: closes discovered here are timeouts, except the
-    /// end of TIME-WAIT. Frees released sockets that are done, and
-    /// half-open ones that died.
-    fn sweep(&mut self) {
-        let mut dead = Vec::new();
-        let mut rearm = Vec::new();
-        for (index, slot) in self.slots.iter_mut().enumerate() {
-            let Some(entry) = slot.entry.as_mut() else {
-                continue;
-            };
-            let state = map_state(self.sockets.get::<tcp::Socket>(entry.handle).state());
-            if state == TcpState::Closed && entry.state != TcpState::Closed {
-                entry.close_reason.get_or_insert(match entry.state {
-                    TcpState::TimeWait => CloseReason::Graceful,
-                    _ => CloseReason::Timeout,
-                });
-            }
-            entry.state = state;
-            let done = socket_done(self.sockets.get::<tcp::Socket>(entry.handle));
-            match entry.role {
-                Role::Pending { port } | Role::Listening { port } if done => {
-                    dead.push(index);
-                    rearm.push(port);
-                }
-                Role::Connection { .. } if done && entry.released => dead.push(index),
-                _ => {}
-            }
+    /// After a socket changed: closes discovered here are timeouts, except
+    /// the end of TIME-WAIT. Frees it if released and done, or if it was
+    /// half-open (or listening) and died.
+    fn settle(&mut self, index: u32) {
+        let Some(entry) = self
+            .slots
+            .get_mut(index as usize)
+            .and_then(|s| s.entry.as_mut())
+        else {
+            return;
+        };
+        let state = map_state(entry.socket().state());
+        if state == TcpState::Closed && entry.state != TcpState::Closed {
+            entry.close_reason.get_or_insert(match entry.state {
+                TcpState::TimeWait => CloseReason::Graceful,
+                _ => CloseReason::Timeout,
+            });
         }
-        for index in dead {
-            if let Ok(index) = u32::try_from(index) {
+        entry.state = state;
+        let done = socket_done(entry.socket());
+        match entry.role {
+            Role::Pending { port } | Role::Listening { port } if done => {
                 self.remove(index);
+                self.rearm(port);
             }
-        }
-        rearm.sort_unstable();
-        rearm.dedup();
-        for port in rearm {
-            self.rearm(port);
+            Role::Connection { .. } if done && entry.released => self.remove(index),
+            _ => {}
         }
     }
 }
@@ -967,9 +1087,10 @@ impl Transport for SmolToe {
             let frame = entry.remove();
             send_out(&frame, self.config.mac, &mut self.looped, uplink);
         }
-        self.run(now, None, uplink, self.burst().min(self.egress_room));
+        self.now = now;
+        let sent = self.poll_due(now, uplink, self.burst().min(self.egress_room));
+        self.egress_room = self.egress_room.saturating_sub(sent);
         self.take_looped(now, uplink);
-        self.sweep();
     }
 
     fn set_egress_room(&mut self, frames: usize) {
@@ -980,7 +1101,7 @@ impl Transport for SmolToe {
         if !self.looped.frames.is_empty() {
             return Some(now);
         }
-        let at = self.iface.poll_at(now, &self.sockets);
+        let at = self.timers.first().map(|&(at, _)| at);
         match (at, self.delayed.frames.keys().next().map(|k| k.0)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -997,57 +1118,56 @@ impl Transport for SmolToe {
         if self.live + backlog > self.config.max_sockets {
             return Err(TcpError::NoResources);
         }
-        self.listeners.insert(port, Listener { backlog });
+        self.listeners.insert(
+            port,
+            Listener {
+                backlog,
+                ..Listener::default()
+            },
+        );
         self.rearm(port);
         Ok(())
     }
 
     fn unlisten(&mut self, port: u16) {
-        if self.listeners.remove(&port).is_none() {
+        let Some(listener) = self.listeners.remove(&port) else {
             return;
+        };
+        if let Some(index) = listener.armed {
+            self.remove(index);
         }
-        let owned: Vec<u32> = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter_map(|(index, slot)| {
-                let entry = slot.entry.as_ref()?;
-                matches!(entry.role, Role::Listening { port: p } | Role::Pending { port: p } if p == port)
-                    .then(|| u32::try_from(index).ok())
-                    .flatten()
-            })
-            .collect();
-        for index in owned {
+        for index in listener.pending {
             let id = self.id_of(index);
-            let is_pending = matches!(self.entry(id).map(|e| e.role), Some(Role::Pending { .. }));
-            if is_pending {
-                // Send the RST now; the socket is freed by the next sweep.
-                if let Some(socket) = self.socket_mut(id) {
-                    socket.abort();
-                }
-                if let Some(entry) = self.entry_mut(id) {
-                    entry.role = Role::Connection {
-                        listen_port: Some(port),
-                    };
-                    entry.released = true;
-                    entry.close_reason.get_or_insert(CloseReason::Aborted);
-                }
-            } else {
-                self.remove(index);
+            // Send the RST now; the socket is freed once it is out.
+            if let Some(entry) = self.entry_mut(id) {
+                entry.socket_mut().abort();
+                entry.role = Role::Connection {
+                    listen_port: Some(port),
+                };
+                entry.released = true;
+                entry.close_reason.get_or_insert(CloseReason::Aborted);
             }
+            self.touch(index);
         }
     }
 
     fn accept(&mut self, port: u16) -> Option<SocketId> {
-        let index = self.slots.iter().enumerate().find_map(|(index, slot)| {
-            let entry = slot.entry.as_ref()?;
-            if entry.role != (Role::Pending { port }) {
-                return None;
-            }
-            let state = map_state(self.sockets.get::<tcp::Socket>(entry.handle).state());
-            matches!(state, TcpState::Established | TcpState::CloseWait).then_some(index)
-        })?;
-        let id = self.id_of(u32::try_from(index).ok()?);
+        let listener = self.listeners.get(&port)?;
+        let (position, index) =
+            listener
+                .pending
+                .iter()
+                .enumerate()
+                .find_map(|(position, &index)| {
+                    let entry = self.slots.get(index as usize)?.entry.as_ref()?;
+                    let state = map_state(entry.socket().state());
+                    matches!(state, TcpState::Established | TcpState::CloseWait)
+                        .then_some((position, index))
+                })?;
+        if let Some(listener) = self.listeners.get_mut(&port) {
+            listener.pending.remove(position);
+        }
+        let id = self.id_of(index);
         if let Some(entry) = self.entry_mut(id) {
             entry.role = Role::Connection {
                 listen_port: Some(port),
@@ -1084,9 +1204,11 @@ impl Transport for SmolToe {
         // and rdma_cm let go of the port when the connection ended, and
         // pick it again long before our 2 MSL are over.
         if let Some(&index) = self.by_tuple.get(&tuple) {
-            let lingering = self.slots.get(index as usize).and_then(|slot| slot.entry.as_ref()).is_some_and(|e| {
-                e.released && self.sockets.get::<tcp::Socket>(e.handle).state() == tcp::State::TimeWait
-            });
+            let lingering = self
+                .slots
+                .get(index as usize)
+                .and_then(|slot| slot.entry.as_ref())
+                .is_some_and(|e| e.released && e.socket().state() == tcp::State::TimeWait);
             if !lingering {
                 return Err(TcpError::PortInUse(local_port));
             }
@@ -1104,7 +1226,11 @@ impl Transport for SmolToe {
             )
             .map_err(|_| TcpError::Unaddressable)?;
         let index = self
-            .insert((socket, buffers), Role::Connection { listen_port: None }, next_hop)
+            .insert(
+                (socket, buffers),
+                Role::Connection { listen_port: None },
+                next_hop,
+            )
             .ok_or(TcpError::NoResources)?;
         let id = self.id_of(index);
         if let Some(entry) = self.entry_mut(id) {
@@ -1112,7 +1238,8 @@ impl Transport for SmolToe {
             entry.state = TcpState::SynSent;
         }
         self.by_tuple.insert(tuple, index);
-        let _ = now;
+        self.now = now;
+        self.touch(index);
         Ok(id)
     }
 
@@ -1121,7 +1248,7 @@ impl Transport for SmolToe {
         if let Some(reason) = entry.close_reason {
             return Some(LinkStatus::Closed(reason));
         }
-        let state = map_state(self.sockets.get::<tcp::Socket>(entry.handle).state());
+        let state = map_state(entry.socket().state());
         Some(match state {
             TcpState::Listen | TcpState::SynSent | TcpState::SynReceived => LinkStatus::Connecting,
             TcpState::Established => LinkStatus::Established,
@@ -1158,6 +1285,8 @@ impl Transport for SmolToe {
                 Err(_) => break,
             }
         }
+        // Reading opens the window: a window update may be due.
+        self.touch(id.index);
         Ok(total)
     }
 
@@ -1185,12 +1314,14 @@ impl Transport for SmolToe {
         if !socket.may_send() {
             return Err(TcpError::InvalidState);
         }
-        socket
+        let written = socket
             .send(|buffer| {
                 let written = f(buffer).min(buffer.len());
                 (written, written)
             })
-            .map_err(|_| TcpError::InvalidState)
+            .map_err(|_| TcpError::InvalidState)?;
+        self.touch(id.index);
+        Ok(written)
     }
 
     fn send_slice(&mut self, id: SocketId, data: &[u8]) -> Result<usize, TcpError> {
@@ -1198,7 +1329,11 @@ impl Transport for SmolToe {
         if !socket.may_send() {
             return Err(TcpError::InvalidState);
         }
-        socket.send_slice(data).map_err(|_| TcpError::InvalidState)
+        let written = socket
+            .send_slice(data)
+            .map_err(|_| TcpError::InvalidState)?;
+        self.touch(id.index);
+        Ok(written)
     }
 
     fn close(&mut self, id: SocketId) {
@@ -1215,6 +1350,7 @@ impl Transport for SmolToe {
                 entry.state = TcpState::Closed;
             }
         }
+        self.touch(id.index);
     }
 
     fn abort(&mut self, id: SocketId) {
@@ -1229,6 +1365,7 @@ impl Transport for SmolToe {
             }
             entry.state = TcpState::Closed;
         }
+        self.touch(id.index);
     }
 
     fn release(&mut self, id: SocketId) {
@@ -1239,10 +1376,7 @@ impl Transport for SmolToe {
         entry.blackhole = false;
         entry.drop_percent = 0;
         entry.delay = None;
-        let handle = entry.handle;
-        if socket_done(self.sockets.get::<tcp::Socket>(handle)) {
-            self.remove(id.index);
-        }
+        self.touch(id.index);
     }
 
     fn mss(&self, id: SocketId) -> u16 {
@@ -1255,7 +1389,7 @@ impl Transport for SmolToe {
 
     fn tcb(&self, id: SocketId) -> Option<TcbInfo> {
         let entry = self.entry(id)?;
-        let socket = self.sockets.get::<tcp::Socket>(entry.handle);
+        let socket = entry.socket();
         let observed = &entry.observed;
         let (rcv_wscale, snd_wscale) = observed.window_scales();
         Some(TcbInfo {
