@@ -332,6 +332,10 @@ pub struct SmolToe {
     timers: BTreeSet<(Instant, u32)>,
     /// The latest time the TOE was given (for engine calls, which have none).
     now: Instant,
+    /// Socket sets handed to smoltcp so far (one per frame in, one per due
+    /// socket on egress): the work, which must follow the sockets that
+    /// have some, not the sockets there are.
+    socket_polls: u64,
 }
 
 impl std::fmt::Debug for SmolToe {
@@ -578,6 +582,7 @@ impl SmolToe {
             reserved: 0,
             timers: BTreeSet::new(),
             now,
+            socket_polls: 0,
         })
     }
 
@@ -628,6 +633,11 @@ impl SmolToe {
 
     fn socket_mut(&mut self, id: SocketId) -> Option<&mut tcp::Socket<'static>> {
         Some(self.entry_mut(id)?.socket_mut())
+    }
+
+    /// Socket sets smoltcp was run on so far (see `SmolToe::socket_polls`).
+    pub fn socket_polls(&self) -> u64 {
+        self.socket_polls
     }
 
     /// Octets of socket buffers the sockets hold now.
@@ -777,6 +787,7 @@ impl SmolToe {
         budget: usize,
     ) -> usize {
         self.now = now;
+        self.socket_polls += 1;
         let mtu = self.config.mtu;
         let our_mac = self.config.mac;
         fn target_entry(slots: &mut [Slot], target: Option<u32>) -> Option<&mut Entry> {
