@@ -347,6 +347,11 @@ pub trait Transport {
     /// When [`Transport::egress`] must run next at the latest (`None`: no timer).
     fn poll_at(&mut self, now: Instant) -> Option<Instant>;
 
+    /// Hands `f` every socket something happened to since the last call
+    /// (a frame in or out, a timer, a call of the engine's), each once, and
+    /// forgets them: the engine looks at those connections only.
+    fn take_ready(&mut self, f: &mut dyn FnMut(SocketId));
+
     /// The uplink takes at most `frames` more frames from the egress calls
     /// that follow, until this is called again: segments beyond it stay in
     /// their socket buffers instead of being lost in a full queue (which

@@ -28,7 +28,7 @@
 //!   TIME-WAIT (graceful), a local abort, or a close during a timer run
 //!   (timeout).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::net::SocketAddrV4;
 
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
@@ -336,6 +336,8 @@ pub struct SmolToe {
     /// socket on egress): the work, which must follow the sockets that
     /// have some, not the sockets there are.
     socket_polls: u64,
+    /// Sockets touched since the engine last asked ([`Transport::take_ready`]).
+    ready: HashSet<SocketId>,
 }
 
 impl std::fmt::Debug for SmolToe {
@@ -583,6 +585,7 @@ impl SmolToe {
             timers: BTreeSet::new(),
             now,
             socket_polls: 0,
+            ready: HashSet::new(),
         })
     }
 
@@ -725,6 +728,13 @@ impl SmolToe {
         if let Some(at) = entry.timer {
             self.timers.remove(&(at, index));
         }
+        self.ready.remove(&SocketId {
+            index,
+            generation: self
+                .slots
+                .get(index as usize)
+                .map_or(0, |slot| slot.generation.wrapping_sub(1)),
+        });
         if let Some(tuple) = entry.tuple {
             if self.by_tuple.get(&tuple) == Some(&index) {
                 self.by_tuple.remove(&tuple);
@@ -875,6 +885,7 @@ impl SmolToe {
     /// next timer and settles its entry.
     fn touch(&mut self, index: u32) {
         let now = self.now;
+        let id = self.id_of(index);
         let Some(entry) = self
             .slots
             .get_mut(index as usize)
@@ -892,6 +903,7 @@ impl SmolToe {
             }
             entry.timer = at;
         }
+        self.ready.insert(id);
         self.settle(index);
     }
 
@@ -1104,6 +1116,12 @@ impl Transport for SmolToe {
         self.take_looped(now, uplink);
     }
 
+    fn take_ready(&mut self, f: &mut dyn FnMut(SocketId)) {
+        for id in self.ready.drain() {
+            f(id);
+        }
+    }
+
     fn set_egress_room(&mut self, frames: usize) {
         self.egress_room = frames;
     }
@@ -1296,8 +1314,10 @@ impl Transport for SmolToe {
                 Err(_) => break,
             }
         }
-        // Reading opens the window: a window update may be due.
-        self.touch(id.index);
+        if total > 0 {
+            // Reading opens the window: a window update may be due.
+            self.touch(id.index);
+        }
         Ok(total)
     }
 
@@ -1331,7 +1351,9 @@ impl Transport for SmolToe {
                 (written, written)
             })
             .map_err(|_| TcpError::InvalidState)?;
-        self.touch(id.index);
+        if written > 0 {
+            self.touch(id.index);
+        }
         Ok(written)
     }
 
@@ -1343,7 +1365,9 @@ impl Transport for SmolToe {
         let written = socket
             .send_slice(data)
             .map_err(|_| TcpError::InvalidState)?;
-        self.touch(id.index);
+        if written > 0 {
+            self.touch(id.index);
+        }
         Ok(written)
     }
 
