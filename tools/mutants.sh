@@ -70,6 +70,10 @@
 #   cq-ex-peeks    libvt3's ibv_start_poll/next_poll leave a successful
 #                  completion in the ring: ibv_poll_cq returns it again
 #   cq-ex-byte-len libvt3's ibv_wc_read_byte_len is one off
+#   toe-due-timers-only  vt3d's TOE queues a socket's timer only when it is
+#                  due already: an idle connection's retransmission,
+#                  keep-alive and user timeout never fire (a blackholed
+#                  connection never times out)
 #
 # A mutant is KILLED when the cases fail and the failure report names the
 # broken rule (REASON, a regex); SURVIVED when they pass; WRONG-REASON when
@@ -381,6 +385,12 @@ REPLACEMENT[no-pair]='            Some(PairRequest { peer: asked, port: listen_p
 REASON[no-pair]='FAIL pair: no completion of WR 1'
 CASES[no-pair]=modify-connect
 
+FILE[toe-due-timers-only]=iwarp/src/toe/smol.rs
+ANCHOR[toe-due-timers-only]='        let at = self.iface.poll_at(now, &entry.set);'
+REPLACEMENT[toe-due-timers-only]='        let at = self.iface.poll_at(now, &entry.set).filter(|&at| at <= now); // MUTANT'
+REASON[toe-due-timers-only]='REASON_TBD'
+CASES[toe-due-timers-only]=flush-blackhole
+
 FILE[srq-slot-kept]=provider/cq.c
 ANCHOR[srq-slot-kept]='	if (srq && prod - cq->cons <= cq->depth)'
 REPLACEMENT[srq-slot-kept]='	if (0 && srq && prod - cq->cons <= cq->depth) /* MUTANT */'
@@ -416,7 +426,7 @@ ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze 
 	free-unknown fatal-before-flags srq-flush-on-error ksrq-flush-on-error srq-lost-unflushed ksrq-lost-unflushed
 	srq-flushed-on-error srq-completes-twice srq-post-lost srq-no-last-wqe
 	destroyed-qp-relinked destroyed-qp-completes flush-after-ring qp-calloc doorbell-under-lock no-pair
-	srq-slot-kept wr-abort-posts cq-ex-peeks cq-ex-byte-len)
+	srq-slot-kept wr-abort-posts cq-ex-peeks cq-ex-byte-len toe-due-timers-only)
 
 log() { printf '[mutants] %s\n' "$*" >&2; }
 

@@ -1610,8 +1610,9 @@ fn woken<'a>(
     active: &mut BTreeSet<u32>,
     qpn: u32,
 ) -> Option<&'a mut Qp> {
+    let qp = qps.get_mut(&qpn)?;
     active.insert(qpn);
-    qps.get_mut(&qpn)
+    Some(qp)
 }
 
 /// Nothing for the QP to do until an API call or its socket wakes it: no
