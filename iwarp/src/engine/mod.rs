@@ -386,6 +386,11 @@ impl<T: Transport> Engine<T> {
         self.out.stats
     }
 
+    /// QPs the next poll services (the others have nothing to do).
+    pub fn active_qps(&self) -> usize {
+        self.active.len()
+    }
+
     /// Demux: should this uplink frame go to the engine (else: the guest)?
     pub fn wants(&self, frame: &[u8]) -> bool {
         self.toe.wants(frame)

@@ -17,6 +17,7 @@ use crate::wire::terminate::{ErrorClass, TermCode};
 
 const PD: u32 = 3;
 
+mod active;
 mod frmr;
 mod mw;
 mod srq;
