@@ -74,6 +74,29 @@ fn registered_buffer(node: &mut Node, len: u64) -> (u32, u64) {
     (stag, 0x1000)
 }
 
+/// A 4 KiB receive on `qpn`.
+fn post_recv(node: &mut Node, qpn: u32, wr_id: u64) {
+    let (stag, iova) = registered_buffer(node, 4096);
+    let sges = SgeList::single(Sge {
+        addr: iova,
+        length: 4096,
+        lkey: stag,
+    });
+    node.engine.post_recv(qpn, RecvWr { wr_id, sges }).unwrap();
+}
+
+/// A SEND of `len` octets on `qpn`.
+fn post_send(node: &mut Node, qpn: u32, wr_id: u64, len: u32) -> Result<(), EngineError> {
+    let (stag, iova) = registered_buffer(node, 4096);
+    let mut wr = SendWr::new(wr_id, SendOpcode::Send);
+    wr.sges = SgeList::single(Sge {
+        addr: iova,
+        length: len,
+        lkey: stag,
+    });
+    node.engine.post_send(qpn, wr)
+}
+
 #[test]
 fn state_names_match_the_abi_values() {
     for (value, (state, name)) in QP_STATE_NAMES.iter().enumerate() {
@@ -831,27 +854,6 @@ mod faults {
         sim
     }
 
-    fn post_recv(node: &mut Node, qpn: u32, wr_id: u64) {
-        let (stag, iova) = registered_buffer(node, 4096);
-        let sges = SgeList::single(Sge {
-            addr: iova,
-            length: 4096,
-            lkey: stag,
-        });
-        node.engine.post_recv(qpn, RecvWr { wr_id, sges }).unwrap();
-    }
-
-    fn post_send(node: &mut Node, qpn: u32, wr_id: u64, len: u32) -> Result<(), EngineError> {
-        let (stag, iova) = registered_buffer(node, 4096);
-        let mut wr = SendWr::new(wr_id, SendOpcode::Send);
-        wr.sges = SgeList::single(Sge {
-            addr: iova,
-            length: len,
-            lkey: stag,
-        });
-        node.engine.post_send(qpn, wr)
-    }
-
     fn completions_of(node: &Node, qpn: u32) -> usize {
         node.completions.iter().filter(|c| c.qpn == qpn).count()
     }
@@ -1312,27 +1314,6 @@ mod faults {
 mod refused {
     use super::*;
 
-    fn post_recv(node: &mut Node, qpn: u32, wr_id: u64) {
-        let (stag, iova) = registered_buffer(node, 4096);
-        let sges = SgeList::single(Sge {
-            addr: iova,
-            length: 4096,
-            lkey: stag,
-        });
-        node.engine.post_recv(qpn, RecvWr { wr_id, sges }).unwrap();
-    }
-
-    fn post_send(node: &mut Node, qpn: u32, wr_id: u64, len: u32) {
-        let (stag, iova) = registered_buffer(node, 4096);
-        let mut wr = SendWr::new(wr_id, SendOpcode::Send);
-        wr.sges = SgeList::single(Sge {
-            addr: iova,
-            length: len,
-            lkey: stag,
-        });
-        node.engine.post_send(qpn, wr).unwrap();
-    }
-
     fn results(node: &Node, qpn: u32) -> Vec<(u64, WcStatus)> {
         node.completions
             .iter()
@@ -1372,8 +1353,8 @@ mod refused {
         );
         // Two Sends, the second a zero-length one: never a SUCCESS for
         // the refused WQE.
-        post_send(&mut sim.a, 1, 10, 100);
-        post_send(&mut sim.a, 1, 11, 0);
+        post_send(&mut sim.a, 1, 10, 100).unwrap();
+        post_send(&mut sim.a, 1, 11, 0).unwrap();
         settle(&mut sim, 5);
         assert_eq!(
             results(&sim.b, 2),
@@ -1416,12 +1397,12 @@ mod refused {
         let mut sim = pair();
         post_recv(&mut sim.b, 2, 1);
         post_recv(&mut sim.b, 2, 2);
-        post_send(&mut sim.a, 1, 10, 100);
+        post_send(&mut sim.a, 1, 10, 100).unwrap();
         sim.a
             .engine
             .post_refused(1, WorkQueue::Send, 11, WcStatus::LocQpOpErr)
             .unwrap();
-        post_send(&mut sim.a, 1, 12, 100);
+        post_send(&mut sim.a, 1, 12, 100).unwrap();
         settle(&mut sim, 5);
         assert_eq!(
             results(&sim.a, 1),

@@ -298,6 +298,11 @@ struct Slot {
     entry: Option<Entry>,
 }
 
+/// The entry in slot `index`, if any (whatever its generation).
+fn entry_at(slots: &mut [Slot], index: u32) -> Option<&mut Entry> {
+    slots.get_mut(index as usize)?.entry.as_mut()
+}
+
 #[derive(Debug, Default)]
 struct Listener {
     backlog: usize,
@@ -800,12 +805,9 @@ impl SmolToe {
         self.socket_polls += 1;
         let mtu = self.config.mtu;
         let our_mac = self.config.mac;
-        fn target_entry(slots: &mut [Slot], target: Option<u32>) -> Option<&mut Entry> {
-            slots.get_mut(target? as usize)?.entry.as_mut()
-        }
         // Lent out of its entry while smoltcp runs (the transmit path
         // needs the entries); moving a set keeps its handles valid.
-        let mut set = match target_entry(&mut self.slots, target) {
+        let mut set = match target.and_then(|index| entry_at(&mut self.slots, index)) {
             Some(entry) => std::mem::replace(&mut entry.set, SocketSet::new(Vec::new())),
             None => SocketSet::new(Vec::new()),
         };
@@ -849,7 +851,7 @@ impl SmolToe {
             }
         }
         let sent = budget.saturating_sub(port.tx.budget);
-        if let Some(entry) = target_entry(&mut self.slots, target) {
+        if let Some(entry) = target.and_then(|index| entry_at(&mut self.slots, index)) {
             entry.set = set;
         }
         sent
@@ -865,11 +867,7 @@ impl SmolToe {
                 break;
             }
             self.timers.pop_first();
-            if let Some(entry) = self
-                .slots
-                .get_mut(index as usize)
-                .and_then(|s| s.entry.as_mut())
-            {
+            if let Some(entry) = entry_at(&mut self.slots, index) {
                 entry.timer = None;
             }
             sent += self.run(now, Some(index), None, uplink, budget - sent);
@@ -886,11 +884,7 @@ impl SmolToe {
     fn touch(&mut self, index: u32) {
         let now = self.now;
         let id = self.id_of(index);
-        let Some(entry) = self
-            .slots
-            .get_mut(index as usize)
-            .and_then(|s| s.entry.as_mut())
-        else {
+        let Some(entry) = entry_at(&mut self.slots, index) else {
             return;
         };
         let at = self.iface.poll_at(now, &entry.set);
@@ -1064,11 +1058,7 @@ impl SmolToe {
     /// the end of TIME-WAIT. Frees it if released and done, or if it was
     /// half-open (or listening) and died.
     fn settle(&mut self, index: u32) {
-        let Some(entry) = self
-            .slots
-            .get_mut(index as usize)
-            .and_then(|s| s.entry.as_mut())
-        else {
+        let Some(entry) = entry_at(&mut self.slots, index) else {
             return;
         };
         let state = map_state(entry.socket().state());

@@ -30,24 +30,8 @@ fn only_qps_with_work_are_serviced() {
     );
     assert_eq!(sim.b.engine.active_qps(), 0);
 
-    let (stag, iova) = registered_buffer(&mut sim.b, 4096);
-    let sges = SgeList::single(Sge {
-        addr: iova,
-        length: 4096,
-        lkey: stag,
-    });
-    sim.b
-        .engine
-        .post_recv(107, RecvWr { wr_id: 70, sges })
-        .unwrap();
-    let (stag, iova) = registered_buffer(&mut sim.a, 4096);
-    let mut wr = SendWr::new(7, SendOpcode::Send);
-    wr.sges = SgeList::single(Sge {
-        addr: iova,
-        length: 100,
-        lkey: stag,
-    });
-    sim.a.engine.post_send(7, wr).unwrap();
+    post_recv(&mut sim.b, 107, 70);
+    post_send(&mut sim.a, 7, 7, 100).unwrap();
     assert_eq!(sim.a.engine.active_qps(), 1, "the post woke its QP");
     assert_eq!(sim.b.engine.active_qps(), 1, "so did the receive");
 
