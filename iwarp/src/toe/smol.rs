@@ -1,9 +1,15 @@
 //! [`Transport`] on smoltcp.
 //!
 //! One smoltcp `Interface` on `Medium::Ip` with the guest's IP (as a /0
-//! prefix, so every peer is "on link"), one `SocketSet`, and around them
-//! what smoltcp lacks:
+//! prefix, so every peer is "on link"), a `SocketSet` of one socket per
+//! connection, and around them what smoltcp lacks:
 //!
+//! * **Work in proportion to the sockets that have some.** smoltcp walks
+//!   every socket of the set it is given, so the TOE gives it only the
+//!   set a frame is for (found by 4-tuple, or the port's listening
+//!   socket) and, on egress, only the sets whose timers are due (a timer
+//!   queue keyed by each socket's `poll_at`). Idle connections cost
+//!   nothing until a timer of theirs comes.
 //! * **Ethernet framing with driver-given next hops.** smoltcp sees bare
 //!   IPv4 packets. The TOE strips the Ethernet header of frames for our MAC
 //!   and IP on the way in, and on the way out writes the header in front of
@@ -13,11 +19,12 @@
 //!   MAC it came from). So the TOE never speaks ARP and keeps no neighbour
 //!   cache that could thrash: any number of peers works.
 //! * **Accept backlog.** A smoltcp socket listens for one connection. A
-//!   listening port owns `backlog` sockets: those still in LISTEN plus
-//!   those half-open or established but not yet accepted. When one is
-//!   accepted (or dies) a fresh listening socket is armed. So a burst of up
-//!   to `backlog` SYNs is accepted; further SYNs are answered with RST until
-//!   the engine accepts one. A duplicate SYN for a tuple we already track is
+//!   listening port has one socket in LISTEN (armed) and its connections
+//!   half-open or established but not yet accepted, up to `backlog` in
+//!   all. A SYN takes the armed socket and a fresh one is armed while
+//!   fewer than `backlog` wait; when one is accepted (or dies) likewise. So
+//!   a burst of up to `backlog` SYNs is accepted; further SYNs are answered
+//!   with RST until the engine accepts one. A duplicate SYN for a tuple we already track is
 //!   dropped (the half-open socket retransmits its SYN-ACK by itself), so a
 //!   duplicated SYN never creates a second connection.
 //! * **TCB observation.** smoltcp keeps sequence numbers, windows and the
