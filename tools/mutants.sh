@@ -388,7 +388,7 @@ CASES[no-pair]=modify-connect
 FILE[toe-due-timers-only]=iwarp/src/toe/smol.rs
 ANCHOR[toe-due-timers-only]='        let at = self.iface.poll_at(now, &entry.set);'
 REPLACEMENT[toe-due-timers-only]='        let at = self.iface.poll_at(now, &entry.set).filter(|&at| at <= now); // MUTANT'
-REASON[toe-due-timers-only]='REASON_TBD'
+REASON[toe-due-timers-only]='timeout +[a-z-]+ +FAIL'
 CASES[toe-due-timers-only]=flush-blackhole
 
 FILE[srq-slot-kept]=provider/cq.c
