@@ -21,6 +21,7 @@ use std::net::SocketAddrV4;
 use thiserror::Error;
 
 pub mod frame;
+mod observed;
 mod smol;
 
 pub use smol::{FaultCounters, SmolToe, MAX_DELAYED_FRAMES};
