@@ -22,9 +22,11 @@ use thiserror::Error;
 
 pub mod frame;
 mod observed;
+mod port;
 mod smol;
 
-pub use smol::{FaultCounters, SmolToe, MAX_DELAYED_FRAMES};
+pub use port::{FaultCounters, MAX_DELAYED_FRAMES};
+pub use smol::SmolToe;
 pub use smoltcp::time::{Duration, Instant};
 
 /// An Ethernet MAC address.

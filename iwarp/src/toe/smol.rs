@@ -35,11 +35,10 @@
 //!   TIME-WAIT (graceful), a local abort, or a close during a timer run
 //!   (timeout).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::net::SocketAddrV4;
 
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
-use smoltcp::phy::{self, Device, DeviceCapabilities, Medium};
 use smoltcp::socket::tcp;
 use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint};
 
@@ -47,6 +46,7 @@ use super::frame::ETHERNET_HEADER_LEN;
 
 use super::frame::{self, flags, Segment};
 use super::observed::Observed;
+use super::port::{send_out, DelayQueue, FaultCounters, LoopQueue, Port, TxPath};
 use super::{
     CloseReason, Duration, FourTuple, Instant, LinkStatus, MacAddr, SocketId, TcbInfo, TcpConfig,
     TcpError, TcpState, Transport,
@@ -65,7 +65,7 @@ enum Role {
     Connection { listen_port: Option<u16> },
 }
 
-struct Entry {
+pub(super) struct Entry {
     /// The connection's own socket set: smoltcp walks every socket of the
     /// set it is given, so each socket has one and the TOE hands smoltcp
     /// only the set a frame or a timer is for.
@@ -78,16 +78,16 @@ struct Entry {
     released: bool,
     state: TcpState,
     close_reason: Option<CloseReason>,
-    observed: Observed,
+    pub(super) observed: Observed,
     blackhole: bool,
     /// Fault injection: drop this percentage of the connection's frames,
     /// both ways, drawing from `rng` (seeded, so runs repeat).
     drop_percent: u8,
     rng: u64,
     /// Fault injection: hold every frame the connection sends this long.
-    delay: Option<Duration>,
+    pub(super) delay: Option<Duration>,
     /// Where our frames for this connection go.
-    next_hop: MacAddr,
+    pub(super) next_hop: MacAddr,
     /// Octets of its receive and send buffers (of the TOE's budget).
     buffers: usize,
 }
@@ -113,7 +113,7 @@ impl Entry {
     }
 
     /// Whether fault injection drops the next frame of this connection.
-    fn drops(&mut self) -> bool {
+    pub(super) fn drops(&mut self) -> bool {
         if self.blackhole {
             return true;
         }
@@ -131,62 +131,14 @@ impl Entry {
     }
 }
 
-/// Frames held back by the delay fault, at most this many (beyond: dropped).
-pub const MAX_DELAYED_FRAMES: usize = 4096;
-
-/// Frames to our own address waiting to come back in (a connection
-/// between two sockets of this TOE never touches the wire, as in a
-/// T3's). Past this many, a frame is dropped and TCP sends it again.
-pub const MAX_LOOPED_FRAMES: usize = 4096;
-
 /// Looped frames taken back in per call of `ingress`/`egress`; the rest
 /// waits for the next (`poll_at` says now).
 const LOOPED_PER_CALL: usize = 256;
 
-/// Frames of delayed connections, by release time (FIFO within a time).
 #[derive(Debug, Default)]
-struct DelayQueue {
-    frames: BTreeMap<(Instant, u64), Vec<u8>>,
-    next: u64,
-}
-
-/// What fault injection did to frames, TOE-wide.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FaultCounters {
-    /// Frames dropped by blackhole or drop-percentage faults (both ways).
-    pub dropped: u64,
-    /// Frames held back by the delay fault.
-    pub delayed: u64,
-    /// Frames dropped because the delay queue was full.
-    pub delay_overflow: u64,
-    /// Frames to our own address dropped because the loopback queue was full.
-    pub loop_overflow: u64,
-}
-
-/// Frames sent to our own MAC, to come back in in order.
-#[derive(Debug, Default)]
-struct LoopQueue {
-    frames: VecDeque<Vec<u8>>,
-    overflow: u64,
-    taken: u64,
-}
-
-/// Where a frame leaving the TOE goes: back in when it is for our own
-/// MAC (a connection between two of our sockets), else to the uplink.
-fn send_out(frame: &[u8], our_mac: MacAddr, looped: &mut LoopQueue, uplink: &mut dyn FnMut(&[u8])) {
-    if frame.get(..6) != Some(&our_mac[..]) {
-        uplink(frame);
-    } else if looped.frames.len() >= MAX_LOOPED_FRAMES {
-        looped.overflow += 1;
-    } else {
-        looped.frames.push_back(frame.to_vec());
-    }
-}
-
-#[derive(Debug, Default)]
-struct Slot {
+pub(super) struct Slot {
     generation: u32,
-    entry: Option<Entry>,
+    pub(super) entry: Option<Entry>,
 }
 
 /// The entry in slot `index`, if any (whatever its generation).
@@ -272,147 +224,6 @@ fn endpoint(endpoint: IpEndpoint) -> Option<SocketAddrV4> {
     match endpoint.addr {
         IpAddress::Ipv4(addr) => Some(SocketAddrV4::new(addr, endpoint.port)),
     }
-}
-
-/// The smoltcp device for one call: at most one received frame, and a
-/// transmit path that observes each frame and hands it to the uplink.
-struct Port<'a> {
-    rx: Option<&'a [u8]>,
-    tx: TxPath<'a>,
-}
-
-struct TxPath<'a> {
-    scratch: &'a mut Vec<u8>,
-    uplink: &'a mut dyn FnMut(&[u8]),
-    slots: &'a mut [Slot],
-    by_tuple: &'a HashMap<FourTuple, u32>,
-    delayed: &'a mut DelayQueue,
-    faults: &'a mut FaultCounters,
-    budget: usize,
-    /// IP MTU.
-    mtu: usize,
-    our_mac: MacAddr,
-    /// Next hop for packets of no known connection (replies during ingress).
-    reply_to: Option<MacAddr>,
-    now: Instant,
-}
-
-impl TxPath<'_> {
-    /// Frames the IPv4 packet smoltcp built at `scratch[14..14 + len]`,
-    /// observes it and sends it.
-    fn deliver(&mut self, len: usize) {
-        let end = ETHERNET_HEADER_LEN + len;
-        let Some(packet) = self.scratch.get(ETHERNET_HEADER_LEN..end) else {
-            return;
-        };
-        // Only TCP leaves the TOE.
-        let Some((local, remote)) = frame::ip_tcp_endpoints(packet) else {
-            return;
-        };
-        let entry = self
-            .by_tuple
-            .get(&FourTuple { local, remote })
-            .and_then(|&index| self.slots.get_mut(index as usize))
-            .and_then(|slot| slot.entry.as_mut());
-        let next_hop = match (&entry, self.reply_to) {
-            (Some(entry), _) => entry.next_hop,
-            (None, Some(mac)) => mac,
-            (None, None) => return,
-        };
-        if let Some(header) = self.scratch.get_mut(..ETHERNET_HEADER_LEN) {
-            frame::write_ethernet_header(header, next_hop, self.our_mac);
-        }
-        let Some(frame) = self.scratch.get(..end) else {
-            return;
-        };
-        if let Some(entry) = entry {
-            if let Some(segment) = frame::parse(frame) {
-                // A blackholed connection still counts what TCP sent.
-                entry.observed.outgoing(&segment, self.now);
-            }
-            if entry.drops() {
-                self.faults.dropped += 1;
-                return;
-            }
-            if let Some(delay) = entry.delay {
-                if self.delayed.frames.len() >= MAX_DELAYED_FRAMES {
-                    self.faults.delay_overflow += 1;
-                } else {
-                    self.faults.delayed += 1;
-                    let key = (self.now + delay, self.delayed.next);
-                    self.delayed.next = self.delayed.next.wrapping_add(1);
-                    self.delayed.frames.insert(key, frame.to_vec());
-                }
-                return;
-            }
-        }
-        (self.uplink)(frame);
-    }
-}
-
-struct RxToken<'a>(&'a [u8]);
-
-impl phy::RxToken for RxToken<'_> {
-    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
-        f(self.0)
-    }
-}
-
-struct TxToken<'a, 'b>(&'a mut TxPath<'b>);
-
-impl phy::TxToken for TxToken<'_, '_> {
-    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        let path = self.0;
-        path.budget = path.budget.saturating_sub(1);
-        let total = ETHERNET_HEADER_LEN + len;
-        if path.scratch.len() < total {
-            path.scratch.resize(total, 0);
-        }
-        match path.scratch.get_mut(ETHERNET_HEADER_LEN..total) {
-            Some(packet) => {
-                let result = f(packet);
-                path.deliver(len);
-                result
-            }
-            // Not reachable (resized above); never panic anyway.
-            None => f(&mut vec![0; len]),
-        }
-    }
-}
-
-impl<'p> Device for Port<'p> {
-    type RxToken<'a>
-        = RxToken<'a>
-    where
-        Self: 'a;
-    type TxToken<'a>
-        = TxToken<'a, 'p>
-    where
-        Self: 'a;
-
-    fn receive(&mut self, _now: smoltcp::time::Instant) -> Option<(RxToken<'_>, TxToken<'_, 'p>)> {
-        let frame = self.rx.take()?;
-        Some((RxToken(frame), TxToken(&mut self.tx)))
-    }
-
-    fn transmit(&mut self, _now: smoltcp::time::Instant) -> Option<TxToken<'_, 'p>> {
-        if self.tx.budget == 0 {
-            return None;
-        }
-        Some(TxToken(&mut self.tx))
-    }
-
-    fn capabilities(&self) -> DeviceCapabilities {
-        capabilities(self.tx.mtu)
-    }
-}
-
-fn capabilities(mtu: usize) -> DeviceCapabilities {
-    let mut caps = DeviceCapabilities::default();
-    caps.medium = Medium::Ip;
-    caps.max_transmission_unit = mtu;
-    caps.max_burst_size = None;
-    caps
 }
 
 impl SmolToe {
