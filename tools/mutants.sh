@@ -81,6 +81,10 @@
 #                  asking vt3.ko (a handle of an MR, or of nothing, "imported")
 #   import-ctx-unchecked  vt3.ko answers an import's query of the context
 #                  with zeroes: libvt3 must refuse the ABI it cannot check
+#   toe-due-timers-only  vt3d's TOE queues a socket's timer only when it is
+#                  due already: an idle connection's retransmission,
+#                  keep-alive and user timeout never fire (a blackholed
+#                  connection never times out)
 #
 # A mutant is KILLED when the cases fail and the failure report names the
 # broken rule (REASON, a regex); SURVIVED when they pass; WRONG-REASON when
@@ -392,6 +396,12 @@ REPLACEMENT[no-pair]='            Some(PairRequest { peer: asked, port: listen_p
 REASON[no-pair]='FAIL pair: no completion of WR 1'
 CASES[no-pair]=modify-connect
 
+FILE[toe-due-timers-only]=iwarp/src/toe/smol.rs
+ANCHOR[toe-due-timers-only]='        let at = self.iface.poll_at(now, &entry.set);'
+REPLACEMENT[toe-due-timers-only]='        let at = self.iface.poll_at(now, &entry.set).filter(|&at| at <= now); // MUTANT'
+REASON[toe-due-timers-only]='timeout +[a-z-]+ +FAIL'
+CASES[toe-due-timers-only]=flush-blackhole
+
 FILE[srq-slot-kept]=provider/cq.c
 ANCHOR[srq-slot-kept]='	if (srq && prod - cq->cons <= cq->depth)'
 REPLACEMENT[srq-slot-kept]='	if (0 && srq && prod - cq->cons <= cq->depth) /* MUTANT */'
@@ -468,6 +478,8 @@ ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze 
 	srq-slot-kept wr-abort-posts cq-ex-peeks cq-ex-byte-len rereg-keeps-pages rereg-ignores-windows rereg-ignores-access)
 # The import path (provider/import.c, guest-driver/vt3_import.c).
 ALL_MUTANTS+=(unimport-deregs import-pd-unchecked import-ctx-unchecked)
+# The TOE's timer queue (iwarp/src/toe/smol.rs).
+ALL_MUTANTS+=(toe-due-timers-only)
 
 log() { printf '[mutants] %s\n' "$*" >&2; }
 

@@ -34,7 +34,7 @@ mod tx;
 mod window;
 mod wr;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::SocketAddrV4;
 
 use thiserror::Error;
@@ -336,6 +336,14 @@ pub struct Engine<T: Transport> {
     out: Outputs,
     /// The last poll left looped-back frames untaken.
     loopback_behind: bool,
+    /// QPs a poll services: those with work, or woken since (an API call
+    /// on them, their socket ready). The others are `quiescent` and cost
+    /// nothing, so a poll's work follows the connections that have some.
+    active: BTreeSet<u32>,
+    /// Whose socket each connection is, for the TOE's ready sockets (an
+    /// entry outlives its connection until the socket is ready once more,
+    /// which its release makes it).
+    by_sock: HashMap<SocketId, u32>,
 }
 
 /// Passes of one poll over frames that came back in (loopback).
@@ -362,6 +370,8 @@ impl<T: Transport> Engine<T> {
             listeners: BTreeMap::new(),
             out: Outputs::default(),
             loopback_behind: false,
+            active: BTreeSet::new(),
+            by_sock: HashMap::new(),
         }
     }
 
@@ -381,6 +391,11 @@ impl<T: Transport> Engine<T> {
         self.out.stats
     }
 
+    /// QPs the next poll services (the others have nothing to do).
+    pub fn active_qps(&self) -> usize {
+        self.active.len()
+    }
+
     /// Demux: should this uplink frame go to the engine (else: the guest)?
     pub fn wants(&self, frame: &[u8]) -> bool {
         self.toe.wants(frame)
@@ -390,6 +405,33 @@ impl<T: Transport> Engine<T> {
     /// now; the engine reads the data at the next [`Engine::poll`].
     pub fn receive(&mut self, now: Instant, frame: &[u8], uplink: &mut dyn FnMut(&[u8])) {
         self.toe.ingress(now, frame, uplink);
+        self.wake_ready();
+    }
+
+    /// The QPs whose sockets the TOE saw something happen to join the
+    /// active ones.
+    fn wake_ready(&mut self) {
+        let Engine {
+            toe,
+            active,
+            by_sock,
+            qps,
+            ..
+        } = self;
+        toe.take_ready(&mut |sock| {
+            let Some(&qpn) = by_sock.get(&sock) else {
+                return;
+            };
+            if qps
+                .get(&qpn)
+                .and_then(|qp| qp.conn.as_ref())
+                .is_some_and(|conn| conn.sock == sock)
+            {
+                active.insert(qpn);
+            } else {
+                by_sock.remove(&sock);
+            }
+        });
     }
 
     /// The uplink takes at most `frames` more frames from the polls that
@@ -409,7 +451,8 @@ impl<T: Transport> Engine<T> {
                 at = Some(at.map_or(deadline, |at| at.min(deadline)));
             }
         };
-        for qp in self.qps.values() {
+        // Deadlines and held transmissions keep a QP active.
+        for qp in self.active.iter().filter_map(|qpn| self.qps.get(qpn)) {
             consider(qp.conn.as_ref().and_then(|conn| conn.deadline));
             consider(qp.conn.as_ref().and_then(|conn| conn.stream.as_ref()?.tx_hold));
         }
@@ -430,19 +473,30 @@ impl<T: Transport> Engine<T> {
             let looped = self.toe.looped_in();
             self.accept_connections(now);
             self.service_pending(now);
+            self.wake_ready();
             let Engine {
                 toe,
                 config,
                 qps,
                 srqs,
                 out,
+                active,
                 ..
             } = self;
-            for qp in qps.values_mut() {
+            let woken: Vec<u32> = active.iter().copied().collect();
+            for qpn in woken {
+                let Some(qp) = qps.get_mut(&qpn) else {
+                    active.remove(&qpn);
+                    continue;
+                };
                 let srq = qp.config.srq.and_then(|srqn| srqs.get_mut(&srqn));
                 service_qp(qp, srq, toe, out, io, now, config);
+                if quiescent(qp, toe) {
+                    active.remove(&qpn);
+                }
             }
             self.toe.egress(now, io.uplink);
+            self.wake_ready();
             if self.toe.looped_in() == looped {
                 self.loopback_behind = false;
                 break;
@@ -509,7 +563,8 @@ impl<T: Transport> Engine<T> {
     /// runs out in mid-poll must not refuse a SEND whose receive is in the
     /// ring (the soak met it: several QPs at once behind late doorbells).
     pub fn starved_receive_queues(&self) -> impl Iterator<Item = u32> + '_ {
-        self.qps.values().filter_map(|qp| {
+        // Data waiting keeps a QP active.
+        self.active.iter().filter_map(|qpn| self.qps.get(qpn)).filter_map(|qp| {
             let conn = qp.conn.as_ref()?;
             let receiving = matches!(qp.state, QpState::Rts | QpState::Closing)
                 && conn.stream.as_ref().is_some_and(|s| !s.rx_stopped);
@@ -557,7 +612,7 @@ impl<T: Transport> Engine<T> {
 
     /// Sets IRD/ORD (IDLE only: they are negotiated at connection setup).
     pub fn set_ird_ord(&mut self, qpn: u32, ird: u16, ord: u16) -> Result<(), EngineError> {
-        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        let qp = woken(&mut self.qps, &mut self.active, qpn).ok_or(EngineError::NoSuchQp(qpn))?;
         if qp.state != QpState::Idle || qp.conn.is_some() {
             return Err(EngineError::InvalidState {
                 qpn,
@@ -579,7 +634,7 @@ impl<T: Transport> Engine<T> {
     /// ERROR → IDLE (reuse the QP).
     pub fn modify_qp(&mut self, now: Instant, qpn: u32, to: QpState) -> Result<(), EngineError> {
         let linger = self.config.terminate_linger;
-        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        let qp = woken(&mut self.qps, &mut self.active, qpn).ok_or(EngineError::NoSuchQp(qpn))?;
         let from = qp.state;
         if from == to {
             return Ok(());
@@ -634,7 +689,7 @@ impl<T: Transport> Engine<T> {
 
     /// Queues a send WR (IDLE or RTS; an IDLE QP sends once connected).
     pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), EngineError> {
-        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        let qp = woken(&mut self.qps, &mut self.active, qpn).ok_or(EngineError::NoSuchQp(qpn))?;
         if !matches!(qp.state, QpState::Idle | QpState::Rts) {
             return Err(EngineError::InvalidState {
                 qpn,
@@ -681,7 +736,8 @@ impl<T: Transport> Engine<T> {
         match queue {
             WorkQueue::Send => {
                 self.post_send(qpn, SendWr::new(wr_id, SendOpcode::Send))?;
-                let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+                let qp = woken(&mut self.qps, &mut self.active, qpn)
+                    .ok_or(EngineError::NoSuchQp(qpn))?;
                 if let Some(entry) = qp.queues.sq.back_mut() {
                     entry.refused = Some(status);
                 }
@@ -691,7 +747,8 @@ impl<T: Transport> Engine<T> {
                 }
             }
             WorkQueue::Recv => {
-                let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+                let qp = woken(&mut self.qps, &mut self.active, qpn)
+                    .ok_or(EngineError::NoSuchQp(qpn))?;
                 check_recv_post(qp)?;
                 qp.queues.rq_refused = Some(qp::RefusedRecv { wr_id, status });
                 if qp.conn.is_none() {
@@ -705,7 +762,7 @@ impl<T: Transport> Engine<T> {
 
     /// Queues a receive WR (IDLE, RTS or CLOSING).
     pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), EngineError> {
-        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        let qp = woken(&mut self.qps, &mut self.active, qpn).ok_or(EngineError::NoSuchQp(qpn))?;
         check_recv_post(qp)?;
         qp.queues.rq.push_back(wr);
         Ok(())
@@ -765,7 +822,7 @@ impl<T: Transport> Engine<T> {
     /// finished, as an error would: for a QP whose engine is dropped under
     /// it (the device's address changed), so the WR is not lost.
     pub fn flush_srq_wr(&mut self, qpn: u32) {
-        if let Some(qp) = self.qps.get_mut(&qpn) {
+        if let Some(qp) = woken(&mut self.qps, &mut self.active, qpn) {
             flush_taken_srq_wr(qp, &mut self.out);
             qp.queues.rq.clear();
             qp.queues.rq_refused = None;
@@ -823,7 +880,7 @@ impl<T: Transport> Engine<T> {
         qpn: u32,
         params: ConnectParams,
     ) -> Result<(), EngineError> {
-        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        let qp = woken(&mut self.qps, &mut self.active, qpn).ok_or(EngineError::NoSuchQp(qpn))?;
         if qp.state != QpState::Idle || qp.conn.is_some() {
             return Err(EngineError::InvalidState {
                 qpn,
@@ -844,6 +901,7 @@ impl<T: Transport> Engine<T> {
         let sock = self
             .toe
             .connect(now, params.local_port, params.remote, params.next_hop)?;
+        self.by_sock.insert(sock, qpn);
         qp.conn = Some(Conn {
             sock,
             tuple: self.toe.tcb(sock).and_then(|tcb| tcb.tuple),
@@ -871,7 +929,7 @@ impl<T: Transport> Engine<T> {
         private_data: &[u8],
     ) -> Result<(), EngineError> {
         let _ = now;
-        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        let qp = woken(&mut self.qps, &mut self.active, qpn).ok_or(EngineError::NoSuchQp(qpn))?;
         if qp.state != QpState::Idle || qp.conn.is_some() {
             return Err(EngineError::InvalidState {
                 qpn,
@@ -920,6 +978,7 @@ impl<T: Transport> Engine<T> {
             .remove(&conn)
             .ok_or(EngineError::NoSuchConnection)?;
         let mss = self.toe.mss(sock);
+        self.by_sock.insert(sock, qpn);
         qp.conn = Some(Conn {
             sock,
             tuple: pending.tuple,
@@ -965,7 +1024,7 @@ impl<T: Transport> Engine<T> {
     /// state the fault applies to), no CRC to corrupt.
     pub fn inject(&mut self, now: Instant, qpn: u32, fault: Fault) -> Result<(), EngineError> {
         let linger = self.config.terminate_linger;
-        let qp = self.qps.get_mut(&qpn).ok_or(EngineError::NoSuchQp(qpn))?;
+        let qp = woken(&mut self.qps, &mut self.active, qpn).ok_or(EngineError::NoSuchQp(qpn))?;
         let not_connected = EngineError::InvalidState {
             qpn,
             state: qp.state,
@@ -1528,6 +1587,43 @@ fn connect_failed<T: Transport>(
         out.qp_event(qp.qpn, EventKind::ConnectFailed(failure));
     }
     set_state(qp, out, QpState::Error);
+}
+
+/// A QP an API call wakes, and the QP.
+fn woken<'a>(
+    qps: &'a mut BTreeMap<u32, Qp>,
+    active: &mut BTreeSet<u32>,
+    qpn: u32,
+) -> Option<&'a mut Qp> {
+    let qp = qps.get_mut(&qpn)?;
+    active.insert(qpn);
+    Some(qp)
+}
+
+/// Nothing for the QP to do until an API call or its socket wakes it: no
+/// connection, or one streaming with nothing queued either way, no timer
+/// and no data waiting. Anything else is serviced at every poll.
+fn quiescent<T: Transport>(qp: &Qp, toe: &T) -> bool {
+    let Some(conn) = qp.conn.as_ref() else {
+        return true;
+    };
+    let Some(stream) = conn.stream.as_ref() else {
+        return false;
+    };
+    let queues = &qp.queues;
+    qp.state == QpState::Rts
+        && matches!(conn.phase, Phase::Streaming)
+        && conn.deadline.is_none()
+        && !conn.fin_sent
+        && stream.tx_hold.is_none()
+        && stream.rtr_out.is_none()
+        && stream.terminate_out.is_none()
+        && queues.sq.is_empty()
+        && queues.orq.is_empty()
+        && queues.irq.is_empty()
+        && queues.rq_refused.is_none()
+        && toe.recv_queue(conn.sock) == 0
+        && toe.status(conn.sock) == Some(LinkStatus::Established)
 }
 
 fn service_qp<T: Transport>(

@@ -17,6 +17,7 @@ use crate::wire::terminate::{ErrorClass, TermCode};
 
 const PD: u32 = 3;
 
+mod active;
 mod frmr;
 mod mw;
 mod rereg;
@@ -125,6 +126,29 @@ fn registered_buffer(node: &mut Node, len: u64) -> (u32, u64) {
         len,
     );
     (stag, 0x1000)
+}
+
+/// A 4 KiB receive on `qpn`.
+fn post_recv(node: &mut Node, qpn: u32, wr_id: u64) {
+    let (stag, iova) = registered_buffer(node, 4096);
+    let sges = SgeList::single(Sge {
+        addr: iova,
+        length: 4096,
+        lkey: stag,
+    });
+    node.engine.post_recv(qpn, RecvWr { wr_id, sges }).unwrap();
+}
+
+/// A SEND of `len` octets on `qpn`.
+fn post_send(node: &mut Node, qpn: u32, wr_id: u64, len: u32) -> Result<(), EngineError> {
+    let (stag, iova) = registered_buffer(node, 4096);
+    let mut wr = SendWr::new(wr_id, SendOpcode::Send);
+    wr.sges = SgeList::single(Sge {
+        addr: iova,
+        length: len,
+        lkey: stag,
+    });
+    node.engine.post_send(qpn, wr)
 }
 
 #[test]
@@ -876,27 +900,6 @@ mod faults {
         sim
     }
 
-    fn post_recv(node: &mut Node, qpn: u32, wr_id: u64) {
-        let (stag, iova) = registered_buffer(node, 4096);
-        let sges = SgeList::single(Sge {
-            addr: iova,
-            length: 4096,
-            lkey: stag,
-        });
-        node.engine.post_recv(qpn, RecvWr { wr_id, sges }).unwrap();
-    }
-
-    fn post_send(node: &mut Node, qpn: u32, wr_id: u64, len: u32) -> Result<(), EngineError> {
-        let (stag, iova) = registered_buffer(node, 4096);
-        let mut wr = SendWr::new(wr_id, SendOpcode::Send);
-        wr.sges = SgeList::single(Sge {
-            addr: iova,
-            length: len,
-            lkey: stag,
-        });
-        node.engine.post_send(qpn, wr)
-    }
-
     fn completions_of(node: &Node, qpn: u32) -> usize {
         node.completions.iter().filter(|c| c.qpn == qpn).count()
     }
@@ -1217,19 +1220,6 @@ mod faults {
 mod refused {
     use super::*;
 
-    fn post_recv(node: &mut Node, qpn: u32, wr_id: u64) {
-        let (stag, iova) = registered_buffer(node, 4096);
-        let sges = SgeList::single(Sge { addr: iova, length: 4096, lkey: stag });
-        node.engine.post_recv(qpn, RecvWr { wr_id, sges }).unwrap();
-    }
-
-    fn post_send(node: &mut Node, qpn: u32, wr_id: u64, len: u32) {
-        let (stag, iova) = registered_buffer(node, 4096);
-        let mut wr = SendWr::new(wr_id, SendOpcode::Send);
-        wr.sges = SgeList::single(Sge { addr: iova, length: len, lkey: stag });
-        node.engine.post_send(qpn, wr).unwrap();
-    }
-
     fn results(node: &Node, qpn: u32) -> Vec<(u64, WcStatus)> {
         node.completions.iter().filter(|c| c.qpn == qpn).map(|c| (c.wr_id, c.status)).collect()
     }
@@ -1256,8 +1246,8 @@ mod refused {
         );
         // Two Sends, the second a zero-length one: never a SUCCESS for
         // the refused WQE.
-        post_send(&mut sim.a, 1, 10, 100);
-        post_send(&mut sim.a, 1, 11, 0);
+        post_send(&mut sim.a, 1, 10, 100).unwrap();
+        post_send(&mut sim.a, 1, 11, 0).unwrap();
         settle(&mut sim, 5);
         assert_eq!(results(&sim.b, 2), vec![(1, WcStatus::Success), (2, WcStatus::LocQpOpErr)]);
         assert_eq!(
@@ -1283,9 +1273,9 @@ mod refused {
         let mut sim = pair();
         post_recv(&mut sim.b, 2, 1);
         post_recv(&mut sim.b, 2, 2);
-        post_send(&mut sim.a, 1, 10, 100);
+        post_send(&mut sim.a, 1, 10, 100).unwrap();
         sim.a.engine.post_refused(1, WorkQueue::Send, 11, WcStatus::LocQpOpErr).unwrap();
-        post_send(&mut sim.a, 1, 12, 100);
+        post_send(&mut sim.a, 1, 12, 100).unwrap();
         settle(&mut sim, 5);
         assert_eq!(results(&sim.a, 1), vec![(10, WcStatus::Success), (11, WcStatus::LocQpOpErr)]);
         assert_eq!(sim.a.state(1), Some(QpState::Error));

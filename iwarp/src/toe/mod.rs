@@ -21,9 +21,12 @@ use std::net::SocketAddrV4;
 use thiserror::Error;
 
 pub mod frame;
+mod observed;
+mod port;
 mod smol;
 
-pub use smol::{FaultCounters, SmolToe, MAX_DELAYED_FRAMES};
+pub use port::{FaultCounters, MAX_DELAYED_FRAMES};
+pub use smol::SmolToe;
 pub use smoltcp::time::{Duration, Instant};
 
 /// An Ethernet MAC address.
@@ -343,6 +346,11 @@ pub trait Transport {
 
     /// When [`Transport::egress`] must run next at the latest (`None`: no timer).
     fn poll_at(&mut self, now: Instant) -> Option<Instant>;
+
+    /// Hands `f` every socket something happened to since the last call
+    /// (a frame in or out, a timer, a call of the engine's), each once, and
+    /// forgets them: the engine looks at those connections only.
+    fn take_ready(&mut self, f: &mut dyn FnMut(SocketId));
 
     /// The uplink takes at most `frames` more frames from the egress calls
     /// that follow, until this is called again: segments beyond it stay in

@@ -1,9 +1,15 @@
 //! [`Transport`] on smoltcp.
 //!
 //! One smoltcp `Interface` on `Medium::Ip` with the guest's IP (as a /0
-//! prefix, so every peer is "on link"), one `SocketSet`, and around them
-//! what smoltcp lacks:
+//! prefix, so every peer is "on link"), a `SocketSet` of one socket per
+//! connection, and around them what smoltcp lacks:
 //!
+//! * **Work in proportion to the sockets that have some.** smoltcp walks
+//!   every socket of the set it is given, so the TOE gives it only the
+//!   set a frame is for (found by 4-tuple, or the port's listening
+//!   socket) and, on egress, only the sets whose timers are due (a timer
+//!   queue keyed by each socket's `poll_at`). Idle connections cost
+//!   nothing until a timer of theirs comes.
 //! * **Ethernet framing with driver-given next hops.** smoltcp sees bare
 //!   IPv4 packets. The TOE strips the Ethernet header of frames for our MAC
 //!   and IP on the way in, and on the way out writes the header in front of
@@ -13,11 +19,12 @@
 //!   MAC it came from). So the TOE never speaks ARP and keeps no neighbour
 //!   cache that could thrash: any number of peers works.
 //! * **Accept backlog.** A smoltcp socket listens for one connection. A
-//!   listening port owns `backlog` sockets: those still in LISTEN plus
-//!   those half-open or established but not yet accepted. When one is
-//!   accepted (or dies) a fresh listening socket is armed. So a burst of up
-//!   to `backlog` SYNs is accepted; further SYNs are answered with RST until
-//!   the engine accepts one. A duplicate SYN for a tuple we already track is
+//!   listening port has one socket in LISTEN (armed) and its connections
+//!   half-open or established but not yet accepted, up to `backlog` in
+//!   all. A SYN takes the armed socket and a fresh one is armed while
+//!   fewer than `backlog` wait; when one is accepted (or dies) likewise. So
+//!   a burst of up to `backlog` SYNs is accepted; further SYNs are answered
+//!   with RST until the engine accepts one. A duplicate SYN for a tuple we already track is
 //!   dropped (the half-open socket retransmits its SYN-ACK by itself), so a
 //!   duplicated SYN never creates a second connection.
 //! * **TCB observation.** smoltcp keeps sequence numbers, windows and the
@@ -28,17 +35,18 @@
 //!   TIME-WAIT (graceful), a local abort, or a close during a timer run
 //!   (timeout).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::net::SocketAddrV4;
 
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
-use smoltcp::phy::{self, Device, DeviceCapabilities, Medium};
 use smoltcp::socket::tcp;
 use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint};
 
 use super::frame::ETHERNET_HEADER_LEN;
 
 use super::frame::{self, flags, Segment};
+use super::observed::Observed;
+use super::port::{send_out, DelayQueue, FaultCounters, LoopQueue, Port, TxPath};
 use super::{
     CloseReason, Duration, FourTuple, Instant, LinkStatus, MacAddr, SocketId, TcbInfo, TcpConfig,
     TcpError, TcpState, Transport,
@@ -57,148 +65,55 @@ enum Role {
     Connection { listen_port: Option<u16> },
 }
 
-/// TCB values read off the frames passing through.
-#[derive(Debug, Clone, Copy, Default)]
-struct Observed {
-    snd_una: Option<u32>,
-    snd_nxt: Option<u32>,
-    rcv_nxt: Option<u32>,
-    peer_window: Option<u16>,
-    our_window: Option<u16>,
-    our_syn_wscale: Option<u8>,
-    peer_syn_wscale: Option<u8>,
-    peer_mss: Option<u16>,
-    srtt: Option<Duration>,
-    rttvar: Option<Duration>,
-    /// (sequence number that acknowledges the probe, time sent).
-    probe: Option<(u32, Instant)>,
-    retransmits: u64,
-    segs_in: u64,
-    segs_out: u64,
-    bytes_in: u64,
-    bytes_out: u64,
-    bytes_out_wire: u64,
-}
-
-/// `a` is after `b` in sequence space.
-fn seq_after(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) > 0
-}
-
-impl Observed {
-    fn window_scales(&self) -> (u8, u8) {
-        match (self.our_syn_wscale, self.peer_syn_wscale) {
-            (Some(ours), Some(peer)) => (ours, peer),
-            _ => (0, 0),
-        }
-    }
-
-    fn incoming(&mut self, segment: &Segment, now: Instant) {
-        self.segs_in += 1;
-        self.bytes_in += segment.payload_len as u64;
-        if segment.has(flags::SYN) {
-            self.peer_syn_wscale = segment.wscale;
-            self.peer_mss = segment.mss;
-        }
-        if segment.has(flags::ACK) {
-            let ack = segment.ack;
-            if self.snd_una.is_none_or(|una| seq_after(ack, una)) {
-                self.snd_una = Some(ack);
-            }
-            self.peer_window = Some(segment.window);
-            if let Some((target, sent)) = self.probe {
-                if !seq_after(target, ack) {
-                    self.probe = None;
-                    self.rtt_sample(now - sent);
-                }
-            }
-        }
-    }
-
-    /// RFC 6298 §2.
-    fn rtt_sample(&mut self, sample: Duration) {
-        match (self.srtt, self.rttvar) {
-            (Some(srtt), Some(rttvar)) => {
-                let micros = |d: Duration| d.total_micros() as i64;
-                let delta = (micros(srtt) - micros(sample)).unsigned_abs();
-                let rttvar = (3 * rttvar.total_micros() + delta) / 4;
-                let srtt = (7 * srtt.total_micros() + sample.total_micros()) / 8;
-                self.srtt = Some(Duration::from_micros(srtt));
-                self.rttvar = Some(Duration::from_micros(rttvar));
-            }
-            _ => {
-                self.srtt = Some(sample);
-                self.rttvar = Some(Duration::from_micros(sample.total_micros() / 2));
-            }
-        }
-    }
-
-    fn outgoing(&mut self, segment: &Segment, now: Instant) {
-        self.segs_out += 1;
-        self.bytes_out_wire += segment.payload_len as u64;
-        if segment.has(flags::SYN) {
-            self.our_syn_wscale = segment.wscale;
-        }
-        if segment.has(flags::ACK) {
-            self.rcv_nxt = Some(segment.ack);
-            self.our_window = Some(segment.window);
-        }
-        let len = segment.seq_len();
-        if len == 0 {
-            return;
-        }
-        let end = segment.seq.wrapping_add(len);
-        match self.snd_nxt {
-            Some(nxt) if !seq_after(end, nxt) => {
-                // Nothing new: a retransmission. Karn: no RTT sample across it.
-                self.retransmits += 1;
-                self.probe = None;
-            }
-            _ => {
-                let new_from = match self.snd_nxt {
-                    Some(nxt) if seq_after(nxt, segment.seq) => nxt,
-                    _ => segment.seq,
-                };
-                self.bytes_out += u64::from(end.wrapping_sub(new_from)).saturating_sub(
-                    u64::from(segment.has(flags::SYN)) + u64::from(segment.has(flags::FIN)),
-                );
-                if seq_after(segment.seq, new_from) || new_from != segment.seq {
-                    self.retransmits += 1;
-                }
-                self.snd_nxt = Some(end);
-                if self.probe.is_none() {
-                    self.probe = Some((end, now));
-                }
-            }
-        }
-    }
-}
-
-#[derive(Debug)]
-struct Entry {
+pub(super) struct Entry {
+    /// The connection's own socket set: smoltcp walks every socket of the
+    /// set it is given, so each socket has one and the TOE hands smoltcp
+    /// only the set a frame or a timer is for.
+    set: SocketSet<'static>,
     handle: SocketHandle,
+    /// When smoltcp wants this socket polled, as queued in `SmolToe::timers`.
+    timer: Option<Instant>,
     role: Role,
     tuple: Option<FourTuple>,
     released: bool,
     state: TcpState,
     close_reason: Option<CloseReason>,
-    observed: Observed,
+    pub(super) observed: Observed,
     blackhole: bool,
     /// Fault injection: drop this percentage of the connection's frames,
     /// both ways, drawing from `rng` (seeded, so runs repeat).
     drop_percent: u8,
     rng: u64,
     /// Fault injection: hold every frame the connection sends this long.
-    delay: Option<Duration>,
+    pub(super) delay: Option<Duration>,
     /// Where our frames for this connection go.
-    next_hop: MacAddr,
+    pub(super) next_hop: MacAddr,
     /// Octets of its receive and send buffers (of the TOE's budget).
     buffers: usize,
 }
 
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry")
+            .field("role", &self.role)
+            .field("tuple", &self.tuple)
+            .field("state", &self.state)
+            .field("timer", &self.timer)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Entry {
+    fn socket(&self) -> &tcp::Socket<'static> {
+        self.set.get::<tcp::Socket>(self.handle)
+    }
+
+    fn socket_mut(&mut self) -> &mut tcp::Socket<'static> {
+        self.set.get_mut::<tcp::Socket>(self.handle)
+    }
+
     /// Whether fault injection drops the next frame of this connection.
-    fn drops(&mut self) -> bool {
+    pub(super) fn drops(&mut self) -> bool {
         if self.blackhole {
             return true;
         }
@@ -216,74 +131,35 @@ impl Entry {
     }
 }
 
-/// Frames held back by the delay fault, at most this many (beyond: dropped).
-pub const MAX_DELAYED_FRAMES: usize = 4096;
-
-/// Frames to our own address waiting to come back in (a connection
-/// between two sockets of this TOE never touches the wire, as in a
-/// T3's). Past this many, a frame is dropped and TCP sends it again.
-pub const MAX_LOOPED_FRAMES: usize = 4096;
-
 /// Looped frames taken back in per call of `ingress`/`egress`; the rest
 /// waits for the next (`poll_at` says now).
 const LOOPED_PER_CALL: usize = 256;
 
-/// Frames of delayed connections, by release time (FIFO within a time).
 #[derive(Debug, Default)]
-struct DelayQueue {
-    frames: BTreeMap<(Instant, u64), Vec<u8>>,
-    next: u64,
-}
-
-/// What fault injection did to frames, TOE-wide.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FaultCounters {
-    /// Frames dropped by blackhole or drop-percentage faults (both ways).
-    pub dropped: u64,
-    /// Frames held back by the delay fault.
-    pub delayed: u64,
-    /// Frames dropped because the delay queue was full.
-    pub delay_overflow: u64,
-    /// Frames to our own address dropped because the loopback queue was full.
-    pub loop_overflow: u64,
-}
-
-/// Frames sent to our own MAC, to come back in in order.
-#[derive(Debug, Default)]
-struct LoopQueue {
-    frames: VecDeque<Vec<u8>>,
-    overflow: u64,
-    taken: u64,
-}
-
-/// Where a frame leaving the TOE goes: back in when it is for our own
-/// MAC (a connection between two of our sockets), else to the uplink.
-fn send_out(frame: &[u8], our_mac: MacAddr, looped: &mut LoopQueue, uplink: &mut dyn FnMut(&[u8])) {
-    if frame.get(..6) != Some(&our_mac[..]) {
-        uplink(frame);
-    } else if looped.frames.len() >= MAX_LOOPED_FRAMES {
-        looped.overflow += 1;
-    } else {
-        looped.frames.push_back(frame.to_vec());
-    }
-}
-
-#[derive(Debug, Default)]
-struct Slot {
+pub(super) struct Slot {
     generation: u32,
-    entry: Option<Entry>,
+    pub(super) entry: Option<Entry>,
+}
+
+/// The entry in slot `index`, if any (whatever its generation).
+fn entry_at(slots: &mut [Slot], index: u32) -> Option<&mut Entry> {
+    slots.get_mut(index as usize)?.entry.as_mut()
 }
 
 #[derive(Debug, Default)]
 struct Listener {
     backlog: usize,
+    /// The one socket in LISTEN, which takes the next SYN (none while the
+    /// backlog is full or the table is: SYNs are refused).
+    armed: Option<u32>,
+    /// Connections that arrived and are not accepted yet, oldest first.
+    pending: VecDeque<u32>,
 }
 
 /// The smoltcp-backed TOE.
 pub struct SmolToe {
     config: TcpConfig,
     iface: Interface,
-    sockets: SocketSet<'static>,
     slots: Vec<Slot>,
     free: Vec<u32>,
     live: usize,
@@ -298,6 +174,18 @@ pub struct SmolToe {
     egress_room: usize,
     /// Octets of socket buffers the sockets hold ([`TcpConfig::buffer_budget`]).
     reserved: usize,
+    /// Sockets by the time smoltcp wants them polled (`Entry::timer`), one
+    /// key per socket: egress polls only those due, so idle connections
+    /// cost nothing until a timer of theirs comes.
+    timers: BTreeSet<(Instant, u32)>,
+    /// The latest time the TOE was given (for engine calls, which have none).
+    now: Instant,
+    /// Socket sets handed to smoltcp so far (one per frame in, one per due
+    /// socket on egress): the work, which must follow the sockets that
+    /// have some, not the sockets there are.
+    socket_polls: u64,
+    /// Sockets touched since the engine last asked ([`Transport::take_ready`]).
+    ready: HashSet<SocketId>,
 }
 
 impl std::fmt::Debug for SmolToe {
@@ -336,147 +224,6 @@ fn endpoint(endpoint: IpEndpoint) -> Option<SocketAddrV4> {
     match endpoint.addr {
         IpAddress::Ipv4(addr) => Some(SocketAddrV4::new(addr, endpoint.port)),
     }
-}
-
-/// The smoltcp device for one call: at most one received frame, and a
-/// transmit path that observes each frame and hands it to the uplink.
-struct Port<'a> {
-    rx: Option<&'a [u8]>,
-    tx: TxPath<'a>,
-}
-
-struct TxPath<'a> {
-    scratch: &'a mut Vec<u8>,
-    uplink: &'a mut dyn FnMut(&[u8]),
-    slots: &'a mut [Slot],
-    by_tuple: &'a HashMap<FourTuple, u32>,
-    delayed: &'a mut DelayQueue,
-    faults: &'a mut FaultCounters,
-    budget: usize,
-    /// IP MTU.
-    mtu: usize,
-    our_mac: MacAddr,
-    /// Next hop for packets of no known connection (replies during ingress).
-    reply_to: Option<MacAddr>,
-    now: Instant,
-}
-
-impl TxPath<'_> {
-    /// Frames the IPv4 packet smoltcp built at `scratch[14..14 + len]`,
-    /// observes it and sends it.
-    fn deliver(&mut self, len: usize) {
-        let end = ETHERNET_HEADER_LEN + len;
-        let Some(packet) = self.scratch.get(ETHERNET_HEADER_LEN..end) else {
-            return;
-        };
-        // Only TCP leaves the TOE.
-        let Some((local, remote)) = frame::ip_tcp_endpoints(packet) else {
-            return;
-        };
-        let entry = self
-            .by_tuple
-            .get(&FourTuple { local, remote })
-            .and_then(|&index| self.slots.get_mut(index as usize))
-            .and_then(|slot| slot.entry.as_mut());
-        let next_hop = match (&entry, self.reply_to) {
-            (Some(entry), _) => entry.next_hop,
-            (None, Some(mac)) => mac,
-            (None, None) => return,
-        };
-        if let Some(header) = self.scratch.get_mut(..ETHERNET_HEADER_LEN) {
-            frame::write_ethernet_header(header, next_hop, self.our_mac);
-        }
-        let Some(frame) = self.scratch.get(..end) else {
-            return;
-        };
-        if let Some(entry) = entry {
-            if let Some(segment) = frame::parse(frame) {
-                // A blackholed connection still counts what TCP sent.
-                entry.observed.outgoing(&segment, self.now);
-            }
-            if entry.drops() {
-                self.faults.dropped += 1;
-                return;
-            }
-            if let Some(delay) = entry.delay {
-                if self.delayed.frames.len() >= MAX_DELAYED_FRAMES {
-                    self.faults.delay_overflow += 1;
-                } else {
-                    self.faults.delayed += 1;
-                    let key = (self.now + delay, self.delayed.next);
-                    self.delayed.next = self.delayed.next.wrapping_add(1);
-                    self.delayed.frames.insert(key, frame.to_vec());
-                }
-                return;
-            }
-        }
-        (self.uplink)(frame);
-    }
-}
-
-struct RxToken<'a>(&'a [u8]);
-
-impl phy::RxToken for RxToken<'_> {
-    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
-        f(self.0)
-    }
-}
-
-struct TxToken<'a, 'b>(&'a mut TxPath<'b>);
-
-impl phy::TxToken for TxToken<'_, '_> {
-    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        let path = self.0;
-        path.budget = path.budget.saturating_sub(1);
-        let total = ETHERNET_HEADER_LEN + len;
-        if path.scratch.len() < total {
-            path.scratch.resize(total, 0);
-        }
-        match path.scratch.get_mut(ETHERNET_HEADER_LEN..total) {
-            Some(packet) => {
-                let result = f(packet);
-                path.deliver(len);
-                result
-            }
-            // Not reachable (resized above); never panic anyway.
-            None => f(&mut vec![0; len]),
-        }
-    }
-}
-
-impl<'p> Device for Port<'p> {
-    type RxToken<'a>
-        = RxToken<'a>
-    where
-        Self: 'a;
-    type TxToken<'a>
-        = TxToken<'a, 'p>
-    where
-        Self: 'a;
-
-    fn receive(&mut self, _now: smoltcp::time::Instant) -> Option<(RxToken<'_>, TxToken<'_, 'p>)> {
-        let frame = self.rx.take()?;
-        Some((RxToken(frame), TxToken(&mut self.tx)))
-    }
-
-    fn transmit(&mut self, _now: smoltcp::time::Instant) -> Option<TxToken<'_, 'p>> {
-        if self.tx.budget == 0 {
-            return None;
-        }
-        Some(TxToken(&mut self.tx))
-    }
-
-    fn capabilities(&self) -> DeviceCapabilities {
-        capabilities(self.tx.mtu)
-    }
-}
-
-fn capabilities(mtu: usize) -> DeviceCapabilities {
-    let mut caps = DeviceCapabilities::default();
-    caps.medium = Medium::Ip;
-    caps.max_transmission_unit = mtu;
-    caps.max_burst_size = None;
-    caps
 }
 
 impl SmolToe {
@@ -531,7 +278,6 @@ impl SmolToe {
         Ok(SmolToe {
             config,
             iface,
-            sockets: SocketSet::new(Vec::new()),
             slots: Vec::new(),
             free: Vec::new(),
             live: 0,
@@ -543,6 +289,10 @@ impl SmolToe {
             looped: LoopQueue::default(),
             egress_room: usize::MAX,
             reserved: 0,
+            timers: BTreeSet::new(),
+            now,
+            socket_polls: 0,
+            ready: HashSet::new(),
         })
     }
 
@@ -588,13 +338,16 @@ impl SmolToe {
     }
 
     fn socket(&self, id: SocketId) -> Option<&tcp::Socket<'static>> {
-        let handle = self.entry(id)?.handle;
-        Some(self.sockets.get::<tcp::Socket>(handle))
+        Some(self.entry(id)?.socket())
     }
 
     fn socket_mut(&mut self, id: SocketId) -> Option<&mut tcp::Socket<'static>> {
-        let handle = self.entry(id)?.handle;
-        Some(self.sockets.get_mut::<tcp::Socket>(handle))
+        Some(self.entry_mut(id)?.socket_mut())
+    }
+
+    /// Socket sets smoltcp was run on so far (see `SmolToe::socket_polls`).
+    pub fn socket_polls(&self) -> u64 {
+        self.socket_polls
     }
 
     /// Octets of socket buffers the sockets hold now.
@@ -635,9 +388,12 @@ impl SmolToe {
             return None;
         }
         let state = map_state(socket.state());
-        let handle = self.sockets.add(socket);
+        let mut set = SocketSet::new(Vec::with_capacity(1));
+        let handle = set.add(socket);
         let entry = Entry {
+            set,
             handle,
+            timer: None,
             role,
             tuple: None,
             released: false,
@@ -676,11 +432,31 @@ impl SmolToe {
             slot.generation = slot.generation.wrapping_add(1);
             entry
         };
-        self.sockets.remove(entry.handle);
+        if let Some(at) = entry.timer {
+            self.timers.remove(&(at, index));
+        }
+        self.ready.remove(&SocketId {
+            index,
+            generation: self
+                .slots
+                .get(index as usize)
+                .map_or(0, |slot| slot.generation.wrapping_sub(1)),
+        });
         if let Some(tuple) = entry.tuple {
             if self.by_tuple.get(&tuple) == Some(&index) {
                 self.by_tuple.remove(&tuple);
             }
+        }
+        match entry.role {
+            Role::Listening { port } | Role::Pending { port } => {
+                if let Some(listener) = self.listeners.get_mut(&port) {
+                    if listener.armed == Some(index) {
+                        listener.armed = None;
+                    }
+                    listener.pending.retain(|&pending| pending != index);
+                }
+            }
+            Role::Connection { .. } => {}
         }
         self.free.push(index);
         self.live -= 1;
@@ -692,18 +468,13 @@ impl SmolToe {
         socket
             .listen(IpEndpoint::new(IpAddress::Ipv4(self.config.ip), port))
             .map_err(|_| TcpError::Unaddressable)?;
-        self.insert((socket, buffers), Role::Listening { port }, [0; 6])
-            .map(|_| ())
-            .ok_or(TcpError::NoResources)
-    }
-
-    /// Sockets owned by `port`: (listening, pending).
-    fn port_sockets(&self, port: u16) -> (usize, usize) {
-        self.slots.iter().filter_map(|slot| slot.entry.as_ref()).fold((0, 0), |(l, p), entry| match entry.role {
-            Role::Listening { port: q } if q == port => (l + 1, p),
-            Role::Pending { port: q } if q == port => (l, p + 1),
-            _ => (l, p),
-        })
+        let index = self
+            .insert((socket, buffers), Role::Listening { port }, [0; 6])
+            .ok_or(TcpError::NoResources)?;
+        if let Some(listener) = self.listeners.get_mut(&port) {
+            listener.armed = Some(index);
+        }
+        Ok(())
     }
 
     /// Keeps one socket listening on `port` while fewer than its backlog
@@ -711,30 +482,39 @@ impl SmolToe {
     /// sized when it is armed (the SYN before took the previous one), from
     /// the budget the connections of that moment leave.
     fn rearm(&mut self, port: u16) {
-        let Some(backlog) = self.listeners.get(&port).map(|l| l.backlog) else {
+        let Some(listener) = self.listeners.get(&port) else {
             return;
         };
-        let (listening, pending) = self.port_sockets(port);
-        if listening == 0 && pending < backlog {
+        if listener.armed.is_none() && listener.pending.len() < listener.backlog {
             // Out of sockets: SYNs are refused (RST) until one is freed.
             let _ = self.arm_listener(port);
         }
     }
 
-    /// Runs smoltcp on one received IPv4 packet (`rx`, with the MAC it came
-    /// from), or its egress with up to `budget` frames.
+    /// Runs smoltcp on the socket set of slot `target` (none: an empty
+    /// set, so smoltcp refuses the segment with RST): one received IPv4
+    /// packet (`rx`, with the MAC it came from), or its egress with up to
+    /// `budget` frames. Returns the frames sent.
     fn run(
         &mut self,
         now: Instant,
+        target: Option<u32>,
         rx: Option<(&[u8], MacAddr)>,
         uplink: &mut dyn FnMut(&[u8]),
         budget: usize,
-    ) {
+    ) -> usize {
+        self.now = now;
+        self.socket_polls += 1;
         let mtu = self.config.mtu;
         let our_mac = self.config.mac;
+        // Lent out of its entry while smoltcp runs (the transmit path
+        // needs the entries); moving a set keeps its handles valid.
+        let mut set = match target.and_then(|index| entry_at(&mut self.slots, index)) {
+            Some(entry) => std::mem::replace(&mut entry.set, SocketSet::new(Vec::new())),
+            None => SocketSet::new(Vec::new()),
+        };
         let SmolToe {
             iface,
-            sockets,
             slots,
             by_tuple,
             scratch,
@@ -764,19 +544,67 @@ impl SmolToe {
         if port.rx.is_some() {
             // Immediate replies (an RST to a stray segment) use the token
             // that comes with the received packet, whatever the budget.
-            iface.poll_ingress_single(now, &mut port, sockets);
-            return;
-        }
-        while port.tx.budget > 0 {
-            if iface.poll_egress(now, &mut port, sockets) == smoltcp::iface::PollResult::None {
-                break;
+            iface.poll_ingress_single(now, &mut port, &mut set);
+        } else {
+            while port.tx.budget > 0 {
+                if iface.poll_egress(now, &mut port, &mut set) == smoltcp::iface::PollResult::None {
+                    break;
+                }
             }
         }
-        let sent = budget - port.tx.budget;
-        self.egress_room = self.egress_room.saturating_sub(sent);
+        let sent = budget.saturating_sub(port.tx.budget);
+        if let Some(entry) = target.and_then(|index| entry_at(&mut self.slots, index)) {
+            entry.set = set;
+        }
+        sent
     }
 
-    /// One received frame (from the uplink, or looped back).
+    /// Polls the sockets whose timers are due, oldest first, with up to
+    /// `budget` frames; those the budget does not reach stay due.
+    fn poll_due(&mut self, now: Instant, uplink: &mut dyn FnMut(&[u8]), budget: usize) -> usize {
+        let mut due = Vec::new();
+        let mut sent = 0;
+        while let Some(&(at, index)) = self.timers.first() {
+            if at > now || sent >= budget {
+                break;
+            }
+            self.timers.pop_first();
+            if let Some(entry) = entry_at(&mut self.slots, index) {
+                entry.timer = None;
+            }
+            sent += self.run(now, Some(index), None, uplink, budget - sent);
+            due.push(index);
+        }
+        for index in due {
+            self.touch(index);
+        }
+        sent
+    }
+
+    /// After anything happened to the socket of slot `index`: queues its
+    /// next timer and settles its entry.
+    fn touch(&mut self, index: u32) {
+        let now = self.now;
+        let id = self.id_of(index);
+        let Some(entry) = entry_at(&mut self.slots, index) else {
+            return;
+        };
+        let at = self.iface.poll_at(now, &entry.set);
+        if entry.timer != at {
+            if let Some(old) = entry.timer {
+                self.timers.remove(&(old, index));
+            }
+            if let Some(at) = at {
+                self.timers.insert((at, index));
+            }
+            entry.timer = at;
+        }
+        self.ready.insert(id);
+        self.settle(index);
+    }
+
+    /// One received frame (from the uplink, or looped back): to the set of
+    /// its connection, or of the port's listening socket.
     fn take_in(&mut self, now: Instant, frame: &[u8], uplink: &mut dyn FnMut(&[u8])) {
         let Some(segment) = frame::parse(frame) else {
             return;
@@ -785,7 +613,8 @@ impl SmolToe {
             return;
         }
         let tuple = segment.tuple_at_receiver();
-        if let Some(id) = self.by_tuple.get(&tuple).map(|&index| self.id_of(index)) {
+        let target = if let Some(&index) = self.by_tuple.get(&tuple) {
+            let id = self.id_of(index);
             let Some(entry) = self.entry_mut(id) else {
                 return;
             };
@@ -802,12 +631,20 @@ impl SmolToe {
                 return;
             }
             entry.observed.incoming(&segment, now);
-        }
+            Some(index)
+        } else {
+            self.listeners
+                .get(&segment.dst.port())
+                .and_then(|l| l.armed)
+        };
         let Some(packet) = frame.get(ETHERNET_HEADER_LEN..) else {
             return;
         };
-        self.run(now, Some((packet, segment.src_mac)), uplink, 1);
-        self.after_ingress(&segment);
+        self.run(now, target, Some((packet, segment.src_mac)), uplink, 1);
+        self.after_ingress(&segment, target);
+        if let Some(index) = target {
+            self.touch(index);
+        }
     }
 
     /// Takes back in what we sent to our own MAC, and lets TCP answer it,
@@ -823,7 +660,8 @@ impl SmolToe {
                     break;
                 }
             }
-            self.run(now, None, uplink, self.burst());
+            let sent = self.poll_due(now, uplink, self.burst());
+            self.egress_room = self.egress_room.saturating_sub(sent);
         }
     }
 
@@ -842,30 +680,47 @@ impl SmolToe {
                 || self.listeners.contains_key(&segment.dst.port()))
     }
 
-    /// After smoltcp processed `segment`: registers a new half-open
-    /// connection, notices resets and closes.
-    fn after_ingress(&mut self, segment: &Segment) {
+    /// After smoltcp processed `segment` on the set of `target`: registers
+    /// a new half-open connection, notices resets and closes.
+    fn after_ingress(&mut self, segment: &Segment, target: Option<u32>) {
+        let Some(index) = target else {
+            return;
+        };
         let tuple = segment.tuple_at_receiver();
-        if let Some(&index) = self.by_tuple.get(&tuple) {
-            let id = self.id_of(index);
-            let Some(handle) = self.entry(id).map(|e| e.handle) else {
-                return;
-            };
-            let state = map_state(self.sockets.get::<tcp::Socket>(handle).state());
+        let id = self.id_of(index);
+        let SmolToe {
+            slots,
+            by_tuple,
+            listeners,
+            ..
+        } = self;
+        let Some(entry) = slots
+            .get_mut(id.index as usize)
+            .and_then(|slot| slot.entry.as_mut())
+        else {
+            return;
+        };
+        let state = map_state(entry.socket().state());
+        if entry.tuple == Some(tuple) {
             let is_rst = segment.has(flags::RST);
-            let Some(entry) = self.entry_mut(id) else {
-                return;
-            };
             let previous = entry.state;
             entry.state = state;
             if state == TcpState::Listen {
                 // RST in SYN-RECEIVED: smoltcp returns the socket to LISTEN.
-                if let Role::Pending { port } = entry.role {
-                    entry.role = Role::Listening { port };
-                }
+                // It listens again unless another socket does already.
                 entry.tuple = None;
                 entry.observed = Observed::default();
-                self.by_tuple.remove(&tuple);
+                by_tuple.remove(&tuple);
+                if let Role::Pending { port } = entry.role {
+                    entry.role = Role::Listening { port };
+                    match listeners.get_mut(&port) {
+                        Some(listener) if listener.armed.is_none() => {
+                            listener.pending.retain(|&pending| pending != index);
+                            listener.armed = Some(index);
+                        }
+                        _ => self.remove(index),
+                    }
+                }
             } else if state == TcpState::Closed && previous != TcpState::Closed {
                 entry.close_reason.get_or_insert(if is_rst {
                     CloseReason::Reset
@@ -875,75 +730,55 @@ impl SmolToe {
             }
             return;
         }
-        let port = segment.dst.port();
-        if !segment.has(flags::SYN) || !self.listeners.contains_key(&port) {
-            return;
-        }
-        // Which listening socket took the SYN?
-        let taken = self.slots.iter().enumerate().find_map(|(index, slot)| {
-            let entry = slot.entry.as_ref()?;
-            if entry.role != (Role::Listening { port }) {
-                return None;
-            }
-            let socket = self.sockets.get::<tcp::Socket>(entry.handle);
-            let local = socket.local_endpoint().and_then(endpoint)?;
-            let remote = socket.remote_endpoint().and_then(endpoint)?;
-            (FourTuple { local, remote } == tuple).then_some(index)
-        });
-        let Some(index) = taken.and_then(|i| u32::try_from(i).ok()) else {
+        // The port's listening socket: did it take the SYN?
+        let Role::Listening { port } = entry.role else {
             return;
         };
-        let id = self.id_of(index);
-        let state = self.socket(id).map(|s| map_state(s.state()));
-        if let Some(entry) = self.entry_mut(id) {
-            entry.role = Role::Pending { port };
-            entry.tuple = Some(tuple);
-            entry.next_hop = segment.src_mac;
-            entry.state = state.unwrap_or(TcpState::SynReceived);
-            entry.observed.incoming(segment, Instant::from_micros(0));
-            entry.observed.segs_in = 1;
+        let socket = entry.socket();
+        let took = socket
+            .local_endpoint()
+            .and_then(endpoint)
+            .zip(socket.remote_endpoint().and_then(endpoint));
+        if took != Some((tuple.local, tuple.remote)) {
+            return;
         }
-        self.by_tuple.insert(tuple, index);
+        entry.role = Role::Pending { port };
+        entry.tuple = Some(tuple);
+        entry.next_hop = segment.src_mac;
+        entry.state = state;
+        entry.observed.incoming(segment, Instant::from_micros(0));
+        entry.observed.segs_in = 1;
+        by_tuple.insert(tuple, index);
+        if let Some(listener) = listeners.get_mut(&port) {
+            listener.armed = None;
+            listener.pending.push_back(index);
+        }
         self.rearm(port);
     }
 
-    /// After timers ran: closes discovered here are timeouts, except the
-    /// end of TIME-WAIT. Frees released sockets that are done, and
-    /// half-open ones that died.
-    fn sweep(&mut self) {
-        let mut dead = Vec::new();
-        let mut rearm = Vec::new();
-        for (index, slot) in self.slots.iter_mut().enumerate() {
-            let Some(entry) = slot.entry.as_mut() else {
-                continue;
-            };
-            let state = map_state(self.sockets.get::<tcp::Socket>(entry.handle).state());
-            if state == TcpState::Closed && entry.state != TcpState::Closed {
-                entry.close_reason.get_or_insert(match entry.state {
-                    TcpState::TimeWait => CloseReason::Graceful,
-                    _ => CloseReason::Timeout,
-                });
-            }
-            entry.state = state;
-            let done = socket_done(self.sockets.get::<tcp::Socket>(entry.handle));
-            match entry.role {
-                Role::Pending { port } | Role::Listening { port } if done => {
-                    dead.push(index);
-                    rearm.push(port);
-                }
-                Role::Connection { .. } if done && entry.released => dead.push(index),
-                _ => {}
-            }
+    /// After a socket changed: closes discovered here are timeouts, except
+    /// the end of TIME-WAIT. Frees it if released and done, or if it was
+    /// half-open (or listening) and died.
+    fn settle(&mut self, index: u32) {
+        let Some(entry) = entry_at(&mut self.slots, index) else {
+            return;
+        };
+        let state = map_state(entry.socket().state());
+        if state == TcpState::Closed && entry.state != TcpState::Closed {
+            entry.close_reason.get_or_insert(match entry.state {
+                TcpState::TimeWait => CloseReason::Graceful,
+                _ => CloseReason::Timeout,
+            });
         }
-        for index in dead {
-            if let Ok(index) = u32::try_from(index) {
+        entry.state = state;
+        let done = socket_done(entry.socket());
+        match entry.role {
+            Role::Pending { port } | Role::Listening { port } if done => {
                 self.remove(index);
+                self.rearm(port);
             }
-        }
-        rearm.sort_unstable();
-        rearm.dedup();
-        for port in rearm {
-            self.rearm(port);
+            Role::Connection { .. } if done && entry.released => self.remove(index),
+            _ => {}
         }
     }
 }
@@ -967,9 +802,16 @@ impl Transport for SmolToe {
             let frame = entry.remove();
             send_out(&frame, self.config.mac, &mut self.looped, uplink);
         }
-        self.run(now, None, uplink, self.burst().min(self.egress_room));
+        self.now = now;
+        let sent = self.poll_due(now, uplink, self.burst().min(self.egress_room));
+        self.egress_room = self.egress_room.saturating_sub(sent);
         self.take_looped(now, uplink);
-        self.sweep();
+    }
+
+    fn take_ready(&mut self, f: &mut dyn FnMut(SocketId)) {
+        for id in self.ready.drain() {
+            f(id);
+        }
     }
 
     fn set_egress_room(&mut self, frames: usize) {
@@ -980,7 +822,7 @@ impl Transport for SmolToe {
         if !self.looped.frames.is_empty() {
             return Some(now);
         }
-        let at = self.iface.poll_at(now, &self.sockets);
+        let at = self.timers.first().map(|&(at, _)| at);
         match (at, self.delayed.frames.keys().next().map(|k| k.0)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -997,57 +839,56 @@ impl Transport for SmolToe {
         if self.live + backlog > self.config.max_sockets {
             return Err(TcpError::NoResources);
         }
-        self.listeners.insert(port, Listener { backlog });
+        self.listeners.insert(
+            port,
+            Listener {
+                backlog,
+                ..Listener::default()
+            },
+        );
         self.rearm(port);
         Ok(())
     }
 
     fn unlisten(&mut self, port: u16) {
-        if self.listeners.remove(&port).is_none() {
+        let Some(listener) = self.listeners.remove(&port) else {
             return;
+        };
+        if let Some(index) = listener.armed {
+            self.remove(index);
         }
-        let owned: Vec<u32> = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter_map(|(index, slot)| {
-                let entry = slot.entry.as_ref()?;
-                matches!(entry.role, Role::Listening { port: p } | Role::Pending { port: p } if p == port)
-                    .then(|| u32::try_from(index).ok())
-                    .flatten()
-            })
-            .collect();
-        for index in owned {
+        for index in listener.pending {
             let id = self.id_of(index);
-            let is_pending = matches!(self.entry(id).map(|e| e.role), Some(Role::Pending { .. }));
-            if is_pending {
-                // Send the RST now; the socket is freed by the next sweep.
-                if let Some(socket) = self.socket_mut(id) {
-                    socket.abort();
-                }
-                if let Some(entry) = self.entry_mut(id) {
-                    entry.role = Role::Connection {
-                        listen_port: Some(port),
-                    };
-                    entry.released = true;
-                    entry.close_reason.get_or_insert(CloseReason::Aborted);
-                }
-            } else {
-                self.remove(index);
+            // Send the RST now; the socket is freed once it is out.
+            if let Some(entry) = self.entry_mut(id) {
+                entry.socket_mut().abort();
+                entry.role = Role::Connection {
+                    listen_port: Some(port),
+                };
+                entry.released = true;
+                entry.close_reason.get_or_insert(CloseReason::Aborted);
             }
+            self.touch(index);
         }
     }
 
     fn accept(&mut self, port: u16) -> Option<SocketId> {
-        let index = self.slots.iter().enumerate().find_map(|(index, slot)| {
-            let entry = slot.entry.as_ref()?;
-            if entry.role != (Role::Pending { port }) {
-                return None;
-            }
-            let state = map_state(self.sockets.get::<tcp::Socket>(entry.handle).state());
-            matches!(state, TcpState::Established | TcpState::CloseWait).then_some(index)
-        })?;
-        let id = self.id_of(u32::try_from(index).ok()?);
+        let listener = self.listeners.get(&port)?;
+        let (position, index) =
+            listener
+                .pending
+                .iter()
+                .enumerate()
+                .find_map(|(position, &index)| {
+                    let entry = self.slots.get(index as usize)?.entry.as_ref()?;
+                    let state = map_state(entry.socket().state());
+                    matches!(state, TcpState::Established | TcpState::CloseWait)
+                        .then_some((position, index))
+                })?;
+        if let Some(listener) = self.listeners.get_mut(&port) {
+            listener.pending.remove(position);
+        }
+        let id = self.id_of(index);
         if let Some(entry) = self.entry_mut(id) {
             entry.role = Role::Connection {
                 listen_port: Some(port),
@@ -1084,9 +925,11 @@ impl Transport for SmolToe {
         // and rdma_cm let go of the port when the connection ended, and
         // pick it again long before our 2 MSL are over.
         if let Some(&index) = self.by_tuple.get(&tuple) {
-            let lingering = self.slots.get(index as usize).and_then(|slot| slot.entry.as_ref()).is_some_and(|e| {
-                e.released && self.sockets.get::<tcp::Socket>(e.handle).state() == tcp::State::TimeWait
-            });
+            let lingering = self
+                .slots
+                .get(index as usize)
+                .and_then(|slot| slot.entry.as_ref())
+                .is_some_and(|e| e.released && e.socket().state() == tcp::State::TimeWait);
             if !lingering {
                 return Err(TcpError::PortInUse(local_port));
             }
@@ -1104,7 +947,11 @@ impl Transport for SmolToe {
             )
             .map_err(|_| TcpError::Unaddressable)?;
         let index = self
-            .insert((socket, buffers), Role::Connection { listen_port: None }, next_hop)
+            .insert(
+                (socket, buffers),
+                Role::Connection { listen_port: None },
+                next_hop,
+            )
             .ok_or(TcpError::NoResources)?;
         let id = self.id_of(index);
         if let Some(entry) = self.entry_mut(id) {
@@ -1112,7 +959,8 @@ impl Transport for SmolToe {
             entry.state = TcpState::SynSent;
         }
         self.by_tuple.insert(tuple, index);
-        let _ = now;
+        self.now = now;
+        self.touch(index);
         Ok(id)
     }
 
@@ -1121,7 +969,7 @@ impl Transport for SmolToe {
         if let Some(reason) = entry.close_reason {
             return Some(LinkStatus::Closed(reason));
         }
-        let state = map_state(self.sockets.get::<tcp::Socket>(entry.handle).state());
+        let state = map_state(entry.socket().state());
         Some(match state {
             TcpState::Listen | TcpState::SynSent | TcpState::SynReceived => LinkStatus::Connecting,
             TcpState::Established => LinkStatus::Established,
@@ -1158,6 +1006,10 @@ impl Transport for SmolToe {
                 Err(_) => break,
             }
         }
+        if total > 0 {
+            // Reading opens the window: a window update may be due.
+            self.touch(id.index);
+        }
         Ok(total)
     }
 
@@ -1185,12 +1037,16 @@ impl Transport for SmolToe {
         if !socket.may_send() {
             return Err(TcpError::InvalidState);
         }
-        socket
+        let written = socket
             .send(|buffer| {
                 let written = f(buffer).min(buffer.len());
                 (written, written)
             })
-            .map_err(|_| TcpError::InvalidState)
+            .map_err(|_| TcpError::InvalidState)?;
+        if written > 0 {
+            self.touch(id.index);
+        }
+        Ok(written)
     }
 
     fn send_slice(&mut self, id: SocketId, data: &[u8]) -> Result<usize, TcpError> {
@@ -1198,7 +1054,13 @@ impl Transport for SmolToe {
         if !socket.may_send() {
             return Err(TcpError::InvalidState);
         }
-        socket.send_slice(data).map_err(|_| TcpError::InvalidState)
+        let written = socket
+            .send_slice(data)
+            .map_err(|_| TcpError::InvalidState)?;
+        if written > 0 {
+            self.touch(id.index);
+        }
+        Ok(written)
     }
 
     fn close(&mut self, id: SocketId) {
@@ -1215,6 +1077,7 @@ impl Transport for SmolToe {
                 entry.state = TcpState::Closed;
             }
         }
+        self.touch(id.index);
     }
 
     fn abort(&mut self, id: SocketId) {
@@ -1229,6 +1092,7 @@ impl Transport for SmolToe {
             }
             entry.state = TcpState::Closed;
         }
+        self.touch(id.index);
     }
 
     fn release(&mut self, id: SocketId) {
@@ -1239,10 +1103,7 @@ impl Transport for SmolToe {
         entry.blackhole = false;
         entry.drop_percent = 0;
         entry.delay = None;
-        let handle = entry.handle;
-        if socket_done(self.sockets.get::<tcp::Socket>(handle)) {
-            self.remove(id.index);
-        }
+        self.touch(id.index);
     }
 
     fn mss(&self, id: SocketId) -> u16 {
@@ -1255,7 +1116,7 @@ impl Transport for SmolToe {
 
     fn tcb(&self, id: SocketId) -> Option<TcbInfo> {
         let entry = self.entry(id)?;
-        let socket = self.sockets.get::<tcp::Socket>(entry.handle);
+        let socket = entry.socket();
         let observed = &entry.observed;
         let (rcv_wscale, snd_wscale) = observed.window_scales();
         Some(TcbInfo {

@@ -8,6 +8,7 @@
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
+use super::frame::flags;
 use super::*;
 
 const MAC_A: MacAddr = [0x52, 0x54, 0, 0, 0, 1];
@@ -495,4 +496,188 @@ fn many_connections_share_the_buffer_budget() {
     assert_eq!(pair.a.socket_count(), 0);
     assert_eq!(pair.a.buffers_reserved(), 0);
     assert_eq!(pair.b.socket_count(), 1);
+}
+
+/// Frames one egress call of `toe` sends at `now`.
+fn egress_at(toe: &mut SmolToe, now: Instant) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    toe.egress(now, &mut |f| out.push(f.to_vec()));
+    out
+}
+
+/// `n` established connections from A to B's port 4791, opened at `now`.
+fn open(pair: &mut Pair, ports: std::ops::Range<u16>) -> Vec<SocketId> {
+    let remote = SocketAddrV4::new(IP_B, 4791);
+    let ids: Vec<SocketId> = ports
+        .map(|port| pair.a.connect(pair.now, port, remote, MAC_B).unwrap())
+        .collect();
+    pair.settle(false, Duration::ZERO);
+    for &id in &ids {
+        assert_eq!(pair.a.status(id), Some(LinkStatus::Established));
+        assert!(pair.b.accept(4791).is_some());
+    }
+    ids
+}
+
+#[test]
+fn a_timer_of_an_idle_connection_fires_on_time_among_many() {
+    let keep_alive = Duration::from_secs(2);
+    let mut pair = Pair::new(|mut c| {
+        c.keep_alive = Some(keep_alive);
+        c.ack_delay = None;
+        c
+    });
+    pair.b.listen(4791, 128).unwrap();
+    let opened = pair.now;
+    let first = open(&mut pair, 40000..40001)[0];
+    // 100 more, half a second later: their timers come after the first's.
+    pair.now += Duration::from_millis(500);
+    let rest = open(&mut pair, 40001..40101);
+    assert_eq!(pair.a.socket_count(), 101);
+
+    // The first connection's keep-alive is A's next timer, exactly.
+    let due = opened + keep_alive;
+    assert_eq!(pair.a.poll_at(pair.now), Some(due));
+    let polls = pair.a.socket_polls();
+    assert!(
+        egress_at(&mut pair.a, due - Duration::from_micros(1)).is_empty(),
+        "nothing before its time"
+    );
+    assert_eq!(pair.a.socket_polls(), polls, "no socket is due before");
+    let out = egress_at(&mut pair.a, due);
+    assert_eq!(
+        pair.a.socket_polls(),
+        polls + 1,
+        "only the due socket is polled"
+    );
+    assert_eq!(out.len(), 1, "one keep-alive probe");
+    let probe = frame::parse(&out[0]).unwrap();
+    assert_eq!(
+        Some(probe.tuple_at_sender()),
+        pair.a.tcb(first).unwrap().tuple
+    );
+    assert!(probe.has(flags::ACK) && !probe.has(flags::SYN | flags::FIN | flags::RST));
+    // Then the other 100, at theirs.
+    assert_eq!(pair.a.poll_at(due), Some(due + Duration::from_millis(500)));
+    let out = egress_at(&mut pair.a, due + Duration::from_millis(500));
+    assert_eq!(out.len(), rest.len(), "one probe each");
+    let probed: std::collections::BTreeSet<FourTuple> = out
+        .iter()
+        .map(|f| frame::parse(f).unwrap().tuple_at_sender())
+        .collect();
+    let expected: std::collections::BTreeSet<FourTuple> = rest
+        .iter()
+        .map(|&id| pair.a.tcb(id).unwrap().tuple.unwrap())
+        .collect();
+    assert_eq!(probed, expected);
+}
+
+#[test]
+fn a_segment_of_an_unknown_tuple_to_a_listening_port_is_refused_with_rst() {
+    let mut pair = Pair::new(|c| c);
+    pair.b.listen(4791, 4).unwrap();
+    let a = open(&mut pair, 40000..40001)[0];
+    // A B that never heard of the connection (restarted), listening again.
+    let now = pair.now;
+    let mut fresh_b = SmolToe::new(TcpConfig::new(MAC_B, IP_B), now).unwrap();
+    fresh_b.listen(4791, 4).unwrap();
+    pair.a.send_slice(a, b"anyone there?").unwrap();
+    let data = egress_at(&mut pair.a, now);
+    assert_eq!(data.len(), 1);
+    assert!(
+        fresh_b.wants(&data[0]),
+        "a listening port's traffic is the TOE's"
+    );
+    let mut replies = Vec::new();
+    fresh_b.ingress(now, &data[0], &mut |f| replies.push(f.to_vec()));
+    assert_eq!(fresh_b.socket_polls(), 1, "one set: the listening socket's");
+    assert_eq!(replies.len(), 1, "answered at once");
+    let rst = frame::parse(&replies[0]).unwrap();
+    assert!(rst.has(flags::RST), "{rst:?}");
+    assert_eq!(
+        rst.tuple_at_receiver(),
+        pair.a.tcb(a).unwrap().tuple.unwrap()
+    );
+    assert_eq!(rst.dst_mac, MAC_A);
+    assert_eq!(fresh_b.socket_count(), 1, "no socket made for it");
+    assert!(egress_at(&mut fresh_b, now).is_empty());
+    pair.a.ingress(now, &replies[0], &mut |_| {});
+    assert_eq!(
+        pair.a.status(a),
+        Some(LinkStatus::Closed(CloseReason::Reset))
+    );
+}
+
+#[test]
+fn a_syn_to_a_listening_port_makes_the_connection_its_own_socket() {
+    let mut pair = Pair::new(|c| c);
+    pair.b.listen(4791, 4).unwrap();
+    pair.b.listen(4792, 4).unwrap();
+    assert_eq!(pair.b.socket_count(), 2, "one listening socket per port");
+    let now = pair.now;
+    let a = pair
+        .a
+        .connect(now, 40000, SocketAddrV4::new(IP_B, 4791), MAC_B)
+        .unwrap();
+    let syn = egress_at(&mut pair.a, now);
+    assert_eq!(syn.len(), 1);
+    let mut replies = Vec::new();
+    assert_eq!(
+        pair.b.poll_at(now),
+        None,
+        "listening sockets have no timers"
+    );
+    let polls = pair.b.socket_polls();
+    pair.b
+        .ingress(now, &syn[0], &mut |f| replies.push(f.to_vec()));
+    assert_eq!(
+        pair.b.socket_polls(),
+        polls + 1,
+        "the SYN went to port 4791's listening socket alone"
+    );
+    assert!(replies.is_empty(), "the SYN-ACK goes out on egress");
+    // The listening socket became the connection's; a new one listens.
+    assert_eq!(pair.b.socket_count(), 3);
+    let mut tcbs = Vec::new();
+    pair.b.for_each_tcb(&mut |tcb| tcbs.push(*tcb));
+    let tuple = frame::parse(&syn[0]).unwrap().tuple_at_receiver();
+    let half_open: Vec<&TcbInfo> = tcbs.iter().filter(|t| t.tuple == Some(tuple)).collect();
+    assert_eq!(half_open.len(), 1);
+    assert_eq!(half_open[0].state, TcpState::SynReceived);
+    assert_eq!(half_open[0].listen_port, Some(4791));
+    let listening: Vec<Option<u16>> = tcbs
+        .iter()
+        .filter(|t| t.state == TcpState::Listen)
+        .map(|t| t.listen_port)
+        .collect();
+    assert_eq!(listening.len(), 2);
+    assert!(listening.contains(&Some(4791)) && listening.contains(&Some(4792)));
+    // Its timer is due: the SYN-ACK, once.
+    assert_eq!(pair.b.poll_at(now).map(|at| at <= now), Some(true));
+    let polls = pair.b.socket_polls();
+    let syn_ack = egress_at(&mut pair.b, now);
+    assert_eq!(
+        pair.b.socket_polls(),
+        polls + 1,
+        "egress polled the new connection alone"
+    );
+    assert_eq!(syn_ack.len(), 1);
+    let segment = frame::parse(&syn_ack[0]).unwrap();
+    assert!(segment.has(flags::SYN) && segment.has(flags::ACK));
+    assert_eq!(segment.tuple_at_sender(), tuple);
+    // A duplicate SYN makes nothing new and is not answered again now.
+    pair.b
+        .ingress(now, &syn[0], &mut |f| replies.push(f.to_vec()));
+    assert!(replies.is_empty());
+    assert_eq!(pair.b.socket_count(), 3);
+    assert!(egress_at(&mut pair.b, now).is_empty());
+    // The handshake completes through it.
+    pair.a.ingress(now, &syn_ack[0], &mut |_| {});
+    for ack in egress_at(&mut pair.a, now) {
+        pair.b.ingress(now, &ack, &mut |_| {});
+    }
+    assert_eq!(pair.a.status(a), Some(LinkStatus::Established));
+    let b = pair.b.accept(4791).unwrap();
+    assert_eq!(pair.b.tcb(b).unwrap().tuple, Some(tuple));
+    assert!(pair.b.accept(4792).is_none());
 }
