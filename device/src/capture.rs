@@ -430,6 +430,10 @@ impl Uplink for TappedUplink {
         }
         Ok(n)
     }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.inner.counters()
+    }
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use super::{set_int_option, SEND_BATCH};
 /// Datagrams the kernel cuts one send into at most (`UDP_MAX_SEGMENTS`).
 pub(super) const MAX_SEGMENTS: usize = 64;
 /// Octets one UDP send carries at most (IPv4: 65535 - IP and UDP headers).
-const MAX_UDP_PAYLOAD: usize = 65_507;
+pub(super) const MAX_UDP_PAYLOAD: usize = 65_507;
 
 /// Consecutive frames sent in one message: `count` frames, cut every
 /// `segment` octets by the kernel; `segment` 0 is a plain datagram.

@@ -55,6 +55,11 @@ pub trait Uplink: AsRawFd + Send + Sync + fmt::Debug {
     /// size with UDP GRO); returns how many receives (0: none pending).
     /// Datagram uplinks take them in one `recvmmsg`.
     fn recv_batch(&self, bufs: &mut [Vec<u8>], received: &mut [Received]) -> io::Result<usize>;
+
+    /// The uplink's own counters for `vt3d ctl stats` (`uplink.NAME`).
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// `--uplink` as given on the command line.

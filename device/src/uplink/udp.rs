@@ -20,8 +20,11 @@ pub struct UdpUplink {
     gso_segment_limit: AtomicUsize,
     /// UDP_GRO is on: a receive may hold several frames.
     gro: bool,
-    /// Sends that carried several frames (UDP_SEGMENT).
+    /// Sends that carried several frames (UDP_SEGMENT), and those frames.
     segmented_sends: AtomicU64,
+    segmented_frames: AtomicU64,
+    /// Receives that held several frames (UDP_GRO).
+    coalesced_receives: AtomicU64,
 }
 
 impl UdpUplink {
@@ -33,17 +36,17 @@ impl UdpUplink {
         let fd = socket.as_raw_fd();
         grow_socket_buffers(fd, SOCKET_BUFFER);
         let gso = gso::gso_supported(fd);
-        let gro = gso::enable_gro(fd)
-            .map_err(|e| log::info!("udp uplink: no UDP_GRO: {e}"))
-            .is_ok();
+        let gro = gso::enable_gro(fd).map_err(|e| log::info!("udp uplink: no UDP_GRO: {e}")).is_ok();
         if !gso {
             log::info!("udp uplink: no UDP_SEGMENT, one datagram per send");
         }
         Ok(Self {
             socket,
-            gso_segment_limit: AtomicUsize::new(if gso { usize::MAX } else { 0 }),
+            gso_segment_limit: AtomicUsize::new(if gso { gso::MAX_UDP_PAYLOAD } else { 0 }),
             gro,
             segmented_sends: AtomicU64::new(0),
+            segmented_frames: AtomicU64::new(0),
+            coalesced_receives: AtomicU64::new(0),
         })
     }
 
@@ -59,36 +62,26 @@ impl Uplink for UdpUplink {
     }
 
     fn send_batch(&self, frames: &[&[u8]]) -> io::Result<usize> {
-        let frames = frames
-            .get(..frames.len().min(SEND_BATCH))
-            .unwrap_or_default();
+        let frames = frames.get(..frames.len().min(SEND_BATCH)).unwrap_or_default();
         let mut runs: Vec<Run> = Vec::with_capacity(frames.len());
         loop {
-            gso::plan(
-                frames,
-                self.gso_segment_limit.load(Ordering::Relaxed),
-                &mut runs,
-            );
+            gso::plan(frames, self.gso_segment_limit.load(Ordering::Relaxed), &mut runs);
             match gso::sendmmsg_runs(self.socket.as_raw_fd(), frames, &runs) {
                 Ok(messages) => {
-                    let sent = runs.iter().take(messages);
-                    let segmented = sent.clone().filter(|r| r.segment != 0).count();
-                    self.segmented_sends
-                        .fetch_add(segmented as u64, Ordering::Relaxed);
-                    return Ok(sent.map(|r| r.count).sum());
+                    let sent = runs.get(..messages).unwrap_or(&runs);
+                    for run in sent.iter().filter(|r| r.segment != 0) {
+                        self.segmented_sends.fetch_add(1, Ordering::Relaxed);
+                        self.segmented_frames.fetch_add(run.count as u64, Ordering::Relaxed);
+                    }
+                    return Ok(sent.iter().map(|r| r.count).sum());
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
                 Err(e) => {
-                    // The first run was refused. If GSO was why, its frames
-                    // go one by one from now on (the limit only falls, so
-                    // this loop ends); anything else is the frame's own.
-                    let first = runs.first().copied().unwrap_or(Run {
-                        count: 0,
-                        segment: 0,
-                    });
-                    let limit = (first.segment != 0)
-                        .then(|| gso::refused_segment(&e, first.segment))
-                        .flatten();
+                    // The first run was refused. If GSO was why, frames of
+                    // its size go one by one from now on (the limit only
+                    // falls, so this loop ends); else the frame is at fault.
+                    let first = runs.first().copied().unwrap_or(Run { count: 0, segment: 0 });
+                    let limit = (first.segment != 0).then(|| gso::refused_segment(&e, first.segment)).flatten();
                     let Some(limit) = limit else { return Err(e) };
                     log::info!("udp uplink: {}-octet frames refused with UDP_SEGMENT ({e}): sent one by one", first.segment);
                     self.gso_segment_limit.fetch_min(limit, Ordering::Relaxed);
@@ -103,9 +96,26 @@ impl Uplink for UdpUplink {
                 // An ICMP port-unreachable from a peer that is not up yet
                 // surfaces here; it is not a frame, so skip it.
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
+                Ok(n) => {
+                    let coalesced = received.iter().take(n).filter(|r| r.segment < r.len).count();
+                    self.coalesced_receives.fetch_add(coalesced as u64, Ordering::Relaxed);
+                    return Ok(n);
+                }
                 other => return other,
             }
         }
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let limit = self.gso_segment_limit.load(Ordering::Relaxed);
+        vec![
+            ("segmented_sends", get(&self.segmented_sends)),
+            ("segmented_frames", get(&self.segmented_frames)),
+            ("coalesced_receives", get(&self.coalesced_receives)),
+            // The largest frame still sent with GSO (0: none).
+            ("gso_segment_limit", limit as u64),
+        ]
     }
 }
 
@@ -116,11 +126,7 @@ impl AsRawFd for UdpUplink {
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
     use crate::uplink::RecvBatch;
@@ -257,6 +263,10 @@ mod tests {
         // The same through the datapath's batch.
         assert_eq!(a.send_batch(&refs(&sent)).unwrap(), 41);
         assert_eq!(receive_frames(&b, sent.len()), sent);
+        let counters = |u: &UdpUplink| u.counters().into_iter().collect::<std::collections::HashMap<_, _>>();
+        assert_eq!(counters(&a)["segmented_sends"], 2);
+        assert_eq!(counters(&a)["segmented_frames"], 82);
+        assert_eq!(counters(&b)["coalesced_receives"], 2, "one coalesced receive per send");
     }
 
     /// A path whose MTU is below a frame plus headers refuses UDP_SEGMENT
