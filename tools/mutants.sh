@@ -70,6 +70,9 @@
 #   cq-ex-peeks    libvt3's ibv_start_poll/next_poll leave a successful
 #                  completion in the ring: ibv_poll_cq returns it again
 #   cq-ex-byte-len libvt3's ibv_wc_read_byte_len is one off
+#   gso-segment-size vt3d's udp uplink tells the kernel a UDP_SEGMENT size
+#                  one octet larger than the frames of a run: the datagrams
+#                  on the wire no longer hold one frame each
 #
 # A mutant is KILLED when the cases fail and the failure report names the
 # broken rule (REASON, a regex); SURVIVED when they pass; WRONG-REASON when
@@ -412,11 +415,19 @@ REPLACEMENT[cq-ex-byte-len]='	return vt3_cq_of_ex(cqx)->cur.byte_len + 1; /* MUT
 REASON[cq-ex-byte-len]='FAIL batch: [1-9][0-9]* wrong'
 CASES[cq-ex-byte-len]=qpex
 
+FILE[gso-segment-size]=device/src/uplink/gso.rs
+ANCHOR[gso-segment-size]='                    segment,
+                };'
+REPLACEMENT[gso-segment-size]='                    segment: segment + 1, // MUTANT
+                };'
+REASON[gso-segment-size]='ib_write_bw.*(client exit|server exit|timed out)'
+CASES[gso-segment-size]=udp-uplink-vt3-siw
+
 ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze close-withheld lost-flush-from-cons slot-by-cons
 	free-unknown fatal-before-flags srq-flush-on-error ksrq-flush-on-error srq-lost-unflushed ksrq-lost-unflushed
 	srq-flushed-on-error srq-completes-twice srq-post-lost srq-no-last-wqe
 	destroyed-qp-relinked destroyed-qp-completes flush-after-ring qp-calloc doorbell-under-lock no-pair
-	srq-slot-kept wr-abort-posts cq-ex-peeks cq-ex-byte-len)
+	srq-slot-kept wr-abort-posts cq-ex-peeks cq-ex-byte-len gso-segment-size)
 
 log() { printf '[mutants] %s\n' "$*" >&2; }
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -184,6 +185,18 @@ class Setup:
         return f"{type(self).__name__}({self.dir})"
 
 
+def free_udp_ports(count: int) -> list[int]:
+    """COUNT UDP ports of 127.0.0.1 nobody holds now (the kernel's choice)."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def wait_device(g: Guest, device: str = "vt3_0") -> None:
     g.check(f"for i in $(seq 100); do [ -e /sys/class/infiniband/{device} ] && exit 0; sleep 0.2; done; "
             "dmesg | tail -20; exit 1", 40, f"no {device}")
@@ -212,13 +225,16 @@ class Vt3Pair(Setup):
 
 
 class Vt3Siw(Setup):
-    """a: vt3 (vt3.ko on vt3d's NIC); b: siw on a plain QEMU NIC."""
+    """a: vt3 (vt3.ko on vt3d's NIC); b: siw on a plain QEMU NIC. The two
+    meet on UDP (vt3d's udp uplink, QEMU's -netdev dgram inet): vt3d sends
+    with UDP GSO and receives with GRO, QEMU one datagram per frame."""
     kind = "vt3-siw"
 
     def build(self) -> None:
-        self.add_vt3d("vt3a", f"unix-dgram:{self.uplink_socket('vt3a')},{self.dir / 'b.dgram'}", A_MAC)
+        vt3d_port, qemu_port = free_udp_ports(2)
+        self.add_vt3d("vt3a", f"udp:127.0.0.1:{vt3d_port},127.0.0.1:{qemu_port}", A_MAC)
         self.add_guest("a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, "vt3.driver=1")
-        self.add_guest("b", Nic.dgram(Path(self.uplink_socket("vt3a"))), B_IP, B_MAC, "vt3.siw=1")
+        self.add_guest("b", Nic.udp(qemu_port, vt3d_port), B_IP, B_MAC, "vt3.siw=1")
 
     def ready(self) -> None:
         wait_device(self.a)
