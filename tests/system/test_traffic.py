@@ -91,6 +91,9 @@ def test_udp_uplink_vt3_siw(vt3_siw):
     # Runs of segments left in GSO sends, none refused, none lost by vt3d.
     assert sent["uplink.segmented_sends"] > before["uplink.segmented_sends"], (before, sent)
     assert after["uplink.gso_segment_limit"] == 65507, after
+    print("\n" + ", ".join(f"{k} {after[k] - before[k]}" for k in (
+        "nic.toe_tx_frames", "uplink.segmented_sends", "uplink.segmented_frames", "nic.toe_rx_frames",
+        "uplink.coalesced_receives")))
     for key in ("nic.tx_uplink_errors", "nic.tx_uplink_dropped"):
         assert after[key] == before[key], (key, before[key], after[key])
     no_objects(vt3_siw, "after ib_write_bw")
