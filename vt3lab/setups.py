@@ -3,6 +3,7 @@ anyone's pytest suite:
 
     Vt3Pair    two vt3 guests, each behind its own vt3d, the vt3d wired together
     Vt3Siw     a vt3 guest (a) and a siw guest (b) on a plain QEMU NIC
+    Vt3SiwUdp  Vt3Siw on UDP (vt3d's udp uplink, QEMU's -netdev dgram inet)
     PyverbsVt3Siw  Vt3Siw booted from the pyverbs image (python3, pyverbs and
                rdma-core's tests/: images/overlay.sh)
     Vt3Plain   a vt3 guest (a, vt3.ko loaded) beside a plain QEMU guest (b)
@@ -225,21 +226,31 @@ class Vt3Pair(Setup):
 
 
 class Vt3Siw(Setup):
-    """a: vt3 (vt3.ko on vt3d's NIC); b: siw on a plain QEMU NIC. The two
-    meet on UDP (vt3d's udp uplink, QEMU's -netdev dgram inet): vt3d sends
-    with UDP GSO and receives with GRO, QEMU one datagram per frame."""
+    """a: vt3 (vt3.ko on vt3d's NIC); b: siw on a plain QEMU NIC."""
     kind = "vt3-siw"
+
+    def build(self) -> None:
+        self.add_vt3d("vt3a", f"unix-dgram:{self.uplink_socket('vt3a')},{self.dir / 'b.dgram'}", A_MAC)
+        self.add_guest("a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, "vt3.driver=1")
+        self.add_guest("b", Nic.dgram(Path(self.uplink_socket("vt3a"))), B_IP, B_MAC, "vt3.siw=1")
+
+    def ready(self) -> None:
+        wait_device(self.a)
+        debug_vt3(self.a)
+        wait_device(self.b, "siw0")
+
+
+class Vt3SiwUdp(Vt3Siw):
+    """Vt3Siw meeting on UDP: vt3d's udp uplink, QEMU's -netdev dgram on
+    inet addresses. vt3d sends with UDP GSO and receives with GRO, QEMU
+    one datagram per frame (and drops what its socket cannot hold)."""
+    kind = "vt3-siw-udp"
 
     def build(self) -> None:
         vt3d_port, qemu_port = free_udp_ports(2)
         self.add_vt3d("vt3a", f"udp:127.0.0.1:{vt3d_port},127.0.0.1:{qemu_port}", A_MAC)
         self.add_guest("a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, "vt3.driver=1")
         self.add_guest("b", Nic.udp(qemu_port, vt3d_port), B_IP, B_MAC, "vt3.siw=1")
-
-    def ready(self) -> None:
-        wait_device(self.a)
-        debug_vt3(self.a)
-        wait_device(self.b, "siw0")
 
 
 class PyverbsVt3Siw(Vt3Siw):

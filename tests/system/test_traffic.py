@@ -76,13 +76,13 @@ def test_rping_siw_vt3(vt3_siw):
     no_objects(vt3_siw, "after rping")
 
 
-def test_udp_uplink_vt3_siw(vt3_siw):
+def test_udp_uplink_vt3_siw(vt3_siw_udp):
     """vt3d's udp uplink and QEMU's -netdev dgram on UDP: ib_write_bw -R 64 KiB both ways; vt3d's segments leave in UDP GSO sends that QEMU takes as single frames, QEMU's datagrams come in one frame each"""
-    vt3d = vt3_siw.vt3a
+    vt3d = vt3_siw_udp.vt3a
     before = vt3d.stats()
-    perf(vt3_siw, "b", "a", "ib_write_bw", 65536)  # vt3 writes: its segments leave vt3d
+    perf(vt3_siw_udp, "b", "a", "ib_write_bw", 65536)  # vt3 writes: its segments leave vt3d
     sent = vt3d.stats()
-    perf(vt3_siw, "a", "b", "ib_write_bw", 65536)  # siw writes: QEMU's datagrams into vt3d
+    perf(vt3_siw_udp, "a", "b", "ib_write_bw", 65536)  # siw writes: QEMU's datagrams into vt3d
     after = vt3d.stats()
     # 20 writes of 64 KiB in ≤ 1460-octet segments: ≥ 898 frames each way.
     frames = -(-iters_for(65536) * 65536 // 1460)
@@ -96,7 +96,7 @@ def test_udp_uplink_vt3_siw(vt3_siw):
         "uplink.coalesced_receives")))
     for key in ("nic.tx_uplink_errors", "nic.tx_uplink_dropped"):
         assert after[key] == before[key], (key, before[key], after[key])
-    no_objects(vt3_siw, "after ib_write_bw")
+    no_objects(vt3_siw_udp, "after ib_write_bw")
 
 
 # --------------------------------------------------------------- perftest
