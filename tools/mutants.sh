@@ -85,6 +85,9 @@
 #                  due already: an idle connection's retransmission,
 #                  keep-alive and user timeout never fire (a blackholed
 #                  connection never times out)
+#   gso-segment-size vt3d's udp uplink tells the kernel a UDP_SEGMENT size
+#                  one octet larger than the frames of a run: the datagrams
+#                  on the wire no longer hold one frame each (the udp pair)
 #
 # A mutant is KILLED when the cases fail and the failure report names the
 # broken rule (REASON, a regex); SURVIVED when they pass; WRONG-REASON when
@@ -470,6 +473,15 @@ ANCHOR[import-ctx-unchecked]='	vt3_ucontext_resp(to_vt3_dev(ibuc->device), &resp
 REPLACEMENT[import-ctx-unchecked]='	memset(&resp, 0, sizeof(resp)); /* MUTANT */'
 REASON[import-ctx-unchecked]='FAIL import-device'
 CASES[import-ctx-unchecked]=import
+FILE[gso-segment-size]=device/src/uplink/gso.rs
+ANCHOR[gso-segment-size]='                    segment,
+                };'
+REPLACEMENT[gso-segment-size]='                    segment: segment + 1, // MUTANT
+                };'
+# Every datagram after a run's first holds the tail of one frame and the
+# head of the next: the guest drops them, WRITEs crawl on retransmissions.
+REASON[gso-segment-size]='ib_write_bw .*iterations, 0\.0 Mpps|ib_write_bw .*(client|server) exit'
+CASES[gso-segment-size]=udp-uplink-vt3-siw
 
 ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze close-withheld lost-flush-from-cons slot-by-cons
 	free-unknown fatal-before-flags srq-flush-on-error ksrq-flush-on-error srq-lost-unflushed ksrq-lost-unflushed
@@ -480,6 +492,8 @@ ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze 
 ALL_MUTANTS+=(unimport-deregs import-pd-unchecked import-ctx-unchecked)
 # The TOE's timer queue (iwarp/src/toe/smol.rs).
 ALL_MUTANTS+=(toe-due-timers-only)
+# The udp uplink's GSO (device/src/uplink/gso.rs).
+ALL_MUTANTS+=(gso-segment-size)
 
 log() { printf '[mutants] %s\n' "$*" >&2; }
 

@@ -64,10 +64,12 @@ class Result:
 @dataclass
 class Nic:
     """vt3: vhost-user to a vt3d; dgram: a plain QEMU virtio-net on a unix
-    datagram socket pair."""
+    datagram socket pair; udp: the same on UDP ports of 127.0.0.1."""
     kind: str
     vhost_socket: Path | None = None
     peer_socket: Path | None = None
+    local_port: int | None = None
+    peer_port: int | None = None
 
     @staticmethod
     def vt3(vhost_socket: Path) -> "Nic":
@@ -76,6 +78,10 @@ class Nic:
     @staticmethod
     def dgram(peer_socket: Path) -> "Nic":
         return Nic("dgram", peer_socket=peer_socket)
+
+    @staticmethod
+    def udp(local_port: int, peer_port: int) -> "Nic":
+        return Nic("udp", local_port=local_port, peer_port=peer_port)
 
 
 @dataclass
@@ -144,6 +150,10 @@ class Guest:
                      "-chardev", f"socket,id=vhost,path={self.nic.vhost_socket}",
                      "-netdev", "vhost-user,id=n0,chardev=vhost",
                      "-device", f"virtio-net-pci,netdev=n0,mac={self.mac},romfile={intx}"]
+        elif self.nic.kind == "udp":
+            args += ["-netdev", f"dgram,id=n0,local.type=inet,local.host=127.0.0.1,local.port={self.nic.local_port},"
+                                f"remote.type=inet,remote.host=127.0.0.1,remote.port={self.nic.peer_port}",
+                     "-device", f"virtio-net-pci,netdev=n0,mac={self.mac},romfile="]
         else:
             args += ["-netdev", f"dgram,id=n0,local.type=unix,local.path={self.workdir / (self.name + '.dgram')},"
                                 f"remote.type=unix,remote.path={self.nic.peer_socket}",

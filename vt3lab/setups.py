@@ -3,6 +3,7 @@ anyone's pytest suite:
 
     Vt3Pair    two vt3 guests, each behind its own vt3d, the vt3d wired together
     Vt3Siw     a vt3 guest (a) and a siw guest (b) on a plain QEMU NIC
+    Vt3SiwUdp  Vt3Siw on UDP (vt3d's udp uplink, QEMU's -netdev dgram inet)
     PyverbsVt3Siw  Vt3Siw booted from the pyverbs image (python3, pyverbs and
                rdma-core's tests/: images/overlay.sh)
     Vt3Plain   a vt3 guest (a, vt3.ko loaded) beside a plain QEMU guest (b)
@@ -24,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -184,6 +186,18 @@ class Setup:
         return f"{type(self).__name__}({self.dir})"
 
 
+def free_udp_ports(count: int) -> list[int]:
+    """COUNT UDP ports of 127.0.0.1 nobody holds now (the kernel's choice)."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def wait_device(g: Guest, device: str = "vt3_0") -> None:
     g.check(f"for i in $(seq 100); do [ -e /sys/class/infiniband/{device} ] && exit 0; sleep 0.2; done; "
             "dmesg | tail -20; exit 1", 40, f"no {device}")
@@ -224,6 +238,19 @@ class Vt3Siw(Setup):
         wait_device(self.a)
         debug_vt3(self.a)
         wait_device(self.b, "siw0")
+
+
+class Vt3SiwUdp(Vt3Siw):
+    """Vt3Siw meeting on UDP: vt3d's udp uplink, QEMU's -netdev dgram on
+    inet addresses. vt3d sends with UDP GSO and receives with GRO, QEMU
+    one datagram per frame (and drops what its socket cannot hold)."""
+    kind = "vt3-siw-udp"
+
+    def build(self) -> None:
+        vt3d_port, qemu_port = free_udp_ports(2)
+        self.add_vt3d("vt3a", f"udp:127.0.0.1:{vt3d_port},127.0.0.1:{qemu_port}", A_MAC)
+        self.add_guest("a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, "vt3.driver=1")
+        self.add_guest("b", Nic.udp(qemu_port, vt3d_port), B_IP, B_MAC, "vt3.siw=1")
 
 
 class PyverbsVt3Siw(Vt3Siw):

@@ -32,7 +32,7 @@ use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::{DataLink, PcapError};
 use thiserror::Error;
 
-use crate::uplink::Uplink;
+use crate::uplink::{Received, Uplink};
 
 /// Frames waiting for the writer thread at most.
 pub const MAX_QUEUED_FRAMES: usize = 4096;
@@ -413,14 +413,6 @@ impl Uplink for TappedUplink {
         Ok(())
     }
 
-    fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        let n = self.inner.recv(buf)?;
-        if let Some(frame) = n.and_then(|n| buf.get(..n)) {
-            self.capture.record(Direction::Inbound, frame);
-        }
-        Ok(n)
-    }
-
     fn send_batch(&self, frames: &[&[u8]]) -> io::Result<usize> {
         let sent = self.inner.send_batch(frames)?;
         for frame in frames.iter().take(sent) {
@@ -429,14 +421,18 @@ impl Uplink for TappedUplink {
         Ok(sent)
     }
 
-    fn recv_batch(&self, bufs: &mut [Vec<u8>], lens: &mut [usize]) -> io::Result<usize> {
-        let n = self.inner.recv_batch(bufs, lens)?;
-        for (buf, len) in bufs.iter().zip(lens.iter()).take(n) {
-            if let Some(frame) = buf.get(..*len) {
+    fn recv_batch(&self, bufs: &mut [Vec<u8>], received: &mut [Received]) -> io::Result<usize> {
+        let n = self.inner.recv_batch(bufs, received)?;
+        for (buf, got) in bufs.iter().zip(received.iter()).take(n) {
+            for frame in got.frames(buf) {
                 self.capture.record(Direction::Inbound, frame);
             }
         }
         Ok(n)
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.inner.counters()
     }
 }
 
@@ -489,14 +485,16 @@ mod tests {
             self.sent.lock().unwrap().push(frame.to_vec());
             Ok(())
         }
-        fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-            let mut incoming = self.incoming.lock().unwrap();
-            if incoming.is_empty() {
-                return Ok(None);
-            }
-            let f = incoming.remove(0);
-            buf[..f.len()].copy_from_slice(&f);
-            Ok(Some(f.len()))
+        fn recv_batch(&self, bufs: &mut [Vec<u8>], received: &mut [Received]) -> io::Result<usize> {
+            crate::uplink::receive_one(bufs, received, |buf| {
+                let mut incoming = self.incoming.lock().unwrap();
+                if incoming.is_empty() {
+                    return Ok(None);
+                }
+                let f = incoming.remove(0);
+                buf[..f.len()].copy_from_slice(&f);
+                Ok(Some(f.len()))
+            })
         }
     }
 
@@ -515,12 +513,12 @@ mod tests {
         assert!(capture.is_active());
         assert_eq!(capture.path(), Some(path.clone()));
         uplink.send(&frame(10, 64)).unwrap();
-        let mut buf = vec![0; 2048];
-        assert_eq!(uplink.recv(&mut buf).unwrap(), Some(60));
-        assert_eq!(uplink.send_batch(&[&frame(11, 70), &frame(12, 9014)]).unwrap(), 2);
         let mut bufs = vec![vec![0; 2048]; 4];
-        let mut lens = vec![0; 4];
-        assert_eq!(uplink.recv_batch(&mut bufs, &mut lens).unwrap(), 1);
+        let mut received = vec![Received::default(); 4];
+        assert_eq!(uplink.recv_batch(&mut bufs, &mut received).unwrap(), 1);
+        assert_eq!(received[0], Received::single(60));
+        assert_eq!(uplink.send_batch(&[&frame(11, 70), &frame(12, 9014)]).unwrap(), 2);
+        assert_eq!(uplink.recv_batch(&mut bufs, &mut received).unwrap(), 1);
         let finished = capture.stop().unwrap();
         assert_eq!((finished.frames, finished.dropped, finished.error.as_deref()), (5, 0, None));
         assert!(!capture.is_active());

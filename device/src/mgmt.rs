@@ -348,6 +348,7 @@ fn stats_rows(nic: &Nic) -> Vec<(String, u64)> {
     rows.push(("rnic.fatal".to_owned(), u64::from(rnic.fatal().is_some())));
     rows.push(("rnic.tcp_timeout_s".to_owned(), rnic.tcp_timeout().secs()));
     rows.extend(nic.capture.rows().into_iter().map(|(k, v)| (format!("capture.{k}"), v)));
+    rows.extend(nic.uplink().counters().into_iter().map(|(k, v)| (format!("uplink.{k}"), v)));
     rows
 }
 

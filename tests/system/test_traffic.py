@@ -76,6 +76,29 @@ def test_rping_siw_vt3(vt3_siw):
     no_objects(vt3_siw, "after rping")
 
 
+def test_udp_uplink_vt3_siw(vt3_siw_udp):
+    """vt3d's udp uplink and QEMU's -netdev dgram on UDP: ib_write_bw -R 64 KiB both ways; vt3d's segments leave in UDP GSO sends that QEMU takes as single frames, QEMU's datagrams come in one frame each"""
+    vt3d = vt3_siw_udp.vt3a
+    before = vt3d.stats()
+    perf(vt3_siw_udp, "b", "a", "ib_write_bw", 65536)  # vt3 writes: its segments leave vt3d
+    sent = vt3d.stats()
+    perf(vt3_siw_udp, "a", "b", "ib_write_bw", 65536)  # siw writes: QEMU's datagrams into vt3d
+    after = vt3d.stats()
+    # 20 writes of 64 KiB in ≤ 1460-octet segments: ≥ 898 frames each way.
+    frames = -(-iters_for(65536) * 65536 // 1460)
+    assert sent["nic.toe_tx_frames"] - before["nic.toe_tx_frames"] >= frames, (before, sent)
+    assert after["nic.toe_rx_frames"] - sent["nic.toe_rx_frames"] >= frames, (sent, after)
+    # Runs of segments left in GSO sends, none refused, none lost by vt3d.
+    assert sent["uplink.segmented_sends"] > before["uplink.segmented_sends"], (before, sent)
+    assert after["uplink.gso_segment_limit"] == 65507, after
+    print("\n" + ", ".join(f"{k} {after[k] - before[k]}" for k in (
+        "nic.toe_tx_frames", "uplink.segmented_sends", "uplink.segmented_frames", "nic.toe_rx_frames",
+        "uplink.coalesced_receives")))
+    for key in ("nic.tx_uplink_errors", "nic.tx_uplink_dropped"):
+        assert after[key] == before[key], (key, before[key], after[key])
+    no_objects(vt3_siw_udp, "after ib_write_bw")
+
+
 # --------------------------------------------------------------- perftest
 
 @pytest.mark.parametrize("tool", TOOLS)

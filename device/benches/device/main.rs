@@ -11,7 +11,8 @@
 //! Writes `build/bench/device.json` (keys in run.rs) and prints a table.
 //! `VT3D=path` runs another vt3d binary; `VT3_BENCH_SECS` sets the seconds
 //! per measurement, `VT3_BENCH_IDLE` the idle connections of the memory
-//! measurement.
+//! measurement, `VT3_BENCH_UPLINKS` (`udp`, `unix-dgram`, comma-separated)
+//! the uplinks measured.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
 mod anchors;
@@ -35,6 +36,16 @@ fn main() {
     }
     if let Some(n) = std::env::var("VT3_BENCH_IDLE").ok().and_then(|s| s.parse().ok()) {
         opts.idle_conns = n;
+    }
+    if let Ok(names) = std::env::var("VT3_BENCH_UPLINKS") {
+        opts.uplinks = names
+            .split(',')
+            .map(|name| match name {
+                "udp" => vt3d::UplinkKind::Udp,
+                "unix-dgram" => vt3d::UplinkKind::UnixDgram,
+                other => panic!("VT3_BENCH_UPLINKS: unknown uplink {other:?} (udp, unix-dgram)"),
+            })
+            .collect();
     }
     run::run(&opts);
 }

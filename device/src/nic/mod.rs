@@ -513,8 +513,8 @@ mod tests {
             self.0.lock().unwrap().push(frame.to_vec());
             Ok(())
         }
-        fn recv(&self, _: &mut [u8]) -> io::Result<Option<usize>> {
-            Ok(None)
+        fn recv_batch(&self, _: &mut [Vec<u8>], _: &mut [crate::uplink::Received]) -> io::Result<usize> {
+            Ok(0)
         }
     }
 

@@ -3,6 +3,7 @@
 //! byte-compatible with QEMU's `-netdev socket,udp=` and `-netdev dgram`.
 
 mod batch;
+mod gso;
 mod send_queue;
 mod tap;
 mod udp;
@@ -16,7 +17,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use thiserror::Error;
 
-pub use batch::{RecvBatch, RECV_BATCH, SEND_BATCH};
+pub use batch::{receive_one, Received, RecvBatch, RECV_BATCH, SEND_BATCH};
 pub use send_queue::{SendQueue, Sent, MAX_PENDING_SENDS, TX_PAUSE_PENDING};
 pub use tap::TapUplink;
 pub use udp::UdpUplink;
@@ -34,8 +35,6 @@ pub trait Uplink: AsRawFd + Send + Sync + fmt::Debug {
     /// this peer (datagram uplinks are connected to it). Other failures
     /// (peer not up yet) are drops, like a NIC with no link.
     fn send(&self, frame: &[u8]) -> io::Result<()>;
-    /// Receives one frame without blocking; `Ok(None)` when none is pending.
-    fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>>;
 
     /// Sends the first frames of `frames` without blocking, in order;
     /// returns how many went. Fewer than all: the next one was refused
@@ -51,15 +50,15 @@ pub trait Uplink: AsRawFd + Send + Sync + fmt::Debug {
         Ok(frames.len())
     }
 
-    /// Receives up to `bufs.len()` frames without blocking, frame `i` into
-    /// `bufs[i]` with its length in `lens[i]`; returns how many (0: none
-    /// pending). Datagram uplinks take them in one `recvmmsg`.
-    fn recv_batch(&self, bufs: &mut [Vec<u8>], lens: &mut [usize]) -> io::Result<usize> {
-        let (Some(buf), Some(len)) = (bufs.first_mut(), lens.first_mut()) else { return Ok(0) };
-        Ok(self.recv(buf)?.map_or(0, |n| {
-            *len = n;
-            1
-        }))
+    /// Receives without blocking into `bufs` (64 KiB each): receive `i`
+    /// fills `bufs[i]` as `received[i]` says (one frame, or several of one
+    /// size with UDP GRO); returns how many receives (0: none pending).
+    /// Datagram uplinks take them in one `recvmmsg`.
+    fn recv_batch(&self, bufs: &mut [Vec<u8>], received: &mut [Received]) -> io::Result<usize>;
+
+    /// The uplink's own counters for `vt3d ctl stats` (`uplink.NAME`).
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
     }
 }
 
@@ -149,20 +148,29 @@ impl UplinkSpec {
 /// net.core.{r,w}mem_max): bursts of full-size segments must fit.
 fn grow_socket_buffers(fd: RawFd, bytes: libc::c_int) {
     for option in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
-        // SAFETY: fd is an open socket owned by the caller; the option
-        // value is a c_int that lives across the call, with its size.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                option,
-                std::ptr::from_ref(&bytes).cast(),
-                libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>()).unwrap_or(4),
-            )
-        };
-        if rc != 0 {
-            log::debug!("setsockopt({option}): {}", io::Error::last_os_error());
+        if let Err(e) = set_int_option(fd, libc::SOL_SOCKET, option, bytes) {
+            log::debug!("setsockopt({option}): {e}");
         }
+    }
+}
+
+/// `setsockopt` of an integer option.
+fn set_int_option(fd: RawFd, level: libc::c_int, option: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    // SAFETY: fd is an open socket owned by the caller; the option value
+    // is a c_int that lives across the call, with its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            option,
+            std::ptr::from_ref(&value).cast(),
+            libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>()).unwrap_or(4),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 

@@ -167,8 +167,8 @@ mod tests {
             self.taken.lock().unwrap().push(frame.to_vec());
             Ok(())
         }
-        fn recv(&self, _buf: &mut [u8]) -> io::Result<Option<usize>> {
-            Ok(None)
+        fn recv_batch(&self, _: &mut [Vec<u8>], _: &mut [crate::uplink::Received]) -> io::Result<usize> {
+            Ok(0)
         }
     }
 

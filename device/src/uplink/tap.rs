@@ -6,7 +6,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 
-use super::{nonblocking, Uplink};
+use super::{nonblocking, receive_one, Received, Uplink};
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const IFF_TAP: libc::c_short = 0x0002;
@@ -56,8 +56,8 @@ impl Uplink for TapUplink {
         (&self.file).write(frame).map(drop)
     }
 
-    fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        nonblocking((&self.file).read(buf))
+    fn recv_batch(&self, bufs: &mut [Vec<u8>], received: &mut [Received]) -> io::Result<usize> {
+        receive_one(bufs, received, |buf| nonblocking((&self.file).read(buf)))
     }
 }
 
@@ -93,8 +93,8 @@ mod tests {
         let name = format!("vt3t{}", std::process::id() % 100_000);
         let tap = TapUplink::open(&name).unwrap();
         assert!(std::path::Path::new(&format!("/sys/class/net/{name}")).exists());
-        let mut buf = [0u8; 2048];
-        assert_eq!(tap.recv(&mut buf).unwrap(), None);
+        let mut batch = crate::uplink::RecvBatch::default();
+        assert_eq!(batch.next_frame(&tap).unwrap(), None);
         drop(tap);
         assert!(!std::path::Path::new(&format!("/sys/class/net/{name}")).exists());
     }

@@ -8,7 +8,7 @@ use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{grow_socket_buffers, nonblocking, Uplink, SOCKET_BUFFER};
+use super::{grow_socket_buffers, Received, Uplink, SOCKET_BUFFER};
 
 #[derive(Debug)]
 pub struct UnixDgramUplink {
@@ -72,18 +72,6 @@ impl Uplink for UnixDgramUplink {
         }
     }
 
-    fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        loop {
-            let Some((n, from)) = nonblocking(self.socket.recv_from(buf))? else {
-                return Ok(None);
-            };
-            if from.as_pathname() == Some(self.remote.as_path()) {
-                return Ok(Some(n));
-            }
-            log::debug!("unix-dgram: ignoring datagram from {from:?}");
-        }
-    }
-
     fn send_batch(&self, frames: &[&[u8]]) -> io::Result<usize> {
         // Not connected yet, or the peer restarted: send() finds it.
         let Some(first) = frames.first() else { return Ok(0) };
@@ -98,11 +86,11 @@ impl Uplink for UnixDgramUplink {
         }
     }
 
-    fn recv_batch(&self, bufs: &mut [Vec<u8>], lens: &mut [usize]) -> io::Result<usize> {
+    fn recv_batch(&self, bufs: &mut [Vec<u8>], received: &mut [Received]) -> io::Result<usize> {
         // SAFETY: sockaddr_un is plain old data; all-zero is a valid value.
         let mut names: Vec<libc::sockaddr_un> = (0..bufs.len()).map(|_| unsafe { std::mem::zeroed() }).collect();
-        let got = super::batch::recvmmsg(self.socket.as_raw_fd(), bufs, lens, Some(&mut names))?;
-        // Only the peer's datagrams are frames (as recv): keep those, in order.
+        let got = super::batch::recvmmsg(self.socket.as_raw_fd(), bufs, received, Some(&mut names), false)?;
+        // Only the peer's datagrams are frames: keep those, in order.
         let mut kept = 0;
         for i in 0..got {
             let from_peer = names.get(i).is_some_and(|n| super::batch::is_path(n, &self.remote));
@@ -112,7 +100,7 @@ impl Uplink for UnixDgramUplink {
             }
             if i != kept {
                 bufs.swap(i, kept);
-                lens.swap(i, kept);
+                received.swap(i, kept);
             }
             kept += 1;
         }
@@ -155,8 +143,9 @@ mod tests {
         // (EPERM for them); were it not connected yet, recv drops theirs.
         let _ = stranger.send_to(b"noise", &a);
         peer.send_to(&frame[..100], &a).unwrap();
-        assert_eq!(up.recv(&mut buf).unwrap(), Some(100));
-        assert_eq!(up.recv(&mut buf).unwrap(), None);
+        let mut batch = crate::uplink::RecvBatch::default();
+        assert_eq!(batch.next_frame(&up).unwrap(), Some(&frame[..100]));
+        assert_eq!(batch.next_frame(&up).unwrap(), None);
     }
 
     #[test]

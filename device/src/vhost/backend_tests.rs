@@ -19,7 +19,7 @@ use super::*;
 use crate::abi;
 use crate::control::{build_frame, DriverEnd, QueueAddrs};
 use crate::nic::guest_frames::MAX_HELD_FRAMES;
-use crate::uplink::{Uplink, TX_PAUSE_PENDING};
+use crate::uplink::{receive_one, Received, Uplink, TX_PAUSE_PENDING};
 
 const QSIZE: u16 = 256;
 const RX_RING: u64 = 0;
@@ -53,10 +53,12 @@ impl Uplink for Shared {
         self.0.sent.lock().unwrap().push(frame.to_vec());
         Ok(())
     }
-    fn recv(&self, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        let Some(frame) = self.0.inbound.lock().unwrap().pop_front() else { return Ok(None) };
-        buf[..frame.len()].copy_from_slice(&frame);
-        Ok(Some(frame.len()))
+    fn recv_batch(&self, bufs: &mut [Vec<u8>], received: &mut [Received]) -> io::Result<usize> {
+        receive_one(bufs, received, |buf| {
+            let Some(frame) = self.0.inbound.lock().unwrap().pop_front() else { return Ok(None) };
+            buf[..frame.len()].copy_from_slice(&frame);
+            Ok(Some(frame.len()))
+        })
     }
 }
 
