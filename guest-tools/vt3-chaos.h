@@ -136,6 +136,35 @@ struct rep_pd {			/* server -> client, in the accept */
 /* The server (vt3-chaos-server.c). */
 int run_server(int port);
 
+/* ---------------------------------------------------------------- faults */
+
+enum who { LOCAL, PEER, HOST };
+enum scope {
+	S_QP,		/* one QP: the others must see no error until the end */
+	S_NOEVENT,	/* no QP may see an error until the end */
+	S_ALL,		/* every QP ends: QP_FATAL each */
+	S_DEVICE,	/* DEVICE_FATAL */
+};
+
+/* Expected first error event of the target QP (bit masks). */
+#define E_FATAL		(1u << 0)
+#define E_REQ		(1u << 1)
+#define E_ACCESS	(1u << 2)
+#define E_CLOSE		(1u << 3)
+#define E_DEVICE	(1u << 4)
+#define E_ANY_QP	(E_FATAL | E_REQ | E_ACCESS | E_CLOSE)
+
+struct fault {
+	const char *name;
+	enum who who;
+	enum scope scope;
+	unsigned int expect;	/* the target's first event: E_* mask; 0: by args */
+	bool destructive;	/* the rest of the batch has no device or peer */
+};
+
+#define N_FAULTS	19
+extern const struct fault faults[N_FAULTS];
+
 /* ------------------------------------------------------------------ plan */
 
 #define MAX_SRQS	2
@@ -160,6 +189,12 @@ struct plan {
 	int nsrq;		/* 0: every QP has its own receive queue */
 	int srq[MAX_QPS];	/* the QP's SRQ, -1: its own receive queue */
 };
+
+/* vt3-chaos-plan.c */
+extern const char *const style_names[];
+int fault_find(const char *name);
+void make_plan(struct plan *p, uint64_t seed, const int *allowed, int nallowed, int duration_ms);
+unsigned int plan_expect(const struct plan *p);
 
 /* ---------------------------------------------------------------- client */
 
@@ -293,6 +328,27 @@ int poll_cq(struct client *c, struct cq *cq, int *device_cqes);
 
 static inline uint32_t load(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static inline void store(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+
+/* vt3-chaos-work.c: posting and accounting */
+extern const char *const op_names[];
+extern bool signaled_flush_only;
+int post_recv(struct qp *qp);
+int post_send(struct qp *qp, enum op op, bool signaled, uint32_t lkey);
+void post_some(struct qp *qp);
+
+/* vt3-chaos-threads.c */
+struct worker {
+	struct client *c;
+	int n;
+	pthread_t t;
+};
+
+unsigned int ev_bit(int type);
+const char *ev_bits_str(unsigned int m, char *buf, size_t len);
+void *worker_thread(void *arg);
+void *async_thread(void *arg);
+void *cq_event_thread(void *arg);
+void *cm_thread(void *arg);
 
 /* vt3-chaos-srq.c */
 int srq_create(struct client *c, struct srq *s);
