@@ -19,6 +19,7 @@ const PD: u32 = 3;
 
 mod active;
 mod frmr;
+mod idle_memory;
 mod mw;
 mod rereg;
 mod srq;
