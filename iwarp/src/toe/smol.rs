@@ -432,12 +432,14 @@ impl SmolToe {
             PageBuffer::new(tx).map_err(|_| TcpError::NoResources)?,
         ];
         let [rx_pages, tx_pages] = &mut pages;
-        // SAFETY: one borrower each (this socket). `insert` puts it in the
-        // same entry as `pages`, in a field dropped before them, and `run`
-        // lends the set out only while the entry stays (smoltcp's transmit
-        // path cannot remove entries); until then both are in one
+        // SAFETY: one borrower each (this socket). `insert` puts it
+        // in the same entry as `pages`, in a field dropped before them, and
+        // `run` lends the set out only while the entry stays (smoltcp's
+        // transmit path cannot remove entries); until then both are in one
         // `NewSocket`, whose fields drop socket first.
-        let (rx_storage, tx_storage) = unsafe { (rx_pages.storage(), tx_pages.storage()) };
+        let rx_storage = unsafe { rx_pages.storage() };
+        // SAFETY: as for the receive storage just above.
+        let tx_storage = unsafe { tx_pages.storage() };
         let mut socket = tcp::Socket::new(
             tcp::SocketBuffer::new(rx_storage),
             tcp::SocketBuffer::new(tx_storage),
