@@ -81,8 +81,10 @@ pub(super) struct Entry {
     /// Data passed through the buffers since their pages were last
     /// released: some may be resident.
     pages_used: bool,
-    /// When the buffers, empty since, give their pages back
-    /// ([`TcpConfig::buffer_release`]).
+    /// The last time data was seen in the buffers.
+    busy_at: Instant,
+    /// When to look whether the buffers stayed empty since `busy_at` and
+    /// can give their pages back ([`TcpConfig::buffer_release`]).
     release_at: Option<Instant>,
     role: Role,
     tuple: Option<FourTuple>,
@@ -134,31 +136,43 @@ impl Entry {
     }
 
     /// Gives the buffers' pages back once they have stayed empty for
-    /// `delay` (both queues empty, nothing held out of order); returns
-    /// when to look again.
+    /// `delay` (both queues empty, nothing held out of order, at every
+    /// look since data was last seen in them); returns when to look again.
     fn release_idle_pages(&mut self, now: Instant, delay: Option<Duration>) -> Option<Instant> {
+        let Some(delay) = delay else {
+            self.release_at = None;
+            return None;
+        };
         let socket = self.socket();
         let empty = socket.recv_queue() == 0
             && socket.send_queue() == 0
             && self.observed.nothing_held_out_of_order();
         if !empty {
             self.pages_used = true;
+            self.busy_at = now;
+            // A queued deadline stays while data flows and moves on only
+            // when it comes: a stream re-keys its timer once per `delay`,
+            // not once per segment.
+            if self.release_at.is_some_and(|at| at <= now) {
+                self.release_at = Some(now + delay);
+            }
+            return self.release_at;
+        }
+        if !self.pages_used {
             self.release_at = None;
             return None;
         }
-        let delay = delay.filter(|_| self.pages_used)?;
-        match self.release_at {
-            Some(at) if at <= now => {
-                // Empty rings: nothing in them is read before it is
-                // written again (`PageBuffer::release`).
-                for pages in &self.pages {
-                    pages.release();
-                }
-                self.pages_used = false;
-                self.release_at = None;
+        let due = self.busy_at + delay;
+        if due <= now {
+            // Empty rings: nothing in them is read before it is written
+            // again (`PageBuffer::release`).
+            for pages in &self.pages {
+                pages.release();
             }
-            Some(_) => {}
-            None => self.release_at = Some(now + delay),
+            self.pages_used = false;
+            self.release_at = None;
+        } else if self.release_at.is_none_or(|at| at <= now) {
+            self.release_at = Some(due);
         }
         self.release_at
     }
@@ -479,6 +493,7 @@ impl SmolToe {
             handle,
             timer: None,
             pages_used: false,
+            busy_at: self.now,
             release_at: None,
             role,
             tuple: None,
