@@ -25,7 +25,10 @@ pub enum BufferError {
 fn page_size() -> usize {
     // SAFETY: sysconf reads a configuration value and touches no memory of ours.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(size).ok().filter(|&s| s > 0).unwrap_or(4096)
+    usize::try_from(size)
+        .ok()
+        .filter(|&s| s > 0)
+        .unwrap_or(4096)
 }
 
 /// One socket buffer: a private anonymous mapping of `len` octets (rounded

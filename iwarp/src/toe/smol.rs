@@ -312,6 +312,10 @@ impl SmolToe {
         if config.max_sockets == 0 {
             return Err(TcpError::Config("max_sockets must be positive"));
         }
+        if config.buffer_release == Some(Duration::ZERO) {
+            // A deadline of now for a busy socket would be due forever.
+            return Err(TcpError::Config("buffer_release must be positive"));
+        }
         let mut scratch = vec![0; config.mtu + ETHERNET_HEADER_LEN];
         let mut iface_config = Config::new(HardwareAddress::Ip);
         iface_config.random_seed = config.seed;
@@ -1052,11 +1056,7 @@ impl Transport for SmolToe {
             )
             .map_err(|_| TcpError::Unaddressable)?;
         let index = self
-            .insert(
-                new,
-                Role::Connection { listen_port: None },
-                next_hop,
-            )
+            .insert(new, Role::Connection { listen_port: None }, next_hop)
             .ok_or(TcpError::NoResources)?;
         let id = self.id_of(index);
         if let Some(entry) = self.entry_mut(id) {

@@ -703,6 +703,18 @@ fn exchange(pair: &mut Pair, a: SocketId, b: SocketId, len: usize) {
     assert_eq!(read_all(&mut pair.a, a), data);
 }
 
+/// A connection whose ACKs go at once (so its buffers are empty when
+/// `exchange` returns), and the TOEs' buffer release delay.
+fn established_acking_at_once() -> (Pair, SocketId, SocketId, Duration) {
+    let mut pair = Pair::new(|mut c| {
+        c.ack_delay = None;
+        c
+    });
+    let release = pair.a.config().buffer_release.unwrap();
+    let (a, b) = established(&mut pair);
+    (pair, a, b, release)
+}
+
 fn resident(pair: &Pair) -> (usize, usize) {
     (
         pair.a.resident_buffer_pages(),
@@ -712,14 +724,12 @@ fn resident(pair: &Pair) -> (usize, usize) {
 
 #[test]
 fn idle_buffers_give_their_pages_back_and_data_passes_after() {
-    // ACKs at once: the buffers are empty when `exchange` returns.
-    let mut pair = Pair::new(|mut c| {
-        c.ack_delay = None;
-        c
-    });
-    let release = pair.a.config().buffer_release.unwrap();
-    let (a, b) = established(&mut pair);
-    assert_eq!(resident(&pair), (0, 0), "a handshake without data touches no page");
+    let (mut pair, a, b, release) = established_acking_at_once();
+    assert_eq!(
+        resident(&pair),
+        (0, 0),
+        "a handshake without data touches no page"
+    );
     exchange(&mut pair, a, b, 300);
     let (pages_a, pages_b) = resident(&pair);
     assert!(pages_a >= 2 && pages_b >= 2, "{pages_a}, {pages_b}");
@@ -731,7 +741,11 @@ fn idle_buffers_give_their_pages_back_and_data_passes_after() {
     pair.now = emptied + release - Duration::from_millis(1);
     assert_eq!(resident(&pair), (pages_a, pages_b));
     pair.settle(true, Duration::from_millis(2));
-    assert_eq!(resident(&pair), (0, 0), "an idle connection holds no buffer page");
+    assert_eq!(
+        resident(&pair),
+        (0, 0),
+        "an idle connection holds no buffer page"
+    );
 
     // Data flows through the released buffers (pages faulted in anew).
     let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7) as u8).collect();
@@ -752,12 +766,7 @@ fn idle_buffers_give_their_pages_back_and_data_passes_after() {
 
 #[test]
 fn data_held_out_of_order_keeps_its_pages() {
-    let mut pair = Pair::new(|mut c| {
-        c.ack_delay = None;
-        c
-    });
-    let release = pair.a.config().buffer_release.unwrap();
-    let (a, b) = established(&mut pair);
+    let (mut pair, a, b, release) = established_acking_at_once();
     // Pages in use: B's buffers will be empty-and-due during what follows.
     exchange(&mut pair, a, b, 300);
 
@@ -776,7 +785,10 @@ fn data_held_out_of_order_keeps_its_pages() {
         pair.now += release;
         let _ = egress_at(&mut pair.b, pair.now);
     }
-    assert!(pair.b.resident_buffer_pages() > 0, "held data keeps its page");
+    assert!(
+        pair.b.resident_buffer_pages() > 0,
+        "held data keeps its page"
+    );
     // The lost segment comes: all of it reads back, none of it zeroed.
     pair.b.ingress(pair.now, &frames[0], &mut |_| {});
     assert_eq!(read_all(&mut pair.b, b), data);
