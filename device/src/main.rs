@@ -3,10 +3,11 @@ use clap::Parser;
 use vt3d::config::{Cli, Command};
 
 /// Allocations from this size on are their own anonymous mappings, whose
-/// pages stay unallocated until touched: a TOE socket buffer (64 KiB and
-/// up) of an idle connection costs no memory. glibc's default threshold
-/// (128 KiB) rises to the largest block freed so far, after which such
-/// buffers come from the heap and calloc zeroes them page by page.
+/// pages stay unallocated until touched and go back to the kernel when
+/// freed. glibc's default threshold (128 KiB) rises to the largest block
+/// freed so far, after which such blocks come from the heap and calloc
+/// zeroes them page by page. (TOE socket buffers, which this was set for,
+/// are now mapped by the TOE itself: `vt3_iwarp` `toe/buffer.rs`.)
 const MMAP_THRESHOLD: libc::c_int = 64 * 1024;
 
 fn main() {

@@ -415,6 +415,17 @@ pub fn run(opts: &Options) -> Value {
     drop(warm);
     std::thread::sleep(Duration::from_millis(100));
     let before: Vec<u64> = pair.procs.iter().map(Vt3d::rss_kib).collect();
+    // VT3_BENCH_SMAPS=DIR: /proc memory files of both processes, before and after.
+    let smaps = std::env::var_os("VT3_BENCH_SMAPS").map(PathBuf::from);
+    let snapshot = |pair: &Pair, when: &str| {
+        if let Some(dir) = &smaps {
+            std::fs::create_dir_all(dir).expect("VT3_BENCH_SMAPS directory");
+            for (proc, side) in pair.procs.iter().zip(["a", "b"]) {
+                proc.snapshot_memory(dir, &format!("{side}-{when}"));
+            }
+        }
+    };
+    snapshot(&pair, "before");
     // In steps, each reported: how connection setup and memory scale.
     let mut idle = Vec::with_capacity(opts.idle_conns);
     let step_started = Instant::now();
@@ -431,6 +442,7 @@ pub fn run(opts: &Options) -> Value {
     }
     std::thread::sleep(Duration::from_millis(200));
     let after: Vec<u64> = pair.procs.iter().map(Vt3d::rss_kib).collect();
+    snapshot(&pair, "after");
     let grown: u64 = after.iter().zip(&before).map(|(a, b)| a.saturating_sub(*b)).sum();
     let rss_per_conn = grown as f64 / 2.0 / idle.len().max(1) as f64;
     drop(pair);

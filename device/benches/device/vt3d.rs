@@ -110,6 +110,14 @@ impl Vt3d {
             .unwrap_or(0)
     }
 
+    /// Copies /proc/PID/{status,smaps_rollup,smaps} to `dir/NAME-{what}` (memory breakdowns).
+    pub fn snapshot_memory(&self, dir: &std::path::Path, name: &str) {
+        for what in ["status", "smaps_rollup", "smaps"] {
+            let text = std::fs::read_to_string(format!("/proc/{}/{what}", self.pid())).unwrap_or_default();
+            std::fs::write(dir.join(format!("{name}-{what}")), text).expect("write a memory snapshot");
+        }
+    }
+
     /// `vt3d ctl` against this process (for a failure report).
     pub fn ctl(&self, request: &str) -> String {
         let mgmt = self.socket.with_extension("mgmt");

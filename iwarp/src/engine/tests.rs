@@ -19,6 +19,7 @@ const PD: u32 = 3;
 
 mod active;
 mod frmr;
+mod idle_memory;
 mod mw;
 mod rereg;
 mod srq;
@@ -33,6 +34,20 @@ fn pair() -> Sim<Node, Node> {
     settle_rtr(&mut sim);
     sim.a.events.clear();
     sim.b.events.clear();
+    sim
+}
+
+/// `pairs` QP pairs connected through MPA (A's QP `1 + i` to B's
+/// `101 + i`, from port `40_000 + i`), nothing settled after.
+fn connected_pairs(pairs: u32) -> Sim<Node, Node> {
+    let mut sim = Sim::pair(
+        NodeConfig::new(0),
+        NodeConfig::new(1),
+        WireConfig::default(),
+    );
+    for i in 0..pairs {
+        assert!(sim.connect_qps(1 + i, 101 + i, 40_000 + i as u16, QpConfig::new(PD)));
+    }
     sim
 }
 

@@ -20,11 +20,15 @@ use std::net::SocketAddrV4;
 
 use thiserror::Error;
 
+// mmap, madvise and mincore: the crate's only unsafe code (see lib.rs).
+#[allow(unsafe_code)]
+mod buffer;
 pub mod frame;
 mod observed;
 mod port;
 mod smol;
 
+pub use buffer::BufferError;
 pub use port::{FaultCounters, MAX_DELAYED_FRAMES};
 pub use smol::SmolToe;
 pub use smoltcp::time::{Duration, Instant};
@@ -230,6 +234,11 @@ pub struct TcpConfig {
     /// `buffer_budget + max_sockets × 2 × buffer_floor`, however many
     /// connections a guest opens, and few connections keep full windows.
     pub buffer_budget: usize,
+    /// A socket whose buffers have both stayed empty this long gives
+    /// their pages back to the kernel (they are faulted in again when
+    /// data comes), so an idle connection holds no buffer page; `None`:
+    /// pages stay once touched.
+    pub buffer_release: Option<Duration>,
     /// Abort after this long without hearing from the peer (smoltcp's
     /// socket timeout counts from the last segment received, idle or not,
     /// so keep it well above `keep_alive`); `None`: never.
@@ -264,6 +273,7 @@ impl TcpConfig {
             rx_buffer: 256 * 1024,
             tx_buffer: 256 * 1024,
             buffer_budget: usize::MAX,
+            buffer_release: Some(Duration::from_millis(100)),
             timeout: Some(Duration::from_secs(60)),
             keep_alive: Some(Duration::from_secs(15)),
             ack_delay: Some(Duration::from_millis(10)),

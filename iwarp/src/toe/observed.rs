@@ -10,6 +10,9 @@ pub(super) struct Observed {
     pub(super) snd_una: Option<u32>,
     pub(super) snd_nxt: Option<u32>,
     pub(super) rcv_nxt: Option<u32>,
+    /// The end of the furthest payload received (sequence space): past
+    /// `rcv_nxt`, smoltcp may hold it out of order in its receive buffer.
+    pub(super) rcv_high: Option<u32>,
     pub(super) peer_window: Option<u16>,
     pub(super) our_window: Option<u16>,
     pub(super) our_syn_wscale: Option<u8>,
@@ -47,6 +50,16 @@ impl Observed {
             self.peer_syn_wscale = segment.wscale;
             self.peer_mss = segment.mss;
         }
+        if segment.payload_len > 0 {
+            let len = u32::try_from(segment.payload_len).unwrap_or(u32::MAX);
+            let end = segment
+                .seq
+                .wrapping_add(u32::from(segment.has(flags::SYN)))
+                .wrapping_add(len);
+            if self.rcv_high.is_none_or(|high| seq_after(end, high)) {
+                self.rcv_high = Some(end);
+            }
+        }
         if segment.has(flags::ACK) {
             let ack = segment.ack;
             if self.snd_una.is_none_or(|una| seq_after(ack, una)) {
@@ -59,6 +72,18 @@ impl Observed {
                     self.rtt_sample(now - sent);
                 }
             }
+        }
+    }
+
+    /// Whether every octet received was acknowledged: then smoltcp holds
+    /// nothing out of order (data it holds in order shows in its queue).
+    /// Conservative: a segment smoltcp dropped (outside the window) keeps
+    /// this false until the stream passes its end.
+    pub(super) fn nothing_held_out_of_order(&self) -> bool {
+        match (self.rcv_high, self.rcv_nxt) {
+            (None, _) => true,
+            (Some(high), Some(acked)) => !seq_after(high, acked),
+            (Some(_), None) => false,
         }
     }
 

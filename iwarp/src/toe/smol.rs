@@ -42,6 +42,7 @@ use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
 use smoltcp::socket::tcp;
 use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint};
 
+use super::buffer::PageBuffer;
 use super::frame::ETHERNET_HEADER_LEN;
 
 use super::frame::{self, flags, Segment};
@@ -70,9 +71,21 @@ pub(super) struct Entry {
     /// set it is given, so each socket has one and the TOE hands smoltcp
     /// only the set a frame or a timer is for.
     set: SocketSet<'static>,
+    /// The socket's receive and send storage. Declared after `set`, so
+    /// dropped after the socket that borrows it (`PageBuffer::storage`).
+    pages: [PageBuffer; 2],
     handle: SocketHandle,
-    /// When smoltcp wants this socket polled, as queued in `SmolToe::timers`.
+    /// When this socket must be polled, as queued in `SmolToe::timers`:
+    /// smoltcp's time, or `release_at` if sooner.
     timer: Option<Instant>,
+    /// Data passed through the buffers since their pages were last
+    /// released: some may be resident.
+    pages_used: bool,
+    /// The last time data was seen in the buffers.
+    busy_at: Instant,
+    /// When to look whether the buffers stayed empty since `busy_at` and
+    /// can give their pages back ([`TcpConfig::buffer_release`]).
+    release_at: Option<Instant>,
     role: Role,
     tuple: Option<FourTuple>,
     released: bool,
@@ -89,6 +102,16 @@ pub(super) struct Entry {
     /// Where our frames for this connection go.
     pub(super) next_hop: MacAddr,
     /// Octets of its receive and send buffers (of the TOE's budget).
+    buffers: usize,
+}
+
+/// A socket made by [`SmolToe::new_socket`] and not in the table yet.
+struct NewSocket {
+    socket: tcp::Socket<'static>,
+    /// The storage `socket` borrows: declared after it, so dropped after
+    /// it, should the socket never reach the table.
+    pages: [PageBuffer; 2],
+    /// Octets of that storage.
     buffers: usize,
 }
 
@@ -110,6 +133,48 @@ impl Entry {
 
     fn socket_mut(&mut self) -> &mut tcp::Socket<'static> {
         self.set.get_mut::<tcp::Socket>(self.handle)
+    }
+
+    /// Gives the buffers' pages back once they have stayed empty for
+    /// `delay` (both queues empty, nothing held out of order, at every
+    /// look since data was last seen in them); returns when to look again.
+    fn release_idle_pages(&mut self, now: Instant, delay: Option<Duration>) -> Option<Instant> {
+        let Some(delay) = delay else {
+            self.release_at = None;
+            return None;
+        };
+        let socket = self.socket();
+        let empty = socket.recv_queue() == 0
+            && socket.send_queue() == 0
+            && self.observed.nothing_held_out_of_order();
+        if !empty {
+            self.pages_used = true;
+            self.busy_at = now;
+            // A queued deadline stays while data flows and moves on only
+            // when it comes: a stream re-keys its timer once per `delay`,
+            // not once per segment.
+            if self.release_at.is_some_and(|at| at <= now) {
+                self.release_at = Some(now + delay);
+            }
+            return self.release_at;
+        }
+        if !self.pages_used {
+            self.release_at = None;
+            return None;
+        }
+        let due = self.busy_at + delay;
+        if due <= now {
+            // Empty rings: nothing in them is read before it is written
+            // again (`PageBuffer::release`).
+            for pages in &self.pages {
+                pages.release();
+            }
+            self.pages_used = false;
+            self.release_at = None;
+        } else if self.release_at.is_none_or(|at| at <= now) {
+            self.release_at = Some(due);
+        }
+        self.release_at
     }
 
     /// Whether fault injection drops the next frame of this connection.
@@ -247,6 +312,10 @@ impl SmolToe {
         if config.max_sockets == 0 {
             return Err(TcpError::Config("max_sockets must be positive"));
         }
+        if config.buffer_release == Some(Duration::ZERO) {
+            // A deadline of now for a busy socket would be due forever.
+            return Err(TcpError::Config("buffer_release must be positive"));
+        }
         let mut scratch = vec![0; config.mtu + ETHERNET_HEADER_LEN];
         let mut iface_config = Config::new(HardwareAddress::Ip);
         iface_config.random_seed = config.seed;
@@ -350,20 +419,48 @@ impl SmolToe {
         self.socket_polls
     }
 
+    /// Pages of socket buffers resident now, all sockets together
+    /// (`mincore`): what idle connections must not hold.
+    pub fn resident_buffer_pages(&self) -> usize {
+        self.slots
+            .iter()
+            .filter_map(|slot| slot.entry.as_ref())
+            .flat_map(|entry| &entry.pages)
+            .map(PageBuffer::resident_pages)
+            .sum()
+    }
+
     /// Octets of socket buffers the sockets hold now.
     pub fn buffers_reserved(&self) -> usize {
         self.reserved
     }
 
     /// A socket with buffers sized from what the others hold
-    /// ([`TcpConfig::buffer_sizes`]), and their octets. Zeroed allocations:
-    /// pages stay untouched until data passes.
-    fn new_socket(&self) -> (tcp::Socket<'static>, usize) {
+    /// ([`TcpConfig::buffer_sizes`]), and their octets. Each buffer is a
+    /// mapping of its own: pages stay untouched until data passes, and go
+    /// back once the socket idles (`Entry::release_idle_pages`).
+    // The socket borrows its storage for 'static; the entry keeps the two
+    // together and drops the socket first (see `Entry::pages`).
+    #[allow(unsafe_code)]
+    fn new_socket(&self) -> Result<NewSocket, TcpError> {
         let config = &self.config;
         let (rx, tx) = config.buffer_sizes(self.live, self.reserved);
+        let mut pages = [
+            PageBuffer::new(rx).map_err(|_| TcpError::NoResources)?,
+            PageBuffer::new(tx).map_err(|_| TcpError::NoResources)?,
+        ];
+        let [rx_pages, tx_pages] = &mut pages;
+        // SAFETY: one borrower each (this socket). `insert` puts it
+        // in the same entry as `pages`, in a field dropped before them, and
+        // `run` lends the set out only while the entry stays (smoltcp's
+        // transmit path cannot remove entries); until then both are in one
+        // `NewSocket`, whose fields drop socket first.
+        let rx_storage = unsafe { rx_pages.storage() };
+        // SAFETY: as for the receive storage just above.
+        let tx_storage = unsafe { tx_pages.storage() };
         let mut socket = tcp::Socket::new(
-            tcp::SocketBuffer::new(vec![0; rx]),
-            tcp::SocketBuffer::new(vec![0; tx]),
+            tcp::SocketBuffer::new(rx_storage),
+            tcp::SocketBuffer::new(tx_storage),
         );
         socket.set_nagle_enabled(config.nagle);
         socket.set_ack_delay(config.ack_delay);
@@ -374,26 +471,34 @@ impl SmolToe {
         });
         socket.set_timeout(config.timeout);
         socket.set_keep_alive(config.keep_alive);
-        (socket, rx + tx)
+        Ok(NewSocket {
+            socket,
+            pages,
+            buffers: rx + tx,
+        })
     }
 
     /// Adds a socket to the table; `None` when full.
-    fn insert(
-        &mut self,
-        (socket, buffers): (tcp::Socket<'static>, usize),
-        role: Role,
-        next_hop: MacAddr,
-    ) -> Option<u32> {
+    fn insert(&mut self, new: NewSocket, role: Role, next_hop: MacAddr) -> Option<u32> {
         if self.live >= self.config.max_sockets {
             return None;
         }
+        let NewSocket {
+            socket,
+            pages,
+            buffers,
+        } = new;
         let state = map_state(socket.state());
         let mut set = SocketSet::new(Vec::with_capacity(1));
         let handle = set.add(socket);
         let entry = Entry {
             set,
+            pages,
             handle,
             timer: None,
+            pages_used: false,
+            busy_at: self.now,
+            release_at: None,
             role,
             tuple: None,
             released: false,
@@ -464,12 +569,12 @@ impl SmolToe {
     }
 
     fn arm_listener(&mut self, port: u16) -> Result<(), TcpError> {
-        let (mut socket, buffers) = self.new_socket();
-        socket
+        let mut new = self.new_socket()?;
+        new.socket
             .listen(IpEndpoint::new(IpAddress::Ipv4(self.config.ip), port))
             .map_err(|_| TcpError::Unaddressable)?;
         let index = self
-            .insert((socket, buffers), Role::Listening { port }, [0; 6])
+            .insert(new, Role::Listening { port }, [0; 6])
             .ok_or(TcpError::NoResources)?;
         if let Some(listener) = self.listeners.get_mut(&port) {
             listener.armed = Some(index);
@@ -589,7 +694,11 @@ impl SmolToe {
         let Some(entry) = entry_at(&mut self.slots, index) else {
             return;
         };
-        let at = self.iface.poll_at(now, &entry.set);
+        let release_at = entry.release_idle_pages(now, self.config.buffer_release);
+        let at = match (self.iface.poll_at(now, &entry.set), release_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if entry.timer != at {
             if let Some(old) = entry.timer {
                 self.timers.remove(&(old, index));
@@ -938,8 +1047,8 @@ impl Transport for SmolToe {
         if self.listeners.contains_key(&local_port) {
             return Err(TcpError::PortInUse(local_port));
         }
-        let (mut socket, buffers) = self.new_socket();
-        socket
+        let mut new = self.new_socket()?;
+        new.socket
             .connect(
                 self.iface.context(),
                 IpEndpoint::new(IpAddress::Ipv4(ip), remote.port()),
@@ -947,11 +1056,7 @@ impl Transport for SmolToe {
             )
             .map_err(|_| TcpError::Unaddressable)?;
         let index = self
-            .insert(
-                (socket, buffers),
-                Role::Connection { listen_port: None },
-                next_hop,
-            )
+            .insert(new, Role::Connection { listen_port: None }, next_hop)
             .ok_or(TcpError::NoResources)?;
         let id = self.id_of(index);
         if let Some(entry) = self.entry_mut(id) {

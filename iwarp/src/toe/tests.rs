@@ -681,3 +681,115 @@ fn a_syn_to_a_listening_port_makes_the_connection_its_own_socket() {
     assert_eq!(pair.b.tcb(b).unwrap().tuple, Some(tuple));
     assert!(pair.b.accept(4792).is_none());
 }
+
+/// A connection from A port 40000 to B's listening port 4791, accepted.
+fn established(pair: &mut Pair) -> (SocketId, SocketId) {
+    pair.b.listen(4791, 4).unwrap();
+    let remote = SocketAddrV4::new(IP_B, 4791);
+    let a = pair.a.connect(pair.now, 40000, remote, MAC_B).unwrap();
+    pair.settle(false, Duration::ZERO);
+    let b = pair.b.accept(4791).unwrap();
+    (a, b)
+}
+
+/// A message each way, read at once (what the MPA handshake does).
+fn exchange(pair: &mut Pair, a: SocketId, b: SocketId, len: usize) {
+    let data = vec![0x4d; len];
+    assert_eq!(pair.a.send_slice(a, &data).unwrap(), len);
+    pair.settle(false, Duration::ZERO);
+    assert_eq!(read_all(&mut pair.b, b), data);
+    assert_eq!(pair.b.send_slice(b, &data).unwrap(), len);
+    pair.settle(false, Duration::ZERO);
+    assert_eq!(read_all(&mut pair.a, a), data);
+}
+
+/// A connection whose ACKs go at once (so its buffers are empty when
+/// `exchange` returns), and the TOEs' buffer release delay.
+fn established_acking_at_once() -> (Pair, SocketId, SocketId, Duration) {
+    let mut pair = Pair::new(|mut c| {
+        c.ack_delay = None;
+        c
+    });
+    let release = pair.a.config().buffer_release.unwrap();
+    let (a, b) = established(&mut pair);
+    (pair, a, b, release)
+}
+
+fn resident(pair: &Pair) -> (usize, usize) {
+    (
+        pair.a.resident_buffer_pages(),
+        pair.b.resident_buffer_pages(),
+    )
+}
+
+#[test]
+fn idle_buffers_give_their_pages_back_and_data_passes_after() {
+    let (mut pair, a, b, release) = established_acking_at_once();
+    assert_eq!(
+        resident(&pair),
+        (0, 0),
+        "a handshake without data touches no page"
+    );
+    exchange(&mut pair, a, b, 300);
+    let (pages_a, pages_b) = resident(&pair);
+    assert!(pages_a >= 2 && pages_b >= 2, "{pages_a}, {pages_b}");
+
+    // Not before the buffers stayed empty for `release`, then all of them.
+    let emptied = pair.now;
+    pair.settle(true, release - Duration::from_millis(1));
+    assert!(pair.now < emptied + release);
+    pair.now = emptied + release - Duration::from_millis(1);
+    assert_eq!(resident(&pair), (pages_a, pages_b));
+    pair.settle(true, Duration::from_millis(2));
+    assert_eq!(
+        resident(&pair),
+        (0, 0),
+        "an idle connection holds no buffer page"
+    );
+
+    // Data flows through the released buffers (pages faulted in anew).
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7) as u8).collect();
+    let mut sent = 0;
+    let mut got = Vec::new();
+    while got.len() < data.len() {
+        sent += pair.a.send_slice(a, &data[sent..]).unwrap();
+        pair.settle(true, Duration::from_millis(50));
+        got.extend(read_all(&mut pair.b, b));
+    }
+    assert_eq!(got, data);
+    assert!(resident(&pair).1 > 0);
+    pair.settle(true, release + Duration::from_millis(1));
+    assert_eq!(resident(&pair), (0, 0));
+    assert_eq!(pair.a.status(a), Some(LinkStatus::Established));
+    assert_eq!(pair.a.tcb(a).unwrap().retransmits, 0);
+}
+
+#[test]
+fn data_held_out_of_order_keeps_its_pages() {
+    let (mut pair, a, b, release) = established_acking_at_once();
+    // Pages in use: B's buffers will be empty-and-due during what follows.
+    exchange(&mut pair, a, b, 300);
+
+    // Two segments; the first is lost, so B holds the second out of
+    // order (its receive queue, in order, stays empty).
+    let data: Vec<u8> = (0..2000u32).map(|i| (i % 251) as u8 + 1).collect();
+    assert_eq!(pair.a.send_slice(a, &data).unwrap(), data.len());
+    let frames = egress_at(&mut pair.a, pair.now);
+    assert_eq!(frames.len(), 2);
+    for frame in &frames[1..] {
+        pair.b.ingress(pair.now, frame, &mut |_| {});
+    }
+    assert_eq!(pair.b.recv_queue(b), 0);
+    // Well past the release time (B's duplicate ACKs go nowhere).
+    for _ in 0..4 {
+        pair.now += release;
+        let _ = egress_at(&mut pair.b, pair.now);
+    }
+    assert!(
+        pair.b.resident_buffer_pages() > 0,
+        "held data keeps its page"
+    );
+    // The lost segment comes: all of it reads back, none of it zeroed.
+    pair.b.ingress(pair.now, &frames[0], &mut |_| {});
+    assert_eq!(read_all(&mut pair.b, b), data);
+}

@@ -7,14 +7,7 @@ use super::*;
 const PAIRS: u32 = 20;
 
 fn idle_pairs() -> Sim<Node, Node> {
-    let mut sim = Sim::pair(
-        NodeConfig::new(0),
-        NodeConfig::new(1),
-        WireConfig::default(),
-    );
-    for i in 0..PAIRS {
-        assert!(sim.connect_qps(1 + i, 101 + i, 40_000 + i as u16, QpConfig::new(PD)));
-    }
+    let mut sim = connected_pairs(PAIRS);
     settle_rtr(&mut sim);
     settle(&mut sim, 1);
     sim
