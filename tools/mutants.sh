@@ -62,6 +62,11 @@
 #   rereg-ignores-windows  the engine's rereg rules let an MR with bound
 #                  windows be re-registered
 #   rereg-ignores-access  the engine's rereg keeps the old rights
+#   srq-resize-old-mask  libvt3's SRQ resize keeps the old ring's mask
+#                  (posts land at index & (old depth - 1) of the new ring)
+#   resize-no-copy vt3.ko's SRQ resize (user and kernel SRQs) does not
+#                  copy the posted WQEs into the new ring (vt3d reads
+#                  empty slots there)
 #   qp-calloc      libvt3 allocates its QP structs with calloc(): the
 #                  vendor event names its QP by the low 32 bits of the
 #                  address only, and two QPs 4 GiB apart share them
@@ -483,11 +488,28 @@ REPLACEMENT[gso-segment-size]='                    segment: segment + 1, // MUTA
 REASON[gso-segment-size]='ib_write_bw .*iterations, 0\.0 Mpps|ib_write_bw .*(client|server) exit'
 CASES[gso-segment-size]=udp-uplink-vt3-siw
 
+FILE[srq-resize-old-mask]=provider/srq.c
+ANCHOR[srq-resize-old-mask]='	srq->depth = want;
+	ring = NULL;'
+REPLACEMENT[srq-resize-old-mask]='	ring = NULL; /* MUTANT: srq->depth (the mask) stays */'
+REASON[srq-resize-old-mask]='FAIL resize-'
+CASES[srq-resize-old-mask]=srq
+
+FILE[resize-no-copy]=guest-driver/vt3_srq.c
+ANCHOR[resize-no-copy]='	for (i = 0; i < srq->depth; i++) {
+		idx = prod - srq->depth + i;'
+REPLACEMENT[resize-no-copy]='	for (i = 0; i < srq->depth && srq->depth > 1 << 30; i++) { /* MUTANT: nothing copied */
+		idx = prod - srq->depth + i;'
+REASON[resize-no-copy]='FAIL resize-|vt3_ksrq: FAIL'
+CASES[resize-no-copy]='srq vt3-ksrq'
+
 ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze close-withheld lost-flush-from-cons slot-by-cons
 	free-unknown fatal-before-flags srq-flush-on-error ksrq-flush-on-error srq-lost-unflushed ksrq-lost-unflushed
 	srq-flushed-on-error srq-completes-twice srq-post-lost srq-no-last-wqe
 	destroyed-qp-relinked destroyed-qp-completes flush-after-ring qp-calloc doorbell-under-lock no-pair
 	srq-slot-kept wr-abort-posts cq-ex-peeks cq-ex-byte-len rereg-keeps-pages rereg-ignores-windows rereg-ignores-access)
+# SRQ resize (provider/srq.c, guest-driver/vt3_srq.c).
+ALL_MUTANTS+=(srq-resize-old-mask resize-no-copy)
 # The import path (provider/import.c, guest-driver/vt3_import.c).
 ALL_MUTANTS+=(unimport-deregs import-pd-unchecked import-ctx-unchecked)
 # The TOE's timer queue (iwarp/src/toe/smol.rs).
