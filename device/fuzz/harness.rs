@@ -28,10 +28,10 @@ use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemoryMmap};
 use vt3_iwarp::sim::{Endpoint, Sim, WireConfig, IPS, MACS};
 use vt3_iwarp::toe::{Duration, Instant};
 use vt3d::abi::{
-    self, Access, Cmd, CmdAccept, CmdArmCq, CmdConnect, CmdCreateCq, CmdCreateQp, CmdDisconnect,
-    CmdDoorbell, CmdHandle, CmdListen, CmdModifyQp, CmdRegMr, CmdReject, CmdSetAddr, CqStatus, Cqe,
-    CtrlHdr, DeviceAttr, EventCm, EventType, MsgType, PortAttr, PrivateData, QpAttr, QpState,
-    QpStatus, RespHandle, RqWqe, SockAddr, SqWqe, Status, VT3_PAGE_SIZE, VT3_WQE_SIZE,
+    self, Access, Cmd, CmdAccept, CmdArmCq, CmdConnect, CmdCreateCq, CmdCreateQp, CmdDisconnect, CmdDoorbell,
+    CmdHandle, CmdListen, CmdModifyQp, CmdReject, CmdRegMr, CmdSetAddr, CqStatus, Cqe, CtrlHdr, DeviceAttr,
+    EventCm, EventType, MsgType, PortAttr, PrivateData, QpAttr, QpState, QpStatus, RespHandle, RqWqe, SockAddr,
+    SqWqe, Status, VT3_PAGE_SIZE, VT3_WQE_SIZE,
 };
 use vt3d::rnic::wqe::{self, WqeLimits};
 use vt3d::rnic::{Counts, Limits, Rnic};
@@ -272,9 +272,7 @@ impl Guest {
             if self.next_page + PAGE > MEM {
                 self.next_page = PAGES;
             }
-            self.mem
-                .write_obj(self.next_page.to_le(), GuestAddress(pbl + i * 8))
-                .unwrap();
+            self.mem.write_obj(self.next_page.to_le(), GuestAddress(pbl + i * 8)).unwrap();
             self.next_page += PAGE;
         }
         self.next_pbl += n * 8;
@@ -309,11 +307,7 @@ impl Guest {
     /// The page list at `pbl` as far as it is readable (at most 64 pages).
     fn read_pbl(&self, pbl: u64, npages: u32) -> Vec<u64> {
         (0..u64::from(npages.min(64)))
-            .map_while(|i| {
-                self.mem
-                    .read_obj::<u64>(GuestAddress(pbl.wrapping_add(i * 8)))
-                    .ok()
-            })
+            .map_while(|i| self.mem.read_obj::<u64>(GuestAddress(pbl.wrapping_add(i * 8))).ok())
             .map(u64::from_le)
             .collect()
     }
@@ -326,12 +320,9 @@ impl Guest {
             let expected = match cmd {
                 Cmd::QueryDevice => std::mem::size_of::<DeviceAttr>(),
                 Cmd::QueryPort => std::mem::size_of::<PortAttr>(),
-                Cmd::AllocPd
-                | Cmd::RegMr
-                | Cmd::AllocMr
-                | Cmd::CreateCq
-                | Cmd::CreateQp
-                | Cmd::CreateSrq => std::mem::size_of::<RespHandle>(),
+                Cmd::AllocPd | Cmd::RegMr | Cmd::AllocMr | Cmd::CreateCq | Cmd::CreateQp | Cmd::CreateSrq => {
+                    std::mem::size_of::<RespHandle>()
+                }
                 Cmd::QueryQp => std::mem::size_of::<QpAttr>(),
                 Cmd::QuerySrq => std::mem::size_of::<abi::SrqAttr>(),
                 _ => 0,
@@ -370,13 +361,7 @@ impl Guest {
                 // A fast-reg MR: empty until a REG_MR fills it (its STag's
                 // key may change then; DEREG_MR takes any key for it).
                 let a: abi::CmdAllocMr = abi::read_struct(payload).unwrap();
-                self.mrs.push(MrInfo {
-                    stag: handle.unwrap(),
-                    pdn: a.pdn.to_native(),
-                    iova: 0,
-                    length: 0,
-                    access: 0,
-                });
+                self.mrs.push(MrInfo { stag: handle.unwrap(), pdn: a.pdn.to_native(), iova: 0, length: 0, access: 0 });
             }
             Cmd::DeregMr => self.mrs.retain(|m| Some(m.stag) != arg),
             Cmd::CreateCq => {
@@ -428,6 +413,16 @@ impl Guest {
                 });
             }
             Cmd::DestroySrq => self.srqs.retain(|q| Some(q.srqn) != arg),
+            // Posts go to the new ring (what was in the old is not copied:
+            // the device must cope with whatever the new ring holds).
+            Cmd::ResizeSrq => {
+                let a: abi::CmdResizeSrq = abi::read_struct(payload).unwrap();
+                let ring = self.read_pbl(a.ring_pbl_addr.to_native(), a.ring_npages.to_native());
+                if let Some(srq) = self.srqs.iter_mut().find(|s| s.srqn == a.srqn.to_native()) {
+                    srq.depth = a.depth.to_native();
+                    srq.ring = ring;
+                }
+            }
             Cmd::Accept | Cmd::Reject => {
                 let conn = abi::read_struct::<CmdHandle>(payload).map(|h| h.handle.to_native());
                 self.conn_ids.retain(|&c| Some(c) != conn);
@@ -448,15 +443,8 @@ impl Guest {
     /// driver) and checks their shape.
     fn take_events(&mut self) {
         for (event, body) in self.rnic.events.drain(..) {
-            let cm = matches!(
-                event,
-                EventType::ConnectRequest | EventType::ConnectReply | EventType::Established
-            );
-            let size = if cm {
-                std::mem::size_of::<EventCm>()
-            } else {
-                std::mem::size_of::<abi::Event>()
-            };
+            let cm = matches!(event, EventType::ConnectRequest | EventType::ConnectReply | EventType::Established);
+            let size = if cm { std::mem::size_of::<EventCm>() } else { std::mem::size_of::<abi::Event>() };
             assert_eq!(body.len(), size, "{} event body", event.name());
             if event == EventType::ConnectRequest {
                 let cm: EventCm = abi::read_struct(&body).unwrap();
@@ -473,63 +461,31 @@ impl Guest {
     /// device's reference counts must agree), then nothing may be left,
     /// and the whole PBL budget must be free again.
     pub fn teardown(&mut self, now: Instant) {
-        let handle = |h: u32| {
-            as_bytes(&CmdHandle {
-                handle: h.into(),
-                reserved: 0.into(),
-            })
-        };
+        let handle = |h: u32| as_bytes(&CmdHandle { handle: h.into(), reserved: 0.into() });
         for qpn in self.qpns() {
-            assert_eq!(
-                self.execute(now, Cmd::DestroyQp, &handle(qpn)),
-                Ok(Vec::new()),
-                "destroy QP {qpn}"
-            );
+            assert_eq!(self.execute(now, Cmd::DestroyQp, &handle(qpn)), Ok(Vec::new()), "destroy QP {qpn}");
         }
         for srqn in self.srqns() {
-            assert_eq!(
-                self.execute(now, Cmd::DestroySrq, &handle(srqn)),
-                Ok(Vec::new()),
-                "destroy SRQ {srqn}"
-            );
+            assert_eq!(self.execute(now, Cmd::DestroySrq, &handle(srqn)), Ok(Vec::new()), "destroy SRQ {srqn}");
         }
         for stag in self.stags() {
-            assert_eq!(
-                self.execute(now, Cmd::DeregMr, &handle(stag)),
-                Ok(Vec::new()),
-                "deregister {stag:#x}"
-            );
+            assert_eq!(self.execute(now, Cmd::DeregMr, &handle(stag)), Ok(Vec::new()), "deregister {stag:#x}");
         }
         for cqn in self.cqns() {
-            assert_eq!(
-                self.execute(now, Cmd::DestroyCq, &handle(cqn)),
-                Ok(Vec::new()),
-                "destroy CQ {cqn}"
-            );
+            assert_eq!(self.execute(now, Cmd::DestroyCq, &handle(cqn)), Ok(Vec::new()), "destroy CQ {cqn}");
         }
         for pdn in self.pds.clone() {
-            assert_eq!(
-                self.execute(now, Cmd::DeallocPd, &handle(pdn)),
-                Ok(Vec::new()),
-                "dealloc PD {pdn}"
-            );
+            assert_eq!(self.execute(now, Cmd::DeallocPd, &handle(pdn)), Ok(Vec::new()), "dealloc PD {pdn}");
         }
         assert_eq!(self.rnic.counts(), Counts::default(), "objects left behind");
         assert!(self.rnic.srqs.is_empty(), "SRQs left behind");
         // A PBL entry may repeat a page: 64 entries naming one page.
         let budget = self.rnic.limits.pbl_budget as u32;
         for i in 0..u64::from(budget) {
-            self.mem
-                .write_obj(PAGES.to_le(), GuestAddress(PBL + i * 8))
-                .unwrap();
+            self.mem.write_obj(PAGES.to_le(), GuestAddress(PBL + i * 8)).unwrap();
         }
-        let pd = self
-            .execute(now, Cmd::AllocPd, &[])
-            .expect("a PD after teardown");
-        let pdn = abi::read_struct::<RespHandle>(&pd)
-            .unwrap()
-            .handle
-            .to_native();
+        let pd = self.execute(now, Cmd::AllocPd, &[]).expect("a PD after teardown");
+        let pdn = abi::read_struct::<RespHandle>(&pd).unwrap().handle.to_native();
         let mr = CmdRegMr {
             iova: 0.into(),
             length: (u64::from(budget) * PAGE).into(),
@@ -539,10 +495,7 @@ impl Guest {
             access: 1.into(),
             ..Default::default()
         };
-        assert!(
-            self.execute(now, Cmd::RegMr, mr.as_slice()).is_ok(),
-            "PBL budget leaked"
-        );
+        assert!(self.execute(now, Cmd::RegMr, mr.as_slice()).is_ok(), "PBL budget leaked");
     }
 }
 
@@ -561,11 +514,7 @@ pub struct World {
 
 impl World {
     pub fn new() -> Self {
-        Self {
-            sim: Sim::new(Guest::new(0), Guest::new(1), WireConfig::default()),
-            strict: false,
-            parse_limits: None,
-        }
+        Self { sim: Sim::new(Guest::new(0), Guest::new(1), WireConfig::default()), strict: false, parse_limits: None }
     }
 
     fn guest(&mut self, i: usize) -> &mut Guest {
@@ -590,10 +539,7 @@ impl World {
 
     /// CQEs each guest reaped so far, and how many with an error.
     pub fn cqes_reaped(&self) -> [(u64, u64); 2] {
-        [
-            (self.sim.a.cqes, self.sim.a.cqe_errors),
-            (self.sim.b.cqes, self.sim.b.cqe_errors),
-        ]
+        [(self.sim.a.cqes, self.sim.a.cqe_errors), (self.sim.b.cqes, self.sim.b.cqe_errors)]
     }
 
     /// The state each guest's QPs show in their status pages.
@@ -603,11 +549,7 @@ impl World {
             .map(|g| {
                 g.qps
                     .iter()
-                    .map(|q| {
-                        g.mem
-                            .read_obj::<QpStatus>(GuestAddress(q.status))
-                            .map_or(u32::MAX, |s| s.state.to_native())
-                    })
+                    .map(|q| g.mem.read_obj::<QpStatus>(GuestAddress(q.status)).map_or(u32::MAX, |s| s.state.to_native()))
                     .collect()
             })
             .collect()
@@ -619,13 +561,8 @@ impl World {
     }
 
     fn handle(&mut self, i: usize, cmd: Cmd, payload: &[u8]) -> u32 {
-        let resp = self
-            .execute(i, cmd, payload)
-            .unwrap_or_else(|s| panic!("{}: {}", cmd.name(), s.name()));
-        abi::read_struct::<RespHandle>(&resp)
-            .unwrap()
-            .handle
-            .to_native()
+        let resp = self.execute(i, cmd, payload).unwrap_or_else(|s| panic!("{}: {}", cmd.name(), s.name()));
+        abi::read_struct::<RespHandle>(&resp).unwrap().handle.to_native()
     }
 
     /// Runs the wire and both engines for `ms` of virtual time.
@@ -638,9 +575,7 @@ impl World {
     /// `abi::read_struct`, then the opcode and length decide the rest.
     fn frame(&mut self, i: usize, input: &mut Input<'_>) {
         let raw = input.bytes(std::mem::size_of::<CtrlHdr>());
-        let Some(hdr) = abi::read_struct::<CtrlHdr>(raw) else {
-            return;
-        };
+        let Some(hdr) = abi::read_struct::<CtrlHdr>(raw) else { return };
         assert_eq!(hdr.as_slice(), raw, "the header reads back as it came");
         let body = input.bytes(usize::from(hdr.len.to_native()));
         if hdr.r#type != MsgType::Cmd as u8 || hdr.version != abi::VT3_CTRL_VERSION {
@@ -670,12 +605,7 @@ impl World {
     }
 
     fn build(&mut self, i: usize, cmd: Cmd, input: &mut Input<'_>) -> Vec<u8> {
-        let handle = |h: u32| {
-            as_bytes(&CmdHandle {
-                handle: h.into(),
-                reserved: 0.into(),
-            })
-        };
+        let handle = |h: u32| as_bytes(&CmdHandle { handle: h.into(), reserved: 0.into() });
         let peer_ip = IPS[1 - i].octets();
         let g = self.guest(i);
         match cmd {
@@ -687,12 +617,7 @@ impl World {
                     2 => input.array(),
                     _ => IPS[i].octets(),
                 };
-                as_bytes(&CmdSetAddr {
-                    mac: MACS[i],
-                    prefix_len: 24,
-                    reserved: 0,
-                    ipv4,
-                })
+                as_bytes(&CmdSetAddr { mac: MACS[i], prefix_len: 24, reserved: 0, ipv4 })
             }
             Cmd::DeallocPd => handle(pick(input, &g.pds)),
             Cmd::RegMr => {
@@ -716,10 +641,7 @@ impl World {
             }
             Cmd::AllocMr => {
                 let pdn = pick(input, &g.pds);
-                as_bytes(&abi::CmdAllocMr {
-                    pdn: pdn.into(),
-                    max_pages: (1 + u32::from(input.u8() % 16)).into(),
-                })
+                as_bytes(&abi::CmdAllocMr { pdn: pdn.into(), max_pages: (1 + u32::from(input.u8() % 16)).into() })
             }
             Cmd::DeregMr => handle(pick(input, &g.stags())),
             Cmd::CreateCq => {
@@ -737,10 +659,7 @@ impl World {
             Cmd::DestroyCq => handle(pick(input, &g.cqns())),
             Cmd::ArmCq => {
                 let cqn = pick(input, &g.cqns());
-                as_bytes(&CmdArmCq {
-                    cqn: cqn.into(),
-                    flags: u32::from(input.u8() & 3).into(),
-                })
+                as_bytes(&CmdArmCq { cqn: cqn.into(), flags: u32::from(input.u8() & 3).into() })
             }
             Cmd::CreateQp => {
                 let pdn = pick(input, &g.pds);
@@ -802,11 +721,7 @@ impl World {
                 let qpns = g.qpns();
                 let (qpn, peer_qpn) = (pick(input, &qpns), pick(input, &qpns));
                 // A few ports, so that pairs collide on them; now and then 0.
-                let port = if input.u8() == 0 {
-                    0
-                } else {
-                    40_100 + u16::from(input.u8() % 4)
-                };
+                let port = if input.u8() == 0 { 0 } else { 40_100 + u16::from(input.u8() % 4) };
                 as_bytes(&abi::CmdPairQp {
                     qpn: qpn.into(),
                     peer_qpn: peer_qpn.into(),
@@ -841,44 +756,34 @@ impl World {
                 })
             }
             Cmd::QuerySrq | Cmd::DestroySrq => handle(pick(input, &g.srqns())),
+            Cmd::ResizeSrq => {
+                let srqn = pick(input, &g.srqns());
+                let depth = 2u32 << (input.u8() % 7);
+                let npages = (depth * VT3_WQE_SIZE as u32).div_ceil(PAGE as u32);
+                let pbl = g.pages(npages);
+                as_bytes(&abi::CmdResizeSrq {
+                    ring_pbl_addr: pbl.into(),
+                    ring_npages: npages.into(),
+                    depth: depth.into(),
+                    srqn: srqn.into(),
+                    reserved: 0.into(),
+                })
+            }
             Cmd::Doorbell => {
                 let queues = u32::from(input.u8() & 7);
-                let target = if queues & 4 != 0 {
-                    pick(input, &g.srqns())
-                } else {
-                    pick(input, &g.qpns())
-                };
-                as_bytes(&CmdDoorbell {
-                    qpn: target.into(),
-                    queues: queues.into(),
-                })
+                let target = if queues & 4 != 0 { pick(input, &g.srqns()) } else { pick(input, &g.qpns()) };
+                as_bytes(&CmdDoorbell { qpn: target.into(), queues: queues.into() })
             }
             Cmd::Listen | Cmd::Unlisten => {
                 let port = if input.bool() { PORT } else { input.u16() };
-                let local = SockAddr {
-                    ipv4: [0; 4],
-                    port: port.to_be_bytes(),
-                    reserved: 0.into(),
-                };
-                as_bytes(&CmdListen {
-                    local,
-                    backlog: u32::from(input.u8()).into(),
-                    reserved: 0.into(),
-                })
+                let local = SockAddr { ipv4: [0; 4], port: port.to_be_bytes(), reserved: 0.into() };
+                as_bytes(&CmdListen { local, backlog: u32::from(input.u8()).into(), reserved: 0.into() })
             }
             Cmd::Connect => {
                 let qpn = pick(input, &g.qpns());
-                let local = SockAddr {
-                    ipv4: [0; 4],
-                    port: (40_000 + u16::from(input.u8())).to_be_bytes(),
-                    reserved: 0.into(),
-                };
+                let local = SockAddr { ipv4: [0; 4], port: (40_000 + u16::from(input.u8())).to_be_bytes(), reserved: 0.into() };
                 let port = if input.u8() < 0xf0 { PORT } else { input.u16() };
-                let remote = SockAddr {
-                    ipv4: peer_ip,
-                    port: port.to_be_bytes(),
-                    reserved: 0.into(),
-                };
+                let remote = SockAddr { ipv4: peer_ip, port: port.to_be_bytes(), reserved: 0.into() };
                 let (pd_len, private_data) = private_data(input);
                 as_bytes(&CmdConnect {
                     local,
@@ -910,19 +815,11 @@ impl World {
             Cmd::Reject => {
                 let conn_id = pick(input, &g.conn_ids);
                 let (pd_len, private_data) = private_data(input);
-                as_bytes(&CmdReject {
-                    conn_id: conn_id.into(),
-                    pd_len: pd_len.into(),
-                    reserved: 0.into(),
-                    private_data,
-                })
+                as_bytes(&CmdReject { conn_id: conn_id.into(), pd_len: pd_len.into(), reserved: 0.into(), private_data })
             }
             Cmd::Disconnect => {
                 let qpn = pick(input, &g.qpns());
-                as_bytes(&CmdDisconnect {
-                    qpn: qpn.into(),
-                    abort: u32::from(input.u8() % 3).into(),
-                })
+                as_bytes(&CmdDisconnect { qpn: qpn.into(), abort: u32::from(input.u8() % 3).into() })
             }
             // HELLO (the control channel's own: `execute` refuses it) and
             // commands added later: raw octets until they get a template.
@@ -942,9 +839,7 @@ impl World {
         let peer_mrs = self.peer(i).mrs.clone();
         let parse_limits = self.parse_limits;
         let g = self.guest(i);
-        let Some(qp) = g.qps.iter().position(|q| q.qpn == qpn) else {
-            return;
-        };
+        let Some(qp) = g.qps.iter().position(|q| q.qpn == qpn) else { return };
         let send = mode & 1 == 0;
         let raw = mode & 2 != 0;
         let bytes: Vec<u8> = if raw {
@@ -976,16 +871,9 @@ impl World {
         }
         if !send && qp.srqn != 0 {
             let srqn = qp.srqn;
-            let Some(srq) = g.srqs.iter_mut().find(|s| s.srqn == srqn) else {
-                return;
-            };
+            let Some(srq) = g.srqs.iter_mut().find(|s| s.srqn == srqn) else { return };
             let w: RqWqe = abi::read_struct(&bytes).unwrap();
-            let limits = WqeLimits {
-                max_send_sge: 0,
-                max_recv_sge: srq.max_sge,
-                max_inline: 0,
-                sig_all: false,
-            };
+            let limits = WqeLimits { max_send_sge: 0, max_recv_sge: srq.max_sge, max_inline: 0, sig_all: false };
             if let Ok(wr) = wqe::recv_wr(&w, &limits) {
                 assert!(wr.sges.len() <= srq.max_sge as usize);
             }
@@ -996,10 +884,7 @@ impl World {
             srq.prod = srq.prod.wrapping_add(1);
             let _ = g.mem.write_obj(srq.prod.to_le(), GuestAddress(srq.status));
             if mode & 4 == 0 {
-                let db = CmdDoorbell {
-                    qpn: srqn.into(),
-                    queues: (abi::DoorbellQueue::Srq as u32).into(),
-                };
+                let db = CmdDoorbell { qpn: srqn.into(), queues: (abi::DoorbellQueue::Srq as u32).into() };
                 let _ = self.execute(i, Cmd::Doorbell, db.as_slice());
             }
             return;
@@ -1015,24 +900,11 @@ impl World {
         }
         *prod = prod.wrapping_add(1);
         let (status, value) = (qp.status, *prod);
-        let field = if send {
-            std::mem::offset_of!(QpStatus, sq_prod)
-        } else {
-            std::mem::offset_of!(QpStatus, rq_prod)
-        };
-        let _ = g
-            .mem
-            .write_obj(value.to_le(), GuestAddress(status + field as u64));
+        let field = if send { std::mem::offset_of!(QpStatus, sq_prod) } else { std::mem::offset_of!(QpStatus, rq_prod) };
+        let _ = g.mem.write_obj(value.to_le(), GuestAddress(status + field as u64));
         if mode & 4 == 0 {
-            let queues = if send {
-                abi::DoorbellQueue::Sq
-            } else {
-                abi::DoorbellQueue::Rq
-            } as u32;
-            let db = CmdDoorbell {
-                qpn: qpn.into(),
-                queues: queues.into(),
-            };
+            let queues = if send { abi::DoorbellQueue::Sq } else { abi::DoorbellQueue::Rq } as u32;
+            let db = CmdDoorbell { qpn: qpn.into(), queues: queues.into() };
             let _ = self.execute(i, Cmd::Doorbell, db.as_slice());
         }
     }
@@ -1050,9 +922,7 @@ impl World {
         let addr = if which & 0x20 == 0 {
             let qps = g.qpns();
             let qpn = pick(input, &qps);
-            let Some(qp) = g.qps.iter_mut().find(|q| q.qpn == qpn) else {
-                return;
-            };
+            let Some(qp) = g.qps.iter_mut().find(|q| q.qpn == qpn) else { return };
             let field = (u64::from(which) % 4) * 4; // sq_prod, rq_prod, sq_cons, rq_cons
             match field {
                 0 => qp.sq_prod = value,
@@ -1063,9 +933,7 @@ impl World {
         } else {
             let cqs = g.cqns();
             let cqn = pick(input, &cqs);
-            let Some(cq) = g.cqs.iter().find(|c| c.cqn == cqn) else {
-                return;
-            };
+            let Some(cq) = g.cqs.iter().find(|c| c.cqn == cqn) else { return };
             cq.status + (u64::from(which) % 3) * 4 // prod, cons, flags
         };
         let _ = g.mem.write_obj(value.to_le(), GuestAddress(addr));
@@ -1078,31 +946,17 @@ impl World {
         let strict = self.strict;
         let g = self.guest(i);
         let cqn = pick(input, &g.cqns());
-        let Some(cq) = g.cqs.iter().find(|c| c.cqn == cqn).cloned() else {
-            return;
-        };
-        let Ok(st) = g.mem.read_obj::<CqStatus>(GuestAddress(cq.status)) else {
-            return;
-        };
+        let Some(cq) = g.cqs.iter().find(|c| c.cqn == cqn).cloned() else { return };
+        let Ok(st) = g.mem.read_obj::<CqStatus>(GuestAddress(cq.status)) else { return };
         let (prod, cons) = (st.prod.to_native(), st.cons.to_native());
         let waiting = prod.wrapping_sub(cons).min(cq.depth);
         if strict {
             for k in 0..waiting {
                 let byte = u64::from(cons.wrapping_add(k) & (cq.depth - 1)) * 32;
-                let Some(page) = cq.ring.get((byte / PAGE) as usize) else {
-                    continue;
-                };
+                let Some(page) = cq.ring.get((byte / PAGE) as usize) else { continue };
                 let e: Cqe = g.mem.read_obj(GuestAddress(page + byte % PAGE)).unwrap();
-                assert!(
-                    abi::WcOpcode::try_from(e.opcode).is_ok(),
-                    "CQE opcode {}",
-                    e.opcode
-                );
-                assert!(
-                    abi::WcStatus::try_from(e.status).is_ok(),
-                    "CQE status {}",
-                    e.status
-                );
+                assert!(abi::WcOpcode::try_from(e.opcode).is_ok(), "CQE opcode {}", e.opcode);
+                assert!(abi::WcStatus::try_from(e.status).is_ok(), "CQE status {}", e.status);
                 assert_eq!(e.flags & !3, 0, "CQE flags {:#x}", e.flags);
                 g.cqe_errors += u64::from(e.status != 0);
             }
@@ -1131,24 +985,14 @@ impl World {
                 }
                 Op::Doorbell => {
                     let qpn = pick(input, &self.guest(i).qpns());
-                    let queues = if input.u8() < 0xf0 {
-                        u32::from(input.u8() & 3)
-                    } else {
-                        input.u32()
-                    };
-                    let db = CmdDoorbell {
-                        qpn: qpn.into(),
-                        queues: queues.into(),
-                    };
+                    let queues = if input.u8() < 0xf0 { u32::from(input.u8() & 3) } else { input.u32() };
+                    let db = CmdDoorbell { qpn: qpn.into(), queues: queues.into() };
                     let _ = self.execute(i, Cmd::Doorbell, db.as_slice());
                 }
                 Op::Disconnect => {
                     let qpn = pick(input, &self.guest(i).qpns());
                     let abort = input.u8() & 1;
-                    let d = CmdDisconnect {
-                        qpn: qpn.into(),
-                        abort: u32::from(abort).into(),
-                    };
+                    let d = CmdDisconnect { qpn: qpn.into(), abort: u32::from(abort).into() };
                     let _ = self.execute(i, Cmd::Disconnect, d.as_slice());
                 }
             }
@@ -1162,23 +1006,12 @@ impl World {
         let mut w = World::new();
         let mut protected = Vec::new();
         for i in 0..2 {
-            let a = CmdSetAddr {
-                mac: MACS[i],
-                prefix_len: 24,
-                reserved: 0,
-                ipv4: IPS[i].octets(),
-            };
+            let a = CmdSetAddr { mac: MACS[i], prefix_len: 24, reserved: 0, ipv4: IPS[i].octets() };
             w.execute(i, Cmd::SetAddr, a.as_slice()).unwrap();
             let pdn = w.handle(i, Cmd::AllocPd, &[]);
             // Local write only, everything, remote read only, nothing.
-            let rw =
-                Access::LocalWrite as u32 | Access::RemoteWrite as u32 | Access::RemoteRead as u32;
-            for (n, access) in [
-                (4u32, Access::LocalWrite as u32),
-                (4, rw),
-                (2, Access::RemoteRead as u32),
-                (2, 0),
-            ] {
+            let rw = Access::LocalWrite as u32 | Access::RemoteWrite as u32 | Access::RemoteRead as u32;
+            for (n, access) in [(4u32, Access::LocalWrite as u32), (4, rw), (2, Access::RemoteRead as u32), (2, 0)] {
                 let g = w.guest(i);
                 let pbl = g.pages(n);
                 let first = g.read_pbl(pbl, 1)[0];
@@ -1200,12 +1033,7 @@ impl World {
                 let g = w.guest(i);
                 let pbl = g.pages(1);
                 let status = g.status_page();
-                let a = CmdCreateCq {
-                    ring_pbl_addr: pbl.into(),
-                    status_addr: status.into(),
-                    ring_npages: 1.into(),
-                    depth: 16.into(),
-                };
+                let a = CmdCreateCq { ring_pbl_addr: pbl.into(), status_addr: status.into(), ring_npages: 1.into(), depth: 16.into() };
                 w.handle(i, Cmd::CreateCq, a.as_slice())
             };
             let (scq, rcq) = (cq(), cq());
@@ -1234,34 +1062,12 @@ impl World {
             protected.push((i, PBL, PBL_END - PBL));
             protected.push((i, g.next_page, MEM - g.next_page));
         }
-        let local = SockAddr {
-            ipv4: [0; 4],
-            port: PORT.to_be_bytes(),
-            reserved: 0.into(),
-        };
-        w.execute(
-            1,
-            Cmd::Listen,
-            CmdListen {
-                local,
-                backlog: 4.into(),
-                reserved: 0.into(),
-            }
-            .as_slice(),
-        )
-        .unwrap();
+        let local = SockAddr { ipv4: [0; 4], port: PORT.to_be_bytes(), reserved: 0.into() };
+        w.execute(1, Cmd::Listen, CmdListen { local, backlog: 4.into(), reserved: 0.into() }.as_slice()).unwrap();
         let qa = w.sim.a.qps[0].qpn;
         let connect = CmdConnect {
-            local: SockAddr {
-                ipv4: [0; 4],
-                port: 40_001u16.to_be_bytes(),
-                reserved: 0.into(),
-            },
-            remote: SockAddr {
-                ipv4: IPS[1].octets(),
-                port: PORT.to_be_bytes(),
-                reserved: 0.into(),
-            },
+            local: SockAddr { ipv4: [0; 4], port: 40_001u16.to_be_bytes(), reserved: 0.into() },
+            remote: SockAddr { ipv4: IPS[1].octets(), port: PORT.to_be_bytes(), reserved: 0.into() },
             next_hop: MACS[1],
             qpn: qa.into(),
             ird: 8.into(),
@@ -1269,11 +1075,7 @@ impl World {
             ..Default::default()
         };
         w.execute(0, Cmd::Connect, connect.as_slice()).unwrap();
-        assert!(
-            w.sim
-                .run_until(Duration::from_secs(2), |sim| !sim.b.conn_ids.is_empty()),
-            "no CONNECT_REQUEST"
-        );
+        assert!(w.sim.run_until(Duration::from_secs(2), |sim| !sim.b.conn_ids.is_empty()), "no CONNECT_REQUEST");
         let accept = CmdAccept {
             conn_id: w.sim.b.conn_ids[0].into(),
             qpn: w.sim.b.qps[0].qpn.into(),
@@ -1286,11 +1088,7 @@ impl World {
             let st: QpStatus = g.mem.read_obj(GuestAddress(g.qps[0].status)).unwrap();
             st.state.to_native() == QpState::Rts as u32
         };
-        assert!(
-            w.sim
-                .run_until(Duration::from_secs(2), |sim| rts(&sim.a) && rts(&sim.b)),
-            "not established"
-        );
+        assert!(w.sim.run_until(Duration::from_secs(2), |sim| rts(&sim.a) && rts(&sim.b)), "not established");
         w.strict = true;
         (w, protected)
     }
@@ -1334,17 +1132,9 @@ fn sge(input: &mut Input<'_>, mrs: &[MrInfo]) -> abi::Sge {
         Some(mr) if sel & 0x80 == 0 => {
             let offset = u64::from(input.u16()) % (mr.length + 64);
             let length = u32::from(input.u16());
-            abi::Sge {
-                addr: (mr.iova + offset).into(),
-                length: length.into(),
-                lkey: mr.stag.into(),
-            }
+            abi::Sge { addr: (mr.iova + offset).into(), length: length.into(), lkey: mr.stag.into() }
         }
-        _ => abi::Sge {
-            addr: input.u64().into(),
-            length: input.u32().into(),
-            lkey: input.u32().into(),
-        },
+        _ => abi::Sge { addr: input.u64().into(), length: input.u32().into(), lkey: input.u32().into() },
     }
 }
 
@@ -1357,18 +1147,10 @@ fn sq_template(input: &mut Input<'_>, mrs: &[MrInfo], peer: &[MrInfo]) -> SqWqe 
         0xff => input.u8(),
         f => f & 7,
     };
-    let mut w = SqWqe {
-        wr_id: input.u64().into(),
-        opcode,
-        flags,
-        ..Default::default()
-    };
+    let mut w = SqWqe { wr_id: input.u64().into(), opcode, flags, ..Default::default() };
     let remote = sge(input, peer);
     (w.remote_addr, w.remote_stag) = (remote.addr, remote.lkey);
-    w.invalidate_stag = peer
-        .get(usize::from(input.u8()) % peer.len().max(1))
-        .map_or(0, |m| m.stag)
-        .into();
+    w.invalidate_stag = peer.get(usize::from(input.u8()) % peer.len().max(1)).map_or(0, |m| m.stag).into();
     if flags & abi::WqeFlag::Inline as u8 != 0 {
         let len = u32::from(input.u8() % 72);
         w.inline_len = len.into();
@@ -1390,9 +1172,7 @@ fn sq_template(input: &mut Input<'_>, mrs: &[MrInfo], peer: &[MrInfo]) -> SqWqe 
 /// next or any key, over a page list somewhere in the PBL area (often a
 /// real one), with fuzzed counts, lengths, rights and page shift.
 fn reg_mr_template(input: &mut Input<'_>, mrs: &[MrInfo]) -> SqWqe {
-    let stag = mrs
-        .get(usize::from(input.u8()) % mrs.len().max(1))
-        .map_or(input.u32(), |m| m.stag);
+    let stag = mrs.get(usize::from(input.u8()) % mrs.len().max(1)).map_or(input.u32(), |m| m.stag);
     let stag = match input.u8() % 4 {
         0 => stag,
         1 | 2 => stag & !0xff | stag.wrapping_add(1) & 0xff,
@@ -1408,9 +1188,7 @@ fn reg_mr_template(input: &mut Input<'_>, mrs: &[MrInfo]) -> SqWqe {
         flags: input.u8() & 7,
         stag: stag.into(),
         iova: (u64::from(input.u16()) << 8).into(),
-        length: (u64::from(npages.min(20)) * PAGE)
-            .wrapping_sub(u64::from(input.u8()))
-            .into(),
+        length: (u64::from(npages.min(20)) * PAGE).wrapping_sub(u64::from(input.u8())).into(),
         pbl_addr: match input.u8() % 4 {
             0 => input.u64(),
             _ => PBL + u64::from(input.u16() % 0x800) * 8,
@@ -1418,23 +1196,14 @@ fn reg_mr_template(input: &mut Input<'_>, mrs: &[MrInfo]) -> SqWqe {
         .into(),
         npages: npages.into(),
         access: u32::from(input.u8() & 0xf).into(),
-        page_shift: if input.u8() == 0 {
-            u32::from(input.u8())
-        } else {
-            abi::VT3_PAGE_SHIFT
-        }
-        .into(),
+        page_shift: if input.u8() == 0 { u32::from(input.u8()) } else { abi::VT3_PAGE_SHIFT }.into(),
         ..Default::default()
     };
     abi::read_struct(reg.as_slice()).unwrap_or_default()
 }
 
 fn rq_template(input: &mut Input<'_>, mrs: &[MrInfo]) -> RqWqe {
-    let mut w = RqWqe {
-        wr_id: input.u64().into(),
-        num_sge: input.u8() % 6,
-        ..Default::default()
-    };
+    let mut w = RqWqe { wr_id: input.u64().into(), num_sge: input.u8() % 6, ..Default::default() };
     for k in 0..usize::from(w.num_sge).min(4) {
         w.sge[k] = sge(input, mrs);
     }
@@ -1518,10 +1287,7 @@ pub fn wqe(data: &[u8]) {
             .iter()
             .map(|&(i, at, len)| {
                 let mut buf = vec![0u8; len as usize];
-                w.guest(i)
-                    .mem
-                    .read_slice(&mut buf, GuestAddress(at))
-                    .unwrap();
+                w.guest(i).mem.read_slice(&mut buf, GuestAddress(at)).unwrap();
                 buf
             })
             .collect()
@@ -1538,10 +1304,7 @@ pub fn wqe(data: &[u8]) {
             continue;
         }
         if let Some(off) = b.iter().zip(a).position(|(x, y)| x != y) {
-            panic!(
-                "guest {i}: the device wrote {:#x}, which it may not",
-                at + off as u64
-            );
+            panic!("guest {i}: the device wrote {:#x}, which it may not", at + off as u64);
         }
     }
     let now = world.now();
@@ -1592,9 +1355,7 @@ fn vq_len(input: &mut Input<'_>) -> u32 {
 }
 
 fn vq_desc(input: &mut Input<'_>) -> [u8; 16] {
-    use virtio_bindings::bindings::virtio_ring::{
-        VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT, VRING_DESC_F_WRITE,
-    };
+    use virtio_bindings::bindings::virtio_ring::{VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
     let addr = vq_addr(input);
     let len = vq_len(input);
     let f = input.u8();
@@ -1611,11 +1372,7 @@ fn vq_desc(input: &mut Input<'_>) -> [u8; 16] {
     if f & 0x80 != 0 {
         flags = input.u16();
     }
-    let next = if f & 0x40 != 0 {
-        input.u16()
-    } else {
-        u16::from(input.u8() & 0x3f)
-    };
+    let next = if f & 0x40 != 0 { input.u16() } else { u16::from(input.u8() & 0x3f) };
     let mut d = [0u8; 16];
     d[..8].copy_from_slice(&addr.to_le_bytes());
     d[8..12].copy_from_slice(&len.to_le_bytes());
@@ -1636,8 +1393,8 @@ fn vq_desc(input: &mut Input<'_>) -> [u8; 16] {
 /// descriptor of the table, TX entries have length 0, every chain taken
 /// is used exactly once, an RX frame is delivered whole or not at all.
 pub fn virtio_chains(data: &[u8]) {
-    use std::ops::ControlFlow;
     use virtio_queue::{Queue, QueueT};
+    use std::ops::ControlFlow;
     use vt3d::nic::virtio::{
         deliver_rx, drain_tx, pending_chains, ChainStats, NetLayout, QueueError, RxOutcome, Scratch,
     };
@@ -1662,16 +1419,11 @@ pub fn virtio_chains(data: &[u8]) {
 
     let ndesc = u16::from(input.u8()).min(size);
     for k in 0..ndesc {
-        mem.write_slice(
-            &vq_desc(&mut input),
-            GuestAddress(desc_table + u64::from(k) * 16),
-        )
-        .unwrap();
+        mem.write_slice(&vq_desc(&mut input), GuestAddress(desc_table + u64::from(k) * 16)).unwrap();
     }
     let nindirect = u64::from(input.u8() & 0x7f);
     for k in 0..nindirect {
-        mem.write_slice(&vq_desc(&mut input), GuestAddress(INDIRECT + k * 16))
-            .unwrap();
+        mem.write_slice(&vq_desc(&mut input), GuestAddress(INDIRECT + k * 16)).unwrap();
     }
     let write_u16 = |at: u64, v: u16| mem.write_obj(v.to_le(), GuestAddress(at)).unwrap();
     let read_u16 = |at: u64| u16::from_le(mem.read_obj::<u16>(GuestAddress(at)).unwrap());
@@ -1680,11 +1432,7 @@ pub fn virtio_chains(data: &[u8]) {
     write_u16(avail, input.u16() & 1); // flags: NO_INTERRUPT or not
     let avail_heads = |input: &mut Input<'_>, from: u16, n: u16| {
         for k in 0..n {
-            let head = if input.u8() == 0xff {
-                input.u16()
-            } else {
-                u16::from(input.u8()) % ndesc.max(1)
-            };
+            let head = if input.u8() == 0xff { input.u16() } else { u16::from(input.u8()) % ndesc.max(1) };
             let slot = u64::from(from.wrapping_add(k) % size);
             write_u16(avail + 4 + slot * 2, head);
         }
@@ -1727,63 +1475,36 @@ pub fn virtio_chains(data: &[u8]) {
                 };
                 let stop_after = u64::from(input.u8());
                 let mut frames = 0u64;
-                let result = drain_tx(
-                    &mut queue,
-                    &mem,
-                    &layout,
-                    &mut scratch,
-                    &mut stats,
-                    budget,
-                    |frame| {
-                        assert!(
-                            frame.len() <= layout.max_frame,
-                            "TX frame of {} octets",
-                            frame.len()
-                        );
-                        frames += 1;
-                        if frames == stop_after {
-                            ControlFlow::Break(())
-                        } else {
-                            ControlFlow::Continue(())
-                        }
-                    },
-                );
+                let result = drain_tx(&mut queue, &mem, &layout, &mut scratch, &mut stats, budget, |frame| {
+                    assert!(frame.len() <= layout.max_frame, "TX frame of {} octets", frame.len());
+                    frames += 1;
+                    if frames == stop_after {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                });
                 assert_eq!(frames, stats.frames);
                 let taken = stats.frames + stats.malformed;
-                assert!(
-                    taken <= budget as u64,
-                    "{taken} chains taken on a budget of {budget}"
-                );
+                assert!(taken <= budget as u64, "{taken} chains taken on a budget of {budget}");
                 let n = read_u16(used + 2).wrapping_sub(used_before);
                 for k in 0..n {
                     let slot = u64::from(used_before.wrapping_add(k) % size);
-                    let id = u32::from_le(
-                        mem.read_obj::<u32>(GuestAddress(used + 4 + slot * 8))
-                            .unwrap(),
-                    );
-                    let len = u32::from_le(
-                        mem.read_obj::<u32>(GuestAddress(used + 8 + slot * 8))
-                            .unwrap(),
-                    );
+                    let id = u32::from_le(mem.read_obj::<u32>(GuestAddress(used + 4 + slot * 8)).unwrap());
+                    let len = u32::from_le(mem.read_obj::<u32>(GuestAddress(used + 8 + slot * 8)).unwrap());
                     assert!(id < u32::from(size), "used id {id} of a {size}-entry queue");
                     assert_eq!(len, 0, "a TX chain is used with length 0");
                 }
                 match result {
                     Err(QueueError::Ring(_)) => {}
-                    Err(
-                        QueueError::AvailIndexBeyondRing { .. } | QueueError::MissingChain { .. },
-                    ) => {
+                    Err(QueueError::AvailIndexBeyondRing { .. } | QueueError::MissingChain { .. }) => {
                         assert_eq!(u64::from(n), taken, "chains popped and used");
                     }
                     Ok(done) => {
                         assert_eq!(u64::from(n), taken, "chains popped and used");
                         assert_eq!(done.used_any, taken > 0);
                         if !done.more {
-                            assert_eq!(
-                                pending_chains(&queue, &mem).ok(),
-                                Some(0),
-                                "chains left without `more`"
-                            );
+                            assert_eq!(pending_chains(&queue, &mem).ok(), Some(0), "chains left without `more`");
                         }
                     }
                 }
@@ -1791,20 +1512,13 @@ pub fn virtio_chains(data: &[u8]) {
             1 => {
                 let len = usize::from(input.u16()) % (layout.max_frame + 1);
                 let frame: Vec<u8> = (0..len).map(|k| k as u8).collect();
-                let result =
-                    deliver_rx(&mut queue, &mem, &layout, &mut scratch, &mut stats, &frame);
+                let result = deliver_rx(&mut queue, &mem, &layout, &mut scratch, &mut stats, &frame);
                 let n = read_u16(used + 2).wrapping_sub(used_before);
                 let mut total = 0u64;
                 for k in 0..n {
                     let slot = u64::from(used_before.wrapping_add(k) % size);
-                    let id = u32::from_le(
-                        mem.read_obj::<u32>(GuestAddress(used + 4 + slot * 8))
-                            .unwrap(),
-                    );
-                    let len = u32::from_le(
-                        mem.read_obj::<u32>(GuestAddress(used + 8 + slot * 8))
-                            .unwrap(),
-                    );
+                    let id = u32::from_le(mem.read_obj::<u32>(GuestAddress(used + 4 + slot * 8)).unwrap());
+                    let len = u32::from_le(mem.read_obj::<u32>(GuestAddress(used + 8 + slot * 8)).unwrap());
                     assert!(id < u32::from(size), "used id {id} of a {size}-entry queue");
                     total += u64::from(len);
                 }
@@ -1812,11 +1526,7 @@ pub fn virtio_chains(data: &[u8]) {
                     Ok(RxOutcome::Delivered { buffers }) => {
                         assert!(buffers >= 1 && (layout.mergeable || buffers == 1));
                         if n <= size {
-                            assert_eq!(
-                                total,
-                                (layout.hdr_len + len) as u64,
-                                "frame delivered in part"
-                            );
+                            assert_eq!(total, (layout.hdr_len + len) as u64, "frame delivered in part");
                         }
                     }
                     Ok(RxOutcome::Dropped | RxOutcome::NoBuffers) => {
@@ -1834,8 +1544,7 @@ pub fn virtio_chains(data: &[u8]) {
             }
             _ => {
                 let k = u64::from(input.u8()) % u64::from(size);
-                mem.write_slice(&vq_desc(&mut input), GuestAddress(desc_table + k * 16))
-                    .unwrap();
+                mem.write_slice(&vq_desc(&mut input), GuestAddress(desc_table + k * 16)).unwrap();
             }
         }
         let _ = queue.needs_notification(&mem);
@@ -1906,11 +1615,7 @@ pub fn vhost_user_relay(data: &[u8]) {
         match request {
             VU_SET_VRING_ENABLE if !features_set => {
                 if flags & VU_FLAG_NEED_REPLY != 0 {
-                    to_qemu.extend(vu_message(
-                        VU_SET_VRING_ENABLE,
-                        0x1 | 0x4,
-                        &0u64.to_le_bytes(),
-                    ));
+                    to_qemu.extend(vu_message(VU_SET_VRING_ENABLE, 0x1 | 0x4, &0u64.to_le_bytes()));
                     flags &= !VU_FLAG_NEED_REPLY;
                 }
                 held.push(vu_message(request, flags, payload));
@@ -1942,11 +1647,7 @@ pub fn vhost_user_relay(data: &[u8]) {
     }
     drop((front, back));
     assert_eq!(relayed, messages, "messages read");
-    assert_eq!(
-        at_daemon.join().unwrap(),
-        to_daemon,
-        "what reached the daemon"
-    );
+    assert_eq!(at_daemon.join().unwrap(), to_daemon, "what reached the daemon");
     assert_eq!(at_qemu.join().unwrap(), to_qemu, "what QEMU got back");
 
     // The daemon's replies, back to QEMU unchanged.
@@ -1979,8 +1680,5 @@ pub fn vhost_user_relay(data: &[u8]) {
     drop((front, back));
     let _ = at_qemu.join().unwrap();
     let reached = at_daemon.join().unwrap();
-    assert!(
-        to_daemon.starts_with(&reached),
-        "the loop forwarded something else"
-    );
+    assert!(to_daemon.starts_with(&reached), "the loop forwarded something else");
 }

@@ -27,9 +27,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use pcap_file::pcapng::blocks::enhanced_packet::{EnhancedPacketBlock, EnhancedPacketOption};
-use pcap_file::pcapng::blocks::interface_description::{
-    InterfaceDescriptionBlock, InterfaceDescriptionOption,
-};
+use pcap_file::pcapng::blocks::interface_description::{InterfaceDescriptionBlock, InterfaceDescriptionOption};
 use pcap_file::pcapng::PcapNgWriter;
 use pcap_file::{DataLink, PcapError};
 use thiserror::Error;
@@ -115,12 +113,7 @@ pub struct Finished {
 
 impl std::fmt::Display for Finished {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "capture to {} stopped: {} frames written",
-            self.path.display(),
-            self.frames
-        )?;
+        write!(f, "capture to {} stopped: {} frames written", self.path.display(), self.frames)?;
         if self.dropped > 0 {
             write!(f, ", {} dropped (writer behind)", self.dropped)?;
         }
@@ -178,19 +171,13 @@ impl Capture {
 
     /// The file being written, if a capture runs.
     pub fn path(&self) -> Option<PathBuf> {
-        self.session()
-            .as_ref()
-            .filter(|s| !s.writer.is_finished())
-            .map(|s| s.path.clone())
+        self.session().as_ref().filter(|s| !s.writer.is_finished()).map(|s| s.path.clone())
     }
 
     /// Names the uplink in the files written from now on (e.g. its
     /// `--uplink` spec).
     pub fn describe(&self, interface: &str) {
-        *self
-            .interface
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = interface.to_owned();
+        *self.interface.lock().unwrap_or_else(PoisonError::into_inner) = interface.to_owned();
     }
 
     fn session(&self) -> MutexGuard<'_, Option<Session>> {
@@ -201,19 +188,12 @@ impl Capture {
     /// on a write error is reaped first.
     pub fn start(&self, path: &Path) -> Result<(), CaptureError> {
         self.begin(path, || {
-            File::create(path).map_err(|source| CaptureError::Create {
-                path: path.to_owned(),
-                source,
-            })
+            File::create(path).map_err(|source| CaptureError::Create { path: path.to_owned(), source })
         })
     }
 
     /// [`Capture::start`] onto any writer (`path` only names it).
-    pub fn start_with<W: Write + Send + 'static>(
-        &self,
-        path: &Path,
-        out: W,
-    ) -> Result<(), CaptureError> {
+    pub fn start_with<W: Write + Send + 'static>(&self, path: &Path, out: W) -> Result<(), CaptureError> {
         self.begin(path, || Ok(out))
     }
 
@@ -233,18 +213,11 @@ impl Capture {
             log::info!("{}", self.reap(old));
         }
         let out = open()?;
-        let mut interface = self
-            .interface
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let mut interface = self.interface.lock().unwrap_or_else(PoisonError::into_inner).clone();
         if interface.is_empty() {
             interface = "vt3d uplink".to_owned();
         }
-        let header = |source| CaptureError::Header {
-            path: path.to_owned(),
-            source,
-        };
+        let header = |source| CaptureError::Header { path: path.to_owned(), source };
         let mut writer = PcapNgWriter::new(BufWriter::new(out)).map_err(|e| header(io_error(e)))?;
         let idb = InterfaceDescriptionBlock {
             linktype: DataLink::ETHERNET,
@@ -256,9 +229,7 @@ impl Capture {
                 InterfaceDescriptionOption::IfTsResol(9),
             ],
         };
-        writer
-            .write_pcapng_block(idb)
-            .map_err(|e| header(io_error(e)))?;
+        writer.write_pcapng_block(idb).map_err(|e| header(io_error(e)))?;
         writer.get_mut().flush().map_err(header)?;
         let (queue, frames) = mpsc::sync_channel(MAX_QUEUED_FRAMES);
         let shared = Arc::clone(&self.shared);
@@ -271,11 +242,7 @@ impl Capture {
         self.shared.session_dropped.store(0, Ordering::Relaxed);
         self.shared.stats.started.fetch_add(1, Ordering::Relaxed);
         self.shared.active.store(true, Ordering::Release);
-        *session = Some(Session {
-            path: path.to_owned(),
-            queue,
-            writer,
-        });
+        *session = Some(Session { path: path.to_owned(), queue, writer });
         log::info!("capturing the uplink to {}", path.display());
         Ok(())
     }
@@ -293,23 +260,14 @@ impl Capture {
     }
 
     fn reap(&self, session: Session) -> Finished {
-        let Session {
-            path,
-            queue,
-            writer,
-        } = session;
+        let Session { path, queue, writer } = session;
         drop(queue);
         let (frames, error) = match writer.join() {
             Ok(Ok(frames)) => (frames, None),
             Ok(Err((frames, e))) => (frames, Some(e)),
             Err(_) => (0, Some("the writer thread panicked".to_owned())),
         };
-        Finished {
-            path,
-            frames,
-            dropped: self.shared.session_dropped.load(Ordering::Relaxed),
-            error,
-        }
+        Finished { path, frames, dropped: self.shared.session_dropped.load(Ordering::Relaxed), error }
     }
 
     /// Records one frame if a capture runs; never waits, never fails (a
@@ -318,9 +276,7 @@ impl Capture {
         if !self.shared.active.load(Ordering::Acquire) {
             return;
         }
-        let at = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
+        let at = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         let len = frame.len();
         let queued = self.shared.queued_bytes.fetch_add(len, Ordering::Relaxed);
         if queued.saturating_add(len) > MAX_QUEUED_BYTES {
@@ -328,11 +284,7 @@ impl Capture {
             self.count_dropped();
             return;
         }
-        let record = Record {
-            at,
-            direction,
-            data: frame.to_vec(),
-        };
+        let record = Record { at, direction, data: frame.to_vec() };
         let sent = match self.session().as_ref() {
             Some(session) => session.queue.try_send(record),
             None => Err(TrySendError::Disconnected(record)),
@@ -413,10 +365,7 @@ fn write_frames<W: Write>(
         let len = record.data.len();
         shared.queued_bytes.fetch_sub(len, Ordering::Relaxed);
         let original_len = u32::try_from(len).unwrap_or(u32::MAX);
-        let kept = record
-            .data
-            .get(..len.min(SNAPLEN as usize))
-            .unwrap_or_default();
+        let kept = record.data.get(..len.min(SNAPLEN as usize)).unwrap_or_default();
         let epb = EnhancedPacketBlock {
             interface_id: 0,
             timestamp: record.at,
@@ -488,11 +437,7 @@ impl Uplink for TappedUplink {
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
     use pcap_file::pcapng::{Block, PcapNgReader};
@@ -508,21 +453,13 @@ mod tests {
                     _ => None,
                 });
                 assert_eq!(epb.original_len as usize, epb.data.len());
-                assert!(
-                    epb.timestamp > Duration::from_secs(1_600_000_000),
-                    "a wall-clock timestamp"
-                );
-                out.push((
-                    Direction::from_epb_flags(flags.unwrap()).unwrap(),
-                    epb.data.into_owned(),
-                ));
+                assert!(epb.timestamp > Duration::from_secs(1_600_000_000), "a wall-clock timestamp");
+                out.push((Direction::from_epb_flags(flags.unwrap()).unwrap(), epb.data.into_owned()));
             }
         }
         assert_eq!(reader.interfaces().len(), 1);
         assert_eq!(reader.interfaces()[0].linktype, DataLink::ETHERNET);
-        assert!(reader.interfaces()[0]
-            .options
-            .contains(&InterfaceDescriptionOption::IfTsResol(9)));
+        assert!(reader.interfaces()[0].options.contains(&InterfaceDescriptionOption::IfTsResol(9)));
         out
     }
 
@@ -567,10 +504,7 @@ mod tests {
         let path = dir.path().join("wire.pcapng");
         let capture = Arc::new(Capture::default());
         let wire = Wire::default();
-        wire.incoming
-            .lock()
-            .unwrap()
-            .extend([frame(1, 60), frame(2, 1514), frame(3, 61)]);
+        wire.incoming.lock().unwrap().extend([frame(1, 60), frame(2, 1514), frame(3, 61)]);
         let uplink = TappedUplink::new(Box::new(wire), Arc::clone(&capture));
 
         uplink.send(&frame(9, 100)).unwrap(); // before the capture: not recorded
@@ -583,18 +517,10 @@ mod tests {
         let mut received = vec![Received::default(); 4];
         assert_eq!(uplink.recv_batch(&mut bufs, &mut received).unwrap(), 1);
         assert_eq!(received[0], Received::single(60));
-        assert_eq!(
-            uplink
-                .send_batch(&[&frame(11, 70), &frame(12, 9014)])
-                .unwrap(),
-            2
-        );
+        assert_eq!(uplink.send_batch(&[&frame(11, 70), &frame(12, 9014)]).unwrap(), 2);
         assert_eq!(uplink.recv_batch(&mut bufs, &mut received).unwrap(), 1);
         let finished = capture.stop().unwrap();
-        assert_eq!(
-            (finished.frames, finished.dropped, finished.error.as_deref()),
-            (5, 0, None)
-        );
+        assert_eq!((finished.frames, finished.dropped, finished.error.as_deref()), (5, 0, None));
         assert!(!capture.is_active());
         uplink.send(&frame(13, 100)).unwrap(); // after: not recorded
 
@@ -636,13 +562,7 @@ mod tests {
         capture.record(Direction::Inbound, &frame(5, 62));
         capture.stop().unwrap();
         assert_eq!(read_back(&a), vec![(Direction::Inbound, frame(5, 62))]);
-        assert_eq!(
-            read_back(&b),
-            vec![
-                (Direction::Inbound, frame(3, 60)),
-                (Direction::Outbound, frame(4, 61))
-            ]
-        );
+        assert_eq!(read_back(&b), vec![(Direction::Inbound, frame(3, 60)), (Direction::Outbound, frame(4, 61))]);
         assert_eq!(capture.rows()[1], ("started", 3));
     }
 
@@ -653,11 +573,7 @@ mod tests {
         let err = capture.start(path).unwrap_err();
         let text = err.to_string();
         assert!(matches!(err, CaptureError::Create { .. }));
-        assert!(
-            text.contains("cannot create /nonexistent-vt3-dir/x.pcapng")
-                && text.contains("No such file"),
-            "{text}"
-        );
+        assert!(text.contains("cannot create /nonexistent-vt3-dir/x.pcapng") && text.contains("No such file"), "{text}");
         assert!(!capture.is_active());
         // A full disk at the start: the header cannot be written.
         let err = capture.start(Path::new("/dev/full")).unwrap_err();
@@ -689,9 +605,7 @@ mod tests {
     #[test]
     fn a_write_error_stops_the_capture_cleanly() {
         let capture = Capture::default();
-        capture
-            .start_with(Path::new("full.pcapng"), FillsUp { room: 20_000 })
-            .unwrap();
+        capture.start_with(Path::new("full.pcapng"), FillsUp { room: 20_000 }).unwrap();
         // The worker goes on recording; the writer fails once the room is
         // used and the capture turns itself off.
         for i in 0..200u8 {
@@ -712,10 +626,7 @@ mod tests {
         assert_eq!(capture.stats().write_errors.load(Ordering::Relaxed), 1);
         capture.record(Direction::Outbound, &frame(0, 60)); // ignored, no panic
         let finished = capture.stop().unwrap();
-        assert!(
-            finished.error.as_deref().unwrap().contains("No space left"),
-            "{finished}"
-        );
+        assert!(finished.error.as_deref().unwrap().contains("No space left"), "{finished}");
         assert!(finished.frames < 20, "{finished}");
         // A new capture can start after the failed one.
         let dir = tempfile::tempdir().unwrap();
@@ -748,9 +659,7 @@ mod tests {
     fn a_stalled_writer_never_holds_up_the_worker() {
         let gate = Arc::new((Mutex::new(true), std::sync::Condvar::new()));
         let capture = Capture::default();
-        capture
-            .start_with(Path::new("stalled.pcapng"), Stalled(Arc::clone(&gate)))
-            .unwrap();
+        capture.start_with(Path::new("stalled.pcapng"), Stalled(Arc::clone(&gate))).unwrap();
         *gate.0.lock().unwrap() = false;
         // Far more than the queue holds, by frames and by octets: every
         // call returns at once; the excess is dropped and counted.
@@ -767,9 +676,6 @@ mod tests {
         gate.1.notify_all();
         let finished = capture.stop().unwrap();
         assert_eq!(finished.dropped, dropped);
-        assert!(
-            finished.frames > 0 && finished.error.is_none(),
-            "{finished}"
-        );
+        assert!(finished.frames > 0 && finished.error.is_none(), "{finished}");
     }
 }

@@ -4,16 +4,12 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::abi::Cmd;
 use crate::nic::{parse_mac, MacAddr};
 use crate::uplink::UplinkSpec;
+use crate::abi::Cmd;
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "vt3d",
-    version,
-    about = "vt3d: a virtual T3-class iWARP RNIC for QEMU (vhost-user-net backend)"
-)]
+#[command(name = "vt3d", version, about = "vt3d: a virtual T3-class iWARP RNIC for QEMU (vhost-user-net backend)")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -43,11 +39,7 @@ pub struct CtlArgs {
 /// `vt3d ctl` command line after `--mgmt PATH` (`--json` included), e.g.
 /// `--json fault drop --qp 3 --percent 10`.
 #[derive(Debug, Parser)]
-#[command(
-    name = "vt3d-ctl",
-    no_binary_name = true,
-    disable_help_subcommand = true
-)]
+#[command(name = "vt3d-ctl", no_binary_name = true, disable_help_subcommand = true)]
 pub struct CtlLine {
     #[arg(long)]
     pub json: bool,
@@ -94,9 +86,7 @@ pub enum CaptureRequest {
 /// A capture file name as the request line can carry it (one word).
 fn capture_path(s: &str) -> Result<PathBuf, String> {
     if s.is_empty() || s.chars().any(char::is_whitespace) {
-        return Err(format!(
-            "{s:?}: a capture file name must be one word (no white space)"
-        ));
+        return Err(format!("{s:?}: a capture file name must be one word (no white space)"));
     }
     Ok(PathBuf::from(s))
 }
@@ -194,21 +184,14 @@ pub enum FaultRequest {
 /// A command by its name in `vt3_hw.h`, lower case with dashes
 /// (`create-cq` for VT3_CMD_CREATE_CQ).
 fn command_name(s: &str) -> Result<Cmd, String> {
-    Cmd::ALL
-        .iter()
-        .copied()
-        .find(|c| cli_name(*c) == s)
-        .ok_or_else(|| {
-            let names: Vec<String> = Cmd::ALL.iter().map(|c| cli_name(*c)).collect();
-            format!("{s:?} is not a command (one of: {})", names.join(", "))
-        })
+    Cmd::ALL.iter().copied().find(|c| cli_name(*c) == s).ok_or_else(|| {
+        let names: Vec<String> = Cmd::ALL.iter().map(|c| cli_name(*c)).collect();
+        format!("{s:?} is not a command (one of: {})", names.join(", "))
+    })
 }
 
 fn cli_name(cmd: Cmd) -> String {
-    cmd.name()
-        .trim_start_matches("VT3_CMD_")
-        .to_ascii_lowercase()
-        .replace('_', "-")
+    cmd.name().trim_start_matches("VT3_CMD_").to_ascii_lowercase().replace('_', "-")
 }
 
 /// Decimal or `0x` hexadecimal.
@@ -235,18 +218,9 @@ impl FaultRequest {
                 }
                 w
             }
-            Self::Drop {
-                qp: n,
-                percent,
-                seed,
-            } => {
+            Self::Drop { qp: n, percent, seed } => {
                 let mut w = qp("drop", n);
-                w.extend([
-                    "--percent".to_owned(),
-                    percent.to_string(),
-                    "--seed".to_owned(),
-                    seed.to_string(),
-                ]);
+                w.extend(["--percent".to_owned(), percent.to_string(), "--seed".to_owned(), seed.to_string()]);
                 w
             }
             Self::Delay { qp: n, ms } => {
@@ -255,34 +229,17 @@ impl FaultRequest {
                 w
             }
             Self::CorruptCrc { qp: n } => qp("corrupt-crc", n),
-            Self::Terminate {
-                qp: n,
-                layer,
-                etype,
-                ecode,
-            } => {
+            Self::Terminate { qp: n, layer, etype, ecode } => {
                 let mut w = qp("terminate", n);
                 for (k, v) in [("--layer", layer), ("--etype", etype), ("--ecode", ecode)] {
                     w.extend([k.to_owned(), v.to_string()]);
                 }
                 w
             }
-            Self::InvalidateStag { stag } => vec![
-                "invalidate-stag".to_owned(),
-                "--stag".to_owned(),
-                format!("{stag:#x}"),
-            ],
+            Self::InvalidateStag { stag } => vec!["invalidate-stag".to_owned(), "--stag".to_owned(), format!("{stag:#x}")],
             Self::DeviceFatal => vec!["device-fatal".to_owned()],
-            Self::MuteCommands { ms } => vec![
-                "mute-commands".to_owned(),
-                "--ms".to_owned(),
-                ms.to_string(),
-            ],
-            Self::LoseReply { command } => vec![
-                "lose-reply".to_owned(),
-                "--command".to_owned(),
-                cli_name(command),
-            ],
+            Self::MuteCommands { ms } => vec!["mute-commands".to_owned(), "--ms".to_owned(), ms.to_string()],
+            Self::LoseReply { command } => vec!["lose-reply".to_owned(), "--command".to_owned(), cli_name(command)],
         }
     }
 }
@@ -293,9 +250,7 @@ impl CtlRequest {
     pub fn resolve_paths(self) -> std::io::Result<Self> {
         Ok(match self {
             Self::Capture(CaptureRequest::Start { file }) if file.is_relative() => {
-                Self::Capture(CaptureRequest::Start {
-                    file: std::env::current_dir()?.join(file),
-                })
+                Self::Capture(CaptureRequest::Start { file: std::env::current_dir()?.join(file) })
             }
             other => other,
         })
@@ -318,15 +273,9 @@ impl CtlRequest {
                 words.extend(f.words());
             }
             Self::Capture(CaptureRequest::Start { file }) => {
-                words.extend([
-                    "capture".to_owned(),
-                    "start".to_owned(),
-                    file.display().to_string(),
-                ]);
+                words.extend(["capture".to_owned(), "start".to_owned(), file.display().to_string()]);
             }
-            Self::Capture(CaptureRequest::Stop) => {
-                words.extend(["capture".to_owned(), "stop".to_owned()])
-            }
+            Self::Capture(CaptureRequest::Stop) => words.extend(["capture".to_owned(), "stop".to_owned()]),
         }
         words.join(" ")
     }
@@ -351,10 +300,7 @@ impl CtlLine {
         let mut parsed = CtlLine::try_parse_from(words).map_err(|e| {
             // The first line of clap's message names the problem.
             let text = e.to_string();
-            let first = text
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("invalid request");
+            let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("invalid request");
             first.trim_start_matches("error: ").to_owned()
         })?;
         parsed.json |= json;
@@ -438,11 +384,7 @@ impl From<ServeArgs> for Config {
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
     use clap::error::ErrorKind;
@@ -458,15 +400,8 @@ mod tests {
     #[test]
     fn full_command_line() {
         let c = parse(&[
-            "serve",
-            "--socket",
-            "/run/vt3/a.sock",
-            "--uplink",
-            "unix-dgram:/t/a,/t/b",
-            "--mac",
-            "52:54:00:00:00:01",
-            "--mtu",
-            "9000",
+            "serve", "--socket", "/run/vt3/a.sock", "--uplink", "unix-dgram:/t/a,/t/b",
+            "--mac", "52:54:00:00:00:01", "--mtu", "9000",
         ])
         .unwrap();
         assert_eq!(c.socket, PathBuf::from("/run/vt3/a.sock"));
@@ -484,63 +419,34 @@ mod tests {
     fn errors_name_the_problem() {
         let cases: [(&[&str], &str); 5] = [
             (&["serve", "--uplink", "tap:t0"], "--socket"),
-            (
-                &["serve", "--socket", "s", "--uplink", "vde:x"],
-                "unknown uplink type",
-            ),
-            (
-                &[
-                    "serve", "--socket", "s", "--uplink", "tap:t0", "--mac", "52:54",
-                ],
-                "not a MAC",
-            ),
-            (
-                &[
-                    "serve", "--socket", "s", "--uplink", "tap:t0", "--mtu", "65001",
-                ],
-                "65001",
-            ),
-            (
-                &["serve", "--socket", "s", "--uplink", "udp:1.2.3.4:5"],
-                "two endpoints",
-            ),
+            (&["serve", "--socket", "s", "--uplink", "vde:x"], "unknown uplink type"),
+            (&["serve", "--socket", "s", "--uplink", "tap:t0", "--mac", "52:54"], "not a MAC"),
+            (&["serve", "--socket", "s", "--uplink", "tap:t0", "--mtu", "65001"], "65001"),
+            (&["serve", "--socket", "s", "--uplink", "udp:1.2.3.4:5"], "two endpoints"),
         ];
         for (args, needle) in cases {
             let err = parse(args).unwrap_err();
             assert!(err.to_string().contains(needle), "{args:?}: {err}");
         }
-        assert_eq!(
-            parse(&[]).unwrap_err().kind(),
-            ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-        );
+        assert_eq!(parse(&[]).unwrap_err().kind(), ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand);
     }
 
     #[test]
     fn ctl_command_line() {
         let cli = Cli::try_parse_from(["vt3d", "ctl", "--mgmt", "/m", "--json", "stats"]).unwrap();
-        let Command::Ctl(c) = cli.command else {
-            panic!("not ctl")
-        };
+        let Command::Ctl(c) = cli.command else { panic!("not ctl") };
         assert_eq!((c.mgmt, c.json), (PathBuf::from("/m"), true));
-        assert!(
-            Cli::try_parse_from(["vt3d", "ctl", "stats"]).is_err(),
-            "--mgmt is required"
-        );
+        assert!(Cli::try_parse_from(["vt3d", "ctl", "stats"]).is_err(), "--mgmt is required");
         assert!(Cli::try_parse_from(["vt3d", "ctl", "--mgmt", "/m", "dance"]).is_err());
         let cli = Cli::try_parse_from(["vt3d", "ctl", "--mgmt", "/m", "tcb"]).unwrap();
-        let Command::Ctl(c) = cli.command else {
-            panic!("not ctl")
-        };
+        let Command::Ctl(c) = cli.command else { panic!("not ctl") };
         assert_eq!(c.request.line(c.json), "tcb");
         assert_eq!(CtlRequest::Qps.line(true), "--json qps");
     }
 
     fn ctl(args: &[&str]) -> Result<CtlRequest, String> {
-        let cli = Cli::try_parse_from(["vt3d", "ctl", "--mgmt", "/m"].iter().chain(args))
-            .map_err(|e| e.to_string())?;
-        let Command::Ctl(c) = cli.command else {
-            panic!("not ctl")
-        };
+        let cli = Cli::try_parse_from(["vt3d", "ctl", "--mgmt", "/m"].iter().chain(args)).map_err(|e| e.to_string())?;
+        let Command::Ctl(c) = cli.command else { panic!("not ctl") };
         Ok(c.request)
     }
 
@@ -549,82 +455,23 @@ mod tests {
         let cases: [(&[&str], FaultRequest); 13] = [
             (&["fault", "rst", "--qp", "3"], FaultRequest::Rst { qp: 3 }),
             (&["fault", "fin", "--qp", "3"], FaultRequest::Fin { qp: 3 }),
+            (&["fault", "blackhole", "--qp", "3"], FaultRequest::Blackhole { qp: 3, off: false }),
+            (&["fault", "blackhole", "--qp", "3", "--off"], FaultRequest::Blackhole { qp: 3, off: true }),
+            (&["fault", "drop", "--qp", "3", "--percent", "10"], FaultRequest::Drop { qp: 3, percent: 10, seed: 1 }),
             (
-                &["fault", "blackhole", "--qp", "3"],
-                FaultRequest::Blackhole { qp: 3, off: false },
+                &["fault", "drop", "--qp", "3", "--percent", "100", "--seed", "0xff"],
+                FaultRequest::Drop { qp: 3, percent: 100, seed: 255 },
             ),
+            (&["fault", "delay", "--qp", "3", "--ms", "250"], FaultRequest::Delay { qp: 3, ms: 250 }),
+            (&["fault", "corrupt-crc", "--qp", "3"], FaultRequest::CorruptCrc { qp: 3 }),
             (
-                &["fault", "blackhole", "--qp", "3", "--off"],
-                FaultRequest::Blackhole { qp: 3, off: true },
+                &["fault", "terminate", "--qp", "3", "--layer", "1", "--etype", "2", "--ecode", "0x05"],
+                FaultRequest::Terminate { qp: 3, layer: 1, etype: 2, ecode: 5 },
             ),
-            (
-                &["fault", "drop", "--qp", "3", "--percent", "10"],
-                FaultRequest::Drop {
-                    qp: 3,
-                    percent: 10,
-                    seed: 1,
-                },
-            ),
-            (
-                &[
-                    "fault",
-                    "drop",
-                    "--qp",
-                    "3",
-                    "--percent",
-                    "100",
-                    "--seed",
-                    "0xff",
-                ],
-                FaultRequest::Drop {
-                    qp: 3,
-                    percent: 100,
-                    seed: 255,
-                },
-            ),
-            (
-                &["fault", "delay", "--qp", "3", "--ms", "250"],
-                FaultRequest::Delay { qp: 3, ms: 250 },
-            ),
-            (
-                &["fault", "corrupt-crc", "--qp", "3"],
-                FaultRequest::CorruptCrc { qp: 3 },
-            ),
-            (
-                &[
-                    "fault",
-                    "terminate",
-                    "--qp",
-                    "3",
-                    "--layer",
-                    "1",
-                    "--etype",
-                    "2",
-                    "--ecode",
-                    "0x05",
-                ],
-                FaultRequest::Terminate {
-                    qp: 3,
-                    layer: 1,
-                    etype: 2,
-                    ecode: 5,
-                },
-            ),
-            (
-                &["fault", "invalidate-stag", "--stag", "0x1a01"],
-                FaultRequest::InvalidateStag { stag: 0x1a01 },
-            ),
+            (&["fault", "invalidate-stag", "--stag", "0x1a01"], FaultRequest::InvalidateStag { stag: 0x1a01 }),
             (&["fault", "device-fatal"], FaultRequest::DeviceFatal),
-            (
-                &["fault", "mute-commands", "--ms", "20000"],
-                FaultRequest::MuteCommands { ms: 20000 },
-            ),
-            (
-                &["fault", "lose-reply", "--command", "create-cq"],
-                FaultRequest::LoseReply {
-                    command: Cmd::CreateCq,
-                },
-            ),
+            (&["fault", "mute-commands", "--ms", "20000"], FaultRequest::MuteCommands { ms: 20000 }),
+            (&["fault", "lose-reply", "--command", "create-cq"], FaultRequest::LoseReply { command: Cmd::CreateCq }),
         ];
         for (args, expected) in cases {
             let request = ctl(args).unwrap();
@@ -632,32 +479,14 @@ mod tests {
             // The line sent to the socket parses back to the same request.
             for json in [false, true] {
                 let line = CtlLine::parse(&request.line(json)).unwrap();
-                assert_eq!(
-                    (line.request, line.json),
-                    (request.clone(), json),
-                    "{args:?}"
-                );
+                assert_eq!((line.request, line.json), (request.clone(), json), "{args:?}");
             }
         }
         let bad: [(&[&str], &str); 7] = [
             (&["fault", "rst"], "--qp"),
             (&["fault", "drop", "--qp", "1", "--percent", "101"], "101"),
             (&["fault", "delay", "--qp", "1", "--ms", "60001"], "60001"),
-            (
-                &[
-                    "fault",
-                    "terminate",
-                    "--qp",
-                    "1",
-                    "--layer",
-                    "256",
-                    "--etype",
-                    "0",
-                    "--ecode",
-                    "0",
-                ],
-                "out of range",
-            ),
+            (&["fault", "terminate", "--qp", "1", "--layer", "256", "--etype", "0", "--ecode", "0"], "out of range"),
             (&["fault", "invalidate-stag", "--stag", "0xzz"], "0xzz"),
             (&["fault", "melt"], "melt"),
             (&["fault", "rst", "--qp", "-1"], "-1"),
@@ -669,104 +498,34 @@ mod tests {
         assert_eq!(ctl(&["cqs"]).unwrap(), CtlRequest::Cqs);
         // Capture: the line parses back; a relative path becomes absolute.
         let start = ctl(&["capture", "start", "/tmp/w.pcapng"]).unwrap();
-        assert_eq!(
-            start,
-            CtlRequest::Capture(CaptureRequest::Start {
-                file: "/tmp/w.pcapng".into()
-            })
-        );
+        assert_eq!(start, CtlRequest::Capture(CaptureRequest::Start { file: "/tmp/w.pcapng".into() }));
         assert_eq!(start.line(false), "capture start /tmp/w.pcapng");
         assert_eq!(CtlLine::parse(&start.line(true)).unwrap().request, start);
-        assert_eq!(
-            ctl(&["capture", "stop"]).unwrap(),
-            CtlRequest::Capture(CaptureRequest::Stop)
-        );
-        let relative = ctl(&["capture", "start", "w.pcapng"])
-            .unwrap()
-            .resolve_paths()
-            .unwrap();
-        assert_eq!(
-            relative,
-            CtlRequest::Capture(CaptureRequest::Start {
-                file: std::env::current_dir().unwrap().join("w.pcapng")
-            })
-        );
+        assert_eq!(ctl(&["capture", "stop"]).unwrap(), CtlRequest::Capture(CaptureRequest::Stop));
+        let relative = ctl(&["capture", "start", "w.pcapng"]).unwrap().resolve_paths().unwrap();
+        assert_eq!(relative, CtlRequest::Capture(CaptureRequest::Start { file: std::env::current_dir().unwrap().join("w.pcapng") }));
         assert!(ctl(&["capture", "start"]).unwrap_err().contains("FILE"));
-        assert!(ctl(&["capture", "start", "a b"])
-            .unwrap_err()
-            .contains("one word"));
+        assert!(ctl(&["capture", "start", "a b"]).unwrap_err().contains("one word"));
         assert!(ctl(&["capture", "pause"]).is_err());
         assert_eq!(ctl(&["mrs"]).unwrap(), CtlRequest::Mrs);
     }
 
     #[test]
     fn request_lines_parse_without_panicking() {
-        assert_eq!(
-            CtlLine::parse("stats json").unwrap().request,
-            CtlRequest::Stats
-        );
+        assert_eq!(CtlLine::parse("stats json").unwrap().request, CtlRequest::Stats);
         assert!(CtlLine::parse("stats json").unwrap().json);
         assert!(!CtlLine::parse("tcb text").unwrap().json);
         assert!(CtlLine::parse("--json mrs").unwrap().json);
-        for bad in [
-            "",
-            "reboot",
-            "tcb xml",
-            "fault",
-            "fault rst --qp",
-            "--help",
-            "help",
-            "-V",
-            "fault rst --qp 1 --qp 2",
-            "\0\0",
-        ] {
+        for bad in ["", "reboot", "tcb xml", "fault", "fault rst --qp", "--help", "help", "-V", "fault rst --qp 1 --qp 2", "\0\0"] {
             let err = CtlLine::parse(bad).unwrap_err();
             assert!(!err.is_empty(), "{bad:?}");
         }
         // Random word salad from the vocabulary: an answer, never a panic.
         let vocab = [
-            "fault",
-            "rst",
-            "fin",
-            "blackhole",
-            "drop",
-            "delay",
-            "corrupt-crc",
-            "terminate",
-            "invalidate-stag",
-            "device-fatal",
-            "--qp",
-            "--percent",
-            "--seed",
-            "--ms",
-            "--layer",
-            "--etype",
-            "--ecode",
-            "--stag",
-            "--off",
-            "--json",
-            "json",
-            "text",
-            "stats",
-            "tcb",
-            "qps",
-            "cqs",
-            "mrs",
-            "0",
-            "1",
-            "255",
-            "256",
-            "0x",
-            "0xffffffff",
-            "-1",
-            "99999999999999999999",
-            "\u{0}",
-            "é",
-            "--",
-            "-",
-            "help",
-            "--help",
-            "-h",
+            "fault", "rst", "fin", "blackhole", "drop", "delay", "corrupt-crc", "terminate", "invalidate-stag",
+            "device-fatal", "--qp", "--percent", "--seed", "--ms", "--layer", "--etype", "--ecode", "--stag", "--off",
+            "--json", "json", "text", "stats", "tcb", "qps", "cqs", "mrs", "0", "1", "255", "256", "0x", "0xffffffff",
+            "-1", "99999999999999999999", "\u{0}", "é", "--", "-", "help", "--help", "-h",
         ];
         let mut x = 0x1234_5678_9abc_def0u64;
         for _ in 0..3000 {
@@ -779,72 +538,13 @@ mod tests {
             }
             let _ = CtlLine::parse(&line.join(" "));
         }
-        assert_eq!(
-            parse(&["serve", "--socket", "s", "--uplink", "tap:t0"])
-                .unwrap()
-                .tcp_timeout,
-            15
-        );
-        assert!(parse(&[
-            "serve",
-            "--socket",
-            "s",
-            "--uplink",
-            "tap:t0",
-            "--tcp-timeout",
-            "0"
-        ])
-        .is_err());
-        assert_eq!(
-            parse(&[
-                "serve",
-                "--socket",
-                "s",
-                "--uplink",
-                "tap:t0",
-                "--tcp-timeout",
-                "60"
-            ])
-            .unwrap()
-            .tcp_timeout,
-            60
-        );
-        assert_eq!(
-            parse(&["serve", "--socket", "s", "--uplink", "tap:t0"])
-                .unwrap()
-                .poll_queues,
-            64
-        );
-        assert_eq!(
-            parse(&[
-                "serve",
-                "--socket",
-                "s",
-                "--uplink",
-                "tap:t0",
-                "--poll-queues",
-                "0"
-            ])
-            .unwrap()
-            .poll_queues,
-            0
-        );
-        assert_eq!(
-            parse(&["serve", "--socket", "s", "--uplink", "tap:t0"])
-                .unwrap()
-                .pcap,
-            None
-        );
-        let with_pcap = parse(&[
-            "serve",
-            "--socket",
-            "s",
-            "--uplink",
-            "tap:t0",
-            "--pcap",
-            "/tmp/w.pcapng",
-        ])
-        .unwrap();
+        assert_eq!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0"]).unwrap().tcp_timeout, 15);
+        assert!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0", "--tcp-timeout", "0"]).is_err());
+        assert_eq!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0", "--tcp-timeout", "60"]).unwrap().tcp_timeout, 60);
+        assert_eq!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0"]).unwrap().poll_queues, 64);
+        assert_eq!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0", "--poll-queues", "0"]).unwrap().poll_queues, 0);
+        assert_eq!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0"]).unwrap().pcap, None);
+        let with_pcap = parse(&["serve", "--socket", "s", "--uplink", "tap:t0", "--pcap", "/tmp/w.pcapng"]).unwrap();
         assert_eq!(with_pcap.pcap, Some(PathBuf::from("/tmp/w.pcapng")));
     }
 }

@@ -19,8 +19,8 @@
 pub mod abi;
 pub mod capture;
 pub mod config;
-pub mod control;
 pub mod mgmt;
+pub mod control;
 pub mod nic;
 pub mod rnic;
 pub mod uplink;
@@ -52,13 +52,12 @@ pub enum Error {
 
 /// Runs `vt3d serve` until SIGINT or SIGTERM.
 pub fn serve(config: &Config) -> Result<(), Error> {
-    let uplink = config.uplink.open().map_err(|source| Error::Uplink {
-        spec: config.uplink.to_string(),
-        source,
-    })?;
+    let uplink = config
+        .uplink
+        .open()
+        .map_err(|source| Error::Uplink { spec: config.uplink.to_string(), source })?;
     let nic = Arc::new(Nic::new(uplink, config.mac, config.mtu));
-    nic.rnic()
-        .set_tcp_timeout(vt3_iwarp::toe::Duration::from_secs(config.tcp_timeout));
+    nic.rnic().set_tcp_timeout(vt3_iwarp::toe::Duration::from_secs(config.tcp_timeout));
     nic.rnic().set_poll_queues(config.poll_queues);
     nic.capture.describe(&config.uplink.to_string());
     if let Some(path) = &config.pcap {

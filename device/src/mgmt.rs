@@ -23,9 +23,9 @@ use vt3_iwarp::engine::Fault;
 use vt3_iwarp::toe::Duration as EngineDuration;
 use vt3_iwarp::wire::terminate::TermCode;
 
-use crate::abi;
 use crate::config::{CaptureRequest, CtlLine, CtlRequest, FaultRequest};
 use crate::nic::Nic;
+use crate::abi;
 use crate::rnic::fault::Injected;
 use crate::rnic::{tpt, Rnic};
 
@@ -40,17 +40,15 @@ const MAX_CLIENTS: usize = 8;
 /// and says nothing must not hold up a test's `vt3d ctl fault` for the
 /// length of its read timeout.
 pub fn spawn(listener: UnixListener, nic: Arc<Nic>) -> io::Result<thread::JoinHandle<()>> {
-    thread::Builder::new()
-        .name("vt3d-mgmt".into())
-        .spawn(move || {
-            let clients = Arc::new(AtomicUsize::new(0));
-            for conn in listener.incoming() {
-                match conn {
-                    Ok(stream) => serve_on_thread(stream, &nic, &clients),
-                    Err(e) => log::warn!("mgmt accept: {e}"),
-                }
+    thread::Builder::new().name("vt3d-mgmt".into()).spawn(move || {
+        let clients = Arc::new(AtomicUsize::new(0));
+        for conn in listener.incoming() {
+            match conn {
+                Ok(stream) => serve_on_thread(stream, &nic, &clients),
+                Err(e) => log::warn!("mgmt accept: {e}"),
             }
-        })
+        }
+    })
 }
 
 fn serve_on_thread(stream: UnixStream, nic: &Arc<Nic>, clients: &Arc<AtomicUsize>) {
@@ -61,19 +59,16 @@ fn serve_on_thread(stream: UnixStream, nic: &Arc<Nic>, clients: &Arc<AtomicUsize
         // client reads the answer.
         let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
         let _ = BufReader::new((&stream).take(MAX_REQUEST)).read_line(&mut String::new());
-        let _ = (&stream)
-            .write_all(format!("error: busy ({MAX_CLIENTS} clients at once)\n").as_bytes());
+        let _ = (&stream).write_all(format!("error: busy ({MAX_CLIENTS} clients at once)\n").as_bytes());
         return;
     }
     let (nic, done) = (Arc::clone(nic), Arc::clone(clients));
-    let spawned = thread::Builder::new()
-        .name("vt3d-mgmt-client".into())
-        .spawn(move || {
-            if let Err(e) = serve_one(stream, &nic) {
-                log::debug!("mgmt: {e}");
-            }
-            done.fetch_sub(1, Ordering::AcqRel);
-        });
+    let spawned = thread::Builder::new().name("vt3d-mgmt-client".into()).spawn(move || {
+        if let Err(e) = serve_one(stream, &nic) {
+            log::debug!("mgmt: {e}");
+        }
+        done.fetch_sub(1, Ordering::AcqRel);
+    });
     if let Err(e) = spawned {
         clients.fetch_sub(1, Ordering::AcqRel);
         log::warn!("mgmt: no thread for a client: {e}");
@@ -149,50 +144,27 @@ impl From<bool> for Value {
 
 /// A table with a header line and aligned columns.
 fn text_table(rows: &[Row]) -> String {
-    let Some(first) = rows.first() else {
-        return String::new();
-    };
-    let cells: Vec<Vec<String>> =
-        std::iter::once(first.iter().map(|(k, _)| (*k).to_owned()).collect())
-            .chain(
-                rows.iter()
-                    .map(|r| r.iter().map(|(_, v)| text_cell(v)).collect()),
-            )
-            .collect();
+    let Some(first) = rows.first() else { return String::new() };
+    let cells: Vec<Vec<String>> = std::iter::once(first.iter().map(|(k, _)| (*k).to_owned()).collect())
+        .chain(rows.iter().map(|r| r.iter().map(|(_, v)| text_cell(v)).collect()))
+        .collect();
     let widths: Vec<usize> = (0..first.len())
-        .map(|i| {
-            cells
-                .iter()
-                .filter_map(|line| line.get(i))
-                .map(String::len)
-                .max()
-                .unwrap_or(0)
-        })
+        .map(|i| cells.iter().filter_map(|line| line.get(i)).map(String::len).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
     for line in &cells {
-        let padded: Vec<String> = line
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
+        let padded: Vec<String> = line.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
         let _ = writeln!(out, "{}", padded.join(" ").trim_end());
     }
     out
 }
 
 fn json_object(row: &Row) -> serde_json::Value {
-    row.iter()
-        .map(|(k, v)| ((*k).to_owned(), json_cell(v)))
-        .collect::<serde_json::Map<_, _>>()
-        .into()
+    row.iter().map(|(k, v)| ((*k).to_owned(), json_cell(v))).collect::<serde_json::Map<_, _>>().into()
 }
 
 fn json_table(rows: &[Row]) -> String {
-    format!(
-        "{}\n",
-        serde_json::Value::Array(rows.iter().map(json_object).collect())
-    )
+    format!("{}\n", serde_json::Value::Array(rows.iter().map(json_object).collect()))
 }
 
 /// The answer to one request line.
@@ -206,8 +178,7 @@ pub fn answer(request: &str, nic: &Nic) -> String {
         CtlRequest::Stats => {
             let rows = stats_rows(nic);
             if json {
-                let object: serde_json::Map<_, _> =
-                    rows.into_iter().map(|(k, v)| (k, v.into())).collect();
+                let object: serde_json::Map<_, _> = rows.into_iter().map(|(k, v)| (k, v.into())).collect();
                 format!("{}\n", serde_json::Value::Object(object))
             } else {
                 rows.iter().map(|(k, v)| format!("{k} {v}\n")).collect()
@@ -239,14 +210,8 @@ pub fn answer(request: &str, nic: &Nic) -> String {
 fn capture(nic: &Nic, request: &CaptureRequest, json: bool) -> String {
     let result = match request {
         CaptureRequest::Start { file } => nic.capture.start(file).map(|()| {
-            let row: Row = vec![
-                ("capture", "started".into()),
-                ("file", Value::Text(file.display().to_string())),
-            ];
-            (
-                row,
-                format!("capturing every frame on the uplink to {}", file.display()),
-            )
+            let row: Row = vec![("capture", "started".into()), ("file", Value::Text(file.display().to_string()))];
+            (row, format!("capturing every frame on the uplink to {}", file.display()))
         }),
         CaptureRequest::Stop => nic.capture.stop().map(|done| {
             let row: Row = vec![
@@ -296,12 +261,7 @@ fn inject(nic: &Nic, request: FaultRequest) -> (&'static str, Row, Result<Inject
             r
         }
         FaultRequest::CorruptCrc { qp } => qp_fault(Fault::CorruptCrc, qp),
-        FaultRequest::Terminate {
-            qp,
-            layer,
-            etype,
-            ecode,
-        } => {
+        FaultRequest::Terminate { qp, layer, etype, ecode } => {
             let fields = vec![
                 ("qp", Value::from(qp)),
                 ("layer", u32::from(layer).into()),
@@ -316,41 +276,23 @@ fn inject(nic: &Nic, request: FaultRequest) -> (&'static str, Row, Result<Inject
                 }
                 Err(e) => {
                     nic.rnic().count_refused();
-                    (
-                        "terminate",
-                        fields,
-                        Err(format!("not an RFC 5040 TERMINATE code: {e}")),
-                    )
+                    ("terminate", fields, Err(format!("not an RFC 5040 TERMINATE code: {e}")))
                 }
             }
         }
         FaultRequest::InvalidateStag { stag } => {
             let result = nic.rnic().invalidate_stag(stag);
-            (
-                "invalidate-stag",
-                vec![("stag", Value::Text(format!("{stag:#x}")))],
-                result,
-            )
+            ("invalidate-stag", vec![("stag", Value::Text(format!("{stag:#x}")))], result)
         }
-        FaultRequest::DeviceFatal => (
-            "device-fatal",
-            Vec::new(),
-            nic.rnic().request_device_fatal(),
-        ),
+        FaultRequest::DeviceFatal => ("device-fatal", Vec::new(), nic.rnic().request_device_fatal()),
         FaultRequest::MuteCommands { ms } => {
             let now = nic.now();
-            let result = nic
-                .rnic()
-                .mute_commands(now, EngineDuration::from_millis(u64::from(ms)));
+            let result = nic.rnic().mute_commands(now, EngineDuration::from_millis(u64::from(ms)));
             ("mute-commands", vec![("ms", ms.into())], result)
         }
         FaultRequest::LoseReply { command } => {
             let result = nic.rnic().lose_reply(command);
-            (
-                "lose-reply",
-                vec![("command", Value::Text(command.name().to_owned()))],
-                result,
-            )
+            ("lose-reply", vec![("command", Value::Text(command.name().to_owned()))], result)
         }
     };
     if result.is_ok() {
@@ -369,36 +311,18 @@ fn table(rows: &[Row], json: bool) -> String {
 }
 
 fn stats_rows(nic: &Nic) -> Vec<(String, u64)> {
-    let mut rows: Vec<(String, u64)> = nic
-        .stats
-        .rows()
-        .iter()
-        .map(|(k, v)| (format!("nic.{k}"), *v))
-        .collect();
-    rows.extend(
-        nic.control_stats
-            .rows()
-            .into_iter()
-            .map(|(k, v)| (format!("control.{k}"), v)),
-    );
+    let mut rows: Vec<(String, u64)> =
+        nic.stats.rows().iter().map(|(k, v)| (format!("nic.{k}"), *v)).collect();
+    rows.extend(nic.control_stats.rows().into_iter().map(|(k, v)| (format!("control.{k}"), v)));
     let rnic = nic.rnic();
     let c = rnic.counts();
-    for (k, v) in [
-        ("pd", c.pd),
-        ("mr", c.mr),
-        ("cq", c.cq),
-        ("qp", c.qp),
-        ("srq", c.srq),
-    ] {
+    for (k, v) in [("pd", c.pd), ("mr", c.mr), ("cq", c.cq), ("qp", c.qp), ("srq", c.srq)] {
         rows.push((format!("rnic.{k}"), v as u64));
     }
     for (k, v) in rnic.ring_stats() {
         rows.push((format!("rnic.{k}"), v));
     }
-    let e = rnic
-        .offload()
-        .map(|o| o.engine().stats())
-        .unwrap_or_default();
+    let e = rnic.offload().map(|o| o.engine().stats()).unwrap_or_default();
     for (k, v) in [
         ("fpdus_tx", e.fpdus_tx),
         ("fpdus_rx", e.fpdus_rx),
@@ -414,15 +338,8 @@ fn stats_rows(nic: &Nic) -> Vec<(String, u64)> {
     ] {
         rows.push((format!("iwarp.{k}"), v));
     }
-    let t = rnic
-        .offload()
-        .map(|o| o.engine().toe().fault_counters())
-        .unwrap_or_default();
-    for (k, v) in [
-        ("dropped", t.dropped),
-        ("delayed", t.delayed),
-        ("delay_overflow", t.delay_overflow),
-    ] {
+    let t = rnic.offload().map(|o| o.engine().toe().fault_counters()).unwrap_or_default();
+    for (k, v) in [("dropped", t.dropped), ("delayed", t.delayed), ("delay_overflow", t.delay_overflow)] {
         rows.push((format!("toe.fault_{k}"), v));
     }
     for (k, v) in rnic.fault_stats().rows() {
@@ -430,18 +347,8 @@ fn stats_rows(nic: &Nic) -> Vec<(String, u64)> {
     }
     rows.push(("rnic.fatal".to_owned(), u64::from(rnic.fatal().is_some())));
     rows.push(("rnic.tcp_timeout_s".to_owned(), rnic.tcp_timeout().secs()));
-    rows.extend(
-        nic.capture
-            .rows()
-            .into_iter()
-            .map(|(k, v)| (format!("capture.{k}"), v)),
-    );
-    rows.extend(
-        nic.uplink()
-            .counters()
-            .into_iter()
-            .map(|(k, v)| (format!("uplink.{k}"), v)),
-    );
+    rows.extend(nic.capture.rows().into_iter().map(|(k, v)| (format!("capture.{k}"), v)));
+    rows.extend(nic.uplink().counters().into_iter().map(|(k, v)| (format!("uplink.{k}"), v)));
     rows
 }
 
@@ -450,14 +357,8 @@ fn tcb_row(t: &TcbInfo) -> Row {
     vec![
         ("id", Value::Text(t.id.to_string())),
         ("state", t.state.name().into()),
-        (
-            "local",
-            t.tuple.map(|u| u.local.to_string()).as_deref().into(),
-        ),
-        (
-            "remote",
-            t.tuple.map(|u| u.remote.to_string()).as_deref().into(),
-        ),
+        ("local", t.tuple.map(|u| u.local.to_string()).as_deref().into()),
+        ("remote", t.tuple.map(|u| u.remote.to_string()).as_deref().into()),
         ("listen_port", t.listen_port.map(u32::from).into()),
         ("snd_una", t.snd_una.into()),
         ("snd_nxt", t.snd_nxt.into()),
@@ -485,9 +386,7 @@ fn tcb_row(t: &TcbInfo) -> Row {
 fn tcb_rows(rnic: &Rnic) -> Vec<Row> {
     let mut rows = Vec::new();
     if let Some(offload) = rnic.offload() {
-        offload
-            .engine()
-            .for_each_tcb(&mut |t| rows.push(tcb_row(t)));
+        offload.engine().for_each_tcb(&mut |t| rows.push(tcb_row(t)));
     }
     rows
 }
@@ -499,15 +398,10 @@ fn qp_rows(rnic: &Rnic) -> Vec<Row> {
         .map(|(qpn, qp)| {
             let info = engine.and_then(|e| e.qp_info(qpn));
             let tuple = info.and_then(|i| i.tuple).or(qp.tuple);
-            let mpa = info
-                .and_then(|i| i.negotiated)
-                .map(|n| format!("rev{}{}", n.revision, if n.crc { "+crc" } else { "" }));
+            let mpa = info.and_then(|i| i.negotiated).map(|n| format!("rev{}{}", n.revision, if n.crc { "+crc" } else { "" }));
             vec![
                 ("qpn", qpn.into()),
-                (
-                    "state",
-                    qp.state.name().trim_start_matches("VT3_QPS_").into(),
-                ),
+                ("state", qp.state.name().trim_start_matches("VT3_QPS_").into()),
                 ("pdn", qp.pdn.into()),
                 ("send_cq", qp.send_cqn.into()),
                 ("recv_cq", qp.recv_cqn.into()),
@@ -519,20 +413,11 @@ fn qp_rows(rnic: &Rnic) -> Vec<Row> {
                 ("rq_consumed", qp.rq_work.consumed.into()),
                 ("ird", qp.ird.into()),
                 ("ord", qp.ord.into()),
-                (
-                    "local",
-                    tuple.map(|t| t.local.to_string()).as_deref().into(),
-                ),
-                (
-                    "remote",
-                    tuple.map(|t| t.remote.to_string()).as_deref().into(),
-                ),
+                ("local", tuple.map(|t| t.local.to_string()).as_deref().into()),
+                ("remote", tuple.map(|t| t.remote.to_string()).as_deref().into()),
                 ("mpa", mpa.as_deref().into()),
                 ("engine_state", info.map(|i| i.state.name()).into()),
-                (
-                    "sq_outstanding",
-                    info.map(|i| i.sq_outstanding as u64).into(),
-                ),
+                ("sq_outstanding", info.map(|i| i.sq_outstanding as u64).into()),
                 ("rq_posted", info.map(|i| i.rq_posted as u64).into()),
                 ("reads_out", info.map(|i| i.reads_outstanding as u64).into()),
                 ("reads_in", info.map(|i| i.reads_inbound as u64).into()),
@@ -545,10 +430,7 @@ fn cq_rows(rnic: &Rnic) -> Vec<Row> {
     rnic.cqs
         .iter()
         .map(|(cqn, cq)| {
-            let arm = match (
-                cq.arm_flags & abi::ArmFlag::Next as u32 != 0,
-                cq.arm_flags & abi::ArmFlag::Solicited as u32 != 0,
-            ) {
+            let arm = match (cq.arm_flags & abi::ArmFlag::Next as u32 != 0, cq.arm_flags & abi::ArmFlag::Solicited as u32 != 0) {
                 (true, _) => Some("next"),
                 (false, true) => Some("solicited"),
                 (false, false) => None,
@@ -569,16 +451,11 @@ fn cq_rows(rnic: &Rnic) -> Vec<Row> {
 /// `vt3_access` bits as letters: lw (local write), rw (remote write), rr
 /// (remote read), mw (bind); local read is always allowed.
 fn access_text(access: u32) -> String {
-    let names: Vec<&str> = [
-        (tpt::LOCAL_WRITE, "lw"),
-        (tpt::REMOTE_WRITE, "rw"),
-        (tpt::REMOTE_READ, "rr"),
-        (tpt::MW_BIND, "mw"),
-    ]
-    .iter()
-    .filter(|(bit, _)| access & bit != 0)
-    .map(|(_, name)| *name)
-    .collect();
+    let names: Vec<&str> = [(tpt::LOCAL_WRITE, "lw"), (tpt::REMOTE_WRITE, "rw"), (tpt::REMOTE_READ, "rr"), (tpt::MW_BIND, "mw")]
+        .iter()
+        .filter(|(bit, _)| access & bit != 0)
+        .map(|(_, name)| *name)
+        .collect();
     if names.is_empty() {
         "lr".to_owned()
     } else {
@@ -592,9 +469,7 @@ fn mr_rows(rnic: &Rnic) -> Vec<Row> {
         .map(|(stag, mr)| {
             let (kind, pages) = match &mr.backing {
                 tpt::Backing::Dma => ("dma", None),
-                tpt::Backing::Pages { pages, .. } if mr.fast_reg.is_some() => {
-                    ("fast-reg", Some(pages.len() as u64))
-                }
+                tpt::Backing::Pages { pages, .. } if mr.fast_reg.is_some() => ("fast-reg", Some(pages.len() as u64)),
                 tpt::Backing::Pages { pages, .. } => ("pages", Some(pages.len() as u64)),
             };
             vec![
@@ -619,10 +494,7 @@ pub fn request(path: &Path, line: &str) -> io::Result<String> {
     let mut answer = String::new();
     stream.read_to_string(&mut answer)?;
     if let Some(err) = answer.strip_prefix("error: ") {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            err.trim().to_owned(),
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, err.trim().to_owned()));
     }
     Ok(answer)
 }
@@ -636,13 +508,8 @@ mod tests {
     /// A NIC on a unix-dgram uplink in DIR (peer `p`) and its management
     /// socket, served.
     fn serving(dir: &std::path::Path) -> (Arc<Nic>, std::path::PathBuf) {
-        let spec: UplinkSpec = format!(
-            "unix-dgram:{},{}",
-            dir.join("u").display(),
-            dir.join("p").display()
-        )
-        .parse()
-        .unwrap();
+        let spec: UplinkSpec =
+            format!("unix-dgram:{},{}", dir.join("u").display(), dir.join("p").display()).parse().unwrap();
         let nic = Arc::new(Nic::new(spec.open().unwrap(), None, 1500));
         let path = dir.join("mgmt");
         spawn(UnixListener::bind(&path).unwrap(), Arc::clone(&nic)).unwrap();
@@ -659,10 +526,7 @@ mod tests {
         assert!(text.lines().any(|l| l == "nic.tx_frames 0"), "{text}");
         assert!(text.lines().any(|l| l == "iwarp.fpdus_tx 0"), "{text}");
         let json = request(&path, "stats json").unwrap();
-        assert!(
-            json.starts_with("{\"nic.tx_frames\":0,") && json.contains("\"rnic.pd\":0"),
-            "{json}"
-        );
+        assert!(json.starts_with("{\"nic.tx_frames\":0,") && json.contains("\"rnic.pd\":0"), "{json}");
         // No engine yet: empty tables.
         assert_eq!(request(&path, "tcb").unwrap(), "");
         assert_eq!(request(&path, "qps json").unwrap(), "[]\n");
@@ -671,21 +535,11 @@ mod tests {
         // Faults over the socket: the answer or the error.
         let err = request(&path, "fault rst --qp 1").unwrap_err();
         assert_eq!(err.to_string(), "no QP 1");
-        assert!(request(&path, "stats")
-            .unwrap()
-            .lines()
-            .any(|l| l == "fault.refused 1"));
-        let line =
-            crate::config::CtlRequest::Fault(crate::config::FaultRequest::DeviceFatal).line(true);
-        assert!(request(&path, &line)
-            .unwrap_err()
-            .to_string()
-            .contains("no driver attached"));
+        assert!(request(&path, "stats").unwrap().lines().any(|l| l == "fault.refused 1"));
+        let line = crate::config::CtlRequest::Fault(crate::config::FaultRequest::DeviceFatal).line(true);
+        assert!(request(&path, &line).unwrap_err().to_string().contains("no driver attached"));
         let err = request(&path, "reboot").unwrap_err();
-        assert!(
-            err.to_string().contains("unrecognized subcommand 'reboot'"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("unrecognized subcommand 'reboot'"), "{err}");
         assert!(request(&path, "tcb xml").is_err());
         // An endless request line is cut off, not buffered: the answer is
         // an error (or a reset, the rest being unread), and the server
@@ -708,10 +562,7 @@ mod tests {
         // a time would answer the next only after this one's 5 s read
         // timeout, and this one would be gone by then.
         let mut silent = UnixStream::connect(&path).unwrap();
-        assert!(request(&path, "stats")
-            .unwrap()
-            .lines()
-            .any(|l| l == "rnic.qp 0"));
+        assert!(request(&path, "stats").unwrap().lines().any(|l| l == "rnic.qp 0"));
         silent.write_all(b"qps\n").unwrap();
         let mut answer = String::new();
         silent.read_to_string(&mut answer).unwrap();
@@ -723,14 +574,9 @@ mod tests {
         // A server of its own: no earlier client's thread still counted.
         let dir = tempfile::tempdir().unwrap();
         let (_nic, path) = serving(dir.path());
-        let held: Vec<UnixStream> = (0..MAX_CLIENTS)
-            .map(|_| UnixStream::connect(&path).unwrap())
-            .collect();
+        let held: Vec<UnixStream> = (0..MAX_CLIENTS).map(|_| UnixStream::connect(&path).unwrap()).collect();
         let err = request(&path, "stats").unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            format!("busy ({MAX_CLIENTS} clients at once)")
-        );
+        assert_eq!(err.to_string(), format!("busy ({MAX_CLIENTS} clients at once)"));
         drop(held);
     }
 
@@ -745,33 +591,14 @@ mod tests {
         let (nic, path) = serving(dir.path());
         let pcap = dir.path().join("wire.pcapng");
 
-        assert_eq!(
-            request(&path, "capture stop").unwrap_err().to_string(),
-            "no capture is running"
-        );
-        let err = request(&path, "capture start /nonexistent-vt3/x.pcapng")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.starts_with("cannot create /nonexistent-vt3/x.pcapng: No such file"),
-            "{err}"
-        );
+        assert_eq!(request(&path, "capture stop").unwrap_err().to_string(), "no capture is running");
+        let err = request(&path, "capture start /nonexistent-vt3/x.pcapng").unwrap_err().to_string();
+        assert!(err.starts_with("cannot create /nonexistent-vt3/x.pcapng: No such file"), "{err}");
         let started = request(&path, &format!("--json capture start {}", pcap.display())).unwrap();
-        assert_eq!(
-            started,
-            format!(
-                "{{\"capture\":\"started\",\"file\":\"{}\"}}\n",
-                pcap.display()
-            )
-        );
-        let again = request(&path, "capture start /tmp/other.pcapng")
-            .unwrap_err()
-            .to_string();
+        assert_eq!(started, format!("{{\"capture\":\"started\",\"file\":\"{}\"}}\n", pcap.display()));
+        let again = request(&path, "capture start /tmp/other.pcapng").unwrap_err().to_string();
         assert!(again.starts_with("a capture is running already"), "{again}");
-        assert!(request(&path, "stats")
-            .unwrap()
-            .lines()
-            .any(|l| l == "capture.active 1"));
+        assert!(request(&path, "stats").unwrap().lines().any(|l| l == "capture.active 1"));
 
         // One frame each way: the guest's out, the peer's in.
         let mut out = vec![0u8; 60];
@@ -793,35 +620,17 @@ mod tests {
         assert_eq!(seen.as_deref(), Some(&inbound[..]));
 
         let stopped = request(&path, "capture stop").unwrap();
-        assert_eq!(
-            stopped,
-            format!("capture to {} stopped: 2 frames written\n", pcap.display())
-        );
+        assert_eq!(stopped, format!("capture to {} stopped: 2 frames written\n", pcap.display()));
         let stats = request(&path, "stats").unwrap();
-        for line in [
-            "capture.active 0",
-            "capture.started 1",
-            "capture.frames 2",
-            "capture.bytes 124",
-            "capture.dropped 0",
-        ] {
+        for line in ["capture.active 0", "capture.started 1", "capture.frames 2", "capture.bytes 124", "capture.dropped 0"] {
             assert!(stats.lines().any(|l| l == line), "{line}: {stats}");
         }
         let mut reader = PcapNgReader::new(std::fs::File::open(&pcap).unwrap()).unwrap();
         let mut frames = Vec::new();
         while let Some(block) = reader.next_block() {
             if let Block::EnhancedPacket(epb) = block.unwrap() {
-                let flags: Vec<u32> = epb
-                    .options
-                    .iter()
-                    .filter_map(|o| {
-                        if let EnhancedPacketOption::Flags(f) = o {
-                            Some(*f)
-                        } else {
-                            None
-                        }
-                    })
-                    .collect();
+                let flags: Vec<u32> =
+                    epb.options.iter().filter_map(|o| if let EnhancedPacketOption::Flags(f) = o { Some(*f) } else { None }).collect();
                 frames.push((flags, epb.data.into_owned()));
             }
         }
@@ -837,38 +646,21 @@ mod tests {
         let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap();
         let mut rnic = Rnic::new(Limits::default(), 1500);
         let now = Instant::from_millis(1);
-        let addr = CmdSetAddr {
-            mac: [0x52, 0x54, 0, 0, 0, 1],
-            prefix_len: 24,
-            reserved: 0,
-            ipv4: [10, 0, 0, 1],
-        };
-        rnic.execute(&mem, now, Cmd::SetAddr, addr.as_slice())
-            .unwrap();
+        let addr = CmdSetAddr { mac: [0x52, 0x54, 0, 0, 0, 1], prefix_len: 24, reserved: 0, ipv4: [10, 0, 0, 1] };
+        rnic.execute(&mem, now, Cmd::SetAddr, addr.as_slice()).unwrap();
         let listen = CmdListen {
-            local: SockAddr {
-                ipv4: [0; 4],
-                port: 7174u16.to_be_bytes(),
-                reserved: 0.into(),
-            },
+            local: SockAddr { ipv4: [0; 4], port: 7174u16.to_be_bytes(), reserved: 0.into() },
             backlog: 2.into(),
             reserved: 0.into(),
         };
-        rnic.execute(&mem, now, Cmd::Listen, listen.as_slice())
-            .unwrap();
+        rnic.execute(&mem, now, Cmd::Listen, listen.as_slice()).unwrap();
         let rows = tcb_rows(&rnic);
         assert_eq!(rows.len(), 1, "one listening socket, whatever the backlog");
         assert_eq!(rows[0][1], ("state", Value::from("LISTEN")));
         let text = text_table(&rows);
-        assert!(
-            text.starts_with("id ") && text.lines().count() == 2,
-            "{text}"
-        );
+        assert!(text.starts_with("id ") && text.lines().count() == 2, "{text}");
         let json = json_table(&rows);
-        assert!(
-            json.contains("\"state\":\"LISTEN\"") && json.contains("\"srtt_us\":null"),
-            "{json}"
-        );
+        assert!(json.contains("\"state\":\"LISTEN\"") && json.contains("\"srtt_us\":null"), "{json}");
         assert!(qp_rows(&rnic).is_empty());
     }
 
@@ -879,13 +671,9 @@ mod tests {
         use crate::rnic::Instant;
         use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemoryMmap};
 
-        let spec: UplinkSpec = format!(
-            "unix-dgram:{},{}",
-            dir.join("u").display(),
-            dir.join("p").display()
-        )
-        .parse()
-        .unwrap();
+        let spec: UplinkSpec = format!("unix-dgram:{},{}", dir.join("u").display(), dir.join("p").display())
+            .parse()
+            .unwrap();
         let nic = Arc::new(Nic::new(spec.open().unwrap(), None, 1500));
         let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap();
         for (pbl, page) in [(0x1000u64, 0x4000u64), (0x1100, 0x5000), (0x1200, 0x6000)] {
@@ -893,34 +681,12 @@ mod tests {
         }
         let now = Instant::from_millis(1);
         let mut rnic = nic.rnic();
-        let addr = CmdSetAddr {
-            mac: [0x52, 0x54, 0, 0, 0, 1],
-            prefix_len: 24,
-            reserved: 0,
-            ipv4: [10, 0, 0, 1],
-        };
-        rnic.execute(&mem, now, Cmd::SetAddr, addr.as_slice())
-            .unwrap();
-        let handle = |r: Vec<u8>| {
-            abi::read_struct::<abi::RespHandle>(&r)
-                .unwrap()
-                .handle
-                .to_native()
-        };
-        let pdn = handle(
-            rnic.execute(&mem, now, Cmd::AllocPd, CmdHandle::default().as_slice())
-                .unwrap(),
-        );
-        let cq = CmdCreateCq {
-            ring_pbl_addr: 0x1000.into(),
-            status_addr: 0x3000.into(),
-            ring_npages: 1.into(),
-            depth: 16.into(),
-        };
-        let cqn = handle(
-            rnic.execute(&mem, now, Cmd::CreateCq, cq.as_slice())
-                .unwrap(),
-        );
+        let addr = CmdSetAddr { mac: [0x52, 0x54, 0, 0, 0, 1], prefix_len: 24, reserved: 0, ipv4: [10, 0, 0, 1] };
+        rnic.execute(&mem, now, Cmd::SetAddr, addr.as_slice()).unwrap();
+        let handle = |r: Vec<u8>| abi::read_struct::<abi::RespHandle>(&r).unwrap().handle.to_native();
+        let pdn = handle(rnic.execute(&mem, now, Cmd::AllocPd, CmdHandle::default().as_slice()).unwrap());
+        let cq = CmdCreateCq { ring_pbl_addr: 0x1000.into(), status_addr: 0x3000.into(), ring_npages: 1.into(), depth: 16.into() };
+        let cqn = handle(rnic.execute(&mem, now, Cmd::CreateCq, cq.as_slice()).unwrap());
         let mr = CmdRegMr {
             iova: 0x10_0000.into(),
             length: 0x1000.into(),
@@ -945,8 +711,7 @@ mod tests {
             max_recv_sge: 4.into(),
             ..Default::default()
         };
-        rnic.execute(&mem, now, Cmd::CreateQp, qp.as_slice())
-            .unwrap();
+        rnic.execute(&mem, now, Cmd::CreateQp, qp.as_slice()).unwrap();
         drop(rnic);
         (nic, mem)
     }
@@ -956,21 +721,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (nic, _mem) = nic_with_resources(dir.path());
         let cqs = answer("cqs", &nic);
-        assert_eq!(
-            cqs,
-            "cqn depth prod armed qps overflowed pages\n1   16    0    -     2   no         1\n",
-            "{cqs}"
-        );
+        assert_eq!(cqs, "cqn depth prod armed qps overflowed pages\n1   16    0    -     2   no         1\n", "{cqs}");
         let json = answer("--json cqs", &nic);
         assert_eq!(json, "[{\"cqn\":1,\"depth\":16,\"prod\":0,\"armed\":null,\"qps\":2,\"overflowed\":false,\"pages\":1}]\n");
         let mrs = answer("mrs", &nic);
         assert!(mrs.starts_with("stag  pdn access   iova     length kind pages valid\n0x101 1   lw,rw,rr 0x100000 4096   dma  -     yes\n"), "{mrs}");
         let json = answer("mrs json", &nic);
-        assert!(
-            json.contains("\"stag\":\"0x101\",\"pdn\":1,\"access\":\"lw,rw,rr\"")
-                && json.contains("\"valid\":true"),
-            "{json}"
-        );
+        assert!(json.contains("\"stag\":\"0x101\",\"pdn\":1,\"access\":\"lw,rw,rr\"") && json.contains("\"valid\":true"), "{json}");
         assert!(answer("qps", &nic).contains("IDLE"));
     }
 
@@ -982,31 +739,16 @@ mod tests {
         // Errors name the problem, in both formats.
         assert_eq!(ask("fault rst --qp 9"), "error: no QP 9\n");
         assert_eq!(ask("--json fault fin --qp 9"), "error: no QP 9\n");
-        assert_eq!(
-            ask("fault blackhole --qp 1"),
-            "error: QP 1 is IDLE: not connected\n"
-        );
+        assert_eq!(ask("fault blackhole --qp 1"), "error: QP 1 is IDLE: not connected\n");
         let bad = ask("fault terminate --qp 1 --layer 0 --etype 2 --ecode 0");
-        assert!(
-            bad.starts_with(
-                "error: not an RFC 5040 TERMINATE code: RDMAP error type 2 has no error code 0x00"
-            ),
-            "{bad}"
-        );
-        assert!(ask("fault terminate --qp 1 --layer 3 --etype 0 --ecode 0")
-            .contains("layer 3 is none of"));
+        assert!(bad.starts_with("error: not an RFC 5040 TERMINATE code: RDMAP error type 2 has no error code 0x00"), "{bad}");
+        assert!(ask("fault terminate --qp 1 --layer 3 --etype 0 --ecode 0").contains("layer 3 is none of"));
         assert!(ask("fault drop --qp 1 --percent 200").starts_with("error: "));
         assert!(ask("fault").starts_with("error: "));
         // Invalidate an STag: text, then JSON for another one.
         let text = ask("fault invalidate-stag --stag 0x101");
-        assert!(
-            text.starts_with("STag 0x101 (PD 1, iova 0x100000, 4096 octets) invalidated"),
-            "{text}"
-        );
-        assert_eq!(
-            ask("fault invalidate-stag --stag 257"),
-            "error: STag 0x101 is invalid already\n"
-        );
+        assert!(text.starts_with("STag 0x101 (PD 1, iova 0x100000, 4096 octets) invalidated"), "{text}");
+        assert_eq!(ask("fault invalidate-stag --stag 257"), "error: STag 0x101 is invalid already\n");
         assert!(ask("mrs").contains(" no\n"));
         // Device fatal: needs a driver to tell; JSON answer.
         assert!(ask("fault device-fatal").contains("no driver attached"));
@@ -1015,20 +757,10 @@ mod tests {
         assert!(json.starts_with("{\"fault\":\"device-fatal\",\"state\":null,\"detail\":\"device fatal: 1 QPs -> ERROR"), "{json}");
         // The worker carries it out at its next run.
         let mut frames = Vec::new();
-        nic.rnic().service(
-            crate::rnic::Instant::from_millis(2),
-            &mem,
-            &mut |f: &[u8]| frames.push(f.to_vec()),
-        );
+        nic.rnic().service(crate::rnic::Instant::from_millis(2), &mem, &mut |f: &[u8]| frames.push(f.to_vec()));
         assert!(ask("qps").contains("ERROR"));
         let stats = ask("stats");
-        for line in [
-            "fault.invalidate_stag 1",
-            "fault.device_fatal 1",
-            "fault.refused 7",
-            "rnic.fatal 1",
-            "rnic.tcp_timeout_s 15",
-        ] {
+        for line in ["fault.invalidate_stag 1", "fault.device_fatal 1", "fault.refused 7", "rnic.fatal 1", "rnic.tcp_timeout_s 15"] {
             assert!(stats.lines().any(|l| l == line), "{line}: {stats}");
         }
         assert!(ask("fault rst --qp 1").contains("fatal"));
@@ -1037,21 +769,10 @@ mod tests {
     #[test]
     fn tables_render_as_text_and_json() {
         let rows: Vec<Row> = vec![
-            vec![
-                ("qpn", 1u32.into()),
-                ("state", "RTS".into()),
-                ("remote", Value::None),
-            ],
-            vec![
-                ("qpn", 12u32.into()),
-                ("state", "a\"b".into()),
-                ("remote", "10.0.0.2:7174".into()),
-            ],
+            vec![("qpn", 1u32.into()), ("state", "RTS".into()), ("remote", Value::None)],
+            vec![("qpn", 12u32.into()), ("state", "a\"b".into()), ("remote", "10.0.0.2:7174".into())],
         ];
-        assert_eq!(
-            text_table(&rows),
-            "qpn state remote\n1   RTS   -\n12  a\"b   10.0.0.2:7174\n"
-        );
+        assert_eq!(text_table(&rows), "qpn state remote\n1   RTS   -\n12  a\"b   10.0.0.2:7174\n");
         assert_eq!(
             json_table(&rows),
             "[{\"qpn\":1,\"state\":\"RTS\",\"remote\":null},{\"qpn\":12,\"state\":\"a\\\"b\",\"remote\":\"10.0.0.2:7174\"}]\n"

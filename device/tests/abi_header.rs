@@ -15,8 +15,7 @@ use vt3d::abi;
 /// binary reused from another clone's build (a shared target dir) must
 /// not read that clone's files.
 fn header_dir() -> PathBuf {
-    let crate_dir =
-        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    let crate_dir = std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
     PathBuf::from(crate_dir).join("../guest-driver/include")
 }
 
@@ -34,19 +33,11 @@ fn c_values() -> BTreeMap<String, u64> {
         writeln!(prog, "printf(\"{name} %zu\\n\", sizeof(struct {name}));").unwrap();
         for (field, _) in fields {
             let f = c_field(field);
-            writeln!(
-                prog,
-                "printf(\"{name}.{f} %zu\\n\", offsetof(struct {name}, {f}));"
-            )
-            .unwrap();
+            writeln!(prog, "printf(\"{name}.{f} %zu\\n\", offsetof(struct {name}, {f}));").unwrap();
         }
     }
     for (name, _) in abi::enum_values().into_iter().chain(abi::constant_values()) {
-        writeln!(
-            prog,
-            "printf(\"{name} %llu\\n\", (unsigned long long)({name}));"
-        )
-        .unwrap();
+        writeln!(prog, "printf(\"{name} %llu\\n\", (unsigned long long)({name}));").unwrap();
     }
     prog.push_str("return 0;\n}\n");
 
@@ -92,11 +83,7 @@ fn every_size_offset_and_constant_matches_the_header() {
     for (name, value) in abi::enum_values().into_iter().chain(abi::constant_values()) {
         check(name.to_owned(), value);
     }
-    assert!(
-        mismatches.is_empty(),
-        "ABI mismatches:\n{}",
-        mismatches.join("\n")
-    );
+    assert!(mismatches.is_empty(), "ABI mismatches:\n{}", mismatches.join("\n"));
 }
 
 /// Every struct, field and enum constant of the header has a mirror (the
@@ -106,12 +93,7 @@ fn nothing_in_the_header_is_left_unmirrored() {
     let text = std::fs::read_to_string(header_dir().join("vt3_hw.h")).unwrap();
     let rust_structs: BTreeMap<_, BTreeSet<_>> = abi::struct_layouts()
         .into_iter()
-        .map(|(n, _, f)| {
-            (
-                n,
-                f.into_iter().map(|(f, _)| c_field(f).to_owned()).collect(),
-            )
-        })
+        .map(|(n, _, f)| (n, f.into_iter().map(|(f, _)| c_field(f).to_owned()).collect()))
         .collect();
     let rust_consts: BTreeSet<_> = abi::enum_values()
         .into_iter()
@@ -123,10 +105,7 @@ fn nothing_in_the_header_is_left_unmirrored() {
     let mut missing = Vec::new();
     let mut in_enum = false;
     for line in text.lines().map(str::trim) {
-        if let Some(rest) = line
-            .strip_prefix("struct ")
-            .and_then(|r| r.strip_suffix(" {"))
-        {
+        if let Some(rest) = line.strip_prefix("struct ").and_then(|r| r.strip_suffix(" {")) {
             current = Some(rest);
             if !rust_structs.contains_key(rest) {
                 missing.push(format!("struct {rest}"));
@@ -143,38 +122,25 @@ fn nothing_in_the_header_is_left_unmirrored() {
             continue;
         }
         if in_enum {
-            if let Some(name) = line
-                .split([' ', '=', ','])
-                .next()
-                .filter(|n| n.starts_with("VT3_"))
-            {
+            if let Some(name) = line.split([' ', '=', ',']).next().filter(|n| n.starts_with("VT3_")) {
                 if !rust_consts.contains(name) {
                     missing.push(name.to_owned());
                 }
             }
             continue;
         }
-        if let Some(name) = line
-            .strip_prefix("#define ")
-            .and_then(|d| d.split_whitespace().next())
-        {
+        if let Some(name) = line.strip_prefix("#define ").and_then(|d| d.split_whitespace().next()) {
             let is_value = name.starts_with("VT3_") && !name.contains('(') && name != "VT3_HW_H";
             if is_value && !rust_consts.contains(name) {
                 missing.push(name.to_owned());
             }
             continue;
         }
-        let (Some(s), Some(decl)) = (
-            current,
-            line.split(';').next().filter(|_| line.contains(';')),
-        ) else {
+        let (Some(s), Some(decl)) = (current, line.split(';').next().filter(|_| line.contains(';')))
+        else {
             continue;
         };
-        let Some(field) = decl
-            .split_whitespace()
-            .last()
-            .map(|f| f.split('[').next().unwrap_or(f))
-        else {
+        let Some(field) = decl.split_whitespace().last().map(|f| f.split('[').next().unwrap_or(f)) else {
             continue;
         };
         let known = rust_structs.get(s).is_some_and(|f| f.contains(field));

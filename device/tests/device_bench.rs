@@ -2,11 +2,7 @@
 //! guests, every scenario once, and the JSON it writes has its keys. No
 //! figure is checked: a benchmark, never a timed test (DESIGN §8).
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
 #[path = "../benches/device/anchors.rs"]
 mod anchors;
@@ -25,10 +21,7 @@ fn the_short_bench_runs_and_writes_its_keys() {
     let out = dir.path().join("device.json");
     // The full form is what issue 15 asks for: 64 QPs, every MTU.
     let full = run::Options::full(out.clone());
-    assert_eq!(
-        (full.qps, full.mtus.last().copied()),
-        (64, Some(run::MAX_MTU))
-    );
+    assert_eq!((full.qps, full.mtus.last().copied()), (64, Some(run::MAX_MTU)));
     let mut opts = run::Options::short(out.clone());
     // A debug vt3d: a few WRs are enough to cross every path.
     opts.secs = 0.1;
@@ -37,8 +30,7 @@ fn the_short_bench_runs_and_writes_its_keys() {
     opts.mtus = vec![1500, 9000];
     opts.idle_conns = 4;
     run::run(&opts);
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     for key in [
         "write_1m_max_mtu_mbs",
         "tcp_loopback_mbs",

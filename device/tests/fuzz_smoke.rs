@@ -4,11 +4,7 @@
 //! and replays every reproducer kept in `fuzz/regressions/<target>/`.
 //! Inputs are random bytes, and scripts or valid units with random
 //! damage, which reach deeper than noise alone.
-#![allow(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
 #[path = "../fuzz/harness.rs"]
 mod harness;
@@ -54,8 +50,7 @@ impl Script {
     /// A template command: its argument octets, then "no mutation".
     fn template(&mut self, guest: u8, cmd: Cmd, args: &[u8]) -> &mut Self {
         self.op(guest, harness::Op::Template);
-        self.0
-            .push(Cmd::ALL.iter().position(|c| *c == cmd).unwrap() as u8);
+        self.0.push(Cmd::ALL.iter().position(|c| *c == cmd).unwrap() as u8);
         self.0.extend_from_slice(args);
         self.0.push(0);
         self
@@ -120,9 +115,7 @@ fn control_command() {
 /// MR: a local read needs no right), writes and reads, B sends inline
 /// data; time passes and every CQ is reaped.
 fn wqe_script() -> Vec<u8> {
-    let op = |guest: u8, op: harness::Op| {
-        guest << 7 | harness::WQE_OPS.iter().position(|o| *o == op).unwrap() as u8
-    };
+    let op = |guest: u8, op: harness::Op| guest << 7 | harness::WQE_OPS.iter().position(|o| *o == op).unwrap() as u8;
     let wr_id = |id: u8| [id, 0, 0, 0, 0, 0, 0, 0];
     let mut s = vec![0x24]; // limits: 4 SGEs each way, 16 inline octets
     for guest in [1, 0] {
@@ -143,7 +136,7 @@ fn wqe_script() -> Vec<u8> {
     send(&mut s, 0, 0, 1, [3, 0, 0, 100, 0]); // SEND 100 octets
     send(&mut s, 0, 4, 1, [0, 0, 0, 0, 2]); // WRITE 512 into B's all-access MR
     send(&mut s, 0, 5, 2, [0, 0, 0x20, 0, 1]); // READ 256 from B's remote-read MR
-                                               // B: SEND of 16 inline octets.
+    // B: SEND of 16 inline octets.
     s.extend([op(1, harness::Op::PostWqe), 0, 0, 0, 3]);
     s.extend(wr_id(20));
     s.extend([0, 0, 0, 0, 0, 0, 16]);
@@ -164,43 +157,15 @@ fn wqe_script() -> Vec<u8> {
 fn seeds_are_current() {
     let mut control = connect_script();
     // Then traffic, through the same decoder as `wqe`'s post operation.
-    let post = harness::CONTROL_OPS
-        .iter()
-        .position(|o| *o == harness::Op::PostWqe)
-        .unwrap() as u8;
+    let post = harness::CONTROL_OPS.iter().position(|o| *o == harness::Op::PostWqe).unwrap() as u8;
     let wqe = wqe_script();
-    control.extend([
-        post | 0x80,
-        0,
-        1,
-        7,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        1,
-        0,
-        0,
-        0,
-        0,
-        0x10,
-    ]);
-    control.extend([
-        post, 0, 0, 0, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 100, 0,
-    ]);
+    control.extend([post | 0x80, 0, 1, 7, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0x10]);
+    control.extend([post, 0, 0, 0, 1, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 100, 0]);
     control.extend(Script(Vec::new()).run(25).0.clone());
     let relay = {
         let mut m = Vec::new();
         // QEMU's order: GET_FEATURES, SET_OWNER, SET_VRING_ENABLE (NEED_REPLY), SET_FEATURES.
-        for (request, flags, payload) in [
-            (1u32, 1u32, &[][..]),
-            (3, 1, &[]),
-            (18, 9, &[0, 0, 0, 0, 1, 0, 0, 0]),
-            (2, 1, &[0, 0, 0, 0x40, 1, 0, 0, 0]),
-        ] {
+        for (request, flags, payload) in [(1u32, 1u32, &[][..]), (3, 1, &[]), (18, 9, &[0, 0, 0, 0, 1, 0, 0, 0]), (2, 1, &[0, 0, 0, 0x40, 1, 0, 0, 0])] {
             for word in [request, flags, payload.len() as u32] {
                 m.extend_from_slice(&word.to_le_bytes());
             }
@@ -210,11 +175,7 @@ fn seeds_are_current() {
         input.extend(m);
         input
     };
-    let seeds = [
-        ("control_command", "connect-and-send", control),
-        ("wqe", "send-write-read", wqe),
-        ("vhost_user_relay", "qemu-order", relay),
-    ];
+    let seeds = [("control_command", "connect-and-send", control), ("wqe", "send-write-read", wqe), ("vhost_user_relay", "qemu-order", relay)];
     let root = crate_dir().join("fuzz/seeds");
     for (target, name, bytes) in seeds {
         let path = root.join(target).join(name);
@@ -222,12 +183,7 @@ fn seeds_are_current() {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(&path, &bytes).unwrap();
         }
-        assert_eq!(
-            std::fs::read(&path).ok().as_ref(),
-            Some(&bytes),
-            "{} is stale",
-            path.display()
-        );
+        assert_eq!(std::fs::read(&path).ok().as_ref(), Some(&bytes), "{} is stale", path.display());
         let run: fn(&[u8]) = match target {
             "control_command" => harness::control_command,
             "wqe" => harness::wqe,
@@ -321,9 +277,7 @@ fn vhost_user_relay() {
 #[test]
 fn regressions() {
     let root = crate_dir().join("fuzz/regressions");
-    let Ok(targets) = std::fs::read_dir(&root) else {
-        return;
-    };
+    let Ok(targets) = std::fs::read_dir(&root) else { return };
     for target in targets {
         let target = target.unwrap().path();
         let name = target.file_name().unwrap().to_string_lossy().into_owned();
@@ -344,7 +298,5 @@ fn regressions() {
 
 /// The clone being tested (as in abi_header.rs: cargo names it at run time).
 fn crate_dir() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
-        .into()
+    std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()).into()
 }

@@ -4,11 +4,7 @@
 //! up in vt3d's receive queue until the peer's sends blocked, and a peer
 //! guest's TX queue stalled until vt3d's next guest came.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
 use std::io;
 use std::os::fd::AsFd;
@@ -33,9 +29,7 @@ fn a_vt3d_without_a_guest_drops_uplink_frames_instead_of_blocking_the_peer() {
     // The peer as QEMU's dgram netdev: bound, sending with sendto.
     let peer = UnixDatagram::bind(&peer_path).unwrap();
     peer.set_nonblocking(true).unwrap();
-    let spec: UplinkSpec = format!("unix-dgram:{},{}", up.display(), peer_path.display())
-        .parse()
-        .unwrap();
+    let spec: UplinkSpec = format!("unix-dgram:{},{}", up.display(), peer_path.display()).parse().unwrap();
     let nic = Arc::new(Nic::new(spec.open().unwrap(), None, 1500));
     // vt3d connects its uplink to the peer on its first send (as after a
     // guest's first frame).
@@ -55,10 +49,7 @@ fn a_vt3d_without_a_guest_drops_uplink_frames_instead_of_blocking_the_peer() {
             Ok(_) => sent += 1,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 blocked += 1;
-                assert!(
-                    Instant::now() < deadline,
-                    "the peer stayed blocked: {sent} of {FRAMES} frames sent"
-                );
+                assert!(Instant::now() < deadline, "the peer stayed blocked: {sent} of {FRAMES} frames sent");
                 thread::sleep(Duration::from_millis(1));
             }
             Err(e) => panic!("send: {e}"),
@@ -69,11 +60,7 @@ fn a_vt3d_without_a_guest_drops_uplink_frames_instead_of_blocking_the_peer() {
     while dropped() < FRAMES && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(5));
     }
-    assert_eq!(
-        dropped(),
-        FRAMES,
-        "frames dropped for want of a guest ({blocked} sends had to wait)"
-    );
+    assert_eq!(dropped(), FRAMES, "frames dropped for want of a guest ({blocked} sends had to wait)");
     drop(stopper);
     server.join().unwrap();
 }

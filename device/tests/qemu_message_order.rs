@@ -3,11 +3,7 @@
 //! through vt3d's relay (must work) and once straight to the daemon (the
 //! published crate drops the connection: the reason the relay exists).
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
@@ -80,11 +76,7 @@ impl Frontend {
         state.extend_from_slice(&0u32.to_le_bytes());
         self.send(SET_VRING_ENABLE, NEED_REPLY, &state);
         assert_eq!(self.reply(SET_VRING_ENABLE)?, 0);
-        self.send(
-            SET_FEATURES,
-            NEED_REPLY,
-            &(features & !(1u64 << 24)).to_le_bytes(),
-        );
+        self.send(SET_FEATURES, NEED_REPLY, &(features & !(1u64 << 24)).to_le_bytes());
         assert_eq!(self.reply(SET_FEATURES)?, 0);
         // Still talking?
         self.send(GET_PROTOCOL_FEATURES, 0, &[]);
@@ -113,15 +105,8 @@ fn qemu_order_works_through_the_relay() {
     let server = thread::spawn(move || serve_frontend(&vt3d, &nic, stop.as_fd()).unwrap());
 
     let mut frontend = Frontend(qemu);
-    frontend
-        .0
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    assert_eq!(
-        frontend.qemu_handshake(),
-        Some(()),
-        "vt3d dropped QEMU's connection"
-    );
+    frontend.0.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(frontend.qemu_handshake(), Some(()), "vt3d dropped QEMU's connection");
     drop(frontend);
     assert_eq!(server.join().unwrap(), RelayEnd::FrontendClosed);
 }
@@ -138,10 +123,7 @@ fn the_published_daemon_alone_rejects_qemu_order() {
     daemon.start(&mut listener).unwrap();
 
     let mut frontend = Frontend(qemu);
-    frontend
-        .0
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+    frontend.0.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     assert_eq!(
         frontend.qemu_handshake(),
         None,

@@ -5,11 +5,7 @@
 //! disconnects with their events. The wire is the engine crate's
 //! simulated one, in virtual time: no guests, no sockets, no sleeping.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
 use std::collections::VecDeque;
 use std::sync::atomic::{fence, Ordering};
@@ -97,10 +93,7 @@ impl Endpoint for Guest {
 
     fn poll(&mut self, now: Instant, tx: &mut dyn FnMut(&[u8])) {
         // vt3d's worker also looks at polled queues until their windows end.
-        self.next_poll = match (
-            self.rnic.service(now, &self.mem, tx),
-            self.rnic.poll_deadline(),
-        ) {
+        self.next_poll = match (self.rnic.service(now, &self.mem, tx), self.rnic.poll_deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -116,11 +109,7 @@ impl Endpoint for Guest {
 }
 
 fn sockaddr(ip: [u8; 4], port: u16) -> SockAddr {
-    SockAddr {
-        ipv4: ip,
-        port: port.to_be_bytes(),
-        reserved: 0.into(),
-    }
+    SockAddr { ipv4: ip, port: port.to_be_bytes(), reserved: 0.into() }
 }
 
 fn pd_bytes(data: &[u8]) -> PrivateData {
@@ -145,17 +134,9 @@ impl Guest {
             next_status: STATUS,
             doorbells: 0,
         };
-        let hello = guest
-            .end
-            .hello(&guest.mem, SESSION_PAGE, &QueueAddrs::default());
+        let hello = guest.end.hello(&guest.mem, SESSION_PAGE, &QueueAddrs::default());
         let frame = build_frame(guest.mac, guest.mac, &hello);
-        let Outcome::Reply(resp) = guest.chan.handle_frame(
-            &mut guest.rnic,
-            &guest.mem,
-            &frame,
-            &QueueAddrs::default(),
-            Instant::from_millis(0),
-        ) else {
+        let Outcome::Reply(resp) = guest.chan.handle_frame(&mut guest.rnic, &guest.mem, &frame, &QueueAddrs::default(), Instant::from_millis(0)) else {
             panic!("HELLO refused");
         };
         guest.end.open(&resp[14..]).unwrap();
@@ -164,15 +145,9 @@ impl Guest {
 
     fn record_event(&mut self, frame: &[u8]) {
         assert_eq!(&frame[..6], &self.mac, "events go to the driver's MAC");
-        let ev = self
-            .end
-            .open(&frame[14..])
-            .expect("an event sealed for the driver");
+        let ev = self.end.open(&frame[14..]).expect("an event sealed for the driver");
         assert_eq!(ev.hdr.r#type, MsgType::Event as u8);
-        let (kind, body) = (
-            EventType::try_from(ev.hdr.opcode.to_native()).unwrap(),
-            ev.payload.to_vec(),
-        );
+        let (kind, body) = (EventType::try_from(ev.hdr.opcode.to_native()).unwrap(), ev.payload.to_vec());
         self.events.push((kind, body));
     }
 
@@ -184,13 +159,7 @@ impl Guest {
     fn raw(&mut self, now: Instant, cmd: Cmd, args: &[u8]) -> Result<Vec<u8>, Status> {
         let (seq, ctrl) = self.end.command(cmd as u16, args);
         let frame = build_frame(self.mac, self.mac, &ctrl);
-        let frames = match self.chan.handle_frame(
-            &mut self.rnic,
-            &self.mem,
-            &frame,
-            &QueueAddrs::default(),
-            now,
-        ) {
+        let frames = match self.chan.handle_frame(&mut self.rnic, &self.mem, &frame, &QueueAddrs::default(), now) {
             Outcome::Reply(frame) => {
                 let mut frames = vec![frame];
                 let mut events = VecDeque::new();
@@ -201,10 +170,7 @@ impl Guest {
             Outcome::Silent => return Ok(Vec::new()),
             Outcome::Refused(why) => panic!("command refused: {why:?}"),
         };
-        let resp = self
-            .end
-            .open(&frames[0][14..])
-            .expect("a response sealed for the driver");
+        let resp = self.end.open(&frames[0][14..]).expect("a response sealed for the driver");
         assert_eq!(resp.hdr.seq.to_native(), seq);
         let (status, body) = (resp.hdr.status.to_native(), resp.payload.to_vec());
         for f in &frames[1..] {
@@ -225,9 +191,7 @@ impl Guest {
     fn pages(&mut self, n: u32) -> (u64, u64) {
         let (pbl, first) = (self.next_pbl, self.next_page);
         for i in 0..u64::from(n) {
-            self.mem
-                .write_obj((first + i * PAGE).to_le(), GuestAddress(pbl + i * 8))
-                .unwrap();
+            self.mem.write_obj((first + i * PAGE).to_le(), GuestAddress(pbl + i * 8)).unwrap();
         }
         self.next_pbl += u64::from(n) * 8;
         self.next_page += u64::from(n) * PAGE;
@@ -241,12 +205,7 @@ impl Guest {
     }
 
     fn set_addr(&mut self, now: Instant, ip: [u8; 4]) -> Result<Vec<u8>, Status> {
-        let a = CmdSetAddr {
-            mac: self.mac,
-            prefix_len: 24,
-            reserved: 0,
-            ipv4: ip,
-        };
+        let a = CmdSetAddr { mac: self.mac, prefix_len: 24, reserved: 0, ipv4: ip };
         self.cmd(now, Cmd::SetAddr, &a)
     }
 
@@ -254,20 +213,9 @@ impl Guest {
         let npages = (depth * 32).div_ceil(PAGE as u32);
         let (pbl, ring) = self.pages(npages);
         let status = self.status_page();
-        let a = CmdCreateCq {
-            ring_pbl_addr: pbl.into(),
-            status_addr: status.into(),
-            ring_npages: npages.into(),
-            depth: depth.into(),
-        };
+        let a = CmdCreateCq { ring_pbl_addr: pbl.into(), status_addr: status.into(), ring_npages: npages.into(), depth: depth.into() };
         let cqn = self.handle(now, Cmd::CreateCq, &a);
-        CqRing {
-            cqn,
-            ring,
-            status,
-            depth,
-            cons: 0,
-        }
+        CqRing { cqn, ring, status, depth, cons: 0 }
     }
 
     fn qp(&mut self, now: Instant, pdn: u32, scq: CqRing, rcq: CqRing, depth: u32) -> QpRings {
@@ -293,17 +241,7 @@ impl Guest {
             srqn: 0.into(),
         };
         let qpn = self.handle(now, Cmd::CreateQp, &a);
-        QpRings {
-            qpn,
-            status,
-            sq,
-            rq,
-            depth,
-            sq_prod: 0,
-            rq_prod: 0,
-            scq,
-            rcq,
-        }
+        QpRings { qpn, status, sq, rq, depth, sq_prod: 0, rq_prod: 0, scq, rcq }
     }
 
     fn mr(&mut self, now: Instant, pdn: u32, len: u64, access: u32) -> Mr {
@@ -341,83 +279,41 @@ impl Guest {
             DoorbellQueue::Rq => (4, qp.rq_prod, QpStatusFlag::RqIdle),
             DoorbellQueue::Srq => unreachable!("an SRQ has its own doorbell"),
         };
-        self.mem
-            .store(
-                prod.to_le(),
-                GuestAddress(qp.status + field),
-                Ordering::Release,
-            )
-            .unwrap();
+        self.mem.store(prod.to_le(), GuestAddress(qp.status + field), Ordering::Release).unwrap();
         fence(Ordering::SeqCst);
         if self.qp_status(qp).flags.to_native() & idle as u32 != 0 {
             self.doorbells += 1;
-            let db = CmdDoorbell {
-                qpn: qp.qpn.into(),
-                queues: (queue as u32).into(),
-            };
+            let db = CmdDoorbell { qpn: qp.qpn.into(), queues: (queue as u32).into() };
             self.cmd(now, Cmd::Doorbell, &db).unwrap();
         }
     }
 
     fn post_send_wqe(&mut self, now: Instant, qp: &mut QpRings, wqe: &SqWqe) {
         let slot = u64::from(qp.sq_prod & (qp.depth - 1));
-        self.mem
-            .write_obj(*wqe, GuestAddress(qp.sq + slot * 128))
-            .unwrap();
+        self.mem.write_obj(*wqe, GuestAddress(qp.sq + slot * 128)).unwrap();
         qp.sq_prod = qp.sq_prod.wrapping_add(1);
         self.ring_doorbell(now, qp, DoorbellQueue::Sq);
     }
 
-    fn post_recv(
-        &mut self,
-        now: Instant,
-        qp: &mut QpRings,
-        wr_id: u64,
-        mr: &Mr,
-        offset: u64,
-        len: u32,
-    ) {
-        let mut wqe = RqWqe {
-            wr_id: wr_id.into(),
-            num_sge: 1,
-            ..Default::default()
-        };
-        wqe.sge[0] = Sge {
-            addr: (mr.iova + offset).into(),
-            length: len.into(),
-            lkey: mr.stag.into(),
-        };
+    fn post_recv(&mut self, now: Instant, qp: &mut QpRings, wr_id: u64, mr: &Mr, offset: u64, len: u32) {
+        let mut wqe = RqWqe { wr_id: wr_id.into(), num_sge: 1, ..Default::default() };
+        wqe.sge[0] = Sge { addr: (mr.iova + offset).into(), length: len.into(), lkey: mr.stag.into() };
         let slot = u64::from(qp.rq_prod & (qp.depth - 1));
-        self.mem
-            .write_obj(wqe, GuestAddress(qp.rq + slot * 128))
-            .unwrap();
+        self.mem.write_obj(wqe, GuestAddress(qp.rq + slot * 128)).unwrap();
         qp.rq_prod = qp.rq_prod.wrapping_add(1);
         self.ring_doorbell(now, qp, DoorbellQueue::Rq);
     }
 
     /// Reaps every CQE the device wrote (as libvt3's poll_cq).
     fn poll_cq(&mut self, cq: &mut CqRing) -> Vec<Cqe> {
-        let prod = self
-            .mem
-            .load::<u32>(GuestAddress(cq.status), Ordering::Acquire)
-            .unwrap();
+        let prod = self.mem.load::<u32>(GuestAddress(cq.status), Ordering::Acquire).unwrap();
         let mut out = Vec::new();
         while cq.cons != u32::from_le(prod) {
             let slot = u64::from(cq.cons & (cq.depth - 1));
-            out.push(
-                self.mem
-                    .read_obj(GuestAddress(cq.ring + slot * 32))
-                    .unwrap(),
-            );
+            out.push(self.mem.read_obj(GuestAddress(cq.ring + slot * 32)).unwrap());
             cq.cons = cq.cons.wrapping_add(1);
         }
-        self.mem
-            .store(
-                cq.cons.to_le(),
-                GuestAddress(cq.status + 4),
-                Ordering::Release,
-            )
-            .unwrap();
+        self.mem.store(cq.cons.to_le(), GuestAddress(cq.status + 4), Ordering::Release).unwrap();
         out
     }
 
@@ -430,10 +326,7 @@ impl Guest {
     }
 
     fn cm_event(&self, ty: EventType) -> Option<EventCm> {
-        self.events
-            .iter()
-            .find(|(t, _)| *t == ty)
-            .map(|(_, b)| read_struct(b).unwrap())
+        self.events.iter().find(|(t, _)| *t == ty).map(|(_, b)| read_struct(b).unwrap())
     }
 
     fn qp_events(&self) -> Vec<(u32, u32, u32)> {
@@ -442,11 +335,7 @@ impl Guest {
             .filter(|(t, _)| *t == EventType::Qp)
             .map(|(_, b)| {
                 let e: Event = read_struct(b).unwrap();
-                (
-                    e.handle.to_native(),
-                    e.code.to_native(),
-                    e.detail.to_native(),
-                )
+                (e.handle.to_native(), e.code.to_native(), e.detail.to_native())
             })
             .collect()
     }
@@ -471,23 +360,13 @@ fn send_wqe(wr_id: u64, opcode: WrOpcode, signaled: bool, sges: &[(Mr, u64, u32)
         ..Default::default()
     };
     for (i, (mr, offset, len)) in sges.iter().enumerate() {
-        let sge = Sge {
-            addr: (mr.iova + offset).into(),
-            length: (*len).into(),
-            lkey: mr.stag.into(),
-        };
+        let sge = Sge { addr: (mr.iova + offset).into(), length: (*len).into(), lkey: mr.stag.into() };
         w.as_mut_slice()[64 + i * 16..80 + i * 16].copy_from_slice(sge.as_slice());
     }
     w
 }
 
-fn rdma_wqe(
-    wr_id: u64,
-    opcode: WrOpcode,
-    local: (Mr, u64, u32),
-    remote: &Mr,
-    remote_offset: u64,
-) -> SqWqe {
+fn rdma_wqe(wr_id: u64, opcode: WrOpcode, local: (Mr, u64, u32), remote: &Mr, remote_offset: u64) -> SqWqe {
     SqWqe {
         remote_addr: (remote.iova + remote_offset).into(),
         remote_stag: remote.stag.into(),
@@ -496,9 +375,7 @@ fn rdma_wqe(
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(151).wrapping_add(seed))
-        .collect()
+    (0..len).map(|i| (i as u8).wrapping_mul(151).wrapping_add(seed)).collect()
 }
 
 const ALL: u32 = Access::LocalWrite as u32 | Access::RemoteWrite as u32 | Access::RemoteRead as u32;
@@ -527,12 +404,7 @@ fn setup(recv_cq_depth: u32) -> Setup {
     };
     let (qa, bufs_a) = make(&mut sim.a, IPS[0].octets());
     let (qb, bufs_b) = make(&mut sim.b, IPS[1].octets());
-    Setup {
-        sim,
-        qa,
-        qb,
-        bufs: [bufs_a, bufs_b],
-    }
+    Setup { sim, qa, qb, bufs: [bufs_a, bufs_b] }
 }
 
 fn connect_args(qp: &QpRings, local_port: u16, pd: &[u8]) -> CmdConnect {
@@ -563,77 +435,34 @@ fn accept_args(conn_id: Le32, qpn: u32, pd: &[u8]) -> CmdAccept {
 }
 
 fn listen_args(port: u16) -> CmdListen {
-    CmdListen {
-        local: sockaddr([0; 4], port),
-        backlog: 8.into(),
-        reserved: 0.into(),
-    }
+    CmdListen { local: sockaddr([0; 4], port), backlog: 8.into(), reserved: 0.into() }
 }
 
 /// LISTEN, CONNECT, CONNECT_REQUEST, ACCEPT, ESTABLISHED / CONNECT_REPLY.
 fn connect(s: &mut Setup) {
     let now = s.sim.now;
     s.sim.b.cmd(now, Cmd::Listen, &listen_args(PORT)).unwrap();
-    s.sim
-        .a
-        .cmd(
-            now,
-            Cmd::Connect,
-            &connect_args(&s.qa, 40_001, b"hello from a"),
-        )
-        .unwrap();
-    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim
-        .b
-        .has_event(EventType::ConnectRequest)));
+    s.sim.a.cmd(now, Cmd::Connect, &connect_args(&s.qa, 40_001, b"hello from a")).unwrap();
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.b.has_event(EventType::ConnectRequest)));
     let req = s.sim.b.cm_event(EventType::ConnectRequest).unwrap();
     assert_ne!(req.conn_id.to_native(), 0);
-    assert_eq!(
-        req.private_data.get(req.pd_len.to_native()),
-        b"hello from a"
-    );
-    assert_eq!(
-        (req.local.ipv4, u16::from_be_bytes(req.local.port)),
-        (IPS[1].octets(), PORT)
-    );
-    assert_eq!(
-        (req.remote.ipv4, u16::from_be_bytes(req.remote.port)),
-        (IPS[0].octets(), 40_001)
-    );
+    assert_eq!(req.private_data.get(req.pd_len.to_native()), b"hello from a");
+    assert_eq!((req.local.ipv4, u16::from_be_bytes(req.local.port)), (IPS[1].octets(), PORT));
+    assert_eq!((req.remote.ipv4, u16::from_be_bytes(req.remote.port)), (IPS[0].octets(), 40_001));
     assert_eq!((req.ird.to_native(), req.ord.to_native()), (8, 8));
 
     let accept = accept_args(req.conn_id, s.qb.qpn, b"hi, a");
     let now = s.sim.now;
     s.sim.b.cmd(now, Cmd::Accept, &accept).unwrap();
-    let est = s
-        .sim
-        .b
-        .cm_event(EventType::Established)
-        .expect("ESTABLISHED follows ACCEPT's response");
-    assert_eq!(
-        (est.qpn.to_native(), est.conn_id, est.status.to_native()),
-        (s.qb.qpn, req.conn_id, 0)
-    );
-    assert_eq!(
-        s.sim.b.qp_status(&s.qb).state.to_native(),
-        QpState::Rts as u32
-    );
-    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim
-        .a
-        .has_event(EventType::ConnectReply)));
+    let est = s.sim.b.cm_event(EventType::Established).expect("ESTABLISHED follows ACCEPT's response");
+    assert_eq!((est.qpn.to_native(), est.conn_id, est.status.to_native()), (s.qb.qpn, req.conn_id, 0));
+    assert_eq!(s.sim.b.qp_status(&s.qb).state.to_native(), QpState::Rts as u32);
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.a.has_event(EventType::ConnectReply)));
     let reply = s.sim.a.cm_event(EventType::ConnectReply).unwrap();
-    assert_eq!(
-        (reply.qpn.to_native(), reply.status.to_native()),
-        (s.qa.qpn, 0)
-    );
+    assert_eq!((reply.qpn.to_native(), reply.status.to_native()), (s.qa.qpn, 0));
     assert_eq!(reply.private_data.get(reply.pd_len.to_native()), b"hi, a");
-    assert_eq!(
-        (reply.remote.ipv4, u16::from_be_bytes(reply.remote.port)),
-        (IPS[1].octets(), PORT)
-    );
-    assert_eq!(
-        s.sim.a.qp_status(&s.qa).state.to_native(),
-        QpState::Rts as u32
-    );
+    assert_eq!((reply.remote.ipv4, u16::from_be_bytes(reply.remote.port)), (IPS[1].octets(), PORT));
+    assert_eq!(s.sim.a.qp_status(&s.qa).state.to_native(), QpState::Rts as u32);
     s.sim.a.take_events();
     s.sim.b.take_events();
 }
@@ -646,115 +475,49 @@ fn connect_transfer_and_close_gracefully() {
     let now = s.sim.now;
     // Receives posted before the connection exists.
     for i in 0..4 {
-        s.sim
-            .b
-            .post_recv(now, &mut s.qb, 100 + i, &b_local, i * 4096, 4096);
+        s.sim.b.post_recv(now, &mut s.qb, 100 + i, &b_local, i * 4096, 4096);
     }
     // The first receive finds the device idle and rings; the device then
     // polls the RQ for a window, so the next three need no doorbell.
     assert_eq!(s.sim.b.doorbells, 1, "one doorbell, then the device polls");
-    assert_eq!(
-        s.sim.b.qp_status(&s.qb).flags.to_native() & QpStatusFlag::RqIdle as u32,
-        0
-    );
+    assert_eq!(s.sim.b.qp_status(&s.qb).flags.to_native() & QpStatusFlag::RqIdle as u32, 0);
     connect(&mut s);
 
     // SEND into a posted receive.
     let data = pattern(3000, 1);
     s.sim.a.write_bytes(a_local.guest, &data);
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(
-        now,
-        &mut s.qa,
-        &send_wqe(
-            1,
-            WrOpcode::Send,
-            true,
-            &[(a_local, 0, 1000), (a_local, 1000, 2000)],
-        ),
-    );
-    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim
-        .b
-        .cq_status(&s.qb.rcq)
-        .prod
-        .to_native()
-        == 1));
+    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(1, WrOpcode::Send, true, &[(a_local, 0, 1000), (a_local, 1000, 2000)]));
+    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.cq_status(&s.qb.rcq).prod.to_native() == 1));
     let mut rcq = s.qb.rcq;
     let cqes = s.sim.b.poll_cq(&mut rcq);
     assert_eq!(cqes.len(), 1);
     let c = cqes[0];
-    assert_eq!(
-        (c.wr_id.to_native(), c.qpn.to_native(), c.opcode, c.status),
-        (100, s.qb.qpn, WcOpcode::Recv as u8, 0)
-    );
-    assert_eq!(
-        c.wqe_idx.to_native(),
-        0,
-        "a CQE names its WQE: the RQ's first"
-    );
+    assert_eq!((c.wr_id.to_native(), c.qpn.to_native(), c.opcode, c.status), (100, s.qb.qpn, WcOpcode::Recv as u8, 0));
+    assert_eq!(c.wqe_idx.to_native(), 0, "a CQE names its WQE: the RQ's first");
     assert_eq!(c.byte_len.to_native(), 3000);
     assert_eq!(s.sim.b.read_bytes(b_local.guest, 3000), data);
     assert_eq!(s.sim.b.qp_status(&s.qb).rq_cons.to_native(), 1);
     let mut scq = s.qa.scq;
     let cqes = s.sim.a.poll_cq(&mut scq);
-    assert_eq!(
-        (cqes.len(), cqes[0].wr_id.to_native(), cqes[0].opcode),
-        (1, 1, WcOpcode::Send as u8)
-    );
+    assert_eq!((cqes.len(), cqes[0].wr_id.to_native(), cqes[0].opcode), (1, 1, WcOpcode::Send as u8));
     let st = s.sim.a.qp_status(&s.qa);
     assert_eq!(st.sq_cons.to_native(), 1);
-    assert_ne!(
-        st.flags.to_native() & QpStatusFlag::SqIdle as u32,
-        0,
-        "idle again: the next post rings"
-    );
+    assert_ne!(st.flags.to_native() & QpStatusFlag::SqIdle as u32, 0, "idle again: the next post rings");
 
     // RDMA WRITE into b's exposed buffer, READ it back into a.
     let write = pattern(20_000, 7);
     s.sim.a.write_bytes(a_local.guest + 8192, &write);
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(
-        now,
-        &mut s.qa,
-        &rdma_wqe(2, WrOpcode::Write, (a_local, 8192, 20_000), &b_exposed, 100),
-    );
-    s.sim.a.post_send_wqe(
-        now,
-        &mut s.qa,
-        &rdma_wqe(
-            3,
-            WrOpcode::Read,
-            (a_local, 32_768, 20_000),
-            &b_exposed,
-            100,
-        ),
-    );
-    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim
-        .a
-        .cq_status(&s.qa.scq)
-        .prod
-        .to_native()
-        == 3));
+    s.sim.a.post_send_wqe(now, &mut s.qa, &rdma_wqe(2, WrOpcode::Write, (a_local, 8192, 20_000), &b_exposed, 100));
+    s.sim.a.post_send_wqe(now, &mut s.qa, &rdma_wqe(3, WrOpcode::Read, (a_local, 32_768, 20_000), &b_exposed, 100));
+    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.a.cq_status(&s.qa.scq).prod.to_native() == 3));
     let cqes = s.sim.a.poll_cq(&mut scq);
     let got: Vec<(u64, u8, u8, u32, u32)> = cqes
         .iter()
-        .map(|c| {
-            (
-                c.wr_id.to_native(),
-                c.opcode,
-                c.status,
-                c.byte_len.to_native(),
-                c.wqe_idx.to_native(),
-            )
-        })
+        .map(|c| (c.wr_id.to_native(), c.opcode, c.status, c.byte_len.to_native(), c.wqe_idx.to_native()))
         .collect();
-    assert_eq!(
-        got,
-        vec![
-            (2, WcOpcode::Write as u8, 0, 20_000, 1),
-            (3, WcOpcode::Read as u8, 0, 20_000, 2)
-        ]
-    );
+    assert_eq!(got, vec![(2, WcOpcode::Write as u8, 0, 20_000, 1), (3, WcOpcode::Read as u8, 0, 20_000, 2)]);
     assert_eq!(s.sim.b.read_bytes(b_exposed.guest + 100, 20_000), write);
     assert_eq!(s.sim.a.read_bytes(a_local.guest + 32_768, 20_000), write);
     // b's side of a WRITE or READ writes no CQE.
@@ -763,74 +526,35 @@ fn connect_transfer_and_close_gracefully() {
     // b READs a's exposed buffer too (the other direction).
     s.sim.a.write_bytes(a_exposed.guest, b"exposed by a");
     let now = s.sim.now;
-    s.sim.b.post_send_wqe(
-        now,
-        &mut s.qb,
-        &rdma_wqe(50, WrOpcode::Read, (b_local, 60_000, 12), &a_exposed, 0),
-    );
-    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim
-        .b
-        .cq_status(&s.qb.scq)
-        .prod
-        .to_native()
-        == 1));
-    assert_eq!(
-        s.sim.b.read_bytes(b_local.guest + 60_000, 12),
-        b"exposed by a"
-    );
+    s.sim.b.post_send_wqe(now, &mut s.qb, &rdma_wqe(50, WrOpcode::Read, (b_local, 60_000, 12), &a_exposed, 0));
+    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.cq_status(&s.qb.scq).prod.to_native() == 1));
+    assert_eq!(s.sim.b.read_bytes(b_local.guest + 60_000, 12), b"exposed by a");
 
     // An unsignaled SEND: no CQE on a, but its slot is retired; an armed
     // receive CQ raises one event.
-    let mut arm = CmdArmCq {
-        cqn: rcq.cqn.into(),
-        flags: (ArmFlag::Next as u32).into(),
-    };
+    let mut arm = CmdArmCq { cqn: rcq.cqn.into(), flags: (ArmFlag::Next as u32).into() };
     let now = s.sim.now;
     s.sim.b.cmd(now, Cmd::ArmCq, &arm).unwrap();
     assert!(!s.sim.b.has_event(EventType::CqCompletion));
-    s.sim.a.post_send_wqe(
-        now,
-        &mut s.qa,
-        &send_wqe(4, WrOpcode::Send, false, &[(a_local, 0, 10)]),
-    );
-    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim
-        .b
-        .has_event(EventType::CqCompletion)));
+    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(4, WrOpcode::Send, false, &[(a_local, 0, 10)]));
+    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.has_event(EventType::CqCompletion)));
     let ev: Event = read_struct(&s.sim.b.events[0].1).unwrap();
     assert_eq!(ev.handle.to_native(), rcq.cqn);
     assert_eq!(s.sim.b.poll_cq(&mut rcq).len(), 1);
-    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim
-        .a
-        .qp_status(&s.qa)
-        .sq_cons
-        .to_native()
-        == 4));
+    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.a.qp_status(&s.qa).sq_cons.to_native() == 4));
     assert!(s.sim.a.poll_cq(&mut scq).is_empty(), "unsignaled: no CQE");
     // SEND_SE wakes a CQ armed for solicited completions only.
     arm.flags = (ArmFlag::Solicited as u32).into();
     s.sim.b.take_events();
     let now = s.sim.now;
     s.sim.b.cmd(now, Cmd::ArmCq, &arm).unwrap();
-    s.sim.a.post_send_wqe(
-        now,
-        &mut s.qa,
-        &send_wqe(5, WrOpcode::Send, true, &[(a_local, 0, 10)]),
-    );
+    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(5, WrOpcode::Send, true, &[(a_local, 0, 10)]));
     s.sim.run_for(Duration::from_millis(50));
     assert!(!s.sim.b.has_event(EventType::CqCompletion), "not solicited");
-    s.sim.a.post_send_wqe(
-        s.sim.now,
-        &mut s.qa,
-        &send_wqe(6, WrOpcode::SendSe, true, &[(a_local, 0, 10)]),
-    );
-    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim
-        .b
-        .has_event(EventType::CqCompletion)));
+    s.sim.a.post_send_wqe(s.sim.now, &mut s.qa, &send_wqe(6, WrOpcode::SendSe, true, &[(a_local, 0, 10)]));
+    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.has_event(EventType::CqCompletion)));
     let cqes = s.sim.b.poll_cq(&mut rcq);
-    assert_eq!(
-        cqes.last().unwrap().flags & CqeFlag::Solicited as u8,
-        CqeFlag::Solicited as u8
-    );
+    assert_eq!(cqes.last().unwrap().flags & CqeFlag::Solicited as u8, CqeFlag::Solicited as u8);
 
     // Graceful close from a, with a SEND posted just before it: the SEND
     // still completes, then the FIN goes out.
@@ -838,59 +562,24 @@ fn connect_transfer_and_close_gracefully() {
     s.sim.b.take_events();
     let now = s.sim.now;
     s.sim.b.post_recv(now, &mut s.qb, 200, &b_local, 0, 4096);
-    s.sim.a.post_send_wqe(
-        now,
-        &mut s.qa,
-        &send_wqe(7, WrOpcode::Send, true, &[(a_local, 0, 100)]),
-    );
-    s.sim
-        .a
-        .cmd(
-            now,
-            Cmd::Disconnect,
-            &CmdDisconnect {
-                qpn: s.qa.qpn.into(),
-                abort: 0.into(),
-            },
-        )
-        .unwrap();
+    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(7, WrOpcode::Send, true, &[(a_local, 0, 100)]));
+    s.sim.a.cmd(now, Cmd::Disconnect, &CmdDisconnect { qpn: s.qa.qpn.into(), abort: 0.into() }).unwrap();
     assert!(s.sim.run_until(Duration::from_secs(5), |sim| {
         sim.a.qp_status(&s.qa).state.to_native() == QpState::Idle as u32
             && sim.b.qp_status(&s.qb).state.to_native() == QpState::Idle as u32
     }));
     let close = QpEvent::CloseComplete as u32;
-    assert_eq!(
-        s.sim.a.qp_events(),
-        vec![(s.qa.qpn, close, 0)],
-        "LLP close complete, nothing outstanding"
-    );
-    assert_eq!(
-        s.sim.b.qp_events(),
-        vec![
-            (s.qb.qpn, QpEvent::PeerClose as u32, 0),
-            (s.qb.qpn, close, 0)
-        ]
-    );
+    assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, close, 0)], "LLP close complete, nothing outstanding");
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::PeerClose as u32, 0), (s.qb.qpn, close, 0)]);
     // The unsignaled SEND was SQ WQE 3: the WQE indices skip it.
-    let ids: Vec<(u64, u8, u32)> = s
-        .sim
-        .a
-        .poll_cq(&mut scq)
-        .iter()
-        .map(|c| (c.wr_id.to_native(), c.status, c.wqe_idx.to_native()))
-        .collect();
+    let ids: Vec<(u64, u8, u32)> =
+        s.sim.a.poll_cq(&mut scq).iter().map(|c| (c.wr_id.to_native(), c.status, c.wqe_idx.to_native())).collect();
     assert_eq!(ids, vec![(5, 0, 4), (6, 0, 5), (7, 0, 6)]);
     let last = *s.sim.b.poll_cq(&mut rcq).last().unwrap();
     assert_eq!((last.wr_id.to_native(), last.wqe_idx.to_native()), (200, 4));
     // IDLE after a clean close: every WQE is accounted for.
     let st = s.sim.b.qp_status(&s.qb);
-    assert_eq!(
-        (
-            st.rq_cons.to_native(),
-            st.flags.to_native() & QpStatusFlag::Error as u32
-        ),
-        (s.qb.rq_prod, 0)
-    );
+    assert_eq!((st.rq_cons.to_native(), st.flags.to_native() & QpStatusFlag::Error as u32), (s.qb.rq_prod, 0));
 }
 
 /// A receive left over at a clean close stays between rq_cons and rq_prod
@@ -904,99 +593,38 @@ fn a_closed_qp_leaves_its_leftovers_to_the_provider() {
     s.sim.b.post_recv(now, &mut s.qb, 1, &b_local, 0, 4096);
     connect(&mut s);
     let now = s.sim.now;
-    s.sim
-        .b
-        .cmd(
-            now,
-            Cmd::Disconnect,
-            &CmdDisconnect {
-                qpn: s.qb.qpn.into(),
-                abort: 0.into(),
-            },
-        )
-        .unwrap();
+    s.sim.b.cmd(now, Cmd::Disconnect, &CmdDisconnect { qpn: s.qb.qpn.into(), abort: 0.into() }).unwrap();
     assert!(s.sim.run_until(Duration::from_secs(5), |sim| {
         sim.b.qp_status(&s.qb).state.to_native() == QpState::Idle as u32
     }));
-    assert_eq!(
-        s.sim.b.qp_events(),
-        vec![(s.qb.qpn, QpEvent::CloseComplete as u32, 0)]
-    );
-    assert_eq!(
-        s.sim.b.qp_status(&s.qb).rq_cons.to_native(),
-        0,
-        "the receive is the provider's to flush"
-    );
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::CloseComplete as u32, 0)]);
+    assert_eq!(s.sim.b.qp_status(&s.qb).rq_cons.to_native(), 0, "the receive is the provider's to flush");
     // The peer's graceful disconnect after the close completed (its driver
     // had not heard of it yet): done, not an error, and nothing changes.
     assert!(s.sim.run_until(Duration::from_secs(5), |sim| {
         sim.a.qp_status(&s.qa).state.to_native() == QpState::Idle as u32
     }));
     let now = s.sim.now;
-    assert_eq!(
-        s.sim.a.cmd(
-            now,
-            Cmd::Disconnect,
-            &CmdDisconnect {
-                qpn: s.qa.qpn.into(),
-                abort: 0.into()
-            }
-        ),
-        Ok(Vec::new())
-    );
-    assert_eq!(
-        s.sim.a.qp_status(&s.qa).state.to_native(),
-        QpState::Idle as u32
-    );
+    assert_eq!(s.sim.a.cmd(now, Cmd::Disconnect, &CmdDisconnect { qpn: s.qa.qpn.into(), abort: 0.into() }), Ok(Vec::new()));
+    assert_eq!(s.sim.a.qp_status(&s.qa).state.to_native(), QpState::Idle as u32);
     // Posting to the closed QP: nothing is fetched (the provider flushes it).
     let now = s.sim.now;
     s.sim.b.post_recv(now, &mut s.qb, 2, &b_local, 0, 4096);
-    let info = s
-        .sim
-        .b
-        .rnic
-        .offload()
-        .unwrap()
-        .engine()
-        .qp_info(s.qb.qpn)
-        .unwrap();
+    let info = s.sim.b.rnic.offload().unwrap().engine().qp_info(s.qb.qpn).unwrap();
     assert_eq!(info.rq_posted, 0);
-    assert_eq!(
-        s.sim
-            .b
-            .cmd(now, Cmd::Connect, &connect_args(&s.qb, 40_009, b"")),
-        Err(Status::State)
-    );
+    assert_eq!(s.sim.b.cmd(now, Cmd::Connect, &connect_args(&s.qb, 40_009, b"")), Err(Status::State));
     let modify = |state: QpState| CmdModifyQp {
         qpn: s.qb.qpn.into(),
         mask: (ModifyMask::State as u32).into(),
         state: (state as u32).into(),
         ..Default::default()
     };
-    s.sim
-        .b
-        .cmd(now, Cmd::ModifyQp, &modify(QpState::Error))
-        .unwrap();
-    s.sim
-        .b
-        .cmd(now, Cmd::ModifyQp, &modify(QpState::Idle))
-        .unwrap();
+    s.sim.b.cmd(now, Cmd::ModifyQp, &modify(QpState::Error)).unwrap();
+    s.sim.b.cmd(now, Cmd::ModifyQp, &modify(QpState::Idle)).unwrap();
     let st = s.sim.b.qp_status(&s.qb);
-    assert_eq!(
-        (st.rq_cons.to_native(), st.rq_prod.to_native()),
-        (2, 2),
-        "reset: all flushed"
-    );
+    assert_eq!((st.rq_cons.to_native(), st.rq_prod.to_native()), (2, 2), "reset: all flushed");
     s.sim.b.post_recv(now, &mut s.qb, 3, &b_local, 0, 4096);
-    let info = s
-        .sim
-        .b
-        .rnic
-        .offload()
-        .unwrap()
-        .engine()
-        .qp_info(s.qb.qpn)
-        .unwrap();
+    let info = s.sim.b.rnic.offload().unwrap().engine().qp_info(s.qb.qpn).unwrap();
     assert_eq!(info.rq_posted, 1, "reusable");
 }
 
@@ -1008,40 +636,19 @@ fn abortive_disconnect_resets_the_peer() {
     s.sim.b.post_recv(now, &mut s.qb, 1, &b_local, 0, 4096);
     connect(&mut s);
     let now = s.sim.now;
-    s.sim
-        .a
-        .cmd(
-            now,
-            Cmd::Disconnect,
-            &CmdDisconnect {
-                qpn: s.qa.qpn.into(),
-                abort: 1.into(),
-            },
-        )
-        .unwrap();
+    s.sim.a.cmd(now, Cmd::Disconnect, &CmdDisconnect { qpn: s.qa.qpn.into(), abort: 1.into() }).unwrap();
     // The local side knows at once.
     let st = s.sim.a.qp_status(&s.qa);
     assert_eq!(st.state.to_native(), QpState::Error as u32);
     assert_ne!(st.flags.to_native() & QpStatusFlag::Error as u32, 0);
-    assert_eq!(
-        s.sim.a.qp_events(),
-        vec![(s.qa.qpn, QpEvent::CloseComplete as u32, 0)]
-    );
-    assert!(s
-        .sim
-        .run_until(Duration::from_secs(2), |sim| !sim.b.qp_events().is_empty()));
-    assert_eq!(
-        s.sim.b.qp_events(),
-        vec![(s.qb.qpn, QpEvent::Reset as u32, 0)]
-    );
+    assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, QpEvent::CloseComplete as u32, 0)]);
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| !sim.b.qp_events().is_empty()));
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::Reset as u32, 0)]);
     let st = s.sim.b.qp_status(&s.qb);
     assert_eq!(st.state.to_native(), QpState::Error as u32);
     assert_ne!(st.flags.to_native() & QpStatusFlag::Error as u32, 0);
     for cq in [s.qb.scq, s.qb.rcq] {
-        assert_ne!(
-            s.sim.b.cq_status(&cq).flags.to_native() & CqStatusFlag::Error as u32,
-            0
-        );
+        assert_ne!(s.sim.b.cq_status(&cq).flags.to_native() & CqStatusFlag::Error as u32, 0);
     }
     // No CQE after the error: the provider flushes the posted receive.
     let mut rcq = s.qb.rcq;
@@ -1058,10 +665,7 @@ fn abortive_disconnect_resets_the_peer() {
     let now = s.sim.now;
     s.sim.b.cmd(now, Cmd::ModifyQp, &to_idle).unwrap();
     let st = s.sim.b.qp_status(&s.qb);
-    assert_eq!(
-        (st.state.to_native(), st.rq_cons.to_native()),
-        (QpState::Idle as u32, 1)
-    );
+    assert_eq!((st.state.to_native(), st.rq_cons.to_native()), (QpState::Idle as u32, 1));
     assert_eq!(st.flags.to_native() & QpStatusFlag::Error as u32, 0);
 }
 
@@ -1074,38 +678,19 @@ fn a_malformed_wqe_fails_in_order() {
     s.sim.b.post_recv(now, &mut s.qb, 1, &b_local, 0, 4096);
     connect(&mut s);
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(
-        now,
-        &mut s.qa,
-        &send_wqe(10, WrOpcode::Send, true, &[(a_local, 0, 64)]),
-    );
+    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(10, WrOpcode::Send, true, &[(a_local, 0, 64)]));
     let mut bad = send_wqe(11, WrOpcode::Send, true, &[]);
     bad.opcode = 10; // one past VT3_WR_BIND_MW: no such opcode
     s.sim.a.post_send_wqe(now, &mut s.qa, &bad);
-    assert!(s
-        .sim
-        .run_until(Duration::from_secs(3), |sim| !sim.a.qp_events().is_empty()
-            && !sim.b.qp_events().is_empty()));
+    assert!(s.sim.run_until(Duration::from_secs(3), |sim| !sim.a.qp_events().is_empty()
+        && !sim.b.qp_events().is_empty()));
     let mut scq = s.qa.scq;
     let cqes = s.sim.a.poll_cq(&mut scq);
-    let got: Vec<(u64, u8)> = cqes
-        .iter()
-        .map(|c| (c.wr_id.to_native(), c.status))
-        .collect();
+    let got: Vec<(u64, u8)> = cqes.iter().map(|c| (c.wr_id.to_native(), c.status)).collect();
     assert_eq!(got, vec![(10, 0), (11, WcStatus::LocQpOpErr as u8)]);
-    assert_eq!(
-        s.sim.a.qp_events(),
-        vec![(
-            s.qa.qpn,
-            QpEvent::BadWqe as u32,
-            WcStatus::LocQpOpErr as u32
-        )]
-    );
+    assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, QpEvent::BadWqe as u32, WcStatus::LocQpOpErr as u32)]);
     // The peer is told with a TERMINATE (RDMAP, local catastrophic).
-    assert_eq!(
-        s.sim.b.qp_events(),
-        vec![(s.qb.qpn, QpEvent::TerminateReceived as u32, 0x0000)]
-    );
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::TerminateReceived as u32, 0x0000)]);
     assert!(s.sim.run_until(Duration::from_secs(5), |sim| {
         sim.a.qp_status(&s.qa).state.to_native() == QpState::Error as u32
     }));
@@ -1118,44 +703,21 @@ fn cq_overflow_is_reported_not_wrapped() {
     let (b_local, _) = s.bufs[1];
     let now = s.sim.now;
     for i in 0..4 {
-        s.sim
-            .b
-            .post_recv(now, &mut s.qb, i, &b_local, i * 4096, 4096);
+        s.sim.b.post_recv(now, &mut s.qb, i, &b_local, i * 4096, 4096);
     }
     connect(&mut s);
     let now = s.sim.now;
     for i in 0..3 {
-        s.sim.a.post_send_wqe(
-            now,
-            &mut s.qa,
-            &send_wqe(i, WrOpcode::Send, true, &[(a_local, 0, 8)]),
-        );
+        s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(i, WrOpcode::Send, true, &[(a_local, 0, 8)]));
     }
-    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim
-        .b
-        .has_event(EventType::CqError)));
+    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.has_event(EventType::CqError)));
     let st = s.sim.b.cq_status(&s.qb.rcq);
     assert_eq!(st.prod.to_native(), 2);
     assert_ne!(st.flags.to_native() & CqStatusFlag::Overflow as u32, 0);
-    let ev: Event = read_struct(
-        &s.sim
-            .b
-            .events
-            .iter()
-            .find(|(t, _)| *t == EventType::CqError)
-            .unwrap()
-            .1,
-    )
-    .unwrap();
+    let ev: Event = read_struct(&s.sim.b.events.iter().find(|(t, _)| *t == EventType::CqError).unwrap().1).unwrap();
     assert_eq!(ev.handle.to_native(), s.qb.rcq.cqn);
     let mut rcq = s.qb.rcq;
-    let ids: Vec<u64> = s
-        .sim
-        .b
-        .poll_cq(&mut rcq)
-        .iter()
-        .map(|c| c.wr_id.to_native())
-        .collect();
+    let ids: Vec<u64> = s.sim.b.poll_cq(&mut rcq).iter().map(|c| c.wr_id.to_native()).collect();
     assert_eq!(ids, vec![0, 1], "the ring was not overwritten");
 }
 
@@ -1165,19 +727,11 @@ fn refused_and_rejected_connections() {
     // Nobody listens: the SYN goes to b's guest kernel (not simulated
     // here, so unanswered) and the TCP handshake times out.
     let now = s.sim.now;
-    s.sim
-        .a
-        .cmd(now, Cmd::Connect, &connect_args(&s.qa, 40_002, b""))
-        .unwrap();
-    assert!(s.sim.run_until(Duration::from_secs(120), |sim| sim
-        .a
-        .has_event(EventType::ConnectReply)));
+    s.sim.a.cmd(now, Cmd::Connect, &connect_args(&s.qa, 40_002, b"")).unwrap();
+    assert!(s.sim.run_until(Duration::from_secs(120), |sim| sim.a.has_event(EventType::ConnectReply)));
     let reply = s.sim.a.cm_event(EventType::ConnectReply).unwrap();
     assert_eq!(reply.status.to_native(), 110, "ETIMEDOUT");
-    assert_eq!(
-        s.sim.a.qp_status(&s.qa).state.to_native(),
-        QpState::Error as u32
-    );
+    assert_eq!(s.sim.a.qp_status(&s.qa).state.to_native(), QpState::Error as u32);
 
     // A second QP, and a listener that rejects.
     let now = s.sim.now;
@@ -1185,46 +739,20 @@ fn refused_and_rejected_connections() {
     let qa2 = s.sim.a.qp(now, 1, scq, rcq, 16);
     s.sim.a.take_events();
     s.sim.b.cmd(now, Cmd::Listen, &listen_args(PORT)).unwrap();
-    assert_eq!(
-        s.sim.b.cmd(now, Cmd::Listen, &listen_args(PORT)),
-        Err(Status::Busy)
-    );
-    s.sim
-        .a
-        .cmd(now, Cmd::Connect, &connect_args(&qa2, 40_003, b"knock"))
-        .unwrap();
-    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim
-        .b
-        .has_event(EventType::ConnectRequest)));
+    assert_eq!(s.sim.b.cmd(now, Cmd::Listen, &listen_args(PORT)), Err(Status::Busy));
+    s.sim.a.cmd(now, Cmd::Connect, &connect_args(&qa2, 40_003, b"knock")).unwrap();
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.b.has_event(EventType::ConnectRequest)));
     let req = s.sim.b.cm_event(EventType::ConnectRequest).unwrap();
-    let reject = CmdReject {
-        conn_id: req.conn_id,
-        pd_len: 4.into(),
-        reserved: 0.into(),
-        private_data: pd_bytes(b"nope"),
-    };
+    let reject = CmdReject { conn_id: req.conn_id, pd_len: 4.into(), reserved: 0.into(), private_data: pd_bytes(b"nope") };
     let now = s.sim.now;
     s.sim.b.cmd(now, Cmd::Reject, &reject).unwrap();
-    assert_eq!(
-        s.sim.b.cmd(now, Cmd::Reject, &reject),
-        Err(Status::NotFound),
-        "answered already"
-    );
-    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim
-        .a
-        .has_event(EventType::ConnectReply)));
+    assert_eq!(s.sim.b.cmd(now, Cmd::Reject, &reject), Err(Status::NotFound), "answered already");
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.a.has_event(EventType::ConnectReply)));
     let reply = s.sim.a.cm_event(EventType::ConnectReply).unwrap();
-    assert_eq!(
-        (reply.qpn.to_native(), reply.status.to_native()),
-        (qa2.qpn, 111),
-        "ECONNREFUSED"
-    );
+    assert_eq!((reply.qpn.to_native(), reply.status.to_native()), (qa2.qpn, 111), "ECONNREFUSED");
     assert_eq!(reply.private_data.get(reply.pd_len.to_native()), b"nope");
     s.sim.b.cmd(now, Cmd::Unlisten, &listen_args(PORT)).unwrap();
-    assert_eq!(
-        s.sim.b.cmd(now, Cmd::Unlisten, &listen_args(PORT)),
-        Err(Status::NotFound)
-    );
+    assert_eq!(s.sim.b.cmd(now, Cmd::Unlisten, &listen_args(PORT)), Err(Status::NotFound));
 }
 
 #[test]
@@ -1235,19 +763,9 @@ fn connection_commands_are_validated() {
     let cq = g.cq(now, 16);
     let qp = g.qp(now, pdn, cq, cq, 16);
     // Before SET_ADDR there is no TOE.
-    assert_eq!(
-        g.cmd(now, Cmd::Listen, &listen_args(PORT)),
-        Err(Status::State)
-    );
-    assert_eq!(
-        g.cmd(now, Cmd::Connect, &connect_args(&qp, 1, b"")),
-        Err(Status::State)
-    );
-    assert_eq!(
-        g.set_addr(now, [224, 0, 0, 1]),
-        Err(Status::Invalid),
-        "not unicast"
-    );
+    assert_eq!(g.cmd(now, Cmd::Listen, &listen_args(PORT)), Err(Status::State));
+    assert_eq!(g.cmd(now, Cmd::Connect, &connect_args(&qp, 1, b"")), Err(Status::State));
+    assert_eq!(g.set_addr(now, [224, 0, 0, 1]), Err(Status::Invalid), "not unicast");
     g.set_addr(now, IPS[0].octets()).unwrap();
     g.set_addr(now, IPS[0].octets()).unwrap();
 
@@ -1260,69 +778,15 @@ fn connection_commands_are_validated() {
     let mut foreign_local = good;
     foreign_local.local.ipv4 = [10, 9, 9, 9];
     let cases: Vec<(CmdConnect, Status)> = vec![
-        (
-            CmdConnect {
-                pd_len: 513.into(),
-                ..good
-            },
-            Status::Invalid,
-        ),
-        (
-            CmdConnect {
-                pd_len: 512.into(),
-                ..good
-            },
-            Status::Invalid,
-        ), // 508 left in MPA revision 2
-        (
-            CmdConnect {
-                qpn: 99.into(),
-                ..good
-            },
-            Status::NotFound,
-        ),
-        (
-            CmdConnect {
-                ird: 9.into(),
-                ..good
-            },
-            Status::Invalid,
-        ),
-        (
-            CmdConnect {
-                ord: u32::MAX.into(),
-                ..good
-            },
-            Status::Invalid,
-        ),
-        (
-            CmdConnect {
-                local: sockaddr([0; 4], 0),
-                ..good
-            },
-            Status::Invalid,
-        ),
-        (
-            CmdConnect {
-                remote: sockaddr(IPS[1].octets(), 0),
-                ..good
-            },
-            Status::Invalid,
-        ),
-        (
-            CmdConnect {
-                next_hop: [0xff; 6],
-                ..good
-            },
-            Status::Invalid,
-        ),
-        (
-            CmdConnect {
-                next_hop: [0; 6],
-                ..good
-            },
-            Status::Invalid,
-        ),
+        (CmdConnect { pd_len: 513.into(), ..good }, Status::Invalid),
+        (CmdConnect { pd_len: 512.into(), ..good }, Status::Invalid), // 508 left in MPA revision 2
+        (CmdConnect { qpn: 99.into(), ..good }, Status::NotFound),
+        (CmdConnect { ird: 9.into(), ..good }, Status::Invalid),
+        (CmdConnect { ord: u32::MAX.into(), ..good }, Status::Invalid),
+        (CmdConnect { local: sockaddr([0; 4], 0), ..good }, Status::Invalid),
+        (CmdConnect { remote: sockaddr(IPS[1].octets(), 0), ..good }, Status::Invalid),
+        (CmdConnect { next_hop: [0xff; 6], ..good }, Status::Invalid),
+        (CmdConnect { next_hop: [0; 6], ..good }, Status::Invalid),
         (bad_remote_ip, Status::Invalid),
         (to_self, Status::Invalid),
         (foreign_local, Status::Invalid),
@@ -1330,92 +794,29 @@ fn connection_commands_are_validated() {
     for (args, want) in cases {
         assert_eq!(g.cmd(now, Cmd::Connect, &args), Err(want), "{args:?}");
     }
-    let accept = CmdAccept {
-        conn_id: 1.into(),
-        qpn: qp.qpn.into(),
-        ..Default::default()
-    };
-    assert_eq!(
-        g.cmd(now, Cmd::Accept, &accept),
-        Err(Status::NotFound),
-        "unknown conn_id"
-    );
-    assert_eq!(
-        g.cmd(
-            now,
-            Cmd::Accept,
-            &CmdAccept {
-                pd_len: 600.into(),
-                ..accept
-            }
-        ),
-        Err(Status::Invalid)
-    );
-    let reject = CmdReject {
-        conn_id: 7.into(),
-        ..Default::default()
-    };
+    let accept = CmdAccept { conn_id: 1.into(), qpn: qp.qpn.into(), ..Default::default() };
+    assert_eq!(g.cmd(now, Cmd::Accept, &accept), Err(Status::NotFound), "unknown conn_id");
+    assert_eq!(g.cmd(now, Cmd::Accept, &CmdAccept { pd_len: 600.into(), ..accept }), Err(Status::Invalid));
+    let reject = CmdReject { conn_id: 7.into(), ..Default::default() };
     assert_eq!(g.cmd(now, Cmd::Reject, &reject), Err(Status::NotFound));
-    assert_eq!(
-        g.cmd(now, Cmd::Listen, &listen_args(0)),
-        Err(Status::Invalid)
-    );
-    assert_eq!(
-        g.cmd(now, Cmd::Unlisten, &listen_args(5)),
-        Err(Status::NotFound)
-    );
-    let disconnect = |abort: u32| CmdDisconnect {
-        qpn: qp.qpn.into(),
-        abort: abort.into(),
-    };
-    assert_eq!(
-        g.cmd(now, Cmd::Disconnect, &disconnect(2)),
-        Err(Status::Invalid)
-    );
-    assert_eq!(
-        g.cmd(now, Cmd::Disconnect, &disconnect(0)),
-        Err(Status::State),
-        "not connected"
-    );
-    assert_eq!(
-        g.cmd(
-            now,
-            Cmd::Disconnect,
-            &CmdDisconnect {
-                qpn: 77.into(),
-                abort: 0.into()
-            }
-        ),
-        Err(Status::NotFound)
-    );
-    let db = CmdDoorbell {
-        qpn: qp.qpn.into(),
-        queues: 8.into(),
-    };
+    assert_eq!(g.cmd(now, Cmd::Listen, &listen_args(0)), Err(Status::Invalid));
+    assert_eq!(g.cmd(now, Cmd::Unlisten, &listen_args(5)), Err(Status::NotFound));
+    let disconnect = |abort: u32| CmdDisconnect { qpn: qp.qpn.into(), abort: abort.into() };
+    assert_eq!(g.cmd(now, Cmd::Disconnect, &disconnect(2)), Err(Status::Invalid));
+    assert_eq!(g.cmd(now, Cmd::Disconnect, &disconnect(0)), Err(Status::State), "not connected");
+    assert_eq!(g.cmd(now, Cmd::Disconnect, &CmdDisconnect { qpn: 77.into(), abort: 0.into() }), Err(Status::NotFound));
+    let db = CmdDoorbell { qpn: qp.qpn.into(), queues: 8.into() };
     assert_eq!(g.cmd(now, Cmd::Doorbell, &db), Err(Status::Invalid));
 
     // A good CONNECT takes the QP; a second one finds it busy.
     g.cmd(now, Cmd::Connect, &good).unwrap();
     assert_eq!(g.cmd(now, Cmd::Connect, &good), Err(Status::State));
     // Destroying it mid-connect is fine; the TOE forgets the connection.
-    g.cmd(
-        now,
-        Cmd::DestroyQp,
-        &CmdHandle {
-            handle: qp.qpn.into(),
-            reserved: 0.into(),
-        },
-    )
-    .unwrap();
+    g.cmd(now, Cmd::DestroyQp, &CmdHandle { handle: qp.qpn.into(), reserved: 0.into() }).unwrap();
     let mut uplink = Vec::new();
-    g.rnic
-        .service(now, &g.mem, &mut |f| uplink.push(f.to_vec()));
+    g.rnic.service(now, &g.mem, &mut |f| uplink.push(f.to_vec()));
     let mut tcbs = 0;
-    g.rnic
-        .offload()
-        .unwrap()
-        .engine()
-        .for_each_tcb(&mut |_| tcbs += 1);
+    g.rnic.offload().unwrap().engine().for_each_tcb(&mut |_| tcbs += 1);
     assert_eq!(tcbs, 0);
     // A changed address starts a new engine; 0.0.0.0 stops it.
     g.set_addr(now, [10, 33, 0, 9]).unwrap();
@@ -1440,15 +841,7 @@ fn random_connection_commands_never_panic() {
         x ^= x << 17;
         x
     };
-    let cmds = [
-        Cmd::Listen,
-        Cmd::Unlisten,
-        Cmd::Connect,
-        Cmd::Accept,
-        Cmd::Reject,
-        Cmd::Disconnect,
-        Cmd::Doorbell,
-    ];
+    let cmds = [Cmd::Listen, Cmd::Unlisten, Cmd::Connect, Cmd::Accept, Cmd::Reject, Cmd::Disconnect, Cmd::Doorbell];
     for i in 0..3000u64 {
         let mut body = [0u8; 560];
         for b in body.iter_mut() {
@@ -1461,8 +854,7 @@ fn random_connection_commands_never_panic() {
         let len = (next() % 560) as usize;
         let _ = g.raw(Instant::from_millis(1 + i as i64), cmd, &body[..len]);
         let mut sink = |_: &[u8]| {};
-        g.rnic
-            .service(Instant::from_millis(1 + i as i64), &g.mem, &mut sink);
+        g.rnic.service(Instant::from_millis(1 + i as i64), &g.mem, &mut sink);
     }
 }
 
@@ -1474,16 +866,10 @@ fn a_vanished_guest_resets_its_peers() {
     connect(&mut s);
     let now = s.sim.now;
     let Sim { a, wire, .. } = &mut s.sim;
-    a.rnic
-        .abort_connections(now, &mut |frame| wire.send(now, 1, frame));
+    a.rnic.abort_connections(now, &mut |frame| wire.send(now, 1, frame));
     a.rnic.reset();
-    assert!(s
-        .sim
-        .run_until(Duration::from_secs(1), |sim| !sim.b.qp_events().is_empty()));
-    assert_eq!(
-        s.sim.b.qp_events(),
-        vec![(s.qb.qpn, QpEvent::Reset as u32, 0)]
-    );
+    assert!(s.sim.run_until(Duration::from_secs(1), |sim| !sim.b.qp_events().is_empty()));
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::Reset as u32, 0)]);
 }
 
 /// A new address means a new TOE: the old connections are gone, their QPs
@@ -1499,26 +885,12 @@ fn an_address_change_ends_connections() {
     let (a_local, _) = s.bufs[0];
     s.sim.a.post_recv(now, &mut idle, 5, &a_local, 0, 64);
     s.sim.a.set_addr(now, [10, 33, 0, 77]).unwrap();
-    assert_eq!(
-        s.sim.a.qp_events(),
-        vec![(s.qa.qpn, QpEvent::Reset as u32, 0)]
-    );
+    assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, QpEvent::Reset as u32, 0)]);
     let st = s.sim.a.qp_status(&s.qa);
     assert_eq!(st.state.to_native(), QpState::Error as u32);
     assert_ne!(st.flags.to_native() & QpStatusFlag::Error as u32, 0);
-    assert_eq!(
-        s.sim.a.qp_status(&idle).state.to_native(),
-        QpState::Idle as u32
-    );
-    let info = s
-        .sim
-        .a
-        .rnic
-        .offload()
-        .unwrap()
-        .engine()
-        .qp_info(idle.qpn)
-        .unwrap();
+    assert_eq!(s.sim.a.qp_status(&idle).state.to_native(), QpState::Idle as u32);
+    let info = s.sim.a.rnic.offload().unwrap().engine().qp_info(idle.qpn).unwrap();
     assert_eq!(info.rq_posted, 1, "the posted receive was fetched again");
 }
 
@@ -1548,25 +920,12 @@ fn injected_rst_is_a_reset_on_both_ends() {
     let now = s.sim.now;
     let done = s.sim.a.rnic.inject(now, s.qa.qpn, Fault::SendRst).unwrap();
     assert_eq!(done.state, Some("ERROR"));
-    assert!(
-        done.detail
-            .contains(&format!("RST sent to {}:{PORT}", IPS[1])),
-        "{}",
-        done.detail
-    );
-    assert!(s
-        .sim
-        .run_until(Duration::from_secs(2), |sim| !sim.b.qp_events().is_empty()
-            && !sim.a.qp_events().is_empty()));
+    assert!(done.detail.contains(&format!("RST sent to {}:{PORT}", IPS[1])), "{}", done.detail);
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| !sim.b.qp_events().is_empty()
+        && !sim.a.qp_events().is_empty()));
     // Ours: RESET, detail 1 (we sent it); the peer's: RESET, detail 0.
-    assert_eq!(
-        s.sim.a.qp_events(),
-        vec![(s.qa.qpn, QpEvent::Reset as u32, 1)]
-    );
-    assert_eq!(
-        s.sim.b.qp_events(),
-        vec![(s.qb.qpn, QpEvent::Reset as u32, 0)]
-    );
+    assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, QpEvent::Reset as u32, 1)]);
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::Reset as u32, 0)]);
     for (g, qp) in [(&s.sim.a, &s.qa), (&s.sim.b, &s.qb)] {
         assert_eq!(g.qp_status(qp).state.to_native(), QpState::Error as u32);
         assert!(qp_error_flag(g, qp) && cq_error_flag(g, &qp.rcq) && cq_error_flag(g, &qp.scq));
@@ -1578,17 +937,9 @@ fn injected_rst_is_a_reset_on_both_ends() {
     assert_eq!(s.sim.a.rnic.fault_stats().rst, 1);
     // Refusals name the problem and are counted.
     let now = s.sim.now;
-    let err = s
-        .sim
-        .a
-        .rnic
-        .inject(now, s.qa.qpn, Fault::SendRst)
-        .unwrap_err();
+    let err = s.sim.a.rnic.inject(now, s.qa.qpn, Fault::SendRst).unwrap_err();
     assert!(err.contains("not connected"), "{err}");
-    assert_eq!(
-        s.sim.a.rnic.inject(now, 999, Fault::SendFin).unwrap_err(),
-        "no QP 999"
-    );
+    assert_eq!(s.sim.a.rnic.inject(now, 999, Fault::SendFin).unwrap_err(), "no QP 999");
     assert_eq!(s.sim.a.rnic.fault_stats().refused, 2);
 }
 
@@ -1599,26 +950,13 @@ fn injected_terminate_and_crc_report_terminate_events() {
     connect(&mut s);
     let now = s.sim.now;
     let code = TermCode::registered_code(1, 2, 0x01).unwrap();
-    let done = s
-        .sim
-        .a
-        .rnic
-        .inject(now, s.qa.qpn, Fault::Terminate(code))
-        .unwrap();
+    let done = s.sim.a.rnic.inject(now, s.qa.qpn, Fault::Terminate(code)).unwrap();
     assert!(done.detail.contains("detail 0x1201"), "{}", done.detail);
     let qa = s.qa;
-    assert!(s
-        .sim
-        .run_until(Duration::from_secs(5), |sim| !sim.b.qp_events().is_empty()
-            && qp_error_flag(&sim.a, &qa)));
-    assert_eq!(
-        s.sim.a.qp_events(),
-        vec![(s.qa.qpn, QpEvent::TerminateSent as u32, 0x1201)]
-    );
-    assert_eq!(
-        s.sim.b.qp_events(),
-        vec![(s.qb.qpn, QpEvent::TerminateReceived as u32, 0x1201)]
-    );
+    assert!(s.sim.run_until(Duration::from_secs(5), |sim| !sim.b.qp_events().is_empty()
+        && qp_error_flag(&sim.a, &qa)));
+    assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, QpEvent::TerminateSent as u32, 0x1201)]);
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::TerminateReceived as u32, 0x1201)]);
 
     // A bad CRC on the next FPDU: the peer detects it (LLP 2/0/02).
     let mut s = setup(16);
@@ -1628,29 +966,14 @@ fn injected_terminate_and_crc_report_terminate_events() {
     s.sim.b.post_recv(now, &mut s.qb, 1, &b_local, 0, 4096);
     connect(&mut s);
     let now = s.sim.now;
-    s.sim
-        .a
-        .rnic
-        .inject(now, s.qa.qpn, Fault::CorruptCrc)
-        .unwrap();
+    s.sim.a.rnic.inject(now, s.qa.qpn, Fault::CorruptCrc).unwrap();
     let wqe = send_wqe(7, WrOpcode::Send, true, &[(a_local, 0, 100)]);
     s.sim.a.post_send_wqe(now, &mut s.qa, &wqe);
-    assert!(s
-        .sim
-        .run_until(Duration::from_secs(5), |sim| !sim.a.qp_events().is_empty()));
-    assert_eq!(
-        s.sim.b.qp_events(),
-        vec![(s.qb.qpn, QpEvent::TerminateSent as u32, 0x2002)]
-    );
-    assert_eq!(
-        s.sim.a.qp_events(),
-        vec![(s.qa.qpn, QpEvent::TerminateReceived as u32, 0x2002)]
-    );
+    assert!(s.sim.run_until(Duration::from_secs(5), |sim| !sim.a.qp_events().is_empty()));
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::TerminateSent as u32, 0x2002)]);
+    assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, QpEvent::TerminateReceived as u32, 0x2002)]);
     let mut rb = s.qb.rcq;
-    assert!(
-        s.sim.b.poll_cq(&mut rb).is_empty(),
-        "the corrupted SEND completed nothing"
-    );
+    assert!(s.sim.b.poll_cq(&mut rb).is_empty(), "the corrupted SEND completed nothing");
 }
 
 #[test]
@@ -1662,43 +985,19 @@ fn an_invalidated_stag_fails_the_peers_write() {
     let done = s.sim.b.rnic.invalidate_stag(b_exposed.stag).unwrap();
     assert!(done.detail.contains("invalidated"), "{}", done.detail);
     assert!(!s.sim.b.rnic.tpt.get(b_exposed.stag).unwrap().valid);
-    assert!(s
-        .sim
-        .b
-        .rnic
-        .invalidate_stag(b_exposed.stag)
-        .unwrap_err()
-        .contains("invalid already"));
-    assert!(s
-        .sim
-        .b
-        .rnic
-        .invalidate_stag(0xdead_beef)
-        .unwrap_err()
-        .contains("no MR"));
+    assert!(s.sim.b.rnic.invalidate_stag(b_exposed.stag).unwrap_err().contains("invalid already"));
+    assert!(s.sim.b.rnic.invalidate_stag(0xdead_beef).unwrap_err().contains("no MR"));
     let before = s.sim.b.read_bytes(b_exposed.guest, 64);
     s.sim.a.write_bytes(a_local.guest, &pattern(64, 3));
     let now = s.sim.now;
     let wqe = rdma_wqe(9, WrOpcode::Write, (a_local, 0, 64), &b_exposed, 0);
     s.sim.a.post_send_wqe(now, &mut s.qa, &wqe);
-    assert!(s
-        .sim
-        .run_until(Duration::from_secs(5), |sim| !sim.a.qp_events().is_empty()
-            && !sim.b.qp_events().is_empty()));
+    assert!(s.sim.run_until(Duration::from_secs(5), |sim| !sim.a.qp_events().is_empty()
+        && !sim.b.qp_events().is_empty()));
     // DDP tagged buffer error, invalid STag: QP_ACCESS_ERR on both sides.
-    assert_eq!(
-        s.sim.b.qp_events(),
-        vec![(s.qb.qpn, QpEvent::TerminateSent as u32, 0x1100)]
-    );
-    assert_eq!(
-        s.sim.a.qp_events(),
-        vec![(s.qa.qpn, QpEvent::TerminateReceived as u32, 0x1100)]
-    );
-    assert_eq!(
-        s.sim.b.read_bytes(b_exposed.guest, 64),
-        before,
-        "nothing placed"
-    );
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::TerminateSent as u32, 0x1100)]);
+    assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, QpEvent::TerminateReceived as u32, 0x1100)]);
+    assert_eq!(s.sim.b.read_bytes(b_exposed.guest, 64), before, "nothing placed");
     assert_eq!(s.sim.b.rnic.fault_stats().invalidate_stag, 1);
 }
 
@@ -1709,29 +1008,14 @@ fn blackhole_times_out_within_the_tcp_timeout() {
     // setup() started the engines with the default (15 s) timeout.
     assert_eq!(s.sim.a.rnic.tcp_timeout(), Duration::from_secs(15));
     let now = s.sim.now;
-    s.sim
-        .a
-        .rnic
-        .inject(now, s.qa.qpn, Fault::Blackhole(true))
-        .unwrap();
+    s.sim.a.rnic.inject(now, s.qa.qpn, Fault::Blackhole(true)).unwrap();
     let start = s.sim.now;
-    assert!(s
-        .sim
-        .run_until(Duration::from_secs(20), |sim| !sim.a.qp_events().is_empty()
-            && !sim.b.qp_events().is_empty()));
+    assert!(s.sim.run_until(Duration::from_secs(20), |sim| !sim.a.qp_events().is_empty()
+        && !sim.b.qp_events().is_empty()));
     let took = s.sim.now - start;
-    assert!(
-        took <= Duration::from_millis(15_100) && took >= Duration::from_secs(9),
-        "{took}"
-    );
-    assert_eq!(
-        s.sim.a.qp_events(),
-        vec![(s.qa.qpn, QpEvent::Timeout as u32, 0)]
-    );
-    assert_eq!(
-        s.sim.b.qp_events(),
-        vec![(s.qb.qpn, QpEvent::Timeout as u32, 0)]
-    );
+    assert!(took <= Duration::from_millis(15_100) && took >= Duration::from_secs(9), "{took}");
+    assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, QpEvent::Timeout as u32, 0)]);
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::Timeout as u32, 0)]);
     assert!(qp_error_flag(&s.sim.a, &s.qa) && qp_error_flag(&s.sim.b, &s.qb));
 }
 
@@ -1743,10 +1027,7 @@ fn a_shorter_tcp_timeout_applies_to_new_engines() {
     let now = sim.now;
     sim.a.set_addr(now, IPS[0].octets()).unwrap();
     let toe = sim.a.rnic.offload().unwrap().engine().toe().config();
-    assert_eq!(
-        (toe.timeout, toe.keep_alive),
-        (Some(Duration::from_secs(3)), Some(Duration::from_secs(1)))
-    );
+    assert_eq!((toe.timeout, toe.keep_alive), (Some(Duration::from_secs(3)), Some(Duration::from_secs(1))));
 }
 
 #[test]
@@ -1764,11 +1045,7 @@ fn device_fatal_flags_everything_and_refuses_commands_until_reset() {
     s.sim.b.post_send_wqe(now, &mut s.qb, &wqe);
     let rcq_status = s.qa.rcq.status;
     assert!(s.sim.run_until(Duration::from_secs(2), |sim| u32::from_le(
-        sim.a
-            .mem
-            .load::<u32>(GuestAddress(rcq_status), Ordering::Acquire)
-            .unwrap()
-    ) == 1));
+        sim.a.mem.load::<u32>(GuestAddress(rcq_status), Ordering::Acquire).unwrap()) == 1));
     let done = s.sim.a.rnic.request_device_fatal().unwrap();
     assert!(done.detail.contains("1 QPs -> ERROR"), "{}", done.detail);
     assert_eq!(s.sim.a.rnic.fatal(), Some(Fatal::Pending));
@@ -1776,61 +1053,26 @@ fn device_fatal_flags_everything_and_refuses_commands_until_reset() {
     s.sim.run_for(Duration::from_millis(10));
     assert_eq!(s.sim.a.rnic.fatal(), Some(Fatal::Dead));
     // The event: DEVICE_FATAL, code 1 (injected), detail: QPs ended; no QP events.
-    let fatal: Vec<Event> = s
-        .sim
-        .a
-        .events
-        .iter()
-        .filter(|(t, _)| *t == EventType::DeviceFatal)
-        .map(|(_, b)| read_struct(b).unwrap())
-        .collect();
+    let fatal: Vec<Event> =
+        s.sim.a.events.iter().filter(|(t, _)| *t == EventType::DeviceFatal).map(|(_, b)| read_struct(b).unwrap()).collect();
     assert_eq!(fatal.len(), 1);
-    assert_eq!(
-        (
-            fatal[0].handle.to_native(),
-            fatal[0].code.to_native(),
-            fatal[0].detail.to_native()
-        ),
-        (0, FATAL_INJECTED, 1)
-    );
+    assert_eq!((fatal[0].handle.to_native(), fatal[0].code.to_native(), fatal[0].detail.to_native()), (0, FATAL_INJECTED, 1));
     assert!(s.sim.a.qp_events().is_empty());
     // Status pages: QP in ERROR with its flag, every CQ flagged; the CQE
     // written before stays, nothing after.
-    assert_eq!(
-        s.sim.a.qp_status(&s.qa).state.to_native(),
-        QpState::Error as u32
-    );
-    assert!(
-        qp_error_flag(&s.sim.a, &s.qa)
-            && cq_error_flag(&s.sim.a, &s.qa.scq)
-            && cq_error_flag(&s.sim.a, &s.qa.rcq)
-    );
+    assert_eq!(s.sim.a.qp_status(&s.qa).state.to_native(), QpState::Error as u32);
+    assert!(qp_error_flag(&s.sim.a, &s.qa) && cq_error_flag(&s.sim.a, &s.qa.scq) && cq_error_flag(&s.sim.a, &s.qa.rcq));
     let mut ra = s.qa.rcq;
     assert_eq!(s.sim.a.poll_cq(&mut ra).len(), 1);
     // The peer's connection was reset.
-    assert!(s
-        .sim
-        .run_until(Duration::from_secs(2), |sim| !sim.b.qp_events().is_empty()));
-    assert_eq!(
-        s.sim.b.qp_events(),
-        vec![(s.qb.qpn, QpEvent::Reset as u32, 0)]
-    );
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| !sim.b.qp_events().is_empty()));
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::Reset as u32, 0)]);
     // Commands fail with STATE, teardown works, RESET brings it back.
     let now = s.sim.now;
-    assert_eq!(
-        s.sim.a.cmd(now, Cmd::AllocPd, &CmdHandle::default()),
-        Err(Status::State)
-    );
-    let db = CmdDoorbell {
-        qpn: s.qa.qpn.into(),
-        queues: (DoorbellQueue::Rq as u32).into(),
-    };
+    assert_eq!(s.sim.a.cmd(now, Cmd::AllocPd, &CmdHandle::default()), Err(Status::State));
+    let db = CmdDoorbell { qpn: s.qa.qpn.into(), queues: (DoorbellQueue::Rq as u32).into() };
     assert_eq!(s.sim.a.cmd(now, Cmd::Doorbell, &db), Err(Status::State));
-    assert!(s
-        .sim
-        .a
-        .cmd(now, Cmd::QueryDevice, &CmdHandle::default())
-        .is_ok());
+    assert!(s.sim.a.cmd(now, Cmd::QueryDevice, &CmdHandle::default()).is_ok());
     let to_error = CmdModifyQp {
         qpn: s.qa.qpn.into(),
         mask: (ModifyMask::State as u32).into(),
@@ -1838,39 +1080,13 @@ fn device_fatal_flags_everything_and_refuses_commands_until_reset() {
         ..Default::default()
     };
     assert!(s.sim.a.cmd(now, Cmd::ModifyQp, &to_error).is_ok());
-    let to_idle = CmdModifyQp {
-        state: (QpState::Idle as u32).into(),
-        ..to_error
-    };
-    assert_eq!(
-        s.sim.a.cmd(now, Cmd::ModifyQp, &to_idle),
-        Err(Status::State)
-    );
-    assert!(s
-        .sim
-        .a
-        .rnic
-        .inject(now, s.qa.qpn, Fault::SendRst)
-        .unwrap_err()
-        .contains("fatal"));
-    s.sim
-        .a
-        .cmd(
-            now,
-            Cmd::DestroyQp,
-            &CmdHandle {
-                handle: s.qa.qpn.into(),
-                reserved: 0.into(),
-            },
-        )
-        .unwrap();
+    let to_idle = CmdModifyQp { state: (QpState::Idle as u32).into(), ..to_error };
+    assert_eq!(s.sim.a.cmd(now, Cmd::ModifyQp, &to_idle), Err(Status::State));
+    assert!(s.sim.a.rnic.inject(now, s.qa.qpn, Fault::SendRst).unwrap_err().contains("fatal"));
+    s.sim.a.cmd(now, Cmd::DestroyQp, &CmdHandle { handle: s.qa.qpn.into(), reserved: 0.into() }).unwrap();
     s.sim.a.cmd(now, Cmd::Reset, &CmdHandle::default()).unwrap();
     assert_eq!(s.sim.a.rnic.fatal(), None);
-    assert!(s
-        .sim
-        .a
-        .cmd(now, Cmd::AllocPd, &CmdHandle::default())
-        .is_ok());
+    assert!(s.sim.a.cmd(now, Cmd::AllocPd, &CmdHandle::default()).is_ok());
 }
 
 #[test]
@@ -1884,27 +1100,14 @@ fn an_impossible_producer_index_moves_the_qp_to_error() {
     assert!(s.sim.run_until(Duration::from_secs(3), |sim| {
         sim.a.qp_status(&s.qa).state.to_native() == QpState::Error as u32
     }));
-    assert_eq!(
-        s.sim.a.qp_status(&s.qa).sq_cons.to_native(),
-        0,
-        "nothing was read from the ring"
-    );
+    assert_eq!(s.sim.a.qp_status(&s.qa).sq_cons.to_native(), 0, "nothing was read from the ring");
     let mut scq = s.qa.scq;
-    assert!(
-        s.sim.a.poll_cq(&mut scq).is_empty(),
-        "no completion for garbage"
-    );
-    assert!(s.sim.a.qp_events().contains(&(
-        s.qa.qpn,
-        QpEvent::BadWqe as u32,
-        WcStatus::LocQpOpErr as u32
-    )));
+    assert!(s.sim.a.poll_cq(&mut scq).is_empty(), "no completion for garbage");
+    assert!(s.sim.a.qp_events().contains(&(s.qa.qpn, QpEvent::BadWqe as u32, WcStatus::LocQpOpErr as u32)));
     assert!(qp_error_flag(&s.sim.a, &s.qa));
     assert_eq!(s.sim.a.rnic.ring_stats()[0], ("qp_ring_errors", 1));
     // The peer learns the connection is gone.
-    assert!(s
-        .sim
-        .run_until(Duration::from_secs(3), |sim| !sim.b.qp_events().is_empty()));
+    assert!(s.sim.run_until(Duration::from_secs(3), |sim| !sim.b.qp_events().is_empty()));
 }
 
 #[test]
@@ -1918,46 +1121,22 @@ fn a_deep_ring_is_fetched_over_several_passes() {
     // 300 WQEs behind one doorbell (an IDLE QP takes them and waits).
     for i in 0..300u32 {
         let slot = u64::from(qp.sq_prod & (qp.depth - 1));
-        g.mem
-            .write_obj(
-                send_wqe(u64::from(i), WrOpcode::Send, false, &[]),
-                GuestAddress(qp.sq + slot * 128),
-            )
-            .unwrap();
+        g.mem.write_obj(send_wqe(u64::from(i), WrOpcode::Send, false, &[]), GuestAddress(qp.sq + slot * 128)).unwrap();
         qp.sq_prod += 1;
     }
     g.ring_doorbell(now, &qp, DoorbellQueue::Sq);
     let fetched = |g: &Guest| g.rnic.qps.get(qp.qpn).unwrap().sq_work.fetched;
     assert_eq!(fetched(g), 128, "one budget per doorbell");
-    assert_eq!(
-        g.qp_status(&qp).flags.to_native() & QpStatusFlag::SqIdle as u32,
-        0,
-        "not idle: no doorbell needed"
-    );
+    assert_eq!(g.qp_status(&qp).flags.to_native() & QpStatusFlag::SqIdle as u32, 0, "not idle: no doorbell needed");
     let mut tx = |_: &[u8]| {};
-    assert_eq!(
-        g.rnic.service(now, &g.mem, &mut tx),
-        Some(now),
-        "more to fetch: run again at once"
-    );
+    assert_eq!(g.rnic.service(now, &g.mem, &mut tx), Some(now), "more to fetch: run again at once");
     assert_eq!(fetched(g), 256);
     g.rnic.service(now, &g.mem, &mut tx);
     assert_eq!(fetched(g), 300);
-    assert_eq!(
-        g.qp_status(&qp).flags.to_native() & QpStatusFlag::SqIdle as u32,
-        0,
-        "polled after the work"
-    );
-    assert!(g
-        .rnic
-        .poll_deadline()
-        .is_some_and(|end| end <= now + MAX_WINDOW));
+    assert_eq!(g.qp_status(&qp).flags.to_native() & QpStatusFlag::SqIdle as u32, 0, "polled after the work");
+    assert!(g.rnic.poll_deadline().is_some_and(|end| end <= now + MAX_WINDOW));
     g.rnic.service(now + MAX_WINDOW, &g.mem, &mut tx);
-    assert_ne!(
-        g.qp_status(&qp).flags.to_native() & QpStatusFlag::SqIdle as u32,
-        0,
-        "idle once the window ended"
-    );
+    assert_ne!(g.qp_status(&qp).flags.to_native() & QpStatusFlag::SqIdle as u32, 0, "idle once the window ended");
     assert_eq!(g.doorbells, 1);
 }
 
@@ -1976,17 +1155,8 @@ fn a_busy_queue_is_polled_without_doorbells_until_its_window_ends() {
     let mut tx = |_: &[u8]| {};
     let qpn = qp.qpn;
     let fetched = |g: &Guest| g.rnic.qps.get(qpn).unwrap().sq_work.fetched;
-    let stat = |g: &Guest, name: &str| {
-        g.rnic
-            .ring_stats()
-            .iter()
-            .find(|(k, _)| *k == name)
-            .unwrap()
-            .1
-    };
-    let sq_idle = |g: &Guest, qp: &QpRings| {
-        g.qp_status(qp).flags.to_native() & QpStatusFlag::SqIdle as u32 != 0
-    };
+    let stat = |g: &Guest, name: &str| g.rnic.ring_stats().iter().find(|(k, _)| *k == name).unwrap().1;
+    let sq_idle = |g: &Guest, qp: &QpRings| g.qp_status(qp).flags.to_native() & QpStatusFlag::SqIdle as u32 != 0;
     // An IDLE QP takes sends and holds them until it is connected.
     g.post_send_wqe(t0, &mut qp, &send_wqe(0, WrOpcode::Send, false, &[]));
     assert_eq!((g.doorbells, fetched(g)), (1, 1));
@@ -2006,10 +1176,7 @@ fn a_busy_queue_is_polled_without_doorbells_until_its_window_ends() {
     // the doorbells.
     g.rnic.service(t, &g.mem, &mut tx);
     let end = g.rnic.poll_deadline().unwrap();
-    assert!(
-        end > t && end <= t + MAX_WINDOW,
-        "window end {end} after the last find at {t}"
-    );
+    assert!(end > t && end <= t + MAX_WINDOW, "window end {end} after the last find at {t}");
     assert!(!g.rnic.poll_queues(end - Duration::from_micros(1), &g.mem));
     assert!(!sq_idle(g, &qp), "still polled inside the window");
     assert!(!g.rnic.poll_queues(end, &g.mem));
@@ -2017,11 +1184,7 @@ fn a_busy_queue_is_polled_without_doorbells_until_its_window_ends() {
     assert!(!g.rnic.polling());
     assert_eq!(stat(g, "polled_queues"), 0);
     g.post_send_wqe(end, &mut qp, &send_wqe(11, WrOpcode::Send, false, &[]));
-    assert_eq!(
-        (g.doorbells, fetched(g)),
-        (2, 12),
-        "idle again: the next post rings and is taken at once"
-    );
+    assert_eq!((g.doorbells, fetched(g)), (2, 12), "idle again: the next post rings and is taken at once");
 }
 
 /// `vt3d serve --poll-queues 0`: vt3d never polls, every post rings.
@@ -2036,11 +1199,7 @@ fn without_polling_every_post_rings_its_doorbell() {
     let mut qp = g.qp(t0, pdn, scq, rcq, 64);
     for i in 0..5u64 {
         g.post_send_wqe(t0, &mut qp, &send_wqe(i, WrOpcode::Send, false, &[]));
-        assert_ne!(
-            g.qp_status(&qp).flags.to_native() & QpStatusFlag::SqIdle as u32,
-            0,
-            "idle after each fetch"
-        );
+        assert_ne!(g.qp_status(&qp).flags.to_native() & QpStatusFlag::SqIdle as u32, 0, "idle after each fetch");
     }
     assert_eq!(g.doorbells, 5);
     assert_eq!(g.rnic.qps.get(qp.qpn).unwrap().sq_work.fetched, 5);
@@ -2056,61 +1215,25 @@ fn a_malformed_receive_wqe_fails_in_order_with_its_own_status() {
     s.sim.b.post_recv(now, &mut s.qb, 1, &b_local, 0, 4096);
     // Five SGEs on a QP that allows four.
     let slot = u64::from(s.qb.rq_prod & (s.qb.depth - 1));
-    let bad = RqWqe {
-        wr_id: 2.into(),
-        num_sge: 5,
-        ..Default::default()
-    };
-    s.sim
-        .b
-        .mem
-        .write_obj(bad, GuestAddress(s.qb.rq + slot * 128))
-        .unwrap();
+    let bad = RqWqe { wr_id: 2.into(), num_sge: 5, ..Default::default() };
+    s.sim.b.mem.write_obj(bad, GuestAddress(s.qb.rq + slot * 128)).unwrap();
     s.qb.rq_prod += 1;
     s.sim.b.ring_doorbell(now, &s.qb, DoorbellQueue::Rq);
     connect(&mut s);
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(
-        now,
-        &mut s.qa,
-        &send_wqe(10, WrOpcode::Send, true, &[(a_local, 0, 64)]),
-    );
+    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(10, WrOpcode::Send, true, &[(a_local, 0, 64)]));
     // A zero-length SEND must not complete the malformed WQE successfully.
-    s.sim
-        .a
-        .post_send_wqe(now, &mut s.qa, &send_wqe(11, WrOpcode::Send, true, &[]));
+    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(11, WrOpcode::Send, true, &[]));
     assert!(s.sim.run_until(Duration::from_secs(5), |sim| {
         sim.b.qp_status(&s.qb).state.to_native() == QpState::Error as u32
     }));
     let mut rcq = s.qb.rcq;
-    let got: Vec<(u64, u8)> = s
-        .sim
-        .b
-        .poll_cq(&mut rcq)
-        .iter()
-        .map(|c| (c.wr_id.to_native(), c.status))
-        .collect();
-    assert_eq!(
-        got,
-        vec![(1, 0), (2, WcStatus::LocQpOpErr as u8)],
-        "in order, its own status, nothing after"
-    );
-    assert_eq!(
-        s.sim.b.qp_events(),
-        vec![(
-            s.qb.qpn,
-            QpEvent::BadWqe as u32,
-            WcStatus::LocQpOpErr as u32
-        )]
-    );
+    let got: Vec<(u64, u8)> = s.sim.b.poll_cq(&mut rcq).iter().map(|c| (c.wr_id.to_native(), c.status)).collect();
+    assert_eq!(got, vec![(1, 0), (2, WcStatus::LocQpOpErr as u8)], "in order, its own status, nothing after");
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::BadWqe as u32, WcStatus::LocQpOpErr as u32)]);
     // The peer hears that the error is b's own (RDMAP local catastrophic).
-    assert!(s
-        .sim
-        .run_until(Duration::from_secs(3), |sim| !sim.a.qp_events().is_empty()));
-    assert_eq!(
-        s.sim.a.qp_events()[0],
-        (s.qa.qpn, QpEvent::TerminateReceived as u32, 0x0000)
-    );
+    assert!(s.sim.run_until(Duration::from_secs(3), |sim| !sim.a.qp_events().is_empty()));
+    assert_eq!(s.sim.a.qp_events()[0], (s.qa.qpn, QpEvent::TerminateReceived as u32, 0x0000));
 }
 
 #[test]
@@ -2122,80 +1245,35 @@ fn a_receive_posted_before_its_doorbell_arrives_takes_the_send() {
     // b posts a receive: the WQE and the producer index are in its memory,
     // the doorbell is still in b's TX queue when a's SEND arrives.
     let g = &mut s.sim.b;
-    let mut wqe = RqWqe {
-        wr_id: 7.into(),
-        num_sge: 1,
-        ..Default::default()
-    };
-    wqe.sge[0] = Sge {
-        addr: b_local.iova.into(),
-        length: 4096.into(),
-        lkey: b_local.stag.into(),
-    };
+    let mut wqe = RqWqe { wr_id: 7.into(), num_sge: 1, ..Default::default() };
+    wqe.sge[0] = Sge { addr: b_local.iova.into(), length: 4096.into(), lkey: b_local.stag.into() };
     let slot = u64::from(s.qb.rq_prod & (s.qb.depth - 1));
-    g.mem
-        .write_obj(wqe, GuestAddress(s.qb.rq + slot * 128))
-        .unwrap();
+    g.mem.write_obj(wqe, GuestAddress(s.qb.rq + slot * 128)).unwrap();
     s.qb.rq_prod += 1;
-    g.mem
-        .store(
-            s.qb.rq_prod.to_le(),
-            GuestAddress(s.qb.status + 4),
-            Ordering::Release,
-        )
-        .unwrap();
-    assert_ne!(
-        g.qp_status(&s.qb).flags.to_native() & QpStatusFlag::RqIdle as u32,
-        0,
-        "the doorbell is owed"
-    );
+    g.mem.store(s.qb.rq_prod.to_le(), GuestAddress(s.qb.status + 4), Ordering::Release).unwrap();
+    assert_ne!(g.qp_status(&s.qb).flags.to_native() & QpStatusFlag::RqIdle as u32, 0, "the doorbell is owed");
     let data = pattern(100, 3);
     s.sim.a.write_bytes(a_local.guest, &data);
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(
-        now,
-        &mut s.qa,
-        &send_wqe(1, WrOpcode::Send, true, &[(a_local, 0, 100)]),
-    );
+    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(1, WrOpcode::Send, true, &[(a_local, 0, 100)]));
     assert!(s.sim.run_until(Duration::from_secs(1), |sim| {
         sim.b.cq_status(&s.qb.rcq).prod.to_native() == 1
             || sim.b.qp_status(&s.qb).state.to_native() == QpState::Error as u32
     }));
     let mut rcq = s.qb.rcq;
-    let got: Vec<(u64, u8, u32)> = s
-        .sim
-        .b
-        .poll_cq(&mut rcq)
-        .iter()
-        .map(|c| (c.wr_id.to_native(), c.status, c.byte_len.to_native()))
-        .collect();
-    assert_eq!(
-        got,
-        vec![(7, 0, 100)],
-        "placed in the receive the guest had posted"
-    );
+    let got: Vec<(u64, u8, u32)> =
+        s.sim.b.poll_cq(&mut rcq).iter().map(|c| (c.wr_id.to_native(), c.status, c.byte_len.to_native())).collect();
+    assert_eq!(got, vec![(7, 0, 100)], "placed in the receive the guest had posted");
     assert_eq!(s.sim.b.read_bytes(b_local.guest, 100), data);
-    assert_eq!(
-        s.sim.b.qp_status(&s.qb).state.to_native(),
-        QpState::Rts as u32
-    );
+    assert_eq!(s.sim.b.qp_status(&s.qb).state.to_native(), QpState::Rts as u32);
     assert!(s.sim.b.qp_events().is_empty() && s.sim.a.qp_events().is_empty());
 
     // With no receive posted at all, a SEND is still the DDP error it is
     // (untagged, MSN with no buffer), not waited for.
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(
-        now,
-        &mut s.qa,
-        &send_wqe(2, WrOpcode::Send, true, &[(a_local, 0, 100)]),
-    );
-    assert!(s
-        .sim
-        .run_until(Duration::from_secs(3), |sim| !sim.a.qp_events().is_empty()));
-    assert_eq!(
-        s.sim.a.qp_events()[0],
-        (s.qa.qpn, QpEvent::TerminateReceived as u32, 0x1202)
-    );
+    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(2, WrOpcode::Send, true, &[(a_local, 0, 100)]));
+    assert!(s.sim.run_until(Duration::from_secs(3), |sim| !sim.a.qp_events().is_empty()));
+    assert_eq!(s.sim.a.qp_events()[0], (s.qa.qpn, QpEvent::TerminateReceived as u32, 0x1202));
     assert!(s.sim.run_until(Duration::from_secs(3), |sim| {
         sim.b.qp_status(&s.qb).state.to_native() == QpState::Error as u32
     }));
@@ -2217,66 +1295,27 @@ fn a_send_whose_receive_waits_behind_a_late_doorbell_is_placed_though_the_rq_ran
     let _ = s.sim.run_until(Duration::from_millis(50), |_| false);
     // The second receive: in b's ring and status page, its doorbell owed.
     let g = &mut s.sim.b;
-    let mut wqe = RqWqe {
-        wr_id: 2.into(),
-        num_sge: 1,
-        ..Default::default()
-    };
-    wqe.sge[0] = Sge {
-        addr: (b_local.iova + 4096).into(),
-        length: 4096.into(),
-        lkey: b_local.stag.into(),
-    };
+    let mut wqe = RqWqe { wr_id: 2.into(), num_sge: 1, ..Default::default() };
+    wqe.sge[0] = Sge { addr: (b_local.iova + 4096).into(), length: 4096.into(), lkey: b_local.stag.into() };
     let slot = u64::from(s.qb.rq_prod & (s.qb.depth - 1));
-    g.mem
-        .write_obj(wqe, GuestAddress(s.qb.rq + slot * 128))
-        .unwrap();
+    g.mem.write_obj(wqe, GuestAddress(s.qb.rq + slot * 128)).unwrap();
     s.qb.rq_prod += 1;
-    g.mem
-        .store(
-            s.qb.rq_prod.to_le(),
-            GuestAddress(s.qb.status + 4),
-            Ordering::Release,
-        )
-        .unwrap();
+    g.mem.store(s.qb.rq_prod.to_le(), GuestAddress(s.qb.status + 4), Ordering::Release).unwrap();
     let data = pattern(200, 5);
     s.sim.a.write_bytes(a_local.guest, &data);
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(
-        now,
-        &mut s.qa,
-        &send_wqe(1, WrOpcode::Send, true, &[(a_local, 0, 100)]),
-    );
-    s.sim.a.post_send_wqe(
-        now,
-        &mut s.qa,
-        &send_wqe(2, WrOpcode::Send, true, &[(a_local, 100, 100)]),
-    );
+    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(1, WrOpcode::Send, true, &[(a_local, 0, 100)]));
+    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(2, WrOpcode::Send, true, &[(a_local, 100, 100)]));
     assert!(s.sim.run_until(Duration::from_secs(1), |sim| {
         sim.b.cq_status(&s.qb.rcq).prod.to_native() == 2
             || sim.b.qp_status(&s.qb).state.to_native() == QpState::Error as u32
     }));
     let mut rcq = s.qb.rcq;
-    let got: Vec<(u64, u8, u32)> = s
-        .sim
-        .b
-        .poll_cq(&mut rcq)
-        .iter()
-        .map(|c| (c.wr_id.to_native(), c.status, c.byte_len.to_native()))
-        .collect();
-    assert_eq!(
-        got,
-        vec![(1, 0, 100), (2, 0, 100)],
-        "both SENDs placed, in order"
-    );
-    assert_eq!(
-        s.sim.b.qp_status(&s.qb).state.to_native(),
-        QpState::Rts as u32
-    );
-    assert!(
-        s.sim.b.qp_events().is_empty() && s.sim.a.qp_events().is_empty(),
-        "no TERMINATE"
-    );
+    let got: Vec<(u64, u8, u32)> =
+        s.sim.b.poll_cq(&mut rcq).iter().map(|c| (c.wr_id.to_native(), c.status, c.byte_len.to_native())).collect();
+    assert_eq!(got, vec![(1, 0, 100), (2, 0, 100)], "both SENDs placed, in order");
+    assert_eq!(s.sim.b.qp_status(&s.qb).state.to_native(), QpState::Rts as u32);
+    assert!(s.sim.b.qp_events().is_empty() && s.sim.a.qp_events().is_empty(), "no TERMINATE");
 }
 
 #[test]
@@ -2299,90 +1338,37 @@ fn a_connection_between_two_qps_of_one_device_stays_inside_it() {
     args.remote = sockaddr(own, PORT);
     args.next_hop = MACS[0];
     g.cmd(now, Cmd::Connect, &args).unwrap();
-    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim
-        .a
-        .has_event(EventType::ConnectRequest)));
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.a.has_event(EventType::ConnectRequest)));
     let req = s.sim.a.cm_event(EventType::ConnectRequest).unwrap();
     assert_eq!(req.private_data.get(req.pd_len.to_native()), b"to myself");
-    assert_eq!(
-        (req.remote.ipv4, u16::from_be_bytes(req.remote.port)),
-        (own, 40_100)
-    );
+    assert_eq!((req.remote.ipv4, u16::from_be_bytes(req.remote.port)), (own, 40_100));
     let accept = accept_args(req.conn_id, server.qpn, b"");
     let now = s.sim.now;
     s.sim.a.cmd(now, Cmd::Accept, &accept).unwrap();
-    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim
-        .a
-        .has_event(EventType::ConnectReply)));
-    assert_eq!(
-        s.sim
-            .a
-            .cm_event(EventType::ConnectReply)
-            .unwrap()
-            .status
-            .to_native(),
-        0
-    );
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.a.has_event(EventType::ConnectReply)));
+    assert_eq!(s.sim.a.cm_event(EventType::ConnectReply).unwrap().status.to_native(), 0);
 
     // SENDs and an RDMA WRITE, QP to QP inside the one device.
     let data = pattern(6000, 9);
     s.sim.a.write_bytes(src.guest, &data);
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(
-        now,
-        &mut client,
-        &send_wqe(1, WrOpcode::Send, true, &[(src, 0, 6000)]),
-    );
-    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim
-        .a
-        .cq_status(&cq2)
-        .prod
-        .to_native()
-        == 1));
+    s.sim.a.post_send_wqe(now, &mut client, &send_wqe(1, WrOpcode::Send, true, &[(src, 0, 6000)]));
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.a.cq_status(&cq2).prod.to_native() == 1));
     // Once the connection is up, one pass of the device takes a SEND to
     // its receive: what comes back in is read at once, not at a timer.
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(
-        now,
-        &mut client,
-        &send_wqe(2, WrOpcode::Send, true, &[(src, 0, 6000)]),
-    );
+    s.sim.a.post_send_wqe(now, &mut client, &send_wqe(2, WrOpcode::Send, true, &[(src, 0, 6000)]));
     let g = &mut s.sim.a;
-    g.rnic
-        .service(now, &g.mem, &mut |_| panic!("a frame for the wire"));
-    assert_eq!(
-        g.cq_status(&cq2).prod.to_native(),
-        2,
-        "received in the same pass"
-    );
-    s.sim.a.post_send_wqe(
-        now,
-        &mut client,
-        &rdma_wqe(3, WrOpcode::Write, (src, 0, 6000), &sink, 40_000),
-    );
-    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim
-        .a
-        .cq_status(&cq1)
-        .prod
-        .to_native()
-        == 3));
+    g.rnic.service(now, &g.mem, &mut |_| panic!("a frame for the wire"));
+    assert_eq!(g.cq_status(&cq2).prod.to_native(), 2, "received in the same pass");
+    s.sim.a.post_send_wqe(now, &mut client, &rdma_wqe(3, WrOpcode::Write, (src, 0, 6000), &sink, 40_000));
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.a.cq_status(&cq1).prod.to_native() == 3));
     let mut ccq = client.scq;
-    let got: Vec<(u64, u8)> = s
-        .sim
-        .a
-        .poll_cq(&mut ccq)
-        .iter()
-        .map(|c| (c.wr_id.to_native(), c.status))
-        .collect();
+    let got: Vec<(u64, u8)> = s.sim.a.poll_cq(&mut ccq).iter().map(|c| (c.wr_id.to_native(), c.status)).collect();
     assert_eq!(got, vec![(1, 0), (2, 0), (3, 0)]);
     let mut scq = server.rcq;
-    let got: Vec<(u64, u8, u32)> = s
-        .sim
-        .a
-        .poll_cq(&mut scq)
-        .iter()
-        .map(|c| (c.wr_id.to_native(), c.status, c.byte_len.to_native()))
-        .collect();
+    let got: Vec<(u64, u8, u32)> =
+        s.sim.a.poll_cq(&mut scq).iter().map(|c| (c.wr_id.to_native(), c.status, c.byte_len.to_native())).collect();
     assert_eq!(got, vec![(77, 0, 6000), (78, 0, 6000)]);
     for at in [0, 20_000, 40_000] {
         assert_eq!(s.sim.a.read_bytes(sink.guest + at, 6000), data);
@@ -2402,31 +1388,16 @@ fn fast_registration_through_the_rings() {
     let (b_local, _) = s.bufs[1];
     let now = s.sim.now;
     let pdn = s.sim.b.rnic.qps.get(s.qb.qpn).unwrap().pdn;
-    let alloc = |max_pages: u32, pdn: u32| CmdAllocMr {
-        pdn: pdn.into(),
-        max_pages: max_pages.into(),
-    };
+    let alloc = |max_pages: u32, pdn: u32| CmdAllocMr { pdn: pdn.into(), max_pages: max_pages.into() };
     // Limits: at least one page, at most max_fast_reg_pages, a real PD.
     let max = s.sim.b.rnic.device_attr().max_fast_reg_pages.to_native();
     assert_eq!(max, Limits::default().max_fast_reg_pages);
-    assert_eq!(
-        s.sim.b.cmd(now, Cmd::AllocMr, &alloc(0, pdn)),
-        Err(Status::Invalid)
-    );
-    assert_eq!(
-        s.sim.b.cmd(now, Cmd::AllocMr, &alloc(max + 1, pdn)),
-        Err(Status::Invalid)
-    );
-    assert_eq!(
-        s.sim.b.cmd(now, Cmd::AllocMr, &alloc(4, 999)),
-        Err(Status::NotFound)
-    );
+    assert_eq!(s.sim.b.cmd(now, Cmd::AllocMr, &alloc(0, pdn)), Err(Status::Invalid));
+    assert_eq!(s.sim.b.cmd(now, Cmd::AllocMr, &alloc(max + 1, pdn)), Err(Status::Invalid));
+    assert_eq!(s.sim.b.cmd(now, Cmd::AllocMr, &alloc(4, 999)), Err(Status::NotFound));
     let mrs = s.sim.b.rnic.counts().mr;
     let old = s.sim.b.handle(now, Cmd::AllocMr, &alloc(4, pdn));
-    assert!(
-        !s.sim.b.rnic.tpt.get(old).unwrap().valid,
-        "allocated invalid"
-    );
+    assert!(!s.sim.b.rnic.tpt.get(old).unwrap().valid, "allocated invalid");
 
     // REG_MR over 3 fresh pages, iova 0x40 into the first.
     let (pbl, guest) = s.sim.b.pages(3);
@@ -2445,115 +1416,48 @@ fn fast_registration_through_the_rings() {
         page_shift: VT3_PAGE_SHIFT.into(),
         ..Default::default()
     };
-    s.sim.b.post_send_wqe(
-        now,
-        &mut s.qb,
-        &read_struct::<SqWqe>(reg.as_slice()).unwrap(),
-    );
+    s.sim.b.post_send_wqe(now, &mut s.qb, &read_struct::<SqWqe>(reg.as_slice()).unwrap());
     // The page list may be reused once the WQE retired: scribble on it.
-    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim
-        .b
-        .cq_status(&s.qb.scq)
-        .prod
-        .to_native()
-        == 1));
+    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.cq_status(&s.qb.scq).prod.to_native() == 1));
     s.sim.b.write_bytes(pbl, &[0xff; 24]);
     let mut bscq = s.qb.scq;
     let c = s.sim.b.poll_cq(&mut bscq)[0];
-    assert_eq!(
-        (c.wr_id.to_native(), c.opcode, c.status),
-        (70, WcOpcode::RegMr as u8, WcStatus::Success as u8)
-    );
-    assert!(
-        s.sim.b.rnic.tpt.get(old).is_none(),
-        "the old key names nothing"
-    );
+    assert_eq!((c.wr_id.to_native(), c.opcode, c.status), (70, WcOpcode::RegMr as u8, WcStatus::Success as u8));
+    assert!(s.sim.b.rnic.tpt.get(old).is_none(), "the old key names nothing");
 
     // The peer WRITEs through it, across the page boundary.
-    let remote = Mr {
-        stag,
-        iova,
-        guest: guest + 0x40,
-    };
+    let remote = Mr { stag, iova, guest: guest + 0x40 };
     let data = pattern(6000, 9);
     s.sim.a.write_bytes(a_local.guest, &data);
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(
-        now,
-        &mut s.qa,
-        &rdma_wqe(1, WrOpcode::Write, (a_local, 0, 6000), &remote, 8),
-    );
+    s.sim.a.post_send_wqe(now, &mut s.qa, &rdma_wqe(1, WrOpcode::Write, (a_local, 0, 6000), &remote, 8));
     // Then a Send with Invalidate of it.
     s.sim.b.post_recv(now, &mut s.qb, 300, &b_local, 0, 4096);
     let mut inv = send_wqe(2, WrOpcode::SendInv, true, &[(a_local, 0, 16)]);
     inv.invalidate_stag = stag.into();
     s.sim.a.post_send_wqe(now, &mut s.qa, &inv);
-    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim
-        .b
-        .cq_status(&s.qb.rcq)
-        .prod
-        .to_native()
-        == 1));
+    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.cq_status(&s.qb.rcq).prod.to_native() == 1));
     assert_eq!(s.sim.b.read_bytes(guest + 0x48, 6000), data);
     let mut brcq = s.qb.rcq;
     let c = s.sim.b.poll_cq(&mut brcq)[0];
-    assert_eq!(
-        (c.wr_id.to_native(), c.status, c.byte_len.to_native()),
-        (300, 0, 16)
-    );
-    assert_eq!(
-        (
-            c.flags & CqeFlag::Invalidated as u8,
-            c.invalidated_stag.to_native()
-        ),
-        (CqeFlag::Invalidated as u8, stag)
-    );
+    assert_eq!((c.wr_id.to_native(), c.status, c.byte_len.to_native()), (300, 0, 16));
+    assert_eq!((c.flags & CqeFlag::Invalidated as u8, c.invalidated_stag.to_native()), (CqeFlag::Invalidated as u8, stag));
     assert!(!s.sim.b.rnic.tpt.get(stag).unwrap().valid);
 
     // The next WRITE through it: TERMINATE DDP 1/1/00 (invalid STag).
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(
-        now,
-        &mut s.qa,
-        &rdma_wqe(3, WrOpcode::Write, (a_local, 0, 100), &remote, 0),
-    );
-    assert!(s
-        .sim
-        .run_until(Duration::from_secs(2), |sim| !sim.b.qp_events().is_empty()
-            && !sim.a.qp_events().is_empty()));
+    s.sim.a.post_send_wqe(now, &mut s.qa, &rdma_wqe(3, WrOpcode::Write, (a_local, 0, 100), &remote, 0));
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| !sim.b.qp_events().is_empty() && !sim.a.qp_events().is_empty()));
     let detail = 1 << 12 | 1 << 8;
-    assert_eq!(
-        s.sim.b.qp_events()[0],
-        (s.qb.qpn, QpEvent::TerminateSent as u32, detail)
-    );
-    assert_eq!(
-        s.sim.a.qp_events()[0],
-        (s.qa.qpn, QpEvent::TerminateReceived as u32, detail)
-    );
+    assert_eq!(s.sim.b.qp_events()[0], (s.qb.qpn, QpEvent::TerminateSent as u32, detail));
+    assert_eq!(s.sim.a.qp_events()[0], (s.qa.qpn, QpEvent::TerminateReceived as u32, detail));
 
     // DEREG_MR frees the fast-reg entry (and the PD again once it is gone).
     let now = s.sim.now;
-    s.sim
-        .b
-        .cmd(
-            now,
-            Cmd::DeregMr,
-            &CmdHandle {
-                handle: stag.into(),
-                reserved: 0.into(),
-            },
-        )
-        .unwrap();
+    s.sim.b.cmd(now, Cmd::DeregMr, &CmdHandle { handle: stag.into(), reserved: 0.into() }).unwrap();
     assert_eq!(s.sim.b.rnic.counts().mr, mrs);
     assert_eq!(
-        s.sim.b.cmd(
-            now,
-            Cmd::DeregMr,
-            &CmdHandle {
-                handle: stag.into(),
-                reserved: 0.into()
-            }
-        ),
+        s.sim.b.cmd(now, Cmd::DeregMr, &CmdHandle { handle: stag.into(), reserved: 0.into() }),
         Err(Status::NotFound)
     );
 }
@@ -2566,38 +1470,17 @@ fn fast_registration_through_the_rings() {
 fn hostile_fast_registrations_are_local_errors() {
     type Bad = fn(RegMrWqe) -> RegMrWqe;
     let cases: [(&str, Bad); 4] = [
-        ("u32::MAX pages", |w| RegMrWqe {
-            npages: u32::MAX.into(),
-            length: 100u64.into(),
-            ..w
-        }),
-        ("a page list outside guest RAM", |w| RegMrWqe {
-            pbl_addr: (1u64 << 44).into(),
-            ..w
-        }),
-        ("a length wrapping the IOVA", |w| RegMrWqe {
-            iova: (u64::MAX - 10).into(),
-            length: 100u64.into(),
-            ..w
-        }),
-        ("the old key", |w| RegMrWqe {
-            stag: (w.stag.to_native().wrapping_sub(1) & 0xff | w.stag.to_native() & !0xff).into(),
-            ..w
-        }),
+        ("u32::MAX pages", |w| RegMrWqe { npages: u32::MAX.into(), length: 100u64.into(), ..w }),
+        ("a page list outside guest RAM", |w| RegMrWqe { pbl_addr: (1u64 << 44).into(), ..w }),
+        ("a length wrapping the IOVA", |w| RegMrWqe { iova: (u64::MAX - 10).into(), length: 100u64.into(), ..w }),
+        ("the old key", |w| RegMrWqe { stag: (w.stag.to_native().wrapping_sub(1) & 0xff | w.stag.to_native() & !0xff).into(), ..w }),
     ];
     for (what, bad) in cases {
         let mut s = setup(16);
         connect(&mut s);
         let now = s.sim.now;
         let pdn = s.sim.b.rnic.qps.get(s.qb.qpn).unwrap().pdn;
-        let old = s.sim.b.handle(
-            now,
-            Cmd::AllocMr,
-            &CmdAllocMr {
-                pdn: pdn.into(),
-                max_pages: 2.into(),
-            },
-        );
+        let old = s.sim.b.handle(now, Cmd::AllocMr, &CmdAllocMr { pdn: pdn.into(), max_pages: 2.into() });
         let (pbl, _) = s.sim.b.pages(2);
         let good = RegMrWqe {
             wr_id: 9.into(),
@@ -2610,36 +1493,12 @@ fn hostile_fast_registrations_are_local_errors() {
             page_shift: VT3_PAGE_SHIFT.into(),
             ..Default::default()
         };
-        s.sim.b.post_send_wqe(
-            now,
-            &mut s.qb,
-            &read_struct::<SqWqe>(bad(good).as_slice()).unwrap(),
-        );
-        assert!(
-            s.sim.run_until(Duration::from_secs(1), |sim| sim
-                .b
-                .cq_status(&s.qb.scq)
-                .prod
-                .to_native()
-                == 1),
-            "{what}"
-        );
+        s.sim.b.post_send_wqe(now, &mut s.qb, &read_struct::<SqWqe>(bad(good).as_slice()).unwrap());
+        assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.cq_status(&s.qb.scq).prod.to_native() == 1), "{what}");
         let mut scq = s.qb.scq;
         let c = s.sim.b.poll_cq(&mut scq)[0];
-        assert_eq!(
-            (c.wr_id.to_native(), c.opcode, c.status),
-            (9, WcOpcode::RegMr as u8, WcStatus::LocQpOpErr as u8),
-            "{what}"
-        );
-        assert!(
-            s.sim.run_until(Duration::from_secs(1), |sim| sim
-                .b
-                .qp_status(&s.qb)
-                .state
-                .to_native()
-                == QpState::Error as u32),
-            "{what}"
-        );
+        assert_eq!((c.wr_id.to_native(), c.opcode, c.status), (9, WcOpcode::RegMr as u8, WcStatus::LocQpOpErr as u8), "{what}");
+        assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.qp_status(&s.qb).state.to_native() == QpState::Error as u32), "{what}");
         let mr = s.sim.b.rnic.tpt.get(old).expect("the key did not change");
         assert!(!mr.valid, "{what}");
     }
@@ -2651,20 +1510,9 @@ fn hostile_fast_registrations_are_local_errors() {
     inv.invalidate_stag = b_exposed.stag.into();
     let now = s.sim.now;
     s.sim.b.post_send_wqe(now, &mut s.qb, &inv);
-    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim
-        .b
-        .cq_status(&s.qb.scq)
-        .prod
-        .to_native()
-        == 1));
+    assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.cq_status(&s.qb.scq).prod.to_native() == 1));
     let mut scq = s.qb.scq;
     let c = s.sim.b.poll_cq(&mut scq)[0];
-    assert_eq!(
-        (c.opcode, c.status),
-        (WcOpcode::LocalInv as u8, WcStatus::LocQpOpErr as u8)
-    );
-    assert!(
-        s.sim.b.rnic.tpt.get(b_exposed.stag).unwrap().valid,
-        "ordinary MRs are never invalidated by the QP"
-    );
+    assert_eq!((c.opcode, c.status), (WcOpcode::LocalInv as u8, WcStatus::LocQpOpErr as u8));
+    assert!(s.sim.b.rnic.tpt.get(b_exposed.stag).unwrap().valid, "ordinary MRs are never invalidated by the QP");
 }

@@ -24,19 +24,14 @@ fn interrupt_with(signal: libc::c_int) {
     unsafe { libc::sigemptyset(&mut action.sa_mask) };
     // SAFETY: the handler does nothing, so it is async-signal-safe; no
     // SA_RESTART, so blocking calls see EINTR.
-    assert_eq!(
-        unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) },
-        0
-    );
+    assert_eq!(unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) }, 0);
 }
 
 #[test]
 fn a_message_is_read_across_signals() {
     interrupt_with(libc::SIGUSR1);
     let (qemu, relay_end) = UnixStream::pair().unwrap();
-    let reader = thread::spawn(move || {
-        Message::read_from(&relay_end).map(|m| m.map(|m| (m.request(), m.payload().to_vec())))
-    });
+    let reader = thread::spawn(move || Message::read_from(&relay_end).map(|m| m.map(|m| (m.request(), m.payload().to_vec()))));
     let thread = reader.as_pthread_t();
     // The reader blocks in recvmsg: interrupt it there, again and again.
     for _ in 0..20 {
@@ -47,10 +42,6 @@ fn a_message_is_read_across_signals() {
     }
     let wrote = Message::new(24, 1, &7u64.to_le_bytes()).write_to(&qemu);
     let got = reader.join().unwrap();
-    assert_eq!(
-        got.unwrap(),
-        Some((24, 7u64.to_le_bytes().to_vec())),
-        "the message, after 20 interruptions"
-    );
+    assert_eq!(got.unwrap(), Some((24, 7u64.to_le_bytes().to_vec())), "the message, after 20 interruptions");
     wrote.unwrap();
 }

@@ -3,11 +3,7 @@
 //! memfd) and both virtqueues, then frames cross between the rings and a
 //! unix-dgram peer standing in for the network.
 
-#![allow(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixDatagram, UnixStream};
@@ -25,8 +21,8 @@ use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
 use virtio_queue::mock::MockSplitQueue;
 use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 use vmm_sys_util::eventfd::EventFd;
-use vt3d::abi;
 use vt3d::control::{build_frame, DriverEnd, QueueAddrs, Refusal};
+use vt3d::abi;
 use vt3d::nic::Nic;
 use vt3d::uplink::UplinkSpec;
 use vt3d::vhost::relay::RelayEnd;
@@ -47,9 +43,7 @@ struct Guest {
 }
 
 fn frame(len: usize, seed: u8) -> Vec<u8> {
-    let mut f: Vec<u8> = (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect();
+    let mut f: Vec<u8> = (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
     f[..6].copy_from_slice(&[0x52, 0x54, 0, 0, 0, 1]); // to the guest's MAC
     f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
     f
@@ -58,22 +52,14 @@ fn frame(len: usize, seed: u8) -> Vec<u8> {
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "timed out waiting for {what}"
-        );
+        assert!(start.elapsed() < Duration::from_secs(10), "timed out waiting for {what}");
         thread::sleep(Duration::from_millis(5));
     }
 }
 
 impl Guest {
     /// Negotiates like QEMU and sets up both rings from the mocks.
-    fn boot(
-        sock: UnixStream,
-        rx: &MockSplitQueue<GuestMemoryMmap>,
-        tx: &MockSplitQueue<GuestMemoryMmap>,
-        mem: GuestMemoryMmap,
-    ) -> Self {
+    fn boot(sock: UnixStream, rx: &MockSplitQueue<GuestMemoryMmap>, tx: &MockSplitQueue<GuestMemoryMmap>, mem: GuestMemoryMmap) -> Self {
         let mut frontend = Frontend::from_stream(sock, 2);
         frontend.set_owner().unwrap();
         let features = frontend.get_features().unwrap();
@@ -82,9 +68,7 @@ impl Guest {
             | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
         assert_eq!(features & wanted, wanted);
         let protocol = frontend.get_protocol_features().unwrap();
-        frontend
-            .set_protocol_features(protocol & VhostUserProtocolFeatures::REPLY_ACK)
-            .unwrap();
+        frontend.set_protocol_features(protocol & VhostUserProtocolFeatures::REPLY_ACK).unwrap();
         frontend.set_features(wanted).unwrap();
 
         let region = mem.iter().next().unwrap();
@@ -111,11 +95,7 @@ impl Guest {
             frontend.set_vring_kick(i, &kicks[i]).unwrap();
             frontend.set_vring_enable(i, true).unwrap();
         }
-        Self {
-            frontend,
-            kicks,
-            calls,
-        }
+        Self { frontend, kicks, calls }
     }
 }
 
@@ -126,14 +106,8 @@ fn frames_cross_between_rings_and_uplink() {
     let peer_path = dir.path().join("peer");
     let peer = UnixDatagram::bind(&peer_path).unwrap();
     let up_path = dir.path().join("up");
-    let spec: UplinkSpec = format!("unix-dgram:{},{}", up_path.display(), peer_path.display())
-        .parse()
-        .unwrap();
-    let nic = Arc::new(Nic::new(
-        spec.open().unwrap(),
-        Some([0x52, 0x54, 0, 0, 0, 1]),
-        9000,
-    ));
+    let spec: UplinkSpec = format!("unix-dgram:{},{}", up_path.display(), peer_path.display()).parse().unwrap();
+    let nic = Arc::new(Nic::new(spec.open().unwrap(), Some([0x52, 0x54, 0, 0, 0, 1]), 9000));
 
     // Guest RAM: a shared file, as QEMU's memory-backend-memfd.
     let file = tempfile::tempfile().unwrap();
@@ -148,42 +122,26 @@ fn frames_cross_between_rings_and_uplink() {
     let tx = MockSplitQueue::create(&mem, GuestAddress(TX_RING), QSIZE);
     // 8 RX buffers of 1526 bytes, as virtio_net posts with MRG_RXBUF.
     let bufs: Vec<_> = (0..8u64)
-        .map(|i| {
-            RawDescriptor::from(SplitDescriptor::new(
-                RX_BUFS + i * 0x1000,
-                1526,
-                VRING_DESC_F_WRITE as u16,
-                0,
-            ))
-        })
+        .map(|i| RawDescriptor::from(SplitDescriptor::new(RX_BUFS + i * 0x1000, 1526, VRING_DESC_F_WRITE as u16, 0)))
         .collect();
     rx.add_desc_chains(&bufs, 0).unwrap();
 
     let (qemu, vt3d_end) = UnixStream::pair().unwrap();
     let (stop, _stop_writer) = UnixStream::pair().unwrap();
     let server_nic = Arc::clone(&nic);
-    let server =
-        thread::spawn(move || serve_frontend(&vt3d_end, &server_nic, stop.as_fd()).unwrap());
+    let server = thread::spawn(move || serve_frontend(&vt3d_end, &server_nic, stop.as_fd()).unwrap());
     let guest = Guest::boot(qemu, &rx, &tx, mem.clone());
 
     // Network → guest: a 4000-byte frame lands in three merged buffers.
     let inbound = frame(4000, 7);
     peer.send_to(&inbound, &up_path).unwrap();
     wait_for("the RX used ring", || rx.used().idx().load() == 3);
-    assert_eq!(
-        guest.calls[0].read().unwrap(),
-        1,
-        "one interrupt for the frame"
-    );
+    assert_eq!(guest.calls[0].read().unwrap(), 1, "one interrupt for the frame");
     let mut got = Vec::new();
     for i in 0..3u16 {
         let e = rx.used().ring().ref_at(usize::from(i)).unwrap().load();
         let mut part = vec![0u8; e.len() as usize];
-        mem.read_slice(
-            &mut part,
-            GuestAddress(RX_BUFS + u64::from(e.id()) * 0x1000),
-        )
-        .unwrap();
+        mem.read_slice(&mut part, GuestAddress(RX_BUFS + u64::from(e.id()) * 0x1000)).unwrap();
         got.extend_from_slice(&part);
     }
     assert_eq!(u16::from_le_bytes([got[10], got[11]]), 3, "num_buffers");
@@ -201,18 +159,12 @@ fn frames_cross_between_rings_and_uplink() {
     mem.write_slice(&with_hdr, GuestAddress(TX_DATA)).unwrap();
     let chain = [
         RawDescriptor::from(SplitDescriptor::new(TX_DATA, HDR as u32, 1, 1)),
-        RawDescriptor::from(SplitDescriptor::new(
-            TX_DATA + HDR as u64,
-            outbound.len() as u32,
-            0,
-            0,
-        )),
+        RawDescriptor::from(SplitDescriptor::new(TX_DATA + HDR as u64, outbound.len() as u32, 0, 0)),
     ];
     tx.add_desc_chains(&chain, 0).unwrap();
     guest.kicks[1].write(1).unwrap();
     let mut buf = vec![0u8; 65536];
-    peer.set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let n = peer.recv(&mut buf).unwrap();
     assert_eq!(&buf[..n], &outbound[..]);
     wait_for("the TX used ring", || tx.used().idx().load() == 1);
@@ -222,17 +174,9 @@ fn frames_cross_between_rings_and_uplink() {
     let queues = queue_addrs(&rx, &tx);
     let mut wrong = queues;
     wrong.rx.used = (wrong.rx.used.to_native() + 64).into();
-    let forged = with_vnet_hdr(&build_frame(
-        GUEST_MAC,
-        GUEST_MAC,
-        &DriverEnd::new([9, 9]).hello(&mem, SESSION_PAGE, &wrong),
-    ));
+    let forged = with_vnet_hdr(&build_frame(GUEST_MAC, GUEST_MAC, &DriverEnd::new([9, 9]).hello(&mem, SESSION_PAGE, &wrong)));
     let mut driver = DriverEnd::new([1, 2]);
-    let hello = with_vnet_hdr(&build_frame(
-        GUEST_MAC,
-        GUEST_MAC,
-        &driver.hello(&mem, SESSION_PAGE + 0x1000, &queues),
-    ));
+    let hello = with_vnet_hdr(&build_frame(GUEST_MAC, GUEST_MAC, &driver.hello(&mem, SESSION_PAGE + 0x1000, &queues)));
     // A control command on TX is answered on RX and never leaves vt3d.
     let (seq, query) = driver.command(abi::Cmd::QueryDevice as u16, &[]);
     let query = with_vnet_hdr(&build_frame(GUEST_MAC, GUEST_MAC, &query));
@@ -240,70 +184,35 @@ fn frames_cross_between_rings_and_uplink() {
     for (i, f) in [&forged, &hello, &query].into_iter().enumerate() {
         let at = TX_DATA + 0x4000 + i as u64 * 0x1000;
         mem.write_slice(f, GuestAddress(at)).unwrap();
-        descs.push(RawDescriptor::from(SplitDescriptor::new(
-            at,
-            f.len() as u32,
-            0,
-            0,
-        )));
+        descs.push(RawDescriptor::from(SplitDescriptor::new(at, f.len() as u32, 0, 0)));
     }
     for (i, d) in descs.iter().enumerate() {
-        tx.add_desc_chains(std::slice::from_ref(d), 2 + i as u16)
-            .unwrap();
+        tx.add_desc_chains(std::slice::from_ref(d), 2 + i as u16).unwrap();
     }
     guest.kicks[1].write(1).unwrap();
     wait_for("the control responses", || rx.used().idx().load() == 5);
-    assert_eq!(
-        nic.control_stats.refused(Refusal::Hello),
-        1,
-        "the forged HELLO"
-    );
+    assert_eq!(nic.control_stats.refused(Refusal::Hello), 1, "the forged HELLO");
     let answer = |i: usize| {
         let e = rx.used().ring().ref_at(i).unwrap().load();
         let mut resp = vec![0u8; e.len() as usize];
-        mem.read_slice(
-            &mut resp,
-            GuestAddress(RX_BUFS + u64::from(e.id()) * 0x1000),
-        )
-        .unwrap();
+        mem.read_slice(&mut resp, GuestAddress(RX_BUFS + u64::from(e.id()) * 0x1000)).unwrap();
         resp
     };
     let hello_resp = answer(3);
-    assert_eq!(
-        driver
-            .open(&hello_resp[HDR + 14..])
-            .unwrap()
-            .hdr
-            .status
-            .to_native(),
-        0
-    );
+    assert_eq!(driver.open(&hello_resp[HDR + 14..]).unwrap().hdr.status.to_native(), 0);
     let resp = answer(4);
     let opened = driver.open(&resp[HDR + 14..]).unwrap();
     assert_eq!(opened.hdr.r#type, abi::MsgType::Resp as u8);
-    assert_eq!(
-        (opened.hdr.seq.to_native(), opened.hdr.status.to_native()),
-        (seq, 0)
-    );
+    assert_eq!((opened.hdr.seq.to_native(), opened.hdr.status.to_native()), (seq, 0));
     let attr: abi::DeviceAttr = abi::read_struct(opened.payload).unwrap();
     assert_eq!(attr.vendor_id.to_native(), abi::VT3_VENDOR_ID);
     peer.set_nonblocking(true).unwrap();
-    assert!(
-        peer.recv(&mut buf).is_err(),
-        "a control frame reached the uplink"
-    );
+    assert!(peer.recv(&mut buf).is_err(), "a control frame reached the uplink");
 
     wait_for("the filtered frame to be counted", || {
-        nic.stats
-            .rx_filtered
-            .load(std::sync::atomic::Ordering::Relaxed)
-            == 1
+        nic.stats.rx_filtered.load(std::sync::atomic::Ordering::Relaxed) == 1
     });
-    assert_eq!(
-        rx.used().idx().load(),
-        5,
-        "filtered frame must not reach the guest"
-    );
+    assert_eq!(rx.used().idx().load(), 5, "filtered frame must not reach the guest");
 
     drop(guest.frontend);
     assert_eq!(server.join().unwrap(), RelayEnd::FrontendClosed);
@@ -357,19 +266,13 @@ fn syn(port: u16) -> Vec<u8> {
 const SESSION_PAGE: u64 = 0x7f_0000;
 
 /// The virtqueues as the frontend gave them to vt3d.
-fn queue_addrs(
-    rx: &MockSplitQueue<GuestMemoryMmap>,
-    tx: &MockSplitQueue<GuestMemoryMmap>,
-) -> QueueAddrs {
+fn queue_addrs(rx: &MockSplitQueue<GuestMemoryMmap>, tx: &MockSplitQueue<GuestMemoryMmap>) -> QueueAddrs {
     let ring = |q: &MockSplitQueue<GuestMemoryMmap>| abi::RingAddrs {
         desc: q.desc_table_addr().0.into(),
         avail: q.avail_addr().0.into(),
         used: q.used_addr().0.into(),
     };
-    QueueAddrs {
-        rx: ring(rx),
-        tx: ring(tx),
-    }
+    QueueAddrs { rx: ring(rx), tx: ring(tx) }
 }
 
 fn with_vnet_hdr(frame: &[u8]) -> Vec<u8> {
@@ -379,11 +282,7 @@ fn with_vnet_hdr(frame: &[u8]) -> Vec<u8> {
 }
 
 fn command(driver: &mut DriverEnd, cmd: abi::Cmd, payload: &[u8]) -> Vec<u8> {
-    with_vnet_hdr(&build_frame(
-        GUEST_MAC,
-        GUEST_MAC,
-        &driver.command(cmd as u16, payload).1,
-    ))
+    with_vnet_hdr(&build_frame(GUEST_MAC, GUEST_MAC, &driver.command(cmd as u16, payload).1))
 }
 
 /// The backend's demux and timer: once the driver set the guest's address
@@ -398,59 +297,32 @@ fn offloaded_tcp_goes_to_the_engine() {
     let peer_path = dir.path().join("peer");
     let peer = UnixDatagram::bind(&peer_path).unwrap();
     let up_path = dir.path().join("up");
-    let spec: UplinkSpec = format!("unix-dgram:{},{}", up_path.display(), peer_path.display())
-        .parse()
-        .unwrap();
+    let spec: UplinkSpec = format!("unix-dgram:{},{}", up_path.display(), peer_path.display()).parse().unwrap();
     let nic = Arc::new(Nic::new(spec.open().unwrap(), Some(GUEST_MAC), 1500));
     let file = tempfile::tempfile().unwrap();
     file.set_len(MEM_SIZE as u64).unwrap();
-    let mem = GuestMemoryMmap::from_ranges_with_files(&[(
-        GuestAddress(0),
-        MEM_SIZE,
-        Some(FileOffset::new(file, 0)),
-    )])
-    .unwrap();
+    let mem = GuestMemoryMmap::from_ranges_with_files(&[(GuestAddress(0), MEM_SIZE, Some(FileOffset::new(file, 0)))])
+        .unwrap();
     let rx = MockSplitQueue::create(&mem, GuestAddress(RX_RING), QSIZE);
     let tx = MockSplitQueue::create(&mem, GuestAddress(TX_RING), QSIZE);
     let bufs: Vec<_> = (0..8u64)
-        .map(|i| {
-            RawDescriptor::from(SplitDescriptor::new(
-                RX_BUFS + i * 0x1000,
-                1526,
-                VRING_DESC_F_WRITE as u16,
-                0,
-            ))
-        })
+        .map(|i| RawDescriptor::from(SplitDescriptor::new(RX_BUFS + i * 0x1000, 1526, VRING_DESC_F_WRITE as u16, 0)))
         .collect();
     rx.add_desc_chains(&bufs, 0).unwrap();
     let (qemu, vt3d_end) = UnixStream::pair().unwrap();
     let (stop, _stop_writer) = UnixStream::pair().unwrap();
     let server_nic = Arc::clone(&nic);
-    let server =
-        thread::spawn(move || serve_frontend(&vt3d_end, &server_nic, stop.as_fd()).unwrap());
+    let server = thread::spawn(move || serve_frontend(&vt3d_end, &server_nic, stop.as_fd()).unwrap());
     let guest = Guest::boot(qemu, &rx, &tx, mem.clone());
 
-    let set_addr = abi::CmdSetAddr {
-        mac: GUEST_MAC,
-        prefix_len: 24,
-        reserved: 0,
-        ipv4: GUEST_IP,
-    };
+    let set_addr = abi::CmdSetAddr { mac: GUEST_MAC, prefix_len: 24, reserved: 0, ipv4: GUEST_IP };
     let listen = abi::CmdListen {
-        local: abi::SockAddr {
-            ipv4: [0; 4],
-            port: 7174u16.to_be_bytes(),
-            reserved: 0.into(),
-        },
+        local: abi::SockAddr { ipv4: [0; 4], port: 7174u16.to_be_bytes(), reserved: 0.into() },
         backlog: 4.into(),
         reserved: 0.into(),
     };
     let mut driver = DriverEnd::new([3, 4]);
-    let hello = with_vnet_hdr(&build_frame(
-        GUEST_MAC,
-        GUEST_MAC,
-        &driver.hello(&mem, SESSION_PAGE, &queue_addrs(&rx, &tx)),
-    ));
+    let hello = with_vnet_hdr(&build_frame(GUEST_MAC, GUEST_MAC, &driver.hello(&mem, SESSION_PAGE, &queue_addrs(&rx, &tx))));
     let cmds = [
         hello,
         command(&mut driver, abi::Cmd::SetAddr, set_addr.as_slice()),
@@ -460,32 +332,19 @@ fn offloaded_tcp_goes_to_the_engine() {
     for (i, c) in cmds.iter().enumerate() {
         let at = TX_DATA + i as u64 * 0x1000;
         mem.write_slice(c, GuestAddress(at)).unwrap();
-        descs.push(RawDescriptor::from(SplitDescriptor::new(
-            at,
-            c.len() as u32,
-            0,
-            0,
-        )));
+        descs.push(RawDescriptor::from(SplitDescriptor::new(at, c.len() as u32, 0, 0)));
     }
     for (i, d) in descs.iter().enumerate() {
-        tx.add_desc_chains(std::slice::from_ref(d), i as u16)
-            .unwrap();
+        tx.add_desc_chains(std::slice::from_ref(d), i as u16).unwrap();
     }
     guest.kicks[1].write(1).unwrap();
     wait_for("three responses", || rx.used().idx().load() == 3);
     for i in 0..3u16 {
         let e = rx.used().ring().ref_at(usize::from(i)).unwrap().load();
         let mut resp = vec![0u8; e.len() as usize];
-        mem.read_slice(
-            &mut resp,
-            GuestAddress(RX_BUFS + u64::from(e.id()) * 0x1000),
-        )
-        .unwrap();
+        mem.read_slice(&mut resp, GuestAddress(RX_BUFS + u64::from(e.id()) * 0x1000)).unwrap();
         let hdr = driver.open(&resp[HDR + 14..]).unwrap().hdr;
-        assert_eq!(
-            (hdr.seq.to_native(), hdr.status.to_native()),
-            (u32::from(i) + 1, 0)
-        );
+        assert_eq!((hdr.seq.to_native(), hdr.status.to_native()), (u32::from(i) + 1, 0));
     }
 
     // The SYN is the engine's: a SYN-ACK comes back, nothing for the guest.
@@ -498,25 +357,16 @@ fn offloaded_tcp_goes_to_the_engine() {
         assert_eq!((&buf[..6], &buf[6..12]), (&PEER_MAC[..], &GUEST_MAC[..]));
         assert_eq!((&buf[26..30], &buf[30..34]), (&GUEST_IP[..], &PEER_IP[..]));
         assert_eq!(buf[47] & 0x12, 0x12, "SYN and ACK");
-        assert_eq!(
-            u32::from_be_bytes(buf[42..46].try_into().unwrap()),
-            1001,
-            "acknowledges the SYN"
-        );
+        assert_eq!(u32::from_be_bytes(buf[42..46].try_into().unwrap()), 1001, "acknowledges the SYN");
     };
     syn_ack(&mut buf);
     // Unanswered, the engine's timer retransmits it.
     let start = Instant::now();
     syn_ack(&mut buf);
-    assert!(
-        start.elapsed() > Duration::from_millis(100),
-        "a retransmission, not a duplicate"
-    );
+    assert!(start.elapsed() > Duration::from_millis(100), "a retransmission, not a duplicate");
     assert_eq!(rx.used().idx().load(), 3);
     let counted = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
-    wait_for("the counters", || {
-        counted(&nic.stats.toe_rx_frames) == 1 && counted(&nic.stats.toe_tx_frames) == 2
-    });
+    wait_for("the counters", || counted(&nic.stats.toe_rx_frames) == 1 && counted(&nic.stats.toe_tx_frames) == 2);
     // A SYN for a port nobody listens on is the guest kernel's.
     peer.send_to(&syn(7175), &up_path).unwrap();
     wait_for("the SYN in the guest", || rx.used().idx().load() == 4);

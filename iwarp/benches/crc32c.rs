@@ -12,13 +12,8 @@ use std::time::{Duration, Instant};
 use vt3_iwarp::crc32c::Crc32c;
 
 fn main() {
-    let seconds: f64 = std::env::var("VT3_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0.5);
-    let data: Vec<u8> = (0..1u32 << 20)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-        .collect();
+    let seconds: f64 = std::env::var("VT3_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(0.5);
+    let data: Vec<u8> = (0..1u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
     println!("| buffer | CRC32c |");
     println!("|---|---|");
     for len in [64usize, 1460, 8960, 1 << 20] {

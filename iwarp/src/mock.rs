@@ -6,9 +6,10 @@
 
 use crate::engine::{
     bound_state, check_bind, check_fast_reg, check_rereg, check_window_access,
-    check_window_invalidate, read_page_list, reregistered, Access, AccessError, BindError, FastReg,
-    FastRegError, GuestMemory, MemoryError, MemoryRegions, MwBind, MwType, Owner, RegionKind,
-    RegionView, Registration, Rereg, ReregError, Window, WindowView, REREG_TRANSLATION,
+    check_window_invalidate, read_page_list, reregistered, Access, AccessError, BindError,
+    FastReg, FastRegError, GuestMemory, MemoryError, MemoryRegions, MwBind, MwType, Owner,
+    RegionKind, RegionView, Registration, Rereg, ReregError, Window, WindowView,
+    REREG_TRANSLATION,
 };
 
 /// Guest RAM: one flat buffer at guest-physical address 0.

@@ -215,10 +215,7 @@ mod tests {
         let mut wire = vec![0u8; 64];
         let n = emit_fpdu(&[7; 20], true, &mut wire).unwrap();
         assert_eq!(drain(&mut deframer, &wire[..5]).unwrap().len(), 0);
-        assert_eq!(
-            drain(&mut deframer, &wire[5..n]).unwrap(),
-            vec![vec![7u8; 20]]
-        );
+        assert_eq!(drain(&mut deframer, &wire[5..n]).unwrap(), vec![vec![7u8; 20]]);
         assert_eq!(deframer.partial.capacity(), fpdu_len(100));
     }
 

@@ -58,10 +58,7 @@ impl Dgram {
             };
             match r {
                 Ok(_) => return true,
-                Err(e)
-                    if e.kind() == ErrorKind::WouldBlock
-                        && start.elapsed() < Duration::from_millis(2) =>
-                {
+                Err(e) if e.kind() == ErrorKind::WouldBlock && start.elapsed() < Duration::from_millis(2) => {
                     std::hint::spin_loop();
                 }
                 Err(_) => return false,
@@ -74,14 +71,8 @@ impl Dgram {
     fn set_blocking(&self) {
         let limit = Some(Duration::from_millis(50));
         let r = match self {
-            Self::Udp(s) => s
-                .set_nonblocking(false)
-                .and_then(|()| s.set_write_timeout(limit))
-                .and_then(|()| s.set_read_timeout(limit)),
-            Self::Unix(s) => s
-                .set_nonblocking(false)
-                .and_then(|()| s.set_write_timeout(limit))
-                .and_then(|()| s.set_read_timeout(limit)),
+            Self::Udp(s) => s.set_nonblocking(false).and_then(|()| s.set_write_timeout(limit)).and_then(|()| s.set_read_timeout(limit)),
+            Self::Unix(s) => s.set_nonblocking(false).and_then(|()| s.set_write_timeout(limit)).and_then(|()| s.set_read_timeout(limit)),
         };
         r.expect("blocking socket");
     }

@@ -67,8 +67,7 @@ pub struct QpRings {
 impl QpRings {
     /// WQEs posted to the SQ and not yet retired by vt3d.
     pub fn sq_outstanding(&self, guest: &Guest) -> u32 {
-        self.sq_prod
-            .wrapping_sub(guest.qp_status(self).sq_cons.to_native())
+        self.sq_prod.wrapping_sub(guest.qp_status(self).sq_cons.to_native())
     }
 }
 
@@ -107,12 +106,8 @@ fn guest_ram(size: usize) -> GuestMemoryMmap {
     // SAFETY: fd was just created above and is owned by nothing else.
     let file = unsafe { File::from_raw_fd(fd) };
     file.set_len(size as u64).expect("size the guest RAM");
-    GuestMemoryMmap::from_ranges_with_files(&[(
-        GuestAddress(0),
-        size,
-        Some(FileOffset::new(file, 0)),
-    )])
-    .expect("map the guest RAM")
+    GuestMemoryMmap::from_ranges_with_files(&[(GuestAddress(0), size, Some(FileOffset::new(file, 0)))])
+        .expect("map the guest RAM")
 }
 
 fn connect(socket: &Path) -> UnixStream {
@@ -142,30 +137,21 @@ impl Guest {
             | 1 << virtio_bindings::bindings::virtio_net::VIRTIO_NET_F_MRG_RXBUF
             | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
         assert_eq!(features & wanted, wanted, "vt3d offers {features:#x}");
-        let protocol = frontend
-            .get_protocol_features()
-            .expect("GET_PROTOCOL_FEATURES");
+        let protocol = frontend.get_protocol_features().expect("GET_PROTOCOL_FEATURES");
         frontend
             .set_protocol_features(protocol & VhostUserProtocolFeatures::REPLY_ACK)
             .expect("SET_PROTOCOL_FEATURES");
         frontend.set_features(wanted).expect("SET_FEATURES");
         let region = mem.iter().next().expect("one region");
-        let info =
-            VhostUserMemoryRegionInfo::from_guest_region(region).expect("a file-backed region");
+        let info = VhostUserMemoryRegionInfo::from_guest_region(region).expect("a file-backed region");
         let host = info.userspace_addr;
         frontend.set_mem_table(&[info]).expect("SET_MEM_TABLE");
 
         let rx = Vring::new(RX_RING, QUEUE_SIZE, RX_BUFS, BUF_LEN);
         let tx = Vring::new(TX_RING, QUEUE_SIZE, TX_BUFS, BUF_LEN);
         assert!(rx.end() <= TX_RING && tx.end() <= SESSION_PAGE);
-        let kicks = [
-            EventFd::new(0).expect("eventfd"),
-            EventFd::new(0).expect("eventfd"),
-        ];
-        let calls = [
-            EventFd::new(0).expect("eventfd"),
-            EventFd::new(0).expect("eventfd"),
-        ];
+        let kicks = [EventFd::new(0).expect("eventfd"), EventFd::new(0).expect("eventfd")];
+        let calls = [EventFd::new(0).expect("eventfd"), EventFd::new(0).expect("eventfd")];
         for (i, q) in [&rx, &tx].into_iter().enumerate() {
             frontend.set_vring_num(i, q.size).expect("SET_VRING_NUM");
             let config = VringConfigData {
@@ -179,15 +165,9 @@ impl Guest {
             };
             frontend.set_vring_addr(i, &config).expect("SET_VRING_ADDR");
             frontend.set_vring_base(i, 0).expect("SET_VRING_BASE");
-            frontend
-                .set_vring_call(i, &calls[i])
-                .expect("SET_VRING_CALL");
-            frontend
-                .set_vring_kick(i, &kicks[i])
-                .expect("SET_VRING_KICK");
-            frontend
-                .set_vring_enable(i, true)
-                .expect("SET_VRING_ENABLE");
+            frontend.set_vring_call(i, &calls[i]).expect("SET_VRING_CALL");
+            frontend.set_vring_kick(i, &kicks[i]).expect("SET_VRING_KICK");
+            frontend.set_vring_enable(i, true).expect("SET_VRING_ENABLE");
         }
         let mut guest = Self {
             mem,
@@ -211,10 +191,7 @@ impl Guest {
         if guest.rx.publish(&guest.mem) {
             guest.kick(0);
         }
-        let queues = QueueAddrs {
-            rx: guest.rx.addrs(),
-            tx: guest.tx.addrs(),
-        };
+        let queues = QueueAddrs { rx: guest.rx.addrs(), tx: guest.tx.addrs() };
         let hello = guest.driver.hello(&guest.mem, SESSION_PAGE, &queues);
         let seq = 1; // the first command of a DriverEnd
         guest.send_ctrl(&hello);
@@ -242,18 +219,10 @@ impl Guest {
         };
         let at = self.tx.buffer(id);
         let len = VNET_HDR + frame.len();
-        assert!(
-            len <= self.tx.buf_len() as usize,
-            "control frame of {len} octets"
-        );
-        self.mem
-            .write_slice(&[0u8; VNET_HDR], GuestAddress(at))
-            .expect("vnet header");
-        self.mem
-            .write_slice(&frame, GuestAddress(at + VNET_HDR as u64))
-            .expect("frame");
-        self.tx
-            .push(&self.mem, id, u32::try_from(len).unwrap_or(u32::MAX), false);
+        assert!(len <= self.tx.buf_len() as usize, "control frame of {len} octets");
+        self.mem.write_slice(&[0u8; VNET_HDR], GuestAddress(at)).expect("vnet header");
+        self.mem.write_slice(&frame, GuestAddress(at + VNET_HDR as u64)).expect("frame");
+        self.tx.push(&self.mem, id, u32::try_from(len).unwrap_or(u32::MAX), false);
         if self.tx.publish(&self.mem) {
             self.kick(1);
         }
@@ -275,9 +244,7 @@ impl Guest {
             any = true;
             let len = (len as usize).min(frame.len());
             let buf = &mut frame[..len];
-            self.mem
-                .read_slice(buf, GuestAddress(self.rx.buffer(id)))
-                .expect("RX buffer");
+            self.mem.read_slice(buf, GuestAddress(self.rx.buffer(id))).expect("RX buffer");
             self.take_frame(id, len, &frame);
             self.rx.push(&self.mem, id, BUF_LEN, true);
         }
@@ -288,26 +255,15 @@ impl Guest {
     }
 
     fn take_frame(&mut self, _id: u16, len: usize, buf: &[u8]) {
-        let Some(frame) = buf.get(VNET_HDR..len) else {
-            return;
-        };
+        let Some(frame) = buf.get(VNET_HDR..len) else { return };
         if frame.get(12..14) != Some(&VT3_ETHERTYPE.to_be_bytes()[..]) {
             return; // not for the driver (nothing else should come)
         }
-        let Some(ctrl) = frame.get(ETH_HDR..) else {
-            return;
-        };
-        let opened = self
-            .driver
-            .open(ctrl)
-            .expect("a frame sealed for this driver");
+        let Some(ctrl) = frame.get(ETH_HDR..) else { return };
+        let opened = self.driver.open(ctrl).expect("a frame sealed for this driver");
         let hdr = opened.hdr;
         if hdr.r#type == MsgType::Resp as u8 {
-            self.responses.push_back((
-                hdr.seq.to_native(),
-                hdr.status.to_native(),
-                opened.payload.to_vec(),
-            ));
+            self.responses.push_back((hdr.seq.to_native(), hdr.status.to_native(), opened.payload.to_vec()));
         } else if let Ok(kind) = EventType::try_from(hdr.opcode.to_native()) {
             self.events.push_back((kind, opened.payload.to_vec()));
         }
@@ -321,10 +277,7 @@ impl Guest {
                 return (status, payload);
             }
             if !self.poll_rx() {
-                assert!(
-                    start.elapsed() < COMMAND_TIMEOUT,
-                    "no response to command {seq}"
-                );
+                assert!(start.elapsed() < COMMAND_TIMEOUT, "no response to command {seq}");
                 std::thread::yield_now();
             }
         }
@@ -343,13 +296,8 @@ impl Guest {
     }
 
     pub fn handle<T: ByteValued>(&mut self, cmd: Cmd, args: &T) -> u32 {
-        let body = self
-            .cmd(cmd, args.as_slice())
-            .unwrap_or_else(|s| panic!("{} failed: {}", cmd.name(), s.name()));
-        read_struct::<RespHandle>(&body)
-            .expect("a handle")
-            .handle
-            .to_native()
+        let body = self.cmd(cmd, args.as_slice()).unwrap_or_else(|s| panic!("{} failed: {}", cmd.name(), s.name()));
+        read_struct::<RespHandle>(&body).expect("a handle").handle.to_native()
     }
 
     /// The first event of `kind` received, removed.
@@ -365,13 +313,7 @@ impl Guest {
             .iter()
             .filter(|(k, _)| *k == EventType::Qp)
             .filter_map(|(_, body)| read_struct::<Event>(body))
-            .map(|e| {
-                (
-                    e.handle.to_native(),
-                    e.code.to_native(),
-                    e.detail.to_native(),
-                )
-            })
+            .map(|e| (e.handle.to_native(), e.code.to_native(), e.detail.to_native()))
             .collect()
     }
 
@@ -388,9 +330,7 @@ impl Guest {
         let pbl = self.alloc(n * 8);
         let first = self.alloc(n * PAGE);
         for i in 0..n {
-            self.mem
-                .write_obj((first + i * PAGE).to_le(), GuestAddress(pbl + i * 8))
-                .expect("page list");
+            self.mem.write_obj((first + i * PAGE).to_le(), GuestAddress(pbl + i * 8)).expect("page list");
         }
         (pbl, first)
     }
@@ -403,12 +343,7 @@ impl Guest {
     }
 
     pub fn set_addr(&mut self) {
-        let a = CmdSetAddr {
-            mac: self.mac,
-            prefix_len: 24,
-            reserved: 0,
-            ipv4: self.ip,
-        };
+        let a = CmdSetAddr { mac: self.mac, prefix_len: 24, reserved: 0, ipv4: self.ip };
         self.cmd(Cmd::SetAddr, a.as_slice()).expect("SET_ADDR");
     }
 
@@ -427,13 +362,7 @@ impl Guest {
             depth: depth.into(),
         };
         let cqn = self.handle(Cmd::CreateCq, &a);
-        CqRing {
-            cqn,
-            ring,
-            status,
-            depth,
-            cons: 0,
-        }
+        CqRing { cqn, ring, status, depth, cons: 0 }
     }
 
     pub fn qp(&mut self, pdn: u32, scq: &CqRing, rcq: &CqRing, depth: u32) -> QpRings {
@@ -460,15 +389,7 @@ impl Guest {
             srqn: 0.into(),
         };
         let qpn = self.handle(Cmd::CreateQp, &a);
-        QpRings {
-            qpn,
-            status,
-            sq,
-            rq,
-            depth,
-            sq_prod: 0,
-            rq_prod: 0,
-        }
+        QpRings { qpn, status, sq, rq, depth, sq_prod: 0, rq_prod: 0 }
     }
 
     pub fn mr(&mut self, pdn: u32, len: u64, access: u32) -> Mr {
@@ -491,9 +412,7 @@ impl Guest {
     }
 
     pub fn qp_status(&self, qp: &QpRings) -> QpStatus {
-        self.mem
-            .read_obj(GuestAddress(qp.status))
-            .expect("QP status page")
+        self.mem.read_obj(GuestAddress(qp.status)).expect("QP status page")
     }
 
     /// libvt3's doorbell rule (vt3_hw.h "Doorbells"): publish the producer
@@ -504,20 +423,11 @@ impl Guest {
             DoorbellQueue::Rq => (4, qp.rq_prod, QpStatusFlag::RqIdle),
             DoorbellQueue::Srq => unreachable!("no SRQs here"),
         };
-        self.mem
-            .store(
-                prod.to_le(),
-                GuestAddress(qp.status + field),
-                Ordering::Release,
-            )
-            .expect("producer index");
+        self.mem.store(prod.to_le(), GuestAddress(qp.status + field), Ordering::Release).expect("producer index");
         fence(Ordering::SeqCst);
         if self.qp_status(qp).flags.to_native() & idle as u32 != 0 {
             self.doorbells += 1;
-            let db = CmdDoorbell {
-                qpn: qp.qpn.into(),
-                queues: (queue as u32).into(),
-            };
+            let db = CmdDoorbell { qpn: qp.qpn.into(), queues: (queue as u32).into() };
             // A doorbell that went well is not answered.
             let (_, ctrl) = self.driver.command(Cmd::Doorbell as u16, db.as_slice());
             self.send_ctrl(&ctrl);
@@ -526,77 +436,44 @@ impl Guest {
 
     pub fn post_send(&mut self, qp: &mut QpRings, wqe: &SqWqe) {
         let slot = u64::from(qp.sq_prod & (qp.depth - 1));
-        self.mem
-            .write_obj(*wqe, GuestAddress(qp.sq + slot * WQE_LEN))
-            .expect("SQ slot");
+        self.mem.write_obj(*wqe, GuestAddress(qp.sq + slot * WQE_LEN)).expect("SQ slot");
         qp.sq_prod = qp.sq_prod.wrapping_add(1);
         self.ring_doorbell(qp, DoorbellQueue::Sq);
     }
 
     pub fn post_recv(&mut self, qp: &mut QpRings, wr_id: u64, mr: &Mr, offset: u64, len: u32) {
-        let mut wqe = RqWqe {
-            wr_id: wr_id.into(),
-            num_sge: 1,
-            ..Default::default()
-        };
-        wqe.sge[0] = Sge {
-            addr: (mr.iova + offset).into(),
-            length: len.into(),
-            lkey: mr.stag.into(),
-        };
+        let mut wqe = RqWqe { wr_id: wr_id.into(), num_sge: 1, ..Default::default() };
+        wqe.sge[0] = Sge { addr: (mr.iova + offset).into(), length: len.into(), lkey: mr.stag.into() };
         let slot = u64::from(qp.rq_prod & (qp.depth - 1));
-        self.mem
-            .write_obj(wqe, GuestAddress(qp.rq + slot * WQE_LEN))
-            .expect("RQ slot");
+        self.mem.write_obj(wqe, GuestAddress(qp.rq + slot * WQE_LEN)).expect("RQ slot");
         qp.rq_prod = qp.rq_prod.wrapping_add(1);
         self.ring_doorbell(qp, DoorbellQueue::Rq);
     }
 
     /// Reaps every CQE vt3d wrote (libvt3's poll_cq) into `out`.
     pub fn poll_cq(&self, cq: &mut CqRing, out: &mut Vec<Cqe>) -> usize {
-        let prod: u32 = self
-            .mem
-            .load(GuestAddress(cq.status), Ordering::Acquire)
-            .expect("CQ producer index");
+        let prod: u32 = self.mem.load(GuestAddress(cq.status), Ordering::Acquire).expect("CQ producer index");
         let prod = u32::from_le(prod);
         let mut n = 0;
         while cq.cons != prod {
             let slot = u64::from(cq.cons & (cq.depth - 1));
-            out.push(
-                self.mem
-                    .read_obj(GuestAddress(cq.ring + slot * CQE_LEN))
-                    .expect("CQE"),
-            );
+            out.push(self.mem.read_obj(GuestAddress(cq.ring + slot * CQE_LEN)).expect("CQE"));
             cq.cons = cq.cons.wrapping_add(1);
             n += 1;
         }
         if n > 0 {
-            self.mem
-                .store(
-                    cq.cons.to_le(),
-                    GuestAddress(cq.status + 4),
-                    Ordering::Release,
-                )
-                .expect("CQ consumer index");
+            self.mem.store(cq.cons.to_le(), GuestAddress(cq.status + 4), Ordering::Release).expect("CQ consumer index");
         }
         n
     }
 }
 
 fn sockaddr(ip: [u8; 4], port: u16) -> SockAddr {
-    SockAddr {
-        ipv4: ip,
-        port: port.to_be_bytes(),
-        reserved: 0.into(),
-    }
+    SockAddr { ipv4: ip, port: port.to_be_bytes(), reserved: 0.into() }
 }
 
 pub fn listen_args(port: u16) -> CmdListen {
-    CmdListen {
-        local: sockaddr([0; 4], port),
-        backlog: 128.into(),
-        reserved: 0.into(),
-    }
+    CmdListen { local: sockaddr([0; 4], port), backlog: 128.into(), reserved: 0.into() }
 }
 
 pub fn connect_args(qpn: u32, local_port: u16, remote: &Guest, port: u16) -> CmdConnect {
@@ -635,32 +512,17 @@ pub fn sq_wqe(wr_id: u64, opcode: WrOpcode, local: &Mr, offset: u64, len: u32) -
         num_sge: 1,
         ..Default::default()
     };
-    let sge = Sge {
-        addr: (local.iova + offset).into(),
-        length: len.into(),
-        lkey: local.stag.into(),
-    };
+    let sge = Sge { addr: (local.iova + offset).into(), length: len.into(), lkey: local.stag.into() };
     // sge[0] shares the last 64 octets with inline_data (a C union).
     let at = std::mem::offset_of!(SqWqe, inline_data);
-    if let Some(dst) = w
-        .as_mut_slice()
-        .get_mut(at..at + std::mem::size_of::<Sge>())
-    {
+    if let Some(dst) = w.as_mut_slice().get_mut(at..at + std::mem::size_of::<Sge>()) {
         dst.copy_from_slice(sge.as_slice());
     }
     w
 }
 
 /// An RDMA WRITE or READ WQE between `local` and `remote`.
-pub fn rdma_wqe(
-    wr_id: u64,
-    opcode: WrOpcode,
-    local: &Mr,
-    offset: u64,
-    len: u32,
-    remote: &Mr,
-    remote_offset: u64,
-) -> SqWqe {
+pub fn rdma_wqe(wr_id: u64, opcode: WrOpcode, local: &Mr, offset: u64, len: u32, remote: &Mr, remote_offset: u64) -> SqWqe {
     SqWqe {
         remote_addr: (remote.iova + remote_offset).into(),
         remote_stag: remote.stag.into(),

@@ -13,11 +13,7 @@
 //! per measurement, `VT3_BENCH_IDLE` the idle connections of the memory
 //! measurement, `VT3_BENCH_UPLINKS` (`udp`, `unix-dgram`, comma-separated)
 //! the uplinks measured.
-#![allow(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
 mod anchors;
 mod guest;
@@ -33,25 +29,12 @@ fn main() {
         .iter()
         .position(|a| a == "--out")
         .and_then(|i| args.get(i + 1))
-        .map_or_else(
-            || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../build/bench/device.json"),
-            PathBuf::from,
-        );
-    let mut opts = if args.iter().any(|a| a == "--short") {
-        run::Options::short(out)
-    } else {
-        run::Options::full(out)
-    };
-    if let Some(secs) = std::env::var("VT3_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../build/bench/device.json"), PathBuf::from);
+    let mut opts = if args.iter().any(|a| a == "--short") { run::Options::short(out) } else { run::Options::full(out) };
+    if let Some(secs) = std::env::var("VT3_BENCH_SECS").ok().and_then(|s| s.parse().ok()) {
         opts.secs = secs;
     }
-    if let Some(n) = std::env::var("VT3_BENCH_IDLE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
+    if let Some(n) = std::env::var("VT3_BENCH_IDLE").ok().and_then(|s| s.parse().ok()) {
         opts.idle_conns = n;
     }
     if let Ok(names) = std::env::var("VT3_BENCH_UPLINKS") {

@@ -8,9 +8,7 @@ use serde_json::{json, Value};
 use vt3d::abi::{Access, Cmd, EventCm, EventType, WcStatus, WrOpcode};
 
 use crate::anchors;
-use crate::guest::{
-    accept_args, connect_args, listen_args, rdma_wqe, sq_wqe, CqRing, Guest, Mr, QpRings,
-};
+use crate::guest::{accept_args, connect_args, listen_args, rdma_wqe, sq_wqe, CqRing, Guest, Mr, QpRings};
 use crate::vt3d::{UplinkKind, Vt3d};
 
 const MACS: [[u8; 6]; 2] = [[0x52, 0x54, 0, 0xb3, 0, 1], [0x52, 0x54, 0, 0xb3, 0, 2]];
@@ -63,14 +61,7 @@ impl Options {
 
     /// A few seconds: CI checks that it runs and writes its keys.
     pub fn short(out: PathBuf) -> Self {
-        Self {
-            secs: 0.25,
-            uplinks: vec![UplinkKind::UnixDgram],
-            mtus: vec![1500, MAX_MTU],
-            qps: 64,
-            idle_conns: 32,
-            out,
-        }
+        Self { secs: 0.25, uplinks: vec![UplinkKind::UnixDgram], mtus: vec![1500, MAX_MTU], qps: 64, idle_conns: 32, out }
     }
 }
 
@@ -105,13 +96,7 @@ impl Pair {
         // A memfd: pages no QP uses are never allocated.
         let ram = GUEST_BASE_BYTES + qps * QP_GUEST_BYTES;
         let boot = |i: usize| {
-            let mut g = Guest::boot(
-                &procs[i].socket,
-                MACS[i],
-                IPS[i],
-                ram,
-                [0xb3 + i as u64, 0x5eed],
-            );
+            let mut g = Guest::boot(&procs[i].socket, MACS[i], IPS[i], ram, [0xb3 + i as u64, 0x5eed]);
             g.set_addr();
             let pd = g.pd();
             let scq = g.cq(cq_depth);
@@ -121,18 +106,8 @@ impl Pair {
         };
         let (a, pa, sa, ra, ma) = boot(0);
         let (mut b, pb, sb, rb, mb) = boot(1);
-        b.cmd(Cmd::Listen, vt3d_bytes(&listen_args(PORT)))
-            .expect("LISTEN");
-        Self {
-            a,
-            b,
-            procs,
-            scq: [sa, sb],
-            rcq: [ra, rb],
-            pd: [pa, pb],
-            mr: [ma, mb],
-            next_port: 40_000,
-        }
+        b.cmd(Cmd::Listen, vt3d_bytes(&listen_args(PORT))).expect("LISTEN");
+        Self { a, b, procs, scq: [sa, sb], rcq: [ra, rb], pd: [pa, pb], mr: [ma, mb], next_port: 40_000 }
     }
 
     fn cpu_seconds(&self) -> f64 {
@@ -169,9 +144,7 @@ impl Pair {
                 let port = self.next_port;
                 self.next_port += 1;
                 let args = connect_args(qa.qpn, port, &self.b, PORT);
-                self.a
-                    .cmd(Cmd::Connect, vt3d_bytes(&args))
-                    .expect("CONNECT");
+                self.a.cmd(Cmd::Connect, vt3d_bytes(&args)).expect("CONNECT");
                 pending.push(qa);
                 b_qps.push(qb);
             }
@@ -182,14 +155,9 @@ impl Pair {
                 let mut progress = self.b.poll_rx() | self.a.poll_rx();
                 while let Some(body) = self.b.take_event(EventType::ConnectRequest) {
                     let req: EventCm = vt3d::abi::read_struct(&body).expect("a CONNECT_REQUEST");
-                    let qb = b_qps
-                        .pop()
-                        .unwrap_or_else(|| self.failure("more requests than connects"));
+                    let qb = b_qps.pop().unwrap_or_else(|| self.failure("more requests than connects"));
                     self.b
-                        .cmd(
-                            Cmd::Accept,
-                            vt3d_bytes(&accept_args(req.conn_id.to_native(), qb.qpn)),
-                        )
+                        .cmd(Cmd::Accept, vt3d_bytes(&accept_args(req.conn_id.to_native(), qb.qpn)))
                         .unwrap_or_else(|s| self.failure(&format!("ACCEPT: {}", s.name())));
                     let port = u16::from_be_bytes(req.remote.port);
                     accepted.insert(u32::from(port), qb);
@@ -199,32 +167,21 @@ impl Pair {
                 while let Some(body) = self.a.take_event(EventType::ConnectReply) {
                     let reply: EventCm = vt3d::abi::read_struct(&body).expect("a CONNECT_REPLY");
                     if reply.status.to_native() != 0 {
-                        self.failure(&format!(
-                            "connection refused: status {}",
-                            reply.status.to_native()
-                        ));
+                        self.failure(&format!("connection refused: status {}", reply.status.to_native()));
                     }
                     replies.push((reply.qpn.to_native(), u16::from_be_bytes(reply.local.port)));
                     progress = true;
                 }
                 if start.elapsed() > Duration::from_secs(30) {
-                    self.failure(&format!(
-                        "{} of {wave} connections after 30 s",
-                        replies.len()
-                    ));
+                    self.failure(&format!("{} of {wave} connections after 30 s", replies.len()));
                 }
                 if !progress {
                     std::thread::yield_now();
                 }
             }
             for (qpn, port) in replies {
-                let qa = *pending
-                    .iter()
-                    .find(|q| q.qpn == qpn)
-                    .unwrap_or_else(|| self.failure("a reply for no QP"));
-                let qb = accepted
-                    .remove(&u32::from(port))
-                    .unwrap_or_else(|| self.failure("a reply for no request"));
+                let qa = *pending.iter().find(|q| q.qpn == qpn).unwrap_or_else(|| self.failure("a reply for no QP"));
+                let qb = accepted.remove(&u32::from(port)).unwrap_or_else(|| self.failure("a reply for no request"));
                 out.push((qa, qb));
             }
         }
@@ -233,27 +190,15 @@ impl Pair {
 
     /// 1 MiB WRITEs (or READs) from A on every QP, `IN_FLIGHT` each, for
     /// `secs`: octets per second, vt3d CPU seconds (both processes) per GB.
-    fn stream(
-        &mut self,
-        qps: &mut [(QpRings, QpRings)],
-        opcode: WrOpcode,
-        secs: f64,
-    ) -> (f64, f64) {
+    fn stream(&mut self, qps: &mut [(QpRings, QpRings)], opcode: WrOpcode, secs: f64) -> (f64, f64) {
         let len = MIB as u32;
         let slots = MR_LEN / MIB;
-        let index: BTreeMap<u32, usize> = qps
-            .iter()
-            .enumerate()
-            .map(|(i, (qa, _))| (qa.qpn, i))
-            .collect();
+        let index: BTreeMap<u32, usize> = qps.iter().enumerate().map(|(i, (qa, _))| (qa.qpn, i)).collect();
         let (local, remote) = (self.mr[0], self.mr[1]);
         let mut posted = 0u64;
         let post = |guest: &mut Guest, qa: &mut QpRings, n: u64| {
             let slot = n % slots;
-            guest.post_send(
-                qa,
-                &rdma_wqe(n, opcode, &local, slot * MIB, len, &remote, slot * MIB),
-            );
+            guest.post_send(qa, &rdma_wqe(n, opcode, &local, slot * MIB, len, &remote, slot * MIB));
         };
         for (qa, _) in qps.iter_mut() {
             for _ in 0..IN_FLIGHT {
@@ -283,9 +228,7 @@ impl Pair {
                     self.failure(&format!("{opcode:?} completed with status {}", c.status));
                 }
                 done += u64::from(len);
-                let Some(&i) = index.get(&c.qpn.to_native()) else {
-                    continue;
-                };
+                let Some(&i) = index.get(&c.qpn.to_native()) else { continue };
                 if let Some((qa, _)) = qps.get_mut(i) {
                     post(&mut self.a, qa, posted);
                     posted += 1;
@@ -296,16 +239,8 @@ impl Pair {
         let cpu = self.cpu_seconds() - cpu0;
         if std::env::var_os("VT3_BENCH_TCB").is_some() {
             let tcb = self.procs[0].ctl("tcb");
-            let rows: Vec<&str> = tcb
-                .lines()
-                .filter(|l| !l.contains("LISTEN"))
-                .take(4)
-                .collect();
-            println!(
-                "{opcode:?} on {} QPs, sender's TCBs:\n{}",
-                qps.len(),
-                rows.join("\n")
-            );
+            let rows: Vec<&str> = tcb.lines().filter(|l| !l.contains("LISTEN")).take(4).collect();
+            println!("{opcode:?} on {} QPs, sender's TCBs:\n{}", qps.len(), rows.join("\n"));
         }
         // Let the WRs in flight finish before the next measurement.
         self.drain(qps);
@@ -315,9 +250,7 @@ impl Pair {
     fn drain(&mut self, qps: &[(QpRings, QpRings)]) {
         let start = Instant::now();
         let mut cqes = Vec::new();
-        while qps.iter().any(|(qa, _)| qa.sq_outstanding(&self.a) > 0)
-            && start.elapsed() < Duration::from_secs(10)
-        {
+        while qps.iter().any(|(qa, _)| qa.sq_outstanding(&self.a) > 0) && start.elapsed() < Duration::from_secs(10) {
             cqes.clear();
             self.a.poll_cq(&mut self.scq[0], &mut cqes);
             self.a.poll_rx();
@@ -347,9 +280,7 @@ impl Pair {
             let start = Instant::now();
             while self.procs[side].rq_fetched(q) < Some(8) {
                 if start.elapsed() > Duration::from_secs(5) {
-                    self.failure(&format!(
-                        "vt3d {side}: receives of QP {q} not fetched after their doorbell"
-                    ));
+                    self.failure(&format!("vt3d {side}: receives of QP {q} not fetched after their doorbell"));
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
@@ -430,10 +361,7 @@ fn mbs(bytes_per_sec: f64) -> f64 {
 }
 
 pub fn run(opts: &Options) -> Value {
-    let dir = tempfile::Builder::new()
-        .prefix("vt3-device-bench")
-        .tempdir()
-        .expect("temp dir");
+    let dir = tempfile::Builder::new().prefix("vt3-device-bench").tempdir().expect("temp dir");
     let started = Instant::now();
     println!(
         "vt3d device benchmark: two `vt3d serve` ({}), synthetic guests over vhost-user, {} s per measurement",
@@ -448,9 +376,7 @@ pub fn run(opts: &Options) -> Value {
         for &u in &opts.uplinks {
             let rate = anchors::datagram_rate(u, 1514, opts.secs / 2.0, dir.path());
             let pp = anchors::datagram_ping_pong(u, opts.secs / 2.0, dir.path());
-            let best = raw
-                .get(u.name())
-                .map_or((rate, pp), |&(r, p)| (r.max(rate), p.min(pp)));
+            let best = raw.get(u.name()).map_or((rate, pp), |&(r, p)| (r.max(rate), p.min(pp)));
             raw.insert(u.name(), best);
         }
         tcp
@@ -464,11 +390,7 @@ pub fn run(opts: &Options) -> Value {
             let mut pair = Pair::start(dir.path(), u, mtu, 1024, 1 + opts.qps);
             let mut one = pair.connect(1);
             let (rate, cpu_s_per_gb) = pair.stream(&mut one, WrOpcode::Write, opts.secs);
-            let mut row = Row {
-                write_mbs: mbs(rate),
-                cpu_s_per_gb,
-                ..Row::default()
-            };
+            let mut row = Row { write_mbs: mbs(rate), cpu_s_per_gb, ..Row::default() };
             if mtu == 1500 {
                 row.read_mbs = Some(mbs(pair.stream(&mut one, WrOpcode::Read, opts.secs).0));
                 if let Some(qp) = one.first_mut() {
@@ -487,11 +409,7 @@ pub fn run(opts: &Options) -> Value {
     }
 
     // Memory per idle connection: RSS before and after, both processes.
-    let primary = opts
-        .uplinks
-        .first()
-        .copied()
-        .unwrap_or(UplinkKind::UnixDgram);
+    let primary = opts.uplinks.first().copied().unwrap_or(UplinkKind::UnixDgram);
     let mut pair = Pair::start(dir.path(), primary, 1500, 64, 1 + opts.idle_conns);
     let warm = pair.connect(1);
     drop(warm);
@@ -513,39 +431,19 @@ pub fn run(opts: &Options) -> Value {
     }
     std::thread::sleep(Duration::from_millis(200));
     let after: Vec<u64> = pair.procs.iter().map(Vt3d::rss_kib).collect();
-    let grown: u64 = after
-        .iter()
-        .zip(&before)
-        .map(|(a, b)| a.saturating_sub(*b))
-        .sum();
+    let grown: u64 = after.iter().zip(&before).map(|(a, b)| a.saturating_sub(*b)).sum();
     let rss_per_conn = grown as f64 / 2.0 / idle.len().max(1) as f64;
     drop(pair);
 
     tcp = tcp.max(anchor_pass(&mut raw));
-    let report = Report {
-        opts,
-        tcp,
-        raw,
-        rows,
-        rss_per_conn,
-        idle: idle.len(),
-        primary,
-    };
+    let report = Report { opts, tcp, raw, rows, rss_per_conn, idle: idle.len(), primary };
     let value = report.json();
     report.print();
     if let Some(parent) = opts.out.parent() {
         std::fs::create_dir_all(parent).expect("output directory");
     }
-    std::fs::write(
-        &opts.out,
-        serde_json::to_string_pretty(&value).expect("JSON") + "\n",
-    )
-    .expect("write the JSON");
-    println!(
-        "\nwrote {} ({:.1} s in all)",
-        opts.out.display(),
-        started.elapsed().as_secs_f64()
-    );
+    std::fs::write(&opts.out, serde_json::to_string_pretty(&value).expect("JSON") + "\n").expect("write the JSON");
+    println!("\nwrote {} ({:.1} s in all)", opts.out.display(), started.elapsed().as_secs_f64());
     value
 }
 
@@ -591,10 +489,7 @@ impl Report<'_> {
                 }
                 if let Some((v, cpu)) = r.qps_mbs {
                     m.insert(format!("write_1m_{mtu}_{}qp_mbs", self.opts.qps), json!(v));
-                    m.insert(
-                        format!("cpu_s_per_gb_{mtu}_{}qp", self.opts.qps),
-                        json!(cpu),
-                    );
+                    m.insert(format!("cpu_s_per_gb_{mtu}_{}qp", self.opts.qps), json!(cpu));
                 }
                 if let Some((p50, p99)) = r.rtt_us {
                     m.insert("rtt_64_us".into(), json!(p50));
@@ -607,16 +502,9 @@ impl Report<'_> {
                     m.insert("idle_cpu_percent".into(), json!(v));
                 }
             }
-            let (rate, pp) = self
-                .raw
-                .get(u.name())
-                .copied()
-                .unwrap_or((f64::NAN, f64::NAN));
+            let (rate, pp) = self.raw.get(u.name()).copied().unwrap_or((f64::NAN, f64::NAN));
             m.insert("raw_1514_per_s".into(), json!(rate));
-            m.insert(
-                "raw_1500_ceiling_mbs".into(),
-                json!(mbs(rate * payload_per_frame(1500))),
-            );
+            m.insert("raw_1500_ceiling_mbs".into(), json!(mbs(rate * payload_per_frame(1500))));
             m.insert("raw_pingpong_us".into(), json!(pp));
             per_uplink.insert(u.name().into(), Value::Object(m));
         }
@@ -648,88 +536,37 @@ impl Report<'_> {
     }
 
     fn print(&self) {
-        println!(
-            "\n| measurement | {} | host anchor (same run) |",
-            self.opts
-                .uplinks
-                .iter()
-                .map(|u| format!("vt3d over {}", u.name()))
-                .collect::<Vec<_>>()
-                .join(" | ")
-        );
+        println!("\n| measurement | {} | host anchor (same run) |", self.opts.uplinks.iter().map(|u| format!("vt3d over {}", u.name())).collect::<Vec<_>>().join(" | "));
         println!("|---|{}---|", "---|".repeat(self.opts.uplinks.len()));
-        let cells = |f: &dyn Fn(&str) -> String| {
-            self.opts
-                .uplinks
-                .iter()
-                .map(|u| f(u.name()))
-                .collect::<Vec<_>>()
-                .join(" | ")
-        };
+        let cells = |f: &dyn Fn(&str) -> String| self.opts.uplinks.iter().map(|u| f(u.name())).collect::<Vec<_>>().join(" | ");
         for &mtu in &self.opts.mtus {
-            let anchor = if mtu == 1500 {
-                format!("TCP loopback 1 MiB writes: {:.0} MB/s", mbs(self.tcp))
-            } else {
-                String::new()
-            };
+            let anchor = if mtu == 1500 { format!("TCP loopback 1 MiB writes: {:.0} MB/s", mbs(self.tcp)) } else { String::new() };
             println!(
                 "| RDMA WRITE 1 MiB, 1 QP, MTU {mtu} | {} | {anchor} |",
-                cells(
-                    &|u| self.rows.get(&(u, mtu)).map_or("-".into(), |r| format!(
-                        "{:.0} MB/s ({:.2} CPU-s/GB)",
-                        r.write_mbs, r.cpu_s_per_gb
-                    ))
-                )
+                cells(&|u| self.rows.get(&(u, mtu)).map_or("-".into(), |r| format!("{:.0} MB/s ({:.2} CPU-s/GB)", r.write_mbs, r.cpu_s_per_gb)))
             );
         }
         println!(
             "| RDMA READ 1 MiB, 1 QP, MTU 1500 | {} | |",
-            cells(&|u| self
-                .rows
-                .get(&(u, 1500))
-                .and_then(|r| r.read_mbs)
-                .map_or("-".into(), |m| format!("{m:.0} MB/s")))
+            cells(&|u| self.rows.get(&(u, 1500)).and_then(|r| r.read_mbs).map_or("-".into(), |m| format!("{m:.0} MB/s")))
         );
         println!(
             "| RDMA WRITE 1 MiB, {} QPs, MTU 1500 | {} | |",
             self.opts.qps,
-            cells(&|u| self
-                .rows
-                .get(&(u, 1500))
-                .and_then(|r| r.qps_mbs.map(|m| (m, r.write_mbs)))
-                .map_or("-".into(), |((m, cpu), one)| format!(
-                    "{m:.0} MB/s ({:.2}× 1 QP, {cpu:.2} CPU-s/GB)",
-                    m / one
-                )))
+            cells(&|u| self.rows.get(&(u, 1500)).and_then(|r| r.qps_mbs.map(|m| (m, r.write_mbs))).map_or("-".into(), |((m, cpu), one)| format!("{m:.0} MB/s ({:.2}× 1 QP, {cpu:.2} CPU-s/GB)", m / one)))
         );
         println!(
             "| SEND 64 B ping-pong RTT (p50 / p99) | {} | 64 B datagram ping-pong p50: {} |",
-            cells(&|u| self
-                .rows
-                .get(&(u, 1500))
-                .and_then(|r| r.rtt_us)
-                .map_or("-".into(), |(a, b)| format!("{a:.1} / {b:.1} µs"))),
-            self.raw
-                .iter()
-                .map(|(u, r)| format!("{u} {:.1} µs", r.1))
-                .collect::<Vec<_>>()
-                .join(", ")
+            cells(&|u| self.rows.get(&(u, 1500)).and_then(|r| r.rtt_us).map_or("-".into(), |(a, b)| format!("{a:.1} / {b:.1} µs"))),
+            self.raw.iter().map(|(u, r)| format!("{u} {:.1} µs", r.1)).collect::<Vec<_>>().join(", ")
         );
         println!(
             "| doorbells per ping-pong round trip (of 4 posts) | {} | |",
-            cells(&|u| self
-                .rows
-                .get(&(u, 1500))
-                .and_then(|r| r.doorbells_per_rtt)
-                .map_or("-".into(), |d| format!("{d:.2}")))
+            cells(&|u| self.rows.get(&(u, 1500)).and_then(|r| r.doorbells_per_rtt).map_or("-".into(), |d| format!("{d:.2}")))
         );
         println!(
             "| vt3d CPU with connections up and no traffic | {} | |",
-            cells(&|u| self
-                .rows
-                .get(&(u, 1500))
-                .and_then(|r| r.idle_cpu_percent)
-                .map_or("-".into(), |c| format!("{c:.2} % of a core")))
+            cells(&|u| self.rows.get(&(u, 1500)).and_then(|r| r.idle_cpu_percent).map_or("-".into(), |c| format!("{c:.2} % of a core")))
         );
         println!(
             "| raw datagrams, 1514 B (no vt3d) | {} | the MTU 1500 ceiling: rate × 1430 B of payload |",
@@ -743,30 +580,12 @@ impl Report<'_> {
             " |".repeat(self.opts.uplinks.len() - 1)
         );
         let v = self.json();
-        println!(
-            "\nGoals (DESIGN §8, issue 15), ratios of this run ({}):",
-            self.primary.name()
-        );
+        println!("\nGoals (DESIGN §8, issue 15), ratios of this run ({}):", self.primary.name());
         let r = &v["ratios"];
-        println!(
-            "  write_1m_max_mtu / tcp_loopback   = {:.2} (goal ≥ 0.5)",
-            r["max_mtu_vs_tcp_loopback"].as_f64().unwrap_or(f64::NAN)
-        );
-        println!(
-            "  write_1m_1500 / raw_1500_ceiling  = {:.2} (goal ≥ 0.8)",
-            r["write_1500_vs_raw_ceiling"].as_f64().unwrap_or(f64::NAN)
-        );
-        println!(
-            "  rtt_64 / raw_pingpong             = {:.2} (goal ≤ 1.5)",
-            r["rtt_vs_raw_pingpong"].as_f64().unwrap_or(f64::NAN)
-        );
-        println!(
-            "  qp64_vs_qp1                       = {:.2} (goal ≥ 0.9)",
-            v["qp64_vs_qp1"].as_f64().unwrap_or(f64::NAN)
-        );
-        println!(
-            "  rss_per_idle_conn_kib             = {:.1} (goal ≤ 20)",
-            self.rss_per_conn
-        );
+        println!("  write_1m_max_mtu / tcp_loopback   = {:.2} (goal ≥ 0.5)", r["max_mtu_vs_tcp_loopback"].as_f64().unwrap_or(f64::NAN));
+        println!("  write_1m_1500 / raw_1500_ceiling  = {:.2} (goal ≥ 0.8)", r["write_1500_vs_raw_ceiling"].as_f64().unwrap_or(f64::NAN));
+        println!("  rtt_64 / raw_pingpong             = {:.2} (goal ≤ 1.5)", r["rtt_vs_raw_pingpong"].as_f64().unwrap_or(f64::NAN));
+        println!("  qp64_vs_qp1                       = {:.2} (goal ≥ 0.9)", v["qp64_vs_qp1"].as_f64().unwrap_or(f64::NAN));
+        println!("  rss_per_idle_conn_kib             = {:.1} (goal ≤ 20)", self.rss_per_conn);
     }
 }

@@ -32,26 +32,12 @@ impl Vring {
         let desc = base;
         let avail = desc + u64::from(size) * DESC_LEN;
         let used = (avail + 6 + 2 * u64::from(size)).next_multiple_of(4096);
-        Self {
-            size,
-            desc,
-            avail,
-            used,
-            bufs,
-            buf_len,
-            avail_idx: 0,
-            last_used: 0,
-            free: (0..size).rev().collect(),
-        }
+        Self { size, desc, avail, used, bufs, buf_len, avail_idx: 0, last_used: 0, free: (0..size).rev().collect() }
     }
 
     /// The ring's guest-physical addresses, as vt3d learns them (HELLO's proof).
     pub fn addrs(&self) -> RingAddrs {
-        RingAddrs {
-            desc: self.desc.into(),
-            avail: self.avail.into(),
-            used: self.used.into(),
-        }
+        RingAddrs { desc: self.desc.into(), avail: self.avail.into(), used: self.used.into() }
     }
 
     /// The end of the ring's memory.
@@ -76,42 +62,28 @@ impl Vring {
     pub fn push(&mut self, mem: &GuestMemoryMmap, id: u16, len: u32, device_writes: bool) {
         let at = self.desc + u64::from(id) * DESC_LEN;
         let flags = if device_writes { VRING_DESC_F_WRITE } else { 0 };
-        mem.write_obj(self.buffer(id).to_le(), GuestAddress(at))
-            .expect("descriptor address");
-        mem.write_obj(len.to_le(), GuestAddress(at + 8))
-            .expect("descriptor length");
-        mem.write_obj(flags.to_le(), GuestAddress(at + 12))
-            .expect("descriptor flags");
-        mem.write_obj(0u16, GuestAddress(at + 14))
-            .expect("descriptor next");
+        mem.write_obj(self.buffer(id).to_le(), GuestAddress(at)).expect("descriptor address");
+        mem.write_obj(len.to_le(), GuestAddress(at + 8)).expect("descriptor length");
+        mem.write_obj(flags.to_le(), GuestAddress(at + 12)).expect("descriptor flags");
+        mem.write_obj(0u16, GuestAddress(at + 14)).expect("descriptor next");
         let slot = u64::from(self.avail_idx % self.size);
-        mem.write_obj(id.to_le(), GuestAddress(self.avail + 4 + 2 * slot))
-            .expect("avail slot");
+        mem.write_obj(id.to_le(), GuestAddress(self.avail + 4 + 2 * slot)).expect("avail slot");
         self.avail_idx = self.avail_idx.wrapping_add(1);
     }
 
     /// Publishes what was pushed; returns whether the device wants a kick.
     pub fn publish(&self, mem: &GuestMemoryMmap) -> bool {
-        mem.store(
-            self.avail_idx.to_le(),
-            GuestAddress(self.avail + 2),
-            Ordering::Release,
-        )
-        .expect("avail idx");
+        mem.store(self.avail_idx.to_le(), GuestAddress(self.avail + 2), Ordering::Release).expect("avail idx");
         // The device re-reads avail after enabling notifications: order
         // our index before reading its flag.
         fence(Ordering::SeqCst);
-        let flags: u16 = mem
-            .load(GuestAddress(self.used), Ordering::Acquire)
-            .expect("used flags");
+        let flags: u16 = mem.load(GuestAddress(self.used), Ordering::Acquire).expect("used flags");
         u16::from_le(flags) & VRING_USED_F_NO_NOTIFY == 0
     }
 
     /// The next used element: (descriptor id, octets written).
     pub fn pop_used(&mut self, mem: &GuestMemoryMmap) -> Option<(u16, u32)> {
-        let idx: u16 = mem
-            .load(GuestAddress(self.used + 2), Ordering::Acquire)
-            .expect("used idx");
+        let idx: u16 = mem.load(GuestAddress(self.used + 2), Ordering::Acquire).expect("used idx");
         if u16::from_le(idx) == self.last_used {
             return None;
         }

@@ -33,20 +33,14 @@ impl UplinkKind {
             }
             Self::Udp => {
                 let (a, b) = (free_udp_port(), free_udp_port());
-                [
-                    format!("udp:127.0.0.1:{a},127.0.0.1:{b}"),
-                    format!("udp:127.0.0.1:{b},127.0.0.1:{a}"),
-                ]
+                [format!("udp:127.0.0.1:{a},127.0.0.1:{b}"), format!("udp:127.0.0.1:{b},127.0.0.1:{a}")]
             }
         }
     }
 }
 
 fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .map(|a| a.port())
-        .expect("a free UDP port")
+    UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr()).map(|a| a.port()).expect("a free UDP port")
 }
 
 /// One `vt3d serve`.
@@ -59,8 +53,7 @@ pub struct Vt3d {
 
 /// The vt3d binary: `VT3D` if set, else the one cargo built beside this bench.
 pub fn binary() -> PathBuf {
-    std::env::var_os("VT3D")
-        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_vt3d")), PathBuf::from)
+    std::env::var_os("VT3D").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_vt3d")), PathBuf::from)
 }
 
 impl Vt3d {
@@ -71,11 +64,7 @@ impl Vt3d {
             let socket = dir.join(format!("{name}.vhost"));
             let log = dir.join(format!("{name}.log"));
             let _ = std::fs::remove_file(&socket);
-            let mac = mac
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<Vec<_>>()
-                .join(":");
+            let mac = mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
             let child = Command::new(binary())
                 .args(["serve", "--socket"])
                 .arg(&socket)
@@ -90,10 +79,7 @@ impl Vt3d {
                 .unwrap_or_else(|e| panic!("starting {}: {e}", binary().display()));
             Self { child, socket, log }
         };
-        [
-            start("a", &specs[0], macs[0]),
-            start("b", &specs[1], macs[1]),
-        ]
+        [start("a", &specs[0], macs[0]), start("b", &specs[1], macs[1])]
     }
 
     pub fn pid(&self) -> u32 {
@@ -102,17 +88,11 @@ impl Vt3d {
 
     /// User + system CPU time so far, seconds (/proc/PID/stat).
     pub fn cpu_seconds(&self) -> f64 {
-        let stat =
-            std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap_or_default();
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap_or_default();
         // Fields after the command name (which may hold spaces): state is 3rd.
         let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
         let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|f| f.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
+        let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
         // utime and stime are fields 14 and 15 of stat, 12 and 13 here.
         // SAFETY: sysconf reads a configuration value, no memory of ours.
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1);
@@ -121,8 +101,7 @@ impl Vt3d {
 
     /// Resident set, KiB (/proc/PID/status VmRSS).
     pub fn rss_kib(&self) -> u64 {
-        let status =
-            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
         status
             .lines()
             .find_map(|l| l.strip_prefix("VmRSS:"))

@@ -12,8 +12,8 @@ use siphasher::sip::SipHasher24;
 use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemory};
 
 use crate::abi::{
-    self, CmdHello, CtrlHdr, MsgType, RingAddrs, SessionPage, VT3_CTRL_MAC_LEN,
-    VT3_CTRL_REPLAY_WINDOW, VT3_CTRL_VERSION, VT3_SESSION_MAGIC,
+    self, CmdHello, CtrlHdr, MsgType, RingAddrs, SessionPage, VT3_CTRL_MAC_LEN, VT3_CTRL_REPLAY_WINDOW,
+    VT3_CTRL_VERSION, VT3_SESSION_MAGIC,
 };
 
 /// SipHash-2-4 key words k0, k1.
@@ -84,27 +84,16 @@ pub struct ChannelStats {
 impl ChannelStats {
     /// Counts a refusal; returns how many of its kind there are now.
     pub fn refuse(&self, why: Refusal) -> u64 {
-        self.refused
-            .get(why as usize)
-            .map_or(0, |c| c.fetch_add(1, Ordering::Relaxed) + 1)
+        self.refused.get(why as usize).map_or(0, |c| c.fetch_add(1, Ordering::Relaxed) + 1)
     }
 
     pub fn refused(&self, why: Refusal) -> u64 {
-        self.refused
-            .get(why as usize)
-            .map_or(0, |c| c.load(Ordering::Relaxed))
+        self.refused.get(why as usize).map_or(0, |c| c.load(Ordering::Relaxed))
     }
 
     pub fn rows(&self) -> Vec<(String, u64)> {
-        let mut rows = vec![(
-            "ctrl_sessions".to_string(),
-            self.sessions.load(Ordering::Relaxed),
-        )];
-        rows.extend(
-            Refusal::ALL
-                .iter()
-                .map(|r| (format!("ctrl_refused_{}", r.name()), self.refused(*r))),
-        );
+        let mut rows = vec![("ctrl_sessions".to_string(), self.sessions.load(Ordering::Relaxed))];
+        rows.extend(Refusal::ALL.iter().map(|r| (format!("ctrl_refused_{}", r.name()), self.refused(*r))));
         rows
     }
 }
@@ -127,10 +116,7 @@ pub struct ReplayWindow {
 impl Default for ReplayWindow {
     /// Counter 0 counts as taken: senders start at 1.
     fn default() -> Self {
-        Self {
-            highest: 0,
-            seen: 1,
-        }
+        Self { highest: 0, seen: 1 }
     }
 }
 
@@ -139,11 +125,7 @@ impl ReplayWindow {
     pub fn take(&mut self, counter: u64) -> bool {
         if counter > self.highest {
             let shift = counter - self.highest;
-            self.seen = if shift >= VT3_CTRL_REPLAY_WINDOW {
-                0
-            } else {
-                self.seen << shift
-            };
+            self.seen = if shift >= VT3_CTRL_REPLAY_WINDOW { 0 } else { self.seen << shift };
             self.seen |= 1;
             self.highest = counter;
             return true;
@@ -183,26 +165,15 @@ pub fn unseal(ctrl: &[u8]) -> Result<Sealed<'_>, Refusal> {
     }
     let end = HDR + usize::from(hdr.len.to_native());
     let covered = ctrl.get(..end).ok_or(Refusal::Short)?;
-    let tag = ctrl
-        .get(end..end + VT3_CTRL_MAC_LEN)
-        .ok_or(Refusal::Short)?;
+    let tag = ctrl.get(end..end + VT3_CTRL_MAC_LEN).ok_or(Refusal::Short)?;
     let mut mac = [0u8; VT3_CTRL_MAC_LEN];
     mac.copy_from_slice(tag);
-    Ok(Sealed {
-        hdr,
-        payload: covered.get(HDR..).unwrap_or_default(),
-        covered,
-        mac: u64::from_le_bytes(mac),
-    })
+    Ok(Sealed { hdr, payload: covered.get(HDR..).unwrap_or_default(), covered, mac: u64::from_le_bytes(mac) })
 }
 
 impl Session {
     pub fn new(key: Key) -> Self {
-        Self {
-            key,
-            received: ReplayWindow::default(),
-            sent: 0,
-        }
+        Self { key, received: ReplayWindow::default(), sent: 0 }
     }
 
     pub fn key(&self) -> &Key {
@@ -253,20 +224,14 @@ pub fn header(kind: MsgType, opcode: u16, seq: u32, status: u16, len: usize) -> 
 /// Checks a HELLO against the guest's virtqueues and reads its session
 /// key from the page it names. vt3d wipes the page's magic once it has
 /// the key, so a HELLO replayed while the page still exists is refused.
-pub fn accept_hello<M: GuestMemory>(
-    mem: &M,
-    m: &Sealed<'_>,
-    queues: &QueueAddrs,
-) -> Result<Session, Refusal> {
+pub fn accept_hello<M: GuestMemory>(mem: &M, m: &Sealed<'_>, queues: &QueueAddrs) -> Result<Session, Refusal> {
     let hello: CmdHello = abi::read_struct(m.payload).ok_or(Refusal::Hello)?;
     if hello.rx != queues.rx || hello.tx != queues.tx {
         return Err(Refusal::Hello);
     }
     let at = GuestAddress(hello.session_page.to_native());
     let page: SessionPage = mem.read_obj(at).map_err(|_| Refusal::Hello)?;
-    if page.magic.to_native() != VT3_SESSION_MAGIC
-        || page.version.to_native() != u32::from(VT3_CTRL_VERSION)
-    {
+    if page.magic.to_native() != VT3_SESSION_MAGIC || page.version.to_native() != u32::from(VT3_CTRL_VERSION) {
         return Err(Refusal::Hello);
     }
     let mut session = Session::new([page.key[0].to_native(), page.key[1].to_native()]);
@@ -287,10 +252,7 @@ pub struct DriverEnd {
 
 impl DriverEnd {
     pub fn new(key: Key) -> Self {
-        Self {
-            session: Session::new(key),
-            seq: 0,
-        }
+        Self { session: Session::new(key), seq: 0 }
     }
 
     /// Writes the session page at `page` and returns the HELLO's control
@@ -306,11 +268,7 @@ impl DriverEnd {
         if let Err(e) = mem.write_obj(sp, GuestAddress(page)) {
             log::warn!("session page at {page:#x}: {e}");
         }
-        let hello = CmdHello {
-            session_page: page.into(),
-            rx: queues.rx,
-            tx: queues.tx,
-        };
+        let hello = CmdHello { session_page: page.into(), rx: queues.rx, tx: queues.tx };
         self.command(abi::Cmd::Hello as u16, hello.as_slice()).1
     }
 
@@ -383,10 +341,7 @@ mod tests {
             assert!(refused.is_err(), "byte {byte} flipped and still taken");
         }
         let mut other = Session::new([1, 3]);
-        assert_eq!(
-            other.open(&unseal(&tx.seal(header(MsgType::Cmd, 4, 2, 0, 1), b"x")).unwrap()),
-            Err(Refusal::Mac)
-        );
+        assert_eq!(other.open(&unseal(&tx.seal(header(MsgType::Cmd, 4, 2, 0, 1), b"x")).unwrap()), Err(Refusal::Mac));
         assert_eq!(unseal(&f[..f.len() - 1]).unwrap_err(), Refusal::Short);
     }
 }

@@ -8,10 +8,7 @@ use std::collections::VecDeque;
 
 use vm_memory::GuestMemory;
 
-pub use auth::{
-    header, mac, unseal, ChannelStats, DriverEnd, Key, QueueAddrs, Refusal, ReplayWindow, Sealed,
-    Session,
-};
+pub use auth::{header, mac, unseal, ChannelStats, DriverEnd, Key, QueueAddrs, Refusal, ReplayWindow, Sealed, Session};
 
 use crate::abi::{Cmd, CtrlHdr, MsgType, Status, VT3_CTRL_VERSION, VT3_ETHERTYPE};
 use crate::rnic::{Instant, Rnic};
@@ -58,10 +55,7 @@ pub fn build_frame(dst: [u8; 6], src: [u8; 6], ctrl: &[u8]) -> Vec<u8> {
 
 impl Channel {
     pub fn new(stats: std::sync::Arc<ChannelStats>) -> Self {
-        Self {
-            session: None,
-            stats,
-        }
+        Self { session: None, stats }
     }
 
     pub fn stats(&self) -> &ChannelStats {
@@ -101,24 +95,14 @@ impl Channel {
             match auth::accept_hello(mem, &sealed, queues) {
                 Ok(session) => {
                     if self.session.is_some() {
-                        log::info!(
-                            "a new driver session replaces the old one: its objects are dropped"
-                        );
+                        log::info!("a new driver session replaces the old one: its objects are dropped");
                     }
                     // Objects belong to the session that made them.
                     rnic.reset();
                     rnic.driver_mac = Some(guest);
                     let session = self.session.insert(session);
-                    self.stats
-                        .sessions
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    return Outcome::Reply(seal_reply(
-                        session,
-                        &sealed.hdr,
-                        Status::Ok,
-                        &[],
-                        guest,
-                    ));
+                    self.stats.sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Outcome::Reply(seal_reply(session, &sealed.hdr, Status::Ok, &[], guest));
                 }
                 Err(why) => return refuse(&self.stats, why, frame),
             }
@@ -191,20 +175,8 @@ fn refuse(stats: &ChannelStats, why: Refusal, frame: &[u8]) -> Outcome {
     Outcome::Refused(why)
 }
 
-fn seal_reply(
-    session: &mut Session,
-    cmd: &CtrlHdr,
-    status: Status,
-    payload: &[u8],
-    guest: [u8; 6],
-) -> Vec<u8> {
-    let hdr = header(
-        MsgType::Resp,
-        cmd.opcode.to_native(),
-        cmd.seq.to_native(),
-        status as u16,
-        payload.len(),
-    );
+fn seal_reply(session: &mut Session, cmd: &CtrlHdr, status: Status, payload: &[u8], guest: [u8; 6]) -> Vec<u8> {
+    let hdr = header(MsgType::Resp, cmd.opcode.to_native(), cmd.seq.to_native(), status as u16, payload.len());
     build_frame(guest, guest, &session.seal(hdr, payload))
 }
 
@@ -217,9 +189,5 @@ fn is_power_of_ten(n: u64) -> bool {
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 mod tests;

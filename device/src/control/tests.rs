@@ -17,15 +17,8 @@ const KEY: Key = [0x0123_4567_89ab_cdef, 0x0fed_cba9_8765_4321];
 
 /// The guest's virtqueues, as vhost-user told vt3d.
 fn queues() -> QueueAddrs {
-    let ring = |base: u64| RingAddrs {
-        desc: base.into(),
-        avail: (base + 0x1000).into(),
-        used: (base + 0x2000).into(),
-    };
-    QueueAddrs {
-        rx: ring(0x3_0000),
-        tx: ring(0x4_0000),
-    }
+    let ring = |base: u64| RingAddrs { desc: base.into(), avail: (base + 0x1000).into(), used: (base + 0x2000).into() };
+    QueueAddrs { rx: ring(0x3_0000), tx: ring(0x4_0000) }
 }
 
 struct Driver {
@@ -56,13 +49,7 @@ impl Driver {
         let hello = d.end.hello(&d.mem, SESSION_PAGE, &queues());
         let (status, _) = d.send(&build_frame(GUEST, GUEST, &hello));
         assert_eq!(status, Status::Ok as u16);
-        assert_eq!(
-            d.chan
-                .stats()
-                .sessions
-                .load(std::sync::atomic::Ordering::Relaxed),
-            1
-        );
+        assert_eq!(d.chan.stats().sessions.load(std::sync::atomic::Ordering::Relaxed), 1);
         d
     }
 
@@ -89,8 +76,7 @@ impl Driver {
     }
 
     fn deliver(&mut self, frame: &[u8]) -> Outcome {
-        self.chan
-            .handle_frame(&mut self.rnic, &self.mem, frame, &queues(), NOW)
+        self.chan.handle_frame(&mut self.rnic, &self.mem, frame, &queues(), NOW)
     }
 
     /// Sends a command; returns (status, response payload).
@@ -112,16 +98,9 @@ impl Driver {
         let resp = &frames[0];
         assert_eq!(&resp[12..14], &VT3_ETHERTYPE.to_be_bytes());
         assert_eq!(&resp[..6], &GUEST);
-        let opened = self
-            .end
-            .open(&resp[14..])
-            .expect("a response the driver takes");
+        let opened = self.end.open(&resp[14..]).expect("a response the driver takes");
         assert_eq!(opened.hdr.r#type, MsgType::Resp as u8);
-        assert_eq!(
-            opened.hdr.seq.to_native(),
-            self.end_seq(frame),
-            "response must echo seq"
-        );
+        assert_eq!(opened.hdr.seq.to_native(), self.end_seq(frame), "response must echo seq");
         let body = opened.payload.to_vec();
         let status = opened.hdr.status.to_native();
         for ev in &frames[1..] {
@@ -133,10 +112,7 @@ impl Driver {
     }
 
     fn end_seq(&self, frame: &[u8]) -> u32 {
-        read_struct::<CtrlHdr>(&frame[14..])
-            .unwrap()
-            .seq
-            .to_native()
+        read_struct::<CtrlHdr>(&frame[14..]).unwrap().seq.to_native()
     }
 
     fn cmd<T: ByteValued>(&mut self, cmd: Cmd, args: &T) -> Result<Vec<u8>, Status> {
@@ -153,22 +129,14 @@ impl Driver {
     }
 
     fn by_handle(&mut self, cmd: Cmd, h: u32) -> Result<Vec<u8>, Status> {
-        self.cmd(
-            cmd,
-            &CmdHandle {
-                handle: h.into(),
-                reserved: 0.into(),
-            },
-        )
+        self.cmd(cmd, &CmdHandle { handle: h.into(), reserved: 0.into() })
     }
 
     /// Allocates `n` fresh guest pages and writes their page list.
     fn pbl(&mut self, n: u32) -> u64 {
         let at = self.next_pbl;
         for i in 0..u64::from(n) {
-            self.mem
-                .write_obj(self.next_page.to_le(), GuestAddress(at + i * 8))
-                .unwrap();
+            self.mem.write_obj(self.next_page.to_le(), GuestAddress(at + i * 8)).unwrap();
             self.next_page += VT3_PAGE_SIZE;
         }
         self.next_pbl += u64::from(n) * 8;
@@ -269,11 +237,7 @@ mod pd_and_mr {
         let stag = d.handle(Cmd::RegMr, &a).unwrap();
         let mr = d.rnic.tpt.get(stag).unwrap();
         assert_eq!(mr.length, 3 * 4096 + 5);
-        assert_eq!(
-            d.by_handle(Cmd::DeallocPd, pdn),
-            Err(Status::Busy),
-            "PD still has an MR"
-        );
+        assert_eq!(d.by_handle(Cmd::DeallocPd, pdn), Err(Status::Busy), "PD still has an MR");
         d.by_handle(Cmd::DeregMr, stag).unwrap();
         assert_eq!(d.by_handle(Cmd::DeregMr, stag), Err(Status::NotFound));
         d.by_handle(Cmd::DeallocPd, pdn).unwrap();
@@ -282,27 +246,16 @@ mod pd_and_mr {
 
     #[test]
     fn key_changes_on_reregistration() {
-        let mut d = Driver::with_limits(Limits {
-            max_mr: 1,
-            ..Limits::default()
-        });
+        let mut d = Driver::with_limits(Limits { max_mr: 1, ..Limits::default() });
         let pdn = d.pd();
         let a = d.reg_mr_args(pdn, 4096, 1);
         let first = d.handle(Cmd::RegMr, &a).unwrap();
-        assert_eq!(
-            d.handle(Cmd::RegMr, &a),
-            Err(Status::NoResource),
-            "max_mr enforced"
-        );
+        assert_eq!(d.handle(Cmd::RegMr, &a), Err(Status::NoResource), "max_mr enforced");
         d.by_handle(Cmd::DeregMr, first).unwrap();
         let second = d.handle(Cmd::RegMr, &a).unwrap();
         assert_eq!(first >> 8, second >> 8);
         assert_ne!(first, second);
-        assert_eq!(
-            d.by_handle(Cmd::DeregMr, first),
-            Err(Status::NotFound),
-            "stale STag"
-        );
+        assert_eq!(d.by_handle(Cmd::DeregMr, first), Err(Status::NotFound), "stale STag");
     }
 
     #[test]
@@ -322,117 +275,30 @@ mod pd_and_mr {
 
     #[test]
     fn hostile_registrations_are_refused() {
-        let mut d = Driver::with_limits(Limits {
-            max_pbl_pages: 16,
-            pbl_budget: 20,
-            ..Limits::default()
-        });
+        let mut d = Driver::with_limits(Limits { max_pbl_pages: 16, pbl_budget: 20, ..Limits::default() });
         let pdn = d.pd();
         let good = d.reg_mr_args(pdn, 4096, 1);
         let mut cases: Vec<(CmdRegMr, Status)> = vec![
-            (
-                CmdRegMr {
-                    pdn: 99.into(),
-                    ..good
-                },
-                Status::NotFound,
-            ),
-            (
-                CmdRegMr {
-                    access: 0x10.into(),
-                    ..good
-                },
-                Status::Invalid,
-            ),
-            (
-                CmdRegMr {
-                    length: 0.into(),
-                    ..good
-                },
-                Status::Invalid,
-            ),
-            (
-                CmdRegMr {
-                    length: 4097.into(),
-                    ..good
-                },
-                Status::Invalid,
-            ),
-            (
-                CmdRegMr {
-                    page_offset: 1.into(),
-                    ..good
-                },
-                Status::Invalid,
-            ),
-            (
-                CmdRegMr {
-                    page_offset: 4096.into(),
-                    ..good
-                },
-                Status::Invalid,
-            ),
-            (
-                CmdRegMr {
-                    npages: 0.into(),
-                    ..good
-                },
-                Status::Invalid,
-            ),
-            (
-                CmdRegMr {
-                    npages: 17.into(),
-                    length: (17 * 4096).into(),
-                    ..good
-                },
-                Status::Invalid,
-            ),
-            (
-                CmdRegMr {
-                    pbl_addr: (MEM as u64 - 4).into(),
-                    ..good
-                },
-                Status::BadAddress,
-            ),
-            (
-                CmdRegMr {
-                    pbl_addr: u64::MAX.into(),
-                    ..good
-                },
-                Status::BadAddress,
-            ),
-            (
-                CmdRegMr {
-                    iova: u64::MAX.into(),
-                    ..good
-                },
-                Status::Invalid,
-            ),
-            (
-                CmdRegMr {
-                    flags: 2.into(),
-                    ..good
-                },
-                Status::Invalid,
-            ),
+            (CmdRegMr { pdn: 99.into(), ..good }, Status::NotFound),
+            (CmdRegMr { access: 0x10.into(), ..good }, Status::Invalid),
+            (CmdRegMr { length: 0.into(), ..good }, Status::Invalid),
+            (CmdRegMr { length: 4097.into(), ..good }, Status::Invalid),
+            (CmdRegMr { page_offset: 1.into(), ..good }, Status::Invalid),
+            (CmdRegMr { page_offset: 4096.into(), ..good }, Status::Invalid),
+            (CmdRegMr { npages: 0.into(), ..good }, Status::Invalid),
+            (CmdRegMr { npages: 17.into(), length: (17 * 4096).into(), ..good }, Status::Invalid),
+            (CmdRegMr { pbl_addr: (MEM as u64 - 4).into(), ..good }, Status::BadAddress),
+            (CmdRegMr { pbl_addr: u64::MAX.into(), ..good }, Status::BadAddress),
+            (CmdRegMr { iova: u64::MAX.into(), ..good }, Status::Invalid),
+            (CmdRegMr { flags: 2.into(), ..good }, Status::Invalid),
         ];
         // A page list naming an unaligned page, and one outside guest RAM.
         for page in [PAGES + 1, MEM as u64] {
             let at = d.next_pbl;
             d.mem.write_obj(page.to_le(), GuestAddress(at)).unwrap();
             d.next_pbl += 8;
-            let status = if page % 4096 == 0 {
-                Status::BadAddress
-            } else {
-                Status::Invalid
-            };
-            cases.push((
-                CmdRegMr {
-                    pbl_addr: at.into(),
-                    ..good
-                },
-                status,
-            ));
+            let status = if page % 4096 == 0 { Status::BadAddress } else { Status::Invalid };
+            cases.push((CmdRegMr { pbl_addr: at.into(), ..good }, status));
         }
         for (args, want) in cases {
             assert_eq!(d.handle(Cmd::RegMr, &args), Err(want), "{args:?}");
@@ -461,10 +327,7 @@ mod cq_and_qp {
         assert_eq!(d.by_handle(Cmd::DeallocPd, pdn), Err(Status::Busy));
 
         let attr: QpAttr = read_struct(&d.by_handle(Cmd::QueryQp, qpn).unwrap()).unwrap();
-        assert_eq!(
-            (attr.state.to_native(), attr.sq_depth.to_native()),
-            (QpState::Idle as u32, 128)
-        );
+        assert_eq!((attr.state.to_native(), attr.sq_depth.to_native()), (QpState::Idle as u32, 128));
 
         // The driver may not move a QP to RTS (the connection does that).
         let to = |state: QpState| CmdModifyQp {
@@ -477,10 +340,7 @@ mod cq_and_qp {
         d.cmd(Cmd::ModifyQp, &to(QpState::Error)).unwrap();
         let st: QpStatus = d.mem.read_obj(GuestAddress(status_addr)).unwrap();
         assert_eq!(st.state.to_native(), QpState::Error as u32);
-        assert_eq!(
-            st.flags.to_native() & QpStatusFlag::Error as u32,
-            QpStatusFlag::Error as u32
-        );
+        assert_eq!(st.flags.to_native() & QpStatusFlag::Error as u32, QpStatusFlag::Error as u32);
         d.cmd(Cmd::ModifyQp, &to(QpState::Idle)).unwrap();
 
         d.by_handle(Cmd::DestroyQp, qpn).unwrap();
@@ -497,140 +357,49 @@ mod cq_and_qp {
         let a = d.cq_args(16);
         let status = a.status_addr.to_native();
         let cqn = d.handle(Cmd::CreateCq, &a).unwrap();
-        let arm = CmdArmCq {
-            cqn: cqn.into(),
-            flags: (ArmFlag::Next as u32).into(),
-        };
+        let arm = CmdArmCq { cqn: cqn.into(), flags: (ArmFlag::Next as u32).into() };
         d.cmd(Cmd::ArmCq, &arm).unwrap();
         assert!(d.events.is_empty(), "empty CQ: no event yet");
         // vt3d wrote a CQE the consumer has not seen (prod 1, cons 0).
-        d.mem
-            .write_obj(vm_memory::Le32::from(1), GuestAddress(status))
-            .unwrap();
+        d.mem.write_obj(vm_memory::Le32::from(1), GuestAddress(status)).unwrap();
         d.cmd(Cmd::ArmCq, &arm).unwrap();
         assert_eq!(d.events.len(), 1);
         let ev = &d.events[0];
         assert_eq!(&ev[..6], &GUEST);
         let hdr: CtrlHdr = read_struct(&ev[14..]).unwrap();
-        assert_eq!(
-            (hdr.r#type, hdr.opcode.to_native()),
-            (MsgType::Event as u8, EventType::CqCompletion as u16)
-        );
+        assert_eq!((hdr.r#type, hdr.opcode.to_native()), (MsgType::Event as u8, EventType::CqCompletion as u16));
         let body: Event = read_struct(&ev[14 + std::mem::size_of::<CtrlHdr>()..]).unwrap();
         assert_eq!(body.handle.to_native(), cqn);
-        assert_eq!(
-            d.rnic.cqs.get(cqn).unwrap().arm_flags,
-            0,
-            "one event, then disarmed"
-        );
+        assert_eq!(d.rnic.cqs.get(cqn).unwrap().arm_flags, 0, "one event, then disarmed");
     }
 
     #[test]
     fn rings_and_limits_are_checked() {
-        let mut d = Driver::with_limits(Limits {
-            max_cq: 2,
-            ..Limits::default()
-        });
+        let mut d = Driver::with_limits(Limits { max_cq: 2, ..Limits::default() });
         let pdn = d.pd();
         let good = d.cq_args(64);
         for (args, want) in [
-            (
-                CmdCreateCq {
-                    depth: 48.into(),
-                    ..good
-                },
-                Status::Invalid,
-            ),
-            (
-                CmdCreateCq {
-                    depth: 1.into(),
-                    ..good
-                },
-                Status::Invalid,
-            ),
-            (
-                CmdCreateCq {
-                    depth: (1 << 17).into(),
-                    ..good
-                },
-                Status::Invalid,
-            ),
-            (
-                CmdCreateCq {
-                    depth: 256.into(),
-                    ..good
-                },
-                Status::Invalid,
-            ), // ring too small
-            (
-                CmdCreateCq {
-                    status_addr: (MEM as u64 - 8).into(),
-                    ..good
-                },
-                Status::BadAddress,
-            ),
-            (
-                CmdCreateCq {
-                    status_addr: (STATUS + 4).into(),
-                    ..good
-                },
-                Status::BadAddress,
-            ),
+            (CmdCreateCq { depth: 48.into(), ..good }, Status::Invalid),
+            (CmdCreateCq { depth: 1.into(), ..good }, Status::Invalid),
+            (CmdCreateCq { depth: (1 << 17).into(), ..good }, Status::Invalid),
+            (CmdCreateCq { depth: 256.into(), ..good }, Status::Invalid), // ring too small
+            (CmdCreateCq { status_addr: (MEM as u64 - 8).into(), ..good }, Status::BadAddress),
+            (CmdCreateCq { status_addr: (STATUS + 4).into(), ..good }, Status::BadAddress),
         ] {
             assert_eq!(d.handle(Cmd::CreateCq, &args), Err(want), "{args:?}");
         }
         let c1 = d.cq(16);
         let c2 = d.cq(16);
-        assert_eq!(
-            d.handle(Cmd::CreateCq, &good),
-            Err(Status::NoResource),
-            "max_cq enforced"
-        );
+        assert_eq!(d.handle(Cmd::CreateCq, &good), Err(Status::NoResource), "max_cq enforced");
         let q = d.qp_args(pdn, c1, c2, 64);
         for (args, want) in [
-            (
-                CmdCreateQp {
-                    send_cqn: 9.into(),
-                    ..q
-                },
-                Status::NotFound,
-            ),
+            (CmdCreateQp { send_cqn: 9.into(), ..q }, Status::NotFound),
             (CmdCreateQp { pdn: 9.into(), ..q }, Status::NotFound),
-            (
-                CmdCreateQp {
-                    max_send_sge: 5.into(),
-                    ..q
-                },
-                Status::Invalid,
-            ),
-            (
-                CmdCreateQp {
-                    max_inline: 65.into(),
-                    ..q
-                },
-                Status::Invalid,
-            ),
-            (
-                CmdCreateQp {
-                    sq_depth: 8192.into(),
-                    ..q
-                },
-                Status::Invalid,
-            ),
-            (
-                CmdCreateQp {
-                    rq_npages: 1.into(),
-                    ..q
-                },
-                Status::Invalid,
-            ),
-            (
-                CmdCreateQp {
-                    flags: 0x80.into(),
-                    ..q
-                },
-                Status::Invalid,
-            ),
+            (CmdCreateQp { max_send_sge: 5.into(), ..q }, Status::Invalid),
+            (CmdCreateQp { max_inline: 65.into(), ..q }, Status::Invalid),
+            (CmdCreateQp { sq_depth: 8192.into(), ..q }, Status::Invalid),
+            (CmdCreateQp { rq_npages: 1.into(), ..q }, Status::Invalid),
+            (CmdCreateQp { flags: 0x80.into(), ..q }, Status::Invalid),
         ] {
             assert_eq!(d.handle(Cmd::CreateQp, &args), Err(want), "{args:?}");
         }
@@ -649,16 +418,7 @@ mod cq_and_qp {
         for _ in 0..10_000 {
             let stag = d.handle(Cmd::RegMr, &mr).unwrap();
             let c = d.handle(Cmd::CreateCq, &cq).unwrap();
-            let q = d
-                .handle(
-                    Cmd::CreateQp,
-                    &CmdCreateQp {
-                        send_cqn: c.into(),
-                        recv_cqn: c.into(),
-                        ..qp
-                    },
-                )
-                .unwrap();
+            let q = d.handle(Cmd::CreateQp, &CmdCreateQp { send_cqn: c.into(), recv_cqn: c.into(), ..qp }).unwrap();
             d.by_handle(Cmd::DestroyQp, q).unwrap();
             d.by_handle(Cmd::DestroyCq, c).unwrap();
             d.by_handle(Cmd::DeregMr, stag).unwrap();
@@ -688,19 +448,9 @@ mod hostile {
     #[test]
     fn short_payloads_are_invalid() {
         let mut d = Driver::new();
-        let no_args = |c: &&Cmd| {
-            matches!(
-                c,
-                Cmd::QueryDevice | Cmd::QueryPort | Cmd::AllocPd | Cmd::Reset
-            )
-        };
+        let no_args = |c: &&Cmd| matches!(c, Cmd::QueryDevice | Cmd::QueryPort | Cmd::AllocPd | Cmd::Reset);
         for cmd in Cmd::ALL.iter().filter(|c| !no_args(c) && **c != Cmd::Hello) {
-            assert_eq!(
-                d.raw(*cmd as u16, &[1, 2, 3]).0,
-                Status::Invalid as u16,
-                "{}",
-                cmd.name()
-            );
+            assert_eq!(d.raw(*cmd as u16, &[1, 2, 3]).0, Status::Invalid as u16, "{}", cmd.name());
         }
         // `len` claims more than the frame carries: nothing to check a MAC over.
         let f = d.frame(VT3_CTRL_VERSION, Cmd::DeallocPd as u16, 8, &[1, 0]);
@@ -724,16 +474,10 @@ mod hostile {
         let c = d.cq(16);
         let a = d.qp_args(pdn, c, c, 16);
         let qpn = d.handle(Cmd::CreateQp, &a).unwrap();
-        let db = CmdDoorbell {
-            qpn: qpn.into(),
-            queues: 1.into(),
-        };
+        let db = CmdDoorbell { qpn: qpn.into(), queues: 1.into() };
         let f = d.frame(VT3_CTRL_VERSION, Cmd::Doorbell as u16, 8, db.as_slice());
         assert_eq!(d.deliver(&f), Outcome::Silent);
-        let bad = CmdDoorbell {
-            qpn: (qpn + 1).into(),
-            queues: 1.into(),
-        };
+        let bad = CmdDoorbell { qpn: (qpn + 1).into(), queues: 1.into() };
         assert_eq!(d.cmd(Cmd::Doorbell, &bad), Err(Status::NotFound));
     }
 
@@ -741,11 +485,7 @@ mod hostile {
     /// created by lucky frames are all accounted for.
     #[test]
     fn random_frames_never_panic() {
-        let mut d = Driver::with_limits(Limits {
-            max_pbl_pages: 64,
-            pbl_budget: 4096,
-            ..Limits::default()
-        });
+        let mut d = Driver::with_limits(Limits { max_pbl_pages: 64, pbl_budget: 4096, ..Limits::default() });
         let mut x = 0x2545_f491_4f6c_dd1du64;
         let mut next = || {
             x ^= x << 13;
@@ -759,11 +499,7 @@ mod hostile {
             if next() % 2 == 0 {
                 // Often a command the driver sealed, so execution is reached.
                 let opcode = (next() % 25) as u16;
-                let claimed = if next() % 8 == 0 {
-                    next() as u16
-                } else {
-                    len as u16
-                };
+                let claimed = if next() % 8 == 0 { next() as u16 } else { len as u16 };
                 let f = d.frame(VT3_CTRL_VERSION, opcode, claimed, &f);
                 let _ = d.deliver(&f);
             } else {
@@ -795,10 +531,7 @@ mod forgery {
     fn commands_before_any_hello_are_refused() {
         let mut d = Driver::without_session(Limits::default());
         let (_, f) = d.end.command(Cmd::AllocPd as u16, pd_args().as_slice());
-        assert_eq!(
-            d.deliver(&build_frame(GUEST, GUEST, &f)),
-            Outcome::Refused(Refusal::NoSession)
-        );
+        assert_eq!(d.deliver(&build_frame(GUEST, GUEST, &f)), Outcome::Refused(Refusal::NoSession));
         assert_eq!(d.chan.stats().refused(Refusal::NoSession), 1);
         assert_eq!(d.counts().pd, 0);
     }
@@ -810,17 +543,8 @@ mod forgery {
         let mut evil = attacker();
         for cmd in Cmd::ALL {
             let (_, f) = evil.command(*cmd as u16, &[0u8; 64]);
-            let why = if *cmd == Cmd::Hello {
-                Refusal::Hello
-            } else {
-                Refusal::Mac
-            };
-            assert_eq!(
-                d.deliver(&build_frame(GUEST, GUEST, &f)),
-                Outcome::Refused(why),
-                "{}",
-                cmd.name()
-            );
+            let why = if *cmd == Cmd::Hello { Refusal::Hello } else { Refusal::Mac };
+            assert_eq!(d.deliver(&build_frame(GUEST, GUEST, &f)), Outcome::Refused(why), "{}", cmd.name());
         }
         // A DMA MR over all of guest RAM, the prize.
         let dma = CmdRegMr {
@@ -831,16 +555,9 @@ mod forgery {
             ..zeroed()
         };
         let (_, f) = evil.command(Cmd::RegMr as u16, dma.as_slice());
-        assert_eq!(
-            d.deliver(&build_frame(GUEST, GUEST, &f)),
-            Outcome::Refused(Refusal::Mac)
-        );
+        assert_eq!(d.deliver(&build_frame(GUEST, GUEST, &f)), Outcome::Refused(Refusal::Mac));
         assert_eq!(d.chan.stats().refused(Refusal::Mac), Cmd::ALL.len() as u64);
-        assert_eq!(
-            (d.counts().pd, d.counts().mr),
-            (1, 0),
-            "nothing but the driver's PD"
-        );
+        assert_eq!((d.counts().pd, d.counts().mr), (1, 0), "nothing but the driver's PD");
         // The driver's session goes on undisturbed.
         assert_eq!(d.pd(), pdn + 1);
     }
@@ -853,18 +570,9 @@ mod forgery {
         let mut guess = queues();
         guess.tx.desc = (guess.tx.desc.to_native() + 0x1000).into();
         let f = attacker().hello(&d.mem, SPRAYED_PAGE, &guess);
-        assert_eq!(
-            d.deliver(&build_frame(GUEST, GUEST, &f)),
-            Outcome::Refused(Refusal::Hello)
-        );
+        assert_eq!(d.deliver(&build_frame(GUEST, GUEST, &f)), Outcome::Refused(Refusal::Hello));
         assert_eq!(d.chan.stats().refused(Refusal::Hello), 1);
-        assert_eq!(
-            d.chan
-                .stats()
-                .sessions
-                .load(std::sync::atomic::Ordering::Relaxed),
-            1
-        );
+        assert_eq!(d.chan.stats().sessions.load(std::sync::atomic::Ordering::Relaxed), 1);
         assert_eq!(d.counts().pd, 1, "the session and its objects stay");
         assert_eq!(d.pd(), pdn + 1);
     }
@@ -885,23 +593,13 @@ mod forgery {
     #[test]
     fn replayed_and_modified_commands_are_refused() {
         let mut d = Driver::new();
-        let f = d.frame(
-            VT3_CTRL_VERSION,
-            Cmd::AllocPd as u16,
-            8,
-            pd_args().as_slice(),
-        );
+        let f = d.frame(VT3_CTRL_VERSION, Cmd::AllocPd as u16, 8, pd_args().as_slice());
         assert_eq!(d.send(&f).0, Status::Ok as u16);
         assert_eq!(d.deliver(&f), Outcome::Refused(Refusal::Replay));
         assert_eq!(d.counts().pd, 1);
         // Sniffed and changed: DEALLOC_PD of the driver's PD 1, made from a
         // frame of the same length.
-        let g = d.frame(
-            VT3_CTRL_VERSION,
-            Cmd::QueryQp as u16,
-            8,
-            &[1, 0, 0, 0, 0, 0, 0, 0],
-        );
+        let g = d.frame(VT3_CTRL_VERSION, Cmd::QueryQp as u16, 8, &[1, 0, 0, 0, 0, 0, 0, 0]);
         let mut changed = g.clone();
         changed[16] = Cmd::DeallocPd as u8;
         assert_eq!(d.deliver(&changed), Outcome::Refused(Refusal::Mac));
@@ -914,18 +612,8 @@ mod forgery {
     #[test]
     fn frames_of_several_cpus_may_overtake_each_other() {
         let mut d = Driver::new();
-        let first = d.frame(
-            VT3_CTRL_VERSION,
-            Cmd::AllocPd as u16,
-            8,
-            pd_args().as_slice(),
-        );
-        let second = d.frame(
-            VT3_CTRL_VERSION,
-            Cmd::AllocPd as u16,
-            8,
-            pd_args().as_slice(),
-        );
+        let first = d.frame(VT3_CTRL_VERSION, Cmd::AllocPd as u16, 8, pd_args().as_slice());
+        let second = d.frame(VT3_CTRL_VERSION, Cmd::AllocPd as u16, 8, pd_args().as_slice());
         assert_eq!(d.send(&second).0, Status::Ok as u16);
         assert_eq!(d.send(&first).0, Status::Ok as u16);
         assert_eq!(d.counts().pd, 2);
@@ -934,33 +622,16 @@ mod forgery {
     #[test]
     fn answers_and_events_are_sealed_for_the_driver_alone() {
         let mut d = Driver::new();
-        let f = d.frame(
-            VT3_CTRL_VERSION,
-            Cmd::AllocPd as u16,
-            8,
-            pd_args().as_slice(),
-        );
-        let Outcome::Reply(resp) = d.deliver(&f) else {
-            panic!("no reply")
-        };
+        let f = d.frame(VT3_CTRL_VERSION, Cmd::AllocPd as u16, 8, pd_args().as_slice());
+        let Outcome::Reply(resp) = d.deliver(&f) else { panic!("no reply") };
         let frames = [resp];
-        assert!(
-            attacker().open(&frames[0][14..]).is_err(),
-            "sealed with the session key"
-        );
+        assert!(attacker().open(&frames[0][14..]).is_err(), "sealed with the session key");
         let mut driver = d.end.clone();
         assert!(driver.open(&frames[0][14..]).is_ok());
-        assert_eq!(
-            driver.open(&frames[0][14..]).unwrap_err(),
-            Refusal::Replay,
-            "taken once"
-        );
+        assert_eq!(driver.open(&frames[0][14..]).unwrap_err(), Refusal::Replay, "taken once");
         // A forged event (what an attacker would send to vt3.ko).
         let ev = header(MsgType::Event, EventType::DeviceFatal as u16, 0, 0, 0);
-        assert_eq!(
-            d.end.open(&attacker().seal(ev, &[])).unwrap_err(),
-            Refusal::Mac
-        );
+        assert_eq!(d.end.open(&attacker().seal(ev, &[])).unwrap_err(), Refusal::Mac);
     }
 
     #[test]
@@ -969,31 +640,14 @@ mod forgery {
         d.pd();
         let mut reloaded = DriverEnd::new([7, 7]);
         let f = reloaded.hello(&d.mem, SESSION_PAGE + 0x1000, &queues());
-        let Outcome::Reply(resp) = d.deliver(&build_frame(GUEST, GUEST, &f)) else {
-            panic!("no reply")
-        };
+        let Outcome::Reply(resp) = d.deliver(&build_frame(GUEST, GUEST, &f)) else { panic!("no reply") };
         let frames = [resp];
         assert!(reloaded.open(&frames[0][14..]).is_ok());
-        assert_eq!(
-            d.counts().pd,
-            0,
-            "objects belong to the session that made them"
-        );
+        assert_eq!(d.counts().pd, 0, "objects belong to the session that made them");
         // The old driver's frames are refused from now on.
-        let old = d.frame(
-            VT3_CTRL_VERSION,
-            Cmd::AllocPd as u16,
-            8,
-            pd_args().as_slice(),
-        );
+        let old = d.frame(VT3_CTRL_VERSION, Cmd::AllocPd as u16, 8, pd_args().as_slice());
         assert_eq!(d.deliver(&old), Outcome::Refused(Refusal::Mac));
-        assert_eq!(
-            d.chan
-                .stats()
-                .sessions
-                .load(std::sync::atomic::Ordering::Relaxed),
-            2
-        );
+        assert_eq!(d.chan.stats().sessions.load(std::sync::atomic::Ordering::Relaxed), 2);
     }
 }
 
@@ -1004,58 +658,23 @@ mod muted {
 
     fn at(d: &mut Driver, cmd: Cmd, payload: &[u8], ms_after: u64) -> Outcome {
         let f = d.frame(VT3_CTRL_VERSION, cmd as u16, payload.len() as u16, payload);
-        d.chan.handle_frame(
-            &mut d.rnic,
-            &d.mem,
-            &f,
-            &queues(),
-            NOW + Duration::from_millis(ms_after),
-        )
+        d.chan.handle_frame(&mut d.rnic, &d.mem, &f, &queues(), NOW + Duration::from_millis(ms_after))
     }
 
     #[test]
-    fn commands_go_unanswered_and_undone_while_doorbells_and_arming_are_served_until_the_time_is_up(
-    ) {
+    fn commands_go_unanswered_and_undone_while_doorbells_and_arming_are_served_until_the_time_is_up() {
         let mut d = Driver::new();
         let cqn = d.cq(16);
-        d.rnic
-            .mute_commands(NOW, Duration::from_millis(1000))
-            .unwrap();
+        d.rnic.mute_commands(NOW, Duration::from_millis(1000)).unwrap();
         let b = d.cq_args(16);
-        assert_eq!(
-            at(&mut d, Cmd::CreateCq, b.as_slice(), 999),
-            Outcome::Silent
-        );
-        assert_eq!(
-            d.counts().cq,
-            1,
-            "a dropped command is not carried out either"
-        );
-        assert_eq!(
-            at(&mut d, Cmd::QueryPort, &[], 500),
-            Outcome::Silent,
-            "liveness probes are lost too"
-        );
-        let arm = CmdArmCq {
-            cqn: cqn.into(),
-            flags: (ArmFlag::Next as u32).into(),
-        };
-        assert!(
-            matches!(
-                at(&mut d, Cmd::ArmCq, arm.as_slice(), 500),
-                Outcome::Reply(_)
-            ),
-            "arming is served"
-        );
+        assert_eq!(at(&mut d, Cmd::CreateCq, b.as_slice(), 999), Outcome::Silent);
+        assert_eq!(d.counts().cq, 1, "a dropped command is not carried out either");
+        assert_eq!(at(&mut d, Cmd::QueryPort, &[], 500), Outcome::Silent, "liveness probes are lost too");
+        let arm = CmdArmCq { cqn: cqn.into(), flags: (ArmFlag::Next as u32).into() };
+        assert!(matches!(at(&mut d, Cmd::ArmCq, arm.as_slice(), 500), Outcome::Reply(_)), "arming is served");
         assert!(d.rnic.cqs.get(cqn).unwrap().arm_flags != 0);
         assert_eq!(d.rnic.fault_stats().muted_commands, 2);
-        assert!(
-            matches!(
-                at(&mut d, Cmd::CreateCq, b.as_slice(), 1000),
-                Outcome::Reply(_)
-            ),
-            "answered again"
-        );
+        assert!(matches!(at(&mut d, Cmd::CreateCq, b.as_slice(), 1000), Outcome::Reply(_)), "answered again");
         assert_eq!(d.counts().cq, 2);
     }
 
@@ -1065,10 +684,7 @@ mod muted {
         d.rnic.mute_commands(NOW, Duration::from_secs(60)).unwrap();
         assert_eq!(at(&mut d, Cmd::QueryPort, &[], 1), Outcome::Silent);
         d.rnic.mute_commands(NOW, Duration::ZERO).unwrap();
-        assert!(matches!(
-            at(&mut d, Cmd::QueryPort, &[], 2),
-            Outcome::Reply(_)
-        ));
+        assert!(matches!(at(&mut d, Cmd::QueryPort, &[], 2), Outcome::Reply(_)));
         assert_eq!(d.rnic.fault_stats().mute_commands, 2);
     }
 }
@@ -1086,17 +702,11 @@ mod lost_reply {
     fn the_next_such_command_is_carried_out_unanswered_once_and_the_others_are_answered() {
         let mut d = Driver::new();
         d.rnic.lose_reply(Cmd::CreateCq).unwrap();
-        assert!(
-            matches!(send(&mut d, Cmd::QueryPort, &[]), Outcome::Reply(_)),
-            "another command is answered"
-        );
+        assert!(matches!(send(&mut d, Cmd::QueryPort, &[]), Outcome::Reply(_)), "another command is answered");
         let b = d.cq_args(16);
         assert_eq!(send(&mut d, Cmd::CreateCq, b.as_slice()), Outcome::Silent);
         assert_eq!(d.counts().cq, 1, "the command was carried out");
-        assert!(
-            matches!(send(&mut d, Cmd::CreateCq, b.as_slice()), Outcome::Reply(_)),
-            "only once"
-        );
+        assert!(matches!(send(&mut d, Cmd::CreateCq, b.as_slice()), Outcome::Reply(_)), "only once");
         assert_eq!(d.counts().cq, 2);
         let stats = d.rnic.fault_stats();
         assert_eq!((stats.lose_reply, stats.lost_replies), (1, 1));
@@ -1109,9 +719,6 @@ mod lost_reply {
             assert!(d.rnic.lose_reply(cmd).is_err(), "{}", cmd.name());
         }
         assert_eq!(d.rnic.fault_stats().refused, 4);
-        assert!(matches!(
-            send(&mut d, Cmd::QueryPort, &[]),
-            Outcome::Reply(_)
-        ));
+        assert!(matches!(send(&mut d, Cmd::QueryPort, &[]), Outcome::Reply(_)));
     }
 }

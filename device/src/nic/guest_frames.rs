@@ -29,11 +29,7 @@ impl Default for HeldFrames {
 
 impl HeldFrames {
     pub fn with_capacity(capacity: usize) -> Self {
-        Self {
-            frames: VecDeque::with_capacity(capacity),
-            spare: Vec::new(),
-            capacity: capacity.max(1),
-        }
+        Self { frames: VecDeque::with_capacity(capacity), spare: Vec::new(), capacity: capacity.max(1) }
     }
 
     pub fn len(&self) -> usize {
@@ -48,12 +44,7 @@ impl HeldFrames {
     /// dropped to make room.
     pub fn push(&mut self, frame: &[u8]) -> bool {
         let dropped = self.frames.len() >= self.capacity;
-        let mut buf = if dropped {
-            self.frames.pop_front()
-        } else {
-            self.spare.pop()
-        }
-        .unwrap_or_default();
+        let mut buf = if dropped { self.frames.pop_front() } else { self.spare.pop() }.unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(frame);
         self.frames.push_back(buf);
@@ -76,11 +67,7 @@ impl HeldFrames {
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
 

@@ -49,12 +49,7 @@ pub fn classify_from_guest(frame: &[u8]) -> GuestFrame {
 
 /// EtherType of a frame, looking through one 802.1Q tag.
 pub fn ethertype(frame: &[u8]) -> Option<u16> {
-    let at = |i: usize| {
-        frame
-            .get(i..i + 2)
-            .and_then(|b| b.try_into().ok())
-            .map(u16::from_be_bytes)
-    };
+    let at = |i: usize| frame.get(i..i + 2).and_then(|b| b.try_into().ok()).map(u16::from_be_bytes);
     match at(12)? {
         0x8100 | 0x88a8 => at(16),
         t => Some(t),
@@ -212,14 +207,9 @@ impl Nic {
     pub fn new(uplink: Box<dyn Uplink>, mac: Option<MacAddr>, mtu: usize) -> Self {
         let mut rnic = Rnic::new(Limits::default(), u32::try_from(mtu).unwrap_or(u32::MAX));
         rnic.set_uplink_queue(uplink::receive_queue_bytes(uplink.as_raw_fd()));
-        let kick = EventFd::new(EFD_NONBLOCK)
-            .map_err(|e| log::warn!("no kick eventfd: {e}"))
-            .ok();
+        let kick = EventFd::new(EFD_NONBLOCK).map_err(|e| log::warn!("no kick eventfd: {e}")).ok();
         let capture = std::sync::Arc::new(crate::capture::Capture::default());
-        let uplink = Box::new(crate::capture::TappedUplink::new(
-            uplink,
-            std::sync::Arc::clone(&capture),
-        ));
+        let uplink = Box::new(crate::capture::TappedUplink::new(uplink, std::sync::Arc::clone(&capture)));
         Self {
             uplink,
             capture,
@@ -333,9 +323,7 @@ impl Nic {
     }
 
     fn send_queue(&self) -> MutexGuard<'_, uplink::SendQueue> {
-        self.send_queue
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.send_queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Sends held frames while the uplink takes them (it polled writable);
@@ -346,10 +334,7 @@ impl Nic {
             return true;
         }
         let empty = queue.flush(self.uplink.as_ref());
-        NicStats::add(
-            &self.stats.tx_uplink_errors,
-            std::mem::take(&mut queue.flush_failures),
-        );
+        NicStats::add(&self.stats.tx_uplink_errors, std::mem::take(&mut queue.flush_failures));
         empty
     }
 
@@ -423,26 +408,12 @@ impl Nic {
 
     /// Counts a virtqueue found broken (`tx`: the TX queue, else RX).
     pub fn count_queue_broken(&self, tx: bool) {
-        NicStats::add(
-            if tx {
-                &self.stats.tx_queue_broken
-            } else {
-                &self.stats.rx_queue_broken
-            },
-            1,
-        );
+        NicStats::add(if tx { &self.stats.tx_queue_broken } else { &self.stats.rx_queue_broken }, 1);
     }
 
     /// Counts a wake-up that spent its budget with work left.
     pub fn count_budget_yield(&self, tx: bool) {
-        NicStats::add(
-            if tx {
-                &self.stats.tx_budget_yields
-            } else {
-                &self.stats.rx_budget_yields
-            },
-            1,
-        );
+        NicStats::add(if tx { &self.stats.tx_budget_yields } else { &self.stats.rx_budget_yields }, 1);
     }
 
     /// What an RX pass left: whether the ring was usable, and how many of
@@ -451,9 +422,7 @@ impl Nic {
         if !usable {
             NicStats::add(&self.stats.rx_ring_unusable, 1);
         }
-        self.stats
-            .device_frames_waiting
-            .store(waiting as u64, Ordering::Relaxed);
+        self.stats.device_frames_waiting.store(waiting as u64, Ordering::Relaxed);
     }
 
     /// No guest is connected: reads and drops every frame waiting on the
@@ -502,25 +471,14 @@ impl Nic {
             NicStats::add(&self.stats.tx_ring_unusable, 1);
         }
         if let Some(avail) = avail {
-            self.stats
-                .tx_ring_avail
-                .store(u64::from(avail), Ordering::Relaxed);
+            self.stats.tx_ring_avail.store(u64::from(avail), Ordering::Relaxed);
         }
-        self.stats
-            .tx_ring_next
-            .store(u64::from(next), Ordering::Relaxed);
+        self.stats.tx_ring_next.store(u64::from(next), Ordering::Relaxed);
     }
 
     /// Counts a TX ring left unread: replies at their cap, or the uplink.
     pub fn count_tx_paused(&self, by_replies: bool) {
-        NicStats::add(
-            if by_replies {
-                &self.stats.tx_paused_replies
-            } else {
-                &self.stats.tx_paused_uplink
-            },
-            1,
-        );
+        NicStats::add(if by_replies { &self.stats.tx_paused_replies } else { &self.stats.tx_paused_uplink }, 1);
     }
 }
 
@@ -539,11 +497,7 @@ pub fn parse_mac(s: &str) -> Option<MacAddr> {
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
     use std::io;
@@ -559,11 +513,7 @@ mod tests {
             self.0.lock().unwrap().push(frame.to_vec());
             Ok(())
         }
-        fn recv_batch(
-            &self,
-            _: &mut [Vec<u8>],
-            _: &mut [crate::uplink::Received],
-        ) -> io::Result<usize> {
+        fn recv_batch(&self, _: &mut [Vec<u8>], _: &mut [crate::uplink::Received]) -> io::Result<usize> {
             Ok(0)
         }
     }
@@ -633,17 +583,8 @@ mod tests {
 
     #[test]
     fn mac_parsing() {
-        assert_eq!(
-            parse_mac("52:54:00:ab:CD:ef"),
-            Some([0x52, 0x54, 0, 0xab, 0xcd, 0xef])
-        );
-        for bad in [
-            "",
-            "52:54:00:ab:cd",
-            "52:54:00:ab:cd:ef:01",
-            "5:54:00:ab:cd:ef",
-            "zz:54:00:ab:cd:ef",
-        ] {
+        assert_eq!(parse_mac("52:54:00:ab:CD:ef"), Some([0x52, 0x54, 0, 0xab, 0xcd, 0xef]));
+        for bad in ["", "52:54:00:ab:cd", "52:54:00:ab:cd:ef:01", "5:54:00:ab:cd:ef", "zz:54:00:ab:cd:ef"] {
             assert_eq!(parse_mac(bad), None, "{bad}");
         }
     }

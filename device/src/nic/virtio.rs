@@ -86,12 +86,7 @@ pub struct Scratch {
 #[derive(Debug, Error)]
 pub enum QueueError {
     #[error("available index {avail} is {ahead} entries ahead of the next one to take ({next}), in a ring of {size}")]
-    AvailIndexBeyondRing {
-        avail: u16,
-        next: u16,
-        ahead: u16,
-        size: u16,
-    },
+    AvailIndexBeyondRing { avail: u16, next: u16, ahead: u16, size: u16 },
     #[error("available index {avail} announces chains the ring does not give")]
     MissingChain { avail: u16 },
     #[error("ring access: {0}")]
@@ -108,12 +103,7 @@ pub fn pending_chains<M: GuestMemory>(queue: &Queue, mem: &M) -> Result<u16, Que
     let ahead = avail.wrapping_sub(next);
     let size = queue.size();
     if ahead > size {
-        return Err(QueueError::AvailIndexBeyondRing {
-            avail,
-            next,
-            ahead,
-            size,
-        });
+        return Err(QueueError::AvailIndexBeyondRing { avail, next, ahead, size });
     }
     Ok(ahead)
 }
@@ -158,9 +148,7 @@ where
                 return Ok(done);
             }
             let Some(chain) = queue.pop_descriptor_chain(mem) else {
-                return Err(QueueError::MissingChain {
-                    avail: queue.avail_idx(mem, Ordering::Relaxed)?.0,
-                });
+                return Err(QueueError::MissingChain { avail: queue.avail_idx(mem, Ordering::Relaxed)?.0 });
             };
             taken += 1;
             let head = chain.head_index();
@@ -242,10 +230,7 @@ where
 {
     let header = [0u8; VNET_HDR_LEN];
     let header = header.get(..layout.hdr_len).unwrap_or(&header);
-    let src = TwoPart {
-        head: header,
-        tail: frame,
-    };
+    let src = TwoPart { head: header, tail: frame };
     let total = src.len();
 
     scratch.used.clear();
@@ -259,11 +244,7 @@ where
             Ok(0) => None,
             Ok(_) => match queue.pop_descriptor_chain(mem) {
                 Some(chain) => Some(chain),
-                None => {
-                    return Err(QueueError::MissingChain {
-                        avail: queue.avail_idx(mem, Ordering::Relaxed)?.0,
-                    })
-                }
+                None => return Err(QueueError::MissingChain { avail: queue.avail_idx(mem, Ordering::Relaxed)?.0 }),
             },
             Err(e) => return Err(e),
         };
@@ -408,11 +389,7 @@ where
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
     use virtio_bindings::bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
@@ -428,11 +405,7 @@ mod tests {
     }
 
     fn layout(mergeable: bool) -> NetLayout {
-        NetLayout {
-            hdr_len: VNET_HDR_LEN,
-            mergeable,
-            max_frame: 9018,
-        }
+        NetLayout { hdr_len: VNET_HDR_LEN, mergeable, max_frame: 9018 }
     }
 
     fn desc(addr: u64, len: u32, flags: u32) -> RawDescriptor {
@@ -492,15 +465,7 @@ mod tests {
             mem.read_slice(&mut got, GuestAddress(DATA)).unwrap();
             assert_eq!(u16::from_le_bytes([got[10], got[11]]), 1);
             assert_eq!(&got[VNET_HDR_LEN..], &f[..]);
-            assert_eq!(
-                st,
-                ChainStats {
-                    frames: 1,
-                    bytes: 1514,
-                    malformed: 0,
-                    ring_empty: 0
-                }
-            );
+            assert_eq!(st, ChainStats { frames: 1, bytes: 1514, malformed: 0, ring_empty: 0 });
         }
 
         #[test]
@@ -519,8 +484,7 @@ mod tests {
                 let (id, len) = used(&mq, i);
                 assert_eq!(id, u32::from(i));
                 let mut part = vec![0u8; len as usize];
-                mem.read_slice(&mut part, GuestAddress(DATA + u64::from(i) * 0x1_0000))
-                    .unwrap();
+                mem.read_slice(&mut part, GuestAddress(DATA + u64::from(i) * 0x1_0000)).unwrap();
                 got.extend_from_slice(&part);
             }
             assert_eq!(u16::from_le_bytes([got[10], got[11]]), 6);
@@ -551,15 +515,12 @@ mod tests {
             let out = deliver_rx(&mut q, &mem, &layout(true), &mut s, &mut st, &f).unwrap();
             assert_eq!(out, RxOutcome::Delivered { buffers: 1 });
             let mut b10 = [0u8; 1];
-            mem.read_slice(&mut b10, GuestAddress(DATA + 0x100 + 6))
-                .unwrap();
+            mem.read_slice(&mut b10, GuestAddress(DATA + 0x100 + 6)).unwrap();
             let mut b11 = [0u8; 1];
-            mem.read_slice(&mut b11, GuestAddress(DATA + 0x200))
-                .unwrap();
+            mem.read_slice(&mut b11, GuestAddress(DATA + 0x200)).unwrap();
             assert_eq!((b10[0], b11[0]), (1, 0));
             let mut body = vec![0u8; 100];
-            mem.read_slice(&mut body, GuestAddress(DATA + 0x201))
-                .unwrap();
+            mem.read_slice(&mut body, GuestAddress(DATA + 0x201)).unwrap();
             assert_eq!(body, f);
         }
 
@@ -570,8 +531,7 @@ mod tests {
             add_rx_buffers(&mq, &[1526; 2]);
             let mut q: Queue = mq.create_queue().unwrap();
             let (mut s, mut st) = (Scratch::default(), ChainStats::default());
-            let out =
-                deliver_rx(&mut q, &mem, &layout(true), &mut s, &mut st, &frame(9000)).unwrap();
+            let out = deliver_rx(&mut q, &mem, &layout(true), &mut s, &mut st, &frame(9000)).unwrap();
             assert_eq!(out, RxOutcome::NoBuffers);
             assert_eq!(q.next_avail(), 0);
             assert_eq!(mq.used().idx().load(), 0);
@@ -597,12 +557,10 @@ mod tests {
             add_rx_buffers(&mq, &[64, 2048]);
             let mut q: Queue = mq.create_queue().unwrap();
             let (mut s, mut st) = (Scratch::default(), ChainStats::default());
-            let out =
-                deliver_rx(&mut q, &mem, &layout(false), &mut s, &mut st, &frame(1000)).unwrap();
+            let out = deliver_rx(&mut q, &mem, &layout(false), &mut s, &mut st, &frame(1000)).unwrap();
             assert_eq!(out, RxOutcome::Dropped);
             assert_eq!(used(&mq, 0), (0, 0));
-            let out =
-                deliver_rx(&mut q, &mem, &layout(false), &mut s, &mut st, &frame(1000)).unwrap();
+            let out = deliver_rx(&mut q, &mem, &layout(false), &mut s, &mut st, &frame(1000)).unwrap();
             assert_eq!(out, RxOutcome::Delivered { buffers: 1 });
             assert_eq!(used(&mq, 1), (1, 1012));
         }
@@ -611,10 +569,7 @@ mod tests {
         fn readable_chain_is_returned_and_skipped() {
             let mem = memory();
             let mq = MockSplitQueue::new(&mem, QSIZE);
-            let descs = [
-                desc(DATA, 2048, 0),
-                desc(DATA + 0x1_0000, 2048, VRING_DESC_F_WRITE),
-            ];
+            let descs = [desc(DATA, 2048, 0), desc(DATA + 0x1_0000, 2048, VRING_DESC_F_WRITE)];
             mq.add_desc_chains(&descs, 0).unwrap();
             let mut q: Queue = mq.create_queue().unwrap();
             let (mut s, mut st) = (Scratch::default(), ChainStats::default());
@@ -654,8 +609,7 @@ mod tests {
             mq.add_desc_chains(&descs, 0).unwrap();
             let mut q: Queue = mq.create_queue().unwrap();
             let (mut s, mut st) = (Scratch::default(), ChainStats::default());
-            let out =
-                deliver_rx(&mut q, &mem, &layout(true), &mut s, &mut st, &frame(3000)).unwrap();
+            let out = deliver_rx(&mut q, &mem, &layout(true), &mut s, &mut st, &frame(3000)).unwrap();
             assert_eq!(out, RxOutcome::Dropped);
             assert_eq!((used(&mq, 0), used(&mq, 1)), ((0, 0), (1, 0)));
             assert_eq!(mq.used().idx().load(), 2);
@@ -692,13 +646,7 @@ mod tests {
                 let (mut s, mut st) = (Scratch::default(), ChainStats::default());
                 deliver_rx(&mut q, mem, &layout(true), &mut s, &mut st, &frame(60))
             });
-            assert!(
-                matches!(
-                    result,
-                    Err(QueueError::AvailIndexBeyondRing { ahead: 18, .. })
-                ),
-                "{result:?}"
-            );
+            assert!(matches!(result, Err(QueueError::AvailIndexBeyondRing { ahead: 18, .. })), "{result:?}");
             assert_eq!(mq.used().idx().load(), 0);
         }
 
@@ -767,34 +715,14 @@ mod tests {
             q.set_event_idx(true);
             let result = with_watchdog(mem.clone(), move |mem| {
                 let (mut s, mut st) = (Scratch::default(), ChainStats::default());
-                drain_tx(
-                    &mut q,
-                    mem,
-                    &layout(true),
-                    &mut s,
-                    &mut st,
-                    usize::MAX,
-                    |_| ControlFlow::Continue(()),
-                )
-                .map(|_| ())
+                drain_tx(&mut q, mem, &layout(true), &mut s, &mut st, usize::MAX, |_| ControlFlow::Continue(()))
+                    .map(|_| ())
             });
             assert!(
-                matches!(
-                    result,
-                    Err(QueueError::AvailIndexBeyondRing {
-                        avail: 19,
-                        next: 0,
-                        ahead: 19,
-                        size: QSIZE
-                    })
-                ),
+                matches!(result, Err(QueueError::AvailIndexBeyondRing { avail: 19, next: 0, ahead: 19, size: QSIZE })),
                 "{result:?}"
             );
-            assert_eq!(
-                mq.used().idx().load(),
-                0,
-                "nothing taken from a broken ring"
-            );
+            assert_eq!(mq.used().idx().load(), 0, "nothing taken from a broken ring");
         }
 
         #[test]
@@ -810,34 +738,13 @@ mod tests {
                 frames += 1;
                 ControlFlow::Continue(())
             };
-            let done =
-                drain_tx(&mut q, &mem, &layout(true), &mut s, &mut st, 4, &mut count).unwrap();
-            assert_eq!(
-                done,
-                TxDrain {
-                    used_any: true,
-                    more: true
-                }
-            );
+            let done = drain_tx(&mut q, &mem, &layout(true), &mut s, &mut st, 4, &mut count).unwrap();
+            assert_eq!(done, TxDrain { used_any: true, more: true });
             assert_eq!((mq.used().idx().load(), q.next_avail()), (4, 4));
-            let done =
-                drain_tx(&mut q, &mem, &layout(true), &mut s, &mut st, 4, &mut count).unwrap();
-            assert_eq!(
-                done,
-                TxDrain {
-                    used_any: true,
-                    more: true
-                }
-            );
-            let done =
-                drain_tx(&mut q, &mem, &layout(true), &mut s, &mut st, 4, &mut count).unwrap();
-            assert_eq!(
-                done,
-                TxDrain {
-                    used_any: true,
-                    more: false
-                }
-            );
+            let done = drain_tx(&mut q, &mem, &layout(true), &mut s, &mut st, 4, &mut count).unwrap();
+            assert_eq!(done, TxDrain { used_any: true, more: true });
+            let done = drain_tx(&mut q, &mem, &layout(true), &mut s, &mut st, 4, &mut count).unwrap();
+            assert_eq!(done, TxDrain { used_any: true, more: false });
             assert_eq!(frames, 10);
             assert_eq!(mq.used().idx().load(), 10);
         }
@@ -850,22 +757,10 @@ mod tests {
             let mut q: Queue = mq.create_queue().unwrap();
             let (mut s, mut st) = (Scratch::default(), ChainStats::default());
             let mut seen = 0;
-            let done = drain_tx(
-                &mut q,
-                &mem,
-                &layout(true),
-                &mut s,
-                &mut st,
-                usize::MAX,
-                |_| {
-                    seen += 1;
-                    if seen == 2 {
-                        ControlFlow::Break(())
-                    } else {
-                        ControlFlow::Continue(())
-                    }
-                },
-            )
+            let done = drain_tx(&mut q, &mem, &layout(true), &mut s, &mut st, usize::MAX, |_| {
+                seen += 1;
+                if seen == 2 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+            })
             .unwrap();
             assert_eq!((done.more, seen, mq.used().idx().load()), (true, 2, 2));
         }
@@ -891,15 +786,7 @@ mod tests {
             let (frames, st, used_any) = drain(&mq, &mem, &layout(true));
             assert!(used_any);
             assert_eq!(frames, vec![f]);
-            assert_eq!(
-                st,
-                ChainStats {
-                    frames: 1,
-                    bytes: 1514,
-                    malformed: 0,
-                    ring_empty: 0
-                }
-            );
+            assert_eq!(st, ChainStats { frames: 1, bytes: 1514, malformed: 0, ring_empty: 0 });
             assert_eq!(used(&mq, 0), (0, 0));
         }
 
@@ -909,11 +796,11 @@ mod tests {
             let mq = MockSplitQueue::new(&mem, QSIZE);
             put(&mem, DATA + 0x3_0000, &[0u8; 72]);
             let descs = [
-                desc(DATA, 100, VRING_DESC_F_WRITE), // writable in TX
-                desc(0xffff_ffff_0000, 100, 0),      // outside memory
-                desc(DATA + 0x2_0000, 8, 0),         // shorter than the header
-                desc(DATA, 12 + 9018 + 1, 0),        // longer than the MTU
-                desc(DATA + 0x3_0000, 72, 0),        // good
+                desc(DATA, 100, VRING_DESC_F_WRITE),         // writable in TX
+                desc(0xffff_ffff_0000, 100, 0),              // outside memory
+                desc(DATA + 0x2_0000, 8, 0),                 // shorter than the header
+                desc(DATA, 12 + 9018 + 1, 0),                // longer than the MTU
+                desc(DATA + 0x3_0000, 72, 0),                // good
             ];
             mq.add_desc_chains(&descs, 0).unwrap();
             let (frames, st, _) = drain(&mq, &mem, &layout(true));
@@ -942,10 +829,7 @@ mod tests {
             // The mock builds an indirect chain of 3 descriptors of 0x1000
             // readable bytes at its own addresses; we only check the size.
             mq.add_indirect_chain(3).unwrap();
-            let big = NetLayout {
-                max_frame: 16384,
-                ..layout(true)
-            };
+            let big = NetLayout { max_frame: 16384, ..layout(true) };
             let (frames, st, _) = drain(&mq, &mem, &big);
             assert_eq!(st.malformed, 0, "{st:?}");
             assert_eq!(frames.len(), 1);

@@ -17,9 +17,7 @@ use super::memory::StatusWord;
 use super::poll::{self, End, PolledQueue, ProducerRing, Take, Trigger};
 use super::wqe::{self, BadWqe};
 use super::{Instant, Rnic, WorkProgress};
-use crate::abi::{
-    self, ArmFlag, CqStatus, CqStatusFlag, EventType, QpState, QpStatus, QpStatusFlag, RqWqe, SqWqe,
-};
+use crate::abi::{self, ArmFlag, CqStatus, CqStatusFlag, EventType, QpState, QpStatus, QpStatusFlag, RqWqe, SqWqe};
 
 /// The status-page fields and flag of one work queue.
 #[derive(Debug, Clone, Copy)]
@@ -82,16 +80,11 @@ fn read_send_wr<M: GuestMemory>(
     limits: &wqe::WqeLimits,
 ) -> Result<engine::SendWr, Refused> {
     let raw = addr.and_then(|a| mem.read_obj::<SqWqe>(a).ok());
-    raw.ok_or(BadWqe::Unreadable)
-        .and_then(|w| wqe::send_wr(&w, limits))
-        .map_err(|e| {
-            let wr_id = raw.map_or(0, |w| w.wr_id.to_native());
-            log::debug!("send WQE {wr_id:#x} refused: {e}");
-            Refused {
-                wr_id,
-                status: e.status(),
-            }
-        })
+    raw.ok_or(BadWqe::Unreadable).and_then(|w| wqe::send_wr(&w, limits)).map_err(|e| {
+        let wr_id = raw.map_or(0, |w| w.wr_id.to_native());
+        log::debug!("send WQE {wr_id:#x} refused: {e}");
+        Refused { wr_id, status: e.status() }
+    })
 }
 
 /// Reads and parses the receive WQE at `addr`.
@@ -101,16 +94,11 @@ fn read_recv_wr<M: GuestMemory>(
     limits: &wqe::WqeLimits,
 ) -> Result<engine::RecvWr, Refused> {
     let raw = addr.and_then(|a| mem.read_obj::<RqWqe>(a).ok());
-    raw.ok_or(BadWqe::Unreadable)
-        .and_then(|w| wqe::recv_wr(&w, limits))
-        .map_err(|e| {
-            let wr_id = raw.map_or(0, |w| w.wr_id.to_native());
-            log::debug!("receive WQE {wr_id:#x} refused: {e}");
-            Refused {
-                wr_id,
-                status: e.status(),
-            }
-        })
+    raw.ok_or(BadWqe::Unreadable).and_then(|w| wqe::recv_wr(&w, limits)).map_err(|e| {
+        let wr_id = raw.map_or(0, |w| w.wr_id.to_native());
+        log::debug!("receive WQE {wr_id:#x} refused: {e}");
+        Refused { wr_id, status: e.status() }
+    })
 }
 
 /// WQEs handed to the engine per queue per fetch (a NAPI weight): a deep
@@ -210,12 +198,8 @@ impl Rnic {
                 return self.fetch_srq(mem, now, srqn, trigger);
             }
         }
-        let Some(offload) = self.offload.as_mut() else {
-            return false;
-        };
-        let Some(qp) = self.qps.get_mut(qpn) else {
-            return false;
-        };
+        let Some(offload) = self.offload.as_mut() else { return false };
+        let Some(qp) = self.qps.get_mut(qpn) else { return false };
         let id = PolledQueue::Qp(qpn, queue);
         let fields = QueueFields::of(queue);
         let flags = qp_flags(qp.status_addr);
@@ -247,9 +231,7 @@ impl Rnic {
             limits,
             engine: &mut offload.engine,
         };
-        let (taken, end) = poll::drain(&mut ring, FETCH_BUDGET, |took| {
-            before.stays(now, took, room)
-        });
+        let (taken, end) = poll::drain(&mut ring, FETCH_BUDGET, |took| before.stays(now, took, room));
         window.record(now, trigger, taken, end == End::Polling);
         self.polled.set(id, end == End::Polling);
         match end {
@@ -274,15 +256,8 @@ impl Rnic {
     /// Retires one completion: advances the consumer index of its queue and
     /// writes its CQE (none for an unsignaled send). Returns whether the
     /// engine got new work (a deferred graceful close).
-    pub(super) fn complete<M: GuestMemory>(
-        &mut self,
-        mem: &M,
-        now: Instant,
-        c: &Completion,
-    ) -> bool {
-        let Some(qp) = self.qps.get_mut(c.qpn) else {
-            return false;
-        };
+    pub(super) fn complete<M: GuestMemory>(&mut self, mem: &M, now: Instant, c: &Completion) -> bool {
+        let Some(qp) = self.qps.get_mut(c.qpn) else { return false };
         if c.srq_idx.is_some() {
             // A WQE of the QP's SRQ, named by its SRQ index: the SRQ's
             // consumer index moved when the QP took it.
@@ -300,11 +275,7 @@ impl Rnic {
         work.consumed = work.consumed.wrapping_add(1);
         // Retired before its CQE is visible: a consumer that reaps the CQE
         // and reuses the slot never runs ahead of this index.
-        StatusWord::at(qp.status_addr, QueueFields::of(c.queue).cons).store(
-            mem,
-            work.consumed,
-            Ordering::Release,
-        );
+        StatusWord::at(qp.status_addr, QueueFields::of(c.queue).cons).store(mem, work.consumed, Ordering::Release);
         let drained = qp.sq_work.fetched == qp.sq_work.consumed;
         let close_now = c.queue == WorkQueue::Send && qp.close_requested && drained;
         if close_now {
@@ -322,50 +293,25 @@ impl Rnic {
     /// completion satisfies a solicited-only arm (a solicited receive, or
     /// any error, as the verbs specify).
     fn post_cqe<M: GuestMemory>(&mut self, mem: &M, cqn: u32, cqe: &abi::Cqe, solicited: bool) {
-        let Some(cq) = self.cqs.get_mut(cqn) else {
-            return;
-        };
-        let cons =
-            StatusWord::at(cq.status_addr, offset_of!(CqStatus, cons)).load(mem, Ordering::Acquire);
+        let Some(cq) = self.cqs.get_mut(cqn) else { return };
+        let cons = StatusWord::at(cq.status_addr, offset_of!(CqStatus, cons)).load(mem, Ordering::Acquire);
         let room = cons.is_some_and(|cons| cq.prod.wrapping_sub(cons) < cq.ring.depth);
-        let written = room
-            && cq
-                .ring
-                .entry_addr(cq.prod)
-                .is_some_and(|addr| mem.write_obj(*cqe, addr).is_ok());
+        let written = room && cq.ring.entry_addr(cq.prod).is_some_and(|addr| mem.write_obj(*cqe, addr).is_ok());
         if !written {
-            StatusWord::at(cq.status_addr, offset_of!(CqStatus, flags))
-                .fetch_or(mem, CqStatusFlag::Overflow as u32);
+            StatusWord::at(cq.status_addr, offset_of!(CqStatus, flags)).fetch_or(mem, CqStatusFlag::Overflow as u32);
             if !cq.overflowed {
                 cq.overflowed = true;
                 log::debug!("CQ {cqn} overflow (prod {}, cons {cons:?})", cq.prod);
-                self.push_event(
-                    EventType::CqError,
-                    &abi::Event {
-                        handle: cqn.into(),
-                        ..Default::default()
-                    },
-                );
+                self.push_event(EventType::CqError, &abi::Event { handle: cqn.into(), ..Default::default() });
             }
             return;
         }
         cq.prod = cq.prod.wrapping_add(1);
-        StatusWord::at(cq.status_addr, offset_of!(CqStatus, prod)).store(
-            mem,
-            cq.prod,
-            Ordering::Release,
-        );
-        let armed = cq.arm_flags & ArmFlag::Next as u32 != 0
-            || (cq.arm_flags & ArmFlag::Solicited as u32 != 0 && solicited);
+        StatusWord::at(cq.status_addr, offset_of!(CqStatus, prod)).store(mem, cq.prod, Ordering::Release);
+        let armed = cq.arm_flags & ArmFlag::Next as u32 != 0 || (cq.arm_flags & ArmFlag::Solicited as u32 != 0 && solicited);
         if armed {
             cq.arm_flags = 0;
-            self.push_event(
-                EventType::CqCompletion,
-                &abi::Event {
-                    handle: cqn.into(),
-                    ..Default::default()
-                },
-            );
+            self.push_event(EventType::CqCompletion, &abi::Event { handle: cqn.into(), ..Default::default() });
         }
     }
 
@@ -376,16 +322,10 @@ impl Rnic {
     /// connection: everything posted so far has been flushed, so the
     /// consumer indices catch up with the producer indices.
     pub(super) fn set_qp_state<M: GuestMemory>(&mut self, mem: &M, qpn: u32, to: QpState) {
-        let Some(qp) = self.qps.get_mut(qpn) else {
-            return;
-        };
+        let Some(qp) = self.qps.get_mut(qpn) else { return };
         let from = qp.state;
         qp.state = to;
-        if to == QpState::Error
-            && from != QpState::Error
-            && qp.srqn != 0
-            && !self.last_wqe_owed.contains(&qpn)
-        {
+        if to == QpState::Error && from != QpState::Error && qp.srqn != 0 && !self.last_wqe_owed.contains(&qpn) {
             self.last_wqe_owed.push(qpn);
         }
         if to != QpState::Rts {
@@ -403,18 +343,11 @@ impl Rnic {
             }
             QpState::Idle if from == QpState::Error => {
                 qp.spent = false;
-                for (queue, work) in [
-                    (WorkQueue::Send, &mut qp.sq_work),
-                    (WorkQueue::Recv, &mut qp.rq_work),
-                ] {
+                for (queue, work) in [(WorkQueue::Send, &mut qp.sq_work), (WorkQueue::Recv, &mut qp.rq_work)] {
                     let fields = QueueFields::of(queue);
-                    let prod =
-                        StatusWord::at(qp.status_addr, fields.prod).load(mem, Ordering::Acquire);
+                    let prod = StatusWord::at(qp.status_addr, fields.prod).load(mem, Ordering::Acquire);
                     let prod = prod.unwrap_or(work.fetched);
-                    *work = WorkProgress {
-                        fetched: prod,
-                        consumed: prod,
-                    };
+                    *work = WorkProgress { fetched: prod, consumed: prod };
                     StatusWord::at(qp.status_addr, fields.cons).store(mem, prod, Ordering::Release);
                 }
                 qp_flags(qp.status_addr).fetch_and_not(mem, QpStatusFlag::Error as u32);
@@ -448,21 +381,13 @@ mod tests {
             ring_npages: 1.into(),
             depth: depth.into(),
         };
-        let resp = rnic
-            .execute(&mem, NOW, Cmd::CreateCq, args.as_slice())
-            .unwrap();
-        let cqn = abi::read_struct::<abi::RespHandle>(&resp)
-            .unwrap()
-            .handle
-            .to_native();
+        let resp = rnic.execute(&mem, NOW, Cmd::CreateCq, args.as_slice()).unwrap();
+        let cqn = abi::read_struct::<abi::RespHandle>(&resp).unwrap().handle.to_native();
         (rnic, mem, cqn)
     }
 
     fn entry(wr_id: u64) -> Cqe {
-        Cqe {
-            wr_id: wr_id.into(),
-            ..Default::default()
-        }
+        Cqe { wr_id: wr_id.into(), ..Default::default() }
     }
 
     fn status(mem: &GuestMemoryMmap) -> CqStatus {
@@ -492,29 +417,14 @@ mod tests {
         assert_eq!(st.prod.to_native(), 4);
         assert_eq!(st.flags.to_native(), CqStatusFlag::Overflow as u32);
         assert_eq!(events(&mut rnic), vec![EventType::CqError]);
-        assert_eq!(
-            mem.read_obj::<Cqe>(GuestAddress(RING))
-                .unwrap()
-                .wr_id
-                .to_native(),
-            0,
-            "not overwritten"
-        );
+        assert_eq!(mem.read_obj::<Cqe>(GuestAddress(RING)).unwrap().wr_id.to_native(), 0, "not overwritten");
         // The consumer catches up: the ring wraps.
-        mem.write_obj(vm_memory::Le32::from(2), GuestAddress(STATUS + 4))
-            .unwrap();
+        mem.write_obj(vm_memory::Le32::from(2), GuestAddress(STATUS + 4)).unwrap();
         rnic.post_cqe(&mem, cqn, &entry(6), false);
-        assert_eq!(
-            mem.read_obj::<Cqe>(GuestAddress(RING))
-                .unwrap()
-                .wr_id
-                .to_native(),
-            6
-        );
+        assert_eq!(mem.read_obj::<Cqe>(GuestAddress(RING)).unwrap().wr_id.to_native(), 6);
         assert_eq!(status(&mem).prod.to_native(), 5);
         // A consumer index ahead of the producer is an overflow too, not a wild write.
-        mem.write_obj(vm_memory::Le32::from(1000), GuestAddress(STATUS + 4))
-            .unwrap();
+        mem.write_obj(vm_memory::Le32::from(1000), GuestAddress(STATUS + 4)).unwrap();
         rnic.post_cqe(&mem, cqn, &entry(7), false);
         assert_eq!(status(&mem).prod.to_native(), 5);
     }
@@ -523,27 +433,18 @@ mod tests {
     fn armed_cqs_raise_one_event() {
         let (mut rnic, mem, cqn) = cq(16);
         let arm = |rnic: &mut Rnic, flags: ArmFlag| {
-            let a = CmdArmCq {
-                cqn: cqn.into(),
-                flags: (flags as u32).into(),
-            };
+            let a = CmdArmCq { cqn: cqn.into(), flags: (flags as u32).into() };
             rnic.execute(&mem, NOW, Cmd::ArmCq, a.as_slice()).unwrap();
         };
         rnic.post_cqe(&mem, cqn, &entry(1), false);
         assert!(events(&mut rnic).is_empty(), "not armed");
         // Consumed, then armed for the next completion.
-        mem.write_obj(vm_memory::Le32::from(1), GuestAddress(STATUS + 4))
-            .unwrap();
+        mem.write_obj(vm_memory::Le32::from(1), GuestAddress(STATUS + 4)).unwrap();
         arm(&mut rnic, ArmFlag::Next);
         rnic.post_cqe(&mem, cqn, &entry(2), false);
         rnic.post_cqe(&mem, cqn, &entry(3), false);
-        assert_eq!(
-            events(&mut rnic),
-            vec![EventType::CqCompletion],
-            "one event, then disarmed"
-        );
-        mem.write_obj(vm_memory::Le32::from(3), GuestAddress(STATUS + 4))
-            .unwrap();
+        assert_eq!(events(&mut rnic), vec![EventType::CqCompletion], "one event, then disarmed");
+        mem.write_obj(vm_memory::Le32::from(3), GuestAddress(STATUS + 4)).unwrap();
         arm(&mut rnic, ArmFlag::Solicited);
         rnic.post_cqe(&mem, cqn, &entry(4), false);
         assert!(events(&mut rnic).is_empty(), "unsolicited");

@@ -22,8 +22,8 @@
 use std::mem::offset_of;
 
 use vm_memory::GuestMemory;
-pub use vt3_iwarp::engine::Fault;
 use vt3_iwarp::engine::{self, EngineError};
+pub use vt3_iwarp::engine::Fault;
 use vt3_iwarp::toe::Duration;
 
 use super::memory::StatusWord;
@@ -111,10 +111,7 @@ pub struct Injected {
 }
 
 fn injected(detail: String, state: Option<engine::QpState>) -> Injected {
-    Injected {
-        detail,
-        state: state.map(engine::QpState::name),
-    }
+    Injected { detail, state: state.map(engine::QpState::name) }
 }
 
 /// Commands a dead device still answers: the teardown a driver does after
@@ -135,14 +132,9 @@ fn after_fatal(cmd: Cmd, payload: &[u8]) -> Option<Result<Vec<u8>, Status>> {
         // Every QP is in ERROR already.
         Cmd::ModifyQp => {
             let to_error = abi::read_struct::<CmdModifyQp>(payload).is_some_and(|a| {
-                a.mask.to_native() == abi::ModifyMask::State as u32
-                    && a.state.to_native() == QpState::Error as u32
+                a.mask.to_native() == abi::ModifyMask::State as u32 && a.state.to_native() == QpState::Error as u32
             });
-            Some(if to_error {
-                Ok(Vec::new())
-            } else {
-                Err(Status::State)
-            })
+            Some(if to_error { Ok(Vec::new()) } else { Err(Status::State) })
         }
         _ => Some(Err(Status::State)),
     }
@@ -261,17 +253,12 @@ impl Rnic {
         if self.fatal.is_some() {
             return Err("the device is in fatal error (reset it first)".into());
         }
-        let mr = self
-            .tpt
-            .get(stag)
-            .ok_or_else(|| format!("no MR with STag {stag:#x}"))?;
+        let mr = self.tpt.get(stag).ok_or_else(|| format!("no MR with STag {stag:#x}"))?;
         if !mr.valid {
             return Err(format!("STag {stag:#x} is invalid already"));
         }
         let (pdn, iova, length) = (mr.pdn, mr.iova, mr.length);
-        self.tpt
-            .invalidate(stag, pdn)
-            .map_err(|e| format!("STag {stag:#x}: {e}"))?;
+        self.tpt.invalidate(stag, pdn).map_err(|e| format!("STag {stag:#x}: {e}"))?;
         Ok(injected(
             format!(
                 "STag {stag:#x} (PD {pdn}, iova {iova:#x}, {length} octets) invalidated: the peer's next RDMA \
@@ -367,9 +354,7 @@ impl Rnic {
     /// hung command mailbox loses. Doorbells and arming are not answered
     /// anyway and stay served, so the data path goes on.
     pub fn drops_command(&mut self, now: Instant, cmd: Cmd) -> bool {
-        let Some(until) = self.muted_until else {
-            return false;
-        };
+        let Some(until) = self.muted_until else { return false };
         if now >= until {
             self.muted_until = None;
             return false;
@@ -403,21 +388,13 @@ impl Rnic {
             self.set_qp_state(mem, qpn, QpState::Error);
         }
         for (_, cq) in self.cqs.iter() {
-            StatusWord::at(cq.status_addr, offset_of!(CqStatus, flags))
-                .fetch_or(mem, CqStatusFlag::Error as u32);
+            StatusWord::at(cq.status_addr, offset_of!(CqStatus, flags)).fetch_or(mem, CqStatusFlag::Error as u32);
         }
         let count = u32::try_from(qpns.len()).unwrap_or(u32::MAX);
-        let body = abi::Event {
-            handle: 0.into(),
-            code: FATAL_INJECTED.into(),
-            detail: count.into(),
-            reserved: 0.into(),
-        };
+        let body = abi::Event { handle: 0.into(), code: FATAL_INJECTED.into(), detail: count.into(), reserved: 0.into() };
         self.push_event(EventType::DeviceFatal, &body);
         self.fatal = Some(Fatal::Dead);
-        log::warn!(
-            "device fatal error injected: {count} QPs in ERROR; commands refused until RESET"
-        );
+        log::warn!("device fatal error injected: {count} QPs in ERROR; commands refused until RESET");
     }
 
     /// The gate in front of every command once the device is fatal:

@@ -21,19 +21,13 @@ impl<M: GuestMemory> engine::GuestMemory for GuestRam<'_, M> {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
         self.0
             .read_slice(buf, GuestAddress(addr))
-            .map_err(|_| MemoryError {
-                addr,
-                len: buf.len(),
-            })
+            .map_err(|_| MemoryError { addr, len: buf.len() })
     }
 
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemoryError> {
         self.0
             .write_slice(data, GuestAddress(addr))
-            .map_err(|_| MemoryError {
-                addr,
-                len: data.len(),
-            })
+            .map_err(|_| MemoryError { addr, len: data.len() })
     }
 }
 
@@ -66,17 +60,8 @@ impl StatusWord {
         self.with_atomic(mem, |a| a.fetch_and(!bits.to_le(), Ordering::SeqCst))
     }
 
-    fn with_atomic<M: GuestMemory>(
-        self,
-        mem: &M,
-        f: impl FnOnce(&AtomicU32) -> u32,
-    ) -> Option<u32> {
-        let slice = mem
-            .get_slices(self.0, 4, Permissions::ReadWrite)
-            .ok()?
-            .stop_on_error()
-            .ok()?
-            .next()?;
+    fn with_atomic<M: GuestMemory>(self, mem: &M, f: impl FnOnce(&AtomicU32) -> u32) -> Option<u32> {
+        let slice = mem.get_slices(self.0, 4, Permissions::ReadWrite).ok()?.stop_on_error().ok()?.next()?;
         // get_atomic_ref checks length and alignment.
         let atomic = slice.get_atomic_ref::<AtomicU32>(0).ok()?;
         Some(u32::from_le(f(atomic)))
@@ -91,8 +76,7 @@ mod tests {
     use vt3_iwarp::engine::GuestMemory as _;
 
     fn mem() -> GuestMemoryMmap {
-        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x2000), (GuestAddress(0x10000), 0x1000)])
-            .unwrap()
+        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x2000), (GuestAddress(0x10000), 0x1000)]).unwrap()
     }
 
     #[test]
@@ -105,11 +89,7 @@ mod tests {
         assert_eq!(buf, [7; 16]);
         // Beyond the end of a region, in a hole, and wrapping the address space.
         for addr in [0x1ff8, 0x3000, 0x10ffc, u64::MAX - 3] {
-            assert_eq!(
-                ram.read(addr, &mut buf),
-                Err(MemoryError { addr, len: 16 }),
-                "{addr:#x}"
-            );
+            assert_eq!(ram.read(addr, &mut buf), Err(MemoryError { addr, len: 16 }), "{addr:#x}");
             assert!(ram.write(addr, &buf).is_err(), "{addr:#x}");
         }
     }
@@ -119,11 +99,7 @@ mod tests {
         let m = mem();
         let w = StatusWord::at(GuestAddress(0x100), 8);
         assert!(w.store(&m, 0x1234_5678, Ordering::Release));
-        assert_eq!(
-            m.read_obj::<[u8; 4]>(GuestAddress(0x108)).unwrap(),
-            [0x78, 0x56, 0x34, 0x12],
-            "little endian"
-        );
+        assert_eq!(m.read_obj::<[u8; 4]>(GuestAddress(0x108)).unwrap(), [0x78, 0x56, 0x34, 0x12], "little endian");
         assert_eq!(w.fetch_or(&m, 0x8000_0001), Some(0x1234_5678));
         assert_eq!(w.fetch_and_not(&m, 0x1234_0000), Some(0x9234_5679));
         assert_eq!(w.load(&m, Ordering::Acquire), Some(0x8000_5679));
@@ -132,10 +108,7 @@ mod tests {
             let w = StatusWord(GuestAddress(bad));
             assert_eq!(w.fetch_or(&m, 1), None, "{bad:#x}");
         }
-        assert_eq!(
-            StatusWord(GuestAddress(0x3000)).load(&m, Ordering::Acquire),
-            None
-        );
+        assert_eq!(StatusWord(GuestAddress(0x3000)).load(&m, Ordering::Acquire), None);
         assert!(!StatusWord(GuestAddress(0x3000)).store(&m, 1, Ordering::Release));
     }
 }

@@ -13,8 +13,8 @@ pub mod fault;
 pub mod memory;
 mod offload;
 mod pairing;
-pub mod poll;
 mod rereg;
+pub mod poll;
 pub mod srq;
 pub mod table;
 pub mod tpt;
@@ -28,9 +28,8 @@ use vt3_iwarp::engine::{MwType, WorkQueue};
 use vt3_iwarp::toe::FourTuple;
 
 use crate::abi::{
-    self, Cmd, CmdAllocMr, CmdAllocMw, CmdArmCq, CmdCreateCq, CmdCreateQp, CmdDoorbell, CmdHandle,
-    CmdModifyQp, CmdRegMr, CmdSetAddr, DeviceAttr, EventType, PortAttr, QpAttr, QpState,
-    QpStatusFlag, RespHandle, Status, VT3_PAGE_SIZE,
+    self, Cmd, CmdAllocMr, CmdAllocMw, CmdArmCq, CmdCreateCq, CmdCreateQp, CmdDoorbell, CmdHandle, CmdModifyQp, CmdRegMr, CmdSetAddr,
+    DeviceAttr, EventType, PortAttr, QpAttr, QpState, QpStatusFlag, RespHandle, Status, VT3_PAGE_SIZE,
 };
 use datapath::FETCH_BUDGET;
 use memory::StatusWord;
@@ -119,9 +118,7 @@ impl Ring {
         // Depth 0: the RQ of a QP of an SRQ, which has no entries.
         let slot = u64::from(index & self.depth.checked_sub(1)?);
         let byte = slot * self.entry_size;
-        let page = self
-            .pages
-            .get(usize::try_from(byte / VT3_PAGE_SIZE).ok()?)?;
+        let page = self.pages.get(usize::try_from(byte / VT3_PAGE_SIZE).ok()?)?;
         Some(GuestAddress(page + byte % VT3_PAGE_SIZE))
     }
 }
@@ -307,10 +304,7 @@ fn reply<T: ByteValued>(value: T) -> CmdResult {
 }
 
 fn handle_reply(handle: u32) -> CmdResult {
-    reply(RespHandle {
-        handle: handle.into(),
-        reserved: 0.into(),
-    })
+    reply(RespHandle { handle: handle.into(), reserved: 0.into() })
 }
 
 fn args<T: ByteValued + Default>(payload: &[u8]) -> Result<T, Status> {
@@ -374,13 +368,7 @@ impl Rnic {
     }
 
     pub fn counts(&self) -> Counts {
-        Counts {
-            pd: self.pds.len(),
-            mr: self.tpt.len(),
-            cq: self.cqs.len(),
-            qp: self.qps.len(),
-            srq: self.srqs.len(),
-        }
+        Counts { pd: self.pds.len(), mr: self.tpt.len(), cq: self.cqs.len(), qp: self.qps.len(), srq: self.srqs.len() }
     }
 
     /// Forgets every resource (the guest went away or asked for a reset).
@@ -457,13 +445,7 @@ impl Rnic {
 
     /// Executes one control command at time `now`; the result is the
     /// response payload (empty for commands without one) or the error status.
-    pub fn execute<M: GuestMemory>(
-        &mut self,
-        mem: &M,
-        now: Instant,
-        cmd: Cmd,
-        payload: &[u8],
-    ) -> CmdResult {
+    pub fn execute<M: GuestMemory>(&mut self, mem: &M, now: Instant, cmd: Cmd, payload: &[u8]) -> CmdResult {
         if let Some(answer) = self.fatal_gate(mem, now, cmd, payload) {
             return answer;
         }
@@ -480,15 +462,7 @@ impl Rnic {
                 if a.prefix_len > 32 {
                     return Err(Status::Invalid);
                 }
-                self.set_addr(
-                    mem,
-                    now,
-                    GuestAddr {
-                        mac: a.mac,
-                        ipv4: a.ipv4,
-                        prefix_len: a.prefix_len,
-                    },
-                )?;
+                self.set_addr(mem, now, GuestAddr { mac: a.mac, ipv4: a.ipv4, prefix_len: a.prefix_len })?;
                 Ok(Vec::new())
             }
             Cmd::AllocPd => {
@@ -525,14 +499,8 @@ impl Rnic {
                 if self.pds.get(pdn).is_none() {
                     return Err(Status::NotFound);
                 }
-                let mw_type = u8::try_from(le(a.mw_type))
-                    .ok()
-                    .and_then(MwType::from_wire)
-                    .ok_or(Status::Invalid)?;
-                let stag = self
-                    .tpt
-                    .insert(Mr::unbound_window(pdn, mw_type))
-                    .ok_or(Status::NoResource)?;
+                let mw_type = u8::try_from(le(a.mw_type)).ok().and_then(MwType::from_wire).ok_or(Status::Invalid)?;
+                let stag = self.tpt.insert(Mr::unbound_window(pdn, mw_type)).ok_or(Status::NoResource)?;
                 self.pd_users(pdn, true);
                 handle_reply(stag)
             }
@@ -566,18 +534,10 @@ impl Rnic {
                 let cq = self.cqs.get_mut(cqn).ok_or(Status::NotFound)?;
                 // CQEs already waiting: the event goes out now, or a
                 // completion written just before the arm would be lost.
-                let status: abi::CqStatus = mem
-                    .read_obj(cq.status_addr)
-                    .map_err(|_| Status::BadAddress)?;
+                let status: abi::CqStatus = mem.read_obj(cq.status_addr).map_err(|_| Status::BadAddress)?;
                 if status.prod != status.cons {
                     cq.arm_flags = 0;
-                    self.push_event(
-                        EventType::CqCompletion,
-                        &abi::Event {
-                            handle: cqn.into(),
-                            ..Default::default()
-                        },
-                    );
+                    self.push_event(EventType::CqCompletion, &abi::Event { handle: cqn.into(), ..Default::default() });
                 } else {
                     cq.arm_flags |= flags;
                 }
@@ -689,12 +649,7 @@ impl Rnic {
 
     /// Reads and validates a page list: every entry a page-aligned guest
     /// page; the total counted against the PBL budget.
-    fn read_pbl<M: GuestMemory>(
-        &mut self,
-        mem: &M,
-        pbl_addr: u64,
-        npages: u32,
-    ) -> Result<Vec<u64>, Status> {
+    fn read_pbl<M: GuestMemory>(&mut self, mem: &M, pbl_addr: u64, npages: u32) -> Result<Vec<u64>, Status> {
         if npages == 0 || npages > self.limits.max_pbl_pages {
             return Err(Status::Invalid);
         }
@@ -707,8 +662,7 @@ impl Rnic {
             return Err(Status::BadAddress);
         }
         let mut raw = vec![0u8; bytes];
-        mem.read_slice(&mut raw, addr)
-            .map_err(|_| Status::BadAddress)?;
+        mem.read_slice(&mut raw, addr).map_err(|_| Status::BadAddress)?;
         let pages: Vec<u64> = raw
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
@@ -754,16 +708,7 @@ impl Rnic {
             }
             _ => return Err(Status::Invalid),
         };
-        let mr = Mr {
-            pdn,
-            access,
-            iova,
-            length,
-            backing,
-            valid: true,
-            fast_reg: None,
-            window: None,
-        };
+        let mr = Mr { pdn, access, iova, length, backing, valid: true, fast_reg: None, window: None };
         let release = mr.backing.clone();
         match self.tpt.insert(mr) {
             Some(stag) => {
@@ -790,10 +735,7 @@ impl Rnic {
         if self.pbl_used + u64::from(max_pages) > self.limits.pbl_budget {
             return Err(Status::NoResource);
         }
-        let stag = self
-            .tpt
-            .insert(Mr::fast_reg(pdn, max_pages))
-            .ok_or(Status::NoResource)?;
+        let stag = self.tpt.insert(Mr::fast_reg(pdn, max_pages)).ok_or(Status::NoResource)?;
         self.pbl_used += u64::from(max_pages);
         self.pd_users(pdn, true);
         handle_reply(stag)
@@ -816,11 +758,7 @@ impl Rnic {
             return Err(Status::Invalid);
         }
         let pages = self.read_pbl(mem, pbl_addr, npages)?;
-        Ok(Ring {
-            depth,
-            entry_size,
-            pages,
-        })
+        Ok(Ring { depth, entry_size, pages })
     }
 
     fn status_page<M: GuestMemory>(mem: &M, addr: u64, len: usize) -> Result<GuestAddress, Status> {
@@ -832,11 +770,7 @@ impl Rnic {
     }
 
     fn create_cq<M: GuestMemory>(&mut self, mem: &M, a: &CmdCreateCq) -> CmdResult {
-        let status_addr = Self::status_page(
-            mem,
-            a.status_addr.to_native(),
-            std::mem::size_of::<abi::CqStatus>(),
-        )?;
+        let status_addr = Self::status_page(mem, a.status_addr.to_native(), std::mem::size_of::<abi::CqStatus>())?;
         let max_depth = (self.limits.max_cqe + 1).next_power_of_two();
         let ring = self.read_ring(
             mem,
@@ -851,14 +785,7 @@ impl Rnic {
         let prod = StatusWord::at(status_addr, std::mem::offset_of!(abi::CqStatus, prod))
             .load(mem, Ordering::Acquire)
             .unwrap_or(0);
-        let cq = Cq {
-            ring,
-            status_addr,
-            arm_flags: 0,
-            qp_users: 0,
-            prod,
-            overflowed: false,
-        };
+        let cq = Cq { ring, status_addr, arm_flags: 0, qp_users: 0, prod, overflowed: false };
         match self.cqs.insert(cq) {
             Some(cqn) => handle_reply(cqn),
             None => {
@@ -871,50 +798,24 @@ impl Rnic {
     fn create_qp<M: GuestMemory>(&mut self, mem: &M, a: &CmdCreateQp) -> CmdResult {
         let pdn = le(a.pdn);
         let (send_cqn, recv_cqn) = (le(a.send_cqn), le(a.recv_cqn));
-        if self.pds.get(pdn).is_none()
-            || self.cqs.get(send_cqn).is_none()
-            || self.cqs.get(recv_cqn).is_none()
-        {
+        if self.pds.get(pdn).is_none() || self.cqs.get(send_cqn).is_none() || self.cqs.get(recv_cqn).is_none() {
             return Err(Status::NotFound);
         }
         let l = self.limits;
-        let (max_send_sge, max_recv_sge, max_inline) =
-            (le(a.max_send_sge), le(a.max_recv_sge), le(a.max_inline));
+        let (max_send_sge, max_recv_sge, max_inline) = (le(a.max_send_sge), le(a.max_recv_sge), le(a.max_inline));
         let shared = srq::check_qp_srq(self, a)?;
         let flags = le(a.flags);
         let known_flags = abi::QpFlag::Kernel as u32 | abi::QpFlag::SigAll as u32;
-        if max_send_sge > l.max_sge
-            || max_recv_sge > l.max_sge
-            || max_inline > l.max_inline
-            || flags & !known_flags != 0
-        {
+        if max_send_sge > l.max_sge || max_recv_sge > l.max_sge || max_inline > l.max_inline || flags & !known_flags != 0 {
             return Err(Status::Invalid);
         }
-        let status_addr = Self::status_page(
-            mem,
-            a.status_addr.to_native(),
-            std::mem::size_of::<abi::QpStatus>(),
-        )?;
+        let status_addr = Self::status_page(mem, a.status_addr.to_native(), std::mem::size_of::<abi::QpStatus>())?;
         let max_depth = (l.max_qp_wr + 1).next_power_of_two();
         let wqe = abi::VT3_WQE_SIZE as u64;
-        let sq = self.read_ring(
-            mem,
-            le(a.sq_depth),
-            max_depth,
-            wqe,
-            a.sq_pbl_addr.to_native(),
-            le(a.sq_npages),
-        )?;
+        let sq = self.read_ring(mem, le(a.sq_depth), max_depth, wqe, a.sq_pbl_addr.to_native(), le(a.sq_npages))?;
         let (srqn, rq) = match shared {
             Some((srqn, rq)) => (srqn, rq),
-            None => match self.read_ring(
-                mem,
-                le(a.rq_depth),
-                max_depth,
-                wqe,
-                a.rq_pbl_addr.to_native(),
-                le(a.rq_npages),
-            ) {
+            None => match self.read_ring(mem, le(a.rq_depth), max_depth, wqe, a.rq_pbl_addr.to_native(), le(a.rq_npages)) {
                 Ok(rq) => (0, rq),
                 Err(e) => {
                     self.pbl_used -= sq.pages.len() as u64;
@@ -925,13 +826,8 @@ impl Rnic {
         let npages = (sq.pages.len() + rq.pages.len()) as u64;
         // Indices are free running: start where the page says.
         let progress = |field: usize| {
-            let consumed = StatusWord::at(status_addr, field)
-                .load(mem, Ordering::Acquire)
-                .unwrap_or(0);
-            WorkProgress {
-                fetched: consumed,
-                consumed,
-            }
+            let consumed = StatusWord::at(status_addr, field).load(mem, Ordering::Acquire).unwrap_or(0);
+            WorkProgress { fetched: consumed, consumed }
         };
         let qp = Qp {
             pdn,
@@ -988,9 +884,7 @@ impl Rnic {
     fn modify_qp<M: GuestMemory>(&mut self, mem: &M, now: Instant, a: &CmdModifyQp) -> CmdResult {
         let l = self.limits;
         let mask = le(a.mask);
-        let known = abi::ModifyMask::State as u32
-            | abi::ModifyMask::Ird as u32
-            | abi::ModifyMask::Ord as u32;
+        let known = abi::ModifyMask::State as u32 | abi::ModifyMask::Ird as u32 | abi::ModifyMask::Ord as u32;
         if mask & !known != 0 {
             return Err(Status::Invalid);
         }
@@ -1028,10 +922,7 @@ impl Rnic {
             (qp.ird, qp.ord) = (ird, ord);
         }
         if let Some(to) = new_state {
-            offload
-                .engine
-                .modify_qp(now, qpn, offload::engine_state(to))
-                .map_err(offload::status)?;
+            offload.engine.modify_qp(now, qpn, offload::engine_state(to)).map_err(offload::status)?;
         }
         // The state change (and what it retired) reaches the status page
         // before the response.

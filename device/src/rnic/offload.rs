@@ -9,8 +9,8 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 
 use vm_memory::GuestMemory;
 use vt3_iwarp::engine::{
-    self, ConnId, ConnectFailure, ConnectParams, ConnectRequest, Engine, EngineConfig, EngineError,
-    Event, EventKind, Io, QpConfig, WcStatus, WorkQueue,
+    self, ConnId, ConnectFailure, ConnectParams, ConnectRequest, Engine, EngineConfig, EngineError, Event, EventKind,
+    Io, QpConfig, WcStatus, WorkQueue,
 };
 use vt3_iwarp::toe::{CloseReason, Duration, FourTuple, SmolToe, TcpConfig, TcpError};
 use vt3_iwarp::wire::terminate::TermCode;
@@ -20,8 +20,8 @@ use super::pairing::PendingPair;
 use super::poll::{PolledQueue, Trigger};
 use super::{le, CmdResult, GuestAddr, Instant, Rnic};
 use crate::abi::{
-    CmdAccept, CmdConnect, CmdDisconnect, CmdListen, CmdReject, Event as AbiEvent, EventCm,
-    EventType, PrivateData, QpEvent, QpState, SockAddr, Status, VT3_MAX_PRIVATE_DATA,
+    CmdAccept, CmdConnect, CmdDisconnect, CmdListen, CmdReject, Event as AbiEvent, EventCm, EventType, PrivateData,
+    QpEvent, QpState, SockAddr, Status, VT3_MAX_PRIVATE_DATA,
 };
 
 /// The TOE's largest accept backlog per port.
@@ -111,13 +111,7 @@ impl Offload {
         tcp.seed = RandomState::new().build_hasher().finish();
         let toe = SmolToe::new(tcp, now)?;
         Ok(Self {
-            engine: Engine::new(
-                toe,
-                EngineConfig {
-                    max_qps,
-                    ..EngineConfig::default()
-                },
-            ),
+            engine: Engine::new(toe, EngineConfig { max_qps, ..EngineConfig::default() }),
             mac: addr.mac,
             ip,
             requests: BTreeMap::new(),
@@ -194,9 +188,7 @@ impl Offload {
 
     pub(super) fn set_ird_ord(&mut self, qpn: u32, ird: u32, ord: u32) -> Result<(), Status> {
         let narrow = |v: u32| u16::try_from(v).map_err(|_| Status::Invalid);
-        self.engine
-            .set_ird_ord(qpn, narrow(ird)?, narrow(ord)?)
-            .map_err(status)
+        self.engine.set_ird_ord(qpn, narrow(ird)?, narrow(ord)?).map_err(status)
     }
 }
 
@@ -208,28 +200,21 @@ impl Offload {
 /// [`MIN_WINDOW`], at most [`MAX_WINDOW`]. Buffers are allocated zeroed, so
 /// an idle connection's pages stay untouched (not resident).
 pub(super) fn toe_window(mtu: u32, queue: Option<usize>) -> usize {
-    let mss = usize::try_from(mtu)
-        .unwrap_or(usize::MAX)
-        .saturating_sub(40);
+    let mss = usize::try_from(mtu).unwrap_or(usize::MAX).saturating_sub(40);
     let from_queue = queue.map_or(MIN_WINDOW, |q| q / 2);
-    from_queue
-        .clamp(MIN_WINDOW, MAX_WINDOW)
-        .max(mss.saturating_mul(MIN_WINDOW_SEGMENTS))
-        .min(MAX_WINDOW)
+    from_queue.clamp(MIN_WINDOW, MAX_WINDOW).max(mss.saturating_mul(MIN_WINDOW_SEGMENTS)).min(MAX_WINDOW)
 }
 
 pub(super) fn status(e: EngineError) -> Status {
     match e {
-        EngineError::NoSuchQp(_) | EngineError::NoSuchSrq(_) | EngineError::NoSuchConnection => {
-            Status::NotFound
-        }
+        EngineError::NoSuchQp(_) | EngineError::NoSuchSrq(_) | EngineError::NoSuchConnection => Status::NotFound,
         EngineError::QpExists(_)
         | EngineError::SrqExists(_)
         | EngineError::SrqBusy(_)
         | EngineError::Transport(TcpError::PortInUse(_)) => Status::Busy,
-        EngineError::TooManyQps
-        | EngineError::QueueFull
-        | EngineError::Transport(TcpError::NoResources) => Status::NoResource,
+        EngineError::TooManyQps | EngineError::QueueFull | EngineError::Transport(TcpError::NoResources) => {
+            Status::NoResource
+        }
         EngineError::InvalidState { .. }
         | EngineError::FaultNotApplicable { .. }
         | EngineError::Transport(TcpError::InvalidState) => Status::State,
@@ -271,8 +256,9 @@ fn connect_errno(failure: &ConnectFailure) -> u32 {
         ConnectFailure::Rejected { .. } => libc::ECONNREFUSED,
         ConnectFailure::Tcp(CloseReason::Timeout) | ConnectFailure::MpaTimeout => libc::ETIMEDOUT,
         ConnectFailure::Tcp(CloseReason::Aborted) => libc::ECONNABORTED,
-        ConnectFailure::Tcp(CloseReason::Reset | CloseReason::Graceful)
-        | ConnectFailure::PeerClosed => libc::ECONNRESET,
+        ConnectFailure::Tcp(CloseReason::Reset | CloseReason::Graceful) | ConnectFailure::PeerClosed => {
+            libc::ECONNRESET
+        }
         ConnectFailure::Mpa(_) => libc::EPROTO,
     })
 }
@@ -284,11 +270,7 @@ fn term_detail(code: TermCode) -> u32 {
 }
 
 fn sockaddr(a: SocketAddrV4) -> SockAddr {
-    SockAddr {
-        ipv4: a.ip().octets(),
-        port: a.port().to_be_bytes(),
-        reserved: 0.into(),
-    }
+    SockAddr { ipv4: a.ip().octets(), port: a.port().to_be_bytes(), reserved: 0.into() }
 }
 
 /// The used part of a command's private data.
@@ -353,12 +335,7 @@ impl Rnic {
     /// VT3_CMD_SET_ADDR: starts the engine for the address, or a new one if
     /// the address changed (connections of the old one are lost: their QPs
     /// go to ERROR). IPv4 0.0.0.0 stops the engine.
-    pub(super) fn set_addr<M: GuestMemory>(
-        &mut self,
-        mem: &M,
-        now: Instant,
-        addr: GuestAddr,
-    ) -> Result<(), Status> {
+    pub(super) fn set_addr<M: GuestMemory>(&mut self, mem: &M, now: Instant, addr: GuestAddr) -> Result<(), Status> {
         let ip = Ipv4Addr::from(addr.ipv4);
         let unchanged = match &self.offload {
             Some(o) => o.mac == addr.mac && o.ip == ip,
@@ -369,15 +346,7 @@ impl Rnic {
                 None
             } else {
                 let window = toe_window(self.mtu, self.uplink_queue);
-                let o = Offload::new(
-                    &addr,
-                    self.mtu,
-                    window,
-                    self.limits.max_qp,
-                    now,
-                    self.tcp_timeout,
-                )
-                .map_err(|e| {
+                let o = Offload::new(&addr, self.mtu, window, self.limits.max_qp, now, self.tcp_timeout).map_err(|e| {
                     log::warn!("no TCP offload for {ip}: {e}");
                     Status::Invalid
                 })?;
@@ -409,9 +378,7 @@ impl Rnic {
         }
         let qpns: Vec<u32> = self.qps.iter().map(|(qpn, _)| qpn).collect();
         for &qpn in &qpns {
-            let Some(qp) = self.qps.get_mut(qpn) else {
-                continue;
-            };
+            let Some(qp) = self.qps.get_mut(qpn) else { continue };
             let (state, connecting) = (qp.state, qp.connecting);
             // A pair's listener, whose connection had not come in yet.
             let waiting = pair_listeners.contains(&qpn);
@@ -425,9 +392,7 @@ impl Rnic {
             }
             if connecting {
                 self.connect_reply(qpn, errno(libc::ECONNABORTED), &[]);
-            } else if waiting
-                || matches!(state, QpState::Rts | QpState::Closing | QpState::Terminate)
-            {
+            } else if waiting || matches!(state, QpState::Rts | QpState::Closing | QpState::Terminate) {
                 self.qp_event(qpn, QpEvent::Reset, 0);
             }
             // Like any failed connection, an interrupted one leaves ERROR.
@@ -481,9 +446,7 @@ impl Rnic {
         if offload.listening.len() >= MAX_LISTENERS {
             return Err(Status::NoResource);
         }
-        let backlog = usize::try_from(le(a.backlog))
-            .unwrap_or(MAX_BACKLOG)
-            .clamp(1, MAX_BACKLOG);
+        let backlog = usize::try_from(le(a.backlog)).unwrap_or(MAX_BACKLOG).clamp(1, MAX_BACKLOG);
         offload.engine.listen(port, backlog).map_err(status)?;
         offload.listening.insert(port);
         Ok(Vec::new())
@@ -517,35 +480,18 @@ impl Rnic {
         // To our own address the TOE loops the connection back inside
         // (as a T3 does): its frames go to our own MAC, whatever the
         // driver's route said.
-        let next_hop = if *remote.ip() == offload.ip {
-            offload.mac
-        } else {
-            a.next_hop
-        };
+        let next_hop = if *remote.ip() == offload.ip { offload.mac } else { a.next_hop };
         offload.set_ird_ord(qpn, ird, ord)?;
         (qp.ird, qp.ord) = (ird, ord);
-        let params = ConnectParams {
-            local_port,
-            remote,
-            next_hop,
-            private_data: pd.to_vec(),
-        };
+        let params = ConnectParams { local_port, remote, next_hop, private_data: pd.to_vec() };
         offload.engine.connect(now, qpn, params).map_err(status)?;
         qp.connecting = true;
         qp.conn_id = 0;
-        qp.tuple = Some(FourTuple {
-            local: SocketAddrV4::new(offload.ip, local_port),
-            remote,
-        });
+        qp.tuple = Some(FourTuple { local: SocketAddrV4::new(offload.ip, local_port), remote });
         Ok(Vec::new())
     }
 
-    pub(super) fn accept<M: GuestMemory>(
-        &mut self,
-        mem: &M,
-        now: Instant,
-        a: &CmdAccept,
-    ) -> CmdResult {
+    pub(super) fn accept<M: GuestMemory>(&mut self, mem: &M, now: Instant, a: &CmdAccept) -> CmdResult {
         let (conn_id, qpn) = (le(a.conn_id), le(a.qpn));
         let (ird, ord) = self.check_ird_ord(le(a.ird), le(a.ord))?;
         let pd = private_data(&a.private_data, a.pd_len.to_native())?;
@@ -588,12 +534,7 @@ impl Rnic {
 
     /// DISCONNECT: abortive (RST, QP → ERROR) or graceful: the FIN goes
     /// out once every send WQE posted so far has completed.
-    pub(super) fn disconnect<M: GuestMemory>(
-        &mut self,
-        mem: &M,
-        now: Instant,
-        a: &CmdDisconnect,
-    ) -> CmdResult {
+    pub(super) fn disconnect<M: GuestMemory>(&mut self, mem: &M, now: Instant, a: &CmdDisconnect) -> CmdResult {
         let qpn = le(a.qpn);
         let abort = match le(a.abort) {
             0 => false,
@@ -604,10 +545,7 @@ impl Rnic {
         let qp = self.qps.get(qpn).ok_or(Status::NotFound)?;
         let (state, spent) = (qp.state, qp.spent);
         if abort {
-            offload
-                .engine
-                .modify_qp(now, qpn, engine::QpState::Error)
-                .map_err(status)?;
+            offload.engine.modify_qp(now, qpn, engine::QpState::Error).map_err(status)?;
         } else {
             match state {
                 QpState::Rts => {}
@@ -632,9 +570,7 @@ impl Rnic {
 
     /// The graceful close (FIN); true if the engine started it.
     pub(super) fn start_close(&mut self, now: Instant, qpn: u32) -> bool {
-        let Some(offload) = self.offload.as_mut() else {
-            return false;
-        };
+        let Some(offload) = self.offload.as_mut() else { return false };
         match offload.engine.modify_qp(now, qpn, engine::QpState::Closing) {
             Ok(()) => true,
             Err(e) => {
@@ -649,9 +585,7 @@ impl Rnic {
     /// no longer mapped, so the engine runs over none; QPs in ERROR touch
     /// none.
     pub fn abort_connections(&mut self, now: Instant, uplink: &mut dyn FnMut(&[u8])) {
-        let Some(offload) = self.offload.as_mut() else {
-            return;
-        };
+        let Some(offload) = self.offload.as_mut() else { return };
         let qpns: Vec<u32> = offload.engine.qpns().collect();
         for qpn in qpns {
             let _ = offload.engine.modify_qp(now, qpn, engine::QpState::Error);
@@ -662,14 +596,7 @@ impl Rnic {
         }
         let none = vm_memory::GuestMemoryMmap::<()>::new();
         let mut ram = GuestRam(&none);
-        offload.engine.poll(
-            now,
-            &mut Io {
-                memory: &mut ram,
-                regions: &mut self.tpt,
-                uplink,
-            },
-        );
+        offload.engine.poll(now, &mut Io { memory: &mut ram, regions: &mut self.tpt, uplink });
     }
 
     // ---- the engine at work ----
@@ -706,24 +633,14 @@ impl Rnic {
             self.fetch_starved_receives(mem, now);
             let offload = self.offload.as_mut()?;
             let mut ram = GuestRam(mem);
-            offload.engine.poll(
-                now,
-                &mut Io {
-                    memory: &mut ram,
-                    regions: &mut self.tpt,
-                    uplink: &mut *uplink,
-                },
-            );
+            offload.engine.poll(now, &mut Io { memory: &mut ram, regions: &mut self.tpt, uplink: &mut *uplink });
             if !self.pump(now, mem) {
                 break;
             }
         }
         let next = self.offload.as_mut()?.engine.poll_at(now);
         // WQEs left by a fetch budget, or a ring gone bad: run again soon.
-        if !self.fetch_pending.is_empty()
-            || !self.ring_faults.is_empty()
-            || !self.srq_fetch_pending.is_empty()
-        {
+        if !self.fetch_pending.is_empty() || !self.ring_faults.is_empty() || !self.srq_fetch_pending.is_empty() {
             return Some(now);
         }
         next
@@ -788,9 +705,7 @@ impl Rnic {
     /// one was still in the TX queue behind the peer's data, or left for
     /// the next pass by a fetch budget.
     fn fetch_starved_receives<M: GuestMemory>(&mut self, mem: &M, now: Instant) {
-        let Some(offload) = self.offload.as_ref() else {
-            return;
-        };
+        let Some(offload) = self.offload.as_ref() else { return };
         let starved: Vec<u32> = offload.engine.starved_receive_queues().collect();
         for qpn in starved {
             self.fetch(mem, now, qpn, WorkQueue::Recv, Trigger::Device);
@@ -806,9 +721,7 @@ impl Rnic {
         }
         self.service_srq_rings(mem, now);
         for (qpn, _queue) in std::mem::take(&mut self.ring_faults) {
-            let Some(offload) = self.offload.as_mut() else {
-                continue;
-            };
+            let Some(offload) = self.offload.as_mut() else { continue };
             if self.qps.get(qpn).is_none() {
                 continue;
             }
@@ -835,9 +748,7 @@ impl Rnic {
                     more |= self.complete(mem, now, &c);
                     continue;
                 }
-                let Some(event) = offload.engine.pop_event() else {
-                    break;
-                };
+                let Some(event) = offload.engine.pop_event() else { break };
                 more |= self.engine_event(mem, now, event);
             }
             // Ending a pair makes events of its own.
@@ -878,29 +789,17 @@ impl Rnic {
     fn connect_request(&mut self, conn: ConnId, request: &ConnectRequest) {
         let limits = self.limits;
         let busy = self.events.len() >= super::MAX_PENDING_EVENTS;
-        let Some(offload) = self.offload.as_mut() else {
-            return;
-        };
+        let Some(offload) = self.offload.as_mut() else { return };
         if busy {
             // The driver is not taking events: refuse, as a full backlog
             // would, rather than queue events without end.
             self.requests_refused_busy += 1;
-            log::debug!(
-                "connection request {:?} refused: {} driver events pending",
-                request.tuple,
-                self.events.len()
-            );
+            log::debug!("connection request {:?} refused: {} driver events pending", request.tuple, self.events.len());
             let _ = offload.engine.reject(conn, &[]);
             return;
         }
         let conn_id = offload.new_conn_id();
-        offload.requests.insert(
-            conn_id,
-            Request {
-                conn,
-                tuple: request.tuple,
-            },
-        );
+        offload.requests.insert(conn_id, Request { conn, tuple: request.tuple });
         let cap = |v: Option<u16>, max: u32| v.map_or(max, |v| u32::from(v).min(max));
         let cm = Cm {
             conn_id,
@@ -914,13 +813,7 @@ impl Rnic {
         self.push_event(EventType::ConnectRequest, &cm.body());
     }
 
-    fn qp_engine_event<M: GuestMemory>(
-        &mut self,
-        mem: &M,
-        now: Instant,
-        qpn: u32,
-        kind: EventKind,
-    ) -> bool {
+    fn qp_engine_event<M: GuestMemory>(&mut self, mem: &M, now: Instant, qpn: u32, kind: EventKind) -> bool {
         match kind {
             EventKind::StateChanged { to, .. } => {
                 let to = device_state(to);
@@ -934,13 +827,8 @@ impl Rnic {
                     return self.fetch(mem, now, qpn, WorkQueue::Send, Trigger::Device) || recv;
                 }
             }
-            EventKind::Established {
-                negotiated,
-                private_data,
-            } => {
-                let Some(qp) = self.qps.get_mut(qpn) else {
-                    return false;
-                };
+            EventKind::Established { negotiated, private_data } => {
+                let Some(qp) = self.qps.get_mut(qpn) else { return false };
                 (qp.ird, qp.ord) = (negotiated.ird.into(), negotiated.ord.into());
                 if qp.connecting {
                     self.connect_reply(qpn, 0, &private_data);
@@ -982,55 +870,33 @@ impl Rnic {
                 log::info!("QP {qpn}: {error}: TERMINATE sent ({sent:?})");
                 self.qp_event(qpn, QpEvent::TerminateSent, term_detail(sent));
             }
-            EventKind::WqeError { status, .. } => {
-                self.qp_event(qpn, QpEvent::BadWqe, status as u32)
-            }
+            EventKind::WqeError { status, .. } => self.qp_event(qpn, QpEvent::BadWqe, status as u32),
             // The host's abortive close (DISCONNECT abort, MODIFY to ERROR)
             // finished: the QP is in ERROR and its WQEs are flushed. The ABI
             // has no code of its own for it yet.
             EventKind::Aborted => {
-                let outstanding = self
-                    .qps
-                    .get(qpn)
-                    .is_some_and(|qp| qp.sq_work.fetched != qp.sq_work.consumed);
+                let outstanding = self.qps.get(qpn).is_some_and(|qp| qp.sq_work.fetched != qp.sq_work.consumed);
                 self.qp_event(qpn, QpEvent::CloseComplete, u32::from(outstanding));
             }
-            EventKind::ConnectRequest(_)
-            | EventKind::ConnectRefused { .. }
-            | EventKind::ConnectWithdrawn => {}
+            EventKind::ConnectRequest(_) | EventKind::ConnectRefused { .. } | EventKind::ConnectWithdrawn => {}
         }
         false
     }
 
     /// VT3_EV_CONNECT_REPLY for an active open: status 0 or an errno.
     fn connect_reply(&mut self, qpn: u32, status: u32, private_data: &[u8]) {
-        let Some(qp) = self.qps.get_mut(qpn) else {
-            return;
-        };
+        let Some(qp) = self.qps.get_mut(qpn) else { return };
         if !qp.connecting {
             log::debug!("QP {qpn}: connect outcome {status} without a CONNECT");
             return;
         }
         qp.connecting = false;
-        let cm = Cm {
-            conn_id: 0,
-            qpn,
-            status,
-            ird: qp.ird,
-            ord: qp.ord,
-            tuple: qp.tuple,
-            private_data,
-        };
+        let cm = Cm { conn_id: 0, qpn, status, ird: qp.ird, ord: qp.ord, tuple: qp.tuple, private_data };
         self.push_event(EventType::ConnectReply, &cm.body());
     }
 
     pub(super) fn qp_event(&mut self, qpn: u32, code: QpEvent, detail: u32) {
-        let body = AbiEvent {
-            handle: qpn.into(),
-            code: (code as u32).into(),
-            detail: detail.into(),
-            reserved: 0.into(),
-        };
+        let body = AbiEvent { handle: qpn.into(), code: (code as u32).into(), detail: detail.into(), reserved: 0.into() };
         self.push_event(EventType::Qp, &body);
     }
 }
@@ -1060,17 +926,9 @@ mod tests {
 
     #[test]
     fn connect_failures_have_the_errno_iw_cm_expects() {
-        assert_eq!(
-            connect_errno(&ConnectFailure::Rejected {
-                private_data: vec![]
-            }),
-            111
-        );
+        assert_eq!(connect_errno(&ConnectFailure::Rejected { private_data: vec![] }), 111);
         assert_eq!(connect_errno(&ConnectFailure::Tcp(CloseReason::Reset)), 104);
-        assert_eq!(
-            connect_errno(&ConnectFailure::Tcp(CloseReason::Timeout)),
-            110
-        );
+        assert_eq!(connect_errno(&ConnectFailure::Tcp(CloseReason::Timeout)), 110);
         assert_eq!(connect_errno(&ConnectFailure::MpaTimeout), 110);
     }
 }

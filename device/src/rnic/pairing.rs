@@ -44,43 +44,25 @@ const PAIR_FAILED: u32 = 0;
 impl Rnic {
     /// VT3_CMD_PAIR_QP: records the request, or starts the connection when
     /// the peer asked for this QP already.
-    pub(super) fn pair_qp<M: GuestMemory>(
-        &mut self,
-        mem: &M,
-        now: Instant,
-        a: &CmdPairQp,
-    ) -> CmdResult {
+    pub(super) fn pair_qp<M: GuestMemory>(&mut self, mem: &M, now: Instant, a: &CmdPairQp) -> CmdResult {
         let (qpn, peer) = (le(a.qpn), le(a.peer_qpn));
         let port = u16::from_be_bytes(a.port);
         if qpn == peer || port == 0 {
             return Err(Status::Invalid);
         }
         let offload = self.offload.as_ref().ok_or(Status::State)?;
-        let pending = |q: u32| {
-            offload
-                .pairs
-                .values()
-                .any(|p| p.listener == q || p.connector == q)
-        };
-        let (this, other) = (
-            self.qps.get(qpn).ok_or(Status::NotFound)?,
-            self.qps.get(peer).ok_or(Status::NotFound)?,
-        );
+        let pending = |q: u32| offload.pairs.values().any(|p| p.listener == q || p.connector == q);
+        let (this, other) = (self.qps.get(qpn).ok_or(Status::NotFound)?, self.qps.get(peer).ok_or(Status::NotFound)?);
         let kernel = QpFlag::Kernel as u32;
         if this.flags & kernel != 0 || other.flags & kernel != 0 {
             return Err(Status::Invalid);
         }
-        let free = |q: &super::Qp, n: u32| {
-            q.state == QpState::Idle && !q.connecting && !q.spent && !pending(n)
-        };
+        let free = |q: &super::Qp, n: u32| q.state == QpState::Idle && !q.connecting && !q.spent && !pending(n);
         if !free(this, qpn) || !free(other, peer) {
             return Err(Status::State);
         }
         match other.pair {
-            Some(PairRequest {
-                peer: asked,
-                port: listen_port,
-            }) if asked == qpn => {
+            Some(PairRequest { peer: asked, port: listen_port }) if asked == qpn => {
                 self.start_pair(now, peer, listen_port, qpn, port)?;
                 self.pump(now, mem);
             }
@@ -119,34 +101,18 @@ impl Rnic {
             offload.engine.unlisten(listen_port);
             return Err(status(e));
         }
-        offload.pairs.insert(
-            listen_port,
-            PendingPair {
-                listener,
-                connector,
-                connector_port,
-            },
-        );
-        let (listen_end, connect_end) = (
-            SocketAddrV4::new(ip, listen_port),
-            SocketAddrV4::new(ip, connector_port),
-        );
+        offload.pairs.insert(listen_port, PendingPair { listener, connector, connector_port });
+        let (listen_end, connect_end) = (SocketAddrV4::new(ip, listen_port), SocketAddrV4::new(ip, connector_port));
         if let Some(qp) = self.qps.get_mut(connector) {
             qp.pair = None;
             qp.connecting = true;
             qp.conn_id = 0;
-            qp.tuple = Some(FourTuple {
-                local: connect_end,
-                remote: listen_end,
-            });
+            qp.tuple = Some(FourTuple { local: connect_end, remote: listen_end });
         }
         if let Some(qp) = self.qps.get_mut(listener) {
             qp.pair = None;
             qp.conn_id = 0;
-            qp.tuple = Some(FourTuple {
-                local: listen_end,
-                remote: connect_end,
-            });
+            qp.tuple = Some(FourTuple { local: listen_end, remote: connect_end });
         }
         Ok(())
     }
@@ -154,25 +120,12 @@ impl Rnic {
     /// A connection request on a pending pair's port: the connector's is
     /// accepted on the listener (ESTABLISHED follows from the engine), any
     /// other refused. Returns false if the port is no pair's.
-    pub(super) fn pair_request(
-        &mut self,
-        now: Instant,
-        conn: ConnId,
-        request: &ConnectRequest,
-    ) -> bool {
-        let Some(offload) = self.offload.as_mut() else {
-            return false;
-        };
+    pub(super) fn pair_request(&mut self, now: Instant, conn: ConnId, request: &ConnectRequest) -> bool {
+        let Some(offload) = self.offload.as_mut() else { return false };
         let port = request.tuple.local.port();
-        let Some(pair) = offload.pairs.get(&port).copied() else {
-            return false;
-        };
+        let Some(pair) = offload.pairs.get(&port).copied() else { return false };
         if request.tuple.remote != SocketAddrV4::new(offload.ip(), pair.connector_port) {
-            log::info!(
-                "connection request {:?} on QP {}'s pairing port refused",
-                request.tuple,
-                pair.listener
-            );
+            log::info!("connection request {:?} on QP {}'s pairing port refused", request.tuple, pair.listener);
             let _ = offload.engine.reject(conn, &[]);
             return true;
         }
@@ -182,10 +135,7 @@ impl Rnic {
         // the connector learns it from its failed open.
         offload.engine.unlisten(port);
         if let Err(e) = accepted {
-            log::warn!(
-                "QP {}: its pair's connection could not be accepted: {e}",
-                pair.listener
-            );
+            log::warn!("QP {}: its pair's connection could not be accepted: {e}", pair.listener);
             self.fail_pair_listener(now, pair.listener);
         }
         true
@@ -194,9 +144,7 @@ impl Rnic {
     /// Ends the pending pairs one of whose QPs left the attempt (destroyed,
     /// moved to ERROR, its open failed). Returns whether any ended.
     pub(super) fn end_broken_pairs(&mut self, now: Instant) -> bool {
-        let Some(offload) = self.offload.as_ref() else {
-            return false;
-        };
+        let Some(offload) = self.offload.as_ref() else { return false };
         let broken: Vec<(u16, PendingPair)> = offload
             .pairs
             .iter()
@@ -209,16 +157,12 @@ impl Rnic {
             .map(|(&port, &p)| (port, p))
             .collect();
         for &(port, pair) in &broken {
-            let Some(offload) = self.offload.as_mut() else {
-                break;
-            };
+            let Some(offload) = self.offload.as_mut() else { break };
             offload.pairs.remove(&port);
             offload.engine.unlisten(port);
             // Its CONNECT_REPLY (ECONNABORTED) follows from the engine.
             if self.qps.get(pair.connector).is_some_and(|qp| qp.connecting) {
-                let _ = offload
-                    .engine
-                    .modify_qp(now, pair.connector, engine::QpState::Error);
+                let _ = offload.engine.modify_qp(now, pair.connector, engine::QpState::Error);
             }
             if self.qps.get(pair.listener).is_some() {
                 self.fail_pair_listener(now, pair.listener);
@@ -239,8 +183,6 @@ impl Rnic {
     /// The listeners of pending pairs (an engine replaced or abandoned
     /// takes them along; they are owed their reset).
     pub(super) fn pair_listeners(&self) -> Vec<u32> {
-        self.offload
-            .as_ref()
-            .map_or_else(Vec::new, |o| o.pairs.values().map(|p| p.listener).collect())
+        self.offload.as_ref().map_or_else(Vec::new, |o| o.pairs.values().map(|p| p.listener).collect())
     }
 }

@@ -65,6 +65,7 @@ pub const CONTENDED_PAUSE: Duration = Duration::from_millis(50);
 /// others wait for doorbells, as before.
 pub const MAX_POLLED: u16 = 64;
 
+
 /// One queue's adaptive polling window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PollWindow {
@@ -80,12 +81,7 @@ pub struct PollWindow {
 
 impl Default for PollWindow {
     fn default() -> Self {
-        Self {
-            length: INITIAL_WINDOW,
-            until: None,
-            last_work: None,
-            paid: INITIAL_PAID,
-        }
+        Self { length: INITIAL_WINDOW, until: None, last_work: None, paid: INITIAL_PAID }
     }
 }
 
@@ -106,6 +102,7 @@ impl PollWindow {
         self.length
     }
 
+
     /// Polling until then, if polling.
     pub fn until(&self) -> Option<Instant> {
         self.until
@@ -119,9 +116,7 @@ impl PollWindow {
         if self.paid.count_ones() < PAID_FOR_GROWTH {
             return;
         }
-        let Some(last) = self.last_work.filter(|_| self.until.is_none()) else {
-            return;
-        };
+        let Some(last) = self.last_work.filter(|_| self.until.is_none()) else { return };
         let gap = now - last;
         if gap <= MAX_WINDOW {
             self.length = (self.length * 2).max(gap + gap / 4).min(MAX_WINDOW);
@@ -181,12 +176,7 @@ pub struct PollSet {
 
 impl Default for PollSet {
     fn default() -> Self {
-        Self {
-            queues: Vec::new(),
-            capacity: usize::from(MAX_POLLED),
-            paused_until: None,
-            pauses: 0,
-        }
+        Self { queues: Vec::new(), capacity: usize::from(MAX_POLLED), paused_until: None, pauses: 0 }
     }
 }
 
@@ -202,8 +192,7 @@ impl PollSet {
         if self.paused_until.is_some_and(|until| now < until) {
             return false;
         }
-        self.queues.len() < self.capacity
-            || (self.queues.contains(&queue) && self.queues.len() <= self.capacity)
+        self.queues.len() < self.capacity || (self.queues.contains(&queue) && self.queues.len() <= self.capacity)
     }
 
     /// A look at `now` found the core shared: no queue is polled for
@@ -232,8 +221,7 @@ impl PollSet {
 
     /// Forgets every queue of QP `qpn` (destroyed).
     pub fn remove_qp(&mut self, qpn: u32) {
-        self.queues
-            .retain(|q| !matches!(q, PolledQueue::Qp(n, _) if *n == qpn));
+        self.queues.retain(|q| !matches!(q, PolledQueue::Qp(n, _) if *n == qpn));
     }
 
     pub fn queues(&self) -> &[PolledQueue] {
@@ -296,11 +284,7 @@ pub enum End {
 /// guest's doorbells: IDLE flag set, full barrier, producer index read
 /// again, and what arrived in between taken. Returns the WQEs taken and
 /// how it ended.
-pub fn drain(
-    ring: &mut impl ProducerRing,
-    mut budget: u32,
-    mut stays: impl FnMut(bool) -> bool,
-) -> (u32, End) {
+pub fn drain(ring: &mut impl ProducerRing, mut budget: u32, mut stays: impl FnMut(bool) -> bool) -> (u32, End) {
     ring.set_idle(false);
     let mut taken = 0;
     let mut seen = ring.producer();
@@ -365,10 +349,7 @@ mod tests {
         work(&mut w, at(1000), Trigger::Doorbell);
         assert_eq!(w.until(), Some(at(1000) + INITIAL_WINDOW));
         assert!(w.stays(at(1063), false, true));
-        assert!(
-            !w.stays(at(1064), false, true),
-            "not a microsecond past the window"
-        );
+        assert!(!w.stays(at(1064), false, true), "not a microsecond past the window");
         let ended = poll_out(&mut w, 1010, 10);
         assert_eq!(ended, 1070);
         assert_eq!(w.until(), None);
@@ -379,21 +360,13 @@ mod tests {
     fn polls_that_find_work_grow_it_up_to_the_bound() {
         let mut w = PollWindow::default();
         work(&mut w, at(0), Trigger::Doorbell);
-        assert_eq!(
-            w.length(),
-            INITIAL_WINDOW,
-            "a doorbell's work is no poll's find"
-        );
+        assert_eq!(w.length(), INITIAL_WINDOW, "a doorbell's work is no poll's find");
         let mut t = 0;
         for expect in [128, 256, 512, 1000, 1000] {
             t += 50;
             work(&mut w, at(t), Trigger::Poll);
             assert_eq!(w.length(), us(expect));
-            assert_eq!(
-                w.until(),
-                Some(at(t) + us(expect)),
-                "the window runs from the last find"
-            );
+            assert_eq!(w.until(), Some(at(t) + us(expect)), "the window runs from the last find");
         }
         assert_eq!(w.length(), MAX_WINDOW);
     }
@@ -442,11 +415,7 @@ mod tests {
             w.doorbell(at(t));
             lengths.push(w.length().total_micros());
         }
-        assert_eq!(
-            lengths,
-            [1000, 1000, 1000, 1000, 500, 250, 125, 62],
-            "4 misses allowed, then only shrinking"
-        );
+        assert_eq!(lengths, [1000, 1000, 1000, 1000, 500, 250, 125, 62], "4 misses allowed, then only shrinking");
         for _ in 0..8 {
             work(&mut w, at(t), Trigger::Doorbell);
             poll_out(&mut w, t + 1, 1);
@@ -469,11 +438,7 @@ mod tests {
     fn a_late_or_spurious_doorbell_teaches_nothing() {
         let mut w = PollWindow::default();
         w.doorbell(at(5));
-        assert_eq!(
-            w.length(),
-            INITIAL_WINDOW,
-            "no work yet to measure a gap from"
-        );
+        assert_eq!(w.length(), INITIAL_WINDOW, "no work yet to measure a gap from");
         work(&mut w, at(10), Trigger::Doorbell);
         // Rung while vt3d polled (the guest read the flag before it was
         // cleared): not a window too short.
@@ -497,15 +462,8 @@ mod tests {
         let extra = PolledQueue::Srq(1);
         assert!(!set.has_room_for(extra, at(0)));
         set.set(extra, true);
-        assert_eq!(
-            set.len(),
-            usize::from(MAX_POLLED),
-            "never more than the bound"
-        );
-        assert!(
-            set.has_room_for(PolledQueue::Qp(3, WorkQueue::Send), at(0)),
-            "a member keeps its place"
-        );
+        assert_eq!(set.len(), usize::from(MAX_POLLED), "never more than the bound");
+        assert!(set.has_room_for(PolledQueue::Qp(3, WorkQueue::Send), at(0)), "a member keeps its place");
         set.remove_qp(3);
         assert!(set.has_room_for(extra, at(0)));
         // --poll-queues 0: nobody polls, members leave at their next look.
@@ -525,10 +483,7 @@ mod tests {
         assert_eq!(set.pauses(), 1);
         assert!(!set.has_room_for(a, at(10)), "a member leaves");
         assert!(!set.has_room_for(b, at(10)), "nobody joins");
-        assert!(
-            !w.stays(at(11), false, set.has_room_for(a, at(11))),
-            "not even inside its window"
-        );
+        assert!(!w.stays(at(11), false, set.has_room_for(a, at(11))), "not even inside its window");
         let resume = at(10) + CONTENDED_PAUSE;
         assert!(!set.has_room_for(b, resume - us(1)));
         assert!(set.has_room_for(b, resume));
@@ -550,14 +505,7 @@ mod tests {
 
     impl MockRing {
         fn new(post_at: usize) -> Self {
-            Self {
-                prod: 5,
-                fetched: 5,
-                idle: false,
-                step: 0,
-                post_at,
-                doorbell: false,
-            }
+            Self { prod: 5, fetched: 5, idle: false, step: 0, post_at, doorbell: false }
         }
 
         fn guest_step(&mut self) {
@@ -612,12 +560,8 @@ mod tests {
                 let mut ring = MockRing::new(post_at);
                 let (_, end) = drain(&mut ring, 128, |took| polls && took);
                 let posted = ring.step > post_at;
-                let stranded =
-                    posted && ring.fetched != ring.prod && !ring.doorbell && end == End::Idle;
-                assert!(
-                    !stranded,
-                    "post at step {post_at} (polling {polls}): stranded"
-                );
+                let stranded = posted && ring.fetched != ring.prod && !ring.doorbell && end == End::Idle;
+                assert!(!stranded, "post at step {post_at} (polling {polls}): stranded");
                 assert_eq!(end == End::Idle, ring.idle, "the flag says what vt3d does");
             }
         }
@@ -646,9 +590,6 @@ mod tests {
         }
         let mut ring = Deep(0, true);
         assert_eq!(drain(&mut ring, 128, |_| false), (128, End::Pending));
-        assert!(
-            !ring.1,
-            "not idle: the guest rings no doorbell, vt3d carries on"
-        );
+        assert!(!ring.1, "not idle: the guest rings no doorbell, vt3d carries on");
     }
 }

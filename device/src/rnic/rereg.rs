@@ -15,10 +15,9 @@ fn status(error: ReregError) -> Status {
     match error {
         ReregError::NoSuchMr(_) => Status::NotFound,
         ReregError::WindowsBound(_) => Status::Busy,
-        ReregError::Kind(_)
-        | ReregError::Change(_)
-        | ReregError::Access(_)
-        | ReregError::Translation { .. } => Status::Invalid,
+        ReregError::Kind(_) | ReregError::Change(_) | ReregError::Access(_) | ReregError::Translation { .. } => {
+            Status::Invalid
+        }
     }
 }
 
@@ -38,16 +37,8 @@ impl Rnic {
         };
         // Every rule before the page list is read (and counted).
         self.tpt.check_rereg(stag, &rereg).map_err(status)?;
-        let old_pdn = self
-            .tpt
-            .get(stag)
-            .map(|mr| mr.pdn)
-            .ok_or(Status::NotFound)?;
-        let new_pdn = if rereg.change & REREG_PD != 0 {
-            rereg.new.pdn
-        } else {
-            old_pdn
-        };
+        let old_pdn = self.tpt.get(stag).map(|mr| mr.pdn).ok_or(Status::NotFound)?;
+        let new_pdn = if rereg.change & REREG_PD != 0 { rereg.new.pdn } else { old_pdn };
         if self.pds.get(new_pdn).is_none() {
             return Err(Status::NotFound);
         }
@@ -56,10 +47,7 @@ impl Rnic {
                 return Err(Status::Invalid);
             }
             let pages = self.read_pbl(mem, a.pbl_addr.to_native(), rereg.npages)?;
-            Some(Backing::Pages {
-                pages,
-                page_offset: rereg.page_offset,
-            })
+            Some(Backing::Pages { pages, page_offset: rereg.page_offset })
         } else {
             None
         };

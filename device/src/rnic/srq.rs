@@ -11,10 +11,10 @@ use vm_memory::{Bytes, GuestAddress, GuestMemory};
 use super::memory::StatusWord;
 use super::poll::{self, End, PollWindow, PolledQueue, ProducerRing, Take, Trigger};
 use super::wqe::{self, BadWqe};
-use super::{handle_reply, le, reply, CmdResult, Instant, Ring, Rnic, WorkProgress, FETCH_BUDGET};
+use super::{handle_reply, le, reply, CmdResult, Instant, Rnic, Ring, WorkProgress, FETCH_BUDGET};
 use crate::abi::{
-    self, CmdCreateSrq, CmdHandle, CmdModifySrq, CmdResizeSrq, EventType, QpEvent, RqWqe, SrqAttr,
-    SrqModifyMask, SrqStatus, SrqStatusFlag, Status,
+    self, CmdCreateSrq, CmdHandle, CmdModifySrq, CmdResizeSrq, EventType, QpEvent, RqWqe, SrqAttr, SrqModifyMask, SrqStatus,
+    SrqStatusFlag, Status,
 };
 
 #[derive(Debug)]
@@ -52,26 +52,13 @@ impl Rnic {
         if max_sge > l.max_srq_sge || limit > depth || a.reserved.to_native() != 0 {
             return Err(Status::Invalid);
         }
-        let status_addr = Self::status_page(
-            mem,
-            a.status_addr.to_native(),
-            std::mem::size_of::<SrqStatus>(),
-        )?;
+        let status_addr = Self::status_page(mem, a.status_addr.to_native(), std::mem::size_of::<SrqStatus>())?;
         let max_depth = (l.max_srq_wr + 1).next_power_of_two();
         let wqe = abi::VT3_WQE_SIZE as u64;
-        let ring = self.read_ring(
-            mem,
-            depth,
-            max_depth,
-            wqe,
-            a.ring_pbl_addr.to_native(),
-            le(a.ring_npages),
-        )?;
+        let ring = self.read_ring(mem, depth, max_depth, wqe, a.ring_pbl_addr.to_native(), le(a.ring_npages))?;
         let npages = ring.pages.len() as u64;
         // Indices are free running: start where the page says.
-        let cons = StatusWord::at(status_addr, offset_of!(SrqStatus, cons))
-            .load(mem, Ordering::Acquire)
-            .unwrap_or(0);
+        let cons = StatusWord::at(status_addr, offset_of!(SrqStatus, cons)).load(mem, Ordering::Acquire).unwrap_or(0);
         let srq = Srq {
             pdn,
             ring,
@@ -80,10 +67,7 @@ impl Rnic {
             limit,
             armed: limit != 0,
             qp_users: 0,
-            work: WorkProgress {
-                fetched: cons,
-                consumed: cons,
-            },
+            work: WorkProgress { fetched: cons, consumed: cons },
             broken: false,
             poll: PollWindow::default(),
         };
@@ -99,8 +83,7 @@ impl Rnic {
         }
         self.pd_users(pdn, true);
         // vt3d is idle on the ring: the first WQEs need a doorbell.
-        StatusWord::at(status_addr, offset_of!(SrqStatus, flags))
-            .fetch_or(mem, SrqStatusFlag::Idle as u32);
+        StatusWord::at(status_addr, offset_of!(SrqStatus, flags)).fetch_or(mem, SrqStatusFlag::Idle as u32);
         handle_reply(srqn)
     }
 
@@ -111,11 +94,7 @@ impl Rnic {
             return Err(Status::Invalid);
         }
         let srq = self.srqs.get_mut(le(a.srqn)).ok_or(Status::NotFound)?;
-        let limit = if mask & SrqModifyMask::Limit as u32 != 0 {
-            le(a.limit)
-        } else {
-            srq.limit
-        };
+        let limit = if mask & SrqModifyMask::Limit as u32 != 0 { le(a.limit) } else { srq.limit };
         if limit > srq.ring.depth {
             return Err(Status::Invalid);
         }
@@ -145,14 +124,7 @@ impl Rnic {
         }
         let max_depth = (self.limits.max_srq_wr + 1).next_power_of_two();
         let wqe = abi::VT3_WQE_SIZE as u64;
-        let ring = self.read_ring(
-            mem,
-            depth,
-            max_depth,
-            wqe,
-            a.ring_pbl_addr.to_native(),
-            le(a.ring_npages),
-        )?;
+        let ring = self.read_ring(mem, depth, max_depth, wqe, a.ring_pbl_addr.to_native(), le(a.ring_npages))?;
         let npages = ring.pages.len() as u64;
         if let Some(offload) = self.offload.as_mut() {
             if let Err(e) = offload.engine.resize_srq(srqn, depth) {
@@ -208,9 +180,7 @@ impl Rnic {
             return Ok(());
         };
         srq.work.fetched = srq.work.consumed;
-        offload
-            .engine
-            .create_srq(srqn, srq.ring.depth, srq.work.consumed)
+        offload.engine.create_srq(srqn, srq.ring.depth, srq.work.consumed)
     }
 
     /// Copies the WQEs the guest produced on SRQ `srqn` into the engine's
@@ -220,17 +190,9 @@ impl Rnic {
     /// ahead of the consumer index breaks the ring: VT3_SRQ_F_ERROR,
     /// VT3_EV_SRQ_ERROR once, and nothing more is read (the QPs are not
     /// touched).
-    pub(super) fn fetch_srq<M: GuestMemory>(
-        &mut self,
-        mem: &M,
-        now: Instant,
-        srqn: u32,
-        trigger: Trigger,
-    ) -> bool {
+    pub(super) fn fetch_srq<M: GuestMemory>(&mut self, mem: &M, now: Instant, srqn: u32, trigger: Trigger) -> bool {
         let id = PolledQueue::Srq(srqn);
-        let Some(srq) = self.srqs.get_mut(srqn) else {
-            return false;
-        };
+        let Some(srq) = self.srqs.get_mut(srqn) else { return false };
         let flags = field(srq, offset_of!(SrqStatus, flags));
         let Some(offload) = self.offload.as_mut() else {
             flags.fetch_or(mem, SrqStatusFlag::Idle as u32);
@@ -255,9 +217,7 @@ impl Rnic {
             max_sge: srq.max_sge,
             engine: &mut offload.engine,
         };
-        let (taken, end) = poll::drain(&mut ring, FETCH_BUDGET, |took| {
-            before.stays(now, took, room)
-        });
+        let (taken, end) = poll::drain(&mut ring, FETCH_BUDGET, |took| before.stays(now, took, room));
         srq.poll.record(now, trigger, taken, end == End::Polling);
         self.polled.set(id, end == End::Polling);
         match end {
@@ -270,13 +230,7 @@ impl Rnic {
                 srq.broken = true;
                 flags.fetch_or(mem, SrqStatusFlag::Error as u32);
                 self.srq_ring_errors += 1;
-                self.push_event(
-                    EventType::SrqError,
-                    &abi::Event {
-                        handle: srqn.into(),
-                        ..Default::default()
-                    },
-                );
+                self.push_event(EventType::SrqError, &abi::Event { handle: srqn.into(), ..Default::default() });
             }
             End::Idle | End::Polling => {}
         }
@@ -287,14 +241,10 @@ impl Rnic {
     /// the QPs took are free), and sends VT3_EV_SRQ_LIMIT once when a take
     /// left fewer than `limit` WQEs posted and not taken.
     pub(super) fn sync_srqs<M: GuestMemory>(&mut self, mem: &M) {
-        let Some(offload) = self.offload.as_ref() else {
-            return;
-        };
+        let Some(offload) = self.offload.as_ref() else { return };
         let mut limit_events = Vec::new();
         for (srqn, srq) in self.srqs.iter_mut() {
-            let Some(taken) = offload.engine.srq_taken(srqn) else {
-                continue;
-            };
+            let Some(taken) = offload.engine.srq_taken(srqn) else { continue };
             if taken == srq.work.consumed {
                 continue;
             }
@@ -305,22 +255,14 @@ impl Rnic {
             }
             // The guest's producer index, as far as it is believable.
             let prod = field(srq, offset_of!(SrqStatus, prod)).load(mem, Ordering::Acquire);
-            let posted = prod
-                .map_or(0, |p| p.wrapping_sub(taken))
-                .min(srq.ring.depth);
+            let posted = prod.map_or(0, |p| p.wrapping_sub(taken)).min(srq.ring.depth);
             if posted < srq.limit {
                 srq.armed = false;
                 limit_events.push(srqn);
             }
         }
         for srqn in limit_events {
-            self.push_event(
-                EventType::SrqLimit,
-                &abi::Event {
-                    handle: srqn.into(),
-                    ..Default::default()
-                },
-            );
+            self.push_event(EventType::SrqLimit, &abi::Event { handle: srqn.into(), ..Default::default() });
         }
     }
 
@@ -369,8 +311,7 @@ impl<M: GuestMemory> ProducerRing for SrqRing<'_, M> {
         if idle {
             self.flags.fetch_or(self.mem, SrqStatusFlag::Idle as u32);
         } else {
-            self.flags
-                .fetch_and_not(self.mem, SrqStatusFlag::Idle as u32);
+            self.flags.fetch_and_not(self.mem, SrqStatusFlag::Idle as u32);
         }
     }
 
@@ -385,25 +326,15 @@ impl<M: GuestMemory> ProducerRing for SrqRing<'_, M> {
             );
             return Take::Broken;
         }
-        let limits = wqe::WqeLimits {
-            max_send_sge: 0,
-            max_recv_sge: self.max_sge,
-            max_inline: 0,
-            sig_all: false,
-        };
+        let limits = wqe::WqeLimits { max_send_sge: 0, max_recv_sge: self.max_sge, max_inline: 0, sig_all: false };
         let mut taken = 0;
         while work.fetched != prod && work.fetched.wrapping_sub(work.consumed) < depth {
             if *budget == 0 {
                 return Take::OutOfBudget(taken);
             }
             *budget -= 1;
-            let raw = self
-                .ring
-                .entry_addr(work.fetched)
-                .and_then(|a| self.mem.read_obj::<RqWqe>(a).ok());
-            let parsed = raw
-                .ok_or(BadWqe::Unreadable)
-                .and_then(|w| wqe::recv_wr(&w, &limits));
+            let raw = self.ring.entry_addr(work.fetched).and_then(|a| self.mem.read_obj::<RqWqe>(a).ok());
+            let parsed = raw.ok_or(BadWqe::Unreadable).and_then(|w| wqe::recv_wr(&w, &limits));
             let result = match parsed {
                 Ok(wr) => self.engine.post_srq_recv(srqn, wr),
                 Err(e) => {
@@ -425,10 +356,7 @@ impl<M: GuestMemory> ProducerRing for SrqRing<'_, M> {
 
 /// The SRQ a CREATE_QP names: it must exist in the QP's PD, and the QP
 /// has no RQ ring of its own. Returns the empty ring that stands for it.
-pub(super) fn check_qp_srq(
-    rnic: &Rnic,
-    a: &abi::CmdCreateQp,
-) -> Result<Option<(u32, Ring)>, Status> {
+pub(super) fn check_qp_srq(rnic: &Rnic, a: &abi::CmdCreateQp) -> Result<Option<(u32, Ring)>, Status> {
     let srqn = le(a.srqn);
     if srqn == 0 {
         return Ok(None);
@@ -437,19 +365,8 @@ pub(super) fn check_qp_srq(
     if srq.pdn != le(a.pdn) || srq.broken {
         return Err(Status::Invalid);
     }
-    if le(a.rq_depth) != 0
-        || le(a.rq_npages) != 0
-        || a.rq_pbl_addr.to_native() != 0
-        || le(a.max_recv_sge) != 0
-    {
+    if le(a.rq_depth) != 0 || le(a.rq_npages) != 0 || a.rq_pbl_addr.to_native() != 0 || le(a.max_recv_sge) != 0 {
         return Err(Status::Invalid);
     }
-    Ok(Some((
-        srqn,
-        Ring {
-            depth: 0,
-            entry_size: abi::VT3_WQE_SIZE as u64,
-            pages: Vec::new(),
-        },
-    )))
+    Ok(Some((srqn, Ring { depth: 0, entry_size: abi::VT3_WQE_SIZE as u64, pages: Vec::new() })))
 }

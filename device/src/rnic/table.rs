@@ -11,12 +11,7 @@ pub struct Table<T> {
 
 impl<T> Table<T> {
     pub fn new(max: u32) -> Self {
-        Self {
-            slots: Vec::new(),
-            free: Vec::new(),
-            max,
-            live: 0,
-        }
+        Self { slots: Vec::new(), free: Vec::new(), max, live: 0 }
     }
 
     /// Stores `value`; `None` when the table is full.
@@ -24,9 +19,7 @@ impl<T> Table<T> {
         let index = match self.free.pop() {
             Some(i) => i,
             None => {
-                let i = u32::try_from(self.slots.len())
-                    .ok()
-                    .filter(|&i| i < self.max)?;
+                let i = u32::try_from(self.slots.len()).ok().filter(|&i| i < self.max)?;
                 self.slots.push(None);
                 i
             }

@@ -14,9 +14,9 @@
 //! (`vt3_iwarp::engine::check_bind`, `check_window_access`).
 
 use vt3_iwarp::engine::{
-    self, bound_state, check_bind, check_rereg, check_window_access, check_window_invalidate,
-    reregistered, BindError, FastReg, FastRegError, MemoryRegions, MwBind, MwType, Owner,
-    RegionKind, RegionView, Registration, Rereg, ReregError, Window, WindowView, REREG_TRANSLATION,
+    self, bound_state, check_bind, check_rereg, check_window_access, check_window_invalidate, reregistered,
+    BindError, FastReg, FastRegError, MemoryRegions, MwBind, MwType, Owner, RegionKind, RegionView, Registration,
+    Rereg, ReregError, Window, WindowView, REREG_TRANSLATION,
 };
 
 use crate::abi::{VT3_PAGE_SHIFT, VT3_PAGE_SIZE};
@@ -66,10 +66,7 @@ impl Mr {
             access: 0,
             iova: 0,
             length: 0,
-            backing: Backing::Pages {
-                pages: Vec::new(),
-                page_offset: 0,
-            },
+            backing: Backing::Pages { pages: Vec::new(), page_offset: 0 },
             valid: false,
             fast_reg: Some(max_pages),
             window: None,
@@ -83,17 +80,10 @@ impl Mr {
             access: 0,
             iova: 0,
             length: 0,
-            backing: Backing::Pages {
-                pages: Vec::new(),
-                page_offset: 0,
-            },
+            backing: Backing::Pages { pages: Vec::new(), page_offset: 0 },
             valid: false,
             fast_reg: None,
-            window: Some(Window {
-                mw_type,
-                mr_stag: 0,
-                qpn: 0,
-            }),
+            window: Some(Window { mw_type, mr_stag: 0, qpn: 0 }),
         }
     }
 
@@ -179,10 +169,7 @@ pub struct Tpt {
 
 impl Tpt {
     pub fn new(max: u32) -> Self {
-        Self {
-            entries: Table::new(max),
-            keys: Vec::new(),
-        }
+        Self { entries: Table::new(max), keys: Vec::new() }
     }
 
     /// Registers `mr` and returns its STag, or `None` when full.
@@ -227,10 +214,7 @@ impl Tpt {
             Some(index) => index,
             None => {
                 let index = stag >> 8;
-                self.entries
-                    .get(index)
-                    .filter(|mr| mr.fast_reg.is_some())
-                    .ok_or(DeregError::NotFound)?;
+                self.entries.get(index).filter(|mr| mr.fast_reg.is_some()).ok_or(DeregError::NotFound)?;
                 index
             }
         };
@@ -246,13 +230,9 @@ impl Tpt {
 
     /// Valid windows bound to the MR at `index` (under its current key).
     pub fn windows_bound_to(&self, index: u32) -> usize {
-        let Some(key) = self.keys.get(index as usize) else {
-            return 0;
-        };
+        let Some(key) = self.keys.get(index as usize) else { return 0 };
         let mr_stag = index << 8 | u32::from(*key);
-        self.iter()
-            .filter(|e| e.valid && e.window.is_some_and(|w| w.mr_stag == mr_stag))
-            .count()
+        self.iter().filter(|e| e.valid && e.window.is_some_and(|w| w.mr_stag == mr_stag)).count()
     }
 
     /// VT3_CMD_DEALLOC_MW: the window at `stag`'s index, under any key (a
@@ -311,9 +291,7 @@ impl Tpt {
                 .ok_or(AccessError::InvalidStag)?;
             return Self::place(mr, iova, len, segment);
         }
-        let mr = Some(entry)
-            .filter(|mr| mr.valid)
-            .ok_or(AccessError::InvalidStag)?;
+        let mr = Some(entry).filter(|mr| mr.valid).ok_or(AccessError::InvalidStag)?;
         if mr.pdn != owner.pdn {
             return Err(AccessError::WrongPd);
         }
@@ -324,12 +302,7 @@ impl Tpt {
     }
 
     /// Bounds of `[iova, iova + len)` in `mr`, then its pieces.
-    fn place(
-        mr: &Mr,
-        iova: u64,
-        len: u64,
-        mut segment: impl FnMut(u64, u64),
-    ) -> Result<(), AccessError> {
+    fn place(mr: &Mr, iova: u64, len: u64, mut segment: impl FnMut(u64, u64)) -> Result<(), AccessError> {
         let offset = iova.checked_sub(mr.iova).ok_or(AccessError::Bounds)?;
         let end = offset.checked_add(len).ok_or(AccessError::Bounds)?;
         if end > mr.length {
@@ -346,10 +319,7 @@ impl Tpt {
                 let stop = end + page_offset;
                 while pos < stop {
                     let page = pages
-                        .get(
-                            usize::try_from(pos >> VT3_PAGE_SHIFT)
-                                .map_err(|_| AccessError::Bounds)?,
-                        )
+                        .get(usize::try_from(pos >> VT3_PAGE_SHIFT).map_err(|_| AccessError::Bounds)?)
                         .ok_or(AccessError::Bounds)?;
                     let in_page = pos & (VT3_PAGE_SIZE - 1);
                     let take = (VT3_PAGE_SIZE - in_page).min(stop - pos);
@@ -365,10 +335,7 @@ impl Tpt {
     /// `stag` must name a valid region of `pdn`, of any kind. (The peer and
     /// the SQ invalidate through [`MemoryRegions`]: fast-reg MRs only.)
     pub fn invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), AccessError> {
-        let mr = self
-            .get_mut(stag)
-            .filter(|mr| mr.valid)
-            .ok_or(AccessError::InvalidStag)?;
+        let mr = self.get_mut(stag).filter(|mr| mr.valid).ok_or(AccessError::InvalidStag)?;
         if mr.pdn != pdn {
             return Err(AccessError::WrongPd);
         }
@@ -394,10 +361,7 @@ impl Tpt {
     pub fn invalidatable(&self, stag: u32, pdn: u32) -> Result<(), AccessError> {
         let mr = self.get(stag).ok_or(AccessError::InvalidStag)?;
         if let Some(window) = mr.window {
-            return Ok(check_window_invalidate(
-                &mr.window_view(window, (stag & 0xff) as u8),
-                pdn,
-            )?);
+            return Ok(check_window_invalidate(&mr.window_view(window, (stag & 0xff) as u8), pdn)?);
         }
         if mr.pdn != pdn {
             return Err(AccessError::WrongPd);
@@ -443,17 +407,11 @@ impl Tpt {
         let read = engine::read_page_list(memory, reg, &mut pages);
         if let Err(e) = read {
             pages.clear();
-            mr.backing = Backing::Pages {
-                pages,
-                page_offset: 0,
-            };
+            mr.backing = Backing::Pages { pages, page_offset: 0 };
             mr.length = 0;
             return Err(e);
         }
-        mr.backing = Backing::Pages {
-            pages,
-            page_offset: reg.iova % VT3_PAGE_SIZE,
-        };
+        mr.backing = Backing::Pages { pages, page_offset: reg.iova % VT3_PAGE_SIZE };
         mr.iova = reg.iova;
         mr.length = reg.length;
         mr.access = reg.access;
@@ -483,26 +441,14 @@ impl Tpt {
     /// VT3_CMD_REREG_MR: the MR at `stag` takes the changes, keeping its
     /// index and key; with a translation change `backing` replaces its
     /// pages and the old backing is returned (to release its budget).
-    pub fn rereg(
-        &mut self,
-        stag: u32,
-        rereg: &Rereg,
-        backing: Option<Backing>,
-    ) -> Result<Option<Backing>, ReregError> {
+    pub fn rereg(&mut self, stag: u32, rereg: &Rereg, backing: Option<Backing>) -> Result<Option<Backing>, ReregError> {
         self.check_rereg(stag, rereg)?;
         let mr = self.get_mut(stag).ok_or(ReregError::NoSuchMr(stag))?;
-        let current = Registration {
-            pdn: mr.pdn,
-            access: mr.access,
-            iova: mr.iova,
-            length: mr.length,
-        };
+        let current = Registration { pdn: mr.pdn, access: mr.access, iova: mr.iova, length: mr.length };
         let next = reregistered(current, rereg);
         (mr.pdn, mr.access, mr.iova, mr.length) = (next.pdn, next.access, next.iova, next.length);
         Ok(match backing {
-            Some(backing) if rereg.change & REREG_TRANSLATION != 0 => {
-                Some(std::mem::replace(&mut mr.backing, backing))
-            }
+            Some(backing) if rereg.change & REREG_TRANSLATION != 0 => Some(std::mem::replace(&mut mr.backing, backing)),
             _ => None,
         })
     }
@@ -513,19 +459,13 @@ impl Tpt {
     pub fn bind_window(&mut self, owner: Owner, bind: &MwBind) -> Result<(), BindError> {
         let index = bind.mw_stag >> 8;
         let key = self.keys.get(index as usize).copied().unwrap_or(0);
-        let window = self
-            .entries
-            .get(index)
-            .and_then(|e| Some(e.window_view(e.window?, key)));
-        let region = self
-            .get(bind.mr_stag)
-            .filter(|mr| mr.valid && mr.window.is_none())
-            .map(|mr| RegionView {
-                pdn: mr.pdn,
-                access: mr.access,
-                iova: mr.iova,
-                length: mr.length,
-            });
+        let window = self.entries.get(index).and_then(|e| Some(e.window_view(e.window?, key)));
+        let region = self.get(bind.mr_stag).filter(|mr| mr.valid && mr.window.is_none()).map(|mr| RegionView {
+            pdn: mr.pdn,
+            access: mr.access,
+            iova: mr.iova,
+            length: mr.length,
+        });
         check_bind(bind, owner, window.as_ref(), region.as_ref())?;
         let (valid, access, iova, length, window) = bound_state(bind, owner);
         if let Some(entry) = self.entries.get_mut(index) {
@@ -596,23 +536,14 @@ mod tests {
             access,
             iova: 0x7000_0100,
             length: 8192,
-            backing: Backing::Pages {
-                pages: vec![0x10_0000, 0x20_0000, 0x30_0000],
-                page_offset: 0x100,
-            },
+            backing: Backing::Pages { pages: vec![0x10_0000, 0x20_0000, 0x30_0000], page_offset: 0x100 },
             valid: true,
             fast_reg: None,
             window: None,
         }
     }
 
-    fn segments(
-        tpt: &Tpt,
-        stag: u32,
-        iova: u64,
-        len: u64,
-        needed: Access,
-    ) -> Result<Vec<(u64, u64)>, AccessError> {
+    fn segments(tpt: &Tpt, stag: u32, iova: u64, len: u64, needed: Access) -> Result<Vec<(u64, u64)>, AccessError> {
         let mut v = Vec::new();
         tpt.translate(stag, OWNER, iova, len, needed, |a, l| v.push((a, l)))?;
         Ok(v)
@@ -622,18 +553,13 @@ mod tests {
     fn translates_across_pages() {
         let mut tpt = Tpt::new(16);
         let stag = tpt.insert(mr(1, ALL_ACCESS)).unwrap();
-        assert_eq!(
-            segments(&tpt, stag, 0x7000_0100, 8192, REMOTE_WRITE).unwrap(),
-            vec![(0x10_0100, 0xf00), (0x20_0000, 0x1000), (0x30_0000, 0x100),]
-        );
-        assert_eq!(
-            segments(&tpt, stag, 0x7000_1000, 16, REMOTE_READ).unwrap(),
-            vec![(0x20_0000, 16)]
-        );
-        assert_eq!(
-            segments(&tpt, stag, 0x7000_0100, 0, REMOTE_READ).unwrap(),
-            vec![]
-        );
+        assert_eq!(segments(&tpt, stag, 0x7000_0100, 8192, REMOTE_WRITE).unwrap(), vec![
+            (0x10_0100, 0xf00),
+            (0x20_0000, 0x1000),
+            (0x30_0000, 0x100),
+        ]);
+        assert_eq!(segments(&tpt, stag, 0x7000_1000, 16, REMOTE_READ).unwrap(), vec![(0x20_0000, 16)]);
+        assert_eq!(segments(&tpt, stag, 0x7000_0100, 0, REMOTE_READ).unwrap(), vec![]);
     }
 
     #[test]
@@ -646,26 +572,10 @@ mod tests {
         assert_eq!(err(ro, 0x7000_0100, 8193, REMOTE_READ), AccessError::Bounds);
         assert_eq!(err(ro, 0x7000_2100, 1, REMOTE_READ), AccessError::Bounds);
         assert_eq!(err(ro, u64::MAX, 2, REMOTE_READ), AccessError::Bounds);
-        assert_eq!(
-            err(ro ^ 1, 0x7000_0100, 1, REMOTE_READ),
-            AccessError::InvalidStag
-        );
-        assert_eq!(
-            err(0, 0x7000_0100, 1, REMOTE_READ),
-            AccessError::InvalidStag
-        );
+        assert_eq!(err(ro ^ 1, 0x7000_0100, 1, REMOTE_READ), AccessError::InvalidStag);
+        assert_eq!(err(0, 0x7000_0100, 1, REMOTE_READ), AccessError::InvalidStag);
         let mut v = Vec::new();
-        assert_eq!(
-            tpt.translate(
-                ro,
-                Owner { pdn: 2, qpn: 1 },
-                0x7000_0100,
-                1,
-                REMOTE_READ,
-                |a, l| v.push((a, l))
-            ),
-            Err(AccessError::WrongPd)
-        );
+        assert_eq!(tpt.translate(ro, Owner { pdn: 2, qpn: 1 }, 0x7000_0100, 1, REMOTE_READ, |a, l| v.push((a, l))), Err(AccessError::WrongPd));
     }
 
     #[test]
@@ -688,41 +598,15 @@ mod tests {
         assert_eq!(tpt.invalidate(stag, 2), Err(AccessError::WrongPd));
         assert_eq!(tpt.invalidate(stag ^ 1, 1), Err(AccessError::InvalidStag));
         tpt.invalidate(stag, 1).unwrap();
-        assert_eq!(
-            segments(&tpt, stag, 0x7000_0100, 1, REMOTE_READ),
-            Err(AccessError::InvalidStag)
-        );
-        assert_eq!(
-            tpt.invalidate(stag, 1),
-            Err(AccessError::InvalidStag),
-            "already invalid"
-        );
+        assert_eq!(segments(&tpt, stag, 0x7000_0100, 1, REMOTE_READ), Err(AccessError::InvalidStag));
+        assert_eq!(tpt.invalidate(stag, 1), Err(AccessError::InvalidStag), "already invalid");
         // Through the engine's trait, errors map one to one.
         let mut seen = 0;
-        let r = MemoryRegions::translate(
-            &tpt,
-            stag,
-            OWNER,
-            0x7000_0100,
-            1,
-            REMOTE_READ,
-            &mut |_, _| seen += 1,
-        );
+        let r = MemoryRegions::translate(&tpt, stag, OWNER, 0x7000_0100, 1, REMOTE_READ, &mut |_, _| seen += 1);
         assert_eq!(r, Err(engine::AccessError::InvalidStag));
-        assert_eq!(
-            MemoryRegions::invalidate(&mut tpt, 0, 1),
-            Err(engine::AccessError::InvalidStag)
-        );
+        assert_eq!(MemoryRegions::invalidate(&mut tpt, 0, 1), Err(engine::AccessError::InvalidStag));
         let fresh = tpt.insert(mr(1, REMOTE_READ)).unwrap();
-        let r = MemoryRegions::translate(
-            &tpt,
-            fresh,
-            OWNER,
-            0x7000_0100,
-            1,
-            REMOTE_WRITE,
-            &mut |_, _| seen += 1,
-        );
+        let r = MemoryRegions::translate(&tpt, fresh, OWNER, 0x7000_0100, 1, REMOTE_WRITE, &mut |_, _| seen += 1);
         assert_eq!((r, seen), (Err(engine::AccessError::Rights), 0));
     }
 
@@ -731,15 +615,9 @@ mod tests {
 
     impl engine::GuestMemory for Flat {
         fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), engine::MemoryError> {
-            let err = engine::MemoryError {
-                addr,
-                len: buf.len(),
-            };
+            let err = engine::MemoryError { addr, len: buf.len() };
             let start = usize::try_from(addr).map_err(|_| err)?;
-            let src = self
-                .0
-                .get(start..start.checked_add(buf.len()).ok_or(err)?)
-                .ok_or(err)?;
+            let src = self.0.get(start..start.checked_add(buf.len()).ok_or(err)?).ok_or(err)?;
             buf.copy_from_slice(src);
             Ok(())
         }
@@ -758,14 +636,7 @@ mod tests {
     }
 
     fn reg(stag: u32, npages: u32) -> FastReg {
-        FastReg {
-            stag,
-            iova: 0x9000_0200,
-            length: 2 * 4096 - 0x200,
-            pbl_addr: 0x1000,
-            npages,
-            access: ALL_ACCESS,
-        }
+        FastReg { stag, iova: 0x9000_0200, length: 2 * 4096 - 0x200, pbl_addr: 0x1000, npages, access: ALL_ACCESS }
     }
 
     fn rotated(stag: u32) -> u32 {
@@ -777,56 +648,21 @@ mod tests {
         let mut tpt = Tpt::new(16);
         let ram = ram_with_pbl(0x1000, &[0x20_0000, 0x10_0000]);
         let old = tpt.insert(Mr::fast_reg(1, 2)).unwrap();
-        assert_eq!(
-            tpt.get(old).unwrap().pbl_entries(),
-            2,
-            "reserved at allocation"
-        );
-        assert_eq!(
-            segments(&tpt, old, 0, 1, LOCAL_WRITE),
-            Err(AccessError::InvalidStag),
-            "allocated invalid"
-        );
+        assert_eq!(tpt.get(old).unwrap().pbl_entries(), 2, "reserved at allocation");
+        assert_eq!(segments(&tpt, old, 0, 1, LOCAL_WRITE), Err(AccessError::InvalidStag), "allocated invalid");
         // Refusals leave it invalid under its key.
-        assert_eq!(
-            tpt.fast_register(1, &reg(old, 2), &ram),
-            Err(FastRegError::SameKey((old & 0xff) as u8))
-        );
-        assert_eq!(
-            tpt.fast_register(2, &reg(rotated(old), 2), &ram),
-            Err(FastRegError::WrongPd)
-        );
-        assert!(matches!(
-            tpt.fast_register(1, &reg(rotated(old), 3), &ram),
-            Err(FastRegError::TooManyPages { .. })
-        ));
-        assert!(matches!(
-            tpt.fast_register(1, &reg(rotated(old), u32::MAX), &ram),
-            Err(FastRegError::TooManyPages { .. })
-        ));
-        let long = FastReg {
-            length: 2 * 4096,
-            ..reg(rotated(old), 2)
-        };
-        assert!(matches!(
-            tpt.fast_register(1, &long, &ram),
-            Err(FastRegError::Length { .. })
-        ));
-        let outside = FastReg {
-            pbl_addr: 0x40_0000 - 8,
-            ..reg(rotated(old), 2)
-        };
-        assert_eq!(
-            tpt.fast_register(1, &outside, &ram),
-            Err(FastRegError::PageList(0x40_0000 - 8))
-        );
+        assert_eq!(tpt.fast_register(1, &reg(old, 2), &ram), Err(FastRegError::SameKey((old & 0xff) as u8)));
+        assert_eq!(tpt.fast_register(2, &reg(rotated(old), 2), &ram), Err(FastRegError::WrongPd));
+        assert!(matches!(tpt.fast_register(1, &reg(rotated(old), 3), &ram), Err(FastRegError::TooManyPages { .. })));
+        assert!(matches!(tpt.fast_register(1, &reg(rotated(old), u32::MAX), &ram), Err(FastRegError::TooManyPages { .. })));
+        let long = FastReg { length: 2 * 4096, ..reg(rotated(old), 2) };
+        assert!(matches!(tpt.fast_register(1, &long, &ram), Err(FastRegError::Length { .. })));
+        let outside = FastReg { pbl_addr: 0x40_0000 - 8, ..reg(rotated(old), 2) };
+        assert_eq!(tpt.fast_register(1, &outside, &ram), Err(FastRegError::PageList(0x40_0000 - 8)));
         let unaligned = ram_with_pbl(0x1000, &[0x20_0000, 0x10_0008]);
         assert_eq!(
             tpt.fast_register(1, &reg(rotated(old), 2), &unaligned),
-            Err(FastRegError::BadPage {
-                index: 1,
-                page: 0x10_0008
-            })
+            Err(FastRegError::BadPage { index: 1, page: 0x10_0008 })
         );
         assert!(tpt.get(old).is_some_and(|mr| !mr.valid));
         // Registered: the new STag translates through the page list.
@@ -834,69 +670,31 @@ mod tests {
         tpt.fast_register(1, &reg(stag, 2), &ram).unwrap();
         assert!(tpt.get(old).is_none(), "the old key names nothing");
         let mut v = Vec::new();
-        tpt.translate(stag, OWNER, 0x9000_0200, 4096, REMOTE_WRITE, |a, l| {
-            v.push((a, l))
-        })
-        .unwrap();
+        tpt.translate(stag, OWNER, 0x9000_0200, 4096, REMOTE_WRITE, |a, l| v.push((a, l))).unwrap();
         assert_eq!(v, vec![(0x20_0200, 0xe00), (0x10_0000, 0x200)]);
-        assert_eq!(
-            tpt.fast_register(1, &reg(rotated(stag), 2), &ram),
-            Err(FastRegError::StillValid)
-        );
+        assert_eq!(tpt.fast_register(1, &reg(rotated(stag), 2), &ram), Err(FastRegError::StillValid));
         // Invalidation: fast-reg MRs of the PD only; an ordinary MR never.
         let plain = tpt.insert(mr(1, ALL_ACCESS)).unwrap();
-        assert_eq!(
-            MemoryRegions::invalidate(&mut tpt, plain, 1),
-            Err(engine::AccessError::Rights)
-        );
-        assert_eq!(
-            MemoryRegions::local_invalidate(&mut tpt, plain, 1),
-            Err(engine::AccessError::Rights)
-        );
+        assert_eq!(MemoryRegions::invalidate(&mut tpt, plain, 1), Err(engine::AccessError::Rights));
+        assert_eq!(MemoryRegions::local_invalidate(&mut tpt, plain, 1), Err(engine::AccessError::Rights));
         assert!(tpt.get(plain).unwrap().valid);
-        assert_eq!(
-            MemoryRegions::invalidate(&mut tpt, stag, 2),
-            Err(engine::AccessError::WrongPd)
-        );
-        assert_eq!(
-            MemoryRegions::invalidate(&mut tpt, old, 1),
-            Err(engine::AccessError::InvalidStag)
-        );
+        assert_eq!(MemoryRegions::invalidate(&mut tpt, stag, 2), Err(engine::AccessError::WrongPd));
+        assert_eq!(MemoryRegions::invalidate(&mut tpt, old, 1), Err(engine::AccessError::InvalidStag));
         MemoryRegions::local_invalidate(&mut tpt, stag, 1).unwrap();
         MemoryRegions::invalidate(&mut tpt, stag, 1).unwrap();
-        assert_eq!(
-            segments(&tpt, stag, 0x9000_0200, 1, REMOTE_READ),
-            Err(AccessError::InvalidStag)
-        );
+        assert_eq!(segments(&tpt, stag, 0x9000_0200, 1, REMOTE_READ), Err(AccessError::InvalidStag));
         // Registered again under the next key; the entry's vector is reused.
-        let one = FastReg {
-            length: 100,
-            ..reg(rotated(stag), 1)
-        };
+        let one = FastReg { length: 100, ..reg(rotated(stag), 1) };
         tpt.fast_register(1, &one, &ram).unwrap();
-        assert!(
-            matches!(&tpt.get(rotated(stag)).unwrap().backing, Backing::Pages { pages, .. } if pages == &[0x20_0000])
-        );
+        assert!(matches!(&tpt.get(rotated(stag)).unwrap().backing, Backing::Pages { pages, .. } if pages == &[0x20_0000]));
         assert_eq!(tpt.get(rotated(stag)).unwrap().pbl_entries(), 2);
-        assert_eq!(
-            tpt.fast_register(1, &reg(plain & !0xff | 0x77, 1), &ram),
-            Err(FastRegError::NoSuchMr(plain & !0xff | 0x77))
-        );
+        assert_eq!(tpt.fast_register(1, &reg(plain & !0xff | 0x77, 1), &ram), Err(FastRegError::NoSuchMr(plain & !0xff | 0x77)));
         // DEREG_MR: a fast-reg MR under any key (the driver's may be one a
         // refused REG_MR never gave it); an ordinary MR under its own only.
         let current = rotated(stag);
-        assert_eq!(
-            tpt.remove_for_dereg(plain ^ 0x40).err(),
-            Some(DeregError::NotFound)
-        );
-        assert!(tpt
-            .remove_for_dereg(current ^ 0x40)
-            .is_ok_and(|mr| mr.fast_reg == Some(2)));
-        assert_eq!(
-            tpt.remove_for_dereg(current).err(),
-            Some(DeregError::NotFound),
-            "gone"
-        );
+        assert_eq!(tpt.remove_for_dereg(plain ^ 0x40).err(), Some(DeregError::NotFound));
+        assert!(tpt.remove_for_dereg(current ^ 0x40).is_ok_and(|mr| mr.fast_reg == Some(2)));
+        assert_eq!(tpt.remove_for_dereg(current).err(), Some(DeregError::NotFound), "gone");
         assert!(tpt.remove_for_dereg(plain).is_ok());
     }
 
@@ -905,98 +703,32 @@ mod tests {
         use vt3_iwarp::engine::{REREG_ACCESS, REREG_PD};
         let mut tpt = Tpt::new(16);
         let stag = tpt.insert(mr(1, LOCAL_WRITE | REMOTE_WRITE)).unwrap();
-        let new = Registration {
-            pdn: 2,
-            access: LOCAL_WRITE,
-            iova: 0x9000_0000,
-            length: 100,
-        };
-        let rereg = |change| Rereg {
-            change,
-            new,
-            npages: 1,
-            page_offset: 0x10,
-        };
-        let pages = Backing::Pages {
-            pages: vec![0x50_0000],
-            page_offset: 0x10,
-        };
-        let old = tpt
-            .rereg(stag, &rereg(REREG_TRANSLATION), Some(pages))
-            .unwrap();
-        assert!(
-            matches!(old, Some(Backing::Pages { pages, .. }) if pages.len() == 3),
-            "the old pages come back"
-        );
-        assert_eq!(
-            segments(&tpt, stag, 0x9000_0000, 100, REMOTE_WRITE).unwrap(),
-            vec![(0x50_0010, 100)],
-            "same STag"
-        );
-        assert_eq!(
-            segments(&tpt, stag, 0x7000_0100, 1, REMOTE_WRITE),
-            Err(AccessError::Bounds),
-            "the old range"
-        );
-        assert_eq!(
-            tpt.rereg(stag, &rereg(REREG_ACCESS | REREG_PD), None),
-            Ok(None)
-        );
-        assert_eq!(
-            segments(&tpt, stag, 0x9000_0000, 1, REMOTE_WRITE),
-            Err(AccessError::WrongPd)
-        );
+        let new = Registration { pdn: 2, access: LOCAL_WRITE, iova: 0x9000_0000, length: 100 };
+        let rereg = |change| Rereg { change, new, npages: 1, page_offset: 0x10 };
+        let pages = Backing::Pages { pages: vec![0x50_0000], page_offset: 0x10 };
+        let old = tpt.rereg(stag, &rereg(REREG_TRANSLATION), Some(pages)).unwrap();
+        assert!(matches!(old, Some(Backing::Pages { pages, .. }) if pages.len() == 3), "the old pages come back");
+        assert_eq!(segments(&tpt, stag, 0x9000_0000, 100, REMOTE_WRITE).unwrap(), vec![(0x50_0010, 100)], "same STag");
+        assert_eq!(segments(&tpt, stag, 0x7000_0100, 1, REMOTE_WRITE), Err(AccessError::Bounds), "the old range");
+        assert_eq!(tpt.rereg(stag, &rereg(REREG_ACCESS | REREG_PD), None), Ok(None));
+        assert_eq!(segments(&tpt, stag, 0x9000_0000, 1, REMOTE_WRITE), Err(AccessError::WrongPd));
         let mut v = Vec::new();
         let pd2 = Owner { pdn: 2, qpn: 1 };
-        assert_eq!(
-            tpt.translate(stag, pd2, 0x9000_0000, 1, REMOTE_WRITE, |a, l| v
-                .push((a, l))),
-            Err(AccessError::Rights)
-        );
-        assert!(tpt
-            .translate(stag, pd2, 0x9000_0000, 1, LOCAL_WRITE, |a, l| v
-                .push((a, l)))
-            .is_ok());
+        assert_eq!(tpt.translate(stag, pd2, 0x9000_0000, 1, REMOTE_WRITE, |a, l| v.push((a, l))), Err(AccessError::Rights));
+        assert!(tpt.translate(stag, pd2, 0x9000_0000, 1, LOCAL_WRITE, |a, l| v.push((a, l))).is_ok());
         // Refused: stale key, DMA and fast-reg MRs, windows (as MRs and bound).
-        assert_eq!(
-            tpt.rereg(stag ^ 1, &rereg(REREG_PD), None),
-            Err(ReregError::NoSuchMr(stag ^ 1))
-        );
-        let dma = tpt
-            .insert(Mr {
-                backing: Backing::Dma,
-                ..mr(1, LOCAL_WRITE)
-            })
-            .unwrap();
-        assert_eq!(
-            tpt.check_rereg(dma, &rereg(REREG_PD)),
-            Err(ReregError::Kind("DMA"))
-        );
+        assert_eq!(tpt.rereg(stag ^ 1, &rereg(REREG_PD), None), Err(ReregError::NoSuchMr(stag ^ 1)));
+        let dma = tpt.insert(Mr { backing: Backing::Dma, ..mr(1, LOCAL_WRITE) }).unwrap();
+        assert_eq!(tpt.check_rereg(dma, &rereg(REREG_PD)), Err(ReregError::Kind("DMA")));
         let fast = tpt.insert(Mr::fast_reg(1, 4)).unwrap();
-        assert_eq!(
-            tpt.check_rereg(fast, &rereg(REREG_PD)),
-            Err(ReregError::Kind("fast-reg"))
-        );
+        assert_eq!(tpt.check_rereg(fast, &rereg(REREG_PD)), Err(ReregError::Kind("fast-reg")));
         let bindable = tpt.insert(mr(1, LOCAL_WRITE | MW_BIND)).unwrap();
         let w = tpt.insert(Mr::unbound_window(1, MwType::One)).unwrap();
-        let bind = MwBind {
-            mw_stag: rotated(w),
-            mr_stag: bindable,
-            addr: 0x7000_1000,
-            length: 16,
-            access: REMOTE_READ,
-            mw_type: MwType::One,
-        };
+        let bind = MwBind { mw_stag: rotated(w), mr_stag: bindable, addr: 0x7000_1000, length: 16, access: REMOTE_READ, mw_type: MwType::One };
         tpt.bind_window(OWNER, &bind).unwrap();
-        assert_eq!(
-            tpt.check_rereg(rotated(w), &rereg(REREG_PD)),
-            Err(ReregError::Kind("window"))
-        );
+        assert_eq!(tpt.check_rereg(rotated(w), &rereg(REREG_PD)), Err(ReregError::Kind("window")));
         let before = tpt.get(bindable).cloned();
-        assert_eq!(
-            tpt.rereg(bindable, &rereg(REREG_ACCESS), None),
-            Err(ReregError::WindowsBound(1))
-        );
+        assert_eq!(tpt.rereg(bindable, &rereg(REREG_ACCESS), None), Err(ReregError::WindowsBound(1)));
         assert_eq!(tpt.get(bindable).cloned(), before, "as it was");
     }
 
@@ -1006,11 +738,7 @@ mod tests {
         let mr_stag = tpt.insert(mr(1, LOCAL_WRITE | MW_BIND)).unwrap();
         let w1 = tpt.insert(Mr::unbound_window(1, MwType::One)).unwrap();
         let w2 = tpt.insert(Mr::unbound_window(1, MwType::Two)).unwrap();
-        assert_eq!(
-            segments(&tpt, w2, 0x7000_0100, 1, REMOTE_READ),
-            Err(AccessError::InvalidStag),
-            "unbound"
-        );
+        assert_eq!(segments(&tpt, w2, 0x7000_0100, 1, REMOTE_READ), Err(AccessError::InvalidStag), "unbound");
         let bind = |mw: u32, mw_type| MwBind {
             mw_stag: rotated(mw),
             mr_stag,
@@ -1023,67 +751,27 @@ mod tests {
         tpt.bind_window(OWNER, &bind(w2, MwType::Two)).unwrap();
         let (w1, w2) = (rotated(w1), rotated(w2));
         // Through a window: the MR's pages, the window's bounds and rights.
-        assert_eq!(
-            segments(&tpt, w2, 0x7000_1000, 0x10, REMOTE_WRITE).unwrap(),
-            vec![(0x20_0000, 0x10)]
-        );
-        assert_eq!(
-            segments(&tpt, w2, 0x7000_0100, 1, REMOTE_READ),
-            Err(AccessError::Bounds)
-        );
-        assert_eq!(
-            segments(&tpt, w2, 0x7000_1000, 1, LOCAL_WRITE),
-            Err(AccessError::InvalidStag),
-            "never an lkey"
-        );
+        assert_eq!(segments(&tpt, w2, 0x7000_1000, 0x10, REMOTE_WRITE).unwrap(), vec![(0x20_0000, 0x10)]);
+        assert_eq!(segments(&tpt, w2, 0x7000_0100, 1, REMOTE_READ), Err(AccessError::Bounds));
+        assert_eq!(segments(&tpt, w2, 0x7000_1000, 1, LOCAL_WRITE), Err(AccessError::InvalidStag), "never an lkey");
         let other_qp = Owner { pdn: 1, qpn: 2 };
         let mut v = Vec::new();
-        assert_eq!(
-            tpt.translate(w2, other_qp, 0x7000_1000, 1, REMOTE_READ, |a, l| v
-                .push((a, l))),
-            Err(AccessError::WrongQp)
-        );
-        assert!(
-            tpt.translate(w1, other_qp, 0x7000_1000, 1, REMOTE_READ, |a, l| v
-                .push((a, l)))
-                .is_ok(),
-            "type 1: the PD's"
-        );
-        assert_eq!(
-            MemoryRegions::translate(
-                &tpt,
-                w2,
-                other_qp,
-                0x7000_1000,
-                1,
-                REMOTE_READ,
-                &mut |_, _| ()
-            ),
-            Err(engine::AccessError::WrongQp)
-        );
+        assert_eq!(tpt.translate(w2, other_qp, 0x7000_1000, 1, REMOTE_READ, |a, l| v.push((a, l))), Err(AccessError::WrongQp));
+        assert!(tpt.translate(w1, other_qp, 0x7000_1000, 1, REMOTE_READ, |a, l| v.push((a, l))).is_ok(), "type 1: the PD's");
+        assert_eq!(MemoryRegions::translate(&tpt, w2, other_qp, 0x7000_1000, 1, REMOTE_READ, &mut |_, _| ()), Err(engine::AccessError::WrongQp));
         // A bound MR is not deregistered; a window is not an MR to deregister.
         assert_eq!(tpt.windows_bound_to(mr_stag >> 8), 2);
-        assert_eq!(
-            tpt.remove_for_dereg(mr_stag).err(),
-            Some(DeregError::WindowsBound)
-        );
+        assert_eq!(tpt.remove_for_dereg(mr_stag).err(), Some(DeregError::WindowsBound));
         assert_eq!(tpt.remove_for_dereg(w1).err(), Some(DeregError::NotFound));
         // Invalidation: type 2 only, by the PD.
         assert_eq!(tpt.invalidate_by_wr(w1, 1), Err(AccessError::Rights));
         assert_eq!(tpt.invalidate_by_wr(w2, 2), Err(AccessError::WrongPd));
         tpt.invalidate_by_wr(w2, 1).unwrap();
-        assert_eq!(
-            segments(&tpt, w2, 0x7000_1000, 1, REMOTE_READ),
-            Err(AccessError::InvalidStag)
-        );
+        assert_eq!(segments(&tpt, w2, 0x7000_1000, 1, REMOTE_READ), Err(AccessError::InvalidStag));
         // DEALLOC_MW under any key; then the MR goes.
         assert!(tpt.remove_window(w2 ^ 0x55).is_some());
         assert!(tpt.remove_window(mr_stag).is_none(), "an MR is no window");
-        assert_eq!(
-            tpt.remove_for_dereg(mr_stag).err(),
-            Some(DeregError::WindowsBound),
-            "w1 still bound"
-        );
+        assert_eq!(tpt.remove_for_dereg(mr_stag).err(), Some(DeregError::WindowsBound), "w1 still bound");
         assert!(tpt.remove_window(w1).is_some());
         assert!(tpt.remove_for_dereg(mr_stag).is_ok());
         assert!(tpt.is_empty());

@@ -5,13 +5,10 @@
 use thiserror::Error;
 use vm_memory::ByteValued;
 use vt3_iwarp::engine::{
-    Completion, FastReg, InlineData, MwBind, MwType, RecvWr, SendOpcode, SendWr, Sge, SgeList,
-    WcStatus, WorkQueue,
+    Completion, FastReg, InlineData, MwBind, MwType, RecvWr, SendOpcode, SendWr, Sge, SgeList, WcStatus, WorkQueue,
 };
 
-use crate::abi::{
-    self, BindMwWqe, CqeFlag, RegMrWqe, RqWqe, SqWqe, WqeFlag, VT3_MAX_SGE, VT3_PAGE_SHIFT,
-};
+use crate::abi::{self, BindMwWqe, CqeFlag, RegMrWqe, RqWqe, SqWqe, WqeFlag, VT3_MAX_SGE, VT3_PAGE_SHIFT};
 
 /// What a QP allows in its WQEs (from CREATE_QP, which keeps them within
 /// VT3_MAX_SGE and VT3_MAX_INLINE).
@@ -51,16 +48,9 @@ const RQ_SGES: usize = std::mem::offset_of!(RqWqe, sge);
 
 fn sges(bytes: &[u8], count: u8) -> SgeList {
     let mut list = [Sge::default(); VT3_MAX_SGE];
-    for (sge, raw) in list
-        .iter_mut()
-        .zip(bytes.chunks_exact(std::mem::size_of::<abi::Sge>()))
-    {
+    for (sge, raw) in list.iter_mut().zip(bytes.chunks_exact(std::mem::size_of::<abi::Sge>())) {
         if let Some(s) = abi::read_struct::<abi::Sge>(raw) {
-            *sge = Sge {
-                addr: s.addr.to_native(),
-                length: s.length.to_native(),
-                lkey: s.lkey.to_native(),
-            };
+            *sge = Sge { addr: s.addr.to_native(), length: s.length.to_native(), lkey: s.lkey.to_native() };
         }
     }
     SgeList::new(list.get(..usize::from(count)).unwrap_or_default()).unwrap_or(SgeList::EMPTY)
@@ -82,10 +72,7 @@ pub fn send_wr(wqe: &SqWqe, limits: &WqeLimits) -> Result<SendWr, BadWqe> {
             return Err(BadWqe::InlineLen(len));
         }
         let data = payload.get(..len as usize).unwrap_or_default();
-        (
-            SgeList::EMPTY,
-            Some(InlineData::new(data).ok_or(BadWqe::InlineLen(len))?),
-        )
+        (SgeList::EMPTY, Some(InlineData::new(data).ok_or(BadWqe::InlineLen(len))?))
     } else {
         if u32::from(wqe.num_sge) > limits.max_send_sge {
             return Err(BadWqe::NumSge(wqe.num_sge));
@@ -176,11 +163,9 @@ pub fn recv_wr(wqe: &RqWqe, limits: &WqeLimits) -> Result<RecvWr, BadWqe> {
         return Err(BadWqe::NumSge(wqe.num_sge));
     }
     let payload = wqe.as_slice().get(RQ_SGES..).unwrap_or_default();
-    Ok(RecvWr {
-        wr_id: wqe.wr_id.to_native(),
-        sges: sges(payload, wqe.num_sge),
-    })
+    Ok(RecvWr { wr_id: wqe.wr_id.to_native(), sges: sges(payload, wqe.num_sge) })
 }
+
 
 /// The CQE for a completion of the WQE at index `wqe_idx` of its queue
 /// (a WQE of an SRQ names its SRQ index instead).
@@ -215,29 +200,16 @@ pub fn writes_cqe(c: &Completion) -> bool {
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
     use crate::abi::{Sge as AbiSge, WrOpcode};
     use vt3_iwarp::engine::{WcOpcode, WcStatus};
 
-    const LIMITS: WqeLimits = WqeLimits {
-        max_send_sge: 3,
-        max_recv_sge: 2,
-        max_inline: 32,
-        sig_all: false,
-    };
+    const LIMITS: WqeLimits = WqeLimits { max_send_sge: 3, max_recv_sge: 2, max_inline: 32, sig_all: false };
 
     fn sge(addr: u64, length: u32, lkey: u32) -> AbiSge {
-        AbiSge {
-            addr: addr.into(),
-            length: length.into(),
-            lkey: lkey.into(),
-        }
+        AbiSge { addr: addr.into(), length: length.into(), lkey: lkey.into() }
     }
 
     fn sq(opcode: u8, flags: u8, sges: &[AbiSge]) -> SqWqe {
@@ -260,48 +232,21 @@ mod tests {
 
     #[test]
     fn send_wqes_become_send_wrs() {
-        let w = sq(
-            WrOpcode::Write as u8,
-            WqeFlag::Fence as u8,
-            &[sge(0x1000, 10, 0x101), sge(0x2000, 20, 0x102)],
-        );
+        let w = sq(WrOpcode::Write as u8, WqeFlag::Fence as u8, &[sge(0x1000, 10, 0x101), sge(0x2000, 20, 0x102)]);
         let wr = send_wr(&w, &LIMITS).unwrap();
-        assert_eq!(
-            (wr.wr_id, wr.opcode, wr.signaled, wr.fence),
-            (0xfeed_0001, SendOpcode::Write, false, true)
-        );
-        assert_eq!(
-            wr.sges.as_slice(),
-            &[
-                Sge {
-                    addr: 0x1000,
-                    length: 10,
-                    lkey: 0x101
-                },
-                Sge {
-                    addr: 0x2000,
-                    length: 20,
-                    lkey: 0x102
-                }
-            ]
-        );
-        assert_eq!(
-            (wr.remote_addr, wr.remote_stag, wr.invalidate_stag),
-            (0x7f00_0000_1000, 0x0305, 0x1234)
-        );
+        assert_eq!((wr.wr_id, wr.opcode, wr.signaled, wr.fence), (0xfeed_0001, SendOpcode::Write, false, true));
+        assert_eq!(wr.sges.as_slice(), &[
+            Sge { addr: 0x1000, length: 10, lkey: 0x101 },
+            Sge { addr: 0x2000, length: 20, lkey: 0x102 }
+        ]);
+        assert_eq!((wr.remote_addr, wr.remote_stag, wr.invalidate_stag), (0x7f00_0000_1000, 0x0305, 0x1234));
         assert_eq!(wr.inline, None);
         // SIG_ALL folds into every WR.
-        let all = WqeLimits {
-            sig_all: true,
-            ..LIMITS
-        };
+        let all = WqeLimits { sig_all: true, ..LIMITS };
         assert!(send_wr(&w, &all).unwrap().signaled);
         // (REG_MR and BIND_MW have slot layouts of their own:
         // `reg_mr_and_local_inv_wqes`, `bind_mw_wqes`.)
-        for op in WrOpcode::ALL
-            .iter()
-            .filter(|op| !matches!(op, WrOpcode::RegMr | WrOpcode::BindMw))
-        {
+        for op in WrOpcode::ALL.iter().filter(|op| !matches!(op, WrOpcode::RegMr | WrOpcode::BindMw)) {
             let wr = send_wr(&sq(*op as u8, WqeFlag::Signaled as u8, &[]), &LIMITS).unwrap();
             assert_eq!((wr.opcode as u8, wr.signaled), (*op as u8, true));
         }
@@ -329,53 +274,18 @@ mod tests {
             (sq(0, 0x08, &[]), BadWqe::Flags(0x08)),
             (sq(0, 0xff, &[]), BadWqe::Flags(0xff)),
             (sq(0, 0, &five), BadWqe::NumSge(4)),
-            (
-                SqWqe {
-                    num_sge: 0xff,
-                    ..sq(0, 0, &[])
-                },
-                BadWqe::NumSge(0xff),
-            ),
-            (
-                SqWqe {
-                    inline_len: 33.into(),
-                    ..sq(0, WqeFlag::Inline as u8, &[])
-                },
-                BadWqe::InlineLen(33),
-            ),
-            (
-                SqWqe {
-                    inline_len: u32::MAX.into(),
-                    ..sq(0, WqeFlag::Inline as u8, &[])
-                },
-                BadWqe::InlineLen(u32::MAX),
-            ),
+            (SqWqe { num_sge: 0xff, ..sq(0, 0, &[]) }, BadWqe::NumSge(0xff)),
+            (SqWqe { inline_len: 33.into(), ..sq(0, WqeFlag::Inline as u8, &[]) }, BadWqe::InlineLen(33)),
+            (SqWqe { inline_len: u32::MAX.into(), ..sq(0, WqeFlag::Inline as u8, &[]) }, BadWqe::InlineLen(u32::MAX)),
         ];
         for (w, want) in cases {
             assert_eq!(send_wr(&w, &LIMITS), Err(want), "{w:?}");
         }
         // A QP created with the ABI maxima still refuses more than them.
-        let max = WqeLimits {
-            max_send_sge: 4,
-            max_recv_sge: 4,
-            max_inline: 64,
-            sig_all: false,
-        };
-        let w = SqWqe {
-            inline_len: 65.into(),
-            ..sq(0, WqeFlag::Inline as u8, &[])
-        };
+        let max = WqeLimits { max_send_sge: 4, max_recv_sge: 4, max_inline: 64, sig_all: false };
+        let w = SqWqe { inline_len: 65.into(), ..sq(0, WqeFlag::Inline as u8, &[]) };
         assert_eq!(send_wr(&w, &max), Err(BadWqe::InlineLen(65)));
-        assert_eq!(
-            send_wr(
-                &SqWqe {
-                    num_sge: 5,
-                    ..sq(0, 0, &[])
-                },
-                &max
-            ),
-            Err(BadWqe::NumSge(5))
-        );
+        assert_eq!(send_wr(&SqWqe { num_sge: 5, ..sq(0, 0, &[]) }, &max), Err(BadWqe::NumSge(5)));
         // Random WQEs: parsed or refused, never a panic, never more than allowed.
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..20_000 {
@@ -410,66 +320,25 @@ mod tests {
         };
         let slot = abi::read_struct::<SqWqe>(reg.as_slice()).unwrap();
         let wr = send_wr(&slot, &LIMITS).unwrap();
-        assert_eq!(
-            (wr.wr_id, wr.opcode, wr.signaled, wr.fence),
-            (0x77, SendOpcode::RegMr, false, true)
-        );
+        assert_eq!((wr.wr_id, wr.opcode, wr.signaled, wr.fence), (0x77, SendOpcode::RegMr, false, true));
         assert_eq!(
             wr.fast_reg,
-            FastReg {
-                stag: 0x1234_5602,
-                iova: 0x7000_0100,
-                length: 9000,
-                pbl_addr: 0x4000,
-                npages: 3,
-                access: 6
-            }
+            FastReg { stag: 0x1234_5602, iova: 0x7000_0100, length: 9000, pbl_addr: 0x4000, npages: 3, access: 6 }
         );
         assert!(wr.sges.is_empty() && wr.inline.is_none());
         for shift in [0, 11, 13, 21, u32::MAX] {
-            let bad = RegMrWqe {
-                page_shift: shift.into(),
-                ..reg
-            };
+            let bad = RegMrWqe { page_shift: shift.into(), ..reg };
             let slot = abi::read_struct::<SqWqe>(bad.as_slice()).unwrap();
             assert_eq!(send_wr(&slot, &LIMITS), Err(BadWqe::PageShift(shift)));
         }
-        let inline = RegMrWqe {
-            flags: WqeFlag::Inline as u8,
-            ..reg
-        };
-        assert_eq!(
-            send_wr(&abi::read_struct(inline.as_slice()).unwrap(), &LIMITS),
-            Err(BadWqe::Flags(2))
-        );
+        let inline = RegMrWqe { flags: WqeFlag::Inline as u8, ..reg };
+        assert_eq!(send_wr(&abi::read_struct(inline.as_slice()).unwrap(), &LIMITS), Err(BadWqe::Flags(2)));
         // LOCAL_INV names its STag in invalidate_stag; SGEs are ignored.
-        let inv = send_wr(
-            &sq(
-                WrOpcode::LocalInv as u8,
-                WqeFlag::Signaled as u8,
-                &[sge(1, 2, 3)],
-            ),
-            &LIMITS,
-        )
-        .unwrap();
-        assert_eq!(
-            (
-                inv.opcode,
-                inv.invalidate_stag,
-                inv.signaled,
-                inv.sges.len()
-            ),
-            (SendOpcode::LocalInv, 0x1234, true, 0)
-        );
+        let inv = send_wr(&sq(WrOpcode::LocalInv as u8, WqeFlag::Signaled as u8, &[sge(1, 2, 3)]), &LIMITS).unwrap();
+        assert_eq!((inv.opcode, inv.invalidate_stag, inv.signaled, inv.sges.len()), (SendOpcode::LocalInv, 0x1234, true, 0));
         assert_eq!(inv.opcode.wc_opcode() as u8, abi::WcOpcode::LocalInv as u8);
-        assert_eq!(
-            SendOpcode::RegMr.wc_opcode() as u8,
-            abi::WcOpcode::RegMr as u8
-        );
-        let sig_all = WqeLimits {
-            sig_all: true,
-            ..LIMITS
-        };
+        assert_eq!(SendOpcode::RegMr.wc_opcode() as u8, abi::WcOpcode::RegMr as u8);
+        let sig_all = WqeLimits { sig_all: true, ..LIMITS };
         assert!(send_wr(&slot_of(&reg), &sig_all).unwrap().signaled);
     }
 
@@ -487,47 +356,21 @@ mod tests {
             access: 6.into(),
             ..Default::default()
         };
-        let wr = send_wr(
-            &abi::read_struct::<SqWqe>(bind.as_slice()).unwrap(),
-            &LIMITS,
-        )
-        .unwrap();
-        assert_eq!(
-            (wr.wr_id, wr.opcode, wr.signaled, wr.fence),
-            (0x99, SendOpcode::BindMw, true, false)
-        );
+        let wr = send_wr(&abi::read_struct::<SqWqe>(bind.as_slice()).unwrap(), &LIMITS).unwrap();
+        assert_eq!((wr.wr_id, wr.opcode, wr.signaled, wr.fence), (0x99, SendOpcode::BindMw, true, false));
         assert_eq!(
             wr.bind,
-            MwBind {
-                mw_stag: 0x4407,
-                mr_stag: 0x1203,
-                addr: 0x7000_0100,
-                length: 4096,
-                access: 6,
-                mw_type: MwType::One
-            }
+            MwBind { mw_stag: 0x4407, mr_stag: 0x1203, addr: 0x7000_0100, length: 4096, access: 6, mw_type: MwType::One }
         );
         assert_eq!(wr.opcode.wc_opcode() as u8, abi::WcOpcode::BindMw as u8);
         for bad_type in [0u8, 3, 0xff] {
-            let bad = BindMwWqe {
-                mw_type: bad_type,
-                ..bind
-            };
+            let bad = BindMwWqe { mw_type: bad_type, ..bind };
             let refused = send_wr(&abi::read_struct::<SqWqe>(bad.as_slice()).unwrap(), &LIMITS);
             assert_eq!(refused, Err(BadWqe::MwType(bad_type)));
-            assert_eq!(
-                BadWqe::MwType(bad_type).status() as u8,
-                abi::WcStatus::MwBindErr as u8
-            );
+            assert_eq!(BadWqe::MwType(bad_type).status() as u8, abi::WcStatus::MwBindErr as u8);
         }
-        let inline = BindMwWqe {
-            flags: WqeFlag::Inline as u8,
-            ..bind
-        };
-        assert_eq!(
-            send_wr(&abi::read_struct(inline.as_slice()).unwrap(), &LIMITS),
-            Err(BadWqe::Flags(2))
-        );
+        let inline = BindMwWqe { flags: WqeFlag::Inline as u8, ..bind };
+        assert_eq!(send_wr(&abi::read_struct(inline.as_slice()).unwrap(), &LIMITS), Err(BadWqe::Flags(2)));
     }
 
     fn slot_of(reg: &RegMrWqe) -> SqWqe {
@@ -536,39 +379,20 @@ mod tests {
 
     #[test]
     fn receive_wqes() {
-        let mut w = RqWqe {
-            wr_id: 9.into(),
-            num_sge: 2,
-            ..Default::default()
-        };
+        let mut w = RqWqe { wr_id: 9.into(), num_sge: 2, ..Default::default() };
         w.sge[0] = sge(0x3000, 100, 0x201);
         w.sge[1] = sge(0x5000, 50, 0x202);
         let wr = recv_wr(&w, &LIMITS).unwrap();
         assert_eq!((wr.wr_id, wr.sges.total_len()), (9, 150));
-        assert_eq!(
-            recv_wr(&RqWqe { num_sge: 0, ..w }, &LIMITS)
-                .unwrap()
-                .sges
-                .len(),
-            0
-        );
+        assert_eq!(recv_wr(&RqWqe { num_sge: 0, ..w }, &LIMITS).unwrap().sges.len(), 0);
         for n in [3, 4, 5, 0xff] {
-            assert_eq!(
-                recv_wr(&RqWqe { num_sge: n, ..w }, &LIMITS),
-                Err(BadWqe::NumSge(n))
-            );
+            assert_eq!(recv_wr(&RqWqe { num_sge: n, ..w }, &LIMITS), Err(BadWqe::NumSge(n)));
         }
     }
 
     #[test]
     fn malformed_fields_are_operation_errors() {
-        for bad in [
-            BadWqe::Opcode(9),
-            BadWqe::Flags(0x80),
-            BadWqe::NumSge(5),
-            BadWqe::InlineLen(65),
-            BadWqe::Unreadable,
-        ] {
+        for bad in [BadWqe::Opcode(9), BadWqe::Flags(0x80), BadWqe::NumSge(5), BadWqe::InlineLen(65), BadWqe::Unreadable] {
             assert_eq!(bad.status(), WcStatus::LocQpOpErr, "{bad}");
         }
     }
@@ -588,55 +412,18 @@ mod tests {
             srq_idx: None,
         };
         let e = cqe(&c, 41);
-        assert_eq!(
-            (
-                e.wr_id.to_native(),
-                e.qpn.to_native(),
-                e.byte_len.to_native()
-            ),
-            (0xabcd, 3, 1000)
-        );
+        assert_eq!((e.wr_id.to_native(), e.qpn.to_native(), e.byte_len.to_native()), (0xabcd, 3, 1000));
         assert_eq!(e.wqe_idx.to_native(), 41);
         assert_eq!((e.opcode, e.status), (3, 0));
-        assert_eq!(
-            e.flags,
-            CqeFlag::Invalidated as u8 | CqeFlag::Solicited as u8
-        );
+        assert_eq!(e.flags, CqeFlag::Invalidated as u8 | CqeFlag::Solicited as u8);
         assert_eq!(e.invalidated_stag.to_native(), 0x4407);
-        let send = Completion {
-            queue: WorkQueue::Send,
-            opcode: WcOpcode::Read,
-            status: WcStatus::LocProtErr,
-            invalidated_stag: None,
-            solicited: false,
-            signaled: false,
-            ..c
-        };
+        let send = Completion { queue: WorkQueue::Send, opcode: WcOpcode::Read, status: WcStatus::LocProtErr, invalidated_stag: None, solicited: false, signaled: false, ..c };
         let e = cqe(&send, 7);
-        assert_eq!(
-            (e.opcode, e.status, e.flags, e.invalidated_stag.to_native()),
-            (2, 3, 0, 0)
-        );
+        assert_eq!((e.opcode, e.status, e.flags, e.invalidated_stag.to_native()), (2, 3, 0, 0));
         assert!(writes_cqe(&c) && !writes_cqe(&send));
-        assert!(
-            writes_cqe(&Completion {
-                signaled: false,
-                ..c
-            }),
-            "receives always complete"
-        );
+        assert!(writes_cqe(&Completion { signaled: false, ..c }), "receives always complete");
         // A WQE of an SRQ: its SRQ index, flagged.
-        let e = cqe(
-            &Completion {
-                srq_idx: Some(9),
-                invalidated_stag: None,
-                ..c
-            },
-            41,
-        );
-        assert_eq!(
-            (e.wqe_idx.to_native(), e.flags),
-            (9, CqeFlag::Solicited as u8 | CqeFlag::Srq as u8)
-        );
+        let e = cqe(&Completion { srq_idx: Some(9), invalidated_stag: None, ..c }, 41);
+        assert_eq!((e.wqe_idx.to_native(), e.flags), (9, CqeFlag::Solicited as u8 | CqeFlag::Srq as u8));
     }
 }

@@ -54,9 +54,7 @@ pub fn receive_one(
     received: &mut [Received],
     read: impl FnOnce(&mut [u8]) -> io::Result<Option<usize>>,
 ) -> io::Result<usize> {
-    let (Some(buf), Some(slot)) = (bufs.first_mut(), received.first_mut()) else {
-        return Ok(0);
-    };
+    let (Some(buf), Some(slot)) = (bufs.first_mut(), received.first_mut()) else { return Ok(0) };
     Ok(read(buf)?.map_or(0, |len| {
         *slot = Received::single(len);
         1
@@ -135,25 +133,15 @@ pub(super) fn recvmmsg(
     mut names: Option<&mut [libc::sockaddr_un]>,
     gro: bool,
 ) -> io::Result<usize> {
-    let n = bufs
-        .len()
-        .min(received.len())
-        .min(names.as_ref().map_or(usize::MAX, |n| n.len()));
+    let n = bufs.len().min(received.len()).min(names.as_ref().map_or(usize::MAX, |n| n.len()));
     let mut iovs: Vec<libc::iovec> = bufs
         .iter_mut()
         .take(n)
-        .map(|b| libc::iovec {
-            iov_base: b.as_mut_ptr().cast(),
-            iov_len: b.len(),
-        })
+        .map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() })
         .collect();
     // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
     let mut msgs: Vec<libc::mmsghdr> = (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
-    let mut controls: Vec<GroControl> = if gro {
-        vec![GroControl::empty(); n]
-    } else {
-        Vec::new()
-    };
+    let mut controls: Vec<GroControl> = if gro { vec![GroControl::empty(); n] } else { Vec::new() };
     for (i, (msg, iov)) in msgs.iter_mut().zip(iovs.iter_mut()).enumerate() {
         msg.msg_hdr.msg_iov = std::ptr::from_mut(iov);
         msg.msg_hdr.msg_iovlen = 1;
@@ -172,33 +160,16 @@ pub(super) fn recvmmsg(
     // iovs (a live buffer of bufs with its length), when given at a
     // sockaddr_un of names and at a control buffer of controls, each with
     // its size; all of them outlive the call.
-    let rc = unsafe {
-        libc::recvmmsg(
-            fd,
-            msgs.as_mut_ptr(),
-            count,
-            libc::MSG_DONTWAIT,
-            std::ptr::null_mut(),
-        )
-    };
+    let rc = unsafe { libc::recvmmsg(fd, msgs.as_mut_ptr(), count, libc::MSG_DONTWAIT, std::ptr::null_mut()) };
     if rc < 0 {
         let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::WouldBlock {
-            Ok(0)
-        } else {
-            Err(e)
-        };
+        return if e.kind() == io::ErrorKind::WouldBlock { Ok(0) } else { Err(e) };
     }
     let got = usize::try_from(rc).unwrap_or(0).min(n);
     for (i, (slot, msg)) in received.iter_mut().zip(&msgs).enumerate().take(got) {
         let len = usize::try_from(msg.msg_len).unwrap_or(0);
-        let segment = controls
-            .get(i)
-            .and_then(|c| c.segment(msg.msg_hdr.msg_controllen));
-        *slot = Received {
-            len,
-            segment: segment.unwrap_or(len),
-        };
+        let segment = controls.get(i).and_then(|c| c.segment(msg.msg_hdr.msg_controllen));
+        *slot = Received { len, segment: segment.unwrap_or(len) };
     }
     Ok(got)
 }
@@ -206,12 +177,7 @@ pub(super) fn recvmmsg(
 /// Whether a sockaddr_un (as recvmmsg filled it) names `path`.
 pub(super) fn is_path(name: &libc::sockaddr_un, path: &Path) -> bool {
     let want = path.as_os_str().as_bytes();
-    let got: Vec<u8> = name
-        .sun_path
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c.to_ne_bytes()[0])
-        .collect();
+    let got: Vec<u8> = name.sun_path.iter().take_while(|&&c| c != 0).map(|&c| c.to_ne_bytes()[0]).collect();
     got == want
 }
 
@@ -220,18 +186,12 @@ pub(super) fn is_path(name: &libc::sockaddr_un, path: &Path) -> bool {
 /// when the first one was refused.
 pub(super) fn sendmmsg(fd: RawFd, frames: &[&[u8]]) -> io::Result<usize> {
     let n = frames.len().min(SEND_BATCH);
-    let mut iovs = [libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    }; SEND_BATCH];
+    let mut iovs = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; SEND_BATCH];
     // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
     let mut msgs: [libc::mmsghdr; SEND_BATCH] = unsafe { std::mem::zeroed() };
     for ((iov, msg), frame) in iovs.iter_mut().zip(msgs.iter_mut()).zip(frames).take(n) {
         // The kernel only reads through iov_base (a send).
-        *iov = libc::iovec {
-            iov_base: frame.as_ptr().cast_mut().cast(),
-            iov_len: frame.len(),
-        };
+        *iov = libc::iovec { iov_base: frame.as_ptr().cast_mut().cast(), iov_len: frame.len() };
         msg.msg_hdr.msg_iov = std::ptr::from_mut(iov);
         msg.msg_hdr.msg_iovlen = 1;
     }

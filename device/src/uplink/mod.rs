@@ -44,11 +44,7 @@ pub trait Uplink: AsRawFd + Send + Sync + fmt::Debug {
     fn send_batch(&self, frames: &[&[u8]]) -> io::Result<usize> {
         for (sent, frame) in frames.iter().enumerate() {
             if let Err(e) = self.send(frame) {
-                return if sent == 0 && e.kind() != io::ErrorKind::WouldBlock {
-                    Err(e)
-                } else {
-                    Ok(sent)
-                };
+                return if sent == 0 && e.kind() != io::ErrorKind::WouldBlock { Err(e) } else { Ok(sent) };
             }
         }
         Ok(frames.len())
@@ -70,10 +66,7 @@ pub trait Uplink: AsRawFd + Send + Sync + fmt::Debug {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum UplinkSpec {
     /// `udp:LOCAL_IP:PORT,REMOTE_IP:PORT`
-    Udp {
-        local: SocketAddr,
-        remote: SocketAddr,
-    },
+    Udp { local: SocketAddr, remote: SocketAddr },
     /// `unix-dgram:LOCAL_PATH,REMOTE_PATH`
     UnixDgram { local: PathBuf, remote: PathBuf },
     /// `tap:IFNAME`
@@ -103,14 +96,9 @@ impl FromStr for UplinkSpec {
             .ok_or_else(|| SpecError::UnknownType(s.to_owned()))?;
         match kind {
             "udp" => {
-                let (l, r) = rest
-                    .split_once(',')
-                    .ok_or(SpecError::MissingRemote("udp"))?;
+                let (l, r) = rest.split_once(',').ok_or(SpecError::MissingRemote("udp"))?;
                 let parse = |a: &str| a.parse().map_err(|_| SpecError::BadAddress(a.to_owned()));
-                Ok(Self::Udp {
-                    local: parse(l)?,
-                    remote: parse(r)?,
-                })
+                Ok(Self::Udp { local: parse(l)?, remote: parse(r)? })
             }
             "unix-dgram" => {
                 let (l, r) = rest
@@ -119,19 +107,14 @@ impl FromStr for UplinkSpec {
                 if l.is_empty() || r.is_empty() {
                     return Err(SpecError::EmptyPath);
                 }
-                Ok(Self::UnixDgram {
-                    local: l.into(),
-                    remote: r.into(),
-                })
+                Ok(Self::UnixDgram { local: l.into(), remote: r.into() })
             }
             "tap" => {
                 let valid = (1..=15).contains(&rest.len()) && !rest.contains(['/', '\0']);
                 if !valid {
                     return Err(SpecError::BadIfname(rest.to_owned()));
                 }
-                Ok(Self::Tap {
-                    ifname: rest.to_owned(),
-                })
+                Ok(Self::Tap { ifname: rest.to_owned() })
             }
             other => Err(SpecError::UnknownType(other.to_owned())),
         }
@@ -172,12 +155,7 @@ fn grow_socket_buffers(fd: RawFd, bytes: libc::c_int) {
 }
 
 /// `setsockopt` of an integer option.
-fn set_int_option(
-    fd: RawFd,
-    level: libc::c_int,
-    option: libc::c_int,
-    value: libc::c_int,
-) -> io::Result<()> {
+fn set_int_option(fd: RawFd, level: libc::c_int, option: libc::c_int, value: libc::c_int) -> io::Result<()> {
     // SAFETY: fd is an open socket owned by the caller; the option value
     // is a c_int that lives across the call, with its size.
     let rc = unsafe {
@@ -205,13 +183,7 @@ pub fn receive_queue_bytes(fd: RawFd) -> Option<usize> {
     // SAFETY: fd is an open descriptor owned by the caller; value and len
     // live across the call and len says how large value is.
     let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            std::ptr::from_mut(&mut value).cast(),
-            &mut len,
-        )
+        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, std::ptr::from_mut(&mut value).cast(), &mut len)
     };
     if rc != 0 {
         return None;
@@ -247,26 +219,14 @@ mod tests {
         );
         assert_eq!(
             "unix-dgram:/tmp/a,/tmp/b".parse(),
-            Ok(UplinkSpec::UnixDgram {
-                local: "/tmp/a".into(),
-                remote: "/tmp/b".into()
-            })
+            Ok(UplinkSpec::UnixDgram { local: "/tmp/a".into(), remote: "/tmp/b".into() })
         );
-        assert_eq!(
-            "tap:vt3tap0".parse(),
-            Ok(UplinkSpec::Tap {
-                ifname: "vt3tap0".into()
-            })
-        );
+        assert_eq!("tap:vt3tap0".parse(), Ok(UplinkSpec::Tap { ifname: "vt3tap0".into() }));
     }
 
     #[test]
     fn display_round_trips() {
-        for s in [
-            "udp:127.0.0.1:5000,[::1]:7",
-            "unix-dgram:/x/a,/x/b",
-            "tap:t0",
-        ] {
+        for s in ["udp:127.0.0.1:5000,[::1]:7", "unix-dgram:/x/a,/x/b", "tap:t0"] {
             assert_eq!(s.parse::<UplinkSpec>().unwrap().to_string(), s);
         }
     }
@@ -277,22 +237,13 @@ mod tests {
             ("", SpecError::UnknownType(String::new())),
             ("vde:/x", SpecError::UnknownType("vde".into())),
             ("udp:127.0.0.1:5000", SpecError::MissingRemote("udp")),
-            (
-                "udp:127.0.0.1,127.0.0.1:5",
-                SpecError::BadAddress("127.0.0.1".into()),
-            ),
-            (
-                "udp:1.2.3.4:5,host:5",
-                SpecError::BadAddress("host:5".into()),
-            ),
+            ("udp:127.0.0.1,127.0.0.1:5", SpecError::BadAddress("127.0.0.1".into())),
+            ("udp:1.2.3.4:5,host:5", SpecError::BadAddress("host:5".into())),
             ("unix-dgram:/a", SpecError::MissingRemote("unix-dgram")),
             ("unix-dgram:,/b", SpecError::EmptyPath),
             ("tap:", SpecError::BadIfname(String::new())),
             ("tap:a/b", SpecError::BadIfname("a/b".into())),
-            (
-                "tap:0123456789abcdef",
-                SpecError::BadIfname("0123456789abcdef".into()),
-            ),
+            ("tap:0123456789abcdef", SpecError::BadIfname("0123456789abcdef".into())),
         ];
         for (s, want) in bad {
             assert_eq!(s.parse::<UplinkSpec>(), Err(want), "{s}");

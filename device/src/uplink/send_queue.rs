@@ -102,9 +102,7 @@ impl SendQueue {
             if sent == 0 {
                 // Why was it refused? A full queue: wait for EPOLLOUT;
                 // anything else: drop it and go on.
-                let Some(frame) = self.frames.front() else {
-                    break;
-                };
+                let Some(frame) = self.frames.front() else { break };
                 match uplink.send(frame) {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
                     result => {
@@ -147,11 +145,7 @@ impl SendQueue {
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
     use std::os::fd::{AsRawFd, RawFd};
@@ -173,11 +167,7 @@ mod tests {
             self.taken.lock().unwrap().push(frame.to_vec());
             Ok(())
         }
-        fn recv_batch(
-            &self,
-            _: &mut [Vec<u8>],
-            _: &mut [crate::uplink::Received],
-        ) -> io::Result<usize> {
+        fn recv_batch(&self, _: &mut [Vec<u8>], _: &mut [crate::uplink::Received]) -> io::Result<usize> {
             Ok(0)
         }
     }
@@ -197,10 +187,7 @@ mod tests {
             assert!(matches!(q.send(&gate, &i.to_le_bytes()), Sent::Queued));
         }
         assert!(matches!(q.send(&gate, b"late"), Sent::Dropped));
-        assert!(
-            start.elapsed() < std::time::Duration::from_millis(100),
-            "never sleeps"
-        );
+        assert!(start.elapsed() < std::time::Duration::from_millis(100), "never sleeps");
         assert_eq!(q.len(), MAX_PENDING_SENDS);
         assert!(!q.flush(&gate));
         // Writable again: the held frames go first, in order.
@@ -209,10 +196,7 @@ mod tests {
         let taken = gate.taken.lock().unwrap();
         assert_eq!(taken.len(), MAX_PENDING_SENDS + 1);
         assert_eq!(taken[0], 0u32.to_le_bytes());
-        assert_eq!(
-            taken[MAX_PENDING_SENDS - 1],
-            (MAX_PENDING_SENDS as u32 - 1).to_le_bytes()
-        );
+        assert_eq!(taken[MAX_PENDING_SENDS - 1], (MAX_PENDING_SENDS as u32 - 1).to_le_bytes());
         assert_eq!(taken[MAX_PENDING_SENDS], b"next");
         assert!(q.is_empty());
     }

@@ -32,20 +32,14 @@ impl TapUplink {
             .write(true)
             .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open("/dev/net/tun")?;
-        let mut req = IfReq {
-            name: [0; libc::IFNAMSIZ],
-            flags: IFF_TAP | IFF_NO_PI,
-            _pad: [0; 22],
-        };
+        let mut req = IfReq { name: [0; libc::IFNAMSIZ], flags: IFF_TAP | IFF_NO_PI, _pad: [0; 22] };
         let name = ifname.as_bytes();
         // Leave room for the terminating NUL.
         let dst = req
             .name
             .get_mut(..name.len())
             .filter(|_| name.len() < libc::IFNAMSIZ)
-            .ok_or_else(|| {
-                io::Error::new(io::ErrorKind::InvalidInput, "interface name too long")
-            })?;
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "interface name too long"))?;
         dst.copy_from_slice(name);
         // SAFETY: TUNSETIFF reads a `struct ifreq`; `req` is a live, properly
         // sized and initialised value for the duration of the call.

@@ -36,9 +36,7 @@ impl UdpUplink {
         let fd = socket.as_raw_fd();
         grow_socket_buffers(fd, SOCKET_BUFFER);
         let gso = gso::gso_supported(fd);
-        let gro = gso::enable_gro(fd)
-            .map_err(|e| log::info!("udp uplink: no UDP_GRO: {e}"))
-            .is_ok();
+        let gro = gso::enable_gro(fd).map_err(|e| log::info!("udp uplink: no UDP_GRO: {e}")).is_ok();
         if !gso {
             log::info!("udp uplink: no UDP_SEGMENT, one datagram per send");
         }
@@ -64,23 +62,16 @@ impl Uplink for UdpUplink {
     }
 
     fn send_batch(&self, frames: &[&[u8]]) -> io::Result<usize> {
-        let frames = frames
-            .get(..frames.len().min(SEND_BATCH))
-            .unwrap_or_default();
+        let frames = frames.get(..frames.len().min(SEND_BATCH)).unwrap_or_default();
         let mut runs: Vec<Run> = Vec::with_capacity(frames.len());
         loop {
-            gso::plan(
-                frames,
-                self.gso_segment_limit.load(Ordering::Relaxed),
-                &mut runs,
-            );
+            gso::plan(frames, self.gso_segment_limit.load(Ordering::Relaxed), &mut runs);
             match gso::sendmmsg_runs(self.socket.as_raw_fd(), frames, &runs) {
                 Ok(messages) => {
                     let sent = runs.get(..messages).unwrap_or(&runs);
                     for run in sent.iter().filter(|r| r.segment != 0) {
                         self.segmented_sends.fetch_add(1, Ordering::Relaxed);
-                        self.segmented_frames
-                            .fetch_add(run.count as u64, Ordering::Relaxed);
+                        self.segmented_frames.fetch_add(run.count as u64, Ordering::Relaxed);
                     }
                     return Ok(sent.iter().map(|r| r.count).sum());
                 }
@@ -89,13 +80,8 @@ impl Uplink for UdpUplink {
                     // The first run was refused. If GSO was why, frames of
                     // its size go one by one from now on (the limit only
                     // falls, so this loop ends); else the frame is at fault.
-                    let first = runs.first().copied().unwrap_or(Run {
-                        count: 0,
-                        segment: 0,
-                    });
-                    let limit = (first.segment != 0)
-                        .then(|| gso::refused_segment(&e, first.segment))
-                        .flatten();
+                    let first = runs.first().copied().unwrap_or(Run { count: 0, segment: 0 });
+                    let limit = (first.segment != 0).then(|| gso::refused_segment(&e, first.segment)).flatten();
                     let Some(limit) = limit else { return Err(e) };
                     log::info!("udp uplink: {}-octet frames refused with UDP_SEGMENT ({e}): sent one by one", first.segment);
                     self.gso_segment_limit.fetch_min(limit, Ordering::Relaxed);
@@ -111,13 +97,8 @@ impl Uplink for UdpUplink {
                 // surfaces here; it is not a frame, so skip it.
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
                 Ok(n) => {
-                    let coalesced = received
-                        .iter()
-                        .take(n)
-                        .filter(|r| r.segment < r.len)
-                        .count();
-                    self.coalesced_receives
-                        .fetch_add(coalesced as u64, Ordering::Relaxed);
+                    let coalesced = received.iter().take(n).filter(|r| r.segment < r.len).count();
+                    self.coalesced_receives.fetch_add(coalesced as u64, Ordering::Relaxed);
                     return Ok(n);
                 }
                 other => return other,
@@ -145,11 +126,7 @@ impl AsRawFd for UdpUplink {
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
     use crate::uplink::RecvBatch;
@@ -287,18 +264,10 @@ mod tests {
         // The same through the datapath's batch.
         assert_eq!(a.send_batch(&refs(&sent)).unwrap(), 41);
         assert_eq!(receive_frames(&b, sent.len()), sent);
-        let counters = |u: &UdpUplink| {
-            u.counters()
-                .into_iter()
-                .collect::<std::collections::HashMap<_, _>>()
-        };
+        let counters = |u: &UdpUplink| u.counters().into_iter().collect::<std::collections::HashMap<_, _>>();
         assert_eq!(counters(&a)["segmented_sends"], 2);
         assert_eq!(counters(&a)["segmented_frames"], 82);
-        assert_eq!(
-            counters(&b)["coalesced_receives"],
-            2,
-            "one coalesced receive per send"
-        );
+        assert_eq!(counters(&b)["coalesced_receives"], 2, "one coalesced receive per send");
     }
 
     /// A path whose MTU is below a frame plus headers refuses UDP_SEGMENT
@@ -308,8 +277,7 @@ mod tests {
     fn frames_over_the_path_mtu_fall_back_to_single_datagrams() {
         let peer = plain_peer("[::1]:0");
         let up = UdpUplink::open("[::1]:0".parse().unwrap(), peer.local_addr().unwrap()).unwrap();
-        crate::uplink::set_int_option(up.as_raw_fd(), libc::IPPROTO_IPV6, libc::IPV6_MTU, 1280)
-            .unwrap();
+        crate::uplink::set_int_option(up.as_raw_fd(), libc::IPPROTO_IPV6, libc::IPV6_MTU, 1280).unwrap();
 
         let big = frames(10, 1514, 7);
         assert_eq!(up.send_batch(&refs(&big)).unwrap(), 10);

@@ -34,12 +34,7 @@ impl UnixDgramUplink {
         let socket = UnixDatagram::bind(local)?;
         socket.set_nonblocking(true)?;
         grow_socket_buffers(socket.as_raw_fd(), SOCKET_BUFFER);
-        let uplink = Self {
-            socket,
-            local: local.to_owned(),
-            remote: remote.to_owned(),
-            connected: AtomicBool::new(false),
-        };
+        let uplink = Self { socket, local: local.to_owned(), remote: remote.to_owned(), connected: AtomicBool::new(false) };
         // The peer may start (or restart) after us: connecting is retried
         // by every send until it works.
         if let Err(e) = uplink.connect() {
@@ -57,10 +52,7 @@ impl UnixDgramUplink {
 
 /// The connected peer's socket is gone (it exited or was re-created).
 fn peer_gone(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::ECONNREFUSED | libc::ENOTCONN | libc::ECONNRESET)
-    )
+    matches!(e.raw_os_error(), Some(libc::ECONNREFUSED | libc::ENOTCONN | libc::ECONNRESET))
 }
 
 impl Uplink for UnixDgramUplink {
@@ -82,9 +74,7 @@ impl Uplink for UnixDgramUplink {
 
     fn send_batch(&self, frames: &[&[u8]]) -> io::Result<usize> {
         // Not connected yet, or the peer restarted: send() finds it.
-        let Some(first) = frames.first() else {
-            return Ok(0);
-        };
+        let Some(first) = frames.first() else { return Ok(0) };
         if !self.connected.load(Ordering::Relaxed) {
             self.send(first)?;
             return Ok(1);
@@ -98,22 +88,12 @@ impl Uplink for UnixDgramUplink {
 
     fn recv_batch(&self, bufs: &mut [Vec<u8>], received: &mut [Received]) -> io::Result<usize> {
         // SAFETY: sockaddr_un is plain old data; all-zero is a valid value.
-        let mut names: Vec<libc::sockaddr_un> = (0..bufs.len())
-            .map(|_| unsafe { std::mem::zeroed() })
-            .collect();
-        let got = super::batch::recvmmsg(
-            self.socket.as_raw_fd(),
-            bufs,
-            received,
-            Some(&mut names),
-            false,
-        )?;
+        let mut names: Vec<libc::sockaddr_un> = (0..bufs.len()).map(|_| unsafe { std::mem::zeroed() }).collect();
+        let got = super::batch::recvmmsg(self.socket.as_raw_fd(), bufs, received, Some(&mut names), false)?;
         // Only the peer's datagrams are frames: keep those, in order.
         let mut kept = 0;
         for i in 0..got {
-            let from_peer = names
-                .get(i)
-                .is_some_and(|n| super::batch::is_path(n, &self.remote));
+            let from_peer = names.get(i).is_some_and(|n| super::batch::is_path(n, &self.remote));
             if !from_peer {
                 log::debug!("unix-dgram: ignoring a datagram from another socket");
                 continue;
@@ -141,22 +121,14 @@ impl Drop for UnixDgramUplink {
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
 
     #[test]
     fn frames_cross_and_strangers_are_ignored() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, b, c) = (
-            dir.path().join("a"),
-            dir.path().join("b"),
-            dir.path().join("c"),
-        );
+        let (a, b, c) = (dir.path().join("a"), dir.path().join("b"), dir.path().join("c"));
         let peer = UnixDatagram::bind(&b).unwrap();
         let stranger = UnixDatagram::bind(&c).unwrap();
         let up = UnixDgramUplink::open(&a, &b).unwrap();
@@ -179,11 +151,7 @@ mod tests {
     #[test]
     fn a_batch_takes_the_peers_frames_in_order_and_drops_strangers() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, b, c) = (
-            dir.path().join("a"),
-            dir.path().join("b"),
-            dir.path().join("c"),
-        );
+        let (a, b, c) = (dir.path().join("a"), dir.path().join("b"), dir.path().join("c"));
         let peer = UnixDatagram::bind(&b).unwrap();
         let stranger = UnixDatagram::bind(&c).unwrap();
         // Not connected yet (no send so far): a stranger's datagram gets in.
@@ -241,11 +209,7 @@ mod tests {
     }
 
     fn writable(fd: RawFd) -> bool {
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLOUT,
-            revents: 0,
-        };
+        let mut pfd = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
         // SAFETY: one valid pollfd that lives across the call; no timeout.
         let n = unsafe { libc::poll(&mut pfd, 1, 0) };
         n == 1 && pfd.revents & libc::POLLOUT != 0
@@ -267,10 +231,7 @@ mod tests {
             sent += 1;
             assert!(sent < 100_000);
         }
-        assert!(
-            !writable(up.as_raw_fd()),
-            "a full peer must not poll writable"
-        );
+        assert!(!writable(up.as_raw_fd()), "a full peer must not poll writable");
         let mut buf = [0u8; 64];
         for _ in 0..sent {
             peer.recv(&mut buf).unwrap();

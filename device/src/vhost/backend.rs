@@ -21,18 +21,16 @@ use virtio_bindings::bindings::virtio_ring::{
 use virtio_queue::QueueT;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
-use vmm_sys_util::event::{
-    new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
-};
+use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use vmm_sys_util::timerfd::TimerFd;
 
+use crate::nic::virtio::{
+    deliver_rx, drain_tx, pending_chains, ChainStats, NetLayout, QueueError, RxOutcome, Scratch, VNET_HDR_LEN,
+    VNET_HDR_LEN_LEGACY,
+};
 use crate::control::{Channel, Outcome, QueueAddrs};
 use crate::nic::guest_frames::HeldFrames;
-use crate::nic::virtio::{
-    deliver_rx, drain_tx, pending_chains, ChainStats, NetLayout, QueueError, RxOutcome, Scratch,
-    VNET_HDR_LEN, VNET_HDR_LEN_LEGACY,
-};
 use crate::nic::{GuestFrame, Nic};
 use crate::rnic::poll::CONTENDED_YIELD;
 use crate::rnic::Instant;
@@ -134,10 +132,7 @@ struct EngineTimer {
 
 impl EngineTimer {
     fn new() -> io::Result<Self> {
-        Ok(Self {
-            fd: nonblocking_timer()?,
-            armed: None,
-        })
+        Ok(Self { fd: nonblocking_timer()?, armed: None })
     }
 
     /// Consumes the expiry (nothing to read is fine: it was re-armed).
@@ -163,8 +158,7 @@ impl EngineTimer {
             None => self.fd.clear(),
             Some(at) => {
                 let micros = u64::try_from(at.total_micros() - now.total_micros()).unwrap_or(0);
-                self.fd
-                    .reset(Duration::from_micros(micros).max(MIN_TIMER), None)
+                self.fd.reset(Duration::from_micros(micros).max(MIN_TIMER), None)
             }
         };
         match result {
@@ -188,11 +182,7 @@ struct WritableWatch {
 
 impl WritableWatch {
     fn new(uplink: RawFd) -> io::Result<Self> {
-        Ok(Self {
-            epoll: Epoll::new()?,
-            uplink,
-            watching: false,
-        })
+        Ok(Self { epoll: Epoll::new()?, uplink, watching: false })
     }
 
     /// Watches the uplink for room while `waiting` (frames are held).
@@ -200,11 +190,8 @@ impl WritableWatch {
         if waiting == self.watching {
             return;
         }
-        let (op, events) = if waiting {
-            (ControlOperation::Add, EventSet::OUT)
-        } else {
-            (ControlOperation::Delete, EventSet::empty())
-        };
+        let (op, events) =
+            if waiting { (ControlOperation::Add, EventSet::OUT) } else { (ControlOperation::Delete, EventSet::empty()) };
         match self.epoll.ctl(op, self.uplink, EpollEvent::new(events, 0)) {
             Ok(()) => self.watching = waiting,
             Err(e) => log::warn!("uplink writability watch: {e}"),
@@ -226,21 +213,14 @@ struct PollWatch {
 
 impl PollWatch {
     fn new() -> io::Result<Self> {
-        Ok(Self {
-            fd: EventFd::new(EFD_NONBLOCK)?,
-            armed: false,
-        })
+        Ok(Self { fd: EventFd::new(EFD_NONBLOCK)?, armed: false })
     }
 
     fn set(&mut self, polling: bool) {
         if polling == self.armed {
             return;
         }
-        let result = if polling {
-            self.fd.write(1)
-        } else {
-            self.fd.read().map(drop)
-        };
+        let result = if polling { self.fd.write(1) } else { self.fd.read().map(drop) };
         match result {
             Ok(()) => self.armed = polling,
             Err(e) => log::warn!("poll event: {e}"),
@@ -348,11 +328,7 @@ impl NetBackend {
 
     /// Runs the engine, queues its events for the guest and re-arms the
     /// timer for its next deadline.
-    fn run_engine<M: vm_memory::GuestMemory>(
-        &self,
-        mem: &M,
-        device_frames: &mut VecDeque<Vec<u8>>,
-    ) {
+    fn run_engine<M: vm_memory::GuestMemory>(&self, mem: &M, device_frames: &mut VecDeque<Vec<u8>>) {
         let now = self.now();
         let mut rnic = self.nic.rnic();
         rnic.set_uplink_room(self.nic.uplink_room());
@@ -402,9 +378,7 @@ impl NetBackend {
     /// The frontend is gone: resets the guest's connections on the wire.
     pub fn abort_connections(&self) {
         let now = self.now();
-        self.nic
-            .rnic()
-            .abort_connections(now, &mut |frame| self.nic.offload_to_uplink(frame));
+        self.nic.rnic().abort_connections(now, &mut |frame| self.nic.offload_to_uplink(frame));
         self.nic.flush_uplink();
     }
 
@@ -421,9 +395,7 @@ impl NetBackend {
     /// left to whoever shares it (the guest's vCPU) before the next look,
     /// and if someone took it for long, polling pauses (`rnic::poll`).
     fn on_poll(&self, rx: &VringRwLock) -> Result<(), BackendError> {
-        let Ok(mem) = self.memory() else {
-            return Ok(());
-        };
+        let Ok(mem) = self.memory() else { return Ok(()) };
         let mem = mem.memory();
         if !self.nic.rnic().poll_queues(self.now(), &*mem) {
             let gave = std::time::Instant::now();
@@ -458,22 +430,13 @@ impl NetBackend {
     /// the device's frames for the guest are at their cap, or while frames
     /// wait for a full uplink; each is resumed by what relieves it.
     fn transmit(&self, tx: &VringRwLock) -> Result<(), BackendError> {
-        let Ok(mem) = self.memory() else {
-            return Ok(());
-        };
+        let Ok(mem) = self.memory() else { return Ok(()) };
         let mem = mem.memory();
         if self.is_broken(TX_QUEUE) {
             return Ok(());
         }
         let mut dp = lock(&self.datapath);
-        let Datapath {
-            layout,
-            scratch,
-            device_frames,
-            tx_throttled,
-            tx_waits_uplink,
-            ..
-        } = &mut *dp;
+        let Datapath { layout, scratch, device_frames, tx_throttled, tx_waits_uplink, .. } = &mut *dp;
         if device_frames.len() >= MAX_DEVICE_FRAMES {
             if !*tx_throttled {
                 self.nic.count_tx_paused(true);
@@ -496,37 +459,26 @@ impl NetBackend {
         let drained = {
             let mut state = tx.get_mut();
             if !state.get_queue().ready() || !state.is_enabled() {
-                self.nic
-                    .note_tx_pass(false, None, state.get_queue().next_avail());
+                self.nic.note_tx_pass(false, None, state.get_queue().next_avail());
                 return Ok(());
             }
-            let drained = drain_tx(
-                state.get_queue_mut(),
-                &*mem,
-                layout,
-                scratch,
-                &mut stats,
-                TX_BUDGET,
-                |frame| {
-                    if self.nic.from_guest(frame) == GuestFrame::Control {
-                        commands = true;
-                        let queues = *lock(&self.queues);
-                        let mut rnic = self.nic.rnic();
-                        match lock(&self.channel)
-                            .handle_frame(&mut rnic, &*mem, frame, &queues, now)
-                        {
-                            Outcome::Reply(frame) => device_frames.push_back(frame),
-                            Outcome::Silent | Outcome::Refused(_) => {}
-                        }
+            let drained = drain_tx(state.get_queue_mut(), &*mem, layout, scratch, &mut stats, TX_BUDGET, |frame| {
+                if self.nic.from_guest(frame) == GuestFrame::Control {
+                    commands = true;
+                    let queues = *lock(&self.queues);
+                    let mut rnic = self.nic.rnic();
+                    match lock(&self.channel).handle_frame(&mut rnic, &*mem, frame, &queues, now) {
+                        Outcome::Reply(frame) => device_frames.push_back(frame),
+                        Outcome::Silent | Outcome::Refused(_) => {}
                     }
-                    // Stop before the guest's replies or the uplink's queue
-                    // outgrow their bounds.
-                    if device_frames.len() >= MAX_DEVICE_FRAMES || self.nic.uplink_congested() {
-                        return ControlFlow::Break(());
-                    }
-                    ControlFlow::Continue(())
-                },
-            );
+                }
+                // Stop before the guest's replies or the uplink's queue
+                // outgrow their bounds.
+                if device_frames.len() >= MAX_DEVICE_FRAMES || self.nic.uplink_congested() {
+                    return ControlFlow::Break(());
+                }
+                ControlFlow::Continue(())
+            });
             let queue = state.get_queue();
             let avail = queue.avail_idx(&*mem, Ordering::Acquire).ok().map(|w| w.0);
             self.nic.note_tx_pass(true, avail, queue.next_avail());
@@ -654,8 +606,7 @@ impl NetBackend {
         let mut pass = RxPass::default();
         let (result, usable) = {
             let mut state = vring.get_mut();
-            let usable =
-                state.get_queue().ready() && state.is_enabled() && !self.is_broken(RX_QUEUE);
+            let usable = state.get_queue().ready() && state.is_enabled() && !self.is_broken(RX_QUEUE);
             let ring = usable.then(|| state.get_queue_mut());
             (self.rx_pass(ring, &*mem, dp, &mut stats, &mut pass), usable)
         };
@@ -724,15 +675,14 @@ impl NetBackend {
             // otherwise behind the frames already waiting.
             let direct = dp.device_frames.is_empty() && dp.held.is_empty() && budget > 0;
             if let (true, Some(queue)) = (direct, ring.as_deref_mut()) {
-                let outcome =
-                    match deliver_one(queue, mem, &dp.layout, &mut dp.scratch, stats, frame) {
-                        Ok(outcome) => outcome,
-                        Err(e) => {
-                            // Kept for the ring's re-initialisation (or the drop).
-                            dp.held.push(frame);
-                            return Err(e);
-                        }
-                    };
+                let outcome = match deliver_one(queue, mem, &dp.layout, &mut dp.scratch, stats, frame) {
+                    Ok(outcome) => outcome,
+                    Err(e) => {
+                        // Kept for the ring's re-initialisation (or the drop).
+                        dp.held.push(frame);
+                        return Err(e);
+                    }
+                };
                 if outcome.is_some() {
                     budget -= 1;
                 }
@@ -785,9 +735,7 @@ impl NetBackend {
     /// So the queue stays stopped until the guest resets the device, which
     /// QEMU turns into GET_VRING_BASE ([`VhostUserBackend::stop_vring`]).
     fn mark_broken(&self, index: u16, e: &QueueError) {
-        let Some(flag) = self.broken.get(usize::from(index)) else {
-            return;
-        };
+        let Some(flag) = self.broken.get(usize::from(index)) else { return };
         if !flag.swap(true, Ordering::AcqRel) {
             log::error!("queue {index} broken: {e} (needs a device reset)");
             self.nic.count_queue_broken(index == TX_QUEUE);
@@ -795,9 +743,7 @@ impl NetBackend {
     }
 
     fn is_broken(&self, index: u16) -> bool {
-        self.broken
-            .get(usize::from(index))
-            .is_none_or(|flag| flag.load(Ordering::Acquire))
+        self.broken.get(usize::from(index)).is_none_or(|flag| flag.load(Ordering::Acquire))
     }
 
     /// Asks the worker to come back without a guest kick (a budget ran
@@ -827,9 +773,7 @@ impl NetBackend {
     /// have a kick on its way (the timer came first); when no kick came
     /// by the next look, the guest's was lost, and counts.
     fn tx_watchdog(&self, tx: &VringRwLock) -> Result<(), BackendError> {
-        let Ok(mem) = self.memory() else {
-            return Ok(());
-        };
+        let Ok(mem) = self.memory() else { return Ok(()) };
         let waiting = {
             let state = tx.get_ref();
             let queue = state.get_queue();
@@ -866,11 +810,7 @@ impl NetBackend {
 fn ring_addrs(vring: &VringRwLock) -> crate::abi::RingAddrs {
     let state = vring.get_ref();
     let q = state.get_queue();
-    crate::abi::RingAddrs {
-        desc: q.desc_table().into(),
-        avail: q.avail_ring().into(),
-        used: q.used_ring().into(),
-    }
+    crate::abi::RingAddrs { desc: q.desc_table().into(), avail: q.avail_ring().into(), used: q.used_ring().into() }
 }
 
 /// What one RX pass did.
@@ -937,15 +877,8 @@ impl VhostUserBackend for NetBackend {
         let mergeable = features & (1 << VIRTIO_NET_F_MRG_RXBUF) != 0;
         let mut dp = lock(&self.datapath);
         dp.layout.mergeable = mergeable;
-        dp.layout.hdr_len = if modern || mergeable {
-            VNET_HDR_LEN
-        } else {
-            VNET_HDR_LEN_LEGACY
-        };
-        log::info!(
-            "features acked: {features:#x} (mergeable={mergeable}, hdr={})",
-            dp.layout.hdr_len
-        );
+        dp.layout.hdr_len = if modern || mergeable { VNET_HDR_LEN } else { VNET_HDR_LEN_LEGACY };
+        log::info!("features acked: {features:#x} (mergeable={mergeable}, hdr={})", dp.layout.hdr_len);
     }
 
     fn protocol_features(&self) -> VhostUserProtocolFeatures {
@@ -981,10 +914,7 @@ impl VhostUserBackend for NetBackend {
         let [rx, tx] = vrings else {
             return Err(BackendError::UnknownEvent(device_event).into());
         };
-        *lock(&self.queues) = QueueAddrs {
-            rx: ring_addrs(rx),
-            tx: ring_addrs(tx),
-        };
+        *lock(&self.queues) = QueueAddrs { rx: ring_addrs(rx), tx: ring_addrs(tx) };
         // Whatever woke us, frames held for a full uplink go first if it
         // has room (EPOLLOUT comes as a WRITABLE_EVENT).
         self.nic.flush_uplink();
@@ -1061,10 +991,6 @@ impl VhostUserBackend for NetBackend {
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 #[path = "backend_tests.rs"]
 mod tests;

@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
-use virtio_bindings::bindings::virtio_ring::VRING_DESC_F_WRITE;
 use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
 use virtio_queue::mock::MockSplitQueue;
+use virtio_bindings::bindings::virtio_ring::VRING_DESC_F_WRITE;
 use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 
@@ -55,9 +55,7 @@ impl Uplink for Shared {
     }
     fn recv_batch(&self, bufs: &mut [Vec<u8>], received: &mut [Received]) -> io::Result<usize> {
         receive_one(bufs, received, |buf| {
-            let Some(frame) = self.0.inbound.lock().unwrap().pop_front() else {
-                return Ok(None);
-            };
+            let Some(frame) = self.0.inbound.lock().unwrap().pop_front() else { return Ok(None) };
             buf[..frame.len()].copy_from_slice(&frame);
             Ok(Some(frame.len()))
         })
@@ -83,9 +81,7 @@ struct Setup {
 fn vring(mem: &GuestMemoryMmap, q: &MockSplitQueue<'_, GuestMemoryMmap>, used: u64) -> VringRwLock {
     let vring = VringRwLock::new(GuestMemoryAtomic::new(mem.clone()), 1024).unwrap();
     vring.set_queue_size(QSIZE);
-    vring
-        .set_queue_info(q.desc_table_addr().0, q.avail_addr().0, used)
-        .unwrap();
+    vring.set_queue_info(q.desc_table_addr().0, q.avail_addr().0, used).unwrap();
     vring.set_queue_ready(true);
     vring.set_enabled(true);
     vring
@@ -93,30 +89,16 @@ fn vring(mem: &GuestMemoryMmap, q: &MockSplitQueue<'_, GuestMemoryMmap>, used: u
 
 fn setup() -> Setup {
     // The mocks borrow the memory for the whole test (a test leaks it).
-    let mem: &'static GuestMemoryMmap = Box::leak(Box::new(
-        GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x200_0000)]).unwrap(),
-    ));
-    let wire = Arc::new(Wire {
-        fd: std::os::unix::net::UnixDatagram::unbound().ok(),
-        ..Wire::default()
-    });
+    let mem: &'static GuestMemoryMmap =
+        Box::leak(Box::new(GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x200_0000)]).unwrap()));
+    let wire = Arc::new(Wire { fd: std::os::unix::net::UnixDatagram::unbound().ok(), ..Wire::default() });
     let nic = Arc::new(Nic::new(Box::new(Shared(Arc::clone(&wire))), None, 1500));
     let backend = Arc::new(NetBackend::new(Arc::clone(&nic)).unwrap());
-    backend
-        .update_memory(GuestMemoryAtomic::new(mem.clone()))
-        .unwrap();
+    backend.update_memory(GuestMemoryAtomic::new(mem.clone())).unwrap();
     let rx = MockSplitQueue::create(mem, GuestAddress(RX_RING), QSIZE);
     let tx = MockSplitQueue::create(mem, GuestAddress(TX_RING), QSIZE);
     let vrings = vec![vring(mem, &rx, RX_USED), vring(mem, &tx, TX_USED)];
-    Setup {
-        mem,
-        rx,
-        tx,
-        wire,
-        nic,
-        backend,
-        vrings,
-    }
+    Setup { mem, rx, tx, wire, nic, backend, vrings }
 }
 
 impl Setup {
@@ -133,11 +115,7 @@ impl Setup {
         let (backend, vrings) = (Arc::clone(&self.backend), self.vrings.clone());
         let (done, result) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let _ = done.send(
-                backend
-                    .handle_event(id, EventSet::IN, &vrings, 0)
-                    .map_err(|e| e.to_string()),
-            );
+            let _ = done.send(backend.handle_event(id, EventSet::IN, &vrings, 0).map_err(|e| e.to_string()));
         });
         result
             .recv_timeout(Duration::from_secs(5))
@@ -166,12 +144,7 @@ impl Setup {
         let descs: Vec<RawDescriptor> = (0..n)
             .map(|i| {
                 let addr = RX_DATA + u64::from(first + i) * 0x1000;
-                RawDescriptor::from(SplitDescriptor::new(
-                    addr,
-                    2048,
-                    VRING_DESC_F_WRITE as u16,
-                    0,
-                ))
+                RawDescriptor::from(SplitDescriptor::new(addr, 2048, VRING_DESC_F_WRITE as u16, 0))
             })
             .collect();
         self.rx_queue().add_desc_chains(&descs, first).unwrap();
@@ -191,9 +164,7 @@ impl Setup {
         let id = self.mem.read_obj::<u32>(entry).unwrap();
         let len = self.mem.read_obj::<u32>(entry.unchecked_add(4)).unwrap();
         let mut buf = vec![0u8; len as usize];
-        self.mem
-            .read_slice(&mut buf, GuestAddress(RX_DATA + u64::from(id) * 0x1000))
-            .unwrap();
+        self.mem.read_slice(&mut buf, GuestAddress(RX_DATA + u64::from(id) * 0x1000)).unwrap();
         buf.split_off(VNET_HDR_LEN)
     }
 
@@ -202,13 +173,7 @@ impl Setup {
     }
 
     fn stat(&self, name: &str) -> u64 {
-        self.nic
-            .stats
-            .rows()
-            .iter()
-            .find(|(n, _)| *n == name)
-            .unwrap()
-            .1
+        self.nic.stats.rows().iter().find(|(n, _)| *n == name).unwrap().1
     }
 }
 
@@ -222,13 +187,7 @@ fn ethernet(seq: u16) -> Vec<u8> {
 
 /// The sequence numbers of the frames the uplink took, in order.
 fn sent_seqs(s: &Setup) -> Vec<u16> {
-    s.wire
-        .sent
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|f| u16::from_be_bytes([f[14], f[15]]))
-        .collect()
+    s.wire.sent.lock().unwrap().iter().map(|f| u16::from_be_bytes([f[14], f[15]])).collect()
 }
 
 const GUEST_MAC: [u8; 6] = [0x52, 0x54, 0, 0, 0, 1];
@@ -242,24 +201,13 @@ impl Setup {
             avail: q.avail_addr().0.into(),
             used: used.into(),
         };
-        let queues = QueueAddrs {
-            rx: ring(&self.rx, RX_USED),
-            tx: ring(&self.tx, TX_USED),
-        };
-        build_frame(
-            GUEST_MAC,
-            GUEST_MAC,
-            &driver.hello(self.mem, SESSION_PAGE, &queues),
-        )
+        let queues = QueueAddrs { rx: ring(&self.rx, RX_USED), tx: ring(&self.tx, TX_USED) };
+        build_frame(GUEST_MAC, GUEST_MAC, &driver.hello(self.mem, SESSION_PAGE, &queues))
     }
 }
 
 fn query_device(driver: &mut DriverEnd) -> Vec<u8> {
-    build_frame(
-        GUEST_MAC,
-        GUEST_MAC,
-        &driver.command(abi::Cmd::QueryDevice as u16, &[]).1,
-    )
+    build_frame(GUEST_MAC, GUEST_MAC, &driver.command(abi::Cmd::QueryDevice as u16, &[]).1)
 }
 
 #[test]
@@ -290,18 +238,11 @@ fn rx_avail_index_beyond_ring_marks_queue_broken() {
     s.event(RX_QUEUE);
     s.event(UPLINK_EVENT);
     assert_eq!((s.stat("rx_queue_broken"), s.rx_used()), (1, 0));
-    assert!(
-        s.wire.inbound.lock().unwrap().is_empty(),
-        "the uplink is still read"
-    );
+    assert!(s.wire.inbound.lock().unwrap().is_empty(), "the uplink is still read");
     s.rx_queue().avail().idx().store(2);
     s.backend.stop_vring(u32::from(RX_QUEUE)).unwrap();
     s.event(RX_QUEUE);
-    assert_eq!(
-        s.rx_used(),
-        1,
-        "the held frame is delivered once the ring is sane again"
-    );
+    assert_eq!(s.rx_used(), 1, "the held frame is delivered once the ring is sane again");
     assert_eq!(s.received(0), ethernet(1));
 }
 
@@ -312,10 +253,7 @@ fn tx_backlog_resumes_without_a_new_kick() {
     s.transmit(&frames);
     s.event(TX_QUEUE);
     assert_eq!(s.tx_used(), TX_BUDGET as u16, "one kick takes one budget");
-    assert!(
-        s.resume_pending(),
-        "the rest is resumed by the backend itself"
-    );
+    assert!(s.resume_pending(), "the rest is resumed by the backend itself");
     assert_eq!(s.stat("tx_budget_yields"), 1);
     s.event(RESUME_EVENT);
     assert_eq!(s.tx_used(), 200);
@@ -327,9 +265,7 @@ fn tx_backlog_resumes_without_a_new_kick() {
 fn device_frames_stay_bounded_within_one_drain() {
     let s = setup();
     // Nearly full already: the guest posts no RX buffers.
-    lock(&s.backend.datapath)
-        .device_frames
-        .extend((0..MAX_DEVICE_FRAMES - 10).map(|_| vec![0u8; 64]));
+    lock(&s.backend.datapath).device_frames.extend((0..MAX_DEVICE_FRAMES - 10).map(|_| vec![0u8; 64]));
     let mut driver = DriverEnd::new([1, 2]);
     let mut commands = vec![s.hello(&mut driver)];
     commands.extend((0..200).map(|_| query_device(&mut driver)));
@@ -337,10 +273,7 @@ fn device_frames_stay_bounded_within_one_drain() {
     s.event(TX_QUEUE);
     let queued = lock(&s.backend.datapath).device_frames.len();
     assert!(queued <= MAX_DEVICE_FRAMES + 1, "{queued} device frames");
-    assert!(
-        s.tx_used() < 200,
-        "TX stops once the guest's replies are at their cap"
-    );
+    assert!(s.tx_used() < 200, "TX stops once the guest's replies are at their cap");
     assert!(lock(&s.backend.datapath).tx_throttled);
 }
 
@@ -359,10 +292,7 @@ fn engine_events_wait_in_the_rnic_when_device_frames_are_full() {
         }
     }
     s.event(KICK_EVENT);
-    assert_eq!(
-        lock(&s.backend.datapath).device_frames.len(),
-        MAX_DEVICE_FRAMES
-    );
+    assert_eq!(lock(&s.backend.datapath).device_frames.len(), MAX_DEVICE_FRAMES);
     assert_eq!(s.nic.rnic().events.len(), 501, "kept, not dropped");
     // Buffers come: frames go out and the waiting events follow.
     s.post_rx(0, QSIZE);
@@ -375,26 +305,16 @@ fn engine_events_wait_in_the_rnic_when_device_frames_are_full() {
 fn uplink_is_read_while_the_rx_ring_is_full() {
     let s = setup();
     let frames: Vec<_> = (0..100).map(ethernet).collect();
-    s.wire
-        .inbound
-        .lock()
-        .unwrap()
-        .extend(frames.iter().cloned());
+    s.wire.inbound.lock().unwrap().extend(frames.iter().cloned());
     s.event(UPLINK_EVENT);
-    assert!(
-        s.wire.inbound.lock().unwrap().is_empty(),
-        "the uplink is not left unread"
-    );
+    assert!(s.wire.inbound.lock().unwrap().is_empty(), "the uplink is not left unread");
     assert_eq!(s.stat("rx_dropped_backlog"), (100 - MAX_HELD_FRAMES) as u64);
     // Buffers come: the newest frames, oldest of them first.
     s.post_rx(0, 10);
     s.event(RX_QUEUE);
     assert_eq!(s.rx_used(), 10);
     for i in 0..10u16 {
-        assert_eq!(
-            s.received(i),
-            frames[100 - MAX_HELD_FRAMES + usize::from(i)]
-        );
+        assert_eq!(s.received(i), frames[100 - MAX_HELD_FRAMES + usize::from(i)]);
     }
 }
 
@@ -403,11 +323,7 @@ fn uplink_reads_have_a_budget_and_resume() {
     let s = setup();
     s.post_rx(0, QSIZE);
     let n = UPLINK_BUDGET + 50;
-    s.wire
-        .inbound
-        .lock()
-        .unwrap()
-        .extend((0..n as u16).map(ethernet));
+    s.wire.inbound.lock().unwrap().extend((0..n as u16).map(ethernet));
     s.event(UPLINK_EVENT);
     assert!(s.resume_pending());
     assert!(!s.wire.inbound.lock().unwrap().is_empty());
@@ -427,31 +343,18 @@ fn a_full_uplink_holds_frames_and_tx_waits_for_writability() {
     s.event(TX_QUEUE);
     assert!(start.elapsed() < Duration::from_secs(1));
     assert_eq!(s.nic.uplink_backlog(), TX_PAUSE_PENDING);
-    assert_eq!(
-        usize::from(s.tx_used()),
-        TX_PAUSE_PENDING,
-        "the guest's ring waits, frames are not dropped"
-    );
-    assert!(
-        lock(&s.backend.writable).watching,
-        "EPOLLOUT is watched while frames wait"
-    );
+    assert_eq!(usize::from(s.tx_used()), TX_PAUSE_PENDING, "the guest's ring waits, frames are not dropped");
+    assert!(lock(&s.backend.writable).watching, "EPOLLOUT is watched while frames wait");
     // The uplink polls writable: held frames go, then the TX ring.
     s.wire.full.store(false, Ordering::Relaxed);
     s.event(WRITABLE_EVENT);
     s.event(RESUME_EVENT);
-    assert!(
-        !lock(&s.backend.writable).watching,
-        "and no longer once none waits"
-    );
+    assert!(!lock(&s.backend.writable).watching, "and no longer once none waits");
     assert_eq!(s.tx_used(), 200);
-    assert_eq!(
-        sent_seqs(&s),
-        (0..200).collect::<Vec<_>>(),
-        "all of them, in order"
-    );
+    assert_eq!(sent_seqs(&s), (0..200).collect::<Vec<_>>(), "all of them, in order");
     assert_eq!(s.stat("tx_uplink_dropped"), 0);
 }
+
 
 /// The soak's stalled command channel (vt3.ko: "ACCEPT and 2 probes not
 /// answered: vt3d is gone"): the TX ring, left unread behind a full
@@ -473,11 +376,7 @@ fn tx_left_behind_a_full_uplink_is_read_again_whichever_pass_drains_it() {
     while s.resume_pending() {
         s.event(RESUME_EVENT);
     }
-    assert_eq!(
-        s.tx_used(),
-        200,
-        "the TX ring waits for a kick that never comes"
-    );
+    assert_eq!(s.tx_used(), 200, "the TX ring waits for a kick that never comes");
     assert_eq!(sent_seqs(&s), (0..200).collect::<Vec<_>>());
 }
 
@@ -486,9 +385,7 @@ fn tx_left_behind_a_full_uplink_is_read_again_whichever_pass_drains_it() {
 #[test]
 fn tx_throttled_by_replies_is_read_again_whichever_pass_drains_them() {
     let s = setup();
-    lock(&s.backend.datapath)
-        .device_frames
-        .extend((0..MAX_DEVICE_FRAMES - 10).map(|_| vec![0u8; 64]));
+    lock(&s.backend.datapath).device_frames.extend((0..MAX_DEVICE_FRAMES - 10).map(|_| vec![0u8; 64]));
     let mut driver = DriverEnd::new([1, 2]);
     let mut commands = vec![s.hello(&mut driver)];
     commands.extend((0..100).map(|_| query_device(&mut driver)));
@@ -503,11 +400,7 @@ fn tx_throttled_by_replies_is_read_again_whichever_pass_drains_them() {
     while s.resume_pending() {
         s.event(RESUME_EVENT);
     }
-    assert_eq!(
-        s.tx_used(),
-        101,
-        "the throttled TX ring was not read again (read {read} before)"
-    );
+    assert_eq!(s.tx_used(), 101, "the throttled TX ring was not read again (read {read} before)");
 }
 
 /// A kick that never came: the ring watchdog (the timer, armed at least
@@ -518,27 +411,12 @@ fn tx_chains_without_a_kick_are_read_by_the_ring_watchdog() {
     let s = setup();
     s.transmit(&(0..10).map(ethernet).collect::<Vec<_>>());
     s.event(TIMER_EVENT);
-    assert_eq!(
-        s.tx_used(),
-        10,
-        "chains left in the ring for want of a kick"
-    );
-    assert_eq!(
-        (s.stat("tx_watchdog_reads"), s.stat("tx_kicks_missed")),
-        (1, 0)
-    );
+    assert_eq!(s.tx_used(), 10, "chains left in the ring for want of a kick");
+    assert_eq!((s.stat("tx_watchdog_reads"), s.stat("tx_kicks_missed")), (1, 0));
     s.event(TIMER_EVENT);
-    assert_eq!(
-        (s.stat("tx_watchdog_reads"), s.stat("tx_kicks_missed")),
-        (1, 1),
-        "no kick came: it was lost"
-    );
+    assert_eq!((s.stat("tx_watchdog_reads"), s.stat("tx_kicks_missed")), (1, 1), "no kick came: it was lost");
     s.event(TIMER_EVENT);
-    assert_eq!(
-        s.stat("tx_kicks_missed"),
-        1,
-        "an empty ring is no missed kick"
-    );
+    assert_eq!(s.stat("tx_kicks_missed"), 1, "an empty ring is no missed kick");
 }
 
 #[test]
@@ -548,10 +426,7 @@ fn a_kick_after_the_watchdog_read_is_no_missed_kick() {
     s.event(TIMER_EVENT);
     s.event(TX_QUEUE); // the kick was only late
     s.event(TIMER_EVENT);
-    assert_eq!(
-        (s.stat("tx_watchdog_reads"), s.stat("tx_kicks_missed")),
-        (1, 0)
-    );
+    assert_eq!((s.stat("tx_watchdog_reads"), s.stat("tx_kicks_missed")), (1, 0));
 }
 
 /// The watch's epoll set is readable exactly while it watches an uplink
@@ -572,10 +447,7 @@ fn writable_watch_reports_room_only_while_watching() {
         queued += 1;
     }
     watch.set(true);
-    assert!(
-        !ready(&watch),
-        "the peer's queue is full ({queued} datagrams)"
-    );
+    assert!(!ready(&watch), "the peer's queue is full ({queued} datagrams)");
     let mut buf = [0u8; 1024];
     for _ in 0..queued {
         peer.recv(&mut buf).unwrap();

@@ -21,9 +21,7 @@ use vmm_sys_util::epoll::EventSet;
 
 use crate::nic::Nic;
 use crate::uplink::RecvBatch;
-use backend::{
-    NetBackend, KICK_EVENT, POLL_EVENT, RESUME_EVENT, TIMER_EVENT, UPLINK_EVENT, WRITABLE_EVENT,
-};
+use backend::{NetBackend, KICK_EVENT, POLL_EVENT, RESUME_EVENT, TIMER_EVENT, UPLINK_EVENT, WRITABLE_EVENT};
 use relay::{poll_readable, Relay, RelayEnd};
 
 #[derive(Debug, Error)]
@@ -44,10 +42,7 @@ pub enum VhostError {
 
 /// Binds the frontend socket, replacing a stale socket (never a file).
 pub fn bind_frontend_socket(path: &Path) -> Result<UnixListener, VhostError> {
-    let err = |source| VhostError::Socket {
-        path: path.display().to_string(),
-        source,
-    };
+    let err = |source| VhostError::Socket { path: path.display().to_string(), source };
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if meta.file_type().is_socket() {
             std::fs::remove_file(path).map_err(err)?;
@@ -101,26 +96,18 @@ pub fn serve_frontend(
     let backend = Arc::new(NetBackend::new(Arc::clone(nic)).map_err(VhostError::Timer)?);
     let timer = backend.timer_fd();
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
-    let mut daemon = VhostUserDaemon::new("vt3d-net".to_owned(), Arc::clone(&backend), mem)
-        .map_err(daemon_error)?;
+    let mut daemon =
+        VhostUserDaemon::new("vt3d-net".to_owned(), Arc::clone(&backend), mem).map_err(daemon_error)?;
     for handler in daemon.get_epoll_handlers().iter().take(1) {
         // Edge triggered: a pass reads until the socket is empty or its
         // budget ends (then it resumes on its own).
         handler
-            .register_listener(
-                nic.uplink().as_raw_fd(),
-                EventSet::IN | EventSet::EDGE_TRIGGERED,
-                u64::from(UPLINK_EVENT),
-            )
+            .register_listener(nic.uplink().as_raw_fd(), EventSet::IN | EventSet::EDGE_TRIGGERED, u64::from(UPLINK_EVENT))
             .map_err(VhostError::Register)?;
         // The uplink's EPOLLOUT, while frames wait for room (level
         // triggered: readable as long as the watched uplink is writable).
         handler
-            .register_listener(
-                backend.writable_fd(),
-                EventSet::IN,
-                u64::from(WRITABLE_EVENT),
-            )
+            .register_listener(backend.writable_fd(), EventSet::IN, u64::from(WRITABLE_EVENT))
             .map_err(VhostError::Register)?;
         // Level triggered: pending until the worker reads it.
         handler
@@ -131,13 +118,9 @@ pub fn serve_frontend(
             .register_listener(backend.poll_fd(), EventSet::IN, u64::from(POLL_EVENT))
             .map_err(VhostError::Register)?;
         // Level triggered: an expiry stays readable until consumed.
-        handler
-            .register_listener(timer, EventSet::IN, u64::from(TIMER_EVENT))
-            .map_err(VhostError::Register)?;
+        handler.register_listener(timer, EventSet::IN, u64::from(TIMER_EVENT)).map_err(VhostError::Register)?;
         if let Some(kick) = nic.kick_fd() {
-            handler
-                .register_listener(kick, EventSet::IN, u64::from(KICK_EVENT))
-                .map_err(VhostError::Register)?;
+            handler.register_listener(kick, EventSet::IN, u64::from(KICK_EVENT)).map_err(VhostError::Register)?;
         }
     }
     let (mut private, daemon_end) = private_channel().map_err(VhostError::Channel)?;
@@ -171,11 +154,7 @@ fn daemon_error(e: vhost_user_backend::Error) -> VhostError {
 /// an abstract unix socket (no file, nothing to clean up).
 fn private_channel() -> io::Result<(Listener, UnixStream)> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let name = format!(
-        "vt3d-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    );
+    let name = format!("vt3d-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
     let addr = SocketAddr::from_abstract_name(name.as_bytes())?;
     let listener = UnixListener::bind_addr(&addr)?;
     // The connection waits in the backlog until the daemon accepts it.

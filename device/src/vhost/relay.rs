@@ -47,11 +47,7 @@ impl Message {
                 dst.copy_from_slice(&v.to_le_bytes());
             }
         }
-        Self {
-            header,
-            payload: payload.to_vec(),
-            fds: Vec::new(),
-        }
+        Self { header, payload: payload.to_vec(), fds: Vec::new() }
     }
 
     fn word(&self, i: usize) -> u32 {
@@ -108,11 +104,7 @@ impl Message {
             let rest = header.get_mut(n..).unwrap_or_default();
             (&*sock).read_exact(rest)?;
         }
-        let mut msg = Self {
-            header,
-            payload: Vec::new(),
-            fds,
-        };
+        let mut msg = Self { header, payload: Vec::new(), fds };
         let size = msg.word(2) as usize;
         if size > MAX_PAYLOAD {
             return Err(io::Error::new(
@@ -184,11 +176,7 @@ impl Relay {
             SET_VRING_ENABLE if !self.features_set => {
                 log::debug!("holding SET_VRING_ENABLE sent before SET_FEATURES");
                 if msg.flags() & FLAG_NEED_REPLY != 0 {
-                    let ack = Message::new(
-                        SET_VRING_ENABLE,
-                        FLAG_VERSION | FLAG_REPLY,
-                        &0u64.to_le_bytes(),
-                    );
+                    let ack = Message::new(SET_VRING_ENABLE, FLAG_VERSION | FLAG_REPLY, &0u64.to_le_bytes());
                     ack.write_to(frontend)?;
                     msg.set_flags(msg.flags() & !FLAG_NEED_REPLY);
                 }
@@ -249,11 +237,7 @@ fn is_disconnect(e: &io::Error) -> bool {
 
 /// Waits until at least one fd is readable (or hung up).
 pub fn poll_readable<const N: usize>(fds: [BorrowedFd<'_>; N]) -> io::Result<[bool; N]> {
-    let mut pollfds = fds.map(|fd| libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    });
+    let mut pollfds = fds.map(|fd| libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 });
     loop {
         // SAFETY: `pollfds` is a valid array of N pollfd structs whose fds
         // are borrowed for the duration of the call.
@@ -271,11 +255,7 @@ pub fn poll_readable<const N: usize>(fds: [BorrowedFd<'_>; N]) -> io::Result<[bo
 }
 
 #[cfg(test)]
-#[allow(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
 
@@ -291,10 +271,7 @@ mod tests {
         msg.fds.push(tempfile::tempfile().unwrap());
         msg.write_to(&a).unwrap();
         let got = Message::read_from(&b).unwrap().unwrap();
-        assert_eq!(
-            (got.request(), got.flags(), got.payload()),
-            (5, FLAG_VERSION, &[1, 2, 3, 4, 5, 6, 7, 8][..])
-        );
+        assert_eq!((got.request(), got.flags(), got.payload()), (5, FLAG_VERSION, &[1, 2, 3, 4, 5, 6, 7, 8][..]));
         assert_eq!(got.fds.len(), 2);
     }
 
@@ -311,8 +288,7 @@ mod tests {
     #[test]
     fn truncated_message_is_an_error_and_eof_is_none() {
         let (a, b) = pair();
-        (&a).write_all(&Message::new(1, FLAG_VERSION, &[0; 8]).header)
-            .unwrap();
+        (&a).write_all(&Message::new(1, FLAG_VERSION, &[0; 8]).header).unwrap();
         (&a).write_all(&[0; 3]).unwrap();
         drop(a);
         assert!(Message::read_from(&b).is_err());
@@ -328,11 +304,7 @@ mod tests {
         let (back, daemon) = pair();
         let mut relay = Relay::default();
 
-        let enable = Message::new(
-            SET_VRING_ENABLE,
-            FLAG_VERSION | FLAG_NEED_REPLY,
-            &[0, 0, 0, 0, 1, 0, 0, 0],
-        );
+        let enable = Message::new(SET_VRING_ENABLE, FLAG_VERSION | FLAG_NEED_REPLY, &[0, 0, 0, 0, 1, 0, 0, 0]);
         relay.from_frontend(enable, &front, &back).unwrap();
         let ack = Message::read_from(&qemu).unwrap().unwrap();
         assert_eq!(ack.request(), SET_VRING_ENABLE);
@@ -345,19 +317,11 @@ mod tests {
         let second = Message::read_from(&daemon).unwrap().unwrap();
         assert_eq!(first.request(), SET_FEATURES);
         assert_eq!(second.request(), SET_VRING_ENABLE);
-        assert_eq!(
-            second.flags() & FLAG_NEED_REPLY,
-            0,
-            "the relay already answered"
-        );
+        assert_eq!(second.flags() & FLAG_NEED_REPLY, 0, "the relay already answered");
         assert_eq!(second.payload(), &[0, 0, 0, 0, 1, 0, 0, 0]);
 
         // After SET_FEATURES, SET_VRING_ENABLE passes straight through.
-        let later = Message::new(
-            SET_VRING_ENABLE,
-            FLAG_VERSION | FLAG_NEED_REPLY,
-            &[1, 0, 0, 0, 1, 0, 0, 0],
-        );
+        let later = Message::new(SET_VRING_ENABLE, FLAG_VERSION | FLAG_NEED_REPLY, &[1, 0, 0, 0, 1, 0, 0, 0]);
         relay.from_frontend(later, &front, &back).unwrap();
         let passed = Message::read_from(&daemon).unwrap().unwrap();
         assert_eq!(passed.flags() & FLAG_NEED_REPLY, FLAG_NEED_REPLY);

@@ -30,23 +30,10 @@ impl Guest {
             reserved: 0.into(),
         };
         let srqn = self.handle(now, Cmd::CreateSrq, &a);
-        SrqRing {
-            srqn,
-            ring,
-            status,
-            depth,
-            prod: 0,
-        }
+        SrqRing { srqn, ring, status, depth, prod: 0 }
     }
 
-    fn srq_qp_args(
-        pdn: u32,
-        scq: &CqRing,
-        rcq: &CqRing,
-        sq: (u64, u64, u32),
-        status: u64,
-        srqn: u32,
-    ) -> CmdCreateQp {
+    fn srq_qp_args(pdn: u32, scq: &CqRing, rcq: &CqRing, sq: (u64, u64, u32), status: u64, srqn: u32) -> CmdCreateQp {
         CmdCreateQp {
             sq_pbl_addr: sq.0.into(),
             status_addr: status.into(),
@@ -63,29 +50,12 @@ impl Guest {
     }
 
     /// A QP of 16 SQ entries whose receives come from `srq`.
-    fn srq_qp(
-        &mut self,
-        now: Instant,
-        pdn: u32,
-        scq: CqRing,
-        rcq: CqRing,
-        srq: &SrqRing,
-    ) -> QpRings {
+    fn srq_qp(&mut self, now: Instant, pdn: u32, scq: CqRing, rcq: CqRing, srq: &SrqRing) -> QpRings {
         let (sq_pbl, sq) = self.pages(1);
         let status = self.status_page();
         let a = Self::srq_qp_args(pdn, &scq, &rcq, (sq_pbl, sq, 1), status, srq.srqn);
         let qpn = self.handle(now, Cmd::CreateQp, &a);
-        QpRings {
-            qpn,
-            status,
-            sq,
-            rq: 0,
-            depth: 16,
-            sq_prod: 0,
-            rq_prod: 0,
-            scq,
-            rcq,
-        }
+        QpRings { qpn, status, sq, rq: 0, depth: 16, sq_prod: 0, rq_prod: 0, scq, rcq }
     }
 
     fn srq_status(&self, srq: &SrqRing) -> SrqStatus {
@@ -96,27 +66,16 @@ impl Guest {
     /// barrier, the doorbell only if vt3d is idle on the SRQ.
     fn post_srq(&mut self, now: Instant, srq: &mut SrqRing, wqe: RqWqe) {
         let slot = u64::from(srq.prod & (srq.depth - 1));
-        self.mem
-            .write_obj(wqe, GuestAddress(srq.ring + slot * 128))
-            .unwrap();
+        self.mem.write_obj(wqe, GuestAddress(srq.ring + slot * 128)).unwrap();
         srq.prod = srq.prod.wrapping_add(1);
         self.srq_doorbell(now, srq);
     }
 
     fn srq_doorbell(&mut self, now: Instant, srq: &SrqRing) {
-        self.mem
-            .store(
-                srq.prod.to_le(),
-                GuestAddress(srq.status),
-                Ordering::Release,
-            )
-            .unwrap();
+        self.mem.store(srq.prod.to_le(), GuestAddress(srq.status), Ordering::Release).unwrap();
         fence(Ordering::SeqCst);
         if self.srq_status(srq).flags.to_native() & SrqStatusFlag::Idle as u32 != 0 {
-            let db = CmdDoorbell {
-                qpn: srq.srqn.into(),
-                queues: (DoorbellQueue::Srq as u32).into(),
-            };
+            let db = CmdDoorbell { qpn: srq.srqn.into(), queues: (DoorbellQueue::Srq as u32).into() };
             self.cmd(now, Cmd::Doorbell, &db).unwrap();
         }
     }
@@ -131,16 +90,8 @@ impl Guest {
 }
 
 fn recv_wqe(wr_id: u64, mr: &Mr, offset: u64, len: u32) -> RqWqe {
-    let mut wqe = RqWqe {
-        wr_id: wr_id.into(),
-        num_sge: 1,
-        ..Default::default()
-    };
-    wqe.sge[0] = Sge {
-        addr: (mr.iova + offset).into(),
-        length: len.into(),
-        lkey: mr.stag.into(),
-    };
+    let mut wqe = RqWqe { wr_id: wr_id.into(), num_sge: 1, ..Default::default() };
+    wqe.sge[0] = Sge { addr: (mr.iova + offset).into(), length: len.into(), lkey: mr.stag.into() };
     wqe
 }
 
@@ -178,45 +129,18 @@ fn srq_setup(limit: u32) -> SrqSetup {
         b.srq_qp(now, b_pdn, scq, rcq, &srq)
     });
     let b_buf = b.mr(now, b_pdn, 8 * 64 * 1024, Access::LocalWrite as u32);
-    let mut s = SrqSetup {
-        sim,
-        qa,
-        qb,
-        srq,
-        rcq,
-        a_buf,
-        b_buf,
-        b_pdn,
-    };
+    let mut s = SrqSetup { sim, qa, qb, srq, rcq, a_buf, b_buf, b_pdn };
     let now = s.sim.now;
     s.sim.b.cmd(now, Cmd::Listen, &listen_args(PORT)).unwrap();
     for i in 0..2 {
         let now = s.sim.now;
-        s.sim
-            .a
-            .cmd(
-                now,
-                Cmd::Connect,
-                &connect_args(&s.qa[i], 40_001 + i as u16, b""),
-            )
-            .unwrap();
-        assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim
-            .b
-            .has_event(EventType::ConnectRequest)));
+        s.sim.a.cmd(now, Cmd::Connect, &connect_args(&s.qa[i], 40_001 + i as u16, b"")).unwrap();
+        assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.b.has_event(EventType::ConnectRequest)));
         let req = s.sim.b.cm_event(EventType::ConnectRequest).unwrap();
         s.sim.b.take_events();
         let now = s.sim.now;
-        s.sim
-            .b
-            .cmd(
-                now,
-                Cmd::Accept,
-                &accept_args(req.conn_id, s.qb[i].qpn, b""),
-            )
-            .unwrap();
-        assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim
-            .a
-            .has_event(EventType::ConnectReply)));
+        s.sim.b.cmd(now, Cmd::Accept, &accept_args(req.conn_id, s.qb[i].qpn, b"")).unwrap();
+        assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.a.has_event(EventType::ConnectReply)));
         s.sim.a.take_events();
         s.sim.b.take_events();
     }
@@ -229,12 +153,7 @@ impl SrqSetup {
         for _ in 0..n {
             let i = self.srq.prod;
             let now = self.sim.now;
-            let wqe = recv_wqe(
-                100 + u64::from(i),
-                &self.b_buf,
-                u64::from(i % 8) * 65536,
-                65536,
-            );
+            let wqe = recv_wqe(100 + u64::from(i), &self.b_buf, u64::from(i % 8) * 65536, 65536);
             self.sim.b.post_srq(now, &mut self.srq, wqe);
         }
     }
@@ -249,12 +168,7 @@ impl SrqSetup {
     /// Sends on QP `i` and waits for b's CQE.
     fn send_and_reap(&mut self, i: usize, len: u32) -> Cqe {
         self.send(i, 1, len);
-        assert!(self.sim.run_until(Duration::from_secs(2), |sim| sim
-            .b
-            .cq_status(&self.rcq)
-            .prod
-            .to_native()
-            != self.rcq.cons));
+        assert!(self.sim.run_until(Duration::from_secs(2), |sim| sim.b.cq_status(&self.rcq).prod.to_native() != self.rcq.cons));
         let mut rcq = self.rcq;
         let cqes = self.sim.b.poll_cq(&mut rcq);
         self.rcq = rcq;
@@ -264,13 +178,7 @@ impl SrqSetup {
 }
 
 fn summary(c: &Cqe) -> (u32, u64, u32, u8, u8) {
-    (
-        c.qpn.to_native(),
-        c.wr_id.to_native(),
-        c.wqe_idx.to_native(),
-        c.status,
-        c.flags,
-    )
+    (c.qpn.to_native(), c.wr_id.to_native(), c.wqe_idx.to_native(), c.status, c.flags)
 }
 
 const SRQ_FLAG: u8 = CqeFlag::Srq as u8;
@@ -280,48 +188,15 @@ fn two_qps_take_from_one_srq_in_order() {
     let mut s = srq_setup(0);
     s.post(4);
     let (q0, q1) = (s.qb[0].qpn, s.qb[1].qpn);
-    let got: Vec<_> = [0, 1, 0]
-        .into_iter()
-        .map(|i| summary(&s.send_and_reap(i, 3000)))
-        .collect();
-    assert_eq!(
-        got,
-        vec![
-            (q0, 100, 0, 0, SRQ_FLAG),
-            (q1, 101, 1, 0, SRQ_FLAG),
-            (q0, 102, 2, 0, SRQ_FLAG)
-        ]
-    );
+    let got: Vec<_> = [0, 1, 0].into_iter().map(|i| summary(&s.send_and_reap(i, 3000))).collect();
+    assert_eq!(got, vec![(q0, 100, 0, 0, SRQ_FLAG), (q1, 101, 1, 0, SRQ_FLAG), (q0, 102, 2, 0, SRQ_FLAG)]);
     let st = s.sim.b.srq_status(&s.srq);
-    assert_eq!(
-        (st.prod.to_native(), st.cons.to_native()),
-        (4, 3),
-        "cons counts the WQEs taken"
-    );
-    assert_eq!(
-        s.sim.b.read_bytes(s.b_buf.guest + 65536, 3000),
-        s.sim.a.read_bytes(s.a_buf.guest, 3000)
-    );
+    assert_eq!((st.prod.to_native(), st.cons.to_native()), (4, 3), "cons counts the WQEs taken");
+    assert_eq!(s.sim.b.read_bytes(s.b_buf.guest + 65536, 3000), s.sim.a.read_bytes(s.a_buf.guest, 3000));
     // The QPs have no RQ of their own.
-    let qp = read_struct::<QpAttr>(
-        &s.sim
-            .b
-            .cmd(
-                s.sim.now,
-                Cmd::QueryQp,
-                &CmdHandle {
-                    handle: q0.into(),
-                    reserved: 0.into(),
-                },
-            )
-            .unwrap(),
-    )
-    .unwrap();
+    let qp = read_struct::<QpAttr>(&s.sim.b.cmd(s.sim.now, Cmd::QueryQp, &CmdHandle { handle: q0.into(), reserved: 0.into() }).unwrap()).unwrap();
     assert_eq!(qp.rq_depth.to_native(), 0);
-    assert!(
-        s.sim.b.srq_events(EventType::SrqLimit).is_empty(),
-        "not armed"
-    );
+    assert!(s.sim.b.srq_events(EventType::SrqLimit).is_empty(), "not armed");
 }
 
 #[test]
@@ -330,29 +205,10 @@ fn the_limit_event_fires_once_per_arm() {
     s.post(4);
     let now = s.sim.now;
     let query = |g: &mut Guest, srqn: u32| {
-        read_struct::<SrqAttr>(
-            &g.cmd(
-                now,
-                Cmd::QuerySrq,
-                &CmdHandle {
-                    handle: srqn.into(),
-                    reserved: 0.into(),
-                },
-            )
-            .unwrap(),
-        )
-        .unwrap()
+        read_struct::<SrqAttr>(&g.cmd(now, Cmd::QuerySrq, &CmdHandle { handle: srqn.into(), reserved: 0.into() }).unwrap()).unwrap()
     };
     let attr = query(&mut s.sim.b, s.srq.srqn);
-    assert_eq!(
-        (
-            attr.depth.to_native(),
-            attr.limit.to_native(),
-            attr.armed.to_native(),
-            attr.qps.to_native()
-        ),
-        (8, 3, 1, 2)
-    );
+    assert_eq!((attr.depth.to_native(), attr.limit.to_native(), attr.armed.to_native(), attr.qps.to_native()), (8, 3, 1, 2));
     s.send_and_reap(0, 100); // 3 left: not below the limit
     assert!(s.sim.b.srq_events(EventType::SrqLimit).is_empty());
     s.send_and_reap(1, 100); // 2 left
@@ -373,35 +229,16 @@ fn the_limit_event_fires_once_per_arm() {
     for i in [1, 0, 1] {
         s.send_and_reap(i, 100);
     }
-    assert_eq!(
-        s.sim.b.srq_events(EventType::SrqLimit),
-        vec![s.srq.srqn, s.srq.srqn]
-    );
+    assert_eq!(s.sim.b.srq_events(EventType::SrqLimit), vec![s.srq.srqn, s.srq.srqn]);
     // Arming without a limit, a limit above the depth, unknown bits: refused.
     let now = s.sim.now;
-    for (mask, limit) in [
-        (SrqModifyMask::Arm as u32, 0),
-        (SrqModifyMask::Limit as u32, 9),
-        (4, 1),
-    ] {
-        let m = CmdModifySrq {
-            mask: mask.into(),
-            limit: limit.into(),
-            ..arm
-        };
+    for (mask, limit) in [(SrqModifyMask::Arm as u32, 0), (SrqModifyMask::Limit as u32, 9), (4, 1)] {
+        let m = CmdModifySrq { mask: mask.into(), limit: limit.into(), ..arm };
         if mask == SrqModifyMask::Arm as u32 {
-            let clear = CmdModifySrq {
-                mask: (SrqModifyMask::Limit as u32).into(),
-                limit: 0.into(),
-                ..arm
-            };
+            let clear = CmdModifySrq { mask: (SrqModifyMask::Limit as u32).into(), limit: 0.into(), ..arm };
             s.sim.b.cmd(now, Cmd::ModifySrq, &clear).unwrap();
         }
-        assert_eq!(
-            s.sim.b.cmd(now, Cmd::ModifySrq, &m),
-            Err(Status::Invalid),
-            "{mask} {limit}"
-        );
+        assert_eq!(s.sim.b.cmd(now, Cmd::ModifySrq, &m), Err(Status::Invalid), "{mask} {limit}");
     }
 }
 
@@ -413,33 +250,15 @@ fn a_qp_error_leaves_the_srq_to_the_other_qp() {
     assert_eq!(summary(&s.send_and_reap(0, 100)), (q0, 100, 0, 0, SRQ_FLAG));
     // b's QP 0 fails (reset by its peer): no SRQ WQE is flushed or taken.
     let now = s.sim.now;
-    s.sim
-        .a
-        .cmd(
-            now,
-            Cmd::Disconnect,
-            &CmdDisconnect {
-                qpn: s.qa[0].qpn.into(),
-                abort: 1.into(),
-            },
-        )
-        .unwrap();
-    assert!(s
-        .sim
-        .run_until(Duration::from_secs(2), |sim| sim.b.qp_events().len() >= 2));
+    s.sim.a.cmd(now, Cmd::Disconnect, &CmdDisconnect { qpn: s.qa[0].qpn.into(), abort: 1.into() }).unwrap();
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.b.qp_events().len() >= 2));
     assert_eq!(
         s.sim.b.qp_events(),
-        vec![
-            (q0, QpEvent::Reset as u32, 0),
-            (q0, QpEvent::LastWqeReached as u32, 0)
-        ],
+        vec![(q0, QpEvent::Reset as u32, 0), (q0, QpEvent::LastWqeReached as u32, 0)],
         "LAST_WQE_REACHED after the event that says why"
     );
     let mut rcq = s.rcq;
-    assert!(
-        s.sim.b.poll_cq(&mut rcq).is_empty(),
-        "nothing was outstanding on QP 0"
-    );
+    assert!(s.sim.b.poll_cq(&mut rcq).is_empty(), "nothing was outstanding on QP 0");
     assert_eq!(s.sim.b.srq_status(&s.srq).cons.to_native(), 1);
     // The other QP takes the next WQEs.
     assert_eq!(summary(&s.send_and_reap(1, 100)), (q1, 101, 1, 0, SRQ_FLAG));
@@ -452,27 +271,11 @@ fn a_qp_error_leaves_the_srq_to_the_other_qp() {
         ..Default::default()
     };
     let now = s.sim.now;
-    s.sim
-        .b
-        .cmd(now, Cmd::ModifyQp, &to(QpState::Error))
-        .unwrap();
-    s.sim
-        .b
-        .cmd(now, Cmd::ModifyQp, &to(QpState::Error))
-        .unwrap();
-    let last: Vec<_> = s
-        .sim
-        .b
-        .qp_events()
-        .into_iter()
-        .filter(|e| e.1 == QpEvent::LastWqeReached as u32)
-        .collect();
+    s.sim.b.cmd(now, Cmd::ModifyQp, &to(QpState::Error)).unwrap();
+    s.sim.b.cmd(now, Cmd::ModifyQp, &to(QpState::Error)).unwrap();
+    let last: Vec<_> = s.sim.b.qp_events().into_iter().filter(|e| e.1 == QpEvent::LastWqeReached as u32).collect();
     assert_eq!(last, vec![(q1, QpEvent::LastWqeReached as u32, 0)]);
-    assert_eq!(
-        s.sim.b.srq_status(&s.srq).cons.to_native(),
-        2,
-        "two WQEs still posted for QPs to come"
-    );
+    assert_eq!(s.sim.b.srq_status(&s.srq).cons.to_native(), 2, "two WQEs still posted for QPs to come");
 }
 
 #[test]
@@ -482,17 +285,8 @@ fn the_wqe_of_a_message_cut_short_is_flushed_on_its_own_qp() {
     let (q0, q1) = (s.qb[0].qpn, s.qb[1].qpn);
     // A message of many segments; b's QP 0 fails once it took a WQE.
     s.send(0, 1, 60_000);
-    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim
-        .b
-        .srq_status(&s.srq)
-        .cons
-        .to_native()
-        == 1));
-    assert_eq!(
-        s.sim.b.cq_status(&s.rcq).prod.to_native(),
-        0,
-        "the message is still being received"
-    );
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.b.srq_status(&s.srq).cons.to_native() == 1));
+    assert_eq!(s.sim.b.cq_status(&s.rcq).prod.to_native(), 0, "the message is still being received");
     let now = s.sim.now;
     let abort = CmdModifyQp {
         qpn: q0.into(),
@@ -506,16 +300,9 @@ fn the_wqe_of_a_message_cut_short_is_flushed_on_its_own_qp() {
     let cqes = s.sim.b.poll_cq(&mut rcq);
     s.rcq = rcq;
     let flush = WcStatus::WrFlushErr as u8;
-    assert_eq!(
-        cqes.iter().map(summary).collect::<Vec<_>>(),
-        vec![(q0, 100, 0, flush, SRQ_FLAG)]
-    );
+    assert_eq!(cqes.iter().map(summary).collect::<Vec<_>>(), vec![(q0, 100, 0, flush, SRQ_FLAG)]);
     assert!(qp_error_flag(&s.sim.b, &s.qb[0]));
-    assert!(s
-        .sim
-        .b
-        .qp_events()
-        .contains(&(q0, QpEvent::LastWqeReached as u32, 0)));
+    assert!(s.sim.b.qp_events().contains(&(q0, QpEvent::LastWqeReached as u32, 0)));
     // The next WQE is the other QP's.
     assert_eq!(summary(&s.send_and_reap(1, 100)), (q1, 101, 1, 0, SRQ_FLAG));
 }
@@ -524,33 +311,16 @@ fn the_wqe_of_a_message_cut_short_is_flushed_on_its_own_qp() {
 fn a_malformed_srq_wqe_fails_the_qp_that_takes_it() {
     let mut s = srq_setup(0);
     let now = s.sim.now;
-    let bad = RqWqe {
-        num_sge: 5,
-        ..recv_wqe(100, &s.b_buf, 0, 4096)
-    };
+    let bad = RqWqe { num_sge: 5, ..recv_wqe(100, &s.b_buf, 0, 4096) };
     s.sim.b.post_srq(now, &mut s.srq, bad);
     s.post(1);
     let q0 = s.qb[0].qpn;
     let c = s.send_and_reap(0, 100);
-    assert_eq!(
-        summary(&c),
-        (q0, 100, 0, WcStatus::LocQpOpErr as u8, SRQ_FLAG)
-    );
-    assert!(s
-        .sim
-        .run_until(Duration::from_secs(2), |sim| sim.b.qp_events().len() >= 2));
+    assert_eq!(summary(&c), (q0, 100, 0, WcStatus::LocQpOpErr as u8, SRQ_FLAG));
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.b.qp_events().len() >= 2));
     let events = s.sim.b.qp_events();
-    assert_eq!(
-        events.first().map(|e| (e.0, e.1)),
-        Some((q0, QpEvent::BadWqe as u32))
-    );
-    assert!(s
-        .sim
-        .run_until(Duration::from_secs(5), |sim| sim.b.qp_events().contains(&(
-            q0,
-            QpEvent::LastWqeReached as u32,
-            0
-        ))));
+    assert_eq!(events.first().map(|e| (e.0, e.1)), Some((q0, QpEvent::BadWqe as u32)));
+    assert!(s.sim.run_until(Duration::from_secs(5), |sim| sim.b.qp_events().contains(&(q0, QpEvent::LastWqeReached as u32, 0))));
     // The next, good WQE is the other QP's.
     let q1 = s.qb[1].qpn;
     assert_eq!(summary(&s.send_and_reap(1, 100)), (q1, 101, 1, 0, SRQ_FLAG));
@@ -560,35 +330,16 @@ fn a_malformed_srq_wqe_fails_the_qp_that_takes_it() {
 fn an_srq_with_qps_is_not_destroyed() {
     let mut s = srq_setup(0);
     let now = s.sim.now;
-    let h = |n: u32| CmdHandle {
-        handle: n.into(),
-        reserved: 0.into(),
-    };
+    let h = |n: u32| CmdHandle { handle: n.into(), reserved: 0.into() };
     let srqn = s.srq.srqn;
-    assert_eq!(
-        s.sim.b.cmd(now, Cmd::DestroySrq, &h(srqn)),
-        Err(Status::Busy)
-    );
-    assert_eq!(
-        s.sim.b.cmd(now, Cmd::DeallocPd, &h(s.b_pdn)),
-        Err(Status::Busy)
-    );
+    assert_eq!(s.sim.b.cmd(now, Cmd::DestroySrq, &h(srqn)), Err(Status::Busy));
+    assert_eq!(s.sim.b.cmd(now, Cmd::DeallocPd, &h(s.b_pdn)), Err(Status::Busy));
     s.sim.b.cmd(now, Cmd::DestroyQp, &h(s.qb[0].qpn)).unwrap();
-    assert_eq!(
-        s.sim.b.cmd(now, Cmd::DestroySrq, &h(srqn)),
-        Err(Status::Busy),
-        "one QP left"
-    );
+    assert_eq!(s.sim.b.cmd(now, Cmd::DestroySrq, &h(srqn)), Err(Status::Busy), "one QP left");
     s.sim.b.cmd(now, Cmd::DestroyQp, &h(s.qb[1].qpn)).unwrap();
     s.sim.b.cmd(now, Cmd::DestroySrq, &h(srqn)).unwrap();
-    assert_eq!(
-        s.sim.b.cmd(now, Cmd::DestroySrq, &h(srqn)),
-        Err(Status::NotFound)
-    );
-    assert_eq!(
-        s.sim.b.cmd(now, Cmd::QuerySrq, &h(srqn)),
-        Err(Status::NotFound)
-    );
+    assert_eq!(s.sim.b.cmd(now, Cmd::DestroySrq, &h(srqn)), Err(Status::NotFound));
+    assert_eq!(s.sim.b.cmd(now, Cmd::QuerySrq, &h(srqn)), Err(Status::NotFound));
 }
 
 #[test]
@@ -609,70 +360,15 @@ fn hostile_srq_input_is_refused() {
         reserved: 0.into(),
     };
     let cases = [
-        (
-            CmdCreateSrq {
-                depth: 6.into(),
-                ..good
-            },
-            Status::Invalid,
-        ),
-        (
-            CmdCreateSrq {
-                depth: 64.into(),
-                ..good
-            },
-            Status::Invalid,
-        ), // more than one page holds
-        (
-            CmdCreateSrq {
-                depth: (1 << 20).into(),
-                ring_npages: (1 << 15).into(),
-                ..good
-            },
-            Status::Invalid,
-        ),
-        (
-            CmdCreateSrq {
-                max_sge: 5.into(),
-                ..good
-            },
-            Status::Invalid,
-        ),
-        (
-            CmdCreateSrq {
-                limit: 9.into(),
-                ..good
-            },
-            Status::Invalid,
-        ),
-        (
-            CmdCreateSrq {
-                reserved: 1.into(),
-                ..good
-            },
-            Status::Invalid,
-        ),
-        (
-            CmdCreateSrq {
-                pdn: 77.into(),
-                ..good
-            },
-            Status::NotFound,
-        ),
-        (
-            CmdCreateSrq {
-                status_addr: (MEM as u64).into(),
-                ..good
-            },
-            Status::BadAddress,
-        ),
-        (
-            CmdCreateSrq {
-                ring_pbl_addr: (MEM as u64 - 4).into(),
-                ..good
-            },
-            Status::BadAddress,
-        ),
+        (CmdCreateSrq { depth: 6.into(), ..good }, Status::Invalid),
+        (CmdCreateSrq { depth: 64.into(), ..good }, Status::Invalid), // more than one page holds
+        (CmdCreateSrq { depth: (1 << 20).into(), ring_npages: (1 << 15).into(), ..good }, Status::Invalid),
+        (CmdCreateSrq { max_sge: 5.into(), ..good }, Status::Invalid),
+        (CmdCreateSrq { limit: 9.into(), ..good }, Status::Invalid),
+        (CmdCreateSrq { reserved: 1.into(), ..good }, Status::Invalid),
+        (CmdCreateSrq { pdn: 77.into(), ..good }, Status::NotFound),
+        (CmdCreateSrq { status_addr: (MEM as u64).into(), ..good }, Status::BadAddress),
+        (CmdCreateSrq { ring_pbl_addr: (MEM as u64 - 4).into(), ..good }, Status::BadAddress),
     ];
     for (args, want) in cases {
         assert_eq!(b.cmd(now, Cmd::CreateSrq, &args), Err(want), "{args:?}");
@@ -684,46 +380,15 @@ fn hostile_srq_input_is_refused() {
     let qstatus = b.status_page();
     let qp = Guest::srq_qp_args(s.b_pdn, &scq, &rcq, (sq_pbl, sq, 1), qstatus, s.srq.srqn);
     for (args, want) in [
-        (
-            CmdCreateQp {
-                pdn: other_pd.into(),
-                ..qp
-            },
-            Status::Invalid,
-        ),
-        (
-            CmdCreateQp {
-                rq_depth: 16.into(),
-                ..qp
-            },
-            Status::Invalid,
-        ),
-        (
-            CmdCreateQp {
-                srqn: 99.into(),
-                ..qp
-            },
-            Status::NotFound,
-        ),
+        (CmdCreateQp { pdn: other_pd.into(), ..qp }, Status::Invalid),
+        (CmdCreateQp { rq_depth: 16.into(), ..qp }, Status::Invalid),
+        (CmdCreateQp { srqn: 99.into(), ..qp }, Status::NotFound),
     ] {
         assert_eq!(b.cmd(now, Cmd::CreateQp, &args), Err(want));
     }
-    let db = |srqn: u32, queues: u32| CmdDoorbell {
-        qpn: srqn.into(),
-        queues: queues.into(),
-    };
-    assert_eq!(
-        b.cmd(now, Cmd::Doorbell, &db(99, DoorbellQueue::Srq as u32)),
-        Err(Status::NotFound)
-    );
-    assert_eq!(
-        b.cmd(
-            now,
-            Cmd::Doorbell,
-            &db(s.srq.srqn, DoorbellQueue::Srq as u32 | 1)
-        ),
-        Err(Status::Invalid)
-    );
+    let db = |srqn: u32, queues: u32| CmdDoorbell { qpn: srqn.into(), queues: queues.into() };
+    assert_eq!(b.cmd(now, Cmd::Doorbell, &db(99, DoorbellQueue::Srq as u32)), Err(Status::NotFound));
+    assert_eq!(b.cmd(now, Cmd::Doorbell, &db(s.srq.srqn, DoorbellQueue::Srq as u32 | 1)), Err(Status::Invalid));
     // A producer index a ring and more ahead: the SRQ is broken, once,
     // nothing is read, and its QPs live on.
     s.srq.prod = s.srq.prod.wrapping_add(s.srq.depth + 1);
@@ -734,32 +399,13 @@ fn hostile_srq_input_is_refused() {
     assert_eq!(st.cons.to_native(), 0);
     assert_ne!(st.flags.to_native() & SrqStatusFlag::Error as u32, 0);
     assert_eq!(s.sim.b.srq_events(EventType::SrqError), vec![s.srq.srqn]);
-    assert_eq!(
-        s.sim
-            .b
-            .rnic
-            .offload()
-            .unwrap()
-            .engine()
-            .srq_pooled(s.srq.srqn),
-        Some(0)
-    );
-    let db = CmdDoorbell {
-        qpn: s.srq.srqn.into(),
-        queues: (DoorbellQueue::Srq as u32).into(),
-    };
+    assert_eq!(s.sim.b.rnic.offload().unwrap().engine().srq_pooled(s.srq.srqn), Some(0));
+    let db = CmdDoorbell { qpn: s.srq.srqn.into(), queues: (DoorbellQueue::Srq as u32).into() };
     s.sim.b.cmd(now, Cmd::Doorbell, &db).unwrap();
     s.sim.run_for(Duration::from_millis(1));
-    assert_eq!(
-        s.sim.b.srq_events(EventType::SrqError).len(),
-        1,
-        "reported once"
-    );
+    assert_eq!(s.sim.b.srq_events(EventType::SrqError).len(), 1, "reported once");
     assert_eq!(s.sim.b.rnic.ring_stats()[2], ("srq_ring_errors", 1));
-    assert_eq!(
-        s.sim.b.qp_status(&s.qb[0]).state.to_native(),
-        QpState::Rts as u32
-    );
+    assert_eq!(s.sim.b.qp_status(&s.qb[0]).state.to_native(), QpState::Rts as u32);
 }
 
 #[test]
@@ -768,34 +414,17 @@ fn an_address_change_does_not_lose_a_taken_srq_wqe() {
     s.post(2);
     let q0 = s.qb[0].qpn;
     s.send(0, 1, 60_000);
-    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim
-        .b
-        .srq_status(&s.srq)
-        .cons
-        .to_native()
-        == 1));
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.b.srq_status(&s.srq).cons.to_native() == 1));
     // A new address: a new engine; QP 0's message will never finish.
     let now = s.sim.now;
     s.sim.b.set_addr(now, [10, 9, 9, 9]).unwrap();
     let mut rcq = s.rcq;
     let cqes = s.sim.b.poll_cq(&mut rcq);
-    assert_eq!(
-        cqes.iter().map(summary).collect::<Vec<_>>(),
-        vec![(q0, 100, 0, WcStatus::WrFlushErr as u8, SRQ_FLAG)]
-    );
+    assert_eq!(cqes.iter().map(summary).collect::<Vec<_>>(), vec![(q0, 100, 0, WcStatus::WrFlushErr as u8, SRQ_FLAG)]);
     assert!(qp_error_flag(&s.sim.b, &s.qb[0]) && qp_error_flag(&s.sim.b, &s.qb[1]));
     // The WQE not taken is fetched again by the new engine, still posted.
     assert_eq!(s.sim.b.srq_status(&s.srq).cons.to_native(), 1);
-    assert_eq!(
-        s.sim
-            .b
-            .rnic
-            .offload()
-            .unwrap()
-            .engine()
-            .srq_pooled(s.srq.srqn),
-        Some(1)
-    );
+    assert_eq!(s.sim.b.rnic.offload().unwrap().engine().srq_pooled(s.srq.srqn), Some(1));
 }
 
 #[path = "srq_resize.rs"]

@@ -140,7 +140,9 @@ impl ProtocolError {
             }
             ProtocolError::CannotInvalidate(
                 AccessError::WrongPd | AccessError::WrongQp | AccessError::Rights,
-            ) => TermCode::RdmapProtectionStagCannotBeInvalidated,
+            ) => {
+                TermCode::RdmapProtectionStagCannotBeInvalidated
+            }
             ProtocolError::ReadBeyondIrd { .. } => TermCode::RdmapCatastrophicStream,
             ProtocolError::ReadRequestLength(len) if len > rdmap::READ_REQUEST_LEN => {
                 TermCode::DdpUntaggedMessageTooLong

@@ -45,14 +45,14 @@ pub use memory::{
     MemoryRegions, ALL_ACCESS, LOCAL_READ, LOCAL_WRITE, MW_BIND, PAGE_SIZE, REMOTE_READ,
     REMOTE_WRITE,
 };
+pub use window::{
+    bound_state, check_bind, check_window_access, check_window_invalidate, BindError, MwBind,
+    MwType, Owner, RegionView, Window, WindowView, WINDOW_ACCESS,
+};
 pub use qp::{QpState, QP_STATE_NAMES};
 pub use rereg::{
     check_rereg, reregistered, RegionKind, Registration, Rereg, ReregError, REREG_ACCESS, REREG_PD,
     REREG_TRANSLATION,
-};
-pub use window::{
-    bound_state, check_bind, check_window_access, check_window_invalidate, BindError, MwBind,
-    MwType, Owner, RegionView, Window, WindowView, WINDOW_ACCESS,
 };
 pub use wr::{
     Completion, FastReg, InlineData, RecvWr, SendOpcode, SendWr, Sge, SgeList, WcOpcode, WcStatus,
@@ -68,8 +68,8 @@ use crate::toe::{
 use crate::wire::mpa::{self, mulpdu, Frame, MAX_FRAME_LEN, MAX_PRIVATE_DATA_LEN};
 use crate::wire::terminate::TermCode;
 use qp::{Conn, Phase, Qp, Stream, TxCurrent};
-use rx::{RxEnv, RxStop};
 use srq::{Srq, SrqWr};
+use rx::{RxEnv, RxStop};
 use tx::{TxEnv, TxProgress, TxStop};
 
 /// Engine-wide limits and timers.
@@ -454,11 +454,7 @@ impl<T: Transport> Engine<T> {
         // Deadlines and held transmissions keep a QP active.
         for qp in self.active.iter().filter_map(|qpn| self.qps.get(qpn)) {
             consider(qp.conn.as_ref().and_then(|conn| conn.deadline));
-            consider(
-                qp.conn
-                    .as_ref()
-                    .and_then(|conn| conn.stream.as_ref()?.tx_hold),
-            );
+            consider(qp.conn.as_ref().and_then(|conn| conn.stream.as_ref()?.tx_hold));
         }
         for pending in self.pending.values() {
             consider((!pending.requested).then_some(pending.deadline));
@@ -536,10 +532,7 @@ impl<T: Transport> Engine<T> {
             return Err(EngineError::Config("IRD/ORD above 16383"));
         }
         if let Some(srqn) = config.srq {
-            self.srqs
-                .get_mut(&srqn)
-                .ok_or(EngineError::NoSuchSrq(srqn))?
-                .qps += 1;
+            self.srqs.get_mut(&srqn).ok_or(EngineError::NoSuchSrq(srqn))?.qps += 1;
         }
         self.qps.insert(qpn, Qp::new(qpn, config));
         Ok(())
@@ -571,21 +564,16 @@ impl<T: Transport> Engine<T> {
     /// ring (the soak met it: several QPs at once behind late doorbells).
     pub fn starved_receive_queues(&self) -> impl Iterator<Item = u32> + '_ {
         // Data waiting keeps a QP active.
-        self.active
-            .iter()
-            .filter_map(|qpn| self.qps.get(qpn))
-            .filter_map(|qp| {
-                let conn = qp.conn.as_ref()?;
-                let receiving = matches!(qp.state, QpState::Rts | QpState::Closing)
-                    && conn.stream.as_ref().is_some_and(|s| !s.rx_stopped);
-                let short = match qp.config.srq {
-                    Some(srqn) => {
-                        qp.queues.rq.is_empty() && self.srqs.get(&srqn).is_none_or(Srq::is_empty)
-                    }
-                    None => true,
-                };
-                (receiving && short && self.toe.recv_queue(conn.sock) > 0).then_some(qp.qpn)
-            })
+        self.active.iter().filter_map(|qpn| self.qps.get(qpn)).filter_map(|qp| {
+            let conn = qp.conn.as_ref()?;
+            let receiving = matches!(qp.state, QpState::Rts | QpState::Closing)
+                && conn.stream.as_ref().is_some_and(|s| !s.rx_stopped);
+            let short = match qp.config.srq {
+                Some(srqn) => qp.queues.rq.is_empty() && self.srqs.get(&srqn).is_none_or(Srq::is_empty),
+                None => true,
+            };
+            (receiving && short && self.toe.recv_queue(conn.sock) > 0).then_some(qp.qpn)
+        })
     }
 
     pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
@@ -798,10 +786,7 @@ impl<T: Transport> Engine<T> {
     /// fewer than it holds or than before. The pooled WRs, their indices
     /// and the one each QP took stay as they are.
     pub fn resize_srq(&mut self, srqn: u32, depth: u32) -> Result<(), EngineError> {
-        let srq = self
-            .srqs
-            .get_mut(&srqn)
-            .ok_or(EngineError::NoSuchSrq(srqn))?;
+        let srq = self.srqs.get_mut(&srqn).ok_or(EngineError::NoSuchSrq(srqn))?;
         if depth < srq.depth || depth > 1 << 16 {
             return Err(EngineError::Config("an SRQ grows, within 65536"));
         }
@@ -827,12 +812,7 @@ impl<T: Transport> Engine<T> {
     /// A receive WQE of the SRQ the device could not parse: it takes its
     /// index, and the QP that takes it fails with `status` (never
     /// SUCCESS), as with [`Engine::post_refused`] on an RQ.
-    pub fn post_srq_refused(
-        &mut self,
-        srqn: u32,
-        wr_id: u64,
-        status: WcStatus,
-    ) -> Result<(), EngineError> {
+    pub fn post_srq_refused(&mut self, srqn: u32, wr_id: u64, status: WcStatus) -> Result<(), EngineError> {
         let status = if status == WcStatus::Success {
             WcStatus::LocQpOpErr
         } else {
@@ -842,10 +822,7 @@ impl<T: Transport> Engine<T> {
     }
 
     fn push_srq(&mut self, srqn: u32, wr: SrqWr) -> Result<(), EngineError> {
-        let srq = self
-            .srqs
-            .get_mut(&srqn)
-            .ok_or(EngineError::NoSuchSrq(srqn))?;
+        let srq = self.srqs.get_mut(&srqn).ok_or(EngineError::NoSuchSrq(srqn))?;
         if srq.is_full() {
             return Err(EngineError::QueueFull);
         }
@@ -1282,12 +1259,7 @@ impl<T: Transport> Engine<T> {
     }
 }
 
-fn new_stream(
-    negotiated: Negotiated,
-    initiator: bool,
-    mss: u16,
-    tx_hold: Option<Instant>,
-) -> Stream {
+fn new_stream(negotiated: Negotiated, initiator: bool, mss: u16, tx_hold: Option<Instant>) -> Stream {
     Stream {
         negotiated,
         mulpdu: mulpdu(mss).max(64),

@@ -13,9 +13,7 @@ use super::memory::{
     write_region, AccessError, GuestMemory, MemoryRegions, PlacementError, LOCAL_WRITE,
     REMOTE_READ, REMOTE_WRITE,
 };
-use super::qp::{
-    IrqEntry, Queues, RefusedRecv, RxSend, RxTagged, Stream, TermMessage, READ_REQUEST_COPY,
-};
+use super::qp::{IrqEntry, Queues, RefusedRecv, RxSend, RxTagged, Stream, TermMessage, READ_REQUEST_COPY};
 use super::srq::{Srq, SrqWr};
 use super::window::Owner;
 use super::wr::{Completion, SendOpcode, WcOpcode, WcStatus, WorkQueue};
@@ -395,9 +393,7 @@ fn read_response(
                 if sq.wr.opcode == SendOpcode::ReadInvalidate {
                     // Checked before the READ went out; only a region
                     // deregistered meanwhile fails here.
-                    let invalidated = env
-                        .regions
-                        .local_invalidate(sq.wr.invalidate_stag, env.owner.pdn);
+                    let invalidated = env.regions.local_invalidate(sq.wr.invalidate_stag, env.owner.pdn);
                     if let Err(error) = invalidated {
                         sq.result = Some((WcStatus::LocProtErr, done.len));
                         return Err(ProtocolError::ReadSinkAccess(error));
@@ -471,14 +467,7 @@ fn send(
         queues.rq.pop_front();
         stream.rx_send = None;
         let srq_idx = queues.srq_taken.take();
-        env.complete_recv(
-            wqe.wr_id,
-            WcStatus::LocLenErr,
-            current.placed,
-            None,
-            false,
-            srq_idx,
-        );
+        env.complete_recv(wqe.wr_id, WcStatus::LocLenErr, current.placed, None, false, srq_idx);
         return Err(ProtocolError::MessageTooLong);
     }
     // Scatter the payload over the SGEs, starting at message offset `placed`.

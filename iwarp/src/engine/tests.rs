@@ -90,19 +90,14 @@ fn rdma(wr_id: u64, opcode: SendOpcode, local: (u32, u64), len: u32, stag: u32, 
 fn a_writes_in(sim: &mut Sim<Node, Node>, qp: (u32, u32), stag: u32, to: u64, len: u32) {
     let (qpn, pd) = qp;
     let (astag, aiova) = (
-        sim.a
-            .regions
-            .register_contiguous(pd, LOCAL_WRITE, 0x1000, 0x1000, 8192),
+        sim.a.regions.register_contiguous(pd, LOCAL_WRITE, 0x1000, 0x1000, 8192),
         0x1000,
     );
     let data: Vec<u8> = (0..len).map(|i| (i % 241) as u8 ^ 0x5a).collect();
     sim.a.memory.fill(aiova, &data);
     sim.a
         .engine
-        .post_send(
-            qpn,
-            rdma(1, SendOpcode::Write, (astag, aiova), len, stag, to),
-        )
+        .post_send(qpn, rdma(1, SendOpcode::Write, (astag, aiova), len, stag, to))
         .unwrap();
     settle(sim, 2);
 }
@@ -353,21 +348,13 @@ mod rts {
 
     #[test]
     fn initiator_holds_its_rtr_for_rtr_hold() {
-        let mut sim = Sim::pair(
-            NodeConfig::new(0),
-            NodeConfig::new(1),
-            WireConfig::default(),
-        );
+        let mut sim = Sim::pair(NodeConfig::new(0), NodeConfig::new(1), WireConfig::default());
         assert!(sim.connect_qps(1, 2, 40_000, QpConfig::new(PD)));
         let hold = EngineConfig::default().rtr_hold;
         sim.run_for(hold / 2);
         assert_eq!(sim.b.engine.stats().fpdus_rx, 0, "RTR sent within the hold");
         sim.run_for(hold);
-        assert_eq!(
-            sim.b.engine.stats().fpdus_rx,
-            1,
-            "RTR not sent after the hold"
-        );
+        assert_eq!(sim.b.engine.stats().fpdus_rx, 1, "RTR not sent after the hold");
     }
 
     #[test]
@@ -920,22 +907,12 @@ mod faults {
     /// Once `qpn` reported its end, nothing completes on it any more,
     /// whatever the peer still sends and however long we wait.
     fn quiet_after_end(sim: &mut Sim<Node, Node>, on_a: bool) {
-        let (node, qpn) = if on_a {
-            (&mut sim.a, 1)
-        } else {
-            (&mut sim.b, 2)
-        };
+        let (node, qpn) = if on_a { (&mut sim.a, 1) } else { (&mut sim.b, 2) };
         let before = completions_of(node, qpn);
         assert_eq!(node.state(qpn), Some(QpState::Error));
         assert!(
             matches!(
-                node.engine.post_recv(
-                    qpn,
-                    RecvWr {
-                        wr_id: 99,
-                        sges: SgeList::EMPTY
-                    }
-                ),
+                node.engine.post_recv(qpn, RecvWr { wr_id: 99, sges: SgeList::EMPTY }),
                 Err(EngineError::InvalidState { .. })
             ),
             "posts are refused in ERROR"
@@ -945,11 +922,7 @@ mod faults {
         let _ = post_send(peer, peer_qpn, 77, 100);
         settle(sim, 3);
         let node = if on_a { &sim.a } else { &sim.b };
-        assert_eq!(
-            completions_of(node, qpn),
-            before,
-            "a completion after the end"
-        );
+        assert_eq!(completions_of(node, qpn), before, "a completion after the end");
     }
 
     #[test]
@@ -963,43 +936,24 @@ mod faults {
         assert_eq!(sim.a.state(1), Some(QpState::Error));
         settle(&mut sim, 1);
         assert_eq!(others(&sim.a.qp_events(1)), vec![EventKind::ResetSent]);
-        assert_eq!(
-            states(&sim.a.qp_events(1)),
-            vec![(QpState::Rts, QpState::Error)]
-        );
+        assert_eq!(states(&sim.a.qp_events(1)), vec![(QpState::Rts, QpState::Error)]);
         assert_eq!(others(&sim.b.qp_events(2)), vec![EventKind::Reset]);
-        assert_eq!(
-            states(&sim.b.qp_events(2)),
-            vec![(QpState::Rts, QpState::Error)]
-        );
-        assert!(
-            sim.a.completions.is_empty() && sim.b.completions.is_empty(),
-            "the provider flushes"
-        );
+        assert_eq!(states(&sim.b.qp_events(2)), vec![(QpState::Rts, QpState::Error)]);
+        assert!(sim.a.completions.is_empty() && sim.b.completions.is_empty(), "the provider flushes");
         quiet_after_end(&mut sim, true);
         quiet_after_end(&mut sim, false);
         // Nothing left to reset; unknown QPs are named.
         let now = sim.now;
         assert!(matches!(
             sim.a.engine.inject(now, 1, Fault::SendRst),
-            Err(EngineError::InvalidState {
-                what: "not connected",
-                ..
-            })
+            Err(EngineError::InvalidState { what: "not connected", .. })
         ));
-        assert_eq!(
-            sim.a.engine.inject(now, 7, Fault::SendRst),
-            Err(EngineError::NoSuchQp(7))
-        );
+        assert_eq!(sim.a.engine.inject(now, 7, Fault::SendRst), Err(EngineError::NoSuchQp(7)));
     }
 
     #[test]
     fn rst_while_connecting_fails_the_connect() {
-        let mut sim = Sim::pair(
-            NodeConfig::new(0),
-            NodeConfig::new(1),
-            WireConfig::default(),
-        );
+        let mut sim = Sim::pair(NodeConfig::new(0), NodeConfig::new(1), WireConfig::default());
         sim.wire.cut = [true, true];
         sim.start_connect(1, 2, 40_000, QpConfig::new(PD));
         let now = sim.now;
@@ -1007,9 +961,7 @@ mod faults {
         sim.run_for(Duration::from_millis(1));
         assert_eq!(
             others(&sim.a.qp_events(1)),
-            vec![EventKind::ConnectFailed(ConnectFailure::Tcp(
-                CloseReason::Aborted
-            ))]
+            vec![EventKind::ConnectFailed(ConnectFailure::Tcp(CloseReason::Aborted))]
         );
         assert_eq!(sim.a.state(1), Some(QpState::Error));
     }
@@ -1020,34 +972,18 @@ mod faults {
         let now = sim.now;
         sim.a.engine.inject(now, 1, Fault::SendFin).unwrap();
         assert!(
-            matches!(
-                sim.a.engine.inject(now, 1, Fault::SendFin),
-                Err(EngineError::InvalidState { .. })
-            ),
+            matches!(sim.a.engine.inject(now, 1, Fault::SendFin), Err(EngineError::InvalidState { .. })),
             "one FIN per connection"
         );
         settle(&mut sim, 5);
-        assert_eq!(
-            others(&sim.a.qp_events(1)),
-            vec![EventKind::CloseComplete {
-                sq_outstanding: false
-            }]
-        );
+        assert_eq!(others(&sim.a.qp_events(1)), vec![EventKind::CloseComplete { sq_outstanding: false }]);
         assert_eq!(
             states(&sim.a.qp_events(1)),
-            vec![
-                (QpState::Rts, QpState::Closing),
-                (QpState::Closing, QpState::Idle)
-            ]
+            vec![(QpState::Rts, QpState::Closing), (QpState::Closing, QpState::Idle)]
         );
         assert_eq!(
             others(&sim.b.qp_events(2)),
-            vec![
-                EventKind::PeerClose,
-                EventKind::CloseComplete {
-                    sq_outstanding: false
-                }
-            ]
+            vec![EventKind::PeerClose, EventKind::CloseComplete { sq_outstanding: false }]
         );
     }
 
@@ -1093,10 +1029,7 @@ mod faults {
         settle(&mut sim, 4);
         assert!(sim.b.completions.is_empty());
         let now = sim.now;
-        sim.a
-            .engine
-            .inject(now, 1, Fault::Blackhole(false))
-            .unwrap();
+        sim.a.engine.inject(now, 1, Fault::Blackhole(false)).unwrap();
         settle(&mut sim, 5);
         assert_eq!(sim.b.completions.len(), 1, "retransmitted");
         assert_eq!(sim.a.state(1), Some(QpState::Rts));
@@ -1110,10 +1043,7 @@ mod faults {
             post_recv(&mut sim.b, 2, i);
             post_send(&mut sim.a, 1, i, 1000).unwrap();
         }
-        assert!(
-            sim.run_until(Duration::from_secs(120), |s| completions_of(&s.b, 2) as u64
-                == before + count)
-        );
+        assert!(sim.run_until(Duration::from_secs(120), |s| completions_of(&s.b, 2) as u64 == before + count));
         sim.now - start
     }
 
@@ -1128,11 +1058,7 @@ mod faults {
                 .unwrap();
             assert_eq!(sim.a.engine.tcb(1).unwrap().drop_percent, 30);
             let took = transfer(&mut sim, 20);
-            assert!(sim
-                .b
-                .completions
-                .iter()
-                .all(|c| c.status == WcStatus::Success));
+            assert!(sim.b.completions.iter().all(|c| c.status == WcStatus::Success));
             let retransmits = sim.a.engine.tcb(1).unwrap().retransmits;
             let dropped = sim.a.engine.toe().fault_counters().dropped;
             assert!(dropped > 0 && retransmits > 0, "{dropped} {retransmits}");
@@ -1144,29 +1070,8 @@ mod faults {
         // Percentages above 100 are refused; 0 stops dropping.
         let mut sim = pair();
         let now = sim.now;
-        assert!(sim
-            .a
-            .engine
-            .inject(
-                now,
-                1,
-                Fault::Drop {
-                    percent: 101,
-                    seed: 1
-                }
-            )
-            .is_err());
-        sim.a
-            .engine
-            .inject(
-                now,
-                1,
-                Fault::Drop {
-                    percent: 0,
-                    seed: 1,
-                },
-            )
-            .unwrap();
+        assert!(sim.a.engine.inject(now, 1, Fault::Drop { percent: 101, seed: 1 }).is_err());
+        sim.a.engine.inject(now, 1, Fault::Drop { percent: 0, seed: 1 }).unwrap();
         transfer(&mut sim, 3);
         assert_eq!(sim.a.engine.toe().fault_counters().dropped, 0);
     }
@@ -1180,15 +1085,9 @@ mod faults {
             .engine
             .inject(now, 1, Fault::Delay(Some(Duration::from_millis(300))))
             .unwrap();
-        assert_eq!(
-            sim.a.engine.tcb(1).unwrap().delay,
-            Some(Duration::from_millis(300))
-        );
+        assert_eq!(sim.a.engine.tcb(1).unwrap().delay, Some(Duration::from_millis(300)));
         let slow = transfer(&mut sim, 1);
-        assert!(
-            slow >= Duration::from_millis(300) && fast < Duration::from_millis(100),
-            "{fast} {slow}"
-        );
+        assert!(slow >= Duration::from_millis(300) && fast < Duration::from_millis(100), "{fast} {slow}");
         assert!(sim.a.engine.toe().fault_counters().delayed > 0);
         let now = sim.now;
         sim.a.engine.inject(now, 1, Fault::Delay(None)).unwrap();
@@ -1209,30 +1108,17 @@ mod faults {
         settle(&mut sim, 5);
         assert_eq!(
             others(&sim.b.qp_events(2)),
-            vec![EventKind::LocalError {
-                error: ProtocolError::Crc,
-                sent: TermCode::LlpCrcError
-            }]
+            vec![EventKind::LocalError { error: ProtocolError::Crc, sent: TermCode::LlpCrcError }]
         );
         assert_eq!(
             states(&sim.b.qp_events(2)),
-            vec![
-                (QpState::Rts, QpState::Terminate),
-                (QpState::Terminate, QpState::Error)
-            ]
+            vec![(QpState::Rts, QpState::Terminate), (QpState::Terminate, QpState::Error)]
         );
         assert_eq!(
             others(&sim.a.qp_events(1)),
-            vec![EventKind::TerminateReceived {
-                code: TermCode::LlpCrcError,
-                class: ErrorClass::Catastrophic
-            }]
+            vec![EventKind::TerminateReceived { code: TermCode::LlpCrcError, class: ErrorClass::Catastrophic }]
         );
-        assert_eq!(
-            completions_of(&sim.b, 2),
-            0,
-            "the corrupted SEND was not placed"
-        );
+        assert_eq!(completions_of(&sim.b, 2), 0, "the corrupted SEND was not placed");
         quiet_after_end(&mut sim, true);
         quiet_after_end(&mut sim, false);
         assert_eq!(sim.b.engine.stats().terminates_tx, 1);
@@ -1249,19 +1135,13 @@ mod faults {
         let now = sim.now;
         assert_eq!(
             sim.a.engine.inject(now, 1, Fault::CorruptCrc),
-            Err(EngineError::FaultNotApplicable {
-                qpn: 1,
-                what: "CRC was not negotiated on this connection"
-            })
+            Err(EngineError::FaultNotApplicable { qpn: 1, what: "CRC was not negotiated on this connection" })
         );
         // Idle QPs have nothing to corrupt.
         sim.a.engine.create_qp(5, QpConfig::new(PD)).unwrap();
         assert!(matches!(
             sim.a.engine.inject(now, 5, Fault::CorruptCrc),
-            Err(EngineError::InvalidState {
-                what: "not connected",
-                ..
-            })
+            Err(EngineError::InvalidState { what: "not connected", .. })
         ));
     }
 
@@ -1281,17 +1161,11 @@ mod faults {
             settle(&mut sim, 5);
             assert_eq!(
                 others(&sim.a.qp_events(1)),
-                vec![EventKind::LocalError {
-                    error: ProtocolError::Injected,
-                    sent: code
-                }]
+                vec![EventKind::LocalError { error: ProtocolError::Injected, sent: code }]
             );
             assert_eq!(
                 others(&sim.b.qp_events(2)),
-                vec![EventKind::TerminateReceived {
-                    code,
-                    class: code.etype_class()
-                }]
+                vec![EventKind::TerminateReceived { code, class: code.etype_class() }]
             );
             for node in [&sim.a, &sim.b] {
                 assert!(node.completions.is_empty());
@@ -1299,10 +1173,7 @@ mod faults {
             quiet_after_end(&mut sim, true);
             quiet_after_end(&mut sim, false);
             let now = sim.now;
-            assert!(
-                sim.a.engine.inject(now, 1, Fault::Terminate(code)).is_err(),
-                "once"
-            );
+            assert!(sim.a.engine.inject(now, 1, Fault::Terminate(code)).is_err(), "once");
         }
     }
 
@@ -1317,49 +1188,25 @@ mod faults {
             sim.b.regions.invalidate(bstag, PD).unwrap();
             let snapshot = sim.b.memory.slice(biova, 64).to_vec();
             let (astag, aiova) = registered_buffer(&mut sim.a, 4096);
-            let opcode = if read {
-                SendOpcode::Read
-            } else {
-                SendOpcode::Write
-            };
+            let opcode = if read { SendOpcode::Read } else { SendOpcode::Write };
             let mut wr = SendWr::new(1, opcode);
-            wr.sges = SgeList::single(Sge {
-                addr: aiova,
-                length: 64,
-                lkey: astag,
-            });
+            wr.sges = SgeList::single(Sge { addr: aiova, length: 64, lkey: astag });
             wr.remote_addr = biova;
             wr.remote_stag = bstag;
             sim.a.engine.post_send(1, wr).unwrap();
             settle(&mut sim, 5);
             let (error, sent) = if read {
-                (
-                    ProtocolError::ReadSourceAccess(AccessError::InvalidStag),
-                    TermCode::RdmapInvalidStag,
-                )
+                (ProtocolError::ReadSourceAccess(AccessError::InvalidStag), TermCode::RdmapInvalidStag)
             } else {
-                (
-                    ProtocolError::WriteAccess(AccessError::InvalidStag),
-                    TermCode::DdpTaggedInvalidStag,
-                )
+                (ProtocolError::WriteAccess(AccessError::InvalidStag), TermCode::DdpTaggedInvalidStag)
             };
-            assert_eq!(
-                others(&sim.b.qp_events(2)),
-                vec![EventKind::LocalError { error, sent }]
-            );
+            assert_eq!(others(&sim.b.qp_events(2)), vec![EventKind::LocalError { error, sent }]);
             assert_eq!(error.class(), ErrorClass::Protection, "QP_ACCESS_ERR");
             assert_eq!(
                 others(&sim.a.qp_events(1)),
-                vec![EventKind::TerminateReceived {
-                    code: sent,
-                    class: ErrorClass::Protection
-                }]
+                vec![EventKind::TerminateReceived { code: sent, class: ErrorClass::Protection }]
             );
-            assert_eq!(
-                sim.b.memory.slice(biova, 64),
-                &snapshot[..],
-                "nothing placed"
-            );
+            assert_eq!(sim.b.memory.slice(biova, 64), &snapshot[..], "nothing placed");
             quiet_after_end(&mut sim, true);
             quiet_after_end(&mut sim, false);
         }
@@ -1374,11 +1221,7 @@ mod refused {
     use super::*;
 
     fn results(node: &Node, qpn: u32) -> Vec<(u64, WcStatus)> {
-        node.completions
-            .iter()
-            .filter(|c| c.qpn == qpn)
-            .map(|c| (c.wr_id, c.status))
-            .collect()
+        node.completions.iter().filter(|c| c.qpn == qpn).map(|c| (c.wr_id, c.status)).collect()
     }
 
     fn local_terminate_at_peer(node: &Node, qpn: u32) -> bool {
@@ -1393,19 +1236,10 @@ mod refused {
     fn a_refused_receive_completes_after_the_ones_before_it() {
         let mut sim = pair();
         post_recv(&mut sim.b, 2, 1);
-        sim.b
-            .engine
-            .post_refused(2, WorkQueue::Recv, 2, WcStatus::LocQpOpErr)
-            .unwrap();
+        sim.b.engine.post_refused(2, WorkQueue::Recv, 2, WcStatus::LocQpOpErr).unwrap();
         assert!(
             matches!(
-                sim.b.engine.post_recv(
-                    2,
-                    RecvWr {
-                        wr_id: 3,
-                        sges: SgeList::EMPTY
-                    }
-                ),
+                sim.b.engine.post_recv(2, RecvWr { wr_id: 3, sges: SgeList::EMPTY }),
                 Err(EngineError::InvalidState { .. })
             ),
             "nothing is posted after it"
@@ -1415,40 +1249,23 @@ mod refused {
         post_send(&mut sim.a, 1, 10, 100).unwrap();
         post_send(&mut sim.a, 1, 11, 0).unwrap();
         settle(&mut sim, 5);
-        assert_eq!(
-            results(&sim.b, 2),
-            vec![(1, WcStatus::Success), (2, WcStatus::LocQpOpErr)]
-        );
+        assert_eq!(results(&sim.b, 2), vec![(1, WcStatus::Success), (2, WcStatus::LocQpOpErr)]);
         assert_eq!(
             others(&sim.b.qp_events(2)),
-            vec![EventKind::WqeError {
-                wr_id: 2,
-                status: WcStatus::LocQpOpErr
-            }]
+            vec![EventKind::WqeError { wr_id: 2, status: WcStatus::LocQpOpErr }]
         );
         assert_eq!(sim.b.state(2), Some(QpState::Error));
-        assert!(
-            local_terminate_at_peer(&sim.a, 1),
-            "{:?}",
-            sim.a.qp_events(1)
-        );
+        assert!(local_terminate_at_peer(&sim.a, 1), "{:?}", sim.a.qp_events(1));
     }
 
     #[test]
     fn a_refused_receive_whose_turn_came_fails_without_waiting_for_a_send() {
         let mut sim = pair();
-        sim.b
-            .engine
-            .post_refused(2, WorkQueue::Recv, 7, WcStatus::LocQpOpErr)
-            .unwrap();
+        sim.b.engine.post_refused(2, WorkQueue::Recv, 7, WcStatus::LocQpOpErr).unwrap();
         settle(&mut sim, 2);
         assert_eq!(results(&sim.b, 2), vec![(7, WcStatus::LocQpOpErr)]);
         assert_eq!(sim.b.state(2), Some(QpState::Error));
-        assert!(
-            local_terminate_at_peer(&sim.a, 1),
-            "{:?}",
-            sim.a.qp_events(1)
-        );
+        assert!(local_terminate_at_peer(&sim.a, 1), "{:?}", sim.a.qp_events(1));
     }
 
     #[test]
@@ -1457,52 +1274,25 @@ mod refused {
         post_recv(&mut sim.b, 2, 1);
         post_recv(&mut sim.b, 2, 2);
         post_send(&mut sim.a, 1, 10, 100).unwrap();
-        sim.a
-            .engine
-            .post_refused(1, WorkQueue::Send, 11, WcStatus::LocQpOpErr)
-            .unwrap();
+        sim.a.engine.post_refused(1, WorkQueue::Send, 11, WcStatus::LocQpOpErr).unwrap();
         post_send(&mut sim.a, 1, 12, 100).unwrap();
         settle(&mut sim, 5);
-        assert_eq!(
-            results(&sim.a, 1),
-            vec![(10, WcStatus::Success), (11, WcStatus::LocQpOpErr)]
-        );
+        assert_eq!(results(&sim.a, 1), vec![(10, WcStatus::Success), (11, WcStatus::LocQpOpErr)]);
         assert_eq!(sim.a.state(1), Some(QpState::Error));
-        assert_eq!(
-            results(&sim.b, 2),
-            vec![(1, WcStatus::Success)],
-            "WR 12 never went out"
-        );
-        assert!(
-            local_terminate_at_peer(&sim.b, 2),
-            "{:?}",
-            sim.b.qp_events(2)
-        );
+        assert_eq!(results(&sim.b, 2), vec![(1, WcStatus::Success)], "WR 12 never went out");
+        assert!(local_terminate_at_peer(&sim.b, 2), "{:?}", sim.b.qp_events(2));
     }
 
     #[test]
     fn unconnected_qps_fail_a_refused_wqe_at_once() {
         let mut sim = pair();
         sim.a.engine.create_qp(5, QpConfig::new(PD)).unwrap();
-        sim.a
-            .engine
-            .post_refused(5, WorkQueue::Send, 50, WcStatus::Success)
-            .unwrap();
+        sim.a.engine.post_refused(5, WorkQueue::Send, 50, WcStatus::Success).unwrap();
         sim.a.engine.create_qp(6, QpConfig::new(PD)).unwrap();
-        sim.a
-            .engine
-            .post_refused(6, WorkQueue::Recv, 60, WcStatus::LocProtErr)
-            .unwrap();
+        sim.a.engine.post_refused(6, WorkQueue::Recv, 60, WcStatus::LocProtErr).unwrap();
         settle(&mut sim, 1);
-        assert_eq!(
-            results(&sim.a, 5),
-            vec![(50, WcStatus::LocQpOpErr)],
-            "SUCCESS is never a refusal"
-        );
+        assert_eq!(results(&sim.a, 5), vec![(50, WcStatus::LocQpOpErr)], "SUCCESS is never a refusal");
         assert_eq!(results(&sim.a, 6), vec![(60, WcStatus::LocProtErr)]);
-        assert_eq!(
-            (sim.a.state(5), sim.a.state(6)),
-            (Some(QpState::Error), Some(QpState::Error))
-        );
+        assert_eq!((sim.a.state(5), sim.a.state(6)), (Some(QpState::Error), Some(QpState::Error)));
     }
 }

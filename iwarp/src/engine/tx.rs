@@ -175,12 +175,7 @@ fn gather(
 }
 
 /// Checks a WQE before its first octet goes out.
-fn validate(
-    wr: &SendWr,
-    owner: Owner,
-    regions: &dyn MemoryRegions,
-    ord: u16,
-) -> Result<(), WcStatus> {
+fn validate(wr: &SendWr, owner: Owner, regions: &dyn MemoryRegions, ord: u16) -> Result<(), WcStatus> {
     let opcode = wr.opcode;
     if wr.inline.is_some() && !(opcode.is_send() || opcode == SendOpcode::Write) {
         return Err(WcStatus::LocQpOpErr);
@@ -191,9 +186,7 @@ fn validate(
     // What a READ_INV will invalidate must be ours to invalidate: found
     // now, not after the data came.
     if opcode == SendOpcode::ReadInvalidate
-        && regions
-            .invalidatable(wr.invalidate_stag, owner.pdn)
-            .is_err()
+        && regions.invalidatable(wr.invalidate_stag, owner.pdn).is_err()
     {
         return Err(WcStatus::LocQpOpErr);
     }

@@ -294,216 +294,51 @@ mod tests {
     fn every_bind_rule() {
         let w1 = window(MwType::One, true);
         let w2 = window(MwType::Two, false);
-        let check =
-            |b: MwBind, w: &WindowView, r: Option<&RegionView>| check_bind(&b, OWNER, Some(w), r);
-        assert_eq!(
-            check(bind(MwType::One), &w1, Some(&REGION)),
-            Ok(()),
-            "type 1 rebinds while bound"
-        );
+        let check = |b: MwBind, w: &WindowView, r: Option<&RegionView>| check_bind(&b, OWNER, Some(w), r);
+        assert_eq!(check(bind(MwType::One), &w1, Some(&REGION)), Ok(()), "type 1 rebinds while bound");
         assert_eq!(check(bind(MwType::Two), &w2, Some(&REGION)), Ok(()));
-        assert_eq!(
-            check_bind(&bind(MwType::Two), OWNER, None, Some(&REGION)),
-            Err(BindError::NoSuchWindow(0x106))
-        );
-        assert!(matches!(
-            check(bind(MwType::Two), &w1, Some(&REGION)),
-            Err(BindError::WrongType { .. })
-        ));
+        assert_eq!(check_bind(&bind(MwType::Two), OWNER, None, Some(&REGION)), Err(BindError::NoSuchWindow(0x106)));
+        assert!(matches!(check(bind(MwType::Two), &w1, Some(&REGION)), Err(BindError::WrongType { .. })));
         let other_pd = Owner { pdn: 2, ..OWNER };
-        assert_eq!(
-            check_bind(&bind(MwType::Two), other_pd, Some(&w2), Some(&REGION)),
-            Err(BindError::WindowPd)
-        );
-        assert_eq!(
-            check(bind(MwType::Two), &window(MwType::Two, true), Some(&REGION)),
-            Err(BindError::StillBound)
-        );
-        assert_eq!(
-            check(
-                MwBind {
-                    mw_stag: 0x105,
-                    ..bind(MwType::Two)
-                },
-                &w2,
-                Some(&REGION)
-            ),
-            Err(BindError::SameKey(5))
-        );
-        assert_eq!(
-            check(
-                MwBind {
-                    access: 8,
-                    ..bind(MwType::Two)
-                },
-                &w2,
-                Some(&REGION)
-            ),
-            Err(BindError::Access(8))
-        );
-        assert_eq!(
-            check(bind(MwType::Two), &w2, None),
-            Err(BindError::NoSuchRegion(0x203))
-        );
-        assert_eq!(
-            check(
-                MwBind {
-                    length: 0,
-                    ..bind(MwType::Two)
-                },
-                &w2,
-                None
-            ),
-            Ok(()),
-            "zero length: no region"
-        );
-        assert_eq!(
-            check(
-                bind(MwType::Two),
-                &w2,
-                Some(&RegionView { pdn: 2, ..REGION })
-            ),
-            Err(BindError::RegionPd)
-        );
-        assert_eq!(
-            check(
-                bind(MwType::Two),
-                &w2,
-                Some(&RegionView {
-                    access: LOCAL_WRITE | REMOTE_WRITE,
-                    ..REGION
-                })
-            ),
-            Err(BindError::NoBindRight)
-        );
-        let no_lw = RegionView {
-            access: super::super::memory::MW_BIND | REMOTE_READ,
-            ..REGION
-        };
-        assert_eq!(
-            check(bind(MwType::Two), &w2, Some(&no_lw)),
-            Err(BindError::NoLocalWrite)
-        );
-        assert_eq!(
-            check(
-                MwBind {
-                    access: REMOTE_READ,
-                    ..bind(MwType::Two)
-                },
-                &w2,
-                Some(&no_lw)
-            ),
-            Ok(()),
-            "read needs no local write"
-        );
-        assert_eq!(
-            check(
-                MwBind {
-                    addr: 0xfff,
-                    ..bind(MwType::Two)
-                },
-                &w2,
-                Some(&REGION)
-            ),
-            Err(BindError::Bounds)
-        );
-        assert_eq!(
-            check(
-                MwBind {
-                    addr: 0x1801,
-                    ..bind(MwType::Two)
-                },
-                &w2,
-                Some(&REGION)
-            ),
-            Err(BindError::Bounds)
-        );
-        assert_eq!(
-            check(
-                MwBind {
-                    addr: u64::MAX,
-                    ..bind(MwType::Two)
-                },
-                &w2,
-                Some(&REGION)
-            ),
-            Err(BindError::Bounds)
-        );
+        assert_eq!(check_bind(&bind(MwType::Two), other_pd, Some(&w2), Some(&REGION)), Err(BindError::WindowPd));
+        assert_eq!(check(bind(MwType::Two), &window(MwType::Two, true), Some(&REGION)), Err(BindError::StillBound));
+        assert_eq!(check(MwBind { mw_stag: 0x105, ..bind(MwType::Two) }, &w2, Some(&REGION)), Err(BindError::SameKey(5)));
+        assert_eq!(check(MwBind { access: 8, ..bind(MwType::Two) }, &w2, Some(&REGION)), Err(BindError::Access(8)));
+        assert_eq!(check(bind(MwType::Two), &w2, None), Err(BindError::NoSuchRegion(0x203)));
+        assert_eq!(check(MwBind { length: 0, ..bind(MwType::Two) }, &w2, None), Ok(()), "zero length: no region");
+        assert_eq!(check(bind(MwType::Two), &w2, Some(&RegionView { pdn: 2, ..REGION })), Err(BindError::RegionPd));
+        assert_eq!(check(bind(MwType::Two), &w2, Some(&RegionView { access: LOCAL_WRITE | REMOTE_WRITE, ..REGION })), Err(BindError::NoBindRight));
+        let no_lw = RegionView { access: super::super::memory::MW_BIND | REMOTE_READ, ..REGION };
+        assert_eq!(check(bind(MwType::Two), &w2, Some(&no_lw)), Err(BindError::NoLocalWrite));
+        assert_eq!(check(MwBind { access: REMOTE_READ, ..bind(MwType::Two) }, &w2, Some(&no_lw)), Ok(()), "read needs no local write");
+        assert_eq!(check(MwBind { addr: 0xfff, ..bind(MwType::Two) }, &w2, Some(&REGION)), Err(BindError::Bounds));
+        assert_eq!(check(MwBind { addr: 0x1801, ..bind(MwType::Two) }, &w2, Some(&REGION)), Err(BindError::Bounds));
+        assert_eq!(check(MwBind { addr: u64::MAX, ..bind(MwType::Two) }, &w2, Some(&REGION)), Err(BindError::Bounds));
     }
 
     #[test]
     fn bound_state_unbinds_type_1_on_zero_length() {
-        let zero = MwBind {
-            length: 0,
-            ..bind(MwType::One)
-        };
+        let zero = MwBind { length: 0, ..bind(MwType::One) };
         assert!(!bound_state(&zero, OWNER).0);
-        let zero2 = MwBind {
-            length: 0,
-            ..bind(MwType::Two)
-        };
-        assert!(
-            bound_state(&zero2, OWNER).0,
-            "a type 2 window is bound with zero length"
-        );
+        let zero2 = MwBind { length: 0, ..bind(MwType::Two) };
+        assert!(bound_state(&zero2, OWNER).0, "a type 2 window is bound with zero length");
         let (valid, access, iova, length, w) = bound_state(&bind(MwType::Two), OWNER);
-        assert_eq!(
-            (valid, access, iova, length, w.qpn),
-            (true, REMOTE_WRITE | REMOTE_READ, 0x1800, 0x800, 7)
-        );
+        assert_eq!((valid, access, iova, length, w.qpn), (true, REMOTE_WRITE | REMOTE_READ, 0x1800, 0x800, 7));
     }
 
     #[test]
     fn window_access_rules() {
         let w2 = window(MwType::Two, true);
-        assert_eq!(
-            check_window_access(&w2, OWNER, 0x1000, 0x100, REMOTE_WRITE),
-            Ok(0x203)
-        );
-        assert_eq!(
-            check_window_access(&w2, OWNER, 0x1000, 0x100, LOCAL_WRITE),
-            Err(AccessError::InvalidStag),
-            "no lkey"
-        );
-        assert_eq!(
-            check_window_access(&window(MwType::Two, false), OWNER, 0x1000, 1, REMOTE_WRITE),
-            Err(AccessError::InvalidStag)
-        );
-        assert_eq!(
-            check_window_access(&w2, Owner { pdn: 2, qpn: 7 }, 0x1000, 1, REMOTE_WRITE),
-            Err(AccessError::WrongPd)
-        );
-        assert_eq!(
-            check_window_access(&w2, Owner { pdn: 1, qpn: 8 }, 0x1000, 1, REMOTE_WRITE),
-            Err(AccessError::WrongQp)
-        );
-        assert_eq!(
-            check_window_access(
-                &window(MwType::One, true),
-                Owner { pdn: 1, qpn: 8 },
-                0x1000,
-                1,
-                REMOTE_WRITE
-            ),
-            Ok(0x203),
-            "type 1: any QP of the PD"
-        );
-        assert_eq!(
-            check_window_access(&w2, OWNER, 0x1000, 1, REMOTE_READ),
-            Err(AccessError::Rights)
-        );
-        assert_eq!(
-            check_window_access(&w2, OWNER, 0xfff, 1, REMOTE_WRITE),
-            Err(AccessError::Bounds)
-        );
-        assert_eq!(
-            check_window_access(&w2, OWNER, 0x1000, 0x101, REMOTE_WRITE),
-            Err(AccessError::Bounds)
-        );
-        assert_eq!(
-            check_window_invalidate(&window(MwType::One, true), 1),
-            Err(AccessError::Rights)
-        );
+        assert_eq!(check_window_access(&w2, OWNER, 0x1000, 0x100, REMOTE_WRITE), Ok(0x203));
+        assert_eq!(check_window_access(&w2, OWNER, 0x1000, 0x100, LOCAL_WRITE), Err(AccessError::InvalidStag), "no lkey");
+        assert_eq!(check_window_access(&window(MwType::Two, false), OWNER, 0x1000, 1, REMOTE_WRITE), Err(AccessError::InvalidStag));
+        assert_eq!(check_window_access(&w2, Owner { pdn: 2, qpn: 7 }, 0x1000, 1, REMOTE_WRITE), Err(AccessError::WrongPd));
+        assert_eq!(check_window_access(&w2, Owner { pdn: 1, qpn: 8 }, 0x1000, 1, REMOTE_WRITE), Err(AccessError::WrongQp));
+        assert_eq!(check_window_access(&window(MwType::One, true), Owner { pdn: 1, qpn: 8 }, 0x1000, 1, REMOTE_WRITE), Ok(0x203), "type 1: any QP of the PD");
+        assert_eq!(check_window_access(&w2, OWNER, 0x1000, 1, REMOTE_READ), Err(AccessError::Rights));
+        assert_eq!(check_window_access(&w2, OWNER, 0xfff, 1, REMOTE_WRITE), Err(AccessError::Bounds));
+        assert_eq!(check_window_access(&w2, OWNER, 0x1000, 0x101, REMOTE_WRITE), Err(AccessError::Bounds));
+        assert_eq!(check_window_invalidate(&window(MwType::One, true), 1), Err(AccessError::Rights));
         assert_eq!(check_window_invalidate(&w2, 2), Err(AccessError::WrongPd));
         assert_eq!(check_window_invalidate(&w2, 1), Ok(()));
     }

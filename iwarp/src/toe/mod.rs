@@ -309,10 +309,7 @@ impl TcpConfig {
         let left = self.buffer_budget.saturating_sub(reserved);
         let each_way = share.min(left) / 2;
         let floor = self.buffer_floor();
-        (
-            each_way.clamp(floor, self.rx_buffer.max(floor)),
-            each_way.clamp(floor, self.tx_buffer.max(floor)),
-        )
+        (each_way.clamp(floor, self.rx_buffer.max(floor)), each_way.clamp(floor, self.tx_buffer.max(floor)))
     }
 }
 

@@ -314,9 +314,7 @@ fn a_connection_to_our_own_address_never_touches_the_wire() {
     let mut now = now;
     let mut wire = Vec::new();
     toe.listen(4791, 4).unwrap();
-    let a = toe
-        .connect(now, 40000, SocketAddrV4::new(IP_A, 4791), MAC_A)
-        .unwrap();
+    let a = toe.connect(now, 40000, SocketAddrV4::new(IP_A, 4791), MAC_A).unwrap();
     settle_alone(&mut toe, &mut now, Duration::ZERO, &mut wire);
     let b = toe.accept(4791).unwrap();
     assert_eq!(toe.status(a), Some(LinkStatus::Established));
@@ -330,27 +328,15 @@ fn a_connection_to_our_own_address_never_touches_the_wire() {
         got.extend(read_all(&mut toe, b));
     }
     assert_eq!(got, data);
-    assert_eq!(
-        toe.tcb(a).unwrap().retransmits,
-        0,
-        "{:?} {:?}",
-        toe.tcb(a),
-        toe.fault_counters()
-    );
+    assert_eq!(toe.tcb(a).unwrap().retransmits, 0, "{:?} {:?}", toe.tcb(a), toe.fault_counters());
 
     toe.close(a);
     settle_alone(&mut toe, &mut now, Duration::ZERO, &mut wire);
     assert_eq!(toe.status(b), Some(LinkStatus::PeerClosed));
     toe.close(b);
     settle_alone(&mut toe, &mut now, Duration::ZERO, &mut wire);
-    assert_eq!(
-        toe.status(a),
-        Some(LinkStatus::Closed(CloseReason::Graceful))
-    );
-    assert_eq!(
-        toe.status(b),
-        Some(LinkStatus::Closed(CloseReason::Graceful))
-    );
+    assert_eq!(toe.status(a), Some(LinkStatus::Closed(CloseReason::Graceful)));
+    assert_eq!(toe.status(b), Some(LinkStatus::Closed(CloseReason::Graceful)));
     assert!(wire.is_empty(), "{} frames reached the wire", wire.len());
     assert_eq!(toe.fault_counters().loop_overflow, 0);
 }
@@ -392,10 +378,7 @@ fn a_released_time_wait_gives_way_to_a_new_connection_on_its_tuple() {
 fn egress_stays_within_the_uplink_room() {
     let mut pair = Pair::new(|c| c);
     pair.b.listen(4791, 4).unwrap();
-    let a = pair
-        .a
-        .connect(pair.now, 40000, SocketAddrV4::new(IP_B, 4791), MAC_B)
-        .unwrap();
+    let a = pair.a.connect(pair.now, 40000, SocketAddrV4::new(IP_B, 4791), MAC_B).unwrap();
     pair.settle(false, Duration::ZERO);
     let b = pair.b.accept(4791).unwrap();
     let data: Vec<u8> = (0..20_000u32).map(|i| (i * 3) as u8).collect();
@@ -410,10 +393,7 @@ fn egress_stays_within_the_uplink_room() {
     pair.a.set_egress_room(0);
     pair.a.egress(pair.now, &mut |f| frames.push(f.to_vec()));
     assert_eq!(frames.len(), 1, "no room: nothing leaves");
-    assert!(
-        pair.a.poll_at(pair.now).is_some_and(|at| at <= pair.now),
-        "data waits: poll again"
-    );
+    assert!(pair.a.poll_at(pair.now).is_some_and(|at| at <= pair.now), "data waits: poll again");
 
     pair.wire.extend(frames.into_iter().map(|f| (true, f)));
     pair.a.set_egress_room(usize::MAX);
@@ -466,11 +446,7 @@ fn many_connections_share_the_buffer_budget() {
         c
     });
     pair.b.listen(4791, 64).unwrap();
-    assert_eq!(
-        pair.b.socket_count(),
-        1,
-        "one socket listens, whatever the backlog"
-    );
+    assert_eq!(pair.b.socket_count(), 1, "one socket listens, whatever the backlog");
     assert_eq!(pair.b.buffers_reserved(), 2 * MAX);
     let remote = SocketAddrV4::new(IP_B, 4791);
     let ids: Vec<SocketId> = (0..40)

@@ -212,17 +212,9 @@ impl TermCode {
             layer::RDMAP => "RDMAP",
             layer::DDP => "DDP",
             layer::LLP => "LLP",
-            _ => {
-                return Err(format!(
-                    "layer {layer} is none of 0 (RDMAP), 1 (DDP), 2 (LLP)"
-                ))
-            }
+            _ => return Err(format!("layer {layer} is none of 0 (RDMAP), 1 (DDP), 2 (LLP)")),
         };
-        let known = |t: u8| {
-            REGISTRY
-                .iter()
-                .filter(move |&&(_, l, et, ..)| l == layer && et == t)
-        };
+        let known = |t: u8| REGISTRY.iter().filter(move |&&(_, l, et, ..)| l == layer && et == t);
         if known(etype).next().is_none() {
             let types: Vec<String> = (0..=15u8)
                 .filter(|&t| known(t).next().is_some())
@@ -235,9 +227,7 @@ impl TermCode {
         }
         match TermCode::from_fields(layer, etype, ecode) {
             TermCode::Other { .. } => {
-                let codes: Vec<String> = known(etype)
-                    .map(|&(.., c, _)| format!("{c:#04x}"))
-                    .collect();
+                let codes: Vec<String> = known(etype).map(|&(.., c, _)| format!("{c:#04x}")).collect();
                 Err(format!(
                     "{name} error type {etype} has no error code {ecode:#04x} (it has {})",
                     codes.join(", ")
@@ -578,16 +568,8 @@ mod tests {
         assert_eq!(TermCode::registry().count(), 33);
         let err = |l, t, c| TermCode::registered_code(l, t, c).unwrap_err();
         assert!(err(3, 0, 0).contains("layer 3"), "{}", err(3, 0, 0));
-        assert!(
-            err(2, 1, 0).contains("LLP (layer 2) has no error type 1 (it has 0)"),
-            "{}",
-            err(2, 1, 0)
-        );
-        assert!(
-            err(1, 2, 0).contains("no error code 0x00 (it has 0x01, 0x02"),
-            "{}",
-            err(1, 2, 0)
-        );
+        assert!(err(2, 1, 0).contains("LLP (layer 2) has no error type 1 (it has 0)"), "{}", err(2, 1, 0));
+        assert!(err(1, 2, 0).contains("no error code 0x00 (it has 0x01, 0x02"), "{}", err(1, 2, 0));
         assert!(err(0, 0, 0xff).contains("0x00"), "{}", err(0, 0, 0xff));
     }
 

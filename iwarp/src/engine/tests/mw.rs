@@ -73,44 +73,19 @@ fn the_peer_writes_and_reads_through_bound_windows_of_both_types() {
         let (_, mw) = bound(&mut sim, mw_type);
         let before = sim.b.memory.clone();
         a_writes(&mut sim, 1, mw, MR_IOVA + 0x180, 3000);
-        assert_eq!(
-            results(&sim.a, 1),
-            vec![(1, WcOpcode::Write, WcStatus::Success)]
-        );
+        assert_eq!(results(&sim.a, 1), vec![(1, WcOpcode::Write, WcStatus::Success)]);
         let want: Vec<u8> = (0..3000u32).map(|i| (i % 241) as u8 ^ 0x5a).collect();
         assert_eq!(sim.b.memory.slice(MR_GUEST + 0x180, 3000), &want[..]);
         let (start, end) = (MR_GUEST + 0x180, MR_GUEST + 0x180 + 3000);
-        assert!(sim
-            .b
-            .memory
-            .changed_ranges(&before)
-            .iter()
-            .all(|&(s, e)| s >= start && e <= end));
+        assert!(sim.b.memory.changed_ranges(&before).iter().all(|&(s, e)| s >= start && e <= end));
         let (astag, aiova) = registered_buffer(&mut sim.a, 8192);
         sim.a
             .engine
-            .post_send(
-                1,
-                rdma(
-                    2,
-                    SendOpcode::Read,
-                    (astag, aiova + 4096),
-                    3000,
-                    mw,
-                    MR_IOVA + 0x180,
-                ),
-            )
+            .post_send(1, rdma(2, SendOpcode::Read, (astag, aiova + 4096), 3000, mw, MR_IOVA + 0x180))
             .unwrap();
         settle(&mut sim, 2);
-        assert_eq!(
-            results(&sim.a, 1)[1],
-            (2, WcOpcode::Read, WcStatus::Success)
-        );
-        assert_eq!(
-            sim.a.memory.slice(aiova + 4096, 3000),
-            &want[..],
-            "{mw_type:?}"
-        );
+        assert_eq!(results(&sim.a, 1)[1], (2, WcOpcode::Read, WcStatus::Success));
+        assert_eq!(sim.a.memory.slice(aiova + 4096, 3000), &want[..], "{mw_type:?}");
         assert_eq!(sim.b.state(2), Some(QpState::Rts));
     }
 }
@@ -128,25 +103,15 @@ fn every_refused_bind_completes_with_mw_bind_err_and_errors_the_qp() {
             bind_of(mw, mr, MwType::Two)
         }),
         ("MR of another PD", |n, _, mw| {
-            let other = n.regions.register_contiguous(
-                PD + 1,
-                LOCAL_WRITE | MW_BIND,
-                MR_IOVA,
-                MR_GUEST,
-                MR_LEN,
-            );
+            let other = n.regions.register_contiguous(PD + 1, LOCAL_WRITE | MW_BIND, MR_IOVA, MR_GUEST, MR_LEN);
             bind_of(mw, other, MwType::Two)
         }),
         ("MR without MW_BIND", |n, _, mw| {
-            let plain =
-                n.regions
-                    .register_contiguous(PD, LOCAL_WRITE | RW, MR_IOVA, MR_GUEST, MR_LEN);
+            let plain = n.regions.register_contiguous(PD, LOCAL_WRITE | RW, MR_IOVA, MR_GUEST, MR_LEN);
             bind_of(mw, plain, MwType::Two)
         }),
         ("remote write, MR without local write", |n, _, mw| {
-            let ro =
-                n.regions
-                    .register_contiguous(PD, MW_BIND | REMOTE_READ, MR_IOVA, MR_GUEST, MR_LEN);
+            let ro = n.regions.register_contiguous(PD, MW_BIND | REMOTE_READ, MR_IOVA, MR_GUEST, MR_LEN);
             bind_of(mw, ro, MwType::Two)
         }),
         ("beyond the MR", |_, mr, mw| MwBind {
@@ -157,9 +122,7 @@ fn every_refused_bind_completes_with_mw_bind_err_and_errors_the_qp() {
             mw_stag: mw,
             ..bind_of(mw, mr, MwType::Two)
         }),
-        ("an MR's STag as the window", |_, mr, _| {
-            bind_of(mr, mr, MwType::Two)
-        }),
+        ("an MR's STag as the window", |_, mr, _| bind_of(mr, mr, MwType::Two)),
         ("a window's STag as the MR", |n, _, mw| {
             let other = n.regions.alloc_window(PD, MwType::Two);
             bind_of(mw, other, MwType::Two)
@@ -174,9 +137,7 @@ fn every_refused_bind_completes_with_mw_bind_err_and_errors_the_qp() {
         let mr = mr(&mut sim.b, LOCAL_WRITE | MW_BIND);
         let mw = sim.b.regions.alloc_window(PD, MwType::Two);
         let bind = make(&mut sim.b, mr, mw);
-        let tpt = |n: &Node| -> Vec<(u32, MockMr)> {
-            n.regions.iter().map(|(s, e)| (s, e.clone())).collect()
-        };
+        let tpt = |n: &Node| -> Vec<(u32, MockMr)> { n.regions.iter().map(|(s, e)| (s, e.clone())).collect() };
         let before = tpt(&sim.b);
         assert_eq!(post_bind(&mut sim, bind), WcStatus::MwBindErr, "{name}");
         assert_eq!(sim.b.state(2), Some(QpState::Error), "{name}");
@@ -185,14 +146,8 @@ fn every_refused_bind_completes_with_mw_bind_err_and_errors_the_qp() {
     // A type 2 window is bound only when free: the second bind is refused.
     let mut sim = pair();
     let (mr, mw) = bound(&mut sim, MwType::Two);
-    assert_eq!(
-        post_bind(&mut sim, bind_of(mw, mr, MwType::Two)),
-        WcStatus::MwBindErr
-    );
-    assert!(
-        sim.b.regions.get(mw).is_some_and(|w| w.valid),
-        "still bound as before"
-    );
+    assert_eq!(post_bind(&mut sim, bind_of(mw, mr, MwType::Two)), WcStatus::MwBindErr);
+    assert!(sim.b.regions.get(mw).is_some_and(|w| w.valid), "still bound as before");
 }
 
 #[test]
@@ -200,15 +155,8 @@ fn a_type_1_window_rebinds_and_a_zero_length_bind_unbinds_it() {
     let mut sim = pair();
     let (mr, first) = bound(&mut sim, MwType::One);
     let second = bind_of(first, mr, MwType::One);
-    assert_eq!(
-        post_bind(&mut sim, second),
-        WcStatus::Success,
-        "rebind while bound"
-    );
-    assert!(
-        sim.b.regions.get(first).is_none(),
-        "the old key names nothing"
-    );
+    assert_eq!(post_bind(&mut sim, second), WcStatus::Success, "rebind while bound");
+    assert!(sim.b.regions.get(first).is_none(), "the old key names nothing");
     let unbind = MwBind {
         length: 0,
         mr_stag: 0,
@@ -233,63 +181,31 @@ fn access_through_a_window_is_checked_like_an_mr() {
     let (_, mw) = bound(&mut sim, MwType::Two);
     let before = sim.b.memory.clone();
     a_writes(&mut sim, 1, mw, MR_IOVA + 0x100 + 0x1000 - 1, 2);
-    refused(
-        &sim,
-        1,
-        2,
-        ProtocolError::WriteAccess(AccessError::Bounds),
-        TermCode::DdpTaggedBaseOrBoundsViolation,
-    );
+    refused(&sim, 1, 2, ProtocolError::WriteAccess(AccessError::Bounds), TermCode::DdpTaggedBaseOrBoundsViolation);
     assert!(sim.b.memory.changed_ranges(&before).is_empty());
     // Rights are the window's: bound for READ, a WRITE is refused.
     let mut sim = pair();
     let mr = mr(&mut sim.b, LOCAL_WRITE | MW_BIND);
     let w = sim.b.regions.alloc_window(PD, MwType::Two);
-    let read_only = MwBind {
-        access: REMOTE_READ,
-        ..bind_of(w, mr, MwType::Two)
-    };
+    let read_only = MwBind { access: REMOTE_READ, ..bind_of(w, mr, MwType::Two) };
     assert_eq!(post_bind(&mut sim, read_only), WcStatus::Success);
     a_writes(&mut sim, 1, read_only.mw_stag, MR_IOVA + 0x100, 8);
-    refused(
-        &sim,
-        1,
-        2,
-        ProtocolError::WriteAccess(AccessError::Rights),
-        TermCode::DdpTaggedInvalidStag,
-    );
+    refused(&sim, 1, 2, ProtocolError::WriteAccess(AccessError::Rights), TermCode::DdpTaggedInvalidStag);
     // A window is never an lkey: B's own SEND from it is a local protection error.
     let mut sim = pair();
     let (_, mw) = bound(&mut sim, MwType::One);
     let mut send = SendWr::new(9, SendOpcode::Send);
-    send.sges = SgeList::single(Sge {
-        addr: MR_IOVA + 0x100,
-        length: 8,
-        lkey: mw,
-    });
+    send.sges = SgeList::single(Sge { addr: MR_IOVA + 0x100, length: 8, lkey: mw });
     sim.b.engine.post_send(2, send).unwrap();
     settle(&mut sim, 1);
-    assert_eq!(
-        results(&sim.b, 2),
-        vec![(9, WcOpcode::Send, WcStatus::LocProtErr)]
-    );
+    assert_eq!(results(&sim.b, 2), vec![(9, WcOpcode::Send, WcStatus::LocProtErr)]);
 }
 
 #[test]
 fn a_type_2_window_answers_only_its_qp_and_a_window_only_its_pd() {
     for (mw_type, pd, error, sent) in [
-        (
-            MwType::Two,
-            PD,
-            AccessError::WrongQp,
-            TermCode::DdpTaggedStagNotAssociated,
-        ),
-        (
-            MwType::One,
-            PD + 1,
-            AccessError::WrongPd,
-            TermCode::DdpTaggedStagNotAssociated,
-        ),
+        (MwType::Two, PD, AccessError::WrongQp, TermCode::DdpTaggedStagNotAssociated),
+        (MwType::One, PD + 1, AccessError::WrongPd, TermCode::DdpTaggedStagNotAssociated),
     ] {
         let config = QpConfig::new(pd);
         let mut sim = pair();
@@ -307,27 +223,10 @@ fn a_type_2_window_answers_only_its_qp_and_a_window_only_its_pd() {
         sim.a.events.clear();
         sim.b.events.clear();
         let (_, mw) = bound(&mut sim, mw_type);
-        let (astag, aiova) = (
-            sim.a
-                .regions
-                .register_contiguous(pd, LOCAL_WRITE, 0x1000, 0x1000, 64),
-            0x1000,
-        );
-        sim.a
-            .engine
-            .post_send(
-                3,
-                rdma(1, SendOpcode::Read, (astag, aiova), 8, mw, MR_IOVA + 0x100),
-            )
-            .unwrap();
+        let (astag, aiova) = (sim.a.regions.register_contiguous(pd, LOCAL_WRITE, 0x1000, 0x1000, 64), 0x1000);
+        sim.a.engine.post_send(3, rdma(1, SendOpcode::Read, (astag, aiova), 8, mw, MR_IOVA + 0x100)).unwrap();
         settle(&mut sim, 2);
-        refused(
-            &sim,
-            3,
-            4,
-            ProtocolError::ReadSourceAccess(error),
-            TermCode::RdmapStagNotAssociated,
-        );
+        refused(&sim, 3, 4, ProtocolError::ReadSourceAccess(error), TermCode::RdmapStagNotAssociated);
     }
     // Type 1 answers any QP of its PD.
     let mut sim = pair();
@@ -335,10 +234,7 @@ fn a_type_2_window_answers_only_its_qp_and_a_window_only_its_pd() {
     settle_rtr(&mut sim);
     let (_, mw) = bound(&mut sim, MwType::One);
     a_writes(&mut sim, 3, mw, MR_IOVA + 0x100, 8);
-    assert_eq!(
-        results(&sim.a, 3),
-        vec![(1, WcOpcode::Write, WcStatus::Success)]
-    );
+    assert_eq!(results(&sim.a, 3), vec![(1, WcOpcode::Write, WcStatus::Success)]);
 }
 
 #[test]
@@ -349,10 +245,7 @@ fn local_invalidate_ends_a_type_2_window_and_refuses_a_type_1() {
     inv.invalidate_stag = mw;
     sim.b.engine.post_send(2, inv).unwrap();
     settle(&mut sim, 1);
-    assert_eq!(
-        results(&sim.b, 2),
-        vec![(60, WcOpcode::LocalInv, WcStatus::Success)]
-    );
+    assert_eq!(results(&sim.b, 2), vec![(60, WcOpcode::LocalInv, WcStatus::Success)]);
     sim.b.completions.clear();
     // Free again: it binds once more, under the next key.
     let again = bind_of(mw, mr, MwType::Two);
@@ -362,13 +255,7 @@ fn local_invalidate_ends_a_type_2_window_and_refuses_a_type_1() {
     sim.b.engine.post_send(2, inv).unwrap();
     settle(&mut sim, 1);
     a_writes(&mut sim, 1, again.mw_stag, MR_IOVA + 0x100, 8);
-    refused(
-        &sim,
-        1,
-        2,
-        ProtocolError::WriteAccess(AccessError::InvalidStag),
-        TermCode::DdpTaggedInvalidStag,
-    );
+    refused(&sim, 1, 2, ProtocolError::WriteAccess(AccessError::InvalidStag), TermCode::DdpTaggedInvalidStag);
     // Type 1: LOCAL_INV is refused, the window stays bound.
     let mut sim = pair();
     let (_, mw) = bound(&mut sim, MwType::One);
@@ -376,32 +263,18 @@ fn local_invalidate_ends_a_type_2_window_and_refuses_a_type_1() {
     inv.invalidate_stag = mw;
     sim.b.engine.post_send(2, inv).unwrap();
     settle(&mut sim, 1);
-    assert_eq!(
-        results(&sim.b, 2),
-        vec![(62, WcOpcode::LocalInv, WcStatus::LocQpOpErr)]
-    );
+    assert_eq!(results(&sim.b, 2), vec![(62, WcOpcode::LocalInv, WcStatus::LocQpOpErr)]);
     assert!(sim.b.regions.get(mw).is_some_and(|w| w.valid));
 }
 
 /// A sends B a Send with Invalidate naming `stag`; B has a receive posted.
 fn a_sends_invalidate(sim: &mut Sim<Node, Node>, stag: u32) {
     let (rstag, riova) = registered_buffer(&mut sim.b, 4096);
-    let sges = SgeList::single(Sge {
-        addr: riova,
-        length: 4096,
-        lkey: rstag,
-    });
-    sim.b
-        .engine
-        .post_recv(2, RecvWr { wr_id: 7, sges })
-        .unwrap();
+    let sges = SgeList::single(Sge { addr: riova, length: 4096, lkey: rstag });
+    sim.b.engine.post_recv(2, RecvWr { wr_id: 7, sges }).unwrap();
     let (astag, aiova) = registered_buffer(&mut sim.a, 64);
     let mut inv = SendWr::new(3, SendOpcode::SendInvalidate);
-    inv.sges = SgeList::single(Sge {
-        addr: aiova,
-        length: 20,
-        lkey: astag,
-    });
+    inv.sges = SgeList::single(Sge { addr: aiova, length: 20, lkey: astag });
     inv.invalidate_stag = stag;
     sim.a.engine.post_send(1, inv).unwrap();
     settle(sim, 2);
@@ -412,41 +285,20 @@ fn the_peer_invalidates_a_type_2_window_but_not_a_type_1() {
     let mut sim = pair();
     let (_, mw) = bound(&mut sim, MwType::Two);
     a_sends_invalidate(&mut sim, mw);
-    let recv = sim
-        .b
-        .completions
-        .iter()
-        .find(|c| c.wr_id == 7)
-        .copied()
-        .unwrap();
-    assert_eq!(
-        (recv.status, recv.invalidated_stag),
-        (WcStatus::Success, Some(mw))
-    );
+    let recv = sim.b.completions.iter().find(|c| c.wr_id == 7).copied().unwrap();
+    assert_eq!((recv.status, recv.invalidated_stag), (WcStatus::Success, Some(mw)));
     assert!(sim.b.regions.get(mw).is_some_and(|w| !w.valid));
     sim.a.completions.clear();
     sim.a.events.clear();
     sim.b.events.clear();
     a_writes(&mut sim, 1, mw, MR_IOVA + 0x100, 8);
-    refused(
-        &sim,
-        1,
-        2,
-        ProtocolError::WriteAccess(AccessError::InvalidStag),
-        TermCode::DdpTaggedInvalidStag,
-    );
+    refused(&sim, 1, 2, ProtocolError::WriteAccess(AccessError::InvalidStag), TermCode::DdpTaggedInvalidStag);
     // Type 1: "STag cannot be invalidated" (remote protection 0/1/09),
     // the receive completes with REM_INV_REQ_ERR, the window stays bound.
     let mut sim = pair();
     let (_, mw) = bound(&mut sim, MwType::One);
     a_sends_invalidate(&mut sim, mw);
-    let recv = sim
-        .b
-        .completions
-        .iter()
-        .find(|c| c.wr_id == 7)
-        .copied()
-        .unwrap();
+    let recv = sim.b.completions.iter().find(|c| c.wr_id == 7).copied().unwrap();
     assert_eq!(recv.status, WcStatus::RemInvReqErr);
     refused(
         &sim,
