@@ -270,6 +270,16 @@ struct vt3_srq {
 	struct vt3_qp *flusher;
 	u32 flush_pos;
 	struct work_struct db_work;	/* doorbell from IRQs-off context */
+	/* Serializes modify_srq (a resize sleeps on vt3d's answer). */
+	struct mutex modify_lock;
+	/*
+	 * A kernel SRQ's resize waiting for vt3d's answer (under lock):
+	 * posts and completions go to these too, so whichever ring vt3d
+	 * reads holds the same WQEs.
+	 */
+	struct vt3_pages *next_ring;
+	struct vt3_srq_slot *next_slots;
+	u32 next_depth;
 };
 
 /* Where a QP's connection is, as far as iw_cm was told (vt3_cm.c). */

@@ -46,6 +46,23 @@ static void vt3_srq_db_work(struct work_struct *work)
 	vt3_srq_doorbell(container_of(work, struct vt3_srq, db_work));
 }
 
+/*
+ * @slot's WR completed (srq->lock held): free it, and its copy in the
+ * slots of a resize waiting for vt3d, should that win.
+ */
+static void vt3_srq_slot_done(struct vt3_srq *srq, struct vt3_srq_slot *slot)
+{
+	struct vt3_srq_slot *next;
+
+	slot->owed = false;
+	srq->owed--;
+	if (srq->next_slots) {
+		next = &srq->next_slots[slot->idx & (srq->next_depth - 1)];
+		if (next->idx == slot->idx)
+			next->owed = false;
+	}
+}
+
 int vt3_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 		   struct ib_udata *udata)
 {
@@ -83,6 +100,7 @@ int vt3_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
 	srq->limit = a->srq_limit;
 	srq->user = !!udata;
 	spin_lock_init(&srq->lock);
+	mutex_init(&srq->modify_lock);
 	INIT_WORK(&srq->db_work, vt3_srq_db_work);
 	if (!udata) {
 		srq->slots = kcalloc(srq->depth, sizeof(*srq->slots),
@@ -181,8 +199,117 @@ int vt3_destroy_srq(struct ib_srq *ibsrq, struct ib_udata *udata)
 }
 
 /*
+ * IB_SRQ_MAX_WR (resize; vt3_hw.h, "Shared receive queues"): a new ring
+ * of the next power of two, never a smaller one (a request the ring
+ * already holds succeeds and changes nothing); fewer than the WRs posted
+ * and not completed is EINVAL (for a user SRQ vt3.ko knows only those
+ * not taken: libvt3 checks the rest). The WQEs of [prod - depth, prod)
+ * are copied to the new ring at their index before vt3d switches; the
+ * old ring is freed once vt3d answered. A user SRQ learns the new ring's
+ * mmap key through the address in its request (vt3-abi.h).
+ */
+static int vt3_srq_resize(struct vt3_srq *srq, u32 depth, u64 resp_addr,
+			  struct ib_udata *udata)
+{
+	struct vt3_dev *dev = to_vt3_dev(srq->ibsrq.device);
+	struct vt3_ucontext *uctx = rdma_udata_to_drv_context(udata,
+				struct vt3_ucontext, ibuc);
+	struct vt3_srq_status *st = vt3_srq_status(srq);
+	struct vt3_cmd_resize_srq req = {};
+	struct vt3_resize_srq_resp uresp = {};
+	struct vt3_srq_slot *slots = NULL, *old_slots;
+	struct vt3_queue_mem ring = {}, old_ring;
+	unsigned long flags;
+	u32 i, idx, prod;
+	int err;
+
+	if (srq->user && !resp_addr)
+		return -EINVAL;
+	err = vt3_queue_mem_alloc(dev, uctx ? &uctx->ibuc : NULL, &ring,
+				  (size_t)depth * VT3_WQE_SIZE, true,
+				  &uresp.ring_key);
+	if (err)
+		return err;
+	if (ring.mem->pbl_len > dev->lim.max_pbl_pages) {
+		err = -EINVAL;
+		goto err_ring;
+	}
+	if (srq->user) {
+		uresp.depth = depth;
+		uresp.ring_size = ring.mem->npages << PAGE_SHIFT;
+		if (copy_to_user(u64_to_user_ptr(resp_addr), &uresp,
+				 sizeof(uresp))) {
+			err = -EFAULT;
+			goto err_ring;
+		}
+	} else {
+		slots = kcalloc(depth, sizeof(*slots), GFP_KERNEL);
+		if (!slots) {
+			err = -ENOMEM;
+			goto err_ring;
+		}
+	}
+
+	/*
+	 * Every WQE vt3d may still read is in [prod - depth, prod): at its
+	 * index in the new ring. A user SRQ's provider posts nothing now
+	 * (its lock); kernel posts from here on go to both rings.
+	 */
+	spin_lock_irqsave(&srq->lock, flags);
+	prod = srq->user ? le32_to_cpu(READ_ONCE(st->prod)) : srq->prod;
+	for (i = 0; i < srq->depth; i++) {
+		idx = prod - srq->depth + i;
+		memcpy(vt3_pages_slot(ring.mem, (size_t)(idx & (depth - 1)) *
+					       VT3_WQE_SIZE),
+		       vt3_pages_slot(srq->ring.mem,
+				      (size_t)(idx & (srq->depth - 1)) *
+					      VT3_WQE_SIZE),
+		       VT3_WQE_SIZE);
+		if (slots && srq->slots[idx & (srq->depth - 1)].idx == idx)
+			slots[idx & (depth - 1)] =
+				srq->slots[idx & (srq->depth - 1)];
+	}
+	if (slots) {
+		srq->next_ring = ring.mem;
+		srq->next_slots = slots;
+		srq->next_depth = depth;
+	}
+	spin_unlock_irqrestore(&srq->lock, flags);
+
+	req.ring_pbl_addr = cpu_to_le64(virt_to_phys(ring.mem->pbl));
+	req.ring_npages = cpu_to_le32(ring.mem->pbl_len);
+	req.depth = cpu_to_le32(depth);
+	req.srqn = cpu_to_le32(srq->srqn);
+	err = vt3_cmd(dev, VT3_CMD_RESIZE_SRQ, &req, sizeof(req), NULL, 0);
+
+	spin_lock_irqsave(&srq->lock, flags);
+	srq->next_ring = NULL;
+	srq->next_slots = NULL;
+	if (!err) {
+		old_ring = srq->ring;
+		srq->ring = ring;
+		ring = old_ring;
+		old_slots = srq->slots;
+		srq->slots = slots;
+		slots = old_slots;
+		WRITE_ONCE(srq->depth, depth);
+	}
+	spin_unlock_irqrestore(&srq->lock, flags);
+	/* vt3d answered: it reads nothing of the ring that lost any more. */
+	vt3_queue_mem_release(dev, &ring, !err || vt3_refused(err));
+	kfree(slots);
+	return err;
+
+err_ring:
+	kfree(slots);
+	vt3_queue_mem_release(dev, &ring, true);
+	return err;
+}
+
+/*
  * IB_SRQ_LIMIT sets the limit and arms it (0 disarms: a limit of 0 never
- * fires). The ring cannot be resized (IB_SRQ_MAX_WR).
+ * fires); IB_SRQ_MAX_WR resizes (above), before the limit is checked
+ * against the new depth.
  */
 int vt3_modify_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr,
 		   enum ib_srq_attr_mask mask, struct ib_udata *udata)
@@ -190,22 +317,63 @@ int vt3_modify_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr,
 	struct vt3_dev *dev = to_vt3_dev(ibsrq->device);
 	struct vt3_srq *srq = to_vt3_srq(ibsrq);
 	struct vt3_cmd_modify_srq req = { .srqn = cpu_to_le32(srq->srqn) };
+	struct vt3_modify_srq_req ureq = {};
+	u32 depth, outstanding;
+	unsigned long flags;
 	int err;
 
-	if (!vt3_udata_in_ok(udata))
-		return -EINVAL;
-	if (mask & ~IB_SRQ_LIMIT)
+	if (udata && udata->inlen) {
+		if (udata->inlen < sizeof(ureq) ||
+		    !ib_is_udata_cleared(udata, sizeof(ureq),
+					 udata->inlen - sizeof(ureq)))
+			return -EINVAL;
+		if (ib_copy_from_udata(&ureq, udata, sizeof(ureq)))
+			return -EFAULT;
+	}
+	if (mask & ~(IB_SRQ_LIMIT | IB_SRQ_MAX_WR))
 		return -EOPNOTSUPP;
-	if (!(mask & IB_SRQ_LIMIT))
-		return 0;
-	if (attr->srq_limit > srq->depth)
+	if (!(mask & IB_SRQ_MAX_WR) && ureq.resize_resp)
 		return -EINVAL;
+
+	mutex_lock(&srq->modify_lock);
+	depth = srq->depth;
+	if (mask & IB_SRQ_MAX_WR) {
+		err = -EINVAL;
+		if (attr->max_wr < 1 || attr->max_wr > dev->lim.max_srq_wr)
+			goto out;
+		spin_lock_irqsave(&srq->lock, flags);
+		outstanding = srq->user ?
+			le32_to_cpu(READ_ONCE(vt3_srq_status(srq)->prod)) -
+			le32_to_cpu(READ_ONCE(vt3_srq_status(srq)->cons)) :
+			srq->owed;
+		spin_unlock_irqrestore(&srq->lock, flags);
+		if (attr->max_wr < outstanding)
+			goto out;
+		depth = max_t(u32, roundup_pow_of_two(attr->max_wr),
+			      srq->depth);
+		if (depth > dev->lim.max_srq_depth)
+			goto out;
+	}
+	if ((mask & IB_SRQ_LIMIT) && attr->srq_limit > depth) {
+		err = -EINVAL;
+		goto out;
+	}
+	if (depth != srq->depth) {
+		err = vt3_srq_resize(srq, depth, ureq.resize_resp, udata);
+		if (err)
+			goto out;
+	}
+	err = 0;
+	if (!(mask & IB_SRQ_LIMIT))
+		goto out;
 	req.mask = cpu_to_le32(VT3_SRQ_MODIFY_LIMIT |
 			       (attr->srq_limit ? VT3_SRQ_MODIFY_ARM : 0));
 	req.limit = cpu_to_le32(attr->srq_limit);
 	err = vt3_cmd(dev, VT3_CMD_MODIFY_SRQ, &req, sizeof(req), NULL, 0);
 	if (!err)
 		WRITE_ONCE(srq->limit, attr->srq_limit);
+out:
+	mutex_unlock(&srq->modify_lock);
 	return err;
 }
 
@@ -275,6 +443,12 @@ int vt3_post_srq_recv(struct ib_srq *ibsrq, const struct ib_recv_wr *wr,
 		slot->wr_id = wr->wr_id;
 		slot->idx = srq->prod;
 		slot->owed = true;
+		/* A resize waits for vt3d: its ring gets the WQE too. */
+		if (srq->next_slots) {
+			vt3_write_recv_wqe(srq->next_ring,
+					   srq->prod & (srq->next_depth - 1), wr);
+			srq->next_slots[srq->prod & (srq->next_depth - 1)] = *slot;
+		}
 		srq->owed++;
 		srq->prod++;
 	}
@@ -326,8 +500,7 @@ bool vt3_srq_cqe_taken(struct vt3_qp *qp, struct vt3_cq *cq, u32 wqe_idx,
 	owed = slot->owed && slot->idx == wqe_idx;
 	if (owed) {
 		*wr_id = slot->wr_id;
-		slot->owed = false;
-		srq->owed--;
+		vt3_srq_slot_done(srq, slot);
 	}
 	spin_unlock(&srq->lock);
 	if (!owed && !srq->flusher)
@@ -375,8 +548,7 @@ int vt3_srq_flush(struct vt3_qp *qp, int num, struct ib_wc *wc)
 				wc[n].opcode = IB_WC_RECV;
 				wc[n].qp = &qp->ibqp;
 				n++;
-				slot->owed = false;
-				srq->owed--;
+				vt3_srq_slot_done(srq, slot);
 			}
 			srq->flush_pos++;
 		}

@@ -67,8 +67,10 @@ int vt3_query_device(struct ib_device *ibdev, struct ib_device_attr *attr,
 	attr->max_qp_rd_atom = l->max_ird;
 	attr->max_qp_init_rd_atom = l->max_ord;
 	attr->max_res_rd_atom = l->max_qp * l->max_ird;
-	/* Every entry of an SRQ ring is usable (vt3_srq.c). */
+	/* Every entry of an SRQ ring is usable (vt3_srq.c); it grows. */
 	attr->max_srq = l->max_srq;
+	if (l->max_srq)
+		attr->device_cap_flags |= IB_DEVICE_SRQ_RESIZE;
 	attr->max_srq_wr = l->max_srq ? l->max_srq_wr : 0;
 	attr->max_srq_sge = l->max_srq ? l->max_srq_sge : 0;
 	attr->atomic_cap = IB_ATOMIC_NONE;

@@ -34,6 +34,13 @@
  *                taken, FLUSH_ERR), none flushed
  *  survive       every SRQ WR still posted is consumed by QP 2: the peer
  *                sends exactly that many, each lands once, intact
+ *  resize-einval ibv_modify_srq(IBV_SRQ_MAX_WR) below the WRs posted and
+ *                not completed: EINVAL, the size as it was
+ *  resize        twice the size while the peer SENDs on QP 2: query says so
+ *  resize-post   more WRs posted than the old ring held
+ *  resize-traffic every WR posted before and after completes once, in
+ *                order, intact
+ *  resize-smaller a max_wr the SRQ holds: success, the size kept
  *  busy          ibv_destroy_srq with QPs attached fails with EBUSY
  *  destroy       WRs posted then never taken complete nowhere; QPs and
  *                SRQ destroyed; every WR completed at most once, and
@@ -485,6 +492,64 @@ static int run_lost(struct srqside *s)
 	return check_summary();
 }
 
+/*
+ * resize (after "exactly-once": QP 2 alone, nothing posted): RESIZE_POST
+ * posted; a max_wr below them is EINVAL; the peer starts RESIZE_FIRST
+ * SENDs and the SRQ is resized to twice its size meanwhile; RESIZE_MORE
+ * posted on top (more than the old ring held); the peer sends the rest:
+ * every WR completes once, in order, intact. Then a smaller max_wr
+ * changes nothing (vt3 never shrinks).
+ */
+#define RESIZE_POST	40
+#define RESIZE_FIRST	30
+#define RESIZE_MORE	80
+
+static void run_resize(struct srqside *s)
+{
+	struct ibv_srq_attr attr = { .max_wr = RESIZE_POST - 1 };
+	uint32_t want = 2 * s->max_wr, seq0 = s->seq[1], i;
+	int ret, got, once;
+
+	if (srq_post(s, RESIZE_POST))
+		die("ibv_post_srq_recv");
+	ret = ibv_modify_srq(s->srq, &attr, IBV_SRQ_MAX_WR);
+	memset(&attr, 0, sizeof(attr));
+	check(ret == EINVAL && !ibv_query_srq(s->srq, &attr) && attr.max_wr == s->max_wr,
+	      "resize-einval", "max_wr %d with %d posted: %s (EINVAL wanted), then max_wr %u (%u wanted)",
+	      RESIZE_POST - 1, RESIZE_POST, ret ? strerror(ret) : "resized", attr.max_wr, s->max_wr);
+	if (srq_ctrl(s, CTRL_SEND, 0, RESIZE_FIRST))
+		die("control SEND");
+	attr.max_wr = want;
+	ret = ibv_modify_srq(s->srq, &attr, IBV_SRQ_MAX_WR);
+	memset(&attr, 0, sizeof(attr));
+	check(!ret && !ibv_query_srq(s->srq, &attr) && attr.max_wr >= want, "resize",
+	      "ibv_modify_srq(max_wr %u) while the peer sends: %s, then max_wr %u", want,
+	      ret ? strerror(ret) : "ok", attr.max_wr);
+	ret = srq_post(s, RESIZE_MORE);
+	check(!ret, "resize-post", "%d more posts after the resize (%u posted, the old ring held %u): %s",
+	      RESIZE_MORE, s->posted, s->max_wr, ret ? strerror(errno) : "ok");
+	if (ret)
+		die("ibv_post_srq_recv");
+	if (srq_ctrl(s, CTRL_SEND, 0, RESIZE_POST + RESIZE_MORE - RESIZE_FIRST))
+		die("control SEND");
+	got = srq_reap(s, RESIZE_POST + RESIZE_MORE, timeout_s);
+	for (i = 1, once = 0; i < s->next_wrid; i++)
+		once += s->done[i] == 1;
+	check(got == RESIZE_POST + RESIZE_MORE && s->posted == 0 &&
+	      s->seq[1] == seq0 + RESIZE_POST + RESIZE_MORE && !s->bad_data && !s->dup &&
+	      !s->wrong_qp && !s->unknown && !s->other_err && once == (int)s->next_wrid - 1,
+	      "resize-traffic", "%d of %d completions across the resize; QP 2 %u of %u in order; %u posted, "
+	      "%d bad, %d twice, %d wrong QP, %d unknown, %d errors; %d of %u exactly once", got,
+	      RESIZE_POST + RESIZE_MORE, s->seq[1] - seq0, RESIZE_POST + RESIZE_MORE, s->posted,
+	      s->bad_data, s->dup, s->wrong_qp, s->unknown, s->other_err, once, s->next_wrid - 1);
+	attr.max_wr = 4;
+	ret = ibv_modify_srq(s->srq, &attr, IBV_SRQ_MAX_WR);
+	memset(&attr, 0, sizeof(attr));
+	check(!ret && !ibv_query_srq(s->srq, &attr) && attr.max_wr >= want, "resize-smaller",
+	      "max_wr 4 with nothing posted: %s, then max_wr %u (%u kept wanted)",
+	      ret ? strerror(ret) : "ok", attr.max_wr, want);
+}
+
 static int run_srq(const char *port)
 {
 	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(atoi(port)) };
@@ -509,9 +574,6 @@ static int run_srq(const char *port)
 	memset(&attr, 0, sizeof(attr));
 	check(!ret && !ibv_query_srq(s.srq, &attr) && attr.srq_limit == 8, "modify",
 	      "ibv_modify_srq: %d, query: srq_limit %u", ret, attr.srq_limit);
-	attr.max_wr = s.max_wr + 1;
-	ret = ibv_modify_srq(s.srq, &attr, IBV_SRQ_MAX_WR);
-	check(ret != 0, "modify-resize", "resizing the SRQ succeeded");
 
 	/* shared: the first on each QP and 10 more, 34 posted: 12 left, above the limit. */
 	if (srq_ctrl(&s, CTRL_SEND, 10, 10))
@@ -613,6 +675,8 @@ static int run_srq(const char *port)
 		n += s.done[i] == 1;
 	check(n == (int)s.next_wrid - 1, "exactly-once", "%d of %u SRQ WRs completed exactly once", n,
 	      s.next_wrid - 1);
+
+	run_resize(&s);
 
 	/* busy: not while QPs use it. */
 	ret = ibv_destroy_srq(s.srq);

@@ -119,12 +119,88 @@ int vt3_destroy_srq(struct ibv_srq *ibsrq)
 	return 0;
 }
 
+/*
+ * IBV_SRQ_MAX_WR (resize; vt3_hw.h, "Shared receive queues"): under the
+ * SRQ's lock, so no post or completion runs meanwhile. vt3.ko copies the
+ * WQEs into a new ring and says where it is through resp; the slots move
+ * to their index in a table of the new depth, allocated before, so
+ * nothing can fail once vt3d switched but the mapping: then posts fail
+ * (EIO) and the WRs posted complete as before. The old ring is unmapped
+ * only after the switch. vt3 never shrinks a ring: a max_wr it already
+ * holds succeeds and changes nothing; fewer than the WRs posted and not
+ * completed is EINVAL (the verbs' rule).
+ */
 int vt3_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr,
 		   int attr_mask)
 {
-	struct ibv_modify_srq cmd = {};
+	struct vt3_srq *srq = to_vt3_srq(ibsrq);
+	struct vt3_resize_srq_resp resp = {};
+	struct uvt3_modify_srq cmd = {};
+	struct vt3_srq_slot *slots = NULL;
+	uint32_t want = 0, i;
+	bool custom = false;
+	void *ring;
+	int ret;
 
-	return ibv_cmd_modify_srq(ibsrq, attr, attr_mask, &cmd, sizeof(cmd));
+	if (!(attr_mask & IBV_SRQ_MAX_WR))
+		return ibv_cmd_modify_srq(ibsrq, attr, attr_mask, &cmd.ibv_cmd,
+					  sizeof(cmd.ibv_cmd));
+
+	pthread_spin_lock(&srq->lock);
+	if (attr->max_wr < srq->owed || attr->max_wr > 1U << 31) {
+		ret = EINVAL;
+		goto out;
+	}
+	for (want = 2; want < attr->max_wr; want <<= 1)
+		;
+	if (want > srq->depth) {
+		slots = vt3_buf_calloc(srq->domain, want, sizeof(*slots),
+				       VT3DV_RES_TYPE_SRQ, &custom);
+		if (!slots) {
+			ret = ENOMEM;
+			goto out;
+		}
+	}
+	cmd.drv.resize_resp = (uintptr_t)&resp;
+	ret = ibv_cmd_modify_srq(ibsrq, attr, attr_mask, &cmd.ibv_cmd,
+				 sizeof(cmd));
+	if (ret || !resp.depth)
+		goto out;
+	if (!slots || resp.depth != want) {
+		verbs_err(verbs_get_ctx(ibsrq->context),
+			  "libvt3: SRQ resized to %u entries, not %u\n",
+			  resp.depth, want);
+		/* vt3d reads a ring we do not know: no more posts. */
+		vt3_munmap(srq->ring, srq->ring_size);
+		srq->ring = NULL;
+		ret = EPROTO;
+		goto out;
+	}
+	for (i = 0; i < srq->depth; i++)
+		if (srq->slots[i].owed)
+			slots[srq->slots[i].idx & (want - 1)] = srq->slots[i];
+	vt3_buf_free(srq->domain, srq->slots, VT3DV_RES_TYPE_SRQ,
+		     srq->slots_custom);
+	srq->slots = slots;
+	srq->slots_custom = custom;
+	slots = NULL;
+	srq->depth = want;
+	ring = NULL;
+	if (vt3_ring_ok(resp.depth, resp.ring_size, VT3_WQE_SIZE))
+		ring = vt3_mmap(ibsrq->context, resp.ring_size,
+				PROT_READ | PROT_WRITE, resp.ring_key,
+				"SRQ ring");
+	if (srq->ring)
+		vt3_munmap(srq->ring, srq->ring_size);
+	srq->ring = ring;
+	srq->ring_size = ring ? resp.ring_size : 0;
+	if (!ring)
+		ret = errno ?: EPROTO;
+out:
+	pthread_spin_unlock(&srq->lock);
+	if (slots)
+		vt3_buf_free(srq->domain, slots, VT3DV_RES_TYPE_SRQ, custom);
+	return ret;
 }
 
 int vt3_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr)
@@ -161,6 +237,10 @@ int vt3_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr,
 		struct vt3_rq_wqe *wqe = (struct vt3_rq_wqe *)((uint8_t *)srq->ring +
 			(size_t)(srq->prod & (srq->depth - 1)) * VT3_WQE_SIZE);
 
+		if (!srq->ring) {
+			ret = EIO;	/* a resize lost its mapping */
+			break;
+		}
 		if (slot->owed) {
 			ret = ENOMEM;
 			break;

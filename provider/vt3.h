@@ -26,7 +26,7 @@
 /*
  * udata responses: the core uverbs response, then ours right behind it,
  * which is where vt3.ko's ib_copy_to_udata() lands. Only responses are
- * defined: vt3.ko reads no request udata.
+ * defined, but for modify_srq (below).
  */
 #define VT3_RESP(name, core)				\
 	struct u##name {				\
@@ -40,6 +40,18 @@ VT3_RESP(vt3_alloc_ucontext_resp, ib_uverbs_get_context_resp);
 VT3_RESP(vt3_alloc_pd_resp, ib_uverbs_alloc_pd_resp);
 VT3_RESP(vt3_create_qp_resp, ib_uverbs_create_qp_resp);
 VT3_RESP(vt3_create_srq_resp, ib_uverbs_create_srq_resp);
+
+/*
+ * modify_srq (resize): our request behind the core one; vt3.ko answers
+ * through the address in it (vt3-abi.h).
+ */
+struct uvt3_modify_srq {
+	struct ibv_modify_srq ibv_cmd;
+	struct vt3_modify_srq_req drv;
+};
+static_assert(offsetof(struct uvt3_modify_srq, drv) ==
+	      sizeof(struct ibv_modify_srq),
+	      "vt3_modify_srq_req follows the core request");
 
 /* create_cq_ex (every CQ): ours behind the extended core response. */
 struct uvt3_create_cq_ex_resp {
@@ -201,7 +213,7 @@ struct vt3_srq {
 	struct ibv_srq ibv_srq;
 	/* Producer and slots; taken after a CQ's and a vt3_wq's lock. */
 	pthread_spinlock_t lock;
-	void *ring;			/* depth vt3_rq_wqe slots */
+	void *ring;			/* depth vt3_rq_wqe slots; NULL: lost */
 	size_t ring_size;
 	uint32_t depth;			/* power of two; every entry usable */
 	uint32_t max_sge;

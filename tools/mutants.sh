@@ -62,6 +62,15 @@
 #   rereg-ignores-windows  the engine's rereg rules let an MR with bound
 #                  windows be re-registered
 #   rereg-ignores-access  the engine's rereg keeps the old rights
+#   srq-resize-old-mask  libvt3's SRQ resize keeps the old ring's mask
+#                  (posts land at index & (old depth - 1) of the new ring)
+#   ksrq-resize-drops-slots  vt3.ko's resize of a kernel SRQ does not
+#                  carry its slot records (WR ids, owed) to the new table:
+#                  the receives posted before it never complete
+#   resize-no-wqe-copy  vt3.ko's SRQ resize does not copy the WQEs into the
+#                  new ring; it survives the system cases (vt3d had fetched
+#                  every posted WQE before the resize), so it is not in
+#                  ALL_MUTANTS (docs/srq-resize.md)
 #   qp-calloc      libvt3 allocates its QP structs with calloc(): the
 #                  vendor event names its QP by the low 32 bits of the
 #                  address only, and two QPs 4 GiB apart share them
@@ -483,11 +492,34 @@ REPLACEMENT[gso-segment-size]='                    segment: segment + 1, // MUTA
 REASON[gso-segment-size]='ib_write_bw .*iterations, 0\.0 Mpps|ib_write_bw .*(client|server) exit'
 CASES[gso-segment-size]=udp-uplink-vt3-siw
 
+FILE[srq-resize-old-mask]=provider/srq.c
+ANCHOR[srq-resize-old-mask]='	srq->depth = want;
+	ring = NULL;'
+REPLACEMENT[srq-resize-old-mask]='	ring = NULL; /* MUTANT: srq->depth (the mask) stays */'
+REASON[srq-resize-old-mask]='FAIL resize-'
+CASES[srq-resize-old-mask]=srq
+
+FILE[ksrq-resize-drops-slots]=guest-driver/vt3_srq.c
+ANCHOR[ksrq-resize-drops-slots]='		if (slots && srq->slots[idx & (srq->depth - 1)].idx == idx)'
+REPLACEMENT[ksrq-resize-drops-slots]='		if (0 && slots && srq->slots[idx & (srq->depth - 1)].idx == idx) /* MUTANT */'
+REASON[ksrq-resize-drops-slots]='vt3_ksrq: FAIL 0 of 22 receives'
+CASES[ksrq-resize-drops-slots]=vt3-ksrq
+
+FILE[resize-no-wqe-copy]=guest-driver/vt3_srq.c
+ANCHOR[resize-no-wqe-copy]='		       VT3_WQE_SIZE);
+		if (slots && srq->slots'
+REPLACEMENT[resize-no-wqe-copy]='		       VT3_WQE_SIZE * 0); /* MUTANT: no WQE copied */
+		if (slots && srq->slots'
+REASON[resize-no-wqe-copy]='FAIL resize-|vt3_ksrq: FAIL'
+CASES[resize-no-wqe-copy]='srq vt3-ksrq'
+
 ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze close-withheld lost-flush-from-cons slot-by-cons
 	free-unknown fatal-before-flags srq-flush-on-error ksrq-flush-on-error srq-lost-unflushed ksrq-lost-unflushed
 	srq-flushed-on-error srq-completes-twice srq-post-lost srq-no-last-wqe
 	destroyed-qp-relinked destroyed-qp-completes flush-after-ring qp-calloc doorbell-under-lock no-pair
 	srq-slot-kept wr-abort-posts cq-ex-peeks cq-ex-byte-len rereg-keeps-pages rereg-ignores-windows rereg-ignores-access)
+# SRQ resize (provider/srq.c, guest-driver/vt3_srq.c).
+ALL_MUTANTS+=(srq-resize-old-mask ksrq-resize-drops-slots)
 # The import path (provider/import.c, guest-driver/vt3_import.c).
 ALL_MUTANTS+=(unimport-deregs import-pd-unchecked import-ctx-unchecked)
 # The TOE's timer queue (iwarp/src/toe/smol.rs).

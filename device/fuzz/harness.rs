@@ -413,6 +413,16 @@ impl Guest {
                 });
             }
             Cmd::DestroySrq => self.srqs.retain(|q| Some(q.srqn) != arg),
+            // Posts go to the new ring (what was in the old is not copied:
+            // the device must cope with whatever the new ring holds).
+            Cmd::ResizeSrq => {
+                let a: abi::CmdResizeSrq = abi::read_struct(payload).unwrap();
+                let ring = self.read_pbl(a.ring_pbl_addr.to_native(), a.ring_npages.to_native());
+                if let Some(srq) = self.srqs.iter_mut().find(|s| s.srqn == a.srqn.to_native()) {
+                    srq.depth = a.depth.to_native();
+                    srq.ring = ring;
+                }
+            }
             Cmd::Accept | Cmd::Reject => {
                 let conn = abi::read_struct::<CmdHandle>(payload).map(|h| h.handle.to_native());
                 self.conn_ids.retain(|&c| Some(c) != conn);
@@ -746,6 +756,19 @@ impl World {
                 })
             }
             Cmd::QuerySrq | Cmd::DestroySrq => handle(pick(input, &g.srqns())),
+            Cmd::ResizeSrq => {
+                let srqn = pick(input, &g.srqns());
+                let depth = 2u32 << (input.u8() % 7);
+                let npages = (depth * VT3_WQE_SIZE as u32).div_ceil(PAGE as u32);
+                let pbl = g.pages(npages);
+                as_bytes(&abi::CmdResizeSrq {
+                    ring_pbl_addr: pbl.into(),
+                    ring_npages: npages.into(),
+                    depth: depth.into(),
+                    srqn: srqn.into(),
+                    reserved: 0.into(),
+                })
+            }
             Cmd::Doorbell => {
                 let queues = u32::from(input.u8() & 7);
                 let target = if queues & 4 != 0 { pick(input, &g.srqns()) } else { pick(input, &g.qpns()) };

@@ -123,6 +123,7 @@ abi_enums! {
         AllocMw = "VT3_CMD_ALLOC_MW" = 30,
         DeallocMw = "VT3_CMD_DEALLOC_MW" = 31,
         ReregMr = "VT3_CMD_REREG_MR" = 32,
+        ResizeSrq = "VT3_CMD_RESIZE_SRQ" = 33,
     }
 
     pub enum Status: u16 {
@@ -466,6 +467,14 @@ abi_structs! {
         pub srqn: Le32,
         pub mask: Le32,
         pub limit: Le32,
+        pub reserved: Le32,
+    }
+
+    pub struct CmdResizeSrq = "vt3_cmd_resize_srq" {
+        pub ring_pbl_addr: Le64,
+        pub ring_npages: Le32,
+        pub depth: Le32,
+        pub srqn: Le32,
         pub reserved: Le32,
     }
 

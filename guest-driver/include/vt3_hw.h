@@ -252,6 +252,21 @@
  * same way. With no QP attached they complete nowhere (as on destroy).
  * So every SRQ WR completes at most once, and exactly once unless it was
  * never taken and the SRQ is destroyed.
+ * Resize (ibv_modify_srq with IBV_SRQ_MAX_WR): VT3_CMD_RESIZE_SRQ gives
+ * the SRQ a new ring of a depth at least the current one; indices stay
+ * free running and a WQE keeps its index, so it sits at index &
+ * (depth - 1) of whichever ring is current, and a CQE's wqe_idx names the
+ * same WR before and after. The driver (owner of both rings) copies every
+ * WQE of [prod - old depth, prod) from the old ring to the new one before
+ * it sends the command; the producer posts nothing meanwhile (libvt3
+ * holds the SRQ's lock across the modify; vt3.ko writes kernel posts
+ * into both rings until vt3d answered). vt3d switches between two
+ * commands, so it reads WQEs it did not fetch yet, [fetched, prod), from
+ * the new ring from then on; the WQEs it already fetched and the one a
+ * QP holds are copies and not affected, prod, cons, the status page, the
+ * limit and the QPs stay. After the answer vt3d reads nothing of the old
+ * ring: the driver frees it then. A smaller depth, a bad page list, or a
+ * ring of an SRQ marked broken is refused (the SRQ as it was).
  *
  * Limits: max_cqe and max_qp_wr count usable entries; rings have a depth of
  * the next power of two above. fw_ver is major << 32 | minor << 16 | sub.
@@ -338,6 +353,8 @@ enum vt3_cmd {
 	VT3_CMD_DEALLOC_MW = 31,	/* vt3_cmd_handle (stag, any key) */
 	/* Re-registration (see "Re-registration" above): */
 	VT3_CMD_REREG_MR = 32,		/* vt3_cmd_rereg_mr */
+	/* SRQ resize (see "Shared receive queues" above): */
+	VT3_CMD_RESIZE_SRQ = 33,	/* vt3_cmd_resize_srq */
 };
 
 enum vt3_status {
@@ -615,6 +632,18 @@ struct vt3_cmd_modify_srq {
 	__le32	srqn;
 	__le32	mask;			/* enum vt3_srq_modify_mask */
 	__le32	limit;			/* <= depth */
+	__le32	reserved;
+};
+
+/*
+ * RESIZE_SRQ: the SRQ's new ring, depth (a power of two, not below the
+ * current depth, within max_srq_wr's) vt3_rq_wqe in ring_npages pages.
+ */
+struct vt3_cmd_resize_srq {
+	__le64	ring_pbl_addr;
+	__le32	ring_npages;
+	__le32	depth;
+	__le32	srqn;
 	__le32	reserved;
 };
 
@@ -1012,6 +1041,7 @@ VT3_ASSERT_SIZE(vt3_qp_attr, 24);
 VT3_ASSERT_SIZE(vt3_cmd_doorbell, 8);
 VT3_ASSERT_SIZE(vt3_cmd_create_srq, 40);
 VT3_ASSERT_SIZE(vt3_cmd_modify_srq, 16);
+VT3_ASSERT_SIZE(vt3_cmd_resize_srq, 24);
 VT3_ASSERT_SIZE(vt3_srq_attr, 24);
 VT3_ASSERT_SIZE(vt3_event, 16);
 VT3_ASSERT_SIZE(vt3_sockaddr, 8);

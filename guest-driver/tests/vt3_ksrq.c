@@ -15,7 +15,9 @@
  * QP 2, vt3-srqtest's control message) for N SENDs on each QP and checks
  * each receive completion: its wr_id is one of ours and completes once,
  * wc->qp is the QP the message was sent on, in order per QP, the data is
- * intact; destroy while the QPs use the SRQ is refused (-EBUSY); each QP
+ * intact; the SRQ is resized (IB_SRQ_MAX_WR) while the peer sends,
+ * refused below what is posted; destroy while the QPs use the SRQ is
+ * refused (-EBUSY); each QP
  * moved to ERR reports IB_EVENT_QP_LAST_WQE_REACHED once, and their error
  * flushes none of the SRQ's receives still posted; after the QPs are
  * destroyed, nothing more completes (the receives left in the SRQ
@@ -360,6 +362,30 @@ static void ksrq_lost(void)
 	ib_unregister_event_handler(&ks.fatal_handler);
 }
 
+/*
+ * Resize while the peer sends (IB_SRQ_MAX_WR): below the receives posted
+ * and not completed is -EINVAL; twice the size is taken, and the
+ * receives posted before complete once each (the checks that follow).
+ */
+static void ksrq_resize(void)
+{
+	struct ib_srq_attr attr = { .max_wr = SRQ_POSTED - 1 };
+	int err;
+
+	err = ib_modify_srq(ks.srq, &attr, IB_SRQ_MAX_WR);
+	CHECK(err == -EINVAL, "resize to %d with %d posted refused (%d)",
+	      SRQ_POSTED - 1, SRQ_POSTED, err);
+	attr.max_wr = 2 * SRQ_WR;
+	err = ib_modify_srq(ks.srq, &attr, IB_SRQ_MAX_WR);
+	if (!err) {
+		memset(&attr, 0, sizeof(attr));
+		err = ib_query_srq(ks.srq, &attr);
+	}
+	CHECK(!err && attr.max_wr >= 2 * SRQ_WR,
+	      "resize to %d while the peer sends (%d): max_wr %u", 2 * SRQ_WR,
+	      err, attr.max_wr);
+}
+
 static void ksrq_run(void)
 {
 	unsigned long end;
@@ -376,6 +402,7 @@ static void ksrq_run(void)
 	err = ksrq_ctrl(CTRL_SEND, msgs, msgs);
 	if (!CHECK(!err, "control SEND to the peer (%d)", err))
 		return;
+	ksrq_resize();
 	end = jiffies + KSRQ_TIMEOUT;
 	while (got < 2 * msgs + 2 && time_before(jiffies, end)) {
 		n = ib_poll_cq(ks.rcq, ARRAY_SIZE(wc), wc);

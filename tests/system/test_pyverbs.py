@@ -105,8 +105,6 @@ NOT_PASSING: list[tuple[str, str, str, str, str]] = [
      "iwarp", "after the MR moved (new translation or PD), the receive posted through it fails at the responder "
               "with LOC_PROT_ERR, as it must; the suite expects the requester's SEND to complete with REM_OP_ERR (an IB "
               "NAK), but an iWARP SEND completed when sent, so the first error the suite polls is the responder's"),
-    (r"tests\.test_srq\.SrqTestCase\.test_resize_srq", "skip", r"SRQ resize is not supported",
-     "vt3", "a vt3 SRQ keeps the size it was created with (IBV_SRQ_MAX_WR is refused; siw's run errs earlier, at RTS)"),
 ]
 
 

@@ -13,9 +13,10 @@ from vt3lab.tools import tail
 
 PORT = 7475
 # vt3-srqtest srq's checks (its header comment lists them).
-SRQ_CHECKS = ("create", "query", "modify", "modify-resize", "shared", "limit-not-yet", "limit",
+SRQ_CHECKS = ("create", "query", "modify", "shared", "limit-not-yet", "limit",
               "limit-once", "limit-query", "limit-rearm", "limit-data", "last-wqe", "no-flush",
-              "survive", "exactly-once", "busy", "destroy")
+              "survive", "exactly-once", "resize-einval", "resize", "resize-post", "resize-traffic",
+              "resize-smaller", "busy", "destroy")
 
 
 def wait_line(g, tag: str, pattern: str, timeout: int = 120) -> re.Match:
@@ -100,10 +101,11 @@ def test_srq_siw(vt3_siw):
 
 # vt3_ksrq's CHECKs when everything works (msgs=10), read off its source:
 # create, query, 32 posted, QP 1 and QP 2 on the SRQ, destroy refused
-# while in use, the control SEND, 2 + 20 receives, DONE, LAST_WQE_REACHED once
+# while in use, the control SEND, a resize below the 32 posted refused,
+# a resize to twice the size while the peer sends, 2 + 20 receives, DONE, LAST_WQE_REACHED once
 # per QP, no SRQ receive flushed by the QPs' error, nothing after the
 # destroy, the SRQ destroyed.
-KSRQ_CHECKS = 13
+KSRQ_CHECKS = 15
 KSRQ_PORT = 7476
 
 
@@ -155,7 +157,7 @@ def test_vt3_ksrq_siw(vt3_siw):
     run_ksrq(vt3_siw)
 
 
-LOST_CHECKS = ("create", "query", "modify", "modify-resize", "shared", "limit-not-yet", "lost-events",
+LOST_CHECKS = ("create", "query", "modify", "shared", "limit-not-yet", "lost-events",
                "lost-post", "lost-flush", "lost-once")
 
 
@@ -173,10 +175,10 @@ def test_srq_device_fatal(fresh_vt3_pair):
     no_objects(p, "after vt3.ko's reload")
 
 
-# lost=1: the first 8 checks, then DEVICE_FATAL with LAST_WQE_REACHED on
+# lost=1: the first 10 checks, then DEVICE_FATAL with LAST_WQE_REACHED on
 # both QPs, the post after the loss, the 12 receives flushed once on one
 # QP, nothing more; then the 4 of the teardown (no DONE: the device is dead).
-KSRQ_LOST_CHECKS = 16
+KSRQ_LOST_CHECKS = 18
 
 
 def test_vt3_ksrq_device_fatal(fresh_vt3_pair):

@@ -626,6 +626,7 @@ impl Rnic {
             Cmd::ModifySrq => self.modify_srq(&args(payload)?),
             Cmd::QuerySrq => self.query_srq(&args(payload)?),
             Cmd::DestroySrq => self.destroy_srq(&args(payload)?),
+            Cmd::ResizeSrq => self.resize_srq(mem, &args(payload)?),
             Cmd::PairQp => self.pair_qp(mem, now, &args(payload)?),
         }
     }

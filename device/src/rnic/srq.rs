@@ -13,7 +13,7 @@ use super::poll::{self, End, PollWindow, PolledQueue, ProducerRing, Take, Trigge
 use super::wqe::{self, BadWqe};
 use super::{handle_reply, le, reply, CmdResult, Instant, Rnic, Ring, WorkProgress, FETCH_BUDGET};
 use crate::abi::{
-    self, CmdCreateSrq, CmdHandle, CmdModifySrq, EventType, QpEvent, RqWqe, SrqAttr, SrqModifyMask, SrqStatus,
+    self, CmdCreateSrq, CmdHandle, CmdModifySrq, CmdResizeSrq, EventType, QpEvent, RqWqe, SrqAttr, SrqModifyMask, SrqStatus,
     SrqStatusFlag, Status,
 };
 
@@ -106,6 +106,39 @@ impl Rnic {
             }
             srq.armed = true;
         }
+        Ok(Vec::new())
+    }
+
+    /// VT3_CMD_RESIZE_SRQ (`vt3_hw.h`, "Shared receive queues"): the ring
+    /// becomes the new one, checked as at create, of a depth not below the
+    /// current one. Indices keep running, so the WQEs not fetched yet are
+    /// read from the new ring at their index (the driver copied them
+    /// there); those in the engine's pool and those QPs took are copies,
+    /// untouched. Commands run between engine passes: no fetch sees half
+    /// of it. Refused, the SRQ stays as it was.
+    pub(super) fn resize_srq<M: GuestMemory>(&mut self, mem: &M, a: &CmdResizeSrq) -> CmdResult {
+        let (srqn, depth) = (le(a.srqn), le(a.depth));
+        let srq = self.srqs.get(srqn).ok_or(Status::NotFound)?;
+        if a.reserved.to_native() != 0 || depth < srq.ring.depth || srq.broken {
+            return Err(Status::Invalid);
+        }
+        let max_depth = (self.limits.max_srq_wr + 1).next_power_of_two();
+        let wqe = abi::VT3_WQE_SIZE as u64;
+        let ring = self.read_ring(mem, depth, max_depth, wqe, a.ring_pbl_addr.to_native(), le(a.ring_npages))?;
+        let npages = ring.pages.len() as u64;
+        if let Some(offload) = self.offload.as_mut() {
+            if let Err(e) = offload.engine.resize_srq(srqn, depth) {
+                log::warn!("SRQ {srqn}: the engine refused a depth of {depth}: {e}");
+                self.pbl_used -= npages;
+                return Err(Status::Invalid);
+            }
+        }
+        let Some(srq) = self.srqs.get_mut(srqn) else {
+            self.pbl_used -= npages;
+            return Err(Status::NotFound);
+        };
+        let old = std::mem::replace(&mut srq.ring, ring);
+        self.pbl_used -= old.pages.len() as u64;
         Ok(Vec::new())
     }
 

@@ -426,3 +426,6 @@ fn an_address_change_does_not_lose_a_taken_srq_wqe() {
     assert_eq!(s.sim.b.srq_status(&s.srq).cons.to_native(), 1);
     assert_eq!(s.sim.b.rnic.offload().unwrap().engine().srq_pooled(s.srq.srqn), Some(1));
 }
+
+#[path = "srq_resize.rs"]
+mod resize;

@@ -91,4 +91,24 @@ struct vt3_create_srq_resp {
 	__u32	reserved;
 };
 
+/*
+ * ibv_modify_srq with IBV_SRQ_MAX_WR (resize): uverbs' modify_srq has
+ * request udata but no response, so the provider names in the request
+ * the address of a struct vt3_resize_srq_resp that vt3.ko fills (with
+ * copy_to_user) before vt3d switches to the new ring; the command's
+ * result says whether it did. Without IBV_SRQ_MAX_WR the request is
+ * empty or zeroes. vt3.ko copies the WQEs into the new ring itself
+ * (vt3_hw.h, "Shared receive queues"); the provider must not post
+ * until the command returned, then maps the new ring and unmaps the old.
+ */
+struct vt3_modify_srq_req {
+	__aligned_u64	resize_resp;	/* user address, or 0 */
+};
+
+struct vt3_resize_srq_resp {
+	__aligned_u64	ring_key;	/* mmap offset of the new ring */
+	__u32	depth;			/* 0: the ring stayed (it held max_wr) */
+	__u32	ring_size;		/* bytes to map */
+};
+
 #endif /* VT3_ABI_USER_H */

@@ -782,6 +782,18 @@ impl<T: Transport> Engine<T> {
         Ok(())
     }
 
+    /// Lets SRQ `srqn` pool up to `depth` WRs (a resized ring): never
+    /// fewer than it holds or than before. The pooled WRs, their indices
+    /// and the one each QP took stay as they are.
+    pub fn resize_srq(&mut self, srqn: u32, depth: u32) -> Result<(), EngineError> {
+        let srq = self.srqs.get_mut(&srqn).ok_or(EngineError::NoSuchSrq(srqn))?;
+        if depth < srq.depth || depth > 1 << 16 {
+            return Err(EngineError::Config("an SRQ grows, within 65536"));
+        }
+        srq.depth = depth;
+        Ok(())
+    }
+
     /// Destroys an SRQ no QP uses; the WRs still pooled complete nowhere.
     pub fn destroy_srq(&mut self, srqn: u32) -> Result<(), EngineError> {
         let srq = self.srqs.get(&srqn).ok_or(EngineError::NoSuchSrq(srqn))?;

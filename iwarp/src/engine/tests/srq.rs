@@ -134,3 +134,33 @@ fn srq_calls_are_checked() {
     e.destroy_srq(SRQ).unwrap();
     assert_eq!(e.srq_taken(SRQ), None);
 }
+
+#[test]
+fn a_resized_srq_pools_more_and_keeps_its_order() {
+    let mut sim = srq_pair();
+    for wr_id in 100..104 {
+        post_srq(&mut sim, wr_id);
+    }
+    let full = RecvWr {
+        wr_id: 1,
+        sges: SgeList::EMPTY,
+    };
+    let e = &mut sim.b.engine;
+    assert_eq!(e.post_srq_recv(SRQ, full), Err(EngineError::QueueFull));
+    assert!(e.resize_srq(SRQ, 2).is_err(), "a pool never shrinks");
+    assert!(e.resize_srq(SRQ, 1 << 17).is_err());
+    assert_eq!(e.resize_srq(99, 8), Err(EngineError::NoSuchSrq(99)));
+    e.resize_srq(SRQ, 8).unwrap();
+    for wr_id in 104..108 {
+        post_srq(&mut sim, wr_id);
+    }
+    assert_eq!(sim.b.engine.srq_pooled(SRQ), Some(8));
+    for (i, qpn) in [1, 2, 1, 2, 1, 2, 1, 2].into_iter().enumerate() {
+        send(&mut sim, qpn, 10);
+        settle(&mut sim, 1);
+        let got = receives(&sim.b);
+        assert_eq!(got.len(), i + 1);
+        let want = (qpn + 10, 100 + i as u64, WcStatus::Success, Some(i as u32));
+        assert_eq!(got[i], want, "WR {i} after the resize");
+    }
+}
