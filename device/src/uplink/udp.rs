@@ -7,9 +7,16 @@ use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use super::gso::{self, Run};
 use super::{grow_socket_buffers, Received, Uplink, SEND_BATCH, SOCKET_BUFFER};
+
+/// A lowered GSO limit goes back to the largest after this long: the
+/// route (its MTU, its device's offloads) may have changed since the
+/// refusal, and one refused send every so often costs little.
+const GSO_REPROBE: Duration = Duration::from_secs(30);
 
 #[derive(Debug)]
 pub struct UdpUplink {
@@ -18,6 +25,14 @@ pub struct UdpUplink {
     /// kernel refuses a segment size: frames over the path MTU must go as
     /// single datagrams, which IP fragments (DF is never set here).
     gso_segment_limit: AtomicUsize,
+    /// The socket takes UDP_SEGMENT at all (else the limit stays 0).
+    gso: bool,
+    /// When the limit was last lowered (`None`: it is the largest).
+    gso_lowered_at: Mutex<Option<Instant>>,
+    /// [`GSO_REPROBE`], shorter in tests.
+    gso_reprobe_after: Duration,
+    /// Times the limit went back to the largest.
+    gso_reprobes: AtomicU64,
     /// UDP_GRO is on: a receive may hold several frames.
     gro: bool,
     /// Sends that carried several frames (UDP_SEGMENT), and those frames.
@@ -43,6 +58,10 @@ impl UdpUplink {
         Ok(Self {
             socket,
             gso_segment_limit: AtomicUsize::new(if gso { gso::MAX_UDP_PAYLOAD } else { 0 }),
+            gso,
+            gso_lowered_at: Mutex::new(None),
+            gso_reprobe_after: GSO_REPROBE,
+            gso_reprobes: AtomicU64::new(0),
             gro,
             segmented_sends: AtomicU64::new(0),
             segmented_frames: AtomicU64::new(0),
@@ -54,6 +73,22 @@ impl UdpUplink {
     pub fn segmented_sends(&self) -> u64 {
         self.segmented_sends.load(Ordering::Relaxed)
     }
+
+    /// Raises a lowered GSO limit back to the largest once it has been low
+    /// for `gso_reprobe_after` (the common case, a limit at the largest,
+    /// costs one atomic load).
+    fn reprobe_gso(&self) {
+        if !self.gso || self.gso_segment_limit.load(Ordering::Relaxed) == gso::MAX_UDP_PAYLOAD {
+            return;
+        }
+        let mut lowered_at = self.gso_lowered_at.lock().unwrap_or_else(PoisonError::into_inner);
+        if lowered_at.is_some_and(|at| at.elapsed() >= self.gso_reprobe_after) {
+            *lowered_at = None;
+            self.gso_segment_limit.store(gso::MAX_UDP_PAYLOAD, Ordering::Relaxed);
+            self.gso_reprobes.fetch_add(1, Ordering::Relaxed);
+            log::info!("udp uplink: trying UDP_SEGMENT for every frame size again");
+        }
+    }
 }
 
 impl Uplink for UdpUplink {
@@ -64,6 +99,7 @@ impl Uplink for UdpUplink {
     fn send_batch(&self, frames: &[&[u8]]) -> io::Result<usize> {
         let frames = frames.get(..frames.len().min(SEND_BATCH)).unwrap_or_default();
         let mut runs: Vec<Run> = Vec::with_capacity(frames.len());
+        self.reprobe_gso();
         loop {
             gso::plan(frames, self.gso_segment_limit.load(Ordering::Relaxed), &mut runs);
             match gso::sendmmsg_runs(self.socket.as_raw_fd(), frames, &runs) {
@@ -85,6 +121,7 @@ impl Uplink for UdpUplink {
                     let Some(limit) = limit else { return Err(e) };
                     log::info!("udp uplink: {}-octet frames refused with UDP_SEGMENT ({e}): sent one by one", first.segment);
                     self.gso_segment_limit.fetch_min(limit, Ordering::Relaxed);
+                    *self.gso_lowered_at.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
                 }
             }
         }
@@ -115,6 +152,7 @@ impl Uplink for UdpUplink {
             ("coalesced_receives", get(&self.coalesced_receives)),
             // The largest frame still sent with GSO (0: none).
             ("gso_segment_limit", limit as u64),
+            ("gso_reprobes", get(&self.gso_reprobes)),
         ]
     }
 }
@@ -288,6 +326,35 @@ mod tests {
         assert_eq!(up.segmented_sends(), 1, "smaller frames still share a send");
         let mut buf = vec![0u8; 65536];
         for (i, frame) in big.iter().chain(&small).enumerate() {
+            let n = peer.recv(&mut buf).unwrap();
+            assert_eq!(&buf[..n], &frame[..], "datagram {i}");
+        }
+    }
+
+    /// A limit lowered by a small path MTU goes back up once the path
+    /// takes large frames again, but not before `gso_reprobe_after`.
+    #[test]
+    fn a_lowered_gso_limit_is_tried_again_after_a_while() {
+        let peer = plain_peer("[::1]:0");
+        let mut up = UdpUplink::open("[::1]:0".parse().unwrap(), peer.local_addr().unwrap()).unwrap();
+        up.gso_reprobe_after = Duration::from_millis(200);
+        let fd = up.as_raw_fd();
+        crate::uplink::set_int_option(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU, 1280).unwrap();
+        let big = frames(10, 1514, 9);
+        assert_eq!(up.send_batch(&refs(&big)).unwrap(), 10);
+        assert_eq!(up.gso_segment_limit.load(Ordering::Relaxed), 1513);
+
+        // The path is wide again (0: the route's own MTU), but the limit
+        // holds until the interval is over.
+        crate::uplink::set_int_option(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU, 0).unwrap();
+        assert_eq!(up.send_batch(&refs(&big)).unwrap(), 10);
+        assert_eq!((up.segmented_sends(), up.gso_reprobes.load(Ordering::Relaxed)), (0, 0));
+        std::thread::sleep(Duration::from_millis(250));
+        assert_eq!(up.send_batch(&refs(&big)).unwrap(), 10);
+        assert_eq!(up.gso_segment_limit.load(Ordering::Relaxed), gso::MAX_UDP_PAYLOAD);
+        assert_eq!((up.segmented_sends(), up.gso_reprobes.load(Ordering::Relaxed)), (1, 1));
+        let mut buf = vec![0u8; 65536];
+        for (i, frame) in big.iter().cycle().take(30).enumerate() {
             let n = peer.recv(&mut buf).unwrap();
             assert_eq!(&buf[..n], &frame[..], "datagram {i}");
         }
