@@ -133,6 +133,18 @@ pub enum FaultRequest {
         #[arg(long, value_parser = clap::value_parser!(u32).range(0..=60_000))]
         ms: u32,
     },
+    /// Send each data segment of the connection as two: the last TAIL
+    /// octets of its payload HOLD_MS later, and the next segment after
+    /// them (no reordering). TAIL 1-3 cuts an FPDU's CRC in two: the
+    /// peer's MPA must reassemble it. --tail 0 stops.
+    Split {
+        #[arg(long)]
+        qp: u32,
+        #[arg(long, value_parser = clap::value_parser!(u16).range(0..=1400))]
+        tail: u16,
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+        hold_ms: u32,
+    },
     /// Corrupt the CRC of the next FPDU sent: the peer detects a CRC error
     /// and answers with TERMINATE (LLP 2/0/0x02).
     CorruptCrc {
@@ -226,6 +238,11 @@ impl FaultRequest {
             Self::Delay { qp: n, ms } => {
                 let mut w = qp("delay", n);
                 w.extend(["--ms".to_owned(), ms.to_string()]);
+                w
+            }
+            Self::Split { qp: n, tail, hold_ms } => {
+                let mut w = qp("split", n);
+                w.extend(["--tail".to_owned(), tail.to_string(), "--hold-ms".to_owned(), hold_ms.to_string()]);
                 w
             }
             Self::CorruptCrc { qp: n } => qp("corrupt-crc", n),
@@ -452,7 +469,7 @@ mod tests {
 
     #[test]
     fn fault_command_lines() {
-        let cases: [(&[&str], FaultRequest); 13] = [
+        let cases: [(&[&str], FaultRequest); 15] = [
             (&["fault", "rst", "--qp", "3"], FaultRequest::Rst { qp: 3 }),
             (&["fault", "fin", "--qp", "3"], FaultRequest::Fin { qp: 3 }),
             (&["fault", "blackhole", "--qp", "3"], FaultRequest::Blackhole { qp: 3, off: false }),
@@ -463,6 +480,11 @@ mod tests {
                 FaultRequest::Drop { qp: 3, percent: 100, seed: 255 },
             ),
             (&["fault", "delay", "--qp", "3", "--ms", "250"], FaultRequest::Delay { qp: 3, ms: 250 }),
+            (&["fault", "split", "--qp", "3", "--tail", "2"], FaultRequest::Split { qp: 3, tail: 2, hold_ms: 20 }),
+            (
+                &["fault", "split", "--qp", "3", "--tail", "0", "--hold-ms", "5"],
+                FaultRequest::Split { qp: 3, tail: 0, hold_ms: 5 },
+            ),
             (&["fault", "corrupt-crc", "--qp", "3"], FaultRequest::CorruptCrc { qp: 3 }),
             (
                 &["fault", "terminate", "--qp", "3", "--layer", "1", "--etype", "2", "--ecode", "0x05"],

@@ -20,7 +20,7 @@ use std::time::Duration;
 use vt3_iwarp::toe::TcbInfo;
 
 use vt3_iwarp::engine::Fault;
-use vt3_iwarp::toe::Duration as EngineDuration;
+use vt3_iwarp::toe::{Duration as EngineDuration, Split};
 use vt3_iwarp::wire::terminate::TermCode;
 
 use crate::config::{CaptureRequest, CtlLine, CtlRequest, FaultRequest};
@@ -260,6 +260,14 @@ fn inject(nic: &Nic, request: FaultRequest) -> (&'static str, Row, Result<Inject
             r.1.push(("ms", ms.into()));
             r
         }
+        FaultRequest::Split { qp, tail, hold_ms } => {
+            let hold = EngineDuration::from_millis(u64::from(hold_ms));
+            let split = (tail > 0).then_some(Split { tail, hold });
+            let mut r = qp_fault(Fault::Split(split), qp);
+            r.1.push(("tail", u32::from(tail).into()));
+            r.1.push(("hold_ms", hold_ms.into()));
+            r
+        }
         FaultRequest::CorruptCrc { qp } => qp_fault(Fault::CorruptCrc, qp),
         FaultRequest::Terminate { qp, layer, etype, ecode } => {
             let fields = vec![
@@ -339,7 +347,7 @@ fn stats_rows(nic: &Nic) -> Vec<(String, u64)> {
         rows.push((format!("iwarp.{k}"), v));
     }
     let t = rnic.offload().map(|o| o.engine().toe().fault_counters()).unwrap_or_default();
-    for (k, v) in [("dropped", t.dropped), ("delayed", t.delayed), ("delay_overflow", t.delay_overflow)] {
+    for (k, v) in [("dropped", t.dropped), ("delayed", t.delayed), ("delay_overflow", t.delay_overflow), ("split", t.split)] {
         rows.push((format!("toe.fault_{k}"), v));
     }
     for (k, v) in rnic.fault_stats().rows() {
@@ -380,6 +388,7 @@ fn tcb_row(t: &TcbInfo) -> Row {
         ("blackhole", t.blackholed.into()),
         ("drop_pct", u32::from(t.drop_percent).into()),
         ("delay_ms", t.delay.map(|d| d.total_millis()).into()),
+        ("split_tail", t.split.map(|s| u32::from(s.tail)).into()),
     ]
 }
 

@@ -42,6 +42,7 @@ pub struct FaultStats {
     pub blackhole: u64,
     pub drop: u64,
     pub delay: u64,
+    pub split: u64,
     pub corrupt_crc: u64,
     pub terminate: u64,
     pub invalidate_stag: u64,
@@ -57,13 +58,14 @@ pub struct FaultStats {
 }
 
 impl FaultStats {
-    pub fn rows(&self) -> [(&'static str, u64); 14] {
+    pub fn rows(&self) -> [(&'static str, u64); 15] {
         [
             ("rst", self.rst),
             ("fin", self.fin),
             ("blackhole", self.blackhole),
             ("drop", self.drop),
             ("delay", self.delay),
+            ("split", self.split),
             ("corrupt_crc", self.corrupt_crc),
             ("terminate", self.terminate),
             ("invalidate_stag", self.invalidate_stag),
@@ -83,6 +85,7 @@ impl FaultStats {
             Fault::Blackhole(_) => &mut self.blackhole,
             Fault::Drop { .. } => &mut self.drop,
             Fault::Delay(_) => &mut self.delay,
+            Fault::Split(_) => &mut self.split,
             Fault::CorruptCrc => &mut self.corrupt_crc,
             Fault::Terminate(_) => &mut self.terminate,
         };
@@ -216,6 +219,12 @@ impl Rnic {
                 format!("QP {qpn}: dropping {percent}% of the frames to and from {peer} (seed {seed})")
             }
             Fault::Delay(None) => format!("QP {qpn}: frames no longer delayed"),
+            Fault::Split(None) => format!("QP {qpn}: segments no longer split"),
+            Fault::Split(Some(s)) => format!(
+                "QP {qpn}: each data segment sent to {peer} leaves as two, its last {} octet(s) {} ms later",
+                s.tail,
+                s.hold.total_millis()
+            ),
             Fault::Delay(Some(d)) => {
                 format!("QP {qpn}: every frame sent to {peer} is held {} ms", d.total_millis())
             }

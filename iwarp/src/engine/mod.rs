@@ -62,7 +62,7 @@ pub use wr::{
 use crate::negotiation::{self, Initiator, InitiatorEvent, Negotiated, Responder, ResponderEvent};
 use crate::stream::{emit_fpdu, FpduDeframer};
 use crate::toe::{
-    CloseReason, Duration, FourTuple, Instant, LinkStatus, MacAddr, SocketId, TcbInfo, TcpError,
+    CloseReason, Duration, FourTuple, Instant, LinkStatus, MacAddr, SocketId, Split, TcbInfo, TcpError,
     Transport,
 };
 use crate::wire::mpa::{self, mulpdu, Frame, MAX_FRAME_LEN, MAX_PRIVATE_DATA_LEN};
@@ -166,6 +166,7 @@ pub struct ConnectParams {
 /// | `SendFin` | CLOSING, later [`EventKind::CloseComplete`] | [`EventKind::PeerClose`], CLOSING, [`EventKind::CloseComplete`] |
 /// | `Blackhole(true)` | [`EventKind::Timeout`] after the TCP timeout | the same, if its TCP times out |
 /// | `Drop` / `Delay` | nothing by itself (TCP retransmits; RTT grows) | the same |
+/// | `Split` | nothing (the stream is the same) | nothing, if its MPA reassembly takes an FPDU in any cut |
 /// | `CorruptCrc` | [`EventKind::TerminateReceived`] (LLP 2/0/02) | [`EventKind::LocalError`] (`Crc`), TERMINATE sent |
 /// | `Terminate(code)` | [`EventKind::LocalError`] (`Injected`, `code`) | [`EventKind::TerminateReceived`] (`code`) |
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,6 +182,9 @@ pub enum Fault {
     Drop { percent: u8, seed: u64 },
     /// Hold every frame the connection sends this long (`None`: stop).
     Delay(Option<Duration>),
+    /// Send each data segment as two, the tail held back ([`Split`];
+    /// `None`: stop).
+    Split(Option<Split>),
     /// Corrupt the CRC of the next FPDU we send (CRC must be negotiated).
     CorruptCrc,
     /// Send a TERMINATE with this code; QP → TERMINATE → ERROR.
@@ -196,6 +200,7 @@ impl Fault {
             Fault::Blackhole(_) => "blackhole",
             Fault::Drop { .. } => "drop",
             Fault::Delay(_) => "delay",
+            Fault::Split(_) => "split",
             Fault::CorruptCrc => "corrupt-crc",
             Fault::Terminate(_) => "terminate",
         }
@@ -1092,6 +1097,7 @@ impl<T: Transport> Engine<T> {
                 self.toe.set_drop(sock, percent, seed);
             }
             Fault::Delay(delay) => self.toe.set_delay(sock, delay),
+            Fault::Split(split) => self.toe.set_split(sock, split),
             Fault::CorruptCrc => {
                 let stream = qp
                     .conn

@@ -1112,6 +1112,36 @@ mod faults {
         assert_eq!(sim.b.state(2), Some(QpState::Rts));
     }
 
+    /// Every data segment leaves as two, the last `tail` octets (the CRC,
+    /// or some of it, and more) later: B's MPA takes each FPDU in any cut,
+    /// nothing is reordered or lost, and `Split(None)` stops it.
+    #[test]
+    fn split_segments_cut_each_crc_and_the_stream_survives() {
+        for tail in [1u16, 2, 3, 7] {
+            let mut sim = pair();
+            let now = sim.now;
+            let split = crate::toe::Split { tail, hold: Duration::from_millis(5) };
+            sim.a.engine.inject(now, 1, Fault::Split(Some(split))).unwrap();
+            assert_eq!(sim.a.engine.tcb(1).unwrap().split, Some(split));
+            let segs_in = sim.b.engine.tcb(2).unwrap().segs_in;
+            transfer(&mut sim, 10);
+            assert_eq!(completions_of(&sim.b, 2), 10, "tail {tail}");
+            assert!(sim.b.completions.iter().all(|c| c.status == WcStatus::Success), "tail {tail}");
+            let cut = sim.a.engine.toe().fault_counters().split;
+            assert!(cut >= 10, "tail {tail}: {cut} segments cut");
+            let arrived = sim.b.engine.tcb(2).unwrap().segs_in - segs_in;
+            assert!(arrived >= 2 * cut, "tail {tail}: {arrived} segments for {cut} cut");
+            assert_eq!(sim.a.engine.tcb(1).unwrap().retransmits, 0, "tail {tail}: nothing reordered or lost");
+
+            let now = sim.now;
+            sim.a.engine.inject(now, 1, Fault::Split(None)).unwrap();
+            transfer(&mut sim, 2);
+            assert_eq!(sim.a.engine.toe().fault_counters().split, cut, "tail {tail}: stopped");
+            assert_eq!(sim.a.state(1), Some(QpState::Rts));
+            assert_eq!(sim.b.state(2), Some(QpState::Rts));
+        }
+    }
+
     #[test]
     fn corrupt_crc_ends_both_with_a_terminate() {
         let mut sim = pair();

@@ -1,6 +1,7 @@
 //! Just enough Ethernet/IPv4/TCP header parsing for demux (`wants`) and
 //! for observing the TCB state on the frames going through the TOE. Never
-//! panics; checksums are smoltcp's business.
+//! panics; checksums are smoltcp's business, but for the split fault's
+//! frames ([`split_segment`]).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
@@ -211,10 +212,136 @@ pub fn arp_reply(
     frame
 }
 
+/// Cuts the TCP segment in `frame` (Ethernet, IPv4, TCP) in two, `tail`
+/// octets before the end of its payload, as a sender with another
+/// segmentation would have sent it: `head` gets the first part of the
+/// payload (no FIN, no PSH), `rest` the last `tail` octets (the sequence
+/// number moved on, the original flags). Both with their IP length and
+/// identification, and IP and TCP checksums, right. `false` (the buffers
+/// untouched) when there is nothing to cut: no IPv4/TCP frame, a SYN, a
+/// payload of `tail` octets or fewer, or a `tail` of 0.
+pub fn split_segment(frame: &[u8], tail: usize, head: &mut Vec<u8>, rest: &mut Vec<u8>) -> bool {
+    use smoltcp::wire::{IpAddress, Ipv4Packet, TcpPacket};
+
+    let Some(ip) = frame.get(ETHERNET_HEADER_LEN..) else { return false };
+    let Ok(packet) = Ipv4Packet::new_checked(ip) else { return false };
+    let (ip_len, total) = (usize::from(packet.header_len()), usize::from(packet.total_len()));
+    if packet.next_header() != smoltcp::wire::IpProtocol::Tcp {
+        return false;
+    }
+    let (src, dst) = (IpAddress::Ipv4(packet.src_addr()), IpAddress::Ipv4(packet.dst_addr()));
+    let ident = packet.ident();
+    let Some(tcp_bytes) = ip.get(ip_len..total) else { return false };
+    let Ok(tcp) = TcpPacket::new_checked(tcp_bytes) else { return false };
+    let tcp_len = usize::from(tcp.header_len());
+    let payload = tcp.payload().len();
+    if tail == 0 || payload <= tail || tcp.syn() {
+        return false;
+    }
+    let cut = payload - tail;
+    let headers = ETHERNET_HEADER_LEN + ip_len + tcp_len;
+    let seq = tcp.seq_number();
+    let Some(header_bytes) = frame.get(..headers) else { return false };
+    let Some(body) = frame.get(headers..headers + payload) else { return false };
+    let (first, last) = body.split_at(cut);
+    let build = |out: &mut Vec<u8>, part: &[u8], first_part: bool| -> Option<()> {
+        out.clear();
+        out.extend_from_slice(header_bytes);
+        out.extend_from_slice(part);
+        let ip = out.get_mut(ETHERNET_HEADER_LEN..)?;
+        let mut packet = Ipv4Packet::new_unchecked(ip);
+        packet.set_total_len(u16::try_from(ip_len + tcp_len + part.len()).ok()?);
+        if !first_part {
+            packet.set_ident(ident.wrapping_add(1));
+        }
+        packet.fill_checksum();
+        let mut tcp = TcpPacket::new_unchecked(packet.payload_mut());
+        if first_part {
+            tcp.set_fin(false);
+            tcp.set_psh(false);
+        } else {
+            tcp.set_seq_number(seq + cut);
+        }
+        tcp.fill_checksum(&src, &dst);
+        Some(())
+    };
+    build(head, first, true).is_some() && build(rest, last, false).is_some()
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
     use super::*;
+
+    /// A data segment smoltcp would send, with PSH and FIN.
+    fn data_segment(payload: &[u8]) -> Vec<u8> {
+        use smoltcp::wire::{IpAddress, IpProtocol, Ipv4Address, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber};
+        let (src, dst) = (Ipv4Address::new(10, 0, 0, 1), Ipv4Address::new(10, 0, 0, 2));
+        let tcp = TcpRepr {
+            src_port: 4791,
+            dst_port: 40000,
+            control: TcpControl::Fin,
+            seq_number: TcpSeqNumber(0x7fff_fff0),
+            ack_number: Some(TcpSeqNumber(99)),
+            window_len: 1000,
+            window_scale: None,
+            max_seg_size: None,
+            sack_permitted: false,
+            sack_ranges: [None; 3],
+            timestamp: None,
+            payload,
+        };
+        let ip = Ipv4Repr { src_addr: src, dst_addr: dst, next_header: IpProtocol::Tcp, payload_len: tcp.buffer_len(), hop_limit: 64 };
+        let mut frame = vec![0u8; ETHERNET_HEADER_LEN + ip.buffer_len() + tcp.buffer_len()];
+        frame[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+        let mut packet = Ipv4Packet::new_unchecked(&mut frame[ETHERNET_HEADER_LEN..]);
+        ip.emit(&mut packet, &smoltcp::phy::ChecksumCapabilities::default());
+        let mut segment = TcpPacket::new_unchecked(packet.payload_mut());
+        tcp.emit(&mut segment, &IpAddress::Ipv4(src), &IpAddress::Ipv4(dst), &smoltcp::phy::ChecksumCapabilities::default());
+        segment.set_psh(true);
+        segment.fill_checksum(&IpAddress::Ipv4(src), &IpAddress::Ipv4(dst));
+        frame
+    }
+
+    /// Checksums verified and the TCP fields (seq, flags, payload) of a frame.
+    fn checked(frame: &[u8]) -> (u32, bool, bool, u16, Vec<u8>) {
+        use smoltcp::wire::{IpAddress, Ipv4Packet, TcpPacket};
+        let ip = Ipv4Packet::new_checked(&frame[ETHERNET_HEADER_LEN..]).unwrap();
+        assert!(ip.verify_checksum(), "IP checksum");
+        assert_eq!(usize::from(ip.total_len()), frame.len() - ETHERNET_HEADER_LEN);
+        let tcp = TcpPacket::new_checked(ip.payload()).unwrap();
+        assert!(tcp.verify_checksum(&IpAddress::Ipv4(ip.src_addr()), &IpAddress::Ipv4(ip.dst_addr())), "TCP checksum");
+        (tcp.seq_number().0 as u32, tcp.psh(), tcp.fin(), ip.ident(), tcp.payload().to_vec())
+    }
+
+    #[test]
+    fn a_segment_splits_into_two_that_carry_the_same_stream() {
+        let payload: Vec<u8> = (0..1000u32).map(|i| (i * 7).to_le_bytes()[0]).collect();
+        let frame = data_segment(&payload);
+        let (seq, psh, fin, ident, _) = checked(&frame);
+        assert!(psh && fin);
+        let (mut head, mut rest) = (Vec::new(), Vec::new());
+        assert!(split_segment(&frame, 2, &mut head, &mut rest));
+        let (h_seq, h_psh, h_fin, h_ident, h_payload) = checked(&head);
+        let (r_seq, r_psh, r_fin, r_ident, r_payload) = checked(&rest);
+        assert_eq!((h_seq, h_psh, h_fin, h_ident), (seq, false, false, ident));
+        assert_eq!((r_seq, r_psh, r_fin, r_ident), (seq.wrapping_add(998), true, true, ident.wrapping_add(1)));
+        assert_eq!((h_payload.as_slice(), r_payload.as_slice()), payload.split_at(998));
+        assert_eq!(parse(&rest).unwrap().seq_len(), 3, "two octets and the FIN");
+        assert_eq!(head[..14], frame[..14]);
+    }
+
+    #[test]
+    fn nothing_to_split_leaves_the_buffers_alone() {
+        let frame = data_segment(&[1, 2]);
+        let (mut head, mut rest) = (vec![9], vec![9]);
+        assert!(!split_segment(&frame, 2, &mut head, &mut rest));
+        assert!(!split_segment(&data_segment(&[1, 2, 3]), 0, &mut head, &mut rest));
+        for len in 0..frame.len() {
+            assert!(!split_segment(&frame[..len], 1, &mut head, &mut rest));
+        }
+        assert_eq!((head, rest), (vec![9], vec![9]));
+    }
 
     #[test]
     fn parses_a_syn_with_options_and_refuses_garbage() {

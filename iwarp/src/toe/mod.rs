@@ -213,6 +213,20 @@ pub struct TcbInfo {
     pub drop_percent: u8,
     /// Fault injection: every frame we send is held this long.
     pub delay: Option<Duration>,
+    /// Fault injection: data segments we send are cut in two.
+    pub split: Option<Split>,
+}
+
+/// Fault injection ([`Transport::set_split`]): each data segment a
+/// connection sends leaves as two, the last `tail` octets of its payload
+/// `hold` after the rest, as a sender that segments differently would
+/// send them. With a `tail` of 1 to 3, an FPDU's CRC, which ends a
+/// segment, reaches the peer in two segments that its receive path does
+/// not coalesce: its MPA reassembly of a split trailer is exercised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Split {
+    pub tail: u16,
+    pub hold: Duration,
 }
 
 /// Static TOE parameters.
@@ -450,6 +464,10 @@ pub trait Transport {
     /// `delay` (data and ACKs alike, so the RTT grows by `delay` both
     /// ways); `None` stops it (frames already held still wait their time).
     fn set_delay(&mut self, id: SocketId, delay: Option<Duration>);
+
+    /// Fault injection: cut each data segment this connection sends in
+    /// two ([`Split`]); `None` stops it.
+    fn set_split(&mut self, id: SocketId, split: Option<Split>);
 }
 
 #[cfg(test)]

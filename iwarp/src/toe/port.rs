@@ -9,7 +9,7 @@ use smoltcp::phy::{self, Device, DeviceCapabilities, Medium};
 
 use super::frame::{self, ETHERNET_HEADER_LEN};
 use super::smol::Slot;
-use super::{FourTuple, Instant, MacAddr};
+use super::{Duration, FourTuple, Instant, MacAddr};
 
 /// Frames held back by the delay fault, at most this many (beyond: dropped).
 pub const MAX_DELAYED_FRAMES: usize = 4096;
@@ -35,6 +35,8 @@ pub struct FaultCounters {
     pub delayed: u64,
     /// Frames dropped because the delay queue was full.
     pub delay_overflow: u64,
+    /// Segments cut in two by the split fault.
+    pub split: u64,
     /// Frames to our own address dropped because the loopback queue was full.
     pub loop_overflow: u64,
 }
@@ -124,19 +126,45 @@ impl TxPath<'_> {
                 self.faults.dropped += 1;
                 return;
             }
-            if let Some(delay) = entry.delay {
-                if self.delayed.frames.len() >= MAX_DELAYED_FRAMES {
-                    self.faults.delay_overflow += 1;
-                } else {
-                    self.faults.delayed += 1;
-                    let key = (self.now + delay, self.delayed.next);
-                    self.delayed.next = self.delayed.next.wrapping_add(1);
-                    self.delayed.frames.insert(key, frame.to_vec());
+            let now = self.now;
+            let mut at = now + entry.delay.unwrap_or(Duration::ZERO);
+            if let Some(split) = entry.split {
+                // One segment at a time: a frame leaves after the rest of
+                // the segment before it, so the peer sees no reordering.
+                at = at.max(entry.split_until);
+                let (mut head, mut rest) = (Vec::new(), Vec::new());
+                if frame::split_segment(frame, usize::from(split.tail), &mut head, &mut rest) {
+                    self.faults.split += 1;
+                    entry.split_until = at + split.hold;
+                    if at > now {
+                        self.delayed.hold(self.faults, at, head);
+                    } else {
+                        (self.uplink)(&head);
+                    }
+                    self.delayed.hold(self.faults, entry.split_until, rest);
+                    return;
                 }
+            }
+            if at > now {
+                self.delayed.hold(self.faults, at, frame.to_vec());
                 return;
             }
         }
         (self.uplink)(frame);
+    }
+}
+
+impl DelayQueue {
+    /// Queues `frame` to leave at `at` (after the frames queued for the
+    /// same time); a full queue drops it.
+    fn hold(&mut self, faults: &mut FaultCounters, at: Instant, frame: Vec<u8>) {
+        if self.frames.len() >= MAX_DELAYED_FRAMES {
+            faults.delay_overflow += 1;
+        } else {
+            faults.delayed += 1;
+            self.frames.insert((at, self.next), frame);
+            self.next = self.next.wrapping_add(1);
+        }
     }
 }
 

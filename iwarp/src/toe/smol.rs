@@ -49,7 +49,7 @@ use super::frame::{self, flags, Segment};
 use super::observed::Observed;
 use super::port::{send_out, DelayQueue, FaultCounters, LoopQueue, Port, TxPath};
 use super::{
-    CloseReason, Duration, FourTuple, Instant, LinkStatus, MacAddr, SocketId, TcbInfo, TcpConfig,
+    CloseReason, Duration, FourTuple, Instant, LinkStatus, MacAddr, SocketId, Split, TcbInfo, TcpConfig,
     TcpError, TcpState, Transport,
 };
 
@@ -99,6 +99,10 @@ pub(super) struct Entry {
     rng: u64,
     /// Fault injection: hold every frame the connection sends this long.
     pub(super) delay: Option<Duration>,
+    /// Fault injection: cut each data segment the connection sends in two.
+    pub(super) split: Option<Split>,
+    /// The split fault's last frame leaves then: later ones wait for it.
+    pub(super) split_until: Instant,
     /// Where our frames for this connection go.
     pub(super) next_hop: MacAddr,
     /// Octets of its receive and send buffers (of the TOE's budget).
@@ -509,6 +513,8 @@ impl SmolToe {
             drop_percent: 0,
             rng: 1,
             delay: None,
+            split: None,
+            split_until: self.now,
             next_hop,
             buffers,
         };
@@ -1208,6 +1214,7 @@ impl Transport for SmolToe {
         entry.blackhole = false;
         entry.drop_percent = 0;
         entry.delay = None;
+        entry.split = None;
         self.touch(id.index);
     }
 
@@ -1255,6 +1262,7 @@ impl Transport for SmolToe {
             blackholed: entry.blackhole,
             drop_percent: entry.drop_percent,
             delay: entry.delay,
+            split: entry.split,
         })
     }
 
@@ -1287,6 +1295,12 @@ impl Transport for SmolToe {
     fn set_delay(&mut self, id: SocketId, delay: Option<Duration>) {
         if let Some(entry) = self.entry_mut(id) {
             entry.delay = delay.filter(|d| *d > Duration::ZERO);
+        }
+    }
+
+    fn set_split(&mut self, id: SocketId, split: Option<Split>) {
+        if let Some(entry) = self.entry_mut(id) {
+            entry.split = split.filter(|s| s.tail > 0);
         }
     }
 }
