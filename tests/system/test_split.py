@@ -9,7 +9,7 @@ import threading
 
 from helpers import no_objects
 from test_flush import fault
-from vt3lab.tools import rping_between, tail
+from vt3lab.tools import ping_numbers, rping_between, tail, wait_rdma_listen
 
 PINGS = 100
 
@@ -42,32 +42,64 @@ class SplitEveryQp:
         self.thread.join(10)
 
 
-def split_rping(setup, server, client, d) -> tuple[int, int]:
-    """rping -V with every vt3 QP of D split: returns the segments cut and
-    vt3d's retransmissions."""
-    before = d.stats()
-    with SplitEveryQp(d, 2, 20) as s:
-        rping_between(server, client, PINGS)
-    after = d.stats()
-    assert s.split, f"no QP of vt3d {d.name} reached RTS to split: {s.errors}"
-    cut = after["toe.fault_split"] - before["toe.fault_split"]
-    return cut, after["fault.split"] - before["fault.split"]
-
-
 def test_split_vt3_vt3(vt3_pair):
-    """rping -V between two vt3 guests with every data segment of the client's vt3d cut in two, its FPDU's CRC split: all pings verified"""
-    cut, faults = split_rping(vt3_pair, vt3_pair.b, vt3_pair.a, vt3_pair.vt3a)
-    # rping -V: each ping is a SEND, an RDMA READ and its response, a
-    # WRITE and a SEND each way; vt3a's data segments were cut.
-    assert cut >= PINGS, f"{cut} segments cut for {PINGS} pings"
-    assert faults >= 1
+    """rping -V between two vt3 guests with every data segment of both vt3d cut in two, each FPDU's CRC split: all pings verified, no TERMINATE"""
+    daemons = (vt3_pair.vt3a, vt3_pair.vt3b)
+    before = [d.stats() for d in daemons]
+    with SplitEveryQp(daemons[0], 2, 20) as sa, SplitEveryQp(daemons[1], 2, 20) as sb:
+        rping_between(vt3_pair.b, vt3_pair.a, PINGS)
+    for d, s, was in zip(daemons, (sa, sb), before):
+        now = d.stats()
+        assert s.split, f"no QP of vt3d {d.name} reached RTS to split: {s.errors}"
+        # rping -V: per ping a SEND each way, an RDMA READ response from
+        # the client, a WRITE from the server: each side cut ≥ 1 per ping.
+        cut = now["toe.fault_split"] - was["toe.fault_split"]
+        assert cut >= PINGS, f"vt3d {d.name}: {cut} segments cut for {PINGS} pings"
+        assert now["fault.split"] - was["fault.split"] == len(s.split)
+        for key in ("iwarp.terminates_rx", "iwarp.terminates_tx", "iwarp.protocol_errors"):
+            assert now[key] == was[key], f"vt3d {d.name}: {key} {was[key]} -> {now[key]}"
     no_objects(vt3_pair, "after rping with split segments")
 
 
+def siw_crc_errors(g) -> int:
+    return int(g.check("dmesg | grep -c 'siw: crc error' || true", 10).strip() or 0)
+
+
 def test_split_vt3_siw(vt3_siw):
-    """EXPERIMENT: rping -V, vt3 client, siw server, vt3's segments split"""
-    try:
-        cut, faults = split_rping(vt3_siw, vt3_siw.b, vt3_siw.a, vt3_siw.vt3a)
-        print(f"\nrping passed, {cut} cut")
-    finally:
-        print(vt3_siw.b.check("dmesg | grep -i siw | tail -20", 10))
+    """siw's MPA receive against split segments: a tail of 7 (the CRC whole, the payload's last octets apart) passes rping -V; a tail of 2 cuts the CRC and siw, which copies each piece of a split trailer to its start (siw_get_trailer), reports a CRC error and TERMINATEs: reproduced on demand"""
+    a, b, d = vt3_siw.a, vt3_siw.b, vt3_siw.vt3a
+    before = d.stats()
+    with SplitEveryQp(d, 7, 20) as s:
+        rping_between(b, a, PINGS)
+    assert s.split, f"no QP reached RTS to split: {s.errors}"
+    middle = d.stats()
+    assert middle["toe.fault_split"] - before["toe.fault_split"] >= PINGS, (before, middle)
+    assert middle["iwarp.terminates_rx"] == before["iwarp.terminates_rx"], (before, middle)
+    crc_before = siw_crc_errors(b)
+
+    # A tail of 2: the first segment that ends an FPDU loses the connection.
+    b.spawn(f"rping -s -a {b.ip} -p 7175 -C {PINGS} -V -v", "rping-split", 300)
+    wait_rdma_listen(b, 7175)
+    with SplitEveryQp(d, 2, 20) as s:
+        c = a.run(f"rping -c -a {b.ip} -p 7175 -C {PINGS} -V -v", 120)
+    if b.running("rping-split"):
+        b.kill("rping-split")
+    b.join("rping-split", 30)
+    after = d.stats()
+    crc_errors = siw_crc_errors(b) - crc_before
+    print(f"\nsplit tail 2: rping client exit {c.rc} after {len(ping_numbers(c.out, ''))} of {PINGS} pings, "
+          f"{crc_errors} siw CRC error(s), "
+          f"{after['iwarp.terminates_rx'] - middle['iwarp.terminates_rx']} TERMINATE(s) to vt3\n"
+          + b.check("dmesg | grep 'siw: crc error' | tail -3", 10))
+    assert s.split, f"no QP reached RTS to split: {s.errors}"
+    assert after["toe.fault_split"] > middle["toe.fault_split"], (middle, after)
+    # rping's exit status does not say (it exits 0 after "wait for
+    # RDMA_WRITE_ADV state 10"): its pings do.
+    pings = len(ping_numbers(c.out, ""))
+    assert pings < PINGS, f"rping passed with split CRCs: was siw's split-trailer copy fixed? (exit {c.rc})\n{tail(c.out)}"
+    assert crc_errors == 1, f"{crc_errors} 'siw: crc error' lines in b's dmesg, want 1"
+    assert after["iwarp.terminates_rx"] - middle["iwarp.terminates_rx"] == 1, (middle, after)
+
+    # Only that connection was lost: the pair works as before.
+    rping_between(b, a, 10)
+    no_objects(vt3_siw, "after the split rping")
