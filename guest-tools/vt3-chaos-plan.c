@@ -38,6 +38,7 @@ const struct fault faults[N_FAULTS] = {
 	{ "vt3d-killed",	HOST,	S_DEVICE,	E_DEVICE,	true },
 	{ "rmmod",		HOST,	S_DEVICE,	E_DEVICE,	true },
 	{ "mute-commands",	HOST,	S_DEVICE,	E_DEVICE,	true },
+	{ "split",		HOST,	S_NOEVENT,	0, false },
 };
 _Static_assert(sizeof(faults) / sizeof(faults[0]) == N_FAULTS && sizeof(faults[N_FAULTS - 1].name),
 	       "N_FAULTS names every fault");
@@ -107,6 +108,9 @@ void make_plan(struct plan *p, uint64_t seed, const int *allowed, int nallowed, 
 		p->a2 = 1 + rnd(&s, 1000);	/* its seed */
 	} else if (!strcmp(faults[p->fault].name, "delay")) {
 		p->a1 = 10 + rnd(&s, 191);	/* ms */
+	} else if (!strcmp(faults[p->fault].name, "split")) {
+		p->a1 = 1 + rnd(&s, 8);		/* tail octets: 1-3 cut the CRC */
+		p->a2 = 1 + rnd(&s, 20);	/* hold ms */
 	} else if (!strcmp(faults[p->fault].name, "terminate")) {
 		const uint8_t *t = terminates[rnd(&s, sizeof(terminates) / sizeof(terminates[0]))];
 

@@ -35,13 +35,14 @@
  *   local   disconnect (rdma_disconnect of one QP), abort (destroy one QP
  *           with traffic in flight), bad-wqe (a WRITE with a bad lkey)
  *   peer    peer-close, peer-abort (the server, on the client's request)
- *   host    rst fin blackhole drop delay corrupt-crc terminate
+ *   host    rst fin blackhole drop delay split corrupt-crc terminate
  *           invalidate-stag device-fatal peer-killed peer-vt3d-killed
  *           vt3d-killed rmmod mute-commands: the client prints
  *             READY <run> <seed> <fault> <side> <qpn> <peer qpn> <stag> <a1> <a2> <a3>
  *           (side 0: the fault is done to the peer's vt3d and QP, 1: to
  *           ours; stag: the peer's rkey or our MR's; a1..a3: drop percent
- *           and seed, delay ms, terminate layer etype ecode) and keeps its
+ *           and seed, delay ms, split tail and hold ms, terminate layer
+ *           etype ecode) and keeps its
  *           traffic flowing until FILE (--ack) holds the run number.
  * Traffic: SEND, WRITE and READ on every QP with verified data (receives:
  * the server's header, sequence and bytes; READs: the bytes of the last

@@ -162,7 +162,7 @@ struct fault {
 	bool destructive;	/* the rest of the batch has no device or peer */
 };
 
-#define N_FAULTS	19
+#define N_FAULTS	20
 extern const struct fault faults[N_FAULTS];
 
 /* ------------------------------------------------------------------ plan */

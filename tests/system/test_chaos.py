@@ -49,7 +49,7 @@ ACK = "/tmp/chaos.ack"
 DURATION_MS = 1500
 
 NON_DESTRUCTIVE = ("disconnect", "abort", "bad-wqe", "peer-close", "peer-abort", "rst", "fin", "blackhole",
-                   "drop", "delay", "corrupt-crc", "terminate", "invalidate-stag")
+                   "drop", "delay", "split", "corrupt-crc", "terminate", "invalidate-stag")
 # mute-commands: our vt3d drops commands while its data path runs on, so
 # vt3.ko declares the device lost (CQs frozen) with CQEs still coming.
 CHEAP_DESTRUCTIVE = ("device-fatal", "rmmod", "peer-killed", "mute-commands")
@@ -113,7 +113,7 @@ class KernelClient(Client):
 # kernel ULP posts no bad lkey); invalidate-stag of the peer's STag only.
 # The device's end (rmmod, vt3d-killed) reaches the module as rdma_cm's
 # DEVICE_REMOVAL, where it drains and destroys each id's QP as ULPs do.
-KERNEL_NON_DESTRUCTIVE = tuple(f for f in NON_DESTRUCTIVE if f != "bad-wqe")
+KERNEL_NON_DESTRUCTIVE = tuple(f for f in NON_DESTRUCTIVE if f not in ("bad-wqe", "split"))
 KERNEL_DESTRUCTIVE = ("device-fatal", "peer-killed", "rmmod", "mute-commands")
 KERNEL_REBOOTING = REBOOTING
 USER = UserClient("vt3-chaos", ALL_FAULTS)
@@ -173,6 +173,8 @@ def do_fault(p: ChaosPair, ready: list[str]) -> None:
         ctl_fault(d, name, "--percent", a1, "--seed", a2, qp=qp)
     elif name == "delay":
         ctl_fault(d, name, "--ms", a1, qp=qp)
+    elif name == "split":
+        ctl_fault(d, name, "--tail", a1, "--hold-ms", a2, qp=qp)
     elif name == "terminate":
         ctl_fault(d, name, "--layer", a1, "--etype", a2, "--ecode", a3, qp=qp)
     elif name == "invalidate-stag":

@@ -707,7 +707,16 @@ impl Rnic {
     fn fetch_starved_receives<M: GuestMemory>(&mut self, mem: &M, now: Instant) {
         let Some(offload) = self.offload.as_ref() else { return };
         let starved: Vec<u32> = offload.engine.starved_receive_queues().collect();
+        let mut srqs_read = Vec::new();
         for qpn in starved {
+            // An SRQ once per pass, however many of its QPs wait.
+            let srqn = self.qps.get(qpn).map_or(0, |qp| qp.srqn);
+            if srqn != 0 {
+                if srqs_read.contains(&srqn) {
+                    continue;
+                }
+                srqs_read.push(srqn);
+            }
             self.fetch(mem, now, qpn, WorkQueue::Recv, Trigger::Device);
         }
     }

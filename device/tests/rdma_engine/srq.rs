@@ -429,3 +429,34 @@ fn an_address_change_does_not_lose_a_taken_srq_wqe() {
 
 #[path = "srq_resize.rs"]
 mod resize;
+
+/// Two SENDs placed in one pass when the pool holds one WQE and the ring a
+/// second whose doorbell has not arrived (the device idle on the SRQ, so
+/// the guest rang one; it is still in the TX queue behind the peer's
+/// data): the second SEND must find the ring's WQE, not be refused for
+/// want of a buffer. The chaos case met it with 16 QPs on one SRQ: one of
+/// them got QP_REQ_ERR ("no receive WQE posted") in mid-run.
+#[test]
+fn an_srq_that_runs_dry_in_mid_pass_is_read_again() {
+    let mut s = srq_setup(0);
+    s.post(1);
+    let idle = SrqStatusFlag::Idle as u32;
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.b.srq_status(&s.srq).flags.to_native() & idle != 0));
+    // The second WQE and the producer index, but no doorbell yet.
+    let slot = u64::from(s.srq.prod & (s.srq.depth - 1));
+    let wqe = recv_wqe(101, &s.b_buf, 65536, 65536);
+    s.sim.b.mem.write_obj(wqe, GuestAddress(s.srq.ring + slot * 128)).unwrap();
+    s.srq.prod += 1;
+    s.sim.b.mem.store(s.srq.prod.to_le(), GuestAddress(s.srq.status), Ordering::Release).unwrap();
+    assert_eq!(s.sim.b.rnic.offload().unwrap().engine().srq_pooled(s.srq.srqn), Some(1));
+    s.send(0, 1, 100);
+    s.send(0, 2, 100);
+    let rcq = s.rcq;
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.b.cq_status(&rcq).prod.to_native().wrapping_sub(rcq.cons) >= 2
+        || !sim.b.qp_events().is_empty()));
+    assert_eq!(s.sim.b.qp_events(), vec![], "no QP failed");
+    let mut rcq = s.rcq;
+    let mut got: Vec<_> = s.sim.b.poll_cq(&mut rcq).iter().map(|c| (c.wr_id.to_native(), c.status)).collect();
+    got.sort_unstable();
+    assert_eq!(got, vec![(100, 0), (101, 0)]);
+}

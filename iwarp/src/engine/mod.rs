@@ -563,21 +563,20 @@ impl<T: Transport> Engine<T> {
     /// [`Engine::poll`], which would otherwise answer a SEND with a
     /// TERMINATE for want of a buffer the guest may have posted already
     /// (its doorbell still on the way, or left for later by a fetch
-    /// budget). A QP's own RQ is read whenever data waits, not only once
-    /// it is empty: one poll places every SEND waiting, and an RQ that
-    /// runs out in mid-poll must not refuse a SEND whose receive is in the
-    /// ring (the soak met it: several QPs at once behind late doorbells).
+    /// budget). A receive queue is read whenever data waits, not only once
+    /// it is empty: one poll places every SEND waiting, and an RQ or SRQ
+    /// that runs out in mid-poll must not refuse a SEND whose receive is in
+    /// the ring (the soak met it for RQs, several QPs at once behind late
+    /// doorbells; the chaos case for an SRQ of 16 QPs).
     pub fn starved_receive_queues(&self) -> impl Iterator<Item = u32> + '_ {
         // Data waiting keeps a QP active.
         self.active.iter().filter_map(|qpn| self.qps.get(qpn)).filter_map(|qp| {
             let conn = qp.conn.as_ref()?;
             let receiving = matches!(qp.state, QpState::Rts | QpState::Closing)
                 && conn.stream.as_ref().is_some_and(|s| !s.rx_stopped);
-            let short = match qp.config.srq {
-                Some(srqn) => qp.queues.rq.is_empty() && self.srqs.get(&srqn).is_none_or(Srq::is_empty),
-                None => true,
-            };
-            (receiving && short && self.toe.recv_queue(conn.sock) > 0).then_some(qp.qpn)
+            // An SRQ's pool too: it may hold fewer WRs than the SENDs
+            // waiting (the SRQ's other QPs, or several on this one).
+            (receiving && self.toe.recv_queue(conn.sock) > 0).then_some(qp.qpn)
         })
     }
 

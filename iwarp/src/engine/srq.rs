@@ -49,6 +49,7 @@ impl Srq {
         self.pool.len() >= self.depth as usize
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.pool.is_empty()
     }
