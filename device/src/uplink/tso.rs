@@ -40,8 +40,8 @@ const MAX_IP_LEN: usize = 65_535;
 
 const ETH_LEN: usize = 14;
 const TCP_FIN: u8 = 0x01;
-const TCP_PSH: u8 = 0x08;
-const TCP_ACK: u8 = 0x10;
+pub(super) const TCP_PSH: u8 = 0x08;
+pub(super) const TCP_ACK: u8 = 0x10;
 const TCP_CWR: u8 = 0x80;
 /// Offset of the checksum in a TCP header.
 const TCP_CSUM: usize = 16;
@@ -413,4 +413,4 @@ fn write_segment(out: &mut [u8], p: &TcpFrame, headers: &[u8], chunk: &[u8], id:
 
 #[cfg(test)]
 #[path = "tso_tests.rs"]
-mod tests;
+pub(super) mod tests;

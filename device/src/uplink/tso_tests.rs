@@ -6,7 +6,7 @@
 use super::*;
 
 /// RFC 1071 checksum, the plain way: 0 over data that holds a valid one.
-fn naive_csum(parts: &[&[u8]]) -> u16 {
+pub(crate) fn naive_csum(parts: &[&[u8]]) -> u16 {
     let data: Vec<u8> = parts.concat();
     let mut s: u32 = 0;
     for i in (0..data.len()).step_by(2) {
@@ -20,7 +20,7 @@ fn naive_csum(parts: &[&[u8]]) -> u16 {
 }
 
 /// The pseudo header of the TCP segment in `frame`.
-fn pseudo(frame: &[u8]) -> Vec<u8> {
+pub(crate) fn pseudo(frame: &[u8]) -> Vec<u8> {
     let v6 = frame[12] == 0x86;
     let (addrs, tcp_len) = if v6 {
         (&frame[22..54], u16::from_be_bytes([frame[18], frame[19]]) as usize)
@@ -45,7 +45,7 @@ fn tcp_offset(frame: &[u8]) -> usize {
     }
 }
 
-fn tcp_checksum_ok(frame: &[u8]) -> bool {
+pub(crate) fn tcp_checksum_ok(frame: &[u8]) -> bool {
     let tcp = tcp_offset(frame);
     let end = if frame[12] == 0x86 {
         54 + u16::from_be_bytes([frame[18], frame[19]]) as usize
@@ -55,23 +55,23 @@ fn tcp_checksum_ok(frame: &[u8]) -> bool {
     naive_csum(&[&pseudo(frame), &frame[tcp..end]]) == 0
 }
 
-fn ipv4_checksum_ok(frame: &[u8]) -> bool {
+pub(crate) fn ipv4_checksum_ok(frame: &[u8]) -> bool {
     let ihl = usize::from(frame[14] & 15) * 4;
     naive_csum(&[&frame[14..14 + ihl]]) == 0
 }
 
 #[derive(Clone, Copy)]
-struct Flow {
-    v6: bool,
-    sport: u16,
-    options: &'static [u8],
+pub(crate) struct Flow {
+    pub v6: bool,
+    pub sport: u16,
+    pub options: &'static [u8],
 }
 
-const V4: Flow = Flow { v6: false, sport: 4000, options: &[1, 1, 8, 10, 0, 0, 0, 7, 0, 0, 0, 9] };
-const V6: Flow = Flow { v6: true, sport: 4000, options: &[] };
+pub(crate) const V4: Flow = Flow { v6: false, sport: 4000, options: &[1, 1, 8, 10, 0, 0, 0, 7, 0, 0, 0, 9] };
+pub(crate) const V6: Flow = Flow { v6: true, sport: 4000, options: &[] };
 
 /// A complete Ethernet/IP/TCP frame with valid checksums.
-fn frame(flow: Flow, seq: u32, id: u16, flags: u8, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn frame(flow: Flow, seq: u32, id: u16, flags: u8, payload: &[u8]) -> Vec<u8> {
     let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1];
     let tcp_len = 20 + flow.options.len() + payload.len();
     if flow.v6 {
@@ -105,7 +105,7 @@ fn frame(flow: Flow, seq: u32, id: u16, flags: u8, payload: &[u8]) -> Vec<u8> {
 
 /// `n` consecutive segments of `mss` octets (the last `last` octets),
 /// ACK only but PSH on the last, with consecutive IP ids.
-fn segments(flow: Flow, n: usize, mss: usize, last: usize) -> Vec<Vec<u8>> {
+pub(crate) fn segments(flow: Flow, n: usize, mss: usize, last: usize) -> Vec<Vec<u8>> {
     let mut seq = 1_000_000u32.wrapping_sub(5000);
     (0..n)
         .map(|i| {
@@ -143,7 +143,7 @@ fn cut(hdr: &VnetHdr, src: &[u8], nbufs: usize) -> Result<Vec<Vec<u8>>, GsoError
     Ok(frames)
 }
 
-fn refs(frames: &[Vec<u8>]) -> Vec<&[u8]> {
+pub(crate) fn refs(frames: &[Vec<u8>]) -> Vec<&[u8]> {
     frames.iter().map(Vec::as_slice).collect()
 }
 
