@@ -99,6 +99,49 @@ def test_udp_uplink_vt3_siw(vt3_siw_udp):
     no_objects(vt3_siw_udp, "after ib_write_bw")
 
 
+def test_tap_uplink_vt3_siw(vt3_siw_tap):
+    """vt3d's tap uplink and QEMU's -netdev tap (vnet_hdr=on) in a Linux bridge: ib_write_bw -R 64 KiB both ways, then 8 MiB of TCP from the siw guest; vt3d's segments leave in TSO writes, the siw guest's TSO super-frames arrive whole and vt3d cuts them"""
+    vt3d = vt3_siw_tap.vt3a
+    before = vt3d.stats()
+    assert (before["uplink.vnet_hdr"], before["uplink.offloads"]) == (12, 1), before
+    perf(vt3_siw_tap, "b", "a", "ib_write_bw", 65536)  # vt3 writes: its segments leave vt3d
+    sent = vt3d.stats()
+    perf(vt3_siw_tap, "a", "b", "ib_write_bw", 65536)  # siw writes: QEMU's frames into vt3d
+    after = vt3d.stats()
+    # 20 writes of 64 KiB in ≤ 1460-octet segments: ≥ 898 frames each way.
+    frames = -(-iters_for(65536) * 65536 // 1460)
+    assert sent["nic.toe_tx_frames"] - before["nic.toe_tx_frames"] >= frames, (before, sent)
+    assert after["nic.toe_rx_frames"] - sent["nic.toe_rx_frames"] >= frames, (sent, after)
+    # vt3d's runs of segments left as TSO writes, none refused.
+    assert sent["uplink.tso_sends"] > before["uplink.tso_sends"], (before, sent)
+    assert sent["uplink.tso_frames"] - before["uplink.tso_frames"] >= 2 * (sent["uplink.tso_sends"] - before["uplink.tso_sends"])
+    # siw pushes each FPDU as a segment of its own (no super-frames under
+    # TCG); the siw guest's kernel TCP sends bulk data with TSO: 8 MiB
+    # b→a by nc (to the vt3 guest's own stack, through vt3d's NIC).
+    a, b = vt3_siw_tap.a, vt3_siw_tap.b
+    blob = b.check("dd if=/dev/urandom of=/tmp/blob bs=1M count=8 2>/dev/null && md5sum /tmp/blob", 60).split()[0]
+    a.spawn("nc -l -p 5001 > /tmp/blob", "nc-srv", 300)
+    a.check("for i in $(seq 50); do netstat -ltn 2>/dev/null | grep -q ':5001 ' && exit 0; sleep 0.1; done; exit 1", 10)
+    b.check(f"nc -N {A_IP} 5001 < /tmp/blob", 120)
+    assert a.join("nc-srv", 60).rc == 0
+    got = a.check("stat -c %s /tmp/blob && md5sum /tmp/blob", 30).split()
+    assert got[:2] == [str(8 << 20), blob], f"received {got}, sent {8 << 20} bytes md5 {blob}"
+    for g in (a, b):
+        g.run("rm -f /tmp/blob", 10)
+    end = vt3d.stats()
+    # The siw guest's super-frames were cut by vt3d, each into ≥ 2 frames.
+    gso = end["uplink.gso_receives"] - before["uplink.gso_receives"]
+    assert gso > 0, (before, end)
+    assert end["uplink.segmented_frames"] - before["uplink.segmented_frames"] >= 2 * gso, (before, end)
+    print("\n" + ", ".join(f"{k} {end[k] - before[k]}" for k in (
+        "nic.toe_tx_frames", "uplink.tso_sends", "uplink.tso_frames", "nic.toe_rx_frames",
+        "uplink.gso_receives", "uplink.segmented_frames", "uplink.csum_completed")))
+    for key in ("nic.tx_uplink_errors", "nic.tx_uplink_dropped", "uplink.tso_refused", "uplink.bad_gso",
+                "uplink.oversize_drops"):
+        assert end[key] == before[key], (key, before[key], end[key])
+    no_objects(vt3_siw_tap, "after ib_write_bw and nc")
+
+
 # --------------------------------------------------------------- perftest
 
 @pytest.mark.parametrize("tool", TOOLS)
