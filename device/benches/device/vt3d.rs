@@ -78,6 +78,7 @@ fn ip(args: &[&str]) {
 
 impl TapBridge {
     fn new(mtu: u32) -> Self {
+        assert!(can_make_taps(), "the tap uplink's bridge needs root (CAP_NET_ADMIN)");
         let stem = format!("vtb{}x{}", std::process::id() % 100_000, BRIDGES.fetch_add(1, Ordering::Relaxed));
         let this = Self { bridge: format!("{stem}br"), taps: [format!("{stem}a"), format!("{stem}b")] };
         let mtu = mtu.to_string();
