@@ -140,9 +140,11 @@ def test_tap_uplink_vt3_siw(vt3_siw_tap):
     out_segs = tcp_after["OutSegs"] - tcp_before["OutSegs"]
     retrans = tcp_after["RetransSegs"] - tcp_before["RetransSegs"]
     print(f"\nnc b→a: {out_segs} segments sent by b, {retrans} retransmitted")
-    # The bridge loses nothing (0 in every run seen): a segment cut wrong
-    # by vt3d is one the vt3 guest's TCP drops, and b sends it again.
-    assert retrans * 100 <= out_segs, f"nc b→a: {retrans} of {out_segs} segments retransmitted"
+    # The bridge loses nothing (0 to 0.7 % retransmitted, timeouts of a
+    # slow TCG guest, in the runs seen): a segment cut wrong by vt3d is one
+    # the vt3 guest's TCP drops and b sends again (10-11 % with the seq of
+    # every segment left at the super-frame's, mutant tap-segment-seq).
+    assert retrans * 20 <= out_segs, f"nc b→a: {retrans} of {out_segs} segments retransmitted"
     end = vt3d.stats()
     # The siw guest's super-frames were cut by vt3d, each into ≥ 2 frames.
     gso = end["uplink.gso_receives"] - before["uplink.gso_receives"]
