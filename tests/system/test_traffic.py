@@ -76,18 +76,26 @@ def test_rping_siw_vt3(vt3_siw):
     no_objects(vt3_siw, "after rping")
 
 
-def test_udp_uplink_vt3_siw(vt3_siw_udp):
-    """vt3d's udp uplink and QEMU's -netdev dgram on UDP: ib_write_bw -R 64 KiB both ways; vt3d's segments leave in UDP GSO sends that QEMU takes as single frames, QEMU's datagrams come in one frame each"""
-    vt3d = vt3_siw_udp.vt3a
+def write_both_ways(setup) -> tuple[dict, dict, dict]:
+    """ib_write_bw -R 64 KiB from the vt3 guest (a) to the siw guest (b),
+    then back; vt3d vt3a's counters before, between and after. Each way
+    carried ≥ 898 TOE frames (20 writes of 64 KiB in ≤ 1460-octet
+    segments)."""
+    vt3d = setup.vt3a
     before = vt3d.stats()
-    perf(vt3_siw_udp, "b", "a", "ib_write_bw", 65536)  # vt3 writes: its segments leave vt3d
+    perf(setup, "b", "a", "ib_write_bw", 65536)  # vt3 writes: its segments leave vt3d
     sent = vt3d.stats()
-    perf(vt3_siw_udp, "a", "b", "ib_write_bw", 65536)  # siw writes: QEMU's datagrams into vt3d
+    perf(setup, "a", "b", "ib_write_bw", 65536)  # siw writes: QEMU's frames into vt3d
     after = vt3d.stats()
-    # 20 writes of 64 KiB in ≤ 1460-octet segments: ≥ 898 frames each way.
     frames = -(-iters_for(65536) * 65536 // 1460)
     assert sent["nic.toe_tx_frames"] - before["nic.toe_tx_frames"] >= frames, (before, sent)
     assert after["nic.toe_rx_frames"] - sent["nic.toe_rx_frames"] >= frames, (sent, after)
+    return before, sent, after
+
+
+def test_udp_uplink_vt3_siw(vt3_siw_udp):
+    """vt3d's udp uplink and QEMU's -netdev dgram on UDP: ib_write_bw -R 64 KiB both ways; vt3d's segments leave in UDP GSO sends that QEMU takes as single frames, QEMU's datagrams come in one frame each"""
+    before, sent, after = write_both_ways(vt3_siw_udp)
     # Runs of segments left in GSO sends, none refused, none lost by vt3d.
     assert sent["uplink.segmented_sends"] > before["uplink.segmented_sends"], (before, sent)
     assert after["uplink.gso_segment_limit"] == 65507, after
@@ -109,16 +117,8 @@ def snmp_tcp(g) -> dict[str, int]:
 def test_tap_uplink_vt3_siw(vt3_siw_tap):
     """vt3d's tap uplink and QEMU's -netdev tap (vnet_hdr=on) in a Linux bridge: ib_write_bw -R 64 KiB both ways, then 8 MiB of TCP from the siw guest; vt3d's segments leave in TSO writes, the siw guest's TSO super-frames arrive whole and vt3d cuts them"""
     vt3d = vt3_siw_tap.vt3a
-    before = vt3d.stats()
+    before, sent, _ = write_both_ways(vt3_siw_tap)
     assert (before["uplink.vnet_hdr"], before["uplink.offloads"]) == (12, 1), before
-    perf(vt3_siw_tap, "b", "a", "ib_write_bw", 65536)  # vt3 writes: its segments leave vt3d
-    sent = vt3d.stats()
-    perf(vt3_siw_tap, "a", "b", "ib_write_bw", 65536)  # siw writes: QEMU's frames into vt3d
-    after = vt3d.stats()
-    # 20 writes of 64 KiB in ≤ 1460-octet segments: ≥ 898 frames each way.
-    frames = -(-iters_for(65536) * 65536 // 1460)
-    assert sent["nic.toe_tx_frames"] - before["nic.toe_tx_frames"] >= frames, (before, sent)
-    assert after["nic.toe_rx_frames"] - sent["nic.toe_rx_frames"] >= frames, (sent, after)
     # vt3d's runs of segments left as TSO writes, none refused.
     assert sent["uplink.tso_sends"] > before["uplink.tso_sends"], (before, sent)
     assert sent["uplink.tso_frames"] - before["uplink.tso_frames"] >= 2 * (sent["uplink.tso_sends"] - before["uplink.tso_sends"])
