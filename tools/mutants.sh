@@ -100,7 +100,7 @@
 #   tap-segment-seq  vt3d's tap uplink gives every segment it cuts from a
 #                  received TSO super-frame the super-frame's seq (the
 #                  siw guest's TCP data arrives as duplicates and is sent
-#                  again: 10-11 % of its segments, against 0-0.7 %)
+#                  again: 10-16 % of its segments, against 0-0.7 %)
 #
 # A mutant is KILLED when the cases fail and the failure report names the
 # broken rule (REASON, a regex); SURVIVED when they pass; WRONG-REASON when
