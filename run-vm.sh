@@ -68,7 +68,9 @@ die() {
 # Host tools, as "command:package"; python3-pytest is checked by import.
 # tshark: the case pcap reads vt3d's captures with Wireshark's dissectors.
 # socat: what `up` tells the user to reach a guest's console with.
-HOST_TOOLS="timeout:coreutils md5sum:coreutils gcc:gcc flock:util-linux tshark:tshark socat:socat"
+# ip: the tap uplink's tests, the case tap-uplink-vt3-siw and the bench
+# put taps in a bridge of their own.
+HOST_TOOLS="timeout:coreutils md5sum:coreutils gcc:gcc flock:util-linux tshark:tshark socat:socat ip:iproute2"
 # The same, installed without their recommendations: libvirt's daemon and
 # virsh for the case libvirt (not libvirt-daemon-system: the case runs its
 # own libvirtd; no service of the machine's is installed or started).

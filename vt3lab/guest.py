@@ -64,12 +64,14 @@ class Result:
 @dataclass
 class Nic:
     """vt3: vhost-user to a vt3d; dgram: a plain QEMU virtio-net on a unix
-    datagram socket pair; udp: the same on UDP ports of 127.0.0.1."""
+    datagram socket pair; udp: the same on UDP ports of 127.0.0.1; tap: the
+    same on an existing tap interface, with a vnet header (offloads)."""
     kind: str
     vhost_socket: Path | None = None
     peer_socket: Path | None = None
     local_port: int | None = None
     peer_port: int | None = None
+    ifname: str | None = None
 
     @staticmethod
     def vt3(vhost_socket: Path) -> "Nic":
@@ -82,6 +84,10 @@ class Nic:
     @staticmethod
     def udp(local_port: int, peer_port: int) -> "Nic":
         return Nic("udp", local_port=local_port, peer_port=peer_port)
+
+    @staticmethod
+    def tap(ifname: str) -> "Nic":
+        return Nic("tap", ifname=ifname)
 
 
 @dataclass
@@ -153,6 +159,9 @@ class Guest:
         elif self.nic.kind == "udp":
             args += ["-netdev", f"dgram,id=n0,local.type=inet,local.host=127.0.0.1,local.port={self.nic.local_port},"
                                 f"remote.type=inet,remote.host=127.0.0.1,remote.port={self.nic.peer_port}",
+                     "-device", f"virtio-net-pci,netdev=n0,mac={self.mac},romfile="]
+        elif self.nic.kind == "tap":
+            args += ["-netdev", f"tap,id=n0,ifname={self.nic.ifname},script=no,downscript=no,vnet_hdr=on",
                      "-device", f"virtio-net-pci,netdev=n0,mac={self.mac},romfile="]
         else:
             args += ["-netdev", f"dgram,id=n0,local.type=unix,local.path={self.workdir / (self.name + '.dgram')},"

@@ -4,6 +4,8 @@ anyone's pytest suite:
     Vt3Pair    two vt3 guests, each behind its own vt3d, the vt3d wired together
     Vt3Siw     a vt3 guest (a) and a siw guest (b) on a plain QEMU NIC
     Vt3SiwUdp  Vt3Siw on UDP (vt3d's udp uplink, QEMU's -netdev dgram inet)
+    Vt3SiwTap  Vt3Siw on two taps in a Linux bridge (vt3d's tap uplink, QEMU's
+               -netdev tap with vnet_hdr; root)
     PyverbsVt3Siw  Vt3Siw booted from the pyverbs image (python3, pyverbs and
                rdma-core's tests/: images/overlay.sh)
     Vt3Plain   a vt3 guest (a, vt3.ko loaded) beside a plain QEMU guest (b)
@@ -26,6 +28,7 @@ import dataclasses
 import itertools
 import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -251,6 +254,46 @@ class Vt3SiwUdp(Vt3Siw):
         self.add_vt3d("vt3a", f"udp:127.0.0.1:{vt3d_port},127.0.0.1:{qemu_port}", A_MAC)
         self.add_guest("a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, "vt3.driver=1")
         self.add_guest("b", Nic.udp(qemu_port, vt3d_port), B_IP, B_MAC, "vt3.siw=1")
+
+
+class Vt3SiwTap(Vt3Siw):
+    """Vt3Siw meeting in a Linux bridge of its own: vt3d's tap uplink and
+    QEMU's -netdev tap (vnet_hdr=on), both on taps made beforehand
+    (persistent) so they are in the bridge when vt3d and QEMU attach.
+    Offloads are on at both ends: vt3d coalesces its segments into TSO
+    writes; the siw guest's TSO super-frames reach vt3d whole and are cut
+    there. Needs root (CAP_NET_ADMIN); stop() removes the interfaces."""
+    kind = "vt3-siw-tap"
+
+    def build(self) -> None:
+        # Short unique names (15 characters at most): vt<pid><n>{b,d,q}.
+        stem = f"vt{os.getpid() % 100000}{next(_serial) % 100}"
+        self.bridge, self.vt3d_tap, self.qemu_tap = stem + "b", stem + "d", stem + "q"
+        self.links: list[str] = []
+        ip("link", "add", self.bridge, "type", "bridge")
+        self.links.append(self.bridge)
+        for tap in (self.vt3d_tap, self.qemu_tap):
+            ip("tuntap", "add", "dev", tap, "mode", "tap")
+            self.links.append(tap)
+            ip("link", "set", tap, "master", self.bridge)
+        for link in self.links:
+            ip("link", "set", link, "up")
+        self.add_vt3d("vt3a", f"tap:{self.vt3d_tap}", A_MAC)
+        self.add_guest("a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, "vt3.driver=1")
+        self.add_guest("b", Nic.tap(self.qemu_tap), B_IP, B_MAC, "vt3.siw=1")
+
+    def stop(self) -> None:
+        try:
+            super().stop()
+        finally:
+            for link in reversed(getattr(self, "links", [])):
+                subprocess.run(["ip", "link", "del", link], capture_output=True)
+
+
+def ip(*args: str) -> None:
+    r = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)}: {r.stderr.strip()}")
 
 
 class PyverbsVt3Siw(Vt3Siw):

@@ -34,6 +34,7 @@ impl Dgram {
                 b.set_nonblocking(true).expect("nonblocking");
                 (Self::Udp(a), Self::Udp(b))
             }
+            UplinkKind::Tap => panic!("no raw datagram anchor for a tap"),
             UplinkKind::UnixDgram => {
                 let (pa, pb) = (dir.join(format!("{tag}.a")), dir.join(format!("{tag}.b")));
                 let _ = (std::fs::remove_file(&pa), std::fs::remove_file(&pb));

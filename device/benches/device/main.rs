@@ -43,7 +43,15 @@ fn main() {
             .map(|name| match name {
                 "udp" => vt3d::UplinkKind::Udp,
                 "unix-dgram" => vt3d::UplinkKind::UnixDgram,
-                other => panic!("VT3_BENCH_UPLINKS: unknown uplink {other:?} (udp, unix-dgram)"),
+                "tap" => vt3d::UplinkKind::Tap,
+                other => panic!("VT3_BENCH_UPLINKS: unknown uplink {other:?} (udp, unix-dgram, tap)"),
+            })
+            .filter(|&u| {
+                let skip = u == vt3d::UplinkKind::Tap && !vt3d::can_make_taps();
+                if skip {
+                    println!("VT3_BENCH_UPLINKS: tap skipped: making taps and a bridge needs root");
+                }
+                !skip
             })
             .collect();
     }

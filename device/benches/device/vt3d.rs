@@ -5,12 +5,16 @@ use std::fs::File;
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// Which uplink the two vt3d processes share.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UplinkKind {
     UnixDgram,
     Udp,
+    /// Two taps (vnet header, TSO) in a Linux bridge the bench makes: root.
+    Tap,
 }
 
 impl UplinkKind {
@@ -18,11 +22,22 @@ impl UplinkKind {
         match self {
             Self::UnixDgram => "unix-dgram",
             Self::Udp => "udp",
+            Self::Tap => "tap",
         }
     }
 
-    /// `--uplink` for side `a` and `b` (each the other's peer).
-    fn specs(self, dir: &Path) -> [String; 2] {
+    /// `--uplink` for side `a` and `b` (each the other's peer), and the
+    /// bridge a tap pair lives in.
+    fn specs(self, dir: &Path, mtu: u32) -> ([String; 2], Option<Arc<TapBridge>>) {
+        if self == Self::Tap {
+            let bridge = TapBridge::new(mtu);
+            let specs = [format!("tap:{}", bridge.taps[0]), format!("tap:{}", bridge.taps[1])];
+            return (specs, Some(Arc::new(bridge)));
+        }
+        (self.datagram_specs(dir), None)
+    }
+
+    fn datagram_specs(self, dir: &Path) -> [String; 2] {
         match self {
             Self::UnixDgram => {
                 let (a, b) = (dir.join("a.uplink"), dir.join("b.uplink"));
@@ -35,6 +50,54 @@ impl UplinkKind {
                 let (a, b) = (free_udp_port(), free_udp_port());
                 [format!("udp:127.0.0.1:{a},127.0.0.1:{b}"), format!("udp:127.0.0.1:{b},127.0.0.1:{a}")]
             }
+            Self::Tap => unreachable!("taps are made by specs()"),
+        }
+    }
+}
+
+/// Whether the bench may make taps and bridges (CAP_NET_ADMIN: root).
+pub fn can_make_taps() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Two persistent taps in a bridge of their own, at one MTU; removed on
+/// drop (after the vt3d using them are gone).
+#[derive(Debug)]
+pub struct TapBridge {
+    bridge: String,
+    taps: [String; 2],
+}
+
+static BRIDGES: AtomicUsize = AtomicUsize::new(0);
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("run ip (iproute2)");
+    assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+impl TapBridge {
+    fn new(mtu: u32) -> Self {
+        assert!(can_make_taps(), "the tap uplink's bridge needs root (CAP_NET_ADMIN)");
+        let stem = format!("vtb{}x{}", std::process::id() % 100_000, BRIDGES.fetch_add(1, Ordering::Relaxed));
+        let this = Self { bridge: format!("{stem}br"), taps: [format!("{stem}a"), format!("{stem}b")] };
+        let mtu = mtu.to_string();
+        ip(&["link", "add", &this.bridge, "type", "bridge"]);
+        for tap in &this.taps {
+            ip(&["tuntap", "add", "dev", tap, "mode", "tap"]);
+            // IPv6 autoconfiguration would put frames of its own on the bridge.
+            let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{tap}/disable_ipv6"), "1");
+            ip(&["link", "set", tap, "mtu", &mtu, "master", &this.bridge, "up"]);
+        }
+        ip(&["link", "set", &this.bridge, "mtu", &mtu, "up"]);
+        this
+    }
+}
+
+impl Drop for TapBridge {
+    fn drop(&mut self) {
+        for link in self.taps.iter().chain([&self.bridge]) {
+            let _ = Command::new("ip").args(["link", "del", link]).output();
         }
     }
 }
@@ -49,6 +112,8 @@ pub struct Vt3d {
     child: Child,
     pub socket: PathBuf,
     log: PathBuf,
+    /// The taps' bridge, shared by the pair (dropped after the process).
+    _bridge: Option<Arc<TapBridge>>,
 }
 
 /// The vt3d binary: `VT3D` if set, else the one cargo built beside this bench.
@@ -59,7 +124,7 @@ pub fn binary() -> PathBuf {
 impl Vt3d {
     /// Starts the pair `a`, `b` on `uplink` with `mtu`, sockets in `dir`.
     pub fn pair(dir: &Path, uplink: UplinkKind, mtu: u32, macs: [[u8; 6]; 2]) -> [Self; 2] {
-        let specs = uplink.specs(dir);
+        let (specs, bridge) = uplink.specs(dir, mtu);
         let start = |name: &str, spec: &str, mac: [u8; 6]| {
             let socket = dir.join(format!("{name}.vhost"));
             let log = dir.join(format!("{name}.log"));
@@ -77,7 +142,7 @@ impl Vt3d {
                 .stderr(File::create(&log).expect("vt3d log file"))
                 .spawn()
                 .unwrap_or_else(|e| panic!("starting {}: {e}", binary().display()));
-            Self { child, socket, log }
+            Self { child, socket, log, _bridge: bridge.clone() }
         };
         [start("a", &specs[0], macs[0]), start("b", &specs[1], macs[1])]
     }

@@ -6,6 +6,7 @@ mod batch;
 mod gso;
 mod send_queue;
 mod tap;
+mod tso;
 mod udp;
 mod unix_dgram;
 
@@ -193,15 +194,6 @@ pub fn receive_queue_bytes(fd: RawFd) -> Option<usize> {
 
 /// Socket buffer size requested for datagram uplinks.
 const SOCKET_BUFFER: libc::c_int = 4 << 20;
-
-/// Maps "nothing to read" to `Ok(None)`.
-fn nonblocking<T>(r: io::Result<T>) -> io::Result<Option<T>> {
-    match r {
-        Ok(v) => Ok(Some(v)),
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-        Err(e) => Err(e),
-    }
-}
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
