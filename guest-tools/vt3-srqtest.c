@@ -3,7 +3,7 @@
  * vt3-srqtest: shared receive queue conformance over two real connections
  * (vt3_hw.h "Shared receive queues", docs/events.md). librdmacm + libibverbs.
  *
- *   vt3-srqtest srq  [--port P] [--timeout S] [--fault-wait S] [--lost] [-v]
+ *   vt3-srqtest srq  [--port P] [--timeout S] [--fault-wait S] [--lost|--lost-errored] [-v]
  *   vt3-srqtest peer --server IP [--port P] [--timeout S]
  *
  * The srq side is the one under test: it listens, and for the first
@@ -53,6 +53,9 @@
  *  lost-flush    every SRQ WR completes once, IBV_WC_WR_FLUSH_ERR, all on
  *                one of the two QPs (the first whose flush ran), none twice
  *  lost-once     nothing more completes; every WR exactly once
+ * --lost-errored moves both QPs to ERR first and polls the CQ, so libvt3
+ * notes their errors while the device lives (lost-errored: nothing of the
+ * SRQ completes); the loss must still flush every SRQ WR on one QP.
  * One line per check ("ok   NAME" / "FAIL NAME: why"), then
  * "vt3-srqtest: N passed, N failed"; exit 1 on a failure.
  */
@@ -103,6 +106,7 @@ struct msg {
 
 static int timeout_s = 60;
 static bool lost_mode;
+static bool lost_errored;
 static int fault_wait_s = 60;
 static bool verbose;
 
@@ -409,22 +413,72 @@ static struct rdma_cm_id *srq_accept(struct srqside *s)
 	return id;
 }
 
-/* --lost: the device is made fatal under the SRQ (vt3_hw.h device loss). */
+/* --lost: accounts for @n completions of the lost device's flush. */
+static void lost_account(struct srqside *s, const struct ibv_wc *wc, int n, const uint32_t qpn[2],
+			 uint32_t on[2], uint32_t *flushes)
+{
+	int i;
+
+	for (i = 0; i < n; i++) {
+		if (wc[i].wr_id < 1 || wc[i].wr_id >= s->next_wrid || s->done[wc[i].wr_id]++) {
+			s->dup++;
+			continue;
+		}
+		s->posted--;
+		if (wc[i].status == IBV_WC_WR_FLUSH_ERR)
+			(*flushes)++;
+		else
+			printf("wr_id %" PRIu64 ": %s\n", wc[i].wr_id, ibv_wc_status_str(wc[i].status));
+		if (wc[i].qp_num == qpn[0])
+			on[0]++;
+		else if (wc[i].qp_num == qpn[1])
+			on[1]++;
+	}
+}
+
+/*
+ * --lost: the device is made fatal under the SRQ (vt3_hw.h device loss).
+ * The CQ is polled while it happens, until the first async event: a
+ * poller may see the QPs' error flags (vt3d sets them) before vt3.ko
+ * freezes the CQs, and the SRQ's flush must still come.
+ */
 static int run_lost(struct srqside *s)
 {
 	struct ibv_async_event ev;
 	bool last[2] = { false, false }, fatal = false;
-	uint32_t qpn0 = s->id[0]->qp->qp_num, qpn1 = s->id[1]->qp->qp_num;
+	const uint32_t qpn[2] = { s->id[0]->qp->qp_num, s->id[1]->qp->qp_num };
+	struct pollfd async = { .fd = s->ctx->async_fd, .events = POLLIN };
 	double end;
-	int got, n, i, wrong = 0, ret;
+	int got = 0, n, i, wrong = 0, ret;
 	struct ibv_wc wc[16];
-	uint32_t on[2] = { 0, 0 }, flushes = 0, want;
+	uint32_t on[2] = { 0, 0 }, flushes = 0, want, polls = 0;
 
 	if (srq_post(s, 8))
 		die("ibv_post_srq_recv");
-	printf("READY-LOST %u %u\n", qpn0, qpn1);
+	if (lost_errored) {
+		struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
+
+		for (i = 0; i < 2; i++)
+			if (ibv_modify_qp(s->id[i]->qp, &attr, IBV_QP_STATE))
+				die("ibv_modify_qp to ERR");
+		/* libvt3 notes both errors while the device lives. */
+		n = ibv_poll_cq(s->rcq, 16, wc);
+		check(n == 0, "lost-errored", "%d completions once both QPs were in ERR, want none "
+		      "(a QP error flushes nothing of its SRQ)", n);
+	}
+	printf("READY-LOST %u %u\n", qpn[0], qpn[1]);
 	fflush(stdout);
 	end = now() + fault_wait_s;
+	while (now() < end && poll(&async, 1, 0) == 0) {
+		n = ibv_poll_cq(s->rcq, 16, wc);
+		if (n < 0)
+			break;
+		lost_account(s, wc, n, qpn, on, &flushes);
+		got += n;
+		polls++;
+	}
+	if (verbose)
+		printf("%u polls before the first async event, %d completions\n", polls, got);
 	while (now() < end && !(fatal && last[0] && last[1])) {
 		if (async_next(s->ctx, &ev, end - now()))
 			break;
@@ -444,29 +498,15 @@ static int run_lost(struct srqside *s)
 	      fatal ? "yes" : "no", last[0] ? "yes" : "no", last[1] ? "yes" : "no", wrong);
 	ret = srq_post(s, 2);
 	check(!ret, "lost-post", "ibv_post_srq_recv after the loss: %s", strerror(errno));
-	want = s->posted;
+	want = s->posted + got;
 	/* Every owed SRQ WR comes back once, flushed, on one QP. */
 	end = now() + timeout_s;
-	got = 0;
 	while ((uint32_t)got < want && now() < end) {
 		n = ibv_poll_cq(s->rcq, 16, wc);
 		if (n < 0)
 			break;
-		for (i = 0; i < n; i++, got++) {
-			if (wc[i].wr_id < 1 || wc[i].wr_id >= s->next_wrid || s->done[wc[i].wr_id]++) {
-				s->dup++;
-				continue;
-			}
-			s->posted--;
-			if (wc[i].status == IBV_WC_WR_FLUSH_ERR)
-				flushes++;
-			else
-				printf("wr_id %" PRIu64 ": %s\n", wc[i].wr_id, ibv_wc_status_str(wc[i].status));
-			if (wc[i].qp_num == qpn0)
-				on[0]++;
-			else if (wc[i].qp_num == qpn1)
-				on[1]++;
-		}
+		lost_account(s, wc, n, qpn, on, &flushes);
+		got += n;
 		if (!n)
 			usleep(1000);
 	}
@@ -897,6 +937,7 @@ int main(int argc, char **argv)
 		{ "fault-wait", required_argument, NULL, 'f' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "lost", no_argument, NULL, 'l' },
+		{ "lost-errored", no_argument, NULL, 'e' },
 		{}
 	};
 	const char *server = NULL, *port = "7475";
@@ -908,7 +949,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	optind = 2;
-	while ((c = getopt_long(argc, argv, "s:p:t:f:vl", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:p:t:f:vle", opts, NULL)) != -1) {
 		switch (c) {
 		case 's':
 			server = optarg;
@@ -927,6 +968,9 @@ int main(int argc, char **argv)
 			break;
 		case 'l':
 			lost_mode = true;
+			break;
+		case 'e':
+			lost_mode = lost_errored = true;
 			break;
 		default:
 			return 2;

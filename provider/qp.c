@@ -109,8 +109,22 @@ void vt3_wq_cleanup(struct vt3_wq *wq)
  */
 bool vt3_wq_error(struct vt3_wq *wq, enum vt3_trigger by)
 {
-	if (wq->error)
+	if (wq->error) {
+		/*
+		 * The device was lost after this queue's error was noted:
+		 * vt3d's own device-fatal sets the QP flags before vt3.ko
+		 * freezes the CQs. The SRQ's owed WQEs are a lost device's
+		 * flush now, once the frozen CQ's last CQE was taken.
+		 */
+		if (!wq->srq_lost && wq->recv && wq->qp->srq &&
+		    vt3_cq_frozen(wq->cq)) {
+			wq->srq_lost = true;
+			wq->flushing = false;
+			wq->flush_mark = vt3_cq_prod(wq->cq);
+			vt3_cq_note_repost(wq);
+		}
 		return true;
+	}
 	if (!(vt3_qp_flags(wq->qp) & VT3_QP_F_ERROR) || !(vt3_allowed_triggers() & by))
 		return false;
 	wq->flush_at_done = vt3_cq_frozen(wq->cq);

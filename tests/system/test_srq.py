@@ -39,17 +39,17 @@ def sides(setup):
     return setup.a, setup.vt3a, A_IP, setup.b
 
 
-def run_srqtest(setup, lost: bool = False):
+def run_srqtest(setup, lost: bool = False, errored: bool = False):
     """vt3-srqtest srq in the SRQ side (on vt3), its peer in the other
     guest; on the srq side's READY line the host faults the SRQ side's
-    vt3d: an RST on QP 1's connection, or (LOST) device-fatal. Returns
-    (srq side, peer) results."""
+    vt3d: an RST on QP 1's connection, or (LOST) device-fatal, with both
+    QPs moved to ERR before it if ERRORED. Returns (srq side, peer) results."""
     b, vt3d, srq_ip, a = sides(setup)
-    b.spawn(f"vt3-srqtest srq --port {PORT} --timeout 60 --fault-wait 60" + (" --lost" if lost else ""), "srq", 400)
+    b.spawn(f"vt3-srqtest srq --port {PORT} --timeout 60 --fault-wait 60" + (" --lost-errored" if errored else " --lost" if lost else ""), "srq", 400)
     try:
         wait_rdma_listen(b, PORT)
         a.spawn(f"vt3-srqtest peer --server {srq_ip} --port {PORT} --timeout 60", "srqpeer", 400)
-        if lost:
+        if lost or errored:
             wait_line(b, "srq", r"^READY-LOST ([0-9]+) ([0-9]+)$")
             answer = vt3d.ctl("fault", "device-fatal")
             assert isinstance(answer, dict) and answer.get("detail", "").startswith("device fatal: 2 QPs"), \
@@ -170,6 +170,18 @@ def test_srq_device_fatal(fresh_vt3_pair):
         f"vt3-srqtest peer exit {peer.rc}:\n{tail(peer.out)}"
     # A fatal device still destroys (DESTROY_SRQ among them): nothing held.
     no_objects(p, "after device-fatal under a user SRQ")
+    p.b.check(f"rmmod vt3 && insmod {KMOD}/vt3.ko", 60)
+    wait_device(p.b)
+    no_objects(p, "after vt3.ko's reload")
+
+
+def test_srq_device_fatal_errored(fresh_vt3_pair):
+    """vt3-srqtest --lost-errored: both QPs of a user SRQ moved to ERR and their errors noted by libvt3 (nothing of the SRQ flushed), then vt3d ctl fault device-fatal: every SRQ WR still flushed once on one QP"""
+    p = fresh_vt3_pair
+    s, peer = run_srqtest(p, errored=True)
+    check_srqtest(s, LOST_CHECKS[:5] + ("lost-errored",) + LOST_CHECKS[5:])
+    assert peer.rc == 0, f"vt3-srqtest peer exit {peer.rc}:\n{tail(peer.out)}"
+    no_objects(p, "after device-fatal under a user SRQ of QPs in ERR")
     p.b.check(f"rmmod vt3 && insmod {KMOD}/vt3.ko", 60)
     wait_device(p.b)
     no_objects(p, "after vt3.ko's reload")
