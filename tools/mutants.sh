@@ -37,6 +37,9 @@
 #   ksrq-flush-on-error vt3.ko does the same to a kernel SRQ
 #   srq-lost-unflushed  libvt3 never flushes a lost device's SRQ WQEs (the
 #                  ones a QP had taken complete nowhere)
+#   srq-lost-late-ignored libvt3 decides only at a QP's first error
+#                  whether its queue flushes the SRQ after a device loss:
+#                  QPs in error before the loss never flush it
 #   ksrq-lost-unflushed vt3.ko does the same to a kernel SRQ
 #   srq-flushed-on-error  srq-flush-on-error's patch, killed by the fault
 #                  soak (chaos) instead of the SRQ conformance case
@@ -261,11 +264,17 @@ REPLACEMENT[ksrq-flush-on-error]='	    (1 || !qp->ibqp.srq || vt3_cons_untrusted
 REASON[ksrq-flush-on-error]='FAIL no SRQ receive flushed by the QPs'
 CASES[ksrq-flush-on-error]=vt3-ksrq
 
-FILE[srq-lost-unflushed]=provider/qp.c
-ANCHOR[srq-lost-unflushed]='	wq->srq_lost = wq->recv && wq->qp->srq && wq->flush_at_done;'
-REPLACEMENT[srq-lost-unflushed]='	wq->srq_lost = false; /* MUTANT */'
+FILE[srq-lost-unflushed]=provider/cq.c
+ANCHOR[srq-lost-unflushed]='			if (wq->srq_lost)'
+REPLACEMENT[srq-lost-unflushed]='			if (0 && wq->srq_lost) /* MUTANT */'
 REASON[srq-lost-unflushed]='FAIL lost-flush: 0 of'
 CASES[srq-lost-unflushed]=srq-device-fatal
+
+FILE[srq-lost-late-ignored]=provider/qp.c
+ANCHOR[srq-lost-late-ignored]='		if (!wq->srq_lost && wq->recv && wq->qp->srq &&'
+REPLACEMENT[srq-lost-late-ignored]='		if (0 && !wq->srq_lost && wq->recv && wq->qp->srq && /* MUTANT */'
+REASON[srq-lost-late-ignored]='FAIL lost-flush: 0 of'
+CASES[srq-lost-late-ignored]=srq-device-fatal-errored
 
 FILE[ksrq-lost-unflushed]=guest-driver/vt3_srq.c
 ANCHOR[ksrq-lost-unflushed]='	if (vt3_srq_flushes_here(srq, qp)) {'
@@ -531,6 +540,8 @@ ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze 
 	srq-slot-kept wr-abort-posts cq-ex-peeks cq-ex-byte-len rereg-keeps-pages rereg-ignores-windows rereg-ignores-access)
 # SRQ resize (provider/srq.c, guest-driver/vt3_srq.c).
 ALL_MUTANTS+=(srq-resize-old-mask ksrq-resize-drops-slots)
+# A device lost under SRQ QPs already in error (provider/qp.c).
+ALL_MUTANTS+=(srq-lost-late-ignored)
 # The import path (provider/import.c, guest-driver/vt3_import.c).
 ALL_MUTANTS+=(unimport-deregs import-pd-unchecked import-ctx-unchecked)
 # The TOE's timer queue (iwarp/src/toe/smol.rs).
