@@ -25,35 +25,71 @@
  * Who may drive the device (authentication)
  * -----------------------------------------
  * Threat model: any guest process may send and sniff raw frames on the NIC
- * (a packet socket needs only CAP_NET_RAW), the frames vt3.ko and vt3d
- * exchange included. It cannot read kernel memory or learn guest-physical
- * addresses (GPAs). Only vt3.ko may command vt3d and only vt3d may send
- * vt3.ko responses and events, so no frame is trusted for what it says:
+ * (a packet socket needs only CAP_NET_RAW, which containers have), the
+ * frames vt3.ko and vt3d exchange included, and may fill most of guest RAM
+ * with data of its choice. It cannot read kernel memory or the firmware
+ * configuration (root only). Guest-physical addresses are NOT secrets: they
+ * cross the wire and repeat across boots. Only vt3.ko may command vt3d and
+ * only vt3d may send vt3.ko responses and events, so no frame is trusted
+ * for what it says; authority rests on a key that never appears on the
+ * wire nor in memory a user can read:
  *
- * - Session key. At each probe vt3.ko puts a fresh random 128-bit key in a
- *   kernel page (struct vt3_session_page) and sends VT3_CMD_HELLO naming
- *   that page's GPA. The key itself never crosses the wire: vt3d reads it
- *   from guest memory. A sniffer learns the page's address, not its
- *   contents.
- * - Proof of kernel. HELLO also carries the GPAs of the netdev's own
- *   virtqueues (RX and TX: descriptor table, available and used ring),
- *   which only the guest kernel knows and which vt3d learnt from QEMU
- *   over vhost-user. vt3d refuses a HELLO whose rings do not match; so a
- *   process cannot start a session of its own, not even with a key in a
- *   page it sprayed (it would have to guess those addresses).
- * - Every frame, both ways, carries a counter (in vt3_ctrl_hdr) and a MAC
- *   right after the `len` payload bytes: SipHash-2-4 with the session key
- *   over the header and the payload, little endian. Counters start at 1 and grow by one per frame sent in
- *   each direction; a receiver takes each counter once, within a window of
+ * - Provisioned key. The launcher gives each guest a random 128-bit key
+ *   K (VT3_KEY_LEN raw bytes, k0 and k1 little endian) out of band: to
+ *   vt3d (`vt3d serve --key-file F`, F made 0600 if missing) and to the
+ *   guest kernel through QEMU's firmware configuration device
+ *   (`-fw_cfg name=VT3_FW_CFG_KEY,file=F`; libvirt: <sysinfo
+ *   type='fwcfg'>), which vt3.ko reads from the qemu_fw_cfg module's
+ *   sysfs file (mode 0400, root only). Without a key vt3d refuses to start
+ *   and vt3.ko refuses to attach, each with a log line saying what to add,
+ *   unless both are told to run unauthenticated (vt3d --insecure-no-key,
+ *   vt3.ko insecure_no_key=1: K is all zeros, and any guest process can
+ *   drive the device).
+ * - First contact: a mutual proof of K with fresh nonces from both sides.
+ *   1. vt3.ko sends VT3_CMD_HELLO (struct vt3_cmd_hello: a random driver
+ *      nonce), counter 0, MAC under K.
+ *   2. vt3d answers VT3_MSG_RESP HELLO (struct vt3_resp_hello: the driver
+ *      nonce and a random device nonce), counter 0, MAC under K. vt3.ko
+ *      takes it only for the nonce it is waiting for: vt3d proved K.
+ *   3. Both derive the session key Ks (struct vt3_kdf_input, below):
+ *      Ks.k0 = SipHash(K, VT3_KDF_LABEL_K0 | nonces),
+ *      Ks.k1 = SipHash(K, VT3_KDF_LABEL_K1 | nonces).
+ *      vt3.ko sends VT3_CMD_PROVE (struct vt3_cmd_prove: both nonces) as
+ *      the first frame of the new session: counter 1, MAC under Ks.
+ *   4. vt3d takes a PROVE only for a challenge it issued, not yet used and
+ *      at most VT3_CHALLENGE_TTL_MS old; then, and only then, the new
+ *      session replaces the old one (vt3d drops every object of the old
+ *      session, as VT3_CMD_RESET) and vt3d answers under Ks.
+ *   Ks never crosses the wire. A replayed HELLO gets the challenge it got
+ *   before (or, once that was used, is refused); a replayed PROVE names a
+ *   used challenge; a forged HELLO or PROVE fails its MAC. None of them
+ *   touches the live session. vt3d counts refused HELLOs and PROVEs and
+ *   takes at most a bucket of VT3_HELLO_BURST refusals, refilled at
+ *   VT3_HELLO_RATE a second; past it HELLOs and PROVEs are dropped
+ *   unchecked (ctrl_refused_hello_limited). Residual risk: a process that
+ *   floods HELLOs delays a *new* session (probe, reload, vt3d restart)
+ *   while the flood lasts; it cannot start one, learn K or Ks, or disturb
+ *   a live session. Guest root (who can read K or load modules) is the
+ *   kernel's equal and outside this model.
+ * - Every frame of a session, both ways, carries a counter (in
+ *   vt3_ctrl_hdr) and a MAC right after the `len` payload bytes:
+ *   SipHash-2-4 with Ks over the header and the payload, little endian.
+ *   Counters start at 1 and grow by one per frame sent in each direction;
+ *   a receiver takes each counter once, within a window of
  *   VT3_CTRL_REPLAY_WINDOW below the highest it took (frames of several
  *   CPUs may overtake each other on the way). The type is covered, so a
  *   command cannot be reflected as an answer.
- * - A valid HELLO starts a new session: vt3d drops every object of the
- *   previous one (as VT3_CMD_RESET). Anything else that fails these
- *   checks is refused: counted (vt3d ctl stats: ctrl_refused_*; vt3.ko:
- *   hw_counters ctrl_refused_*), never answered, and without effect on
- *   the session. A frame of another VT3_CTRL_VERSION is refused the same
- *   way, with a log line naming both versions.
+ * - Anything that fails these checks is refused: counted (vt3d ctl stats:
+ *   ctrl_refused_*; vt3.ko: hw_counters ctrl_refused_*), never answered,
+ *   and without effect on the session. A frame of another
+ *   VT3_CTRL_VERSION is refused the same way, with a log line naming both
+ *   versions. Control frames carry no VLAN tag: vt3d drops a frame of
+ *   this EtherType under any number of tags from the uplink and the
+ *   guest, and vt3.ko ignores tagged ones.
+ * - When vt3d stops answering, vt3.ko declares the device lost
+ *   (IB_EVENT_DEVICE_FATAL, every WR flushed, the ib_device unregistered)
+ *   and keeps probing the netdev: a vt3d that is back gets a new session
+ *   and a new ib_device.
  *
  * Guest memory
  * ------------
@@ -270,7 +306,7 @@
  *
  * Limits: max_cqe and max_qp_wr count usable entries; rings have a depth of
  * the next power of two above. fw_ver is major << 32 | minor << 16 | sub.
- * Events are addressed to the guest MAC that sent the HELLO.
+ * Events are addressed to the guest MAC that proved the session.
  */
 #ifndef VT3_HW_H
 #define VT3_HW_H
@@ -283,9 +319,17 @@
 #endif
 
 #define VT3_ETHERTYPE		0x88B5
-#define VT3_CTRL_VERSION	4
+#define VT3_CTRL_VERSION	5
 #define VT3_CTRL_REPLAY_WINDOW	64
-#define VT3_SESSION_MAGIC	0x53335456	/* "VT3S" */
+/* First contact (see "Who may drive the device"). */
+#define VT3_KEY_LEN		16
+#define VT3_NONCE_LEN		16
+#define VT3_FW_CFG_KEY		"opt/vt3/key"
+#define VT3_CHALLENGE_TTL_MS	10000
+#define VT3_HELLO_BURST		64
+#define VT3_HELLO_RATE		16
+#define VT3_KDF_LABEL_K0	"vt3 session k0"	/* zero-padded to 16 */
+#define VT3_KDF_LABEL_K1	"vt3 session k1"
 #define VT3_PAGE_SHIFT		12
 #define VT3_PAGE_SIZE		(1u << VT3_PAGE_SHIFT)
 
@@ -339,7 +383,7 @@ enum vt3_cmd {
 	VT3_CMD_ACCEPT = 20,		/* vt3_cmd_accept; then VT3_EV_ESTABLISHED */
 	VT3_CMD_REJECT = 21,		/* vt3_cmd_reject */
 	VT3_CMD_DISCONNECT = 22,	/* vt3_cmd_disconnect */
-	VT3_CMD_HELLO = 23,		/* vt3_cmd_hello: starts a session */
+	VT3_CMD_HELLO = 23,		/* vt3_cmd_hello -> vt3_resp_hello (under K) */
 	VT3_CMD_ALLOC_MR = 24,		/* vt3_cmd_alloc_mr -> vt3_resp_handle (stag) */
 	/* Shared receive queues (see "Shared receive queues" above): */
 	VT3_CMD_CREATE_SRQ = 25,	/* vt3_cmd_create_srq -> vt3_resp_handle (srqn) */
@@ -355,6 +399,8 @@ enum vt3_cmd {
 	VT3_CMD_REREG_MR = 32,		/* vt3_cmd_rereg_mr */
 	/* SRQ resize (see "Shared receive queues" above): */
 	VT3_CMD_RESIZE_SRQ = 33,	/* vt3_cmd_resize_srq */
+	/* First contact, step 3: the new session's first frame: */
+	VT3_CMD_PROVE = 34,		/* vt3_cmd_prove (under Ks) */
 };
 
 enum vt3_status {
@@ -415,28 +461,28 @@ struct vt3_cmd_set_addr {
 	__be32	ipv4;
 };
 
-/*
- * The kernel page a HELLO names. vt3d reads it once, while it executes
- * the HELLO; the driver wipes and frees it when the answer came.
- */
-struct vt3_session_page {
-	__le32	magic;			/* VT3_SESSION_MAGIC */
-	__le32	version;		/* VT3_CTRL_VERSION */
-	__le64	key[2];			/* SipHash-2-4 key words k0, k1 */
-	__le64	reserved;
-};
-
-/* Virtqueue addresses of the netdev, as the guest kernel set them up. */
-struct vt3_ring_addrs {
-	__le64	desc;
-	__le64	avail;
-	__le64	used;
-};
-
+/* First contact, step 1 (frame counter 0, MAC under K). */
 struct vt3_cmd_hello {
-	__le64	session_page;		/* GPA of a vt3_session_page */
-	struct vt3_ring_addrs rx;	/* virtqueue 0 */
-	struct vt3_ring_addrs tx;	/* virtqueue 1 */
+	__u8	driver_nonce[VT3_NONCE_LEN];
+};
+
+/* Step 2: vt3d's answer (counter 0, MAC under K). */
+struct vt3_resp_hello {
+	__u8	driver_nonce[VT3_NONCE_LEN];
+	__u8	device_nonce[VT3_NONCE_LEN];
+};
+
+/* Step 3: the new session's first command (counter 1, MAC under Ks). */
+struct vt3_cmd_prove {
+	__u8	driver_nonce[VT3_NONCE_LEN];
+	__u8	device_nonce[VT3_NONCE_LEN];
+};
+
+/* What SipHash(K, .) runs over for each word of Ks. */
+struct vt3_kdf_input {
+	char	label[16];		/* VT3_KDF_LABEL_K0 or _K1, zero-padded */
+	__u8	driver_nonce[VT3_NONCE_LEN];
+	__u8	device_nonce[VT3_NONCE_LEN];
 };
 
 /* Commands that name one object: pdn, stag, cqn or qpn. */
@@ -460,6 +506,12 @@ enum vt3_access {
 enum vt3_mr_flags {
 	/* No page list: iova is a guest-physical address (get_dma_mr). */
 	VT3_MR_DMA = 1 << 0,
+	/*
+	 * A DMA MR with remote access: only for a kernel PD made with
+	 * IB_PD_UNSAFE_GLOBAL_RKEY. vt3d refuses remote rights on a DMA MR
+	 * without it (VT3_ERR_INVALID).
+	 */
+	VT3_MR_UNSAFE_GLOBAL_RKEY = 1 << 1,
 };
 
 /* STag = TPT index << 8 | key; the key changes on every registration. */
@@ -1021,9 +1073,10 @@ struct vt3_srq_status {
 #define VT3_ASSERT_SIZE(t, n) _Static_assert(sizeof(struct t) == (n), #t)
 #endif
 VT3_ASSERT_SIZE(vt3_ctrl_hdr, 24);
-VT3_ASSERT_SIZE(vt3_session_page, 32);
-VT3_ASSERT_SIZE(vt3_ring_addrs, 24);
-VT3_ASSERT_SIZE(vt3_cmd_hello, 56);
+VT3_ASSERT_SIZE(vt3_cmd_hello, 16);
+VT3_ASSERT_SIZE(vt3_resp_hello, 32);
+VT3_ASSERT_SIZE(vt3_cmd_prove, 32);
+VT3_ASSERT_SIZE(vt3_kdf_input, 48);
 VT3_ASSERT_SIZE(vt3_device_attr, 104);
 VT3_ASSERT_SIZE(vt3_port_attr, 16);
 VT3_ASSERT_SIZE(vt3_cmd_set_addr, 12);
