@@ -41,8 +41,10 @@ SERIES=6.1
 
 # Kernel modules for the guest. Their dependencies are added from modules.dep;
 # names that are built into the Debian kernel (ipv6, 8250) are skipped.
+# qemu_fw_cfg: the firmware configuration files in /sys/firmware/qemu_fw_cfg,
+# where vt3.ko reads its key (QEMU -fw_cfg name=opt/vt3/key).
 KERNEL_MODULES=(
-	virtio_pci virtio_net net_failover failover
+	virtio_pci virtio_net net_failover failover qemu_fw_cfg
 	ib_core ib_uverbs ib_cm iw_cm rdma_cm rdma_ucm rdma_rxe siw
 	crc32_generic crc32c_generic libcrc32c
 	ipv6
