@@ -258,7 +258,7 @@ check_cargo() {
 }
 
 # images/selftest.sh: two guests of the base image on a plain wire.
-SELFTEST_CHECKS=12
+SELFTEST_CHECKS=13
 check_selftest() {
 	local out=$RESULTS/selftest.log line
 	log "== images/selftest.sh (base image, no vt3d)"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Smoke test of the guest images: boots two guests under QEMU (TCG) joined by
 # a unix-datagram "wire" (no vt3d involved) and checks, through the agent,
-# ping, siw (ibv_devices, rping, ib_write_bw -R) and a TCP transfer with nc -N.
+# ping, siw (ibv_devices, rping, ib_write_bw -R), a TCP transfer with nc -N,
+# and that a key given as QEMU's firmware configuration file opt/vt3/key (as
+# the lab gives vt3.ko its key) is in /sys/firmware/qemu_fw_cfg.
 #
 # Usage: images/selftest.sh [--images DIR]   (default $VT3_CACHE/images)
 # Env:   QEMU (default qemu-system-x86_64), VT3_ACCEL (default tcg),
@@ -37,10 +39,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# start_guest NAME IP MAC PEER: QEMU in the background; console in WORK/NAME.console.
+# start_guest NAME IP MAC PEER: QEMU in the background; console in WORK/NAME.console;
+# WORK/NAME.key (16 random bytes) as the firmware configuration file opt/vt3/key.
 start_guest() {
 	local name=$1 ip=$2 mac=$3 peer=$4
 	agent_mkfifo "$name" "$WORK"
+	(umask 077 && head -c 16 /dev/urandom >"$WORK/$name.key")
 	timeout 600 "$QEMU" -accel "$ACCEL" -m 512M -smp 1 -nographic -no-reboot \
 		-kernel "$IMG/vmlinux" -initrd "$IMG/initramfs.cpio.gz" \
 		-append "console=ttyS0 panic=-1 vt3.name=$name vt3.ip=$ip/24 vt3.siw=1" \
@@ -48,6 +52,7 @@ start_guest() {
 		-chardev "pipe,id=ag,path=$WORK/$name.agent" -serial chardev:ag \
 		-netdev "dgram,id=n0,local.type=unix,local.path=$WORK/$name.sock,remote.type=unix,remote.path=$WORK/$peer.sock" \
 		-device "virtio-net-pci,netdev=n0,mac=$mac,romfile=" \
+		-fw_cfg "name=opt/vt3/key,file=$WORK/$name.key" \
 		-display none -monitor none >"$WORK/$name.qemu.log" 2>&1 &
 	QEMU_PID[$name]=$!
 	agent_open "$name" "$WORK"
@@ -99,6 +104,10 @@ echo "both guests ready after $((EPOCHSECONDS - t0))s"
 grep -h 'vt3-init: ERROR' "$WORK"/*.console && FAILED=$((FAILED + 1))
 
 check "ping a -> b" a 30 'ping -c 3 10.0.0.2' ' 0% packet loss'
+# init loaded qemu_fw_cfg; the guest sees its own key, byte for byte.
+key_a=$(od -An -v -tx1 "$WORK/a.key" | tr -d ' \n')
+check "fw_cfg: a has its key in /sys/firmware/qemu_fw_cfg" a 10 \
+	"od -An -v -tx1 /sys/firmware/qemu_fw_cfg/by_name/opt/vt3/key/raw | tr -d ' \\n'; echo" "^${key_a}\$"
 check "ibv_devices lists siw0" a 10 'ibv_devices' 'siw0'
 check "rdma link shows siw0 on eth0" b 10 'rdma link' 'siw0/1 state ACTIVE .*netdev eth0'
 
