@@ -369,8 +369,12 @@ cmd_shell() {
 	prepare
 	local dir
 	dir=$(mktemp -d "${TMPDIR:-/tmp}/vt3-shell.XXXXXX")
+	# The guest's key (guest-driver/include/vt3_hw.h, "Who may drive the
+	# device"): 16 random bytes, 0600, for vt3d (--key-file) and for the
+	# guest (-fw_cfg, which QEMU reads at its start: made here, first).
+	(umask 077 && head -c 16 /dev/urandom >"$dir/vt3a.key") || die "could not write $dir/vt3a.key"
 	"$VT3D" serve --socket "$dir/vt3a.vhost" --uplink "unix-dgram:$dir/vt3a.up,$dir/peer.dgram" \
-		--mac 52:54:00:77:00:01 --mgmt "$dir/vt3a.mgmt" >"$dir/vt3a.vt3d.log" 2>&1 &
+		--mac 52:54:00:77:00:01 --mgmt "$dir/vt3a.mgmt" --key-file "$dir/vt3a.key" >"$dir/vt3a.vt3d.log" 2>&1 &
 	local vt3d=$!
 	trap 'kill $vt3d 2>/dev/null; wait $vt3d 2>/dev/null; rm -rf "$dir"' EXIT
 	for _ in $(seq 100); do [ -S "$dir/vt3a.vhost" ] && break; sleep 0.1; done
@@ -384,7 +388,8 @@ cmd_shell() {
 		-append "console=ttyS0 panic=-1 no_timer_check vt3.name=shell vt3.ip=10.77.0.1/24 vt3.driver=1 vt3.shell=1 vt3.agent=none" \
 		-object memory-backend-memfd,id=mem,size=512M,share=on -numa node,memdev=mem \
 		-chardev "socket,id=vhost,path=$dir/vt3a.vhost" -netdev vhost-user,id=n0,chardev=vhost \
-		-device "virtio-net-pci,netdev=n0,mac=52:54:00:77:00:01,romfile=$intx"
+		-device "virtio-net-pci,netdev=n0,mac=52:54:00:77:00:01,romfile=$intx" \
+		-fw_cfg "name=opt/vt3/key,file=$dir/vt3a.key"
 }
 
 vt3lab() {

@@ -103,8 +103,8 @@ class DistroPair(Setup):
         image = build_distro_image(self.dir / "distro-image-build.log")
         self.add_vt3d("vt3a", f"unix-dgram:{self.uplink_socket('vt3a')},{self.uplink_socket('vt3b')}", A_MAC)
         self.add_vt3d("vt3b", f"unix-dgram:{self.uplink_socket('vt3b')},{self.uplink_socket('vt3a')}", B_MAC)
-        self.guests["a"] = DistroGuest(self.cfg, self.dir, "a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, image)
-        self.add_guest("b", Nic.vt3(self.vt3b.socket), B_IP, B_MAC, "vt3.driver=1")
+        self.guests["a"] = DistroGuest(self.cfg, self.dir, "a", self.vt3a.nic(), A_IP, A_MAC, image)
+        self.add_guest("b", self.vt3b.nic(), B_IP, B_MAC, "vt3.driver=1")
 
     def ready(self) -> None:
         wait_device(self.b)

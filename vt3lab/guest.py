@@ -23,6 +23,10 @@ AGENT_MARGIN = 30
 KERNEL_TROUBLE = re.compile(r"WARNING:|BUG:|BUG [\w.-]+ \(|Oops|Call Trace|general protection fault.*\[#\d+\]|Kernel panic")
 # What the agent itself runs for a command; never a leftover of a scenario.
 AGENT_COMMS = {"sh", "timeout", "cat", "sleep"}
+# vt3_hw.h VT3_FW_CFG_KEY: the firmware configuration file that carries a
+# vt3 guest's key, and where the guest kernel's qemu_fw_cfg shows it.
+FW_CFG_KEY = "opt/vt3/key"
+FW_CFG_KEY_RAW = f"/sys/firmware/qemu_fw_cfg/by_name/{FW_CFG_KEY}/raw"
 
 
 class GuestError(Exception):
@@ -63,19 +67,23 @@ class Result:
 
 @dataclass
 class Nic:
-    """vt3: vhost-user to a vt3d; dgram: a plain QEMU virtio-net on a unix
-    datagram socket pair; udp: the same on UDP ports of 127.0.0.1; tap: the
-    same on an existing tap interface, with a vnet header (offloads)."""
+    """vt3: vhost-user to a vt3d, and the key file that vt3d has (given to
+    the guest as the firmware configuration file FW_CFG_KEY; None: no key,
+    for a vt3d run with --insecure-no-key); dgram: a plain QEMU virtio-net
+    on a unix datagram socket pair; udp: the same on UDP ports of
+    127.0.0.1; tap: the same on an existing tap interface, with a vnet
+    header (offloads)."""
     kind: str
     vhost_socket: Path | None = None
+    key_file: Path | None = None
     peer_socket: Path | None = None
     local_port: int | None = None
     peer_port: int | None = None
     ifname: str | None = None
 
     @staticmethod
-    def vt3(vhost_socket: Path) -> "Nic":
-        return Nic("vt3", vhost_socket=vhost_socket)
+    def vt3(vhost_socket: Path, key_file: Path | None) -> "Nic":
+        return Nic("vt3", vhost_socket=vhost_socket, key_file=key_file)
 
     @staticmethod
     def dgram(peer_socket: Path) -> "Nic":
@@ -88,6 +96,13 @@ class Nic:
     @staticmethod
     def tap(ifname: str) -> "Nic":
         return Nic("tap", ifname=ifname)
+
+
+def fw_cfg_key_args(key_file: Path) -> list[str]:
+    """QEMU's options that give the guest KEY_FILE as FW_CFG_KEY (QEMU reads
+    the file when it starts: it must exist by then)."""
+    # QEMU's option syntax: a comma in a value is written twice.
+    return ["-fw_cfg", f"name={FW_CFG_KEY},file={str(key_file).replace(',', ',,')}"]
 
 
 @dataclass
@@ -156,6 +171,8 @@ class Guest:
                      "-chardev", f"socket,id=vhost,path={self.nic.vhost_socket}",
                      "-netdev", "vhost-user,id=n0,chardev=vhost",
                      "-device", f"virtio-net-pci,netdev=n0,mac={self.mac},romfile={intx}"]
+            if self.nic.key_file is not None:
+                args += fw_cfg_key_args(self.nic.key_file)
         elif self.nic.kind == "udp":
             args += ["-netdev", f"dgram,id=n0,local.type=inet,local.host=127.0.0.1,local.port={self.nic.local_port},"
                                 f"remote.type=inet,remote.host=127.0.0.1,remote.port={self.nic.peer_port}",
@@ -420,6 +437,16 @@ class Guest:
             return "\n".join((self.workdir / f"{self.name}.qemu.log").read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+    def fw_cfg_key(self) -> bytes | None:
+        """The key the guest kernel has (FW_CFG_KEY_RAW, as root), None when
+        there is none (no -fw_cfg of it, or qemu_fw_cfg not loaded)."""
+        r = self.run(f"[ -e {FW_CFG_KEY_RAW} ] || exit 3; od -An -v -tx1 {FW_CFG_KEY_RAW}", 20)
+        if r.rc == 3:
+            return None
+        if r.rc != 0:
+            raise CommandFailed(self, f"od {FW_CFG_KEY_RAW}", r, "the key is there but unreadable")
+        return bytes.fromhex("".join(r.out.split()))
 
     def set_link(self, up: bool) -> None:
         """The NIC's link as the guest sees it (QMP set_link)."""

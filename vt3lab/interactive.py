@@ -229,5 +229,8 @@ def down(rundir: Path) -> int:
     for sock in rundir.glob("*"):
         if sock.is_socket():
             sock.unlink()
+    # The guests' keys (NAME.key) go with their guests and vt3d.
+    for key in rundir.glob("*.key"):
+        key.unlink()
     print(f"vt3 lab in {rundir} stopped ({len(procs)} processes); logs kept there, shared directory {state['share']}")
     return 0

@@ -218,8 +218,8 @@ class Vt3Pair(Setup):
     def build(self) -> None:
         self.add_vt3d("vt3a", f"unix-dgram:{self.uplink_socket('vt3a')},{self.uplink_socket('vt3b')}", A_MAC)
         self.add_vt3d("vt3b", f"unix-dgram:{self.uplink_socket('vt3b')},{self.uplink_socket('vt3a')}", B_MAC)
-        self.add_guest("a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, "vt3.driver=1")
-        self.add_guest("b", Nic.vt3(self.vt3b.socket), B_IP, B_MAC, "vt3.driver=1")
+        self.add_guest("a", self.vt3a.nic(), A_IP, A_MAC, "vt3.driver=1")
+        self.add_guest("b", self.vt3b.nic(), B_IP, B_MAC, "vt3.driver=1")
 
     def ready(self) -> None:
         for g in (self.a, self.b):
@@ -234,7 +234,7 @@ class Vt3Siw(Setup):
 
     def build(self) -> None:
         self.add_vt3d("vt3a", f"unix-dgram:{self.uplink_socket('vt3a')},{self.dir / 'b.dgram'}", A_MAC)
-        self.add_guest("a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, "vt3.driver=1")
+        self.add_guest("a", self.vt3a.nic(), A_IP, A_MAC, "vt3.driver=1")
         self.add_guest("b", Nic.dgram(Path(self.uplink_socket("vt3a"))), B_IP, B_MAC, "vt3.siw=1")
 
     def ready(self) -> None:
@@ -252,7 +252,7 @@ class Vt3SiwUdp(Vt3Siw):
     def build(self) -> None:
         vt3d_port, qemu_port = free_udp_ports(2)
         self.add_vt3d("vt3a", f"udp:127.0.0.1:{vt3d_port},127.0.0.1:{qemu_port}", A_MAC)
-        self.add_guest("a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, "vt3.driver=1")
+        self.add_guest("a", self.vt3a.nic(), A_IP, A_MAC, "vt3.driver=1")
         self.add_guest("b", Nic.udp(qemu_port, vt3d_port), B_IP, B_MAC, "vt3.siw=1")
 
 
@@ -279,7 +279,7 @@ class Vt3SiwTap(Vt3Siw):
         for link in self.links:
             ip("link", "set", link, "up")
         self.add_vt3d("vt3a", f"tap:{self.vt3d_tap}", A_MAC)
-        self.add_guest("a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, "vt3.driver=1")
+        self.add_guest("a", self.vt3a.nic(), A_IP, A_MAC, "vt3.driver=1")
         self.add_guest("b", Nic.tap(self.qemu_tap), B_IP, B_MAC, "vt3.siw=1")
 
     def stop(self) -> None:
@@ -317,7 +317,7 @@ class Vt3Plain(Setup):
 
     def build(self) -> None:
         self.add_vt3d("vt3a", f"unix-dgram:{self.uplink_socket('vt3a')},{self.dir / 'b.dgram'}", A_MAC, *self.vt3d_args)
-        self.add_guest("a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, "vt3.driver=1")
+        self.add_guest("a", self.vt3a.nic(), A_IP, A_MAC, "vt3.driver=1")
         self.add_guest("b", Nic.dgram(Path(self.uplink_socket("vt3a"))), B_IP, B_MAC)
 
     def ready(self) -> None:
@@ -330,7 +330,7 @@ class SingleVt3(Setup):
 
     def build(self) -> None:
         self.add_vt3d("vt3a", f"unix-dgram:{self.uplink_socket('vt3a')},{self.dir / 'nobody.dgram'}", A_MAC)
-        self.add_guest("a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, "vt3.driver=1")
+        self.add_guest("a", self.vt3a.nic(), A_IP, A_MAC, "vt3.driver=1")
 
     def ready(self) -> None:
         wait_device(self.a)
@@ -381,8 +381,8 @@ class ChaosPair(Vt3Pair):
     def build(self) -> None:
         for name in ("vt3a", "vt3b"):
             self.add_vt3d(*self.vt3d_args(name))
-        self.add_guest("a", Nic.vt3(self.vt3a.socket), A_IP, A_MAC, "vt3.driver=1")
-        self.add_guest("b", Nic.vt3(self.vt3b.socket), B_IP, B_MAC, "vt3.driver=1")
+        self.add_guest("a", self.vt3a.nic(), A_IP, A_MAC, "vt3.driver=1")
+        self.add_guest("b", self.vt3b.nic(), B_IP, B_MAC, "vt3.driver=1")
 
     def restart(self, guest: str) -> None:
         """A new vt3d behind GUEST and a fresh boot of GUEST (QEMU loses
@@ -439,7 +439,7 @@ class Segment(Setup):
             options = {"share": self.share, "console_socket": True}
             if i <= self.n - self.siw:
                 d = self.add_vt3d(name, f"unix-dgram:{self.uplink_socket(name)},{hub_port}", segment_mac(i))
-                self.add_guest(name, Nic.vt3(d.socket), segment_ip(i), segment_mac(i), f"vt3.driver=1 {args}",
+                self.add_guest(name, d.nic(), segment_ip(i), segment_mac(i), f"vt3.driver=1 {args}",
                                **options)
                 hub_ports[name] = self.uplink_socket(name)
             else:

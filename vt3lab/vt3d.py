@@ -1,33 +1,77 @@
-"""A vt3d process: `vt3d serve` with its management socket, and `ctl`."""
+"""A vt3d process: `vt3d serve` with its management socket and its key
+file, and `ctl`."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import stat
 import subprocess
 import time
 from pathlib import Path
 
+from .guest import Nic
 from .proc import Process, wait_for
 
 RNIC_OBJECTS = ("pd", "mr", "cq", "qp", "srq")
+# guest-driver/include/vt3_hw.h, "Who may drive the device": VT3_KEY_LEN.
+KEY_LEN = 16
+INSECURE = "--insecure-no-key"
 
 
 class Vt3dError(Exception):
     pass
 
 
+def provision_key(path: Path) -> Path:
+    """The key file PATH of one guest and its vt3d (vt3_hw.h, "Who may
+    drive the device"): KEY_LEN random bytes, mode 0600. Made if missing
+    (atomically: written to a file of its own, then linked to PATH, which
+    fails if PATH appeared meanwhile), else kept as it is, so a restarted
+    vt3d and a rebooted guest go on with the key they had. An existing
+    PATH that is not a regular file of KEY_LEN bytes readable by its owner
+    only is refused."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o600)
+            f.write(os.urandom(KEY_LEN))
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode) or st.st_size != KEY_LEN or stat.S_IMODE(st.st_mode) & 0o077:
+                raise Vt3dError(f"{path}: not a key file (a regular file of {KEY_LEN} bytes, mode 0600; "
+                                f"it has mode {stat.S_IMODE(st.st_mode):04o}, {st.st_size} bytes)") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
 class Vt3d:
     def __init__(self, binary: Path, workdir: Path, name: str, uplink: str, mac: str,
-                 *extra: str, lifetime: float = 3600):
+                 *extra: str, lifetime: float = 3600, key_file: Path | None = None):
+        """KEY_FILE (default WORKDIR/NAME.key) is made by provision_key
+        unless it exists: the guest behind this vt3d gets the same file
+        (nic()). With --insecure-no-key in EXTRA there is none."""
         self.binary = Path(binary)
         self.name = name
         self.socket = workdir / f"{name}.vhost"
         self.mgmt = workdir / f"{name}.mgmt"
         self.log = workdir / f"{name}.vt3d.log"
+        self.key_file: Path | None = None
+        key_args: list[str] = []
+        if INSECURE not in extra:
+            self.key_file = provision_key(key_file or workdir / f"{name}.key")
+            key_args = ["--key-file", str(self.key_file)]
         argv = [str(self.binary), "serve", "--socket", str(self.socket), "--mgmt", str(self.mgmt),
-                "--uplink", uplink, "--mac", mac, *extra]
+                "--uplink", uplink, "--mac", mac, *key_args, *extra]
+        self.argv = argv
         self.proc = Process(f"vt3d {name}", argv, self.log, lifetime,
                             env={"RUST_LOG": os.environ.get("RUST_LOG", "info")})
         if not wait_for(lambda: self.socket.exists() or not self.proc.alive(), 10):
@@ -38,6 +82,13 @@ class Vt3d:
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    def nic(self) -> Nic:
+        """The NIC of the guest behind this vt3d: its socket and its key."""
+        return Nic.vt3(self.socket, self.key_file)
+
+    def key(self) -> bytes | None:
+        return self.key_file.read_bytes() if self.key_file else None
 
     def log_tail(self, lines: int = 15) -> str:
         try:
