@@ -1,8 +1,10 @@
 """vt3 under libvirt: two domains defined from the README's XML (section
 "libvirt": <interface type='vhostuser'> on a vt3d's socket, memfd shared
-memory, direct kernel boot of the lab's image) and started by a libvirtd
-the case runs itself, rping between them with the data verified, then
-the domains destroyed and libvirtd stopped, nothing left running.
+memory, the guest's key as the firmware configuration file opt/vt3/key
+(<sysinfo type='fwcfg'>), direct kernel boot of the lab's image) and
+started by a libvirtd the case runs itself, rping between them with the
+data verified, then the domains destroyed and libvirtd stopped, nothing
+left running.
 
 The libvirtd is a session instance run as `nobody`, its configuration,
 runtime and state under the case's run directory: the machine's libvirt
@@ -19,7 +21,8 @@ import xml.etree.ElementTree as ET
 from contextlib import contextmanager
 from pathlib import Path
 
-from vt3lab import A_IP, A_MAC, B_IP, B_MAC, Guest, GuestDead, Nic, Vt3d
+from vt3lab import A_IP, A_MAC, B_IP, B_MAC, Guest, GuestDead, Vt3d
+from vt3lab.guest import FW_CFG_KEY, fw_cfg_key_args
 from vt3lab.interactive import start_time
 from vt3lab.proc import Process, wait_for
 from vt3lab.setups import wait_device
@@ -35,7 +38,7 @@ README_GUEST = {"name": "<name>vt3-a</name>", "emulator": "<emulator>/usr/bin/qe
                 "kernel": "<kernel>/var/cache/vt3/images/vmlinux</kernel>",
                 "initrd": "<initrd>/var/cache/vt3/images/initramfs-vt3.cpio</initrd>",
                 "args": "vt3.name=a vt3.ip=10.77.0.1/24", "mac": "<mac address='52:54:00:77:00:01'/>",
-                "socket": "path='/run/vt3/a.sock'"}
+                "socket": "path='/run/vt3/a.sock'", "key": "file='/run/vt3/a.key'"}
 
 
 def readme_xml() -> str:
@@ -50,13 +53,14 @@ def readme_xml() -> str:
 
 def domain_xml(template: str, g: Guest, vhost: Path, accel: str) -> str:
     """The README's domain for guest G: its name, QEMU, kernel and image,
-    address, MAC and vt3d socket; the README's pty console replaced by the
-    harness's two serial ports (ttyS0 to a file, ttyS1 the command agent)."""
+    address, MAC, vt3d socket and key file; the README's pty console
+    replaced by the harness's two serial ports (ttyS0 to a file, ttyS1 the
+    command agent)."""
     cfg = g.cfg
     new = {"name": f"<name>vt3-{g.name}</name>", "emulator": f"<emulator>{cfg.qemu}</emulator>",
            "kernel": f"<kernel>{cfg.kernel}</kernel>", "initrd": f"<initrd>{cfg.initrd}</initrd>",
            "args": f"vt3.name={g.name} vt3.ip={g.ip}/24", "mac": f"<mac address='{g.mac}'/>",
-           "socket": f"path='{vhost}'"}
+           "socket": f"path='{vhost}'", "key": f"file='{g.nic.key_file}'"}
     for key, old in README_GUEST.items():
         assert template.count(old) == 1, f"the README's libvirt XML has {template.count(old)} × {old!r}, want 1"
         template = template.replace(old, new[key])
@@ -65,6 +69,11 @@ def domain_xml(template: str, g: Guest, vhost: Path, accel: str) -> str:
     argv = g.qemu_argv()
     assert root.findtext("os/cmdline") == argv[argv.index("-append") + 1], \
         "the README's libvirt XML boots with other kernel arguments than the lab's guests"
+    entries = [(e.get("name"), e.get("file")) for s in root.findall("sysinfo") if s.get("type") == "fwcfg"
+               for e in s.findall("entry")]
+    assert entries == [(FW_CFG_KEY, str(g.nic.key_file))], \
+        f"the README's libvirt XML gives the guest {entries} as firmware configuration files, " \
+        f"want the key: <sysinfo type='fwcfg'><entry name='{FW_CFG_KEY}' file='…'/></sysinfo>"
     if accel == "kvm":
         root.set("type", "kvm")
     devices = root.find("devices")
@@ -168,11 +177,12 @@ def domains(lab, base: Path):
             for n, p, mac in (("a", "b", A_MAC), ("b", "a", B_MAC))}
     libvirtd = guests = None
     try:
-        for d in vt3d.values():  # QEMU runs as nobody and connects to it
+        for d in vt3d.values():  # QEMU runs as nobody: it connects to the socket, reads the key
             os.chown(d.socket, USER.pw_uid, USER.pw_gid)
+            os.chown(d.key_file, USER.pw_uid, USER.pw_gid)
         libvirtd = Libvirtd(base, cfg.lifetime)
         template = readme_xml()
-        guests = {n: DomainGuest(cfg, base, n, Nic.vt3(vt3d[n].socket), ip, mac, "vt3.driver=1",
+        guests = {n: DomainGuest(cfg, base, n, vt3d[n].nic(), ip, mac, "vt3.driver=1",
                                  pidfile=libvirtd.qemu_run / f"vt3-{n}.pid")
                   for n, ip, mac in (("a", A_IP, A_MAC), ("b", B_IP, B_MAC))}
         for n, g in guests.items():
@@ -182,6 +192,11 @@ def domains(lab, base: Path):
             libvirtd.check("start", f"vt3-{n}")
         for g in guests.values():
             g.start()
+            # libvirt's QEMU got the key as the lab's QEMU does.
+            argv = Path(f"/proc/{g.qemu['pid']}/cmdline").read_bytes().decode().split("\0")
+            want = fw_cfg_key_args(g.nic.key_file)
+            assert any(argv[i:i + 2] == want for i in range(len(argv))), \
+                f"libvirt's QEMU for vt3-{g.name} has no {' '.join(want)}: {' '.join(argv)}"
         yield guests, vt3d
     except BaseException:
         lab.failed_dirs.append(base)
@@ -205,13 +220,14 @@ def domains(lab, base: Path):
 
 
 def test_libvirt(lab):
-    """two libvirt domains from the README's <interface type='vhostuser'> XML: rping between them, data verified"""
+    """two libvirt domains from the README's <interface type='vhostuser'> and <sysinfo type='fwcfg'> key XML: rping between them, data verified"""
     base = lab.rundir / "libvirt"
     base.mkdir(parents=True)
     with domains(lab, base) as (guests, vt3d):
         a, b = guests["a"], guests["b"]
         for g in (a, b):
             g.wait_ready()
+            assert g.fw_cfg_key() == vt3d[g.name].key(), f"vt3-{g.name} has not its vt3d's key (<sysinfo type='fwcfg'>)"
             wait_device(g)
         a.check(f"ping -c 2 -W 5 {b.ip}", 60, "the domains do not reach each other through their vt3d")
         rping_between(b, a, PINGS)
