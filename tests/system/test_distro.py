@@ -2,7 +2,8 @@
 Debian's 6.1 kernel, vt3 installed from packages (images/distro/build.sh:
 vt3-dkms, whose DKMS build made vt3.ko against the image's own headers,
 and rdma-core 55 .debs with libvt3 over Debian's rdma-core), against a
-busybox vt3 guest behind its own vt3d."""
+busybox vt3 guest behind its own vt3d. The key reaches vt3.ko as on any
+QEMU (-fw_cfg name=opt/vt3/key) through Debian's own qemu_fw_cfg module."""
 
 import re
 
@@ -10,6 +11,7 @@ import pytest
 
 from helpers import perftest, rping_between
 from vt3lab.distro import GUEST_USER, AsUser
+from vt3lab.guest import FW_CFG_KEY_RAW
 from vt3lab.setups import wait_device
 
 # The image's packages (images/distro/build.sh) and what DKMS made of vt3-dkms.
@@ -43,6 +45,15 @@ def test_distro_guest(distro_pair):
                "cmp /tmp/vt3.build-id /sys/module/vt3/notes/.note.gnu.build-id", 10,
                "the loaded vt3 is not DKMS's build")
     root.check("dpkg-query -W -f '${Status}' vt3-dkms | grep -qx 'install ok installed'", 10, "vt3-dkms not installed")
+
+    # The key: Debian's qemu_fw_cfg module (nothing of ours loads it) shows
+    # vt3a's key file to root only.
+    fw_cfg = root.check("modinfo -n qemu_fw_cfg", 10).strip()
+    assert re.fullmatch(rf"/lib/modules/{re.escape(kver)}/kernel/drivers/firmware/qemu_fw_cfg\.ko(\.xz)?", fw_cfg), fw_cfg
+    root.check("[ -d /sys/module/qemu_fw_cfg ]", 10, "qemu_fw_cfg is not loaded")
+    assert root.fw_cfg_key() == distro_pair.vt3a.key(), "the Debian guest has not vt3a's key"
+    r = user.run(f"cat {FW_CFG_KEY_RAW}", 10)
+    assert r.rc != 0 and "Permission denied" in r.out, f"{GUEST_USER} reads the key: exit {r.rc}"
 
     # udev loaded it (the rule shipped in vt3-dkms) before the harness ran
     # anything in the guest but a read-only process listing; vt3_0 came up
