@@ -7,10 +7,17 @@
 use vm_memory::{ByteValued, Le16, Le32, Le64};
 
 pub const VT3_ETHERTYPE: u16 = 0x88b5;
-pub const VT3_CTRL_VERSION: u8 = 4;
+pub const VT3_CTRL_VERSION: u8 = 5;
 pub const VT3_CTRL_REPLAY_WINDOW: u64 = 64;
 pub const VT3_CTRL_MAC_LEN: usize = 8;
-pub const VT3_SESSION_MAGIC: u32 = 0x5333_5456;
+pub const VT3_KEY_LEN: usize = 16;
+pub const VT3_NONCE_LEN: usize = 16;
+pub const VT3_FW_CFG_KEY: &str = "opt/vt3/key";
+pub const VT3_CHALLENGE_TTL_MS: u64 = 10_000;
+pub const VT3_HELLO_BURST: u64 = 64;
+pub const VT3_HELLO_RATE: u64 = 16;
+pub const VT3_KDF_LABEL_K0: &str = "vt3 session k0";
+pub const VT3_KDF_LABEL_K1: &str = "vt3 session k1";
 pub const VT3_PAGE_SHIFT: u32 = 12;
 pub const VT3_PAGE_SIZE: u64 = 1 << VT3_PAGE_SHIFT;
 pub const VT3_VENDOR_ID: u32 = 0x1425;
@@ -124,6 +131,7 @@ abi_enums! {
         DeallocMw = "VT3_CMD_DEALLOC_MW" = 31,
         ReregMr = "VT3_CMD_REREG_MR" = 32,
         ResizeSrq = "VT3_CMD_RESIZE_SRQ" = 33,
+        Prove = "VT3_CMD_PROVE" = 34,
     }
 
     pub enum Status: u16 {
@@ -146,6 +154,7 @@ abi_enums! {
 
     pub enum MrFlag: u32 {
         Dma = "VT3_MR_DMA" = 1,
+        UnsafeGlobalRkey = "VT3_MR_UNSAFE_GLOBAL_RKEY" = 2,
     }
 
     pub enum ReregChange: u32 {
@@ -296,23 +305,24 @@ abi_structs! {
         pub counter: Le64,
     }
 
-    pub struct SessionPage = "vt3_session_page" {
-        pub magic: Le32,
-        pub version: Le32,
-        pub key: [Le64; 2],
-        pub reserved: Le64,
-    }
-
-    pub struct RingAddrs = "vt3_ring_addrs" {
-        pub desc: Le64,
-        pub avail: Le64,
-        pub used: Le64,
-    }
-
     pub struct CmdHello = "vt3_cmd_hello" {
-        pub session_page: Le64,
-        pub rx: RingAddrs,
-        pub tx: RingAddrs,
+        pub driver_nonce: [u8; VT3_NONCE_LEN],
+    }
+
+    pub struct RespHello = "vt3_resp_hello" {
+        pub driver_nonce: [u8; VT3_NONCE_LEN],
+        pub device_nonce: [u8; VT3_NONCE_LEN],
+    }
+
+    pub struct CmdProve = "vt3_cmd_prove" {
+        pub driver_nonce: [u8; VT3_NONCE_LEN],
+        pub device_nonce: [u8; VT3_NONCE_LEN],
+    }
+
+    pub struct KdfInput = "vt3_kdf_input" {
+        pub label: [u8; 16],
+        pub driver_nonce: [u8; VT3_NONCE_LEN],
+        pub device_nonce: [u8; VT3_NONCE_LEN],
     }
 
     pub struct DeviceAttr = "vt3_device_attr" {
@@ -689,7 +699,11 @@ pub fn constant_values() -> Vec<(&'static str, u64)> {
         ("VT3_CTRL_VERSION", u64::from(VT3_CTRL_VERSION)),
         ("VT3_CTRL_REPLAY_WINDOW", VT3_CTRL_REPLAY_WINDOW),
         ("VT3_CTRL_MAC_LEN", VT3_CTRL_MAC_LEN as u64),
-        ("VT3_SESSION_MAGIC", u64::from(VT3_SESSION_MAGIC)),
+        ("VT3_KEY_LEN", VT3_KEY_LEN as u64),
+        ("VT3_NONCE_LEN", VT3_NONCE_LEN as u64),
+        ("VT3_CHALLENGE_TTL_MS", VT3_CHALLENGE_TTL_MS),
+        ("VT3_HELLO_BURST", VT3_HELLO_BURST),
+        ("VT3_HELLO_RATE", VT3_HELLO_RATE),
         ("VT3_PAGE_SHIFT", u64::from(VT3_PAGE_SHIFT)),
         ("VT3_PAGE_SIZE", VT3_PAGE_SIZE),
         ("VT3_VENDOR_ID", u64::from(VT3_VENDOR_ID)),
@@ -698,6 +712,15 @@ pub fn constant_values() -> Vec<(&'static str, u64)> {
         ("VT3_MAX_INLINE", VT3_MAX_INLINE as u64),
         ("VT3_WQE_SIZE", VT3_WQE_SIZE as u64),
         ("VT3_MAX_PRIVATE_DATA", VT3_MAX_PRIVATE_DATA as u64),
+    ]
+}
+
+/// String constants of the header, for the header test.
+pub fn string_values() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("VT3_FW_CFG_KEY", VT3_FW_CFG_KEY),
+        ("VT3_KDF_LABEL_K0", VT3_KDF_LABEL_K0),
+        ("VT3_KDF_LABEL_K1", VT3_KDF_LABEL_K1),
     ]
 }
 

@@ -363,6 +363,17 @@ pub struct ServeArgs {
     /// from the start (`vt3d ctl capture stop` ends it).
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<PathBuf>,
+    /// The guest's provisioned key: 16 random bytes, made (mode 0600) if
+    /// the file does not exist. The guest gets the same file through
+    /// QEMU's `-fw_cfg name=opt/vt3/key,file=FILE`; only a driver that
+    /// proves this key may drive the device.
+    #[arg(long, value_name = "FILE", conflicts_with = "insecure_no_key")]
+    pub key_file: Option<PathBuf>,
+    /// Run without a key (the key is all zeros): any process in the guest
+    /// with a packet socket can then drive the device and reach all of
+    /// guest memory. For vt3.ko loaded with insecure_no_key=1 only.
+    #[arg(long)]
+    pub insecure_no_key: bool,
 }
 
 fn mac_arg(s: &str) -> Result<MacAddr, String> {
@@ -383,6 +394,16 @@ pub struct Config {
     pub poll_queues: usize,
     /// `--pcap`: capture the uplink to this file from the start.
     pub pcap: Option<PathBuf>,
+    /// Where the provisioned key comes from.
+    pub key: KeySource,
+}
+
+/// `--key-file`, `--insecure-no-key` or neither (vt3d then refuses to run).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySource {
+    File(PathBuf),
+    InsecureNone,
+    Missing,
 }
 
 impl From<ServeArgs> for Config {
@@ -396,6 +417,11 @@ impl From<ServeArgs> for Config {
             tcp_timeout: a.tcp_timeout,
             poll_queues: usize::from(a.poll_queues),
             pcap: a.pcap,
+            key: match (a.key_file, a.insecure_no_key) {
+                (Some(path), _) => KeySource::File(path),
+                (None, true) => KeySource::InsecureNone,
+                (None, false) => KeySource::Missing,
+            },
         }
     }
 }
@@ -429,7 +455,17 @@ mod tests {
     #[test]
     fn defaults() {
         let c = parse(&["serve", "--socket", "s", "--uplink", "tap:t0"]).unwrap();
-        assert_eq!((c.mac, c.mtu), (None, 1500));
+        assert_eq!((c.mac, c.mtu, c.key), (None, 1500, KeySource::Missing));
+    }
+
+    #[test]
+    fn key_sources() {
+        let c = parse(&["serve", "--socket", "s", "--uplink", "tap:t0", "--key-file", "/k"]).unwrap();
+        assert_eq!(c.key, KeySource::File("/k".into()));
+        let c = parse(&["serve", "--socket", "s", "--uplink", "tap:t0", "--insecure-no-key"]).unwrap();
+        assert_eq!(c.key, KeySource::InsecureNone);
+        let both = parse(&["serve", "--socket", "s", "--uplink", "tap:t0", "--key-file", "/k", "--insecure-no-key"]);
+        assert_eq!(both.unwrap_err().kind(), ErrorKind::ArgumentConflict);
     }
 
     #[test]

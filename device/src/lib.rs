@@ -48,15 +48,45 @@ pub enum Error {
     Capture(#[from] capture::CaptureError),
     #[error(transparent)]
     Vhost(#[from] vhost::VhostError),
+    #[error(transparent)]
+    Key(#[from] control::key::KeyError),
+    #[error(
+        "no key: give --key-file FILE, and the guest the same file with QEMU's \
+         -fw_cfg name=opt/vt3/key,file=FILE (libvirt: <sysinfo type='fwcfg'>), \
+         or run unauthenticated with --insecure-no-key (and vt3.ko insecure_no_key=1)"
+    )]
+    NoKey,
+}
+
+/// The provisioned key `serve` runs with.
+fn control_key(source: &config::KeySource) -> Result<control::Key, Error> {
+    match source {
+        config::KeySource::File(path) => {
+            let (key, made) = control::key::load_or_create(path)?;
+            if made {
+                log::info!("made a new key in {} (give the guest the same file)", path.display());
+            }
+            Ok(key)
+        }
+        config::KeySource::InsecureNone => {
+            log::warn!(
+                "--insecure-no-key: any process in the guest with a packet socket can drive the device \
+                 and reach all of guest memory"
+            );
+            Ok([0, 0])
+        }
+        config::KeySource::Missing => Err(Error::NoKey),
+    }
 }
 
 /// Runs `vt3d serve` until SIGINT or SIGTERM.
 pub fn serve(config: &Config) -> Result<(), Error> {
+    let key = control_key(&config.key)?;
     let uplink = config
         .uplink
         .open()
         .map_err(|source| Error::Uplink { spec: config.uplink.to_string(), source })?;
-    let nic = Arc::new(Nic::new(uplink, config.mac, config.mtu));
+    let nic = Arc::new(Nic::new(uplink, config.mac, config.mtu).with_control_key(key));
     nic.rnic().set_tcp_timeout(vt3_iwarp::toe::Duration::from_secs(config.tcp_timeout));
     nic.rnic().set_poll_queues(config.poll_queues);
     nic.capture.describe(&config.uplink.to_string());

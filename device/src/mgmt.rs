@@ -701,7 +701,7 @@ mod tests {
             length: 0x1000.into(),
             pdn: pdn.into(),
             access: 7.into(),
-            flags: (abi::MrFlag::Dma as u32).into(),
+            flags: (abi::MrFlag::Dma as u32 | abi::MrFlag::UnsafeGlobalRkey as u32).into(),
             ..Default::default()
         };
         rnic.execute(&mem, now, Cmd::RegMr, mr.as_slice()).unwrap();

@@ -86,6 +86,25 @@ fn every_size_offset_and_constant_matches_the_header() {
     assert!(mismatches.is_empty(), "ABI mismatches:\n{}", mismatches.join("\n"));
 }
 
+/// The header's string constants (`#define NAME "text"`), as C sees them.
+#[test]
+fn every_string_constant_matches_the_header() {
+    let mut prog = String::from("#include <stdio.h>\n#include \"vt3_hw.h\"\nint main(void) {\n");
+    for (name, _) in abi::string_values() {
+        writeln!(prog, "printf(\"{name}=%s\\n\", {name});").unwrap();
+    }
+    prog.push_str("return 0;\n}\n");
+    let dir = tempfile::tempdir().unwrap();
+    let (src, exe) = (dir.path().join("strings.c"), dir.path().join("strings"));
+    std::fs::write(&src, prog).unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(cc).args(["-std=c11", "-Wall", "-Werror", "-I"]).arg(header_dir()).arg(&src).arg("-o").arg(&exe).status().unwrap();
+    assert!(status.success(), "vt3_hw.h does not compile");
+    let out = String::from_utf8(Command::new(&exe).output().unwrap().stdout).unwrap();
+    let want: String = abi::string_values().iter().map(|(n, v)| format!("{n}={v}\n")).collect();
+    assert_eq!(out, want);
+}
+
 /// Every struct, field and enum constant of the header has a mirror (the
 /// union member `sge` of vt3_sq_wqe is mirrored by `inline_data`).
 #[test]
@@ -99,6 +118,7 @@ fn nothing_in_the_header_is_left_unmirrored() {
         .into_iter()
         .chain(abi::constant_values())
         .map(|(n, _)| n)
+        .chain(abi::string_values().into_iter().map(|(n, _)| n))
         .collect();
 
     let mut current: Option<&str> = None;

@@ -14,7 +14,7 @@ use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemoryMmap, Le32};
 use vt3_iwarp::sim::{Endpoint, Sim, WireConfig, IPS, MACS};
 use vt3_iwarp::toe::{Duration, Instant};
 use vt3d::abi::*;
-use vt3d::control::{build_frame, Channel, DriverEnd, Outcome, QueueAddrs};
+use vt3d::control::{build_frame, Channel, DriverEnd, Outcome};
 use vt3d::rnic::poll::MAX_WINDOW;
 use vt3d::rnic::{Limits, Rnic};
 
@@ -29,7 +29,6 @@ const STATUS: u64 = 0x1f_0000;
 const PAGES: u64 = 0x20_0000;
 const PORT: u16 = 7174;
 const PAGE: u64 = VT3_PAGE_SIZE;
-const SESSION_PAGE: u64 = 0x1e_0000;
 
 /// A CQ as the provider sees it.
 #[derive(Debug, Clone, Copy)]
@@ -120,9 +119,10 @@ fn pd_bytes(data: &[u8]) -> PrivateData {
 
 impl Guest {
     fn new(index: usize) -> Self {
+        let key = [index as u64 + 1, 0x5eed];
         let mut guest = Self {
-            chan: Channel::new(std::sync::Arc::default()),
-            end: DriverEnd::new([index as u64 + 1, 0x5eed]),
+            chan: Channel::new(key, std::sync::Arc::default()),
+            end: DriverEnd::new(key),
             rnic: Rnic::new(Limits::default(), 1500),
             mem: GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM)]).unwrap(),
             mac: MACS[index],
@@ -134,12 +134,12 @@ impl Guest {
             next_status: STATUS,
             doorbells: 0,
         };
-        let hello = guest.end.hello(&guest.mem, SESSION_PAGE, &QueueAddrs::default());
-        let frame = build_frame(guest.mac, guest.mac, &hello);
-        let Outcome::Reply(resp) = guest.chan.handle_frame(&mut guest.rnic, &guest.mem, &frame, &QueueAddrs::default(), Instant::from_millis(0)) else {
-            panic!("HELLO refused");
-        };
-        guest.end.open(&resp[14..]).unwrap();
+        let Guest { end, chan, rnic, mem, mac, .. } = &mut guest;
+        end.handshake(|ctrl| match chan.handle_frame(rnic, mem, &build_frame(*mac, *mac, &ctrl), Instant::from_millis(0)) {
+            Outcome::Reply(resp) => Some(resp[14..].to_vec()),
+            _ => None,
+        })
+        .expect("first contact refused");
         guest
     }
 
@@ -159,7 +159,7 @@ impl Guest {
     fn raw(&mut self, now: Instant, cmd: Cmd, args: &[u8]) -> Result<Vec<u8>, Status> {
         let (seq, ctrl) = self.end.command(cmd as u16, args);
         let frame = build_frame(self.mac, self.mac, &ctrl);
-        let frames = match self.chan.handle_frame(&mut self.rnic, &self.mem, &frame, &QueueAddrs::default(), now) {
+        let frames = match self.chan.handle_frame(&mut self.rnic, &self.mem, &frame, now) {
             Outcome::Reply(frame) => {
                 let mut frames = vec![frame];
                 let mut events = VecDeque::new();

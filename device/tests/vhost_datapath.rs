@@ -21,7 +21,7 @@ use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
 use virtio_queue::mock::MockSplitQueue;
 use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 use vmm_sys_util::eventfd::EventFd;
-use vt3d::control::{build_frame, DriverEnd, QueueAddrs, Refusal};
+use vt3d::control::{build_frame, DriverEnd, Key, Refusal};
 use vt3d::abi;
 use vt3d::nic::Nic;
 use vt3d::uplink::UplinkSpec;
@@ -107,7 +107,7 @@ fn frames_cross_between_rings_and_uplink() {
     let peer = UnixDatagram::bind(&peer_path).unwrap();
     let up_path = dir.path().join("up");
     let spec: UplinkSpec = format!("unix-dgram:{},{}", up_path.display(), peer_path.display()).parse().unwrap();
-    let nic = Arc::new(Nic::new(spec.open().unwrap(), Some([0x52, 0x54, 0, 0, 0, 1]), 9000));
+    let nic = Arc::new(Nic::new(spec.open().unwrap(), Some([0x52, 0x54, 0, 0, 0, 1]), 9000).with_control_key(KEY));
 
     // Guest RAM: a shared file, as QEMU's memory-backend-memfd.
     let file = tempfile::tempfile().unwrap();
@@ -169,38 +169,23 @@ fn frames_cross_between_rings_and_uplink() {
     assert_eq!(&buf[..n], &outbound[..]);
     wait_for("the TX used ring", || tx.used().idx().load() == 1);
 
-    // A HELLO that names other virtqueues is refused without an answer; the
-    // kernel's (the rings vt3d was given over vhost-user) starts a session.
-    let queues = queue_addrs(&rx, &tx);
-    let mut wrong = queues;
-    wrong.rx.used = (wrong.rx.used.to_native() + 64).into();
-    let forged = with_vnet_hdr(&build_frame(GUEST_MAC, GUEST_MAC, &DriverEnd::new([9, 9]).hello(&mem, SESSION_PAGE, &wrong)));
-    let mut driver = DriverEnd::new([1, 2]);
-    let hello = with_vnet_hdr(&build_frame(GUEST_MAC, GUEST_MAC, &driver.hello(&mem, SESSION_PAGE + 0x1000, &queues)));
+    // A HELLO under another key is refused without an answer; the
+    // driver's (the provisioned key) gets a challenge, its PROVE a session.
+    let forged = with_vnet_hdr(&build_frame(GUEST_MAC, GUEST_MAC, &DriverEnd::new([9, 9]).hello()));
+    let mut driver = DriverEnd::new(KEY);
+    let hello = with_vnet_hdr(&build_frame(GUEST_MAC, GUEST_MAC, &driver.hello()));
+    let mut ctrl = ControlPath { mem: &mem, tx: &tx, rx: &rx, kick: &guest.kicks[1], next_tx: 2, next_rx: 3 };
+    ctrl.send(&[forged, hello]);
+    let challenge = ctrl.answer();
+    assert_eq!(nic.control_stats.refused(Refusal::Hello), 1, "the forged HELLO");
+    let (_, prove) = driver.prove(&challenge[HDR + 14..]).unwrap();
+    ctrl.send(&[with_vnet_hdr(&build_frame(GUEST_MAC, GUEST_MAC, &prove))]);
+    let proven = ctrl.answer();
+    assert_eq!(driver.open(&proven[HDR + 14..]).unwrap().hdr.status.to_native(), 0);
     // A control command on TX is answered on RX and never leaves vt3d.
     let (seq, query) = driver.command(abi::Cmd::QueryDevice as u16, &[]);
-    let query = with_vnet_hdr(&build_frame(GUEST_MAC, GUEST_MAC, &query));
-    let mut descs = Vec::new();
-    for (i, f) in [&forged, &hello, &query].into_iter().enumerate() {
-        let at = TX_DATA + 0x4000 + i as u64 * 0x1000;
-        mem.write_slice(f, GuestAddress(at)).unwrap();
-        descs.push(RawDescriptor::from(SplitDescriptor::new(at, f.len() as u32, 0, 0)));
-    }
-    for (i, d) in descs.iter().enumerate() {
-        tx.add_desc_chains(std::slice::from_ref(d), 2 + i as u16).unwrap();
-    }
-    guest.kicks[1].write(1).unwrap();
-    wait_for("the control responses", || rx.used().idx().load() == 5);
-    assert_eq!(nic.control_stats.refused(Refusal::Hello), 1, "the forged HELLO");
-    let answer = |i: usize| {
-        let e = rx.used().ring().ref_at(i).unwrap().load();
-        let mut resp = vec![0u8; e.len() as usize];
-        mem.read_slice(&mut resp, GuestAddress(RX_BUFS + u64::from(e.id()) * 0x1000)).unwrap();
-        resp
-    };
-    let hello_resp = answer(3);
-    assert_eq!(driver.open(&hello_resp[HDR + 14..]).unwrap().hdr.status.to_native(), 0);
-    let resp = answer(4);
+    ctrl.send(&[with_vnet_hdr(&build_frame(GUEST_MAC, GUEST_MAC, &query))]);
+    let resp = ctrl.answer();
     let opened = driver.open(&resp[HDR + 14..]).unwrap();
     assert_eq!(opened.hdr.r#type, abi::MsgType::Resp as u8);
     assert_eq!((opened.hdr.seq.to_native(), opened.hdr.status.to_native()), (seq, 0));
@@ -212,7 +197,7 @@ fn frames_cross_between_rings_and_uplink() {
     wait_for("the filtered frame to be counted", || {
         nic.stats.rx_filtered.load(std::sync::atomic::Ordering::Relaxed) == 1
     });
-    assert_eq!(rx.used().idx().load(), 5, "filtered frame must not reach the guest");
+    assert_eq!(rx.used().idx().load(), 6, "filtered frame must not reach the guest");
 
     drop(guest.frontend);
     assert_eq!(server.join().unwrap(), RelayEnd::FrontendClosed);
@@ -263,16 +248,43 @@ fn syn(port: u16) -> Vec<u8> {
     f
 }
 
-const SESSION_PAGE: u64 = 0x7f_0000;
+/// The provisioned key of the tests' NIC.
+const KEY: Key = [1, 2];
 
-/// The virtqueues as the frontend gave them to vt3d.
-fn queue_addrs(rx: &MockSplitQueue<GuestMemoryMmap>, tx: &MockSplitQueue<GuestMemoryMmap>) -> QueueAddrs {
-    let ring = |q: &MockSplitQueue<GuestMemoryMmap>| abi::RingAddrs {
-        desc: q.desc_table_addr().0.into(),
-        avail: q.avail_addr().0.into(),
-        used: q.used_addr().0.into(),
-    };
-    QueueAddrs { rx: ring(rx), tx: ring(tx) }
+/// The guest's control frames over the rings: each sent in TX descriptor
+/// `next_tx` onwards, each answer read from RX used entry `next_rx` on.
+struct ControlPath<'a> {
+    mem: &'a GuestMemoryMmap,
+    tx: &'a MockSplitQueue<'a, GuestMemoryMmap>,
+    rx: &'a MockSplitQueue<'a, GuestMemoryMmap>,
+    kick: &'a EventFd,
+    next_tx: u16,
+    next_rx: u16,
+}
+
+impl ControlPath<'_> {
+    /// Frames (virtio-net header included) in one kick.
+    fn send(&mut self, frames: &[Vec<u8>]) {
+        for f in frames {
+            let at = TX_DATA + 0x4000 + u64::from(self.next_tx) * 0x1000;
+            self.mem.write_slice(f, GuestAddress(at)).unwrap();
+            let d = RawDescriptor::from(SplitDescriptor::new(at, f.len() as u32, 0, 0));
+            self.tx.add_desc_chains(std::slice::from_ref(&d), self.next_tx).unwrap();
+            self.next_tx += 1;
+        }
+        self.kick.write(1).unwrap();
+    }
+
+    /// The next frame vt3d gave the guest (virtio-net header included).
+    fn answer(&mut self) -> Vec<u8> {
+        let i = self.next_rx;
+        wait_for("a control answer", || self.rx.used().idx().load() > i);
+        self.next_rx += 1;
+        let e = self.rx.used().ring().ref_at(usize::from(i)).unwrap().load();
+        let mut resp = vec![0u8; e.len() as usize];
+        self.mem.read_slice(&mut resp, GuestAddress(RX_BUFS + u64::from(e.id()) * 0x1000)).unwrap();
+        resp
+    }
 }
 
 fn with_vnet_hdr(frame: &[u8]) -> Vec<u8> {
@@ -298,7 +310,7 @@ fn offloaded_tcp_goes_to_the_engine() {
     let peer = UnixDatagram::bind(&peer_path).unwrap();
     let up_path = dir.path().join("up");
     let spec: UplinkSpec = format!("unix-dgram:{},{}", up_path.display(), peer_path.display()).parse().unwrap();
-    let nic = Arc::new(Nic::new(spec.open().unwrap(), Some(GUEST_MAC), 1500));
+    let nic = Arc::new(Nic::new(spec.open().unwrap(), Some(GUEST_MAC), 1500).with_control_key(KEY));
     let file = tempfile::tempfile().unwrap();
     file.set_len(MEM_SIZE as u64).unwrap();
     let mem = GuestMemoryMmap::from_ranges_with_files(&[(GuestAddress(0), MEM_SIZE, Some(FileOffset::new(file, 0)))])
@@ -321,30 +333,21 @@ fn offloaded_tcp_goes_to_the_engine() {
         backlog: 4.into(),
         reserved: 0.into(),
     };
-    let mut driver = DriverEnd::new([3, 4]);
-    let hello = with_vnet_hdr(&build_frame(GUEST_MAC, GUEST_MAC, &driver.hello(&mem, SESSION_PAGE, &queue_addrs(&rx, &tx))));
-    let cmds = [
-        hello,
+    let mut driver = DriverEnd::new(KEY);
+    let mut ctrl = ControlPath { mem: &mem, tx: &tx, rx: &rx, kick: &guest.kicks[1], next_tx: 0, next_rx: 0 };
+    ctrl.send(&[with_vnet_hdr(&build_frame(GUEST_MAC, GUEST_MAC, &driver.hello()))]);
+    let challenge = ctrl.answer();
+    let (_, prove) = driver.prove(&challenge[HDR + 14..]).unwrap();
+    ctrl.send(&[
+        with_vnet_hdr(&build_frame(GUEST_MAC, GUEST_MAC, &prove)),
         command(&mut driver, abi::Cmd::SetAddr, set_addr.as_slice()),
         command(&mut driver, abi::Cmd::Listen, listen.as_slice()),
-    ];
-    let mut descs = Vec::new();
-    for (i, c) in cmds.iter().enumerate() {
-        let at = TX_DATA + i as u64 * 0x1000;
-        mem.write_slice(c, GuestAddress(at)).unwrap();
-        descs.push(RawDescriptor::from(SplitDescriptor::new(at, c.len() as u32, 0, 0)));
-    }
-    for (i, d) in descs.iter().enumerate() {
-        tx.add_desc_chains(std::slice::from_ref(d), i as u16).unwrap();
-    }
-    guest.kicks[1].write(1).unwrap();
-    wait_for("three responses", || rx.used().idx().load() == 3);
-    for i in 0..3u16 {
-        let e = rx.used().ring().ref_at(usize::from(i)).unwrap().load();
-        let mut resp = vec![0u8; e.len() as usize];
-        mem.read_slice(&mut resp, GuestAddress(RX_BUFS + u64::from(e.id()) * 0x1000)).unwrap();
+    ]);
+    // PROVE, SET_ADDR and LISTEN (seqs 2, 3, 4) answered in order.
+    for seq in 2..5u32 {
+        let resp = ctrl.answer();
         let hdr = driver.open(&resp[HDR + 14..]).unwrap().hdr;
-        assert_eq!((hdr.seq.to_native(), hdr.status.to_native()), (u32::from(i) + 1, 0));
+        assert_eq!((hdr.seq.to_native(), hdr.status.to_native()), (seq, 0));
     }
 
     // The SYN is the engine's: a SYN-ACK comes back, nothing for the guest.
@@ -364,12 +367,12 @@ fn offloaded_tcp_goes_to_the_engine() {
     let start = Instant::now();
     syn_ack(&mut buf);
     assert!(start.elapsed() > Duration::from_millis(100), "a retransmission, not a duplicate");
-    assert_eq!(rx.used().idx().load(), 3);
+    assert_eq!(rx.used().idx().load(), 4);
     let counted = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
     wait_for("the counters", || counted(&nic.stats.toe_rx_frames) == 1 && counted(&nic.stats.toe_tx_frames) == 2);
     // A SYN for a port nobody listens on is the guest kernel's.
     peer.send_to(&syn(7175), &up_path).unwrap();
-    wait_for("the SYN in the guest", || rx.used().idx().load() == 4);
+    wait_for("the SYN in the guest", || rx.used().idx().load() == 5);
 
     drop(guest.frontend);
     assert_eq!(server.join().unwrap(), RelayEnd::FrontendClosed);

@@ -19,7 +19,7 @@ use vhost::{VhostBackend, VhostUserMemoryRegionInfo, VringConfigData};
 use vm_memory::{ByteValued, Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 use vmm_sys_util::eventfd::EventFd;
 use vt3d::abi::*;
-use vt3d::control::{build_frame, DriverEnd, QueueAddrs};
+use vt3d::control::{build_frame, DriverEnd};
 
 use crate::vring::Vring;
 
@@ -28,7 +28,8 @@ const ETH_HDR: usize = 14;
 const QUEUE_SIZE: u16 = 256;
 const RX_RING: u64 = 0x0;
 const TX_RING: u64 = 0x4000;
-const SESSION_PAGE: u64 = 0x8000;
+/// The rings end below this.
+const RINGS_END: u64 = 0x8000;
 const STATUS_AREA: u64 = 0x1_0000;
 const STATUS_AREA_END: u64 = 0x10_0000;
 const RX_BUFS: u64 = 0x10_0000;
@@ -149,7 +150,7 @@ impl Guest {
 
         let rx = Vring::new(RX_RING, QUEUE_SIZE, RX_BUFS, BUF_LEN);
         let tx = Vring::new(TX_RING, QUEUE_SIZE, TX_BUFS, BUF_LEN);
-        assert!(rx.end() <= TX_RING && tx.end() <= SESSION_PAGE);
+        assert!(rx.end() <= TX_RING && tx.end() <= RINGS_END);
         let kicks = [EventFd::new(0).expect("eventfd"), EventFd::new(0).expect("eventfd")];
         let calls = [EventFd::new(0).expect("eventfd"), EventFd::new(0).expect("eventfd")];
         for (i, q) in [&rx, &tx].into_iter().enumerate() {
@@ -191,13 +192,39 @@ impl Guest {
         if guest.rx.publish(&guest.mem) {
             guest.kick(0);
         }
-        let queues = QueueAddrs { rx: guest.rx.addrs(), tx: guest.tx.addrs() };
-        let hello = guest.driver.hello(&guest.mem, SESSION_PAGE, &queues);
-        let seq = 1; // the first command of a DriverEnd
-        guest.send_ctrl(&hello);
-        let (status, _) = guest.wait_response(seq);
-        assert_eq!(status, Status::Ok as u16, "HELLO refused");
+        guest.first_contact();
         guest
+    }
+
+    /// HELLO, vt3d's challenge (under the provisioned key, not yet a
+    /// session's frame), PROVE and its answer.
+    fn first_contact(&mut self) {
+        let hello = self.driver.hello();
+        self.send_ctrl(&hello);
+        let start = Instant::now();
+        let challenge = loop {
+            if let Some(c) = self.take_raw_ctrl() {
+                break c;
+            }
+            assert!(start.elapsed() < COMMAND_TIMEOUT, "HELLO not answered");
+            std::thread::yield_now();
+        };
+        let (seq, prove) = self.driver.prove(&challenge).expect("a challenge under the provisioned key");
+        self.send_ctrl(&prove);
+        let (status, _) = self.wait_response(seq);
+        assert_eq!(status, Status::Ok as u16, "PROVE refused");
+    }
+
+    /// The control part of the next control frame on RX, unopened.
+    fn take_raw_ctrl(&mut self) -> Option<Vec<u8>> {
+        let (id, len) = self.rx.pop_used(&self.mem)?;
+        let mut frame = vec![0u8; (len as usize).min(BUF_LEN as usize)];
+        self.mem.read_slice(&mut frame, GuestAddress(self.rx.buffer(id))).expect("RX buffer");
+        self.rx.push(&self.mem, id, BUF_LEN, true);
+        if self.rx.publish(&self.mem) {
+            self.kick(0);
+        }
+        frame.get(VNET_HDR + ETH_HDR..).map(<[u8]>::to_vec)
     }
 
     fn kick(&self, queue: usize) {

@@ -96,7 +96,7 @@ impl Pair {
         // A memfd: pages no QP uses are never allocated.
         let ram = GUEST_BASE_BYTES + qps * QP_GUEST_BYTES;
         let boot = |i: usize| {
-            let mut g = Guest::boot(&procs[i].socket, MACS[i], IPS[i], ram, [0xb3 + i as u64, 0x5eed]);
+            let mut g = Guest::boot(&procs[i].socket, MACS[i], IPS[i], ram, procs[i].key);
             g.set_addr();
             let pd = g.pd();
             let scq = g.cq(cq_depth);

@@ -6,7 +6,6 @@
 use std::sync::atomic::{fence, Ordering};
 
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
-use vt3d::abi::RingAddrs;
 
 const DESC_LEN: u64 = 16;
 const VRING_DESC_F_WRITE: u16 = 2;
@@ -33,11 +32,6 @@ impl Vring {
         let avail = desc + u64::from(size) * DESC_LEN;
         let used = (avail + 6 + 2 * u64::from(size)).next_multiple_of(4096);
         Self { size, desc, avail, used, bufs, buf_len, avail_idx: 0, last_used: 0, free: (0..size).rev().collect() }
-    }
-
-    /// The ring's guest-physical addresses, as vt3d learns them (HELLO's proof).
-    pub fn addrs(&self) -> RingAddrs {
-        RingAddrs { desc: self.desc.into(), avail: self.avail.into(), used: self.used.into() }
     }
 
     /// The end of the ring's memory.

@@ -111,6 +111,9 @@ fn free_udp_port() -> u16 {
 pub struct Vt3d {
     child: Child,
     pub socket: PathBuf,
+    /// The provisioned key (its file is `--key-file`): the synthetic
+    /// guest's driver proves it.
+    pub key: [u64; 2],
     log: PathBuf,
     /// The taps' bridge, shared by the pair (dropped after the process).
     _bridge: Option<Arc<TapBridge>>,
@@ -125,8 +128,11 @@ impl Vt3d {
     /// Starts the pair `a`, `b` on `uplink` with `mtu`, sockets in `dir`.
     pub fn pair(dir: &Path, uplink: UplinkKind, mtu: u32, macs: [[u8; 6]; 2]) -> [Self; 2] {
         let (specs, bridge) = uplink.specs(dir, mtu);
-        let start = |name: &str, spec: &str, mac: [u8; 6]| {
+        let start = |name: &str, spec: &str, mac: [u8; 6], key: [u64; 2]| {
             let socket = dir.join(format!("{name}.vhost"));
+            let key_file = dir.join(format!("{name}.key"));
+            let bytes: Vec<u8> = key.iter().flat_map(|w| w.to_le_bytes()).collect();
+            std::fs::write(&key_file, bytes).expect("key file");
             let log = dir.join(format!("{name}.log"));
             let _ = std::fs::remove_file(&socket);
             let mac = mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
@@ -136,15 +142,17 @@ impl Vt3d {
                 .args(["--uplink", spec, "--mac", &mac, "--mtu", &mtu.to_string()])
                 .arg("--mgmt")
                 .arg(dir.join(format!("{name}.mgmt")))
+                .arg("--key-file")
+                .arg(&key_file)
                 .env("RUST_LOG", "warn")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(File::create(&log).expect("vt3d log file"))
                 .spawn()
                 .unwrap_or_else(|e| panic!("starting {}: {e}", binary().display()));
-            Self { child, socket, log, _bridge: bridge.clone() }
+            Self { child, socket, key, log, _bridge: bridge.clone() }
         };
-        [start("a", &specs[0], macs[0]), start("b", &specs[1], macs[1])]
+        [start("a", &specs[0], macs[0], [0xb3, 0x5eed]), start("b", &specs[1], macs[1], [0xb4, 0x5eed])]
     }
 
     pub fn pid(&self) -> u32 {

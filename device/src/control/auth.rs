@@ -1,33 +1,67 @@
 //! Who may drive the device (vt3_hw.h, "Who may drive the device"): the
-//! session a HELLO starts, and the counter and MAC every control frame
-//! carries both ways. Any guest process can send and sniff raw frames, so
-//! no frame counts for what it says; only the guest kernel knows the
-//! session key (in a kernel page) and the virtqueue addresses that prove
-//! a HELLO came from it.
+//! first contact that proves both ends hold the provisioned key, the
+//! session key it derives, and the counter and MAC every control frame
+//! carries both ways. Any guest process can send and sniff raw frames and
+//! fill guest memory, so no frame and no guest page counts for what it
+//! says; only the key, which never crosses the wire, does.
 
+use std::collections::VecDeque;
 use std::hash::Hasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use siphasher::sip::SipHasher24;
-use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemory};
+use vm_memory::ByteValued;
 
 use crate::abi::{
-    self, CmdHello, CtrlHdr, MsgType, RingAddrs, SessionPage, VT3_CTRL_MAC_LEN, VT3_CTRL_REPLAY_WINDOW,
-    VT3_CTRL_VERSION, VT3_SESSION_MAGIC,
+    self, CmdHello, CmdProve, CtrlHdr, KdfInput, MsgType, RespHello, Status, VT3_CHALLENGE_TTL_MS, VT3_CTRL_MAC_LEN,
+    VT3_CTRL_REPLAY_WINDOW, VT3_CTRL_VERSION, VT3_HELLO_BURST, VT3_HELLO_RATE, VT3_KDF_LABEL_K0, VT3_KDF_LABEL_K1,
+    VT3_KEY_LEN, VT3_NONCE_LEN,
 };
 
 /// SipHash-2-4 key words k0, k1.
 pub type Key = [u64; 2];
 
-const HDR: usize = std::mem::size_of::<CtrlHdr>();
+/// A first contact's nonce, one per side.
+pub type Nonce = [u8; VT3_NONCE_LEN];
 
-/// The guest's virtqueues as vt3d was told over vhost-user: what a HELLO
-/// must name to prove it comes from the guest kernel.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct QueueAddrs {
-    pub rx: RingAddrs,
-    pub tx: RingAddrs,
+/// The key words of `VT3_KEY_LEN` raw bytes (little endian).
+pub fn key_from_bytes(bytes: &[u8; VT3_KEY_LEN]) -> Key {
+    let word = |i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(bytes.get(i..i + 8).unwrap_or(&[0; 8]));
+        u64::from_le_bytes(w)
+    };
+    [word(0), word(8)]
 }
+
+/// A fresh random nonce from the operating system; none if it has no
+/// random bytes to give (then no challenge is issued: a fixed nonce would
+/// make it predictable).
+pub fn random_nonce() -> Option<Nonce> {
+    let mut n = [0u8; VT3_NONCE_LEN];
+    match getrandom::fill(&mut n) {
+        Ok(()) => Some(n),
+        Err(e) => {
+            log::error!("no random bytes from the operating system: {e}");
+            None
+        }
+    }
+}
+
+/// The session key both ends derive from the provisioned key and the two
+/// nonces (`vt3_kdf_input`).
+pub fn session_key(key: &Key, driver_nonce: &Nonce, device_nonce: &Nonce) -> Key {
+    let word = |label: &str| {
+        let mut input = KdfInput { driver_nonce: *driver_nonce, device_nonce: *device_nonce, ..Default::default() };
+        for (dst, src) in input.label.iter_mut().zip(label.bytes()) {
+            *dst = src;
+        }
+        mac(key, input.as_slice())
+    };
+    [word(VT3_KDF_LABEL_K0), word(VT3_KDF_LABEL_K1)]
+}
+
+const HDR: usize = std::mem::size_of::<CtrlHdr>();
 
 /// Why a control frame was refused. Each has a counter in
 /// `vt3d ctl stats` (`ctrl_refused_<name>`).
@@ -45,12 +79,18 @@ pub enum Refusal {
     Mac,
     /// A counter already taken, or too far behind.
     Replay,
-    /// A HELLO that names the wrong virtqueues or no valid session page.
+    /// A HELLO or PROVE that fails its shape or its MAC, or a PROVE for
+    /// no challenge vt3d issued (or one too old).
     Hello,
+    /// A HELLO whose driver nonce vt3d has seen, or a PROVE of a challenge
+    /// already used.
+    HelloReplay,
+    /// A HELLO or PROVE dropped unchecked: too many were refused lately.
+    HelloLimited,
 }
 
 impl Refusal {
-    pub const ALL: [Refusal; 7] = [
+    pub const ALL: [Refusal; 9] = [
         Refusal::Short,
         Refusal::Version,
         Refusal::NotCommand,
@@ -58,6 +98,8 @@ impl Refusal {
         Refusal::Mac,
         Refusal::Replay,
         Refusal::Hello,
+        Refusal::HelloReplay,
+        Refusal::HelloLimited,
     ];
 
     pub fn name(self) -> &'static str {
@@ -69,6 +111,8 @@ impl Refusal {
             Refusal::Mac => "mac",
             Refusal::Replay => "replay",
             Refusal::Hello => "hello",
+            Refusal::HelloReplay => "hello_replay",
+            Refusal::HelloLimited => "hello_limited",
         }
     }
 }
@@ -77,7 +121,7 @@ impl Refusal {
 #[derive(Debug, Default)]
 pub struct ChannelStats {
     refused: [AtomicU64; Refusal::ALL.len()],
-    /// Sessions started by a valid HELLO.
+    /// Sessions started by a proven first contact.
     pub sessions: AtomicU64,
 }
 
@@ -194,9 +238,13 @@ impl Session {
     /// The control part of a frame: `hdr` as given but for the next
     /// counter, then `payload` (its length is the caller's `hdr.len`) and
     /// the MAC of both.
-    pub fn seal(&mut self, mut hdr: CtrlHdr, payload: &[u8]) -> Vec<u8> {
+    pub fn seal(&mut self, hdr: CtrlHdr, payload: &[u8]) -> Vec<u8> {
         self.sent += 1;
-        hdr.counter = self.sent.into();
+        self.seal_with_counter(hdr, payload, self.sent)
+    }
+
+    fn seal_with_counter(&self, mut hdr: CtrlHdr, payload: &[u8], counter: u64) -> Vec<u8> {
+        hdr.counter = counter.into();
         let mut out = Vec::with_capacity(HDR + payload.len() + VT3_CTRL_MAC_LEN);
         out.extend_from_slice(hdr.as_slice());
         out.extend_from_slice(payload);
@@ -221,55 +269,211 @@ pub fn header(kind: MsgType, opcode: u16, seq: u32, status: u16, len: usize) -> 
     }
 }
 
-/// Checks a HELLO against the guest's virtqueues and reads its session
-/// key from the page it names. vt3d wipes the page's magic once it has
-/// the key, so a HELLO replayed while the page still exists is refused.
-pub fn accept_hello<M: GuestMemory>(mem: &M, m: &Sealed<'_>, queues: &QueueAddrs) -> Result<Session, Refusal> {
-    let hello: CmdHello = abi::read_struct(m.payload).ok_or(Refusal::Hello)?;
-    if hello.rx != queues.rx || hello.tx != queues.tx {
+/// Seals a first-contact frame under the provisioned key: counter 0
+/// (no session's counter), MAC under `key`.
+fn seal_under(key: &Key, hdr: CtrlHdr, payload: &[u8]) -> Vec<u8> {
+    Session::new(*key).seal_with_counter(hdr, payload, 0)
+}
+
+/// The refusals a first contact may cost before vt3d stops looking at
+/// HELLOs and PROVEs: a bucket of `VT3_HELLO_BURST` tokens refilled at
+/// `VT3_HELLO_RATE` a second (in thousandths of a token per ms).
+#[derive(Debug, Clone, Copy)]
+struct RefusalBucket {
+    milli_tokens: u64,
+    at_ms: u64,
+}
+
+impl RefusalBucket {
+    const FULL: u64 = VT3_HELLO_BURST * 1000;
+
+    fn new(now_ms: u64) -> Self {
+        Self { milli_tokens: Self::FULL, at_ms: now_ms }
+    }
+
+    fn refill(&mut self, now_ms: u64) {
+        let elapsed = now_ms.saturating_sub(self.at_ms);
+        self.at_ms = self.at_ms.max(now_ms);
+        self.milli_tokens = self.milli_tokens.saturating_add(elapsed.saturating_mul(VT3_HELLO_RATE)).min(Self::FULL);
+    }
+
+    /// Whether a refusal may still be afforded.
+    fn has_token(&mut self, now_ms: u64) -> bool {
+        self.refill(now_ms);
+        self.milli_tokens >= 1000
+    }
+
+    fn spend(&mut self) {
+        self.milli_tokens = self.milli_tokens.saturating_sub(1000);
+    }
+}
+
+/// A challenge vt3d answered a HELLO with.
+#[derive(Debug, Clone, Copy)]
+struct Challenge {
+    driver_nonce: Nonce,
+    device_nonce: Nonce,
+    issued_ms: u64,
+    used: bool,
+}
+
+/// Challenges remembered: a replayed HELLO within the last this many is
+/// known as one (older ones get a fresh challenge, which is as useless to
+/// whoever lacks the key).
+const RECENT_CHALLENGES: usize = 64;
+
+/// The device's side of the first contact (vt3_hw.h, steps 1-4). It never
+/// touches a live session: it hands the channel a new one only for a
+/// PROVE of a challenge it issued.
+#[derive(Debug)]
+pub struct FirstContact {
+    key: Key,
+    recent: VecDeque<Challenge>,
+    bucket: RefusalBucket,
+}
+
+impl FirstContact {
+    pub fn new(key: Key, now_ms: u64) -> Self {
+        Self { key, recent: VecDeque::with_capacity(RECENT_CHALLENGES), bucket: RefusalBucket::new(now_ms) }
+    }
+
+    /// Step 2: the answer to a HELLO (the control part of the frame), with
+    /// `device_nonce` as the challenge.
+    pub fn hello(&mut self, m: &Sealed<'_>, device_nonce: Nonce, now_ms: u64) -> Result<Vec<u8>, Refusal> {
+        self.limited(now_ms, |this| this.check_hello(m, device_nonce, now_ms))
+    }
+
+    /// Step 4: the session a PROVE proves.
+    pub fn prove(&mut self, m: &Sealed<'_>, now_ms: u64) -> Result<Session, Refusal> {
+        self.limited(now_ms, |this| this.check_prove(m, now_ms))
+    }
+
+    /// Runs a check if the bucket affords a refusal; a refusal spends a
+    /// token. Past the bucket, frames are dropped unchecked: a flood costs
+    /// vt3d no more than counting.
+    fn limited<T>(&mut self, now_ms: u64, check: impl FnOnce(&mut Self) -> Result<T, Refusal>) -> Result<T, Refusal> {
+        if !self.bucket.has_token(now_ms) {
+            return Err(Refusal::HelloLimited);
+        }
+        let result = check(self);
+        if result.is_err() {
+            self.bucket.spend();
+        }
+        result
+    }
+
+    fn check_hello(&mut self, m: &Sealed<'_>, device_nonce: Nonce, now_ms: u64) -> Result<Vec<u8>, Refusal> {
+        let hello: CmdHello = exact_payload(m)?;
+        if m.hdr.counter.to_native() != 0 || mac(&self.key, m.covered) != m.mac {
+            return Err(Refusal::Hello);
+        }
+        if self.recent.iter().any(|c| c.driver_nonce == hello.driver_nonce) {
+            return Err(Refusal::HelloReplay);
+        }
+        if self.recent.len() == RECENT_CHALLENGES {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(Challenge { driver_nonce: hello.driver_nonce, device_nonce, issued_ms: now_ms, used: false });
+        let answer = RespHello { driver_nonce: hello.driver_nonce, device_nonce };
+        let hdr = header(MsgType::Resp, abi::Cmd::Hello as u16, m.hdr.seq.to_native(), Status::Ok as u16, std::mem::size_of::<RespHello>());
+        Ok(seal_under(&self.key, hdr, answer.as_slice()))
+    }
+
+    fn check_prove(&mut self, m: &Sealed<'_>, now_ms: u64) -> Result<Session, Refusal> {
+        let prove: CmdProve = exact_payload(m)?;
+        let key = self.key;
+        let challenge = self
+            .recent
+            .iter_mut()
+            .find(|c| c.driver_nonce == prove.driver_nonce && c.device_nonce == prove.device_nonce)
+            .ok_or(Refusal::Hello)?;
+        if challenge.used {
+            return Err(Refusal::HelloReplay);
+        }
+        if now_ms.saturating_sub(challenge.issued_ms) > VT3_CHALLENGE_TTL_MS {
+            return Err(Refusal::Hello);
+        }
+        let mut session = Session::new(session_key(&key, &challenge.driver_nonce, &challenge.device_nonce));
+        // The PROVE is the new session's first frame: counter 1, MAC under Ks.
+        if m.hdr.counter.to_native() != 1 {
+            return Err(Refusal::Hello);
+        }
+        session.open(m).map_err(|_| Refusal::Hello)?;
+        challenge.used = true;
+        Ok(session)
+    }
+}
+
+/// A first-contact payload of exactly its struct's size.
+fn exact_payload<T: ByteValued + Default>(m: &Sealed<'_>) -> Result<T, Refusal> {
+    if m.payload.len() != std::mem::size_of::<T>() {
         return Err(Refusal::Hello);
     }
-    let at = GuestAddress(hello.session_page.to_native());
-    let page: SessionPage = mem.read_obj(at).map_err(|_| Refusal::Hello)?;
-    if page.magic.to_native() != VT3_SESSION_MAGIC || page.version.to_native() != u32::from(VT3_CTRL_VERSION) {
-        return Err(Refusal::Hello);
-    }
-    let mut session = Session::new([page.key[0].to_native(), page.key[1].to_native()]);
-    session.open(m).map_err(|_| Refusal::Hello)?;
-    if let Err(e) = mem.write_obj(0u32, at) {
-        log::warn!("could not wipe the session page at {:#x}: {e}", at.0);
-    }
-    Ok(session)
+    abi::read_struct(m.payload).ok_or(Refusal::Hello)
 }
 
 /// The driver's end of a session, as vt3.ko keeps it: for tests and for
-/// host-side synthetic guests.
+/// host-side synthetic guests. Until its first contact is proven it holds
+/// only the provisioned key.
 #[derive(Debug, Clone)]
 pub struct DriverEnd {
+    key: Key,
+    /// The nonce of the HELLO waiting for its answer.
+    pending: Option<Nonce>,
     session: Session,
     seq: u32,
 }
 
 impl DriverEnd {
     pub fn new(key: Key) -> Self {
-        Self { session: Session::new(key), seq: 0 }
+        Self { key, pending: None, session: Session::new(key), seq: 0 }
     }
 
-    /// Writes the session page at `page` and returns the HELLO's control
-    /// part.
-    pub fn hello<M: GuestMemory>(&mut self, mem: &M, page: u64, queues: &QueueAddrs) -> Vec<u8> {
-        let key = self.session.key;
-        let sp = SessionPage {
-            magic: VT3_SESSION_MAGIC.into(),
-            version: u32::from(VT3_CTRL_VERSION).into(),
-            key: [key[0].into(), key[1].into()],
-            reserved: 0.into(),
-        };
-        if let Err(e) = mem.write_obj(sp, GuestAddress(page)) {
-            log::warn!("session page at {page:#x}: {e}");
+    /// Step 1: a HELLO with a fresh nonce (the control part of the frame).
+    pub fn hello(&mut self) -> Vec<u8> {
+        self.hello_with(random_nonce().unwrap_or_default())
+    }
+
+    /// A HELLO with a chosen nonce (for tests that replay one).
+    pub fn hello_with(&mut self, driver_nonce: Nonce) -> Vec<u8> {
+        self.pending = Some(driver_nonce);
+        self.seq = self.seq.wrapping_add(1);
+        let hello = CmdHello { driver_nonce };
+        let hdr = header(MsgType::Cmd, abi::Cmd::Hello as u16, self.seq, 0, std::mem::size_of::<CmdHello>());
+        seal_under(&self.key, hdr, hello.as_slice())
+    }
+
+    /// Step 3: checks vt3d's answer to the pending HELLO, starts the new
+    /// session and returns its first command, the PROVE (control part).
+    pub fn prove(&mut self, answer: &[u8]) -> Result<(u32, Vec<u8>), Refusal> {
+        let m = unseal(answer)?;
+        let resp: RespHello = exact_payload(&m)?;
+        let pending = self.pending.ok_or(Refusal::Hello)?;
+        if m.hdr.r#type != MsgType::Resp as u8
+            || m.hdr.opcode.to_native() != abi::Cmd::Hello as u16
+            || m.hdr.counter.to_native() != 0
+            || mac(&self.key, m.covered) != m.mac
+            || resp.driver_nonce != pending
+        {
+            return Err(Refusal::Hello);
         }
-        let hello = CmdHello { session_page: page.into(), rx: queues.rx, tx: queues.tx };
-        self.command(abi::Cmd::Hello as u16, hello.as_slice()).1
+        self.pending = None;
+        self.session = Session::new(session_key(&self.key, &pending, &resp.device_nonce));
+        let prove = CmdProve { driver_nonce: pending, device_nonce: resp.device_nonce };
+        Ok(self.command(abi::Cmd::Prove as u16, prove.as_slice()))
+    }
+
+    /// The whole first contact: `exchange` takes a control part to vt3d
+    /// and gives back the control part of its answer, if one came.
+    pub fn handshake(&mut self, mut exchange: impl FnMut(Vec<u8>) -> Option<Vec<u8>>) -> Result<(), Refusal> {
+        let answer = exchange(self.hello()).ok_or(Refusal::Hello)?;
+        let (_, prove) = self.prove(&answer)?;
+        let reply = exchange(prove).ok_or(Refusal::Hello)?;
+        let m = self.open(&reply)?;
+        if m.hdr.status.to_native() != Status::Ok as u16 {
+            return Err(Refusal::Hello);
+        }
+        Ok(())
     }
 
     /// A sealed command: (its seq, the control part of the frame).

@@ -1,14 +1,19 @@
 //! The control channel (DESIGN.md §2): EtherType 0x88B5 frames between
-//! vt3.ko and vt3d. Authenticates a command frame (auth.rs), runs it
-//! against the RNIC and builds the sealed response; seals events.
+//! vt3.ko and vt3d. Runs the first contact and authenticates every
+//! command frame (auth.rs), runs it against the RNIC and builds the sealed
+//! response; seals events. The provisioned key comes from a file (key.rs).
 
 mod auth;
+pub mod key;
 
 use std::collections::VecDeque;
 
 use vm_memory::GuestMemory;
 
-pub use auth::{header, mac, unseal, ChannelStats, DriverEnd, Key, QueueAddrs, Refusal, ReplayWindow, Sealed, Session};
+pub use auth::{
+    header, key_from_bytes, mac, random_nonce, session_key, unseal, ChannelStats, DriverEnd, FirstContact, Key, Nonce,
+    Refusal, ReplayWindow, Sealed, Session,
+};
 
 use crate::abi::{Cmd, CtrlHdr, MsgType, Status, VT3_CTRL_VERSION, VT3_ETHERTYPE};
 use crate::rnic::{Instant, Rnic};
@@ -27,9 +32,10 @@ pub enum Outcome {
 }
 
 /// The device's end of the control channel: at most one session, that of
-/// the driver whose HELLO proved it is the guest kernel.
+/// the driver that last proved it holds the provisioned key.
 #[derive(Debug)]
 pub struct Channel {
+    first_contact: FirstContact,
     session: Option<Session>,
     stats: std::sync::Arc<ChannelStats>,
 }
@@ -54,8 +60,9 @@ pub fn build_frame(dst: [u8; 6], src: [u8; 6], ctrl: &[u8]) -> Vec<u8> {
 }
 
 impl Channel {
-    pub fn new(stats: std::sync::Arc<ChannelStats>) -> Self {
-        Self { session: None, stats }
+    /// A channel whose drivers must prove `key` (vt3_hw.h).
+    pub fn new(key: Key, stats: std::sync::Arc<ChannelStats>) -> Self {
+        Self { first_contact: FirstContact::new(key, 0), session: None, stats }
     }
 
     pub fn stats(&self) -> &ChannelStats {
@@ -72,16 +79,8 @@ impl Channel {
         self.session = None;
     }
 
-    /// Handles one control frame from the guest at time `now`; `queues`
-    /// are the guest's virtqueues (the proof a HELLO must carry).
-    pub fn handle_frame<M: GuestMemory>(
-        &mut self,
-        rnic: &mut Rnic,
-        mem: &M,
-        frame: &[u8],
-        queues: &QueueAddrs,
-        now: Instant,
-    ) -> Outcome {
+    /// Handles one control frame from the guest at time `now`.
+    pub fn handle_frame<M: GuestMemory>(&mut self, rnic: &mut Rnic, mem: &M, frame: &[u8], now: Instant) -> Outcome {
         let sealed = match auth::unseal(frame.get(ETH_HDR..).unwrap_or_default()) {
             Ok(m) => m,
             Err(why) => return refuse(&self.stats, why, frame),
@@ -91,21 +90,33 @@ impl Channel {
         }
         let opcode = sealed.hdr.opcode.to_native();
         let guest = mac_at(frame, 6);
+        let now_ms = u64::try_from(now.total_millis()).unwrap_or(0);
         if opcode == Cmd::Hello as u16 {
-            match auth::accept_hello(mem, &sealed, queues) {
-                Ok(session) => {
-                    if self.session.is_some() {
-                        log::info!("a new driver session replaces the old one: its objects are dropped");
-                    }
-                    // Objects belong to the session that made them.
-                    rnic.reset();
-                    rnic.driver_mac = Some(guest);
-                    let session = self.session.insert(session);
-                    self.stats.sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    return Outcome::Reply(seal_reply(session, &sealed.hdr, Status::Ok, &[], guest));
-                }
+            // A challenge under the provisioned key; the live session (if
+            // any) is not touched.
+            let answer = match random_nonce() {
+                Some(nonce) => self.first_contact.hello(&sealed, nonce, now_ms),
+                None => Err(Refusal::Hello),
+            };
+            return match answer {
+                Ok(ctrl) => Outcome::Reply(build_frame(guest, guest, &ctrl)),
+                Err(why) => refuse(&self.stats, why, frame),
+            };
+        }
+        if opcode == Cmd::Prove as u16 {
+            let session = match self.first_contact.prove(&sealed, now_ms) {
+                Ok(session) => session,
                 Err(why) => return refuse(&self.stats, why, frame),
+            };
+            if self.session.is_some() {
+                log::info!("a proven driver session replaces the old one: its objects are dropped");
             }
+            // Objects belong to the session that made them.
+            rnic.reset();
+            rnic.driver_mac = Some(guest);
+            let session = self.session.insert(session);
+            self.stats.sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Outcome::Reply(seal_reply(session, &sealed.hdr, Status::Ok, &[], guest));
         }
         let Some(session) = self.session.as_mut() else {
             return refuse(&self.stats, Refusal::NoSession, frame);

@@ -12,14 +12,8 @@ const PAGES: u64 = 0x20_0000; // ring and buffer pages from here
 const STATUS: u64 = 0x1f_0000; // status pages
 const NOW: crate::rnic::Instant = crate::rnic::Instant::from_millis_const(1000);
 
-const SESSION_PAGE: u64 = 0x1e_0000;
+/// The provisioned key (vt3d --key-file, the guest's fw_cfg).
 const KEY: Key = [0x0123_4567_89ab_cdef, 0x0fed_cba9_8765_4321];
-
-/// The guest's virtqueues, as vhost-user told vt3d.
-fn queues() -> QueueAddrs {
-    let ring = |base: u64| RingAddrs { desc: base.into(), avail: (base + 0x1000).into(), used: (base + 0x2000).into() };
-    QueueAddrs { rx: ring(0x3_0000), tx: ring(0x4_0000) }
-}
 
 struct Driver {
     chan: Channel,
@@ -28,6 +22,8 @@ struct Driver {
     mem: GuestMemoryMmap,
     /// Event frames that followed the last response.
     events: Vec<Vec<u8>>,
+    /// The channel's clock.
+    now: crate::rnic::Instant,
     seq: u32,
     next_pbl: u64,
     next_page: u64,
@@ -43,23 +39,22 @@ impl Driver {
         Self::with_limits(Limits::default())
     }
 
-    /// A driver whose HELLO vt3d took.
+    /// A driver whose first contact vt3d took.
     fn with_limits(limits: Limits) -> Self {
         let mut d = Self::without_session(limits);
-        let hello = d.end.hello(&d.mem, SESSION_PAGE, &queues());
-        let (status, _) = d.send(&build_frame(GUEST, GUEST, &hello));
-        assert_eq!(status, Status::Ok as u16);
-        assert_eq!(d.chan.stats().sessions.load(std::sync::atomic::Ordering::Relaxed), 1);
+        d.handshake();
+        assert_eq!(d.sessions(), 1);
         d
     }
 
     fn without_session(limits: Limits) -> Self {
         Self {
-            chan: Channel::new(std::sync::Arc::default()),
+            chan: Channel::new(KEY, std::sync::Arc::default()),
             end: DriverEnd::new(KEY),
             rnic: Rnic::new(limits, 1500),
             mem: GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM)]).unwrap(),
             events: Vec::new(),
+            now: NOW,
             seq: 0,
             next_pbl: PBL,
             next_page: PAGES,
@@ -76,7 +71,22 @@ impl Driver {
     }
 
     fn deliver(&mut self, frame: &[u8]) -> Outcome {
-        self.chan.handle_frame(&mut self.rnic, &self.mem, frame, &queues(), NOW)
+        self.chan.handle_frame(&mut self.rnic, &self.mem, frame, self.now)
+    }
+
+    fn sessions(&self) -> u64 {
+        self.chan.stats().sessions.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The first contact as vt3.ko makes it: HELLO, vt3d's challenge,
+    /// PROVE and its answer under the new session key.
+    fn handshake(&mut self) {
+        let hello = build_frame(GUEST, GUEST, &self.end.hello());
+        let Outcome::Reply(challenge) = self.deliver(&hello) else { panic!("HELLO not answered") };
+        assert_eq!(&challenge[..6], &GUEST);
+        let (_, prove) = self.end.prove(&challenge[14..]).expect("a challenge under the provisioned key");
+        let (status, body) = self.send(&build_frame(GUEST, GUEST, &prove));
+        assert_eq!((status, body.len()), (Status::Ok as u16, 0), "PROVE answered");
     }
 
     /// Sends a command; returns (status, response payload).
@@ -258,19 +268,46 @@ mod pd_and_mr {
         assert_eq!(d.by_handle(Cmd::DeregMr, first), Err(Status::NotFound), "stale STag");
     }
 
+    fn dma_mr(pdn: u32, access: u32, flags: u32) -> CmdRegMr {
+        CmdRegMr {
+            iova: 0.into(),
+            length: u64::MAX.into(),
+            pdn: pdn.into(),
+            access: access.into(),
+            flags: flags.into(),
+            ..zeroed()
+        }
+    }
+
     #[test]
     fn dma_mr_needs_no_page_list() {
         let mut d = Driver::new();
         let pdn = d.pd();
-        let a = CmdRegMr {
-            iova: 0.into(),
-            length: u64::MAX.into(),
-            pdn: pdn.into(),
-            access: 1.into(),
-            flags: (MrFlag::Dma as u32).into(),
-            ..zeroed()
-        };
-        d.handle(Cmd::RegMr, &a).unwrap();
+        let stag = d.handle(Cmd::RegMr, &dma_mr(pdn, Access::LocalWrite as u32, MrFlag::Dma as u32)).unwrap();
+        let mr = d.rnic.tpt.get(stag).unwrap();
+        assert!(matches!(mr.backing, crate::rnic::tpt::Backing::Dma), "{:?}", mr.backing);
+        assert_eq!((mr.iova, mr.length, mr.access), (0, u64::MAX, Access::LocalWrite as u32));
+    }
+
+    /// Remote rights over all of guest memory only with the kernel's
+    /// unsafe global rkey (IB_PD_UNSAFE_GLOBAL_RKEY).
+    #[test]
+    fn a_dma_mr_gets_remote_rights_only_with_an_unsafe_global_rkey() {
+        let mut d = Driver::new();
+        let pdn = d.pd();
+        let dma = MrFlag::Dma as u32;
+        let unsafe_rkey = dma | MrFlag::UnsafeGlobalRkey as u32;
+        for remote in [Access::RemoteRead, Access::RemoteWrite, Access::MwBind] {
+            let access = Access::LocalWrite as u32 | remote as u32;
+            assert_eq!(d.handle(Cmd::RegMr, &dma_mr(pdn, access, dma)), Err(Status::Invalid), "{remote:?}");
+            let stag = d.handle(Cmd::RegMr, &dma_mr(pdn, access, unsafe_rkey)).unwrap();
+            assert_eq!(d.rnic.tpt.get(stag).unwrap().access, access);
+        }
+        assert_eq!(d.counts().mr, 3);
+        // The flag means nothing without a DMA MR.
+        let mut paged = d.reg_mr_args(pdn, 4096, 1);
+        paged.flags = (MrFlag::UnsafeGlobalRkey as u32).into();
+        assert_eq!(d.handle(Cmd::RegMr, &paged), Err(Status::Invalid));
     }
 
     #[test]
@@ -449,7 +486,7 @@ mod hostile {
     fn short_payloads_are_invalid() {
         let mut d = Driver::new();
         let no_args = |c: &&Cmd| matches!(c, Cmd::QueryDevice | Cmd::QueryPort | Cmd::AllocPd | Cmd::Reset);
-        for cmd in Cmd::ALL.iter().filter(|c| !no_args(c) && **c != Cmd::Hello) {
+        for cmd in Cmd::ALL.iter().filter(|c| !no_args(c) && !matches!(c, Cmd::Hello | Cmd::Prove)) {
             assert_eq!(d.raw(*cmd as u16, &[1, 2, 3]).0, Status::Invalid as u16, "{}", cmd.name());
         }
         // `len` claims more than the frame carries: nothing to check a MAC over.
@@ -517,7 +554,6 @@ mod forgery {
     use super::*;
 
     const ATTACKER_KEY: Key = [0xdead, 0xbeef];
-    const SPRAYED_PAGE: u64 = 0x1d_0000;
 
     fn attacker() -> DriverEnd {
         DriverEnd::new(ATTACKER_KEY)
@@ -543,7 +579,7 @@ mod forgery {
         let mut evil = attacker();
         for cmd in Cmd::ALL {
             let (_, f) = evil.command(*cmd as u16, &[0u8; 64]);
-            let why = if *cmd == Cmd::Hello { Refusal::Hello } else { Refusal::Mac };
+            let why = if matches!(cmd, Cmd::Hello | Cmd::Prove) { Refusal::Hello } else { Refusal::Mac };
             assert_eq!(d.deliver(&build_frame(GUEST, GUEST, &f)), Outcome::Refused(why), "{}", cmd.name());
         }
         // A DMA MR over all of guest RAM, the prize.
@@ -556,38 +592,11 @@ mod forgery {
         };
         let (_, f) = evil.command(Cmd::RegMr as u16, dma.as_slice());
         assert_eq!(d.deliver(&build_frame(GUEST, GUEST, &f)), Outcome::Refused(Refusal::Mac));
-        assert_eq!(d.chan.stats().refused(Refusal::Mac), Cmd::ALL.len() as u64);
+        assert_eq!(d.chan.stats().refused(Refusal::Mac), Cmd::ALL.len() as u64 - 1);
+        assert_eq!(d.chan.stats().refused(Refusal::Hello), 2);
         assert_eq!((d.counts().pd, d.counts().mr), (1, 0), "nothing but the driver's PD");
         // The driver's session goes on undisturbed.
         assert_eq!(d.pd(), pdn + 1);
-    }
-
-    #[test]
-    fn a_hello_without_the_kernels_virtqueues_is_refused() {
-        let mut d = Driver::new();
-        let pdn = d.pd();
-        // A key in a page the attacker sprayed, virtqueues guessed wrong.
-        let mut guess = queues();
-        guess.tx.desc = (guess.tx.desc.to_native() + 0x1000).into();
-        let f = attacker().hello(&d.mem, SPRAYED_PAGE, &guess);
-        assert_eq!(d.deliver(&build_frame(GUEST, GUEST, &f)), Outcome::Refused(Refusal::Hello));
-        assert_eq!(d.chan.stats().refused(Refusal::Hello), 1);
-        assert_eq!(d.chan.stats().sessions.load(std::sync::atomic::Ordering::Relaxed), 1);
-        assert_eq!(d.counts().pd, 1, "the session and its objects stay");
-        assert_eq!(d.pd(), pdn + 1);
-    }
-
-    #[test]
-    fn a_replayed_hello_is_refused_once_vt3d_wiped_the_page() {
-        let mut d = Driver::without_session(Limits::default());
-        let hello = build_frame(GUEST, GUEST, &d.end.hello(&d.mem, SESSION_PAGE, &queues()));
-        let (status, _) = d.send(&hello);
-        assert_eq!(status, Status::Ok as u16);
-        let magic: u32 = d.mem.read_obj(GuestAddress(SESSION_PAGE)).unwrap();
-        assert_eq!(magic, 0, "vt3d wipes the magic once it has the key");
-        d.pd();
-        assert_eq!(d.deliver(&hello), Outcome::Refused(Refusal::Hello));
-        assert_eq!(d.counts().pd, 1);
     }
 
     #[test]
@@ -633,22 +642,6 @@ mod forgery {
         let ev = header(MsgType::Event, EventType::DeviceFatal as u16, 0, 0, 0);
         assert_eq!(d.end.open(&attacker().seal(ev, &[])).unwrap_err(), Refusal::Mac);
     }
-
-    #[test]
-    fn a_new_hello_from_the_kernel_starts_over() {
-        let mut d = Driver::new();
-        d.pd();
-        let mut reloaded = DriverEnd::new([7, 7]);
-        let f = reloaded.hello(&d.mem, SESSION_PAGE + 0x1000, &queues());
-        let Outcome::Reply(resp) = d.deliver(&build_frame(GUEST, GUEST, &f)) else { panic!("no reply") };
-        let frames = [resp];
-        assert!(reloaded.open(&frames[0][14..]).is_ok());
-        assert_eq!(d.counts().pd, 0, "objects belong to the session that made them");
-        // The old driver's frames are refused from now on.
-        let old = d.frame(VT3_CTRL_VERSION, Cmd::AllocPd as u16, 8, pd_args().as_slice());
-        assert_eq!(d.deliver(&old), Outcome::Refused(Refusal::Mac));
-        assert_eq!(d.chan.stats().sessions.load(std::sync::atomic::Ordering::Relaxed), 2);
-    }
 }
 
 /// `vt3d ctl fault mute-commands`: a hung command channel.
@@ -658,7 +651,7 @@ mod muted {
 
     fn at(d: &mut Driver, cmd: Cmd, payload: &[u8], ms_after: u64) -> Outcome {
         let f = d.frame(VT3_CTRL_VERSION, cmd as u16, payload.len() as u16, payload);
-        d.chan.handle_frame(&mut d.rnic, &d.mem, &f, &queues(), NOW + Duration::from_millis(ms_after))
+        d.chan.handle_frame(&mut d.rnic, &d.mem, &f, NOW + Duration::from_millis(ms_after))
     }
 
     #[test]
@@ -695,7 +688,7 @@ mod lost_reply {
 
     fn send(d: &mut Driver, cmd: Cmd, payload: &[u8]) -> Outcome {
         let f = d.frame(VT3_CTRL_VERSION, cmd as u16, payload.len() as u16, payload);
-        d.chan.handle_frame(&mut d.rnic, &d.mem, &f, &queues(), NOW)
+        d.chan.handle_frame(&mut d.rnic, &d.mem, &f, NOW)
     }
 
     #[test]
@@ -715,10 +708,252 @@ mod lost_reply {
     #[test]
     fn commands_without_a_reply_or_that_end_the_session_are_refused() {
         let mut d = Driver::new();
-        for cmd in [Cmd::Doorbell, Cmd::ArmCq, Cmd::Hello, Cmd::Reset] {
+        for cmd in [Cmd::Doorbell, Cmd::ArmCq, Cmd::Hello, Cmd::Prove, Cmd::Reset] {
             assert!(d.rnic.lose_reply(cmd).is_err(), "{}", cmd.name());
         }
-        assert_eq!(d.rnic.fault_stats().refused, 4);
+        assert_eq!(d.rnic.fault_stats().refused, 5);
         assert!(matches!(send(&mut d, Cmd::QueryPort, &[]), Outcome::Reply(_)));
+    }
+}
+
+/// The first contact (vt3_hw.h, steps 1-4) against an attacker who sniffs
+/// every frame, replays and changes them, and floods: only a driver that
+/// holds the provisioned key starts a session, and nothing short of a
+/// proven one touches the live session.
+mod first_contact {
+    use super::*;
+    use vt3_iwarp::toe::Duration;
+
+    fn hello_of(end: &mut DriverEnd) -> Vec<u8> {
+        build_frame(GUEST, GUEST, &end.hello())
+    }
+
+    fn challenge(d: &mut Driver, hello: &[u8]) -> Vec<u8> {
+        match d.deliver(hello) {
+            Outcome::Reply(f) => f,
+            other => panic!("HELLO not answered: {other:?}"),
+        }
+    }
+
+    fn refused(d: &Driver, why: Refusal) -> u64 {
+        d.chan.stats().refused(why)
+    }
+
+    /// A live session with one PD, and a second driver end that holds
+    /// the key (a reloaded vt3.ko) or not (an attacker).
+    fn live() -> (Driver, u32) {
+        let mut d = Driver::new();
+        let pdn = d.pd();
+        (d, pdn)
+    }
+
+    /// The live session still works and still holds its PD.
+    fn assert_undisturbed(d: &mut Driver, pdn: u32) {
+        assert_eq!(d.sessions(), 1, "a session was replaced");
+        assert_eq!(d.counts().pd, 1, "the session's objects were dropped");
+        assert_eq!(d.pd(), pdn + 1, "the live session's commands go unanswered");
+    }
+
+    #[test]
+    fn both_ends_prove_the_key_and_the_session_key_never_crosses_the_wire() {
+        let mut d = Driver::without_session(Limits::default());
+        let hello = hello_of(&mut d.end);
+        let answer = challenge(&mut d, &hello);
+        let (_, prove) = d.end.prove(&answer[14..]).unwrap();
+        let resp: RespHello = read_struct(&answer[14 + 24..]).unwrap();
+        let ks = session_key(&KEY, &resp.driver_nonce, &resp.device_nonce);
+        for frame in [&hello[14..], &answer[14..], &prove[..]] {
+            for key in [KEY, ks] {
+                for w in key {
+                    let needle = w.to_le_bytes();
+                    assert!(!frame.windows(8).any(|x| x == needle), "a key word on the wire");
+                }
+            }
+        }
+        assert_eq!(d.send(&build_frame(GUEST, GUEST, &prove)).0, Status::Ok as u16);
+        assert_eq!(d.sessions(), 1);
+        d.pd();
+        // Two first contacts, two challenges, two session keys.
+        let mut again = Driver::without_session(Limits::default());
+        let h = hello_of(&mut again.end);
+        let other: RespHello = read_struct(&challenge(&mut again, &h)[14 + 24..]).unwrap();
+        assert_ne!(other.device_nonce, resp.device_nonce);
+    }
+
+    #[test]
+    fn a_driver_without_the_key_gets_no_challenge_and_no_session() {
+        let (mut d, pdn) = live();
+        let mut evil = DriverEnd::new([0xdead, 0xbeef]);
+        assert_eq!(d.deliver(&hello_of(&mut evil)), Outcome::Refused(Refusal::Hello));
+        assert_eq!(refused(&d, Refusal::Hello), 1);
+        assert_undisturbed(&mut d, pdn);
+    }
+
+    /// What the mutant "accept an unproven HELLO" breaks: a HELLO under
+    /// the key (a replay of an old one, or a reloaded driver that never
+    /// finishes) gets a challenge and nothing else.
+    #[test]
+    fn a_hello_alone_never_touches_the_live_session() {
+        let (mut d, pdn) = live();
+        let mut reloaded = DriverEnd::new(KEY);
+        let answer = challenge(&mut d, &hello_of(&mut reloaded));
+        assert!(reloaded.prove(&answer[14..]).is_ok());
+        assert_undisturbed(&mut d, pdn);
+    }
+
+    #[test]
+    fn a_proven_session_replaces_the_old_one_and_drops_its_objects() {
+        let (mut d, _) = live();
+        let mut reloaded = DriverEnd::new(KEY);
+        let answer = challenge(&mut d, &hello_of(&mut reloaded));
+        let (seq, prove) = reloaded.prove(&answer[14..]).unwrap();
+        let Outcome::Reply(resp) = d.deliver(&build_frame(GUEST, GUEST, &prove)) else { panic!("PROVE not answered") };
+        let m = reloaded.open(&resp[14..]).unwrap();
+        assert_eq!((m.hdr.seq.to_native(), m.hdr.counter.to_native()), (seq, 1));
+        assert_eq!(d.counts().pd, 0, "objects belong to the session that made them");
+        assert_eq!(d.sessions(), 2);
+        let old = d.frame(VT3_CTRL_VERSION, Cmd::AllocPd as u16, 8, zeroed::<CmdHandle>().as_slice());
+        assert_eq!(d.deliver(&old), Outcome::Refused(Refusal::Mac), "the old session's frames");
+    }
+
+    #[test]
+    fn sniffed_first_contacts_replayed_are_refused() {
+        let mut d = Driver::without_session(Limits::default());
+        let hello = hello_of(&mut d.end);
+        let answer = challenge(&mut d, &hello);
+        let (_, prove) = d.end.prove(&answer[14..]).unwrap();
+        let prove = build_frame(GUEST, GUEST, &prove);
+        // Replayed before and after the PROVE.
+        assert_eq!(d.deliver(&hello), Outcome::Refused(Refusal::HelloReplay));
+        assert_eq!(d.send(&prove).0, Status::Ok as u16);
+        let pdn = d.pd();
+        assert_eq!(d.deliver(&hello), Outcome::Refused(Refusal::HelloReplay));
+        assert_eq!(d.deliver(&prove), Outcome::Refused(Refusal::HelloReplay));
+        // vt3d's own answer sent back: not a command.
+        assert_eq!(d.deliver(&answer), Outcome::Refused(Refusal::NotCommand));
+        assert_eq!(refused(&d, Refusal::HelloReplay), 3);
+        assert_undisturbed(&mut d, pdn);
+    }
+
+    #[test]
+    fn every_changed_byte_of_a_hello_or_prove_is_refused() {
+        let mut d = Driver::without_session(Limits::default());
+        let hello = hello_of(&mut d.end);
+        let answer = challenge(&mut d, &hello);
+        let (_, prove) = d.end.prove(&answer[14..]).unwrap();
+        let prove = build_frame(GUEST, GUEST, &prove);
+        // Slow enough for the bucket never to run dry (each check is made)
+        // and quick enough for the challenge to stay valid.
+        for frame in [&hello, &prove] {
+            for byte in 14..frame.len() {
+                let mut f = frame.clone();
+                f[byte] ^= 0x01;
+                d.now += Duration::from_millis(60);
+                let Outcome::Refused(why) = d.deliver(&f) else { panic!("byte {byte} changed and answered") };
+                assert!(
+                    matches!(why, Refusal::Hello | Refusal::Version | Refusal::Short | Refusal::NotCommand | Refusal::NoSession),
+                    "byte {byte}: {why:?}"
+                );
+            }
+        }
+        assert_eq!(refused(&d, Refusal::HelloLimited), 0);
+        assert_eq!(d.sessions(), 0);
+        // The genuine PROVE was never taken: it still goes through.
+        assert_eq!(d.send(&prove).0, Status::Ok as u16);
+    }
+
+    #[test]
+    fn a_prove_under_a_guessed_session_key_or_for_no_challenge_is_refused() {
+        let (mut d, pdn) = live();
+        // The attacker sniffed a real challenge but lacks the key.
+        let mut reloaded = DriverEnd::new(KEY);
+        let answer = challenge(&mut d, &hello_of(&mut reloaded));
+        let resp: RespHello = read_struct(&answer[14 + 24..]).unwrap();
+        let mut evil = DriverEnd::new([3, 4]);
+        let prove = CmdProve { driver_nonce: resp.driver_nonce, device_nonce: resp.device_nonce };
+        let (_, f) = evil.command(Cmd::Prove as u16, prove.as_slice());
+        assert_eq!(d.deliver(&build_frame(GUEST, GUEST, &f)), Outcome::Refused(Refusal::Hello));
+        // Nonces vt3d never issued.
+        let made_up = CmdProve { driver_nonce: [1; 16], device_nonce: [2; 16] };
+        let ks = session_key(&KEY, &made_up.driver_nonce, &made_up.device_nonce);
+        let (_, f) = DriverEnd::new(ks).command(Cmd::Prove as u16, made_up.as_slice());
+        assert_eq!(d.deliver(&build_frame(GUEST, GUEST, &f)), Outcome::Refused(Refusal::Hello));
+        assert_eq!(refused(&d, Refusal::Hello), 2);
+        assert_undisturbed(&mut d, pdn);
+    }
+
+    #[test]
+    fn a_hello_needs_counter_zero_and_its_exact_size() {
+        let mut d = Driver::without_session(Limits::default());
+        let mut end = DriverEnd::new(KEY);
+        // Sealed under the key, but as a session frame (counter 1).
+        let (_, f) = end.command(Cmd::Hello as u16, CmdHello { driver_nonce: [5; 16] }.as_slice());
+        assert_eq!(d.deliver(&build_frame(GUEST, GUEST, &f)), Outcome::Refused(Refusal::Hello));
+        let (_, f) = end.command(Cmd::Hello as u16, &[5; 17]);
+        assert_eq!(d.deliver(&build_frame(GUEST, GUEST, &f)), Outcome::Refused(Refusal::Hello));
+        assert_eq!(refused(&d, Refusal::Hello), 2);
+    }
+
+    #[test]
+    fn a_challenge_expires() {
+        let mut d = Driver::without_session(Limits::default());
+        let mut end = d.end.clone();
+        let h = hello_of(&mut end);
+        let answer = challenge(&mut d, &h);
+        let (_, prove) = end.prove(&answer[14..]).unwrap();
+        d.now += Duration::from_millis(VT3_CHALLENGE_TTL_MS + 1);
+        assert_eq!(d.deliver(&build_frame(GUEST, GUEST, &prove)), Outcome::Refused(Refusal::Hello));
+        assert_eq!(d.sessions(), 0);
+        // A new first contact in time works.
+        d.end = DriverEnd::new(KEY);
+        d.handshake();
+        assert_eq!(d.sessions(), 1);
+    }
+
+    /// Refusals spend a bucket of VT3_HELLO_BURST, refilled at
+    /// VT3_HELLO_RATE a second; past it HELLOs are dropped unchecked.
+    #[test]
+    fn a_flood_of_hellos_is_limited_and_the_live_session_serves_on() {
+        let (mut d, pdn) = live();
+        let mut evil = DriverEnd::new([0xdead, 0xbeef]);
+        let flood = 1000u64;
+        for _ in 0..flood {
+            let _ = d.deliver(&hello_of(&mut evil));
+        }
+        assert_eq!(refused(&d, Refusal::Hello), VT3_HELLO_BURST);
+        assert_eq!(refused(&d, Refusal::HelloLimited), flood - VT3_HELLO_BURST);
+        // While the bucket is dry even the key holder waits (the residual
+        // risk vt3_hw.h names); the live session does not.
+        let mut reloaded = DriverEnd::new(KEY);
+        assert_eq!(d.deliver(&hello_of(&mut reloaded)), Outcome::Refused(Refusal::HelloLimited));
+        assert_undisturbed(&mut d, pdn);
+        // One second refills VT3_HELLO_RATE refusals.
+        d.now += Duration::from_millis(1000);
+        for _ in 0..VT3_HELLO_RATE {
+            assert_eq!(d.deliver(&hello_of(&mut evil)), Outcome::Refused(Refusal::Hello));
+        }
+        assert_eq!(d.deliver(&hello_of(&mut evil)), Outcome::Refused(Refusal::HelloLimited));
+        // Once refilled, a real first contact goes through at once.
+        d.now += Duration::from_millis(1000 * VT3_HELLO_BURST / VT3_HELLO_RATE);
+        let answer = challenge(&mut d, &hello_of(&mut reloaded));
+        let (_, prove) = reloaded.prove(&answer[14..]).unwrap();
+        assert!(matches!(d.deliver(&build_frame(GUEST, GUEST, &prove)), Outcome::Reply(_)));
+        assert_eq!(d.sessions(), 2);
+    }
+
+    #[test]
+    fn the_driver_end_takes_only_its_own_challenge() {
+        let mut d = Driver::without_session(Limits::default());
+        let mut end = DriverEnd::new(KEY);
+        let answer = challenge(&mut d, &hello_of(&mut end));
+        let mut other = DriverEnd::new(KEY);
+        let _ = other.hello();
+        assert_eq!(other.prove(&answer[14..]).unwrap_err(), Refusal::Hello, "another nonce");
+        assert_eq!(DriverEnd::new([9, 9]).prove(&answer[14..]).unwrap_err(), Refusal::Hello, "no HELLO pending");
+        let mut forged = answer.clone();
+        let last = forged.len() - 1;
+        forged[last] ^= 1;
+        assert_eq!(end.prove(&forged[14..]).unwrap_err(), Refusal::Hello, "MAC");
+        assert!(end.prove(&answer[14..]).is_ok());
     }
 }

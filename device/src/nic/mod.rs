@@ -193,6 +193,8 @@ pub struct Nic {
     pub capture: std::sync::Arc<crate::capture::Capture>,
     /// The control channel's counters (sessions, refused frames).
     pub control_stats: std::sync::Arc<crate::control::ChannelStats>,
+    /// The provisioned key a driver must prove (all zeros: unauthenticated).
+    control_key: crate::control::Key,
     /// The RDMA function's resources; they belong to the connected guest
     /// and are dropped when it goes away.
     rnic: Mutex<Rnic>,
@@ -218,10 +220,22 @@ impl Nic {
             mtu,
             stats: NicStats::default(),
             control_stats: std::sync::Arc::default(),
+            control_key: [0, 0],
             rnic: Mutex::new(rnic),
             epoch: std::time::Instant::now(),
             kick,
         }
+    }
+
+    /// The provisioned key drivers of this NIC must prove.
+    #[must_use]
+    pub fn with_control_key(mut self, key: crate::control::Key) -> Self {
+        self.control_key = key;
+        self
+    }
+
+    pub fn control_key(&self) -> crate::control::Key {
+        self.control_key
     }
 
     pub fn rnic(&self) -> MutexGuard<'_, Rnic> {

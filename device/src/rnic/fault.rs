@@ -328,11 +328,11 @@ impl Rnic {
 
     /// `fault lose-reply`: the next `cmd` is carried out and its reply
     /// dropped, once ([`Rnic::loses_reply`]): a mailbox that loses one
-    /// answer. Doorbells and arming have no reply to lose; HELLO and RESET
+    /// answer. Doorbells and arming have no reply to lose; HELLO, PROVE and RESET
     /// are refused (they end the session's objects, which is not an
     /// unknown outcome the driver can keep memory for).
     pub fn lose_reply(&mut self, cmd: Cmd) -> Result<Injected, String> {
-        if matches!(cmd, Cmd::Doorbell | Cmd::ArmCq | Cmd::Hello | Cmd::Reset) {
+        if matches!(cmd, Cmd::Doorbell | Cmd::ArmCq | Cmd::Hello | Cmd::Prove | Cmd::Reset) {
             self.fault_stats.refused += 1;
             return Err(format!("{} has no reply lose-reply can drop", cmd.name()));
         }

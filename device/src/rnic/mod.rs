@@ -620,8 +620,8 @@ impl Rnic {
             Cmd::Accept => self.accept(mem, now, &args(payload)?),
             Cmd::Reject => self.reject(&args(payload)?),
             Cmd::Disconnect => self.disconnect(mem, now, &args(payload)?),
-            // Sessions belong to the control channel, which never passes it on.
-            Cmd::Hello => Err(Status::Invalid),
+            // The first contact is the channel's, never a command of a session.
+            Cmd::Hello | Cmd::Prove => Err(Status::Invalid),
             Cmd::CreateSrq => self.create_srq(mem, &args(payload)?),
             Cmd::ModifySrq => self.modify_srq(&args(payload)?),
             Cmd::QuerySrq => self.query_srq(&args(payload)?),
@@ -690,8 +690,16 @@ impl Rnic {
         if access & !ALL_ACCESS != 0 || length == 0 || iova.checked_add(length).is_none() {
             return Err(Status::Invalid);
         }
+        const DMA: u32 = abi::MrFlag::Dma as u32;
+        const UNSAFE_GLOBAL_RKEY: u32 = abi::MrFlag::UnsafeGlobalRkey as u32;
+        // Remote rights over all of guest memory only when a kernel ULP
+        // asked for an unsafe global rkey, as the kernel gates them
+        // (IB_PD_UNSAFE_GLOBAL_RKEY).
+        const REMOTE: u32 =
+            abi::Access::RemoteRead as u32 | abi::Access::RemoteWrite as u32 | abi::Access::MwBind as u32;
         let backing = match le(a.flags) {
-            f if f == abi::MrFlag::Dma as u32 => Backing::Dma,
+            DMA if access & REMOTE == 0 => Backing::Dma,
+            f if f == DMA | UNSAFE_GLOBAL_RKEY => Backing::Dma,
             0 => {
                 if length > self.limits.max_mr_size {
                     return Err(Status::Invalid);

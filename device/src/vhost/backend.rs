@@ -29,7 +29,7 @@ use crate::nic::virtio::{
     deliver_rx, drain_tx, pending_chains, ChainStats, NetLayout, QueueError, RxOutcome, Scratch, VNET_HDR_LEN,
     VNET_HDR_LEN_LEGACY,
 };
-use crate::control::{Channel, Outcome, QueueAddrs};
+use crate::control::{Channel, Outcome};
 use crate::nic::guest_frames::HeldFrames;
 use crate::nic::{GuestFrame, Nic};
 use crate::rnic::poll::CONTENDED_YIELD;
@@ -263,8 +263,6 @@ pub struct NetBackend {
     resume: EventFd,
     /// The driver's session; it ends with this frontend connection.
     channel: Mutex<Channel>,
-    /// The guest's virtqueues, the proof a HELLO must carry.
-    queues: Mutex<QueueAddrs>,
     /// The engine has work now (a burst budget ran out): run it at the
     /// next wake-up, which [`RESUME_EVENT`] brings at once.
     engine_due: AtomicBool,
@@ -295,8 +293,7 @@ impl NetBackend {
             poll: Mutex::new(PollWatch::new()?),
             broken: [AtomicBool::new(false), AtomicBool::new(false)],
             resume: EventFd::new(EFD_NONBLOCK)?,
-            channel: Mutex::new(Channel::new(Arc::clone(&nic.control_stats))),
-            queues: Mutex::new(QueueAddrs::default()),
+            channel: Mutex::new(Channel::new(nic.control_key(), Arc::clone(&nic.control_stats))),
             engine_due: AtomicBool::new(false),
             nic,
         })
@@ -465,9 +462,8 @@ impl NetBackend {
             let drained = drain_tx(state.get_queue_mut(), &*mem, layout, scratch, &mut stats, TX_BUDGET, |frame| {
                 if self.nic.from_guest(frame) == GuestFrame::Control {
                     commands = true;
-                    let queues = *lock(&self.queues);
                     let mut rnic = self.nic.rnic();
-                    match lock(&self.channel).handle_frame(&mut rnic, &*mem, frame, &queues, now) {
+                    match lock(&self.channel).handle_frame(&mut rnic, &*mem, frame, now) {
                         Outcome::Reply(frame) => device_frames.push_back(frame),
                         Outcome::Silent | Outcome::Refused(_) => {}
                     }
@@ -806,13 +802,6 @@ impl NetBackend {
     }
 }
 
-/// Where the guest put a virtqueue (guest-physical, from vhost-user).
-fn ring_addrs(vring: &VringRwLock) -> crate::abi::RingAddrs {
-    let state = vring.get_ref();
-    let q = state.get_queue();
-    crate::abi::RingAddrs { desc: q.desc_table().into(), avail: q.avail_ring().into(), used: q.used_ring().into() }
-}
-
 /// What one RX pass did.
 #[derive(Debug, Default)]
 struct RxPass {
@@ -914,7 +903,6 @@ impl VhostUserBackend for NetBackend {
         let [rx, tx] = vrings else {
             return Err(BackendError::UnknownEvent(device_event).into());
         };
-        *lock(&self.queues) = QueueAddrs { rx: ring_addrs(rx), tx: ring_addrs(tx) };
         // Whatever woke us, frames held for a full uplink go first if it
         // has room (EPOLLOUT comes as a WRITABLE_EVENT).
         self.nic.flush_uplink();

@@ -17,7 +17,7 @@ use vmm_sys_util::epoll::EventSet;
 
 use super::*;
 use crate::abi;
-use crate::control::{build_frame, DriverEnd, QueueAddrs};
+use crate::control::{build_frame, DriverEnd, Outcome};
 use crate::nic::guest_frames::MAX_HELD_FRAMES;
 use crate::uplink::{receive_one, Received, Uplink, TX_PAUSE_PENDING};
 
@@ -92,7 +92,7 @@ fn setup() -> Setup {
     let mem: &'static GuestMemoryMmap =
         Box::leak(Box::new(GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x200_0000)]).unwrap()));
     let wire = Arc::new(Wire { fd: std::os::unix::net::UnixDatagram::unbound().ok(), ..Wire::default() });
-    let nic = Arc::new(Nic::new(Box::new(Shared(Arc::clone(&wire))), None, 1500));
+    let nic = Arc::new(Nic::new(Box::new(Shared(Arc::clone(&wire))), None, 1500).with_control_key(KEY));
     let backend = Arc::new(NetBackend::new(Arc::clone(&nic)).unwrap());
     backend.update_memory(GuestMemoryAtomic::new(mem.clone())).unwrap();
     let rx = MockSplitQueue::create(mem, GuestAddress(RX_RING), QSIZE);
@@ -191,18 +191,25 @@ fn sent_seqs(s: &Setup) -> Vec<u16> {
 }
 
 const GUEST_MAC: [u8; 6] = [0x52, 0x54, 0, 0, 0, 1];
-const SESSION_PAGE: u64 = 0x1f0_0000;
+/// The provisioned key of the tests' NIC.
+const KEY: crate::control::Key = [1, 2];
 
 impl Setup {
-    /// The driver's HELLO frame: the virtqueues as the vrings were given.
-    fn hello(&self, driver: &mut DriverEnd) -> Vec<u8> {
-        let ring = |q: &MockSplitQueue<'_, GuestMemoryMmap>, used: u64| abi::RingAddrs {
-            desc: q.desc_table_addr().0.into(),
-            avail: q.avail_addr().0.into(),
-            used: used.into(),
-        };
-        let queues = QueueAddrs { rx: ring(&self.rx, RX_USED), tx: ring(&self.tx, TX_USED) };
-        build_frame(GUEST_MAC, GUEST_MAC, &driver.hello(self.mem, SESSION_PAGE, &queues))
+    /// A driver with a proven session, its first contact made straight
+    /// with the channel (the TX path of control frames is the tests' own).
+    fn session(&self) -> DriverEnd {
+        let mut driver = DriverEnd::new(KEY);
+        let now = self.nic.now();
+        driver
+            .handshake(|ctrl| {
+                let frame = build_frame(GUEST_MAC, GUEST_MAC, &ctrl);
+                match lock(&self.backend.channel).handle_frame(&mut self.nic.rnic(), self.mem, &frame, now) {
+                    Outcome::Reply(f) => Some(f[14..].to_vec()),
+                    _ => None,
+                }
+            })
+            .unwrap();
+        driver
     }
 }
 
@@ -266,9 +273,8 @@ fn device_frames_stay_bounded_within_one_drain() {
     let s = setup();
     // Nearly full already: the guest posts no RX buffers.
     lock(&s.backend.datapath).device_frames.extend((0..MAX_DEVICE_FRAMES - 10).map(|_| vec![0u8; 64]));
-    let mut driver = DriverEnd::new([1, 2]);
-    let mut commands = vec![s.hello(&mut driver)];
-    commands.extend((0..200).map(|_| query_device(&mut driver)));
+    let mut driver = s.session();
+    let commands: Vec<_> = (0..200).map(|_| query_device(&mut driver)).collect();
     s.transmit(&commands);
     s.event(TX_QUEUE);
     let queued = lock(&s.backend.datapath).device_frames.len();
@@ -280,10 +286,8 @@ fn device_frames_stay_bounded_within_one_drain() {
 #[test]
 fn engine_events_wait_in_the_rnic_when_device_frames_are_full() {
     let s = setup();
-    // Events go to a driver with a session (its HELLO's answer waits too).
-    let mut driver = DriverEnd::new([1, 2]);
-    s.transmit(&[s.hello(&mut driver)]);
-    s.event(TX_QUEUE);
+    // Events go to a driver with a session.
+    let _driver = s.session();
     assert_eq!(s.nic.control_stats.sessions.load(Ordering::Relaxed), 1);
     {
         let mut rnic = s.nic.rnic();
@@ -293,7 +297,7 @@ fn engine_events_wait_in_the_rnic_when_device_frames_are_full() {
     }
     s.event(KICK_EVENT);
     assert_eq!(lock(&s.backend.datapath).device_frames.len(), MAX_DEVICE_FRAMES);
-    assert_eq!(s.nic.rnic().events.len(), 501, "kept, not dropped");
+    assert_eq!(s.nic.rnic().events.len(), 500, "kept, not dropped");
     // Buffers come: frames go out and the waiting events follow.
     s.post_rx(0, QSIZE);
     s.event(RX_QUEUE);
@@ -386,13 +390,12 @@ fn tx_left_behind_a_full_uplink_is_read_again_whichever_pass_drains_it() {
 fn tx_throttled_by_replies_is_read_again_whichever_pass_drains_them() {
     let s = setup();
     lock(&s.backend.datapath).device_frames.extend((0..MAX_DEVICE_FRAMES - 10).map(|_| vec![0u8; 64]));
-    let mut driver = DriverEnd::new([1, 2]);
-    let mut commands = vec![s.hello(&mut driver)];
-    commands.extend((0..100).map(|_| query_device(&mut driver)));
+    let mut driver = s.session();
+    let commands: Vec<_> = (0..100).map(|_| query_device(&mut driver)).collect();
     s.transmit(&commands);
     s.event(TX_QUEUE);
     let read = s.tx_used();
-    assert!(lock(&s.backend.datapath).tx_throttled && read < 101);
+    assert!(lock(&s.backend.datapath).tx_throttled && read < 100);
     // Buffers for everything; the frames drain in timer and resumed passes.
     lock(&s.backend.datapath).device_frames.truncate(100);
     s.post_rx(0, QSIZE);
@@ -400,7 +403,7 @@ fn tx_throttled_by_replies_is_read_again_whichever_pass_drains_them() {
     while s.resume_pending() {
         s.event(RESUME_EVENT);
     }
-    assert_eq!(s.tx_used(), 101, "the throttled TX ring was not read again (read {read} before)");
+    assert_eq!(s.tx_used(), 100, "the throttled TX ring was not read again (read {read} before)");
 }
 
 /// A kick that never came: the ring watchdog (the timer, armed at least
