@@ -34,25 +34,38 @@ pub enum GuestFrame {
     Uplink,
     /// A control frame for the device (consumed, never forwarded).
     Control,
+    /// A control frame under VLAN tags: dropped (counted), never forwarded.
+    TaggedControl,
     /// Too short to be Ethernet.
     Runt,
 }
 
-/// Classifies a frame the guest transmitted.
+/// Classifies a frame the guest transmitted. Control frames carry no VLAN
+/// tag (vt3_hw.h): a tagged one is not the driver's and never leaves.
 pub fn classify_from_guest(frame: &[u8]) -> GuestFrame {
-    match ethertype(frame) {
-        None => GuestFrame::Runt,
-        Some(VT3_CONTROL_ETHERTYPE) => GuestFrame::Control,
-        Some(_) => GuestFrame::Uplink,
+    let Some(outer) = be16_at(frame, 12) else {
+        return GuestFrame::Runt;
+    };
+    match outer {
+        VT3_CONTROL_ETHERTYPE => GuestFrame::Control,
+        _ if inner_ethertype(frame) == Some(VT3_CONTROL_ETHERTYPE) => GuestFrame::TaggedControl,
+        _ => GuestFrame::Uplink,
     }
 }
 
-/// EtherType of a frame, looking through one 802.1Q tag.
-pub fn ethertype(frame: &[u8]) -> Option<u16> {
-    let at = |i: usize| frame.get(i..i + 2).and_then(|b| b.try_into().ok()).map(u16::from_be_bytes);
-    match at(12)? {
-        0x8100 | 0x88a8 => at(16),
-        t => Some(t),
+fn be16_at(frame: &[u8], at: usize) -> Option<u16> {
+    frame.get(at..at + 2).and_then(|b| b.try_into().ok()).map(u16::from_be_bytes)
+}
+
+/// EtherType of a frame under all its VLAN tags (802.1Q, 802.1ad and the
+/// old 0x9100 QinQ), however many.
+pub fn inner_ethertype(frame: &[u8]) -> Option<u16> {
+    let mut at = 12;
+    loop {
+        match be16_at(frame, at)? {
+            0x8100 | 0x88a8 | 0x9100 => at += 4,
+            t => return Some(t),
+        }
     }
 }
 
@@ -68,6 +81,8 @@ pub struct NicStats {
     /// Frames dropped because the uplink's send queue was full too.
     pub tx_uplink_dropped: AtomicU64,
     pub tx_runts: AtomicU64,
+    /// Control frames from the guest under VLAN tags (not the driver's).
+    pub tx_dropped_tagged_control: AtomicU64,
     pub control_frames: AtomicU64,
     pub rx_frames: AtomicU64,
     pub rx_bytes: AtomicU64,
@@ -125,7 +140,7 @@ impl NicStats {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub fn rows(&self) -> [(&'static str, u64); 35] {
+    pub fn rows(&self) -> [(&'static str, u64); 36] {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         [
             ("tx_frames", g(&self.tx_frames)),
@@ -135,6 +150,7 @@ impl NicStats {
             ("tx_uplink_queued", g(&self.tx_uplink_queued)),
             ("tx_uplink_dropped", g(&self.tx_uplink_dropped)),
             ("tx_runts", g(&self.tx_runts)),
+            ("tx_dropped_tagged_control", g(&self.tx_dropped_tagged_control)),
             ("control_frames", g(&self.control_frames)),
             ("rx_frames", g(&self.rx_frames)),
             ("rx_bytes", g(&self.rx_bytes)),
@@ -284,6 +300,7 @@ impl Nic {
         match class {
             GuestFrame::Runt => NicStats::add(&self.stats.tx_runts, 1),
             GuestFrame::Control => NicStats::add(&self.stats.control_frames, 1),
+            GuestFrame::TaggedControl => NicStats::add(&self.stats.tx_dropped_tagged_control, 1),
             GuestFrame::Uplink => match self.send_uplink(frame) {
                 Ok(()) => {
                     NicStats::add(&self.stats.tx_frames, 1);
@@ -387,7 +404,7 @@ impl Nic {
             NicStats::add(&self.stats.rx_filtered, 1);
             return false;
         }
-        if ethertype(frame) == Some(VT3_CONTROL_ETHERTYPE) {
+        if inner_ethertype(frame) == Some(VT3_CONTROL_ETHERTYPE) {
             NicStats::add(&self.stats.rx_dropped_control, 1);
             return false;
         }
@@ -559,21 +576,43 @@ mod tests {
     fn control_frames_never_reach_the_uplink() {
         let nic = nic();
         nic.from_guest(&eth(MAC, VT3_CONTROL_ETHERTYPE, 64));
-        let mut tagged = eth(MAC, 0x8100, 64);
-        tagged[16..18].copy_from_slice(&VT3_CONTROL_ETHERTYPE.to_be_bytes());
-        nic.from_guest(&tagged);
+        for tags in [&[0x8100u16][..], &[0x88a8, 0x8100], &[0x9100, 0x8100, 0x8100, 0x8100]] {
+            assert_eq!(nic.from_guest(&tagged_control(tags)), GuestFrame::TaggedControl, "{tags:x?}");
+        }
+        // A VLAN-tagged IPv4 frame is ordinary traffic.
+        let mut vlan_ip = eth(MAC, 0x8100, 64);
+        vlan_ip[16..18].copy_from_slice(&0x0800u16.to_be_bytes());
+        nic.from_guest(&vlan_ip);
         nic.from_guest(&eth(MAC, 0x0800, 64));
         nic.from_guest(&[0u8; 13]);
-        assert_eq!(sent(&nic), 1);
-        assert_eq!(nic.stats.control_frames.load(Ordering::Relaxed), 2);
+        assert_eq!(sent(&nic), 2);
+        assert_eq!(nic.stats.control_frames.load(Ordering::Relaxed), 1);
+        assert_eq!(nic.stats.tx_dropped_tagged_control.load(Ordering::Relaxed), 3);
         assert_eq!(nic.stats.tx_runts.load(Ordering::Relaxed), 1);
     }
 
+    /// A control frame under `tags` (outermost first).
+    fn tagged_control(tags: &[u16]) -> Vec<u8> {
+        let mut f = eth(MAC, tags[0], 64);
+        let mut at = 16;
+        for t in tags.iter().skip(1).copied().chain([VT3_CONTROL_ETHERTYPE]) {
+            f[at..at + 2].copy_from_slice(&t.to_be_bytes());
+            at += 4;
+        }
+        f
+    }
+
     #[test]
-    fn uplink_control_frames_are_dropped() {
+    fn uplink_control_frames_are_dropped_under_any_number_of_tags() {
         let nic = nic();
         assert!(!nic.accept_from_uplink(&eth(MAC, VT3_CONTROL_ETHERTYPE, 64)));
-        assert_eq!(nic.stats.rx_dropped_control.load(Ordering::Relaxed), 1);
+        let tag_lists: [&[u16]; 4] = [&[0x8100], &[0x88a8, 0x8100], &[0x8100, 0x8100, 0x8100], &[0x9100; 10]];
+        for tags in tag_lists {
+            assert!(!nic.accept_from_uplink(&tagged_control(tags)), "{tags:x?}");
+        }
+        assert_eq!(nic.stats.rx_dropped_control.load(Ordering::Relaxed), 5);
+        // Tags to the frame's very end: no EtherType, nothing read past it.
+        assert_eq!(inner_ethertype(&[0x81, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x81, 0, 0, 1]), None);
     }
 
     #[test]
