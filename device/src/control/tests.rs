@@ -535,7 +535,7 @@ mod hostile {
             let f: Vec<u8> = (0..len).map(|_| next() as u8).collect();
             if next() % 2 == 0 {
                 // Often a command the driver sealed, so execution is reached.
-                let opcode = (next() % 25) as u16;
+                let opcode = (next() % 36) as u16;
                 let claimed = if next() % 8 == 0 { next() as u16 } else { len as u16 };
                 let f = d.frame(VT3_CTRL_VERSION, opcode, claimed, &f);
                 let _ = d.deliver(&f);
