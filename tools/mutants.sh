@@ -100,6 +100,12 @@
 #   gso-segment-size vt3d's udp uplink tells the kernel a UDP_SEGMENT size
 #                  one octet larger than the frames of a run: the datagrams
 #                  on the wire no longer hold one frame each (the udp pair)
+#   hello-key-unchecked  vt3d answers a HELLO without checking its MAC
+#                  under the provisioned key: a guest process that
+#                  guesses gets challenges (vt3_hw.h, first contact)
+#   hello-unproven  vt3d lets a HELLO alone end the live session (as v4
+#                  did) and forgets the nonces it has seen: a sniffed
+#                  HELLO replayed knocks the real driver's session over
 #   tap-segment-seq  vt3d's tap uplink gives every segment it cuts from a
 #                  received TSO super-frame the super-frame's seq (the
 #                  siw guest's TCP data arrives as duplicates and is sent
@@ -533,6 +539,26 @@ REPLACEMENT[resize-no-wqe-copy]='		       VT3_WQE_SIZE * 0); /* MUTANT: no WQE c
 REASON[resize-no-wqe-copy]='FAIL resize-|vt3_ksrq: FAIL'
 CASES[resize-no-wqe-copy]='srq vt3-ksrq'
 
+FILE[hello-key-unchecked]=device/src/control/auth.rs
+ANCHOR[hello-key-unchecked]='        if m.hdr.counter.to_native() != 0 || mac(&self.key, m.covered) != m.mac {'
+REPLACEMENT[hello-key-unchecked]='        if m.hdr.counter.to_native() != 0 { // MUTANT: the key is not checked'
+REASON[hello-key-unchecked]='answered the attacker|refusal counters moved'
+CASES[hello-key-unchecked]=ctrl-forgery
+
+FILE[hello-unproven]=device/src/control/mod.rs
+ANCHOR[hello-unproven]='                Ok(ctrl) => Outcome::Reply(build_frame(guest, guest, &ctrl)),'
+REPLACEMENT[hello-unproven]='                Ok(ctrl) => {
+                    // MUTANT: an unproven HELLO ends the live session.
+                    rnic.reset();
+                    self.session = None;
+                    Outcome::Reply(build_frame(guest, guest, &ctrl))
+                }'
+FILE2[hello-unproven]=device/src/control/auth.rs
+ANCHOR2[hello-unproven]='        if self.recent.iter().any(|c| c.driver_nonce == hello.driver_nonce) {'
+REPLACEMENT2[hello-unproven]='        if false && self.recent.iter().any(|c| c.driver_nonce == hello.driver_nonce) { // MUTANT'
+REASON[hello-unproven]='answered the attacker|refusal counters moved|perftest under attack|session'
+CASES[hello-unproven]=ctrl-forgery
+
 ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze close-withheld lost-flush-from-cons slot-by-cons
 	free-unknown fatal-before-flags srq-flush-on-error ksrq-flush-on-error srq-lost-unflushed ksrq-lost-unflushed
 	srq-flushed-on-error srq-completes-twice srq-post-lost srq-no-last-wqe
@@ -550,6 +576,8 @@ ALL_MUTANTS+=(toe-due-timers-only)
 ALL_MUTANTS+=(gso-segment-size)
 # The tap uplink's segmentation of received super-frames (device/src/uplink/tso.rs).
 ALL_MUTANTS+=(tap-segment-seq)
+# The first contact (device/src/control/).
+ALL_MUTANTS+=(hello-key-unchecked hello-unproven)
 
 log() { printf '[mutants] %s\n' "$*" >&2; }
 
