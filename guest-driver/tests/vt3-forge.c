@@ -145,7 +145,7 @@ static uint64_t rng_state;
 /* What the first-contact attacks sent, and what vt3d must make of it. */
 static struct {
 	unsigned int want[W_NR];
-	unsigned int replayed, modified, reflected, crafted, bucketed;
+	unsigned int replayed, modified, reflected, reflected_cmd, crafted, bucketed;
 	double last_bucketed;
 } t;
 
@@ -778,7 +778,8 @@ static void handshake_attacks(void)
 		memcpy(f, s->data, s->len);
 		f[type_at] = VT3_MSG_CMD;
 		send_counted(f, s->len);
-		t.reflected += 2;
+		t.reflected++;
+		t.reflected_cmd++;
 	}
 	/* 4. Crafted. The driver's HELLO with a counter (its MAC unchanged). */
 	memcpy(f, hs[HS_HELLO].data, hs[HS_HELLO].len);
@@ -1047,8 +1048,8 @@ static int contact(const struct options *o)
 	if (t.replayed || g.hello || spr.mb)
 		sniff(now() + 2, 0);
 
-	printf("vt3-forge: sniffed_hs=%u replayed=%u modified=%u reflected=%u crafted=%u bucketed=%u",
-	       sniffed_hs, t.replayed, t.modified, t.reflected, t.crafted, t.bucketed);
+	printf("vt3-forge: sniffed_hs=%u replayed=%u modified=%u reflected=%u reflected_cmd=%u crafted=%u bucketed=%u",
+	       sniffed_hs, t.replayed, t.modified, t.reflected, t.reflected_cmd, t.crafted, t.bucketed);
 	for (int w = 0; w < W_NR; w++)
 		printf(" want_%s=%u", want_names[w], t.want[w]);
 	printf(" guess_hello=%lu guess_prove=%lu guess_ms=%u guess_rate=%lu busy=%lu",
