@@ -18,6 +18,7 @@ pub mod poll;
 pub mod srq;
 pub mod table;
 pub mod tpt;
+pub mod watchdog;
 pub mod wqe;
 
 use std::collections::VecDeque;
@@ -284,6 +285,8 @@ pub struct Rnic {
     doorbells: u64,
     poll_looks: u64,
     poll_finds: u64,
+    /// Connected QPs whose work makes no progress (`rnic.stalls`).
+    watchdog: watchdog::Watchdog,
 }
 
 /// Driver events held at most before new connection requests are refused
@@ -364,6 +367,7 @@ impl Rnic {
             doorbells: 0,
             poll_looks: 0,
             poll_finds: 0,
+            watchdog: watchdog::Watchdog::default(),
         }
     }
 
@@ -392,7 +396,7 @@ impl Rnic {
     }
 
     /// Counters of the ring handling, for `vt3d ctl stats` (`rnic.NAME`).
-    pub fn ring_stats(&self) -> [(&'static str, u64); 8] {
+    pub fn ring_stats(&self) -> [(&'static str, u64); 9] {
         [
             ("qp_ring_errors", self.qp_ring_errors),
             ("requests_refused_busy", self.requests_refused_busy),
@@ -402,7 +406,49 @@ impl Rnic {
             ("poll_finds", self.poll_finds),
             ("polled_queues", self.polled.len() as u64),
             ("poll_pauses", self.polled.pauses()),
+            ("stalls", self.watchdog.stalls()),
         ]
+    }
+
+    /// The progress watchdog's look, when one is due: each connected QP's
+    /// progress; a stall is logged once with the QP's whole state.
+    pub fn watch_progress<M: GuestMemory>(&mut self, mem: &M, now: Instant) {
+        if !self.watchdog.due(now) {
+            return;
+        }
+        let Some(engine) = self.offload.as_ref().map(Offload::engine) else { return };
+        let mut looked = Vec::new();
+        for (qpn, qp) in self.qps.iter() {
+            let Some(info) = engine.qp_info(qpn).filter(|i| i.state == vt3_iwarp::engine::QpState::Rts) else {
+                continue;
+            };
+            let sq_prod = memory::StatusWord::at(qp.status_addr, std::mem::offset_of!(abi::QpStatus, sq_prod))
+                .load(mem, Ordering::Acquire)
+                .unwrap_or(qp.sq_work.fetched);
+            let tcb = engine.tcb(qpn);
+            looked.push((qpn, watchdog::QpProgress {
+                sq_prod,
+                sq_fetched: qp.sq_work.fetched,
+                sq_consumed: qp.sq_work.consumed,
+                rq_fetched: qp.rq_work.fetched,
+                rq_consumed: qp.rq_work.consumed,
+                sq_outstanding: info.sq_outstanding,
+                reads_outstanding: info.reads_outstanding,
+                tcp: tcb.as_ref().map(watchdog::TcpProgress::of),
+            }));
+        }
+        let progress: std::collections::BTreeMap<u32, watchdog::QpProgress> = looked.iter().copied().collect();
+        for stall in self.watchdog.look(now, looked) {
+            log::warn!(
+                "stall: QP {} has waited {} ms for {}, nothing moved: {:?}; engine {:?}; TCB {:?}",
+                stall.qpn,
+                stall.for_ms,
+                stall.waiting_for,
+                progress.get(&stall.qpn),
+                engine.qp_info(stall.qpn),
+                engine.tcb(stall.qpn),
+            );
+        }
     }
 
     /// The engine, once the guest's address is known.

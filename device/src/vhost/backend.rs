@@ -416,6 +416,7 @@ impl NetBackend {
         let Ok(mem) = self.memory() else { return };
         let mut dp = lock(&self.datapath);
         self.run_engine(&*mem.memory(), &mut dp.device_frames);
+        self.nic.rnic().watch_progress(&*mem.memory(), self.now());
     }
 
     fn memory(&self) -> Result<Memory, BackendError> {
