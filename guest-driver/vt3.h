@@ -89,26 +89,31 @@ enum vt3_refusal {
 	VT3_REFUSED_NO_SESSION,
 	VT3_REFUSED_MAC,
 	VT3_REFUSED_REPLAY,
+	VT3_REFUSED_HELLO,		/* a HELLO answer we did not wait for */
 	VT3_REFUSED_MAX
 };
 
 struct vt3_ctrl {
 	struct mutex cmd_lock;		/* one synchronous command at a time */
-	/*
-	 * The session (vt3_hw.h "Who may drive the device"): set by the
-	 * HELLO under cmd_lock, before any other frame is sent or taken.
-	 */
-	siphash_key_t key;
-	bool keyed;
 	atomic64_t sent;		/* counter of the last frame sent */
 	atomic64_t refused[VT3_REFUSED_MAX];
 	spinlock_t lock;		/* the fields below */
+	/*
+	 * The session key Ks (vt3_hw.h "Who may drive the device"): set by
+	 * the first contact, under cmd_lock too, before any frame of the
+	 * session is sent or taken, and fixed once it is proven. The
+	 * sender reads it without the lock: nothing else sends meanwhile.
+	 */
+	siphash_key_t key;
+	bool keyed;
 	u64 rx_highest;			/* replay window of frames from vt3d */
 	u64 rx_seen;
 	u32 next_seq;
 	bool waiting;			/* a synchronous command awaits its RESP */
 	u32 wait_seq;
 	u16 wait_opcode;
+	/* The nonce of the HELLO waiting (wait_opcode VT3_CMD_HELLO). */
+	u8 hello_nonce[VT3_NONCE_LEN];
 	void *resp;
 	size_t resp_len;
 	int result;
@@ -420,7 +425,12 @@ const char *vt3_event_name(unsigned int event);
 void vt3_ctrl_init(struct vt3_dev *dev);
 void vt3_ctrl_start(struct vt3_dev *dev);
 void vt3_ctrl_stop(struct vt3_dev *dev);
-int vt3_ctrl_hello(struct vt3_dev *dev, unsigned int timeout_ms);
+int vt3_ctrl_first_contact(struct vt3_dev *dev, unsigned int tries,
+			   unsigned int timeout_ms);
+int vt3_key_load(void);
+bool vt3_key_ready(void);
+void vt3_key_report_missing(struct net_device *netdev);
+void vt3_key_wipe(void);
 int vt3_cmd(struct vt3_dev *dev, enum vt3_cmd opcode, const void *req,
 	    size_t req_len, void *resp, size_t resp_len);
 int vt3_cmd_timeout(struct vt3_dev *dev, enum vt3_cmd opcode,

@@ -11,14 +11,23 @@
  *
  * CQ events are handled in the RX softirq; connection and QP events go to
  * process context in arrival order (vt3_cm.c).
+ *
+ * A session starts with the first contact (vt3_hw.h "Who may drive the
+ * device"): a HELLO and its answer under the provisioned key K, then a
+ * PROVE under the session key Ks derived from both nonces. K comes from
+ * the firmware configuration (QEMU -fw_cfg name=opt/vt3/key), read once.
  */
 #include <linux/etherdevice.h>
+#include <linux/fs.h>
 #include <linux/if_vlan.h>
 #include <linux/if_ether.h>
+#include <linux/kmod.h>
+#include <linux/module.h>
+#include <linux/namei.h>
 #include <linux/pkt_sched.h>
 #include <linux/random.h>
 #include <linux/skbuff.h>
-#include <linux/virtio.h>
+#include <linux/string.h>
 
 #include "vt3.h"
 
@@ -51,6 +60,12 @@ static const char * const vt3_cmd_names[] = {
 	[VT3_CMD_MODIFY_SRQ] = "MODIFY_SRQ",
 	[VT3_CMD_QUERY_SRQ] = "QUERY_SRQ",
 	[VT3_CMD_DESTROY_SRQ] = "DESTROY_SRQ",
+	[VT3_CMD_PAIR_QP] = "PAIR_QP",
+	[VT3_CMD_ALLOC_MW] = "ALLOC_MW",
+	[VT3_CMD_DEALLOC_MW] = "DEALLOC_MW",
+	[VT3_CMD_REREG_MR] = "REREG_MR",
+	[VT3_CMD_RESIZE_SRQ] = "RESIZE_SRQ",
+	[VT3_CMD_PROVE] = "PROVE",
 };
 
 static const char * const vt3_status_names[] = {
@@ -136,8 +151,12 @@ static int vt3_status_to_errno(unsigned int status)
 	}
 }
 
-/* Builds and queues one control frame; any context with IRQs enabled. */
-static int vt3_ctrl_xmit(struct vt3_dev *dev, u16 opcode, u32 seq,
+/*
+ * Builds and queues one command frame with @counter, its MAC under @key;
+ * any context with IRQs enabled.
+ */
+static int vt3_ctrl_send(struct vt3_dev *dev, u16 opcode, u32 seq,
+			 u64 counter, const siphash_key_t *key,
 			 const void *payload, size_t len, gfp_t gfp)
 {
 	struct net_device *netdev = dev->netdev;
@@ -160,10 +179,10 @@ static int vt3_ctrl_xmit(struct vt3_dev *dev, u16 opcode, u32 seq,
 	hdr->opcode = cpu_to_le16(opcode);
 	hdr->seq = cpu_to_le32(seq);
 	hdr->len = cpu_to_le16(len);
-	hdr->counter = cpu_to_le64(atomic64_inc_return(&dev->ctrl.sent));
+	hdr->counter = cpu_to_le64(counter);
 	if (len)
 		skb_put_data(skb, payload, len);
-	put_unaligned_le64(siphash(hdr, sizeof(*hdr) + len, &dev->ctrl.key),
+	put_unaligned_le64(siphash(hdr, sizeof(*hdr) + len, key),
 			   skb_put(skb, VT3_CTRL_MAC_LEN));
 
 	skb->dev = netdev;
@@ -181,6 +200,16 @@ static int vt3_ctrl_xmit(struct vt3_dev *dev, u16 opcode, u32 seq,
 	 */
 	rc = dev_queue_xmit(skb);
 	return rc > 0 ? net_xmit_errno(rc) : rc;
+}
+
+/* A command of the session: the next counter, the MAC under Ks. */
+static int vt3_ctrl_xmit(struct vt3_dev *dev, u16 opcode, u32 seq,
+			 const void *payload, size_t len, gfp_t gfp)
+{
+	struct vt3_ctrl *c = &dev->ctrl;
+
+	return vt3_ctrl_send(dev, opcode, seq, atomic64_inc_return(&c->sent),
+			     &c->key, payload, len, gfp);
 }
 
 static bool vt3_ctrl_usable(struct vt3_dev *dev, int *err)
@@ -212,18 +241,13 @@ static u32 vt3_ctrl_seq(struct vt3_ctrl *c)
 }
 
 /*
- * One command and the wait for its answer; cmd_lock held. Returns the
- * result, -ETIMEDOUT when nothing answered in time.
+ * Arms the wait for the RESP of @opcode to the command about to be sent;
+ * returns that command's seq. cmd_lock held.
  */
-static int vt3_cmd_once(struct vt3_dev *dev, enum vt3_cmd opcode,
-			const void *req, size_t req_len, void *resp,
-			size_t resp_len, unsigned int timeout_ms, u32 *seqp)
+static u32 vt3_wait_begin(struct vt3_ctrl *c, enum vt3_cmd opcode,
+			  void *resp, size_t resp_len)
 {
-	struct vt3_ctrl *c = &dev->ctrl;
-	unsigned long left = 1;
-	bool answered;
 	u32 seq;
-	int err;
 
 	spin_lock_bh(&c->lock);
 	seq = c->next_seq++;
@@ -235,8 +259,18 @@ static int vt3_cmd_once(struct vt3_dev *dev, enum vt3_cmd opcode,
 	c->result = -EIO;
 	reinit_completion(&c->done);
 	spin_unlock_bh(&c->lock);
+	return seq;
+}
 
-	err = vt3_ctrl_xmit(dev, opcode, seq, req, req_len, GFP_KERNEL);
+/*
+ * Waits for the answer to the command sent (@err: how its sending went).
+ * Returns the result, -ETIMEDOUT when nothing answered in time.
+ */
+static int vt3_wait_end(struct vt3_ctrl *c, int err, unsigned int timeout_ms)
+{
+	unsigned long left = 1;
+	bool answered;
+
 	if (!err)
 		left = wait_for_completion_timeout(&c->done,
 						   msecs_to_jiffies(timeout_ms));
@@ -248,8 +282,20 @@ static int vt3_cmd_once(struct vt3_dev *dev, enum vt3_cmd opcode,
 	if (answered)
 		err = c->result;
 	spin_unlock_bh(&c->lock);
-	*seqp = seq;
 	return !left && !answered ? -ETIMEDOUT : err;
+}
+
+/* One command of the session and the wait for its answer; cmd_lock held. */
+static int vt3_cmd_once(struct vt3_dev *dev, enum vt3_cmd opcode,
+			const void *req, size_t req_len, void *resp,
+			size_t resp_len, unsigned int timeout_ms, u32 *seqp)
+{
+	struct vt3_ctrl *c = &dev->ctrl;
+	int err;
+
+	*seqp = vt3_wait_begin(c, opcode, resp, resp_len);
+	err = vt3_ctrl_xmit(dev, opcode, *seqp, req, req_len, GFP_KERNEL);
+	return vt3_wait_end(c, err, timeout_ms);
 }
 
 /* Extra probes before a silent vt3d counts as gone (a slow host stalls). */
@@ -408,53 +454,91 @@ static void vt3_refuse(struct vt3_dev *dev, enum vt3_refusal why)
 static bool vt3_ctrl_take_counter(struct vt3_ctrl *c, u64 counter)
 {
 	u64 behind;
-	bool taken = false;
 
-	spin_lock(&c->lock);
+	lockdep_assert_held(&c->lock);
 	if (counter > c->rx_highest) {
 		behind = counter - c->rx_highest;
 		c->rx_seen = behind >= VT3_CTRL_REPLAY_WINDOW ?
 			     0 : c->rx_seen << behind;
 		c->rx_seen |= 1;
 		c->rx_highest = counter;
-		taken = true;
-	} else {
-		behind = c->rx_highest - counter;
-		if (behind < VT3_CTRL_REPLAY_WINDOW &&
-		    !(c->rx_seen & BIT_ULL(behind))) {
-			c->rx_seen |= BIT_ULL(behind);
-			taken = true;
-		}
+		return true;
 	}
-	spin_unlock(&c->lock);
-	return taken;
+	behind = c->rx_highest - counter;
+	if (behind >= VT3_CTRL_REPLAY_WINDOW || c->rx_seen & BIT_ULL(behind))
+		return false;
+	c->rx_seen |= BIT_ULL(behind);
+	return true;
 }
 
 /*
  * Whether a frame is vt3d's, of this session, and new: its MAC (after the
- * @len payload bytes, linear) matches our key and its counter was not
- * taken before. Anything else is counted and dropped, unanswered.
+ * @len payload bytes, linear) matches Ks and its counter was not taken
+ * before. Anything else is counted and dropped, unanswered.
  */
 static bool vt3_ctrl_authentic(struct vt3_dev *dev,
 			       const struct vt3_ctrl_hdr *hdr, size_t len)
 {
 	struct vt3_ctrl *c = &dev->ctrl;
-	u64 mac;
+	u64 mac = get_unaligned_le64((const u8 *)(hdr + 1) + len);
+	enum vt3_refusal why = VT3_REFUSED_MAX;
 
-	if (!READ_ONCE(c->keyed)) {
-		vt3_refuse(dev, VT3_REFUSED_NO_SESSION);
-		return false;
+	spin_lock(&c->lock);
+	if (!c->keyed)
+		why = VT3_REFUSED_NO_SESSION;
+	else if (siphash(hdr, sizeof(*hdr) + len, &c->key) != mac)
+		why = VT3_REFUSED_MAC;
+	else if (!vt3_ctrl_take_counter(c, le64_to_cpu(hdr->counter)))
+		why = VT3_REFUSED_REPLAY;
+	spin_unlock(&c->lock);
+	if (why == VT3_REFUSED_MAX)
+		return true;
+	vt3_refuse(dev, why);
+	return false;
+}
+
+/* The provisioned key K, once loaded (vt3_key_load); fixed from then on. */
+static siphash_key_t vt3_key;
+static bool vt3_key_loaded;
+static int vt3_key_err = -ENOENT;	/* why it is not; under vt3_key_lock */
+static DEFINE_MUTEX(vt3_key_lock);
+
+static bool vt3_insecure_no_key;
+module_param_named(insecure_no_key, vt3_insecure_no_key, bool, 0444);
+MODULE_PARM_DESC(insecure_no_key,
+		 "run without a provisioned key (K all zeros, as vt3d --insecure-no-key): any guest process can drive vt3d (default 0)");
+
+/*
+ * First contact, step 2 (vt3_hw.h): vt3d's answer to the HELLO waiting,
+ * taken only with that HELLO's seq and nonce, counter 0, status OK, the
+ * exact length and the MAC under K. Any other HELLO answer (none waiting,
+ * a late one to an earlier HELLO, a forgery) is counted and dropped.
+ * Returns whether it was taken.
+ */
+static bool vt3_ctrl_hello_resp(struct vt3_dev *dev,
+				const struct vt3_ctrl_hdr *hdr, size_t len)
+{
+	const struct vt3_resp_hello *resp = (const void *)(hdr + 1);
+	u64 mac = get_unaligned_le64((const u8 *)(hdr + 1) + len);
+	struct vt3_ctrl *c = &dev->ctrl;
+	bool taken = false;
+
+	spin_lock(&c->lock);
+	if (c->waiting && c->wait_opcode == VT3_CMD_HELLO &&
+	    c->wait_seq == le32_to_cpu(hdr->seq) && !hdr->status &&
+	    !hdr->counter && len == sizeof(*resp) &&
+	    siphash(hdr, sizeof(*hdr) + len, &vt3_key) == mac &&
+	    !memcmp(resp->driver_nonce, c->hello_nonce, VT3_NONCE_LEN)) {
+		memcpy(c->resp, resp, sizeof(*resp));
+		c->result = 0;
+		c->waiting = false;
+		complete(&c->done);
+		taken = true;
 	}
-	mac = get_unaligned_le64((const u8 *)(hdr + 1) + len);
-	if (siphash(hdr, sizeof(*hdr) + len, &c->key) != mac) {
-		vt3_refuse(dev, VT3_REFUSED_MAC);
-		return false;
-	}
-	if (!vt3_ctrl_take_counter(c, le64_to_cpu(hdr->counter))) {
-		vt3_refuse(dev, VT3_REFUSED_REPLAY);
-		return false;
-	}
-	return true;
+	spin_unlock(&c->lock);
+	if (!taken)
+		vt3_refuse(dev, VT3_REFUSED_HELLO);
+	return taken;
 }
 
 /*
@@ -500,6 +584,14 @@ static int vt3_ctrl_rcv(struct sk_buff *skb, struct net_device *netdev,
 		goto drop;
 	}
 	hdr = (const struct vt3_ctrl_hdr *)skb->data;
+	/* First contact: under K, not of any session. */
+	if (hdr->type == VT3_MSG_RESP &&
+	    le16_to_cpu(hdr->opcode) == VT3_CMD_HELLO) {
+		if (!vt3_ctrl_hello_resp(dev, hdr, len))
+			goto drop;
+		consume_skb(skb);
+		return NET_RX_SUCCESS;
+	}
 	if (!vt3_ctrl_authentic(dev, hdr, len))
 		goto drop;
 
@@ -536,79 +628,232 @@ void vt3_ctrl_init(struct vt3_dev *dev)
 	c->next_seq = get_random_u32();
 }
 
-/*
- * The virtqueues of the virtio-net device under @netdev: the proof that a
- * HELLO comes from the guest kernel (vt3_hw.h).
- */
-static int vt3_ring_addrs(struct net_device *netdev, struct vt3_cmd_hello *req)
+/* ------------------------------------------------------------------ */
+/* The provisioned key                                                 */
+
+#define VT3_FW_CFG_DIR		"/sys/firmware/qemu_fw_cfg"
+#define VT3_KEY_PATH		VT3_FW_CFG_DIR "/by_name/" VT3_FW_CFG_KEY "/raw"
+
+/* Reads K into @raw (VT3_KEY_LEN + 1 bytes): exactly VT3_KEY_LEN or none. */
+static int vt3_key_read(u8 *raw)
 {
-	struct device *parent = netdev->dev.parent;
-	struct virtio_device *vdev;
-	struct virtqueue *vq;
-	unsigned int found = 0;
+	struct file *f;
+	ssize_t n = 0;
+	loff_t pos = 0;
+	size_t got = 0;
 
-	if (!parent || !is_virtio_device(parent))
-		return -EOPNOTSUPP;
-	vdev = dev_to_virtio(parent);
-	virtio_device_for_each_vq(vdev, vq) {
-		struct vt3_ring_addrs *r;
-
-		if (vq->index == 0)
-			r = &req->rx;
-		else if (vq->index == 1)
-			r = &req->tx;
-		else
-			continue;
-		r->desc = cpu_to_le64(virtqueue_get_desc_addr(vq));
-		r->avail = cpu_to_le64(virtqueue_get_avail_addr(vq));
-		r->used = cpu_to_le64(virtqueue_get_used_addr(vq));
-		found++;
+	f = filp_open(VT3_KEY_PATH, O_RDONLY, 0);
+	if (IS_ERR(f))
+		return PTR_ERR(f);
+	/* One byte more than a key: a longer file is no key either. */
+	while (got <= VT3_KEY_LEN) {
+		n = kernel_read(f, raw + got, VT3_KEY_LEN + 1 - got, &pos);
+		if (n <= 0)
+			break;
+		got += n;
 	}
-	return found == 2 ? 0 : -EOPNOTSUPP;
+	filp_close(f, NULL);
+	if (n < 0)
+		return n;
+	return got == VT3_KEY_LEN ? 0 : -EINVAL;
+}
+
+/* Whether qemu_fw_cfg's files are there (the module loaded, or built in). */
+static bool vt3_fw_cfg_present(void)
+{
+	struct path path;
+
+	if (kern_path(VT3_FW_CFG_DIR, LOOKUP_FOLLOW, &path))
+		return false;
+	path_put(&path);
+	return true;
 }
 
 /*
- * Starts a session: a fresh key in a kernel page that only vt3d reads
- * (never on the wire), named by a HELLO with the netdev's virtqueues. The
- * page is wiped and freed once the answer came or the wait ended: a HELLO
- * vt3d takes up late finds no key in it and is refused.
+ * Loads K unless it is loaded already: the firmware configuration file
+ * QEMU's -fw_cfg name=opt/vt3/key gives the guest, or all zeros with
+ * insecure_no_key. It opens a file and may run modprobe for qemu_fw_cfg
+ * (Debian builds it as a module): call it with no lock held (module
+ * init, before a probe). Returns 0 when K is there, -ENOKEY otherwise.
  */
-int vt3_ctrl_hello(struct vt3_dev *dev, unsigned int timeout_ms)
+int vt3_key_load(void)
+{
+	u8 raw[VT3_KEY_LEN + 1];
+	int err = 0;
+
+	if (vt3_key_ready())
+		return 0;
+	mutex_lock(&vt3_key_lock);
+	if (vt3_key_loaded)
+		goto out;
+	if (vt3_insecure_no_key) {
+		memset(&vt3_key, 0, sizeof(vt3_key));
+		pr_warn("vt3: insecure_no_key=1: running unauthenticated, any guest process can drive vt3d (vt3d must run with --insecure-no-key)\n");
+	} else {
+		/* -EINVAL: the file is not VT3_KEY_LEN bytes long. */
+		err = vt3_key_read(raw);
+		/* Not there yet: load qemu_fw_cfg (bounded: modprobe). */
+		if (err == -ENOENT && !vt3_fw_cfg_present() &&
+		    !request_module("qemu_fw_cfg"))
+			err = vt3_key_read(raw);
+		if (!err) {
+			vt3_key.key[0] = get_unaligned_le64(raw);
+			vt3_key.key[1] = get_unaligned_le64(raw + 8);
+		}
+		memzero_explicit(raw, sizeof(raw));
+		WRITE_ONCE(vt3_key_err, err);
+		if (err)
+			goto out;
+	}
+	/* Readers test the flag, then read the key without the mutex. */
+	smp_store_release(&vt3_key_loaded, true);
+out:
+	mutex_unlock(&vt3_key_lock);
+	return err ? -ENOKEY : 0;
+}
+
+bool vt3_key_ready(void)
+{
+	return smp_load_acquire(&vt3_key_loaded);
+}
+
+/* Once per module load: what the VM lacks, and the way out. */
+void vt3_key_report_missing(struct net_device *netdev)
+{
+	pr_err_once("vt3: no key for %s in %s (%pe), not attaching: give the VM the key file of `vt3d serve --key-file KEYFILE` (QEMU: -fw_cfg name=%s,file=KEYFILE; libvirt: <sysinfo type='fwcfg'><entry name='%s' file='KEYFILE'/></sysinfo>), or run both unauthenticated: vt3d --insecure-no-key and vt3.ko insecure_no_key=1\n",
+		    netdev->name, VT3_KEY_PATH, ERR_PTR(READ_ONCE(vt3_key_err)),
+		    VT3_FW_CFG_KEY, VT3_FW_CFG_KEY);
+}
+
+/* Module unload: no device is left to use K. */
+void vt3_key_wipe(void)
+{
+	memzero_explicit(&vt3_key, sizeof(vt3_key));
+	WRITE_ONCE(vt3_key_loaded, false);
+}
+
+/* ------------------------------------------------------------------ */
+/* First contact (vt3_hw.h "Who may drive the device")                 */
+
+/*
+ * Steps 1 and 2: a HELLO with a fresh nonce, counter 0, MAC under K, and
+ * vt3d's answer for that nonce (vt3_ctrl_hello_resp) into @resp.
+ */
+static int vt3_hello(struct vt3_dev *dev, struct vt3_resp_hello *resp,
+		     unsigned int timeout_ms)
 {
 	struct vt3_ctrl *c = &dev->ctrl;
-	struct vt3_cmd_hello req = {};
-	struct vt3_session_page *sp;
-	struct page *page;
+	struct vt3_cmd_hello req;
+	u32 seq;
 	int err;
 
-	err = vt3_ring_addrs(dev->netdev, &req);
+	get_random_bytes(req.driver_nonce, sizeof(req.driver_nonce));
+	/* Read by the RX path only while the wait below is armed. */
+	memcpy(c->hello_nonce, req.driver_nonce, VT3_NONCE_LEN);
+	seq = vt3_wait_begin(c, VT3_CMD_HELLO, resp, sizeof(*resp));
+	err = vt3_ctrl_send(dev, VT3_CMD_HELLO, seq, 0, &vt3_key, &req,
+			    sizeof(req), GFP_KERNEL);
+	return vt3_wait_end(c, err, timeout_ms);
+}
+
+/* Step 3: Ks = SipHash(K, label | driver nonce | device nonce), twice. */
+static void vt3_session_key(const struct vt3_resp_hello *hello,
+			    siphash_key_t *ks)
+{
+	struct vt3_kdf_input in = {};
+
+	BUILD_BUG_ON(sizeof(VT3_KDF_LABEL_K0) > sizeof(in.label) ||
+		     sizeof(VT3_KDF_LABEL_K1) > sizeof(in.label));
+	memcpy(in.driver_nonce, hello->driver_nonce, VT3_NONCE_LEN);
+	memcpy(in.device_nonce, hello->device_nonce, VT3_NONCE_LEN);
+	memcpy(in.label, VT3_KDF_LABEL_K0, sizeof(VT3_KDF_LABEL_K0));
+	ks->key[0] = siphash(&in, sizeof(in), &vt3_key);
+	memset(in.label, 0, sizeof(in.label));
+	memcpy(in.label, VT3_KDF_LABEL_K1, sizeof(VT3_KDF_LABEL_K1));
+	ks->key[1] = siphash(&in, sizeof(in), &vt3_key);
+}
+
+/*
+ * A new session under @ks: frames sent count from 1 again (the PROVE is
+ * the first), and the replay window starts over with counter 0 taken
+ * (it is first contact's, never a session frame's).
+ */
+static void vt3_session_start(struct vt3_ctrl *c, const siphash_key_t *ks)
+{
+	spin_lock_bh(&c->lock);
+	c->key = *ks;
+	c->keyed = true;
+	atomic64_set(&c->sent, 0);
+	c->rx_highest = 0;
+	c->rx_seen = 1;
+	spin_unlock_bh(&c->lock);
+}
+
+/* A session that was not proven: nothing more is taken under its key. */
+static void vt3_session_end(struct vt3_ctrl *c)
+{
+	spin_lock_bh(&c->lock);
+	c->keyed = false;
+	memzero_explicit(&c->key, sizeof(c->key));
+	spin_unlock_bh(&c->lock);
+}
+
+/*
+ * Steps 3 and 4: the PROVE, the session's first command (counter 1, MAC
+ * under Ks). vt3d answers it under Ks only once it took the proof and
+ * made this session its own: that answer, counter 1, is its first frame.
+ */
+static int vt3_prove(struct vt3_dev *dev, const struct vt3_resp_hello *hello,
+		     unsigned int timeout_ms)
+{
+	struct vt3_ctrl *c = &dev->ctrl;
+	struct vt3_cmd_prove req;
+	u32 seq;
+	int err;
+
+	memcpy(req.driver_nonce, hello->driver_nonce, VT3_NONCE_LEN);
+	memcpy(req.device_nonce, hello->device_nonce, VT3_NONCE_LEN);
+	err = vt3_cmd_once(dev, VT3_CMD_PROVE, &req, sizeof(req), NULL, 0,
+			   timeout_ms, &seq);
 	if (err)
 		return err;
-	page = alloc_page(GFP_KERNEL | __GFP_ZERO);
-	if (!page)
-		return -ENOMEM;
-	sp = page_address(page);
-
-	mutex_lock(&c->cmd_lock);
-	get_random_bytes(&c->key, sizeof(c->key));
-	atomic64_set(&c->sent, 0);
 	spin_lock_bh(&c->lock);
-	c->rx_highest = 0;
-	c->rx_seen = 1;		/* counter 0 is never sent */
+	if (c->rx_highest != 1)
+		err = -EPROTO;
 	spin_unlock_bh(&c->lock);
-	WRITE_ONCE(c->keyed, true);
+	return err;
+}
+
+/*
+ * Starts a session with vt3d: up to @tries first contacts, each with
+ * fresh nonces (vt3d refuses a nonce it has seen), each step waiting up
+ * to @timeout_ms. Only when vt3d answered the PROVE is the device ours.
+ */
+int vt3_ctrl_first_contact(struct vt3_dev *dev, unsigned int tries,
+			   unsigned int timeout_ms)
+{
+	struct vt3_ctrl *c = &dev->ctrl;
+	struct vt3_resp_hello hello;
+	siphash_key_t ks;
+	int err = -ETIMEDOUT;
+
+	if (!vt3_key_ready())
+		return -ENOKEY;
+	mutex_lock(&c->cmd_lock);
+	while (tries-- && vt3_ctrl_usable(dev, &err)) {
+		err = vt3_hello(dev, &hello, timeout_ms);
+		if (err)
+			continue;
+		vt3_session_key(&hello, &ks);
+		vt3_session_start(c, &ks);
+		memzero_explicit(&ks, sizeof(ks));
+		err = vt3_prove(dev, &hello, timeout_ms);
+		if (!err)
+			break;
+		netdev_dbg(dev->netdev, "vt3: PROVE failed (%d)\n", err);
+		vt3_session_end(c);
+	}
 	mutex_unlock(&c->cmd_lock);
-
-	sp->magic = cpu_to_le32(VT3_SESSION_MAGIC);
-	sp->version = cpu_to_le32(VT3_CTRL_VERSION);
-	sp->key[0] = cpu_to_le64(c->key.key[0]);
-	sp->key[1] = cpu_to_le64(c->key.key[1]);
-	req.session_page = cpu_to_le64(page_to_phys(page));
-
-	err = vt3_cmd_timeout(dev, VT3_CMD_HELLO, &req, sizeof(req), NULL, 0,
-			      timeout_ms);
-	memzero_explicit(sp, sizeof(*sp));
-	__free_page(page);
 	return err;
 }
 
@@ -622,11 +867,15 @@ void vt3_ctrl_start(struct vt3_dev *dev)
 	dev->ptype_added = true;
 }
 
-/* After this returns no RX handler runs for dev (dev_remove_pack syncs). */
+/*
+ * After this returns no RX handler runs for dev (dev_remove_pack syncs),
+ * and Ks is wiped: the device sends nothing more.
+ */
 void vt3_ctrl_stop(struct vt3_dev *dev)
 {
-	if (!dev->ptype_added)
-		return;
-	dev_remove_pack(&dev->ptype);
-	dev->ptype_added = false;
+	if (dev->ptype_added) {
+		dev_remove_pack(&dev->ptype);
+		dev->ptype_added = false;
+	}
+	vt3_session_end(&dev->ctrl);
 }

@@ -16,6 +16,8 @@
  * user contexts and destroys every object through our destroy verbs; then
  * the core calls vt3_dealloc_driver(), which resets the device and stops
  * the control channel.
+ *
+ * Nothing attaches without the provisioned key (vt3_ctrl.c).
  */
 #include <linux/device.h>
 #include <linux/dma-mapping.h>
@@ -38,7 +40,10 @@ MODULE_PARM_DESC(cmd_timeout_ms,
 unsigned int vt3_probe_timeout_ms = 2000;
 module_param_named(probe_timeout_ms, vt3_probe_timeout_ms, uint, 0644);
 MODULE_PARM_DESC(probe_timeout_ms,
-		 "ms to wait for vt3d to answer the probe of a netdev (default 2000)");
+		 "ms to wait for each answer of vt3d while probing a netdev (default 2000)");
+
+/* First contacts a probe tries, each with fresh nonces (vt3_ctrl.c). */
+#define VT3_PROBE_TRIES		3
 
 /*
  * vt3d reports the outcome of every CONNECT and ACCEPT (its TCP gives up
@@ -135,15 +140,18 @@ static void vt3_set_limits(struct vt3_dev *dev, const struct vt3_device_attr *a,
 	l->max_msg_size = max_msg_size;
 }
 
-/* Asks vt3d who it is; fails when nothing answers on this netdev. */
-static int vt3_dev_query(struct vt3_dev *dev)
+/*
+ * Starts a session (@tries first contacts) and asks vt3d who it is; fails
+ * when nothing answers on this netdev.
+ */
+static int vt3_dev_query(struct vt3_dev *dev, unsigned int tries)
 {
 	struct vt3_device_attr attr;
 	struct vt3_port_attr port;
 	u32 max_msg_size = U32_MAX;
 	int err;
 
-	err = vt3_ctrl_hello(dev, vt3_probe_timeout_ms);
+	err = vt3_ctrl_first_contact(dev, tries, vt3_probe_timeout_ms);
 	if (err)
 		return err;
 	err = vt3_cmd_timeout(dev, VT3_CMD_QUERY_DEVICE, NULL, 0, &attr,
@@ -158,7 +166,8 @@ static int vt3_dev_query(struct vt3_dev *dev)
 	}
 	/*
 	 * Whatever vt3d still holds for this guest (a previous instance of
-	 * the driver that lost contact with it, a kexec) is stale now.
+	 * the driver that lost contact with it, a kexec) is stale now: the
+	 * PROVE dropped it with the old session; RESET makes sure.
 	 */
 	err = vt3_cmd(dev, VT3_CMD_RESET, NULL, 0, NULL, 0);
 	if (err)
@@ -251,10 +260,12 @@ static struct vt3_dev *vt3_dev_create(struct net_device *netdev)
 }
 
 /*
- * Probes @netdev and registers an ib_device for it. @name is the ib name
- * (a "%d" pattern allowed). Caller holds vt3_attach_lock.
+ * Probes @netdev (@tries first contacts) and registers an ib_device for
+ * it. @name is the ib name (a "%d" pattern allowed). Caller holds
+ * vt3_attach_lock and loaded the key (vt3_probe_netdev()).
  */
-static int vt3_attach(struct net_device *netdev, const char *name)
+static int vt3_attach(struct net_device *netdev, const char *name,
+		      unsigned int tries)
 {
 	struct device *dma_dev;
 	struct ib_device *ibdev;
@@ -275,13 +286,17 @@ static int vt3_attach(struct net_device *netdev, const char *name)
 	dma_dev = vt3_dma_device(netdev);
 	if (!dma_dev)
 		return -EOPNOTSUPP;
+	if (!vt3_key_ready()) {
+		vt3_key_report_missing(netdev);
+		return -ENOKEY;
+	}
 
 	dev = vt3_dev_create(netdev);
 	if (!dev)
 		return -ENOMEM;
 	/* From here on ib_dealloc_device() -> vt3_dealloc_driver() unwinds. */
 	vt3_ctrl_start(dev);
-	err = vt3_dev_query(dev);
+	err = vt3_dev_query(dev, tries);
 	if (err) {
 		netdev_dbg(netdev, "vt3: no vt3d answered the probe (%d)\n", err);
 		goto err_dealloc;
@@ -450,6 +465,22 @@ static bool vt3_candidate(struct net_device *netdev)
 	       !strcmp(parent->driver->name, "virtio_net");
 }
 
+/*
+ * Attaches @netdev (vt3_attach()), the key loaded first: that may open
+ * a file and run modprobe, so no lock is held here.
+ */
+static int vt3_probe_netdev(struct net_device *netdev, const char *name,
+			    unsigned int tries)
+{
+	int err;
+
+	vt3_key_load();
+	mutex_lock(&vt3_attach_lock);
+	err = vt3_attach(netdev, name, tries);
+	mutex_unlock(&vt3_attach_lock);
+	return err;
+}
+
 static void vt3_probe_work(struct work_struct *work)
 {
 	struct vt3_probe *p = container_of(work, struct vt3_probe, work);
@@ -459,9 +490,7 @@ static void vt3_probe_work(struct work_struct *work)
 	list_del(&p->list);
 	spin_unlock(&vt3_probe_lock);
 
-	mutex_lock(&vt3_attach_lock);
-	err = vt3_attach(p->netdev, "vt3_%d");
-	mutex_unlock(&vt3_attach_lock);
+	err = vt3_probe_netdev(p->netdev, "vt3_%d", VT3_PROBE_TRIES);
 	if (err && err != -EEXIST && err != -ENETDOWN)
 		netdev_dbg(p->netdev, "vt3: probe failed (%d)\n", err);
 	netdev_put(p->netdev, &p->tracker);
@@ -564,9 +593,7 @@ static int vt3_newlink(const char *name, struct net_device *netdev)
 {
 	int err;
 
-	mutex_lock(&vt3_attach_lock);
-	err = vt3_attach(netdev, name);
-	mutex_unlock(&vt3_attach_lock);
+	err = vt3_probe_netdev(netdev, name, VT3_PROBE_TRIES);
 	/* Tell `rdma link add` what was wrong, not just "timed out". */
 	return err == -ETIMEDOUT ? -ENODEV : err;
 }
@@ -590,6 +617,7 @@ static const struct rdma_stat_desc vt3_hw_stats[VT3_STATS_MAX] = {
 	[VT3_REFUSED_NO_SESSION] = { .name = "ctrl_refused_no_session" },
 	[VT3_REFUSED_MAC] = { .name = "ctrl_refused_mac" },
 	[VT3_REFUSED_REPLAY] = { .name = "ctrl_refused_replay" },
+	[VT3_REFUSED_HELLO] = { .name = "ctrl_refused_hello" },
 	[VT3_STAT_MEM_LIVE] = { .name = "mem_live" },
 	[VT3_STAT_MEM_ORPHANED] = { .name = "mem_orphaned" },
 };
@@ -707,6 +735,8 @@ static int __init vt3_init(void)
 	vt3_cm_wq = alloc_workqueue("vt3_cm", WQ_UNBOUND, 0);
 	if (!vt3_cm_wq)
 		goto err_wq;
+	/* Before the probes; they try again if it is not there yet. */
+	vt3_key_load();
 	err = ib_register_client(&vt3_client);
 	if (err)
 		goto err_cm_wq;
@@ -730,6 +760,7 @@ err_cm_wq:
 	destroy_workqueue(vt3_cm_wq);
 err_wq:
 	destroy_workqueue(vt3_wq);
+	vt3_key_wipe();
 	return err;
 }
 
@@ -745,6 +776,7 @@ static void __exit vt3_exit(void)
 	ib_unregister_client(&vt3_client);
 	/* Each device cancelled its connection work when it went. */
 	destroy_workqueue(vt3_cm_wq);
+	vt3_key_wipe();
 }
 
 module_init(vt3_init);
@@ -754,3 +786,5 @@ MODULE_AUTHOR("vt3 authors");
 MODULE_DESCRIPTION("vt3 virtual T3-class iWARP RNIC (RDMA function over virtio-net)");
 MODULE_LICENSE("GPL");
 MODULE_ALIAS_RDMA_LINK("vt3");
+/* The provisioned key is a file of qemu_fw_cfg's (vt3_key_load()). */
+MODULE_SOFTDEP("pre: qemu_fw_cfg");
