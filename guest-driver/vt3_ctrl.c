@@ -560,9 +560,19 @@ static int vt3_ctrl_rcv(struct sk_buff *skb, struct net_device *netdev,
 	 * Only frames that came in on our netdev (not through an upper
 	 * device's other slave), untagged and addressed to our MAC, can be
 	 * vt3d's; which of them are is for the MAC to say.
+	 *
+	 * vt3d never sends a tagged control frame (vt3_hw.h), so a tagged
+	 * one is not ours at all: ignored, not counted as a refusal (anyone
+	 * on a VLAN could move the counters otherwise). The core strips a
+	 * tag before it reaches us: a frame of a VLAN device comes with
+	 * skb->dev that device, one with a VLAN id no device takes as
+	 * PACKET_OTHERHOST; a tag left in place (or an unstripped VLAN
+	 * EtherType) is checked too. A priority tag (VLAN id 0) leaves no
+	 * trace once stripped: such a frame is taken as untagged.
 	 */
 	if (orig_dev != dev->netdev || skb->pkt_type != PACKET_HOST ||
-	    skb_vlan_tag_present(skb))
+	    is_vlan_dev(netdev) || skb_vlan_tag_present(skb) ||
+	    eth_type_vlan(skb->protocol))
 		goto drop;
 	if (!pskb_may_pull(skb, sizeof(*hdr))) {
 		vt3_refuse(dev, VT3_REFUSED_SHORT);
