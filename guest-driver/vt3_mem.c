@@ -259,21 +259,28 @@ static struct ib_mr *vt3_reg_mr(struct vt3_pd *pd, struct vt3_cmd_reg_mr *req,
  * All guest-physical memory, for kernel ULPs: the core makes one per
  * kernel PD for its local_dma_lkey. Addresses in their SGEs are DMA
  * addresses of our DMA device, i.e. guest-physical.
+ *
+ * The core asks remote rights on it only for a PD made with
+ * IB_PD_UNSAFE_GLOBAL_RKEY (its rkey then opens all of guest RAM to the
+ * peer); vt3d grants them only with VT3_MR_UNSAFE_GLOBAL_RKEY, which only
+ * such a PD sends. Any other remote rights are refused (VT3_ERR_INVALID).
  */
 struct ib_mr *vt3_get_dma_mr(struct ib_pd *ibpd, int ib_access)
 {
 	struct vt3_cmd_reg_mr req = {
 		/* The whole address space; vt3d checks against guest RAM. */
 		.length = cpu_to_le64(U64_MAX),
-		.flags = cpu_to_le32(VT3_MR_DMA),
 	};
-	u32 access;
+	u32 access, flags = VT3_MR_DMA;
 	int err;
 
 	err = vt3_access(ib_access, &access);
 	if (err)
 		return ERR_PTR(err);
+	if (ibpd->flags & IB_PD_UNSAFE_GLOBAL_RKEY)
+		flags |= VT3_MR_UNSAFE_GLOBAL_RKEY;
 	req.access = cpu_to_le32(access);
+	req.flags = cpu_to_le32(flags);
 	return vt3_reg_mr(to_vt3_pd(ibpd), &req, NULL);
 }
 
