@@ -147,6 +147,7 @@ struct vt3_dev {
 	struct packet_type ptype;
 	bool ptype_added;
 	bool attached;			/* vt3d answered the probe */
+	bool reprobe;			/* lost: its netdev is probed again */
 	struct vt3_ctrl ctrl;
 	struct vt3_limits lim;
 	u8 mac[ETH_ALEN];

@@ -516,8 +516,13 @@ static void vt3_cm_lost_work(struct work_struct *work)
 	struct vt3_dev *dev = container_of(work, struct vt3_dev, lost_work);
 
 	vt3_cm_end_all(dev, -EIO);
-	/* Unless it is being unregistered already (rmmod, NIC gone). */
+	/*
+	 * Unless it is being unregistered already (rmmod, NIC gone, `rdma
+	 * link del`): then it is not probed again either.
+	 */
 	if (ib_device_try_get(&dev->ibdev)) {
+		/* Read by vt3_dealloc_driver(), which the unregister runs. */
+		dev->reprobe = true;
 		ib_unregister_device_queued(&dev->ibdev);
 		ib_device_put(&dev->ibdev);
 	}

@@ -17,7 +17,10 @@
  * the core calls vt3_dealloc_driver(), which resets the device and stops
  * the control channel.
  *
- * Nothing attaches without the provisioned key (vt3_ctrl.c).
+ * Nothing attaches without the provisioned key (vt3_ctrl.c). A device
+ * lost because vt3d stopped answering leaves its netdev probed again
+ * (vt3_reprobe_start()): a vt3d that is back gets a new session and a new
+ * ib_device.
  */
 #include <linux/device.h>
 #include <linux/dma-mapping.h>
@@ -65,6 +68,8 @@ MODULE_PARM_DESC(cm_timeout_ms,
 static struct workqueue_struct *vt3_wq;
 
 static void vt3_carrier_work(struct work_struct *work);
+static void vt3_reprobe_start(struct net_device *netdev, const char *name);
+static bool vt3_reprobe_stop(struct net_device *netdev);
 struct workqueue_struct *vt3_cm_wq;
 
 /* Serializes probes/attaches so one netdev never gets two ib_devices. */
@@ -324,6 +329,8 @@ static int vt3_attach(struct net_device *netdev, const char *name,
 	ibdev_info(&dev->ibdev, "vt3 RNIC on %s: %u QPs, %u CQs, %u MRs\n",
 		   netdev->name, dev->lim.max_qp, dev->lim.max_cq,
 		   dev->lim.max_mr);
+	if (vt3_reprobe_stop(netdev))
+		ibdev_info(&dev->ibdev, "vt3d is back on %s\n", netdev->name);
 	return 0;
 
 err_dealloc:
@@ -366,6 +373,8 @@ static void vt3_dealloc_driver(struct ib_device *ibdev)
 	xa_destroy(&dev->cq_xa);
 	xa_destroy(&dev->qp_xa);
 	xa_destroy(&dev->srq_xa);
+	if (dev->reprobe)
+		vt3_reprobe_start(dev->netdev, dev_name(&ibdev->dev));
 	netdev_put(dev->netdev, &dev->netdev_tracker);
 }
 
@@ -524,6 +533,178 @@ static void vt3_queue_probe(struct net_device *netdev)
 	queue_work(vt3_wq, &p->work);
 }
 
+/*
+ * Probing again after a loss (vt3_hw.h): when vt3d stopped answering and
+ * the device was unregistered for it (vt3_cm.c's lost work), its netdev
+ * gets a first contact every VT3_REPROBE_FAST_MS for VT3_REPROBE_FAST_FOR_MS,
+ * then every VT3_REPROBE_SLOW_MS, for as long as it takes. Re-probing
+ * ends when a device is attached to the netdev (by it or another probe),
+ * the netdev is unregistered or the module unloaded. A device the admin
+ * removed (`rdma link del`), or that went with its netdev or the module,
+ * was not lost: its netdev is not probed again.
+ */
+#define VT3_REPROBE_FAST_MS	2000
+#define VT3_REPROBE_FAST_FOR_MS	30000
+#define VT3_REPROBE_SLOW_MS	10000
+
+struct vt3_reprobe {
+	struct delayed_work work;
+	struct list_head list;		/* on vt3_reprobe_list while armed */
+	bool armed;			/* under vt3_reprobe_lock */
+	struct net_device *netdev;
+	netdevice_tracker tracker;
+	unsigned long lost_at;		/* jiffies */
+	char name[IB_DEVICE_NAME_MAX];	/* the lost device's */
+};
+
+static DEFINE_SPINLOCK(vt3_reprobe_lock);
+static LIST_HEAD(vt3_reprobe_list);
+static bool vt3_unloading;		/* under vt3_reprobe_lock */
+
+static struct vt3_reprobe *vt3_reprobe_find(struct net_device *netdev)
+{
+	struct vt3_reprobe *r;
+
+	lockdep_assert_held(&vt3_reprobe_lock);
+	list_for_each_entry(r, &vt3_reprobe_list, list) {
+		if (r->netdev == netdev)
+			return r;
+	}
+	return NULL;
+}
+
+static void vt3_reprobe_free(struct vt3_reprobe *r)
+{
+	netdev_put(r->netdev, &r->tracker);
+	kfree(r);
+}
+
+/*
+ * Disarms @r (vt3_reprobe_lock held). Returns whether the caller frees
+ * it: its work was pending and will not run. Otherwise the work is
+ * running and frees it when it finds it disarmed.
+ */
+static bool vt3_reprobe_disarm(struct vt3_reprobe *r)
+{
+	lockdep_assert_held(&vt3_reprobe_lock);
+	list_del(&r->list);
+	r->armed = false;
+	return cancel_delayed_work(&r->work);
+}
+
+/* Stops re-probing @netdev; returns whether it was. Any process context. */
+static bool vt3_reprobe_stop(struct net_device *netdev)
+{
+	struct vt3_reprobe *r;
+	bool free;
+
+	spin_lock(&vt3_reprobe_lock);
+	r = vt3_reprobe_find(netdev);
+	free = r && vt3_reprobe_disarm(r);
+	spin_unlock(&vt3_reprobe_lock);
+	if (free)
+		vt3_reprobe_free(r);
+	return r;
+}
+
+static void vt3_reprobe_work(struct work_struct *work)
+{
+	struct vt3_reprobe *r = container_of(to_delayed_work(work),
+					     struct vt3_reprobe, work);
+	unsigned long start = jiffies, next;
+	const char *name = r->name;
+	struct ib_device *ibdev;
+	int err;
+
+	/* The lost device's name if it is free, else the first free one. */
+	ibdev = ib_device_get_by_name(r->name, RDMA_DRIVER_UNKNOWN);
+	if (ibdev) {
+		ib_device_put(ibdev);
+		name = "vt3_%d";
+	}
+	/* One first contact: a new one each period, with fresh nonces. */
+	err = vt3_probe_netdev(r->netdev, name, 1);
+	if (err)
+		netdev_dbg(r->netdev, "vt3: probe for vt3d failed (%d)\n", err);
+
+	spin_lock(&vt3_reprobe_lock);
+	if (r->armed && err != -EEXIST &&
+	    r->netdev->reg_state == NETREG_REGISTERED) {
+		next = start + msecs_to_jiffies(time_before(start, r->lost_at +
+				msecs_to_jiffies(VT3_REPROBE_FAST_FOR_MS)) ?
+				VT3_REPROBE_FAST_MS : VT3_REPROBE_SLOW_MS);
+		queue_delayed_work(vt3_wq, &r->work, time_after(next, jiffies) ?
+				   next - jiffies : 0);
+		spin_unlock(&vt3_reprobe_lock);
+		return;
+	}
+	if (r->armed) {
+		list_del(&r->list);
+		r->armed = false;
+	}
+	spin_unlock(&vt3_reprobe_lock);
+	vt3_reprobe_free(r);
+}
+
+/*
+ * The device @name of @netdev was lost and is gone (vt3_dealloc_driver):
+ * probe the netdev again until vt3d answers. Process context.
+ */
+static void vt3_reprobe_start(struct net_device *netdev, const char *name)
+{
+	struct vt3_reprobe *r;
+	bool armed = false;
+
+	r = kzalloc(sizeof(*r), GFP_KERNEL);
+	if (!r)
+		return;
+	INIT_DELAYED_WORK(&r->work, vt3_reprobe_work);
+	netdev_hold(netdev, &r->tracker, GFP_KERNEL);
+	r->netdev = netdev;
+	r->lost_at = jiffies;
+	strscpy(r->name, name, sizeof(r->name));
+
+	/*
+	 * The netdev's unregistration marks it before its notifier stops
+	 * re-probing (under this lock): either we see the mark or it sees
+	 * us.
+	 */
+	spin_lock(&vt3_reprobe_lock);
+	if (!vt3_unloading && netdev->reg_state == NETREG_REGISTERED &&
+	    !vt3_reprobe_find(netdev)) {
+		r->armed = armed = true;
+		list_add(&r->list, &vt3_reprobe_list);
+		queue_delayed_work(vt3_wq, &r->work,
+				   msecs_to_jiffies(VT3_REPROBE_FAST_MS));
+	}
+	spin_unlock(&vt3_reprobe_lock);
+	if (!armed) {
+		vt3_reprobe_free(r);
+		return;
+	}
+	netdev_info(netdev,
+		    "vt3: %s lost: probing for vt3d every %u s, every %u s after %u s, until it answers\n",
+		    name, VT3_REPROBE_FAST_MS / 1000, VT3_REPROBE_SLOW_MS / 1000,
+		    VT3_REPROBE_FAST_FOR_MS / 1000);
+}
+
+/* Module unload: no re-probe runs after this but those running now. */
+static void vt3_reprobe_stop_all(void)
+{
+	struct vt3_reprobe *r, *tmp;
+	LIST_HEAD(idle);
+
+	spin_lock(&vt3_reprobe_lock);
+	vt3_unloading = true;
+	list_for_each_entry_safe(r, tmp, &vt3_reprobe_list, list) {
+		if (vt3_reprobe_disarm(r))
+			list_add(&r->list, &idle);
+	}
+	spin_unlock(&vt3_reprobe_lock);
+	list_for_each_entry_safe(r, tmp, &idle, list)
+		vt3_reprobe_free(r);
+}
+
 static int vt3_netdev_event(struct notifier_block *nb, unsigned long event,
 			    void *arg)
 {
@@ -531,6 +712,9 @@ static int vt3_netdev_event(struct notifier_block *nb, unsigned long event,
 	struct ib_device *ibdev;
 	struct vt3_dev *dev;
 
+	/* A netdev going away is not probed again (its device is gone). */
+	if (event == NETDEV_UNREGISTER)
+		vt3_reprobe_stop(netdev);
 	ibdev = ib_device_get_by_netdev(netdev, VT3_DRIVER_ID);
 	if (!ibdev) {
 		if ((event == NETDEV_REGISTER || event == NETDEV_UP ||
@@ -769,7 +953,11 @@ static void __exit vt3_exit(void)
 	rdma_link_unregister(&vt3_link_ops);
 	unregister_netdevice_notifier(&vt3_netdev_nb);
 	unregister_inetaddr_notifier(&vt3_inetaddr_nb);
-	/* No probe gets queued any more; let the queued ones finish. */
+	/*
+	 * No probe gets queued any more, nor a re-probe armed (a device
+	 * lost from here on is not probed again); the running ones finish.
+	 */
+	vt3_reprobe_stop_all();
 	destroy_workqueue(vt3_wq);
 	/* Disassociates user contexts, destroys every object, RESETs. */
 	ib_unregister_driver(VT3_DRIVER_ID);
