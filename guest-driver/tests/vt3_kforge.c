@@ -3,11 +3,15 @@
  * vt3_kforge: frames that claim to come from vt3d, put straight into the
  * receive path of a vt3 device's netdev (as a forwarding device, a bridge
  * or a hostile peer would deliver them): a forged DEVICE_FATAL event, a
- * genuine answer of vt3d captured and delivered again, and a captured
- * answer with one payload byte changed. vt3.ko must refuse them all
- * (hw_counters ctrl_refused_mac / ctrl_refused_replay; the test reads
- * those) and carry on. On load it runs against every vt3 device and logs
- * "vt3_kforge: <dev>: N passed, N failed"; unload it afterwards.
+ * genuine answer of vt3d captured and delivered again, a captured answer
+ * with one byte of its header changed, and a forged answer to a HELLO
+ * (first contact, vt3_hw.h) while none is waiting, which would start a
+ * session of the forger's if taken. vt3.ko must refuse them all
+ * (hw_counters ctrl_refused_mac 2, ctrl_refused_replay 1,
+ * ctrl_refused_hello 1; the test reads those) and carry on. On load it
+ * runs against every vt3 device and logs
+ * "vt3_kforge: <dev>: N passed, N failed" (7 checks); unload it
+ * afterwards.
  */
 #include <linux/delay.h>
 #include <linux/etherdevice.h>
@@ -90,6 +94,38 @@ static struct sk_buff *vt3_kforge_fatal(struct net_device *netdev)
 	return skb;
 }
 
+/*
+ * A RESP HELLO (counter 0, nonces and MAC made up) to no HELLO: vt3.ko
+ * sent its HELLO at attach and waits for none now.
+ */
+static struct sk_buff *vt3_kforge_hello(struct net_device *netdev)
+{
+	struct vt3_resp_hello *resp;
+	struct vt3_ctrl_hdr *hdr;
+	struct sk_buff *skb;
+	struct ethhdr *eth;
+
+	skb = alloc_skb(NET_IP_ALIGN + ETH_HLEN + sizeof(*hdr) +
+			sizeof(*resp) + VT3_CTRL_MAC_LEN, GFP_KERNEL);
+	if (!skb)
+		return NULL;
+	skb_reserve(skb, NET_IP_ALIGN);
+	eth = skb_put(skb, ETH_HLEN);
+	ether_addr_copy(eth->h_dest, netdev->dev_addr);
+	ether_addr_copy(eth->h_source, netdev->dev_addr);
+	eth->h_proto = htons(VT3_ETHERTYPE);
+	hdr = skb_put_zero(skb, sizeof(*hdr));
+	hdr->version = VT3_CTRL_VERSION;
+	hdr->type = VT3_MSG_RESP;
+	hdr->opcode = cpu_to_le16(VT3_CMD_HELLO);
+	hdr->seq = cpu_to_le32(get_random_u32());
+	hdr->len = cpu_to_le16(sizeof(*resp));
+	resp = skb_put(skb, sizeof(*resp));
+	get_random_bytes(resp, sizeof(*resp));
+	get_random_bytes(skb_put(skb, VT3_CTRL_MAC_LEN), VT3_CTRL_MAC_LEN);
+	return skb;
+}
+
 static void vt3_kforge_event(struct ib_event_handler *h, struct ib_event *ev)
 {
 	if (ev->event == IB_EVENT_DEVICE_FATAL)
@@ -139,6 +175,10 @@ static void vt3_kforge_run(struct ib_device *dev)
 	}
 	skb = vt3_kforge_fatal(netdev);
 	CHECK(skb, "forged DEVICE_FATAL built");
+	if (skb)
+		vt3_kforge_deliver(netdev, skb);
+	skb = vt3_kforge_hello(netdev);
+	CHECK(skb, "forged HELLO answer built");
 	if (skb)
 		vt3_kforge_deliver(netdev, skb);
 	msleep(200);			/* netif_rx delivers in softirq */
