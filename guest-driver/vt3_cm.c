@@ -518,11 +518,13 @@ static void vt3_cm_lost_work(struct work_struct *work)
 	vt3_cm_end_all(dev, -EIO);
 	/*
 	 * Unless it is being unregistered already (rmmod, NIC gone, `rdma
-	 * link del`): then it is not probed again either.
+	 * link del`). Then it is not probed again either, even when vt3d
+	 * went silent during that teardown (vt3_cm_going_away() set
+	 * removing before any of its commands could time out).
 	 */
 	if (ib_device_try_get(&dev->ibdev)) {
 		/* Read by vt3_dealloc_driver(), which the unregister runs. */
-		dev->reprobe = true;
+		dev->reprobe = !READ_ONCE(dev->removing);
 		ib_unregister_device_queued(&dev->ibdev);
 		ib_device_put(&dev->ibdev);
 	}
