@@ -74,6 +74,11 @@ def domain_xml(template: str, g: Guest, vhost: Path, accel: str) -> str:
     assert entries == [(FW_CFG_KEY, str(g.nic.key_file))], \
         f"the README's libvirt XML gives the guest {entries} as firmware configuration files, " \
         f"want the key: <sysinfo type='fwcfg'><entry name='{FW_CFG_KEY}' file='…'/></sysinfo>"
+    # Without <acpi/> libvirt starts QEMU with -no-acpi: the guest kernel's
+    # qemu_fw_cfg finds the device through ACPI (QEMU0002) only, and then
+    # shows no key (seen: vt3.ko's "no key … (-ENOENT)").
+    assert root.find("features/acpi") is not None, \
+        "the README's libvirt XML has no <features><acpi/></features>: the guest would not see its key"
     if accel == "kvm":
         root.set("type", "kvm")
     devices = root.find("devices")
