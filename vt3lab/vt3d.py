@@ -72,6 +72,8 @@ class Vt3d:
         argv = [str(self.binary), "serve", "--socket", str(self.socket), "--mgmt", str(self.mgmt),
                 "--uplink", uplink, "--mac", mac, *key_args, *extra]
         self.argv = argv
+        # Stalls (rnic.stalls) the health check has reported already.
+        self.stalls_reported = 0
         self.proc = Process(f"vt3d {name}", argv, self.log, lifetime,
                             env={"RUST_LOG": os.environ.get("RUST_LOG", "info")})
         if not wait_for(lambda: self.socket.exists() or not self.proc.alive(), 10):
@@ -170,8 +172,29 @@ class Vt3d:
         return "\n".join(f"  tid {tid} {what} wchan={wchan} cpu+{ticks - first.get(tid, ('', '', ticks))[2]} ticks/s"
                          for tid, (what, wchan, ticks) in second.items())
 
+    def stall_lines(self) -> list[str]:
+        """The progress watchdog's log lines (one per stall: the QP's,
+        the engine's and the TCB's state)."""
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return []
+        return [line for line in text.splitlines() if "stall: QP" in line]
+
+    def new_stalls(self) -> list[str]:
+        """Stalls vt3d counted since the last call, as its log lines."""
+        counted = self.stats().get("rnic.stalls", 0)
+        if counted <= self.stalls_reported:
+            return []
+        lines = self.stall_lines()[self.stalls_reported:counted] or [f"{counted - self.stalls_reported} stall(s), no log line"]
+        self.stalls_reported = counted
+        return lines
+
     def dump(self) -> str:
         out = [f"=== {self.name} threads\n{self.threads()}", f"=== {self.name} log tail\n{self.log_tail(30)}"]
+        stalls = self.stall_lines()
+        if stalls:
+            out.append(f"=== {self.name} stalls\n" + "\n".join(stalls))
         for table in ("qps", "tcb", "stats"):
             try:
                 out.append(f"=== {self.name} {table}\n{json.dumps(self.ctl(table), indent=1)}")
