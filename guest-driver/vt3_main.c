@@ -624,8 +624,6 @@ static void vt3_reprobe_work(struct work_struct *work)
 	}
 	/* One first contact: a new one each period, with fresh nonces. */
 	err = vt3_probe_netdev(r->netdev, name, 1);
-	if (err)
-		netdev_dbg(r->netdev, "vt3: probe for vt3d failed (%d)\n", err);
 
 	spin_lock(&vt3_reprobe_lock);
 	if (r->armed && err != -EEXIST &&
