@@ -376,7 +376,10 @@ cmd_shell() {
 	"$VT3D" serve --socket "$dir/vt3a.vhost" --uplink "unix-dgram:$dir/vt3a.up,$dir/peer.dgram" \
 		--mac 52:54:00:77:00:01 --mgmt "$dir/vt3a.mgmt" --key-file "$dir/vt3a.key" >"$dir/vt3a.vt3d.log" 2>&1 &
 	local vt3d=$!
-	trap 'kill $vt3d 2>/dev/null; wait $vt3d 2>/dev/null; rm -rf "$dir"' EXIT
+	# Expanded now: the trap runs at the script's exit, when this
+	# function's locals are gone (it left vt3d running and the key behind).
+	# shellcheck disable=SC2064
+	trap "kill $vt3d 2>/dev/null; wait $vt3d 2>/dev/null; rm -rf '$dir'" EXIT
 	for _ in $(seq 100); do [ -S "$dir/vt3a.vhost" ] && break; sleep 0.1; done
 	log "interactive guest (vt3 NIC, 10.77.0.1, vt3.ko loaded); quit with Ctrl-A X; vt3d ctl --mgmt $dir/vt3a.mgmt"
 	local intx=
