@@ -1549,6 +1549,26 @@ mod watchdog {
     }
 
     #[test]
+    fn a_send_into_a_silent_peer_is_no_stall() {
+        // The peer stops answering under a SEND: a's TCB retransmits with
+        // backoff, seconds apart; that is TCP at work, not a stall.
+        let mut s = setup(16);
+        let (a_local, _) = s.bufs[0];
+        let (b_local, _) = s.bufs[1];
+        let now = s.sim.now;
+        s.sim.b.post_recv(now, &mut s.qb, 1, &b_local, 0, 4096);
+        connect(&mut s);
+        s.sim.wire.cut = [true, true];
+        let now = s.sim.now;
+        s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(7, WrOpcode::Send, true, &[(a_local, 0, 1000)]));
+        // Retransmissions at about 1, 3 and 7 s; then quiet past 15 s.
+        watch(&mut s, 15);
+        let tcb = s.sim.a.rnic.offload().unwrap().engine().tcb(s.qa.qpn).unwrap();
+        assert!(tcb.retransmits == 3 && tcb.snd_una != tcb.snd_nxt, "retransmitting, backed off: {tcb:?}");
+        assert_eq!((stalls(&s.sim.a), stalls(&s.sim.b)), (0, 0));
+    }
+
+    #[test]
     fn a_send_vt3d_never_takes_is_one_stall() {
         let mut s = setup(16);
         let (b_local, _) = s.bufs[1];

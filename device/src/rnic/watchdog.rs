@@ -11,6 +11,12 @@ use vt3_iwarp::toe::{Duration, Instant, TcbInfo};
 
 /// How long work may wait without progress before it is a stall.
 pub const STALL_AFTER: Duration = Duration::from_secs(5);
+/// How long a TCB that waits for its peer — data in flight not yet
+/// acknowledged, or a closed send window — may go without progress: its
+/// own timers (retransmission, zero-window probe) are in charge, and they
+/// back off to TCP's largest RTO (60 s, RFC 6298 2.5) between two tries.
+/// Only a TCB that stays quiet longer has lost its timer.
+pub const PEER_WAIT_AFTER: Duration = Duration::from_secs(65);
 /// How often the watchdog looks (it runs on the engine's timer).
 const LOOK_EVERY: Duration = Duration::from_millis(500);
 
@@ -37,6 +43,8 @@ pub struct TcpProgress {
     pub snd_una: Option<u32>,
     pub snd_nxt: Option<u32>,
     pub rcv_nxt: Option<u32>,
+    /// The peer's send window (`None` before the handshake).
+    pub snd_wnd: Option<u32>,
     pub retransmits: u64,
     /// Octets queued to send (unsent or unacknowledged).
     pub send_queue: usize,
@@ -50,6 +58,7 @@ impl TcpProgress {
             snd_una: t.snd_una,
             snd_nxt: t.snd_nxt,
             rcv_nxt: t.rcv_nxt,
+            snd_wnd: t.snd_wnd,
             // Keep-alives count as retransmissions too, and are not work.
             retransmits: if t.snd_una == t.snd_nxt { 0 } else { t.retransmits },
             send_queue: t.send_queue,
@@ -59,20 +68,31 @@ impl TcpProgress {
 }
 
 impl QpProgress {
-    /// What the QP's work waits for, if it has any.
-    pub fn waiting_for(&self) -> Option<&'static str> {
+    /// What the QP's work waits for, if it has any, and how long that may
+    /// take without progress before it is a stall.
+    pub fn waiting_for(&self) -> Option<(&'static str, Duration)> {
         if self.sq_prod != self.sq_fetched {
-            return Some("vt3d to take posted send WQEs");
+            return Some(("vt3d to take posted send WQEs", STALL_AFTER));
         }
+        let tcp = self.tcp;
+        // Unacknowledged data or a closed window: the peer is to act, and
+        // the TCB's timers keep asking it; WRs behind that data wait too.
+        let peer_is_to_act = tcp.is_some_and(|t| t.snd_una != t.snd_nxt || (t.send_queue > 0 && t.snd_wnd == Some(0)));
         if self.sq_fetched != self.sq_consumed || self.sq_outstanding > 0 || self.reads_outstanding > 0 {
-            return Some("send WRs in the engine to complete");
+            if peer_is_to_act {
+                return Some(("the peer to acknowledge data or open its window (send WRs wait behind it)", PEER_WAIT_AFTER));
+            }
+            return Some(("send WRs in the engine to complete", STALL_AFTER));
         }
-        let tcp = self.tcp?;
+        let tcp = tcp?;
         if tcp.send_queue > 0 {
-            return Some("the TCB to send or have acknowledged its queued data");
+            if peer_is_to_act {
+                return Some(("the peer to acknowledge data or open its window", PEER_WAIT_AFTER));
+            }
+            return Some(("the TCB to send its queued data", STALL_AFTER));
         }
         if tcp.recv_queue > 0 {
-            return Some("the engine to take received data");
+            return Some(("the engine to take received data", STALL_AFTER));
         }
         None
     }
@@ -128,8 +148,8 @@ impl Watchdog {
                 _ => Watched { progress, since: now, reported: false },
             };
             let mut w = w;
-            if let Some(waiting_for) = progress.waiting_for() {
-                if !w.reported && now - w.since >= STALL_AFTER {
+            if let Some((waiting_for, patience)) = progress.waiting_for() {
+                if !w.reported && now - w.since >= patience {
                     w.reported = true;
                     self.stalls += 1;
                     stalls.push(Stall { qpn, waiting_for, for_ms: (now - w.since).total_millis() as i64 });
@@ -163,6 +183,7 @@ mod tests {
                 snd_una: Some(10),
                 snd_nxt: Some(10),
                 rcv_nxt: Some(7),
+                snd_wnd: Some(65_535),
                 retransmits: 0,
                 send_queue: 0,
                 recv_queue: 0,
@@ -214,16 +235,49 @@ mod tests {
     #[test]
     fn each_kind_of_waiting_work_is_seen() {
         let tcp = idle().tcp.unwrap();
+        let in_flight = TcpProgress { snd_nxt: Some(50), send_queue: 40, ..tcp };
+        let window_shut = TcpProgress { send_queue: 40, snd_wnd: Some(0), ..tcp };
+        let peer = "the peer to acknowledge data or open its window";
+        let peer_wrs = "the peer to acknowledge data or open its window (send WRs wait behind it)";
         let cases = [
-            (QpProgress { sq_consumed: 3, ..idle() }, "send WRs in the engine to complete"),
-            (QpProgress { reads_outstanding: 1, ..idle() }, "send WRs in the engine to complete"),
-            (QpProgress { tcp: Some(TcpProgress { send_queue: 100, ..tcp }), ..idle() }, "the TCB to send or have acknowledged its queued data"),
-            (QpProgress { tcp: Some(TcpProgress { recv_queue: 9, ..tcp }), ..idle() }, "the engine to take received data"),
+            (QpProgress { sq_prod: 5, ..idle() }, "vt3d to take posted send WQEs", STALL_AFTER),
+            (QpProgress { sq_consumed: 3, ..idle() }, "send WRs in the engine to complete", STALL_AFTER),
+            (QpProgress { reads_outstanding: 1, ..idle() }, "send WRs in the engine to complete", STALL_AFTER),
+            (QpProgress { sq_outstanding: 1, tcp: Some(in_flight), ..idle() }, peer_wrs, PEER_WAIT_AFTER),
+            (QpProgress { tcp: Some(TcpProgress { send_queue: 100, ..tcp }), ..idle() }, "the TCB to send its queued data", STALL_AFTER),
+            (QpProgress { tcp: Some(in_flight), ..idle() }, peer, PEER_WAIT_AFTER),
+            (QpProgress { tcp: Some(window_shut), ..idle() }, peer, PEER_WAIT_AFTER),
+            (QpProgress { tcp: Some(TcpProgress { recv_queue: 9, ..tcp }), ..idle() }, "the engine to take received data", STALL_AFTER),
         ];
-        for (p, want) in cases {
-            assert_eq!(p.waiting_for(), Some(want), "{p:?}");
+        for (p, want, patience) in cases {
+            assert_eq!(p.waiting_for(), Some((want, patience)), "{p:?}");
         }
         assert_eq!(idle().waiting_for(), None);
+    }
+
+    #[test]
+    fn a_tcb_retransmitting_into_silence_is_no_stall_until_its_timer_is_lost() {
+        // The peer stopped answering: smoltcp backs its retransmissions off
+        // (1, 2, 4 ... 60 s apart); between two of them nothing moves.
+        let mut w = Watchdog::default();
+        let tcp = TcpProgress { snd_nxt: Some(50), send_queue: 40, ..idle().tcp.unwrap() };
+        let mut p = QpProgress { tcp: Some(tcp), ..idle() };
+        let mut retransmit_at = 1_000;
+        let mut gap = 1_000;
+        let mut last_retransmit = 0;
+        for ms in (0..200_000).step_by(500) {
+            if ms == retransmit_at {
+                last_retransmit = ms;
+                p.tcp = p.tcp.map(|t| TcpProgress { retransmits: t.retransmits + 1, ..t });
+                gap = (gap * 2).min(60_000);
+                retransmit_at += gap;
+            }
+            assert_eq!(w.look(at(ms), [(1, p)]), vec![], "at {ms} ms");
+        }
+        // A TCB whose timer never fires again is a stall, after PEER_WAIT_AFTER.
+        let quiet_from = last_retransmit;
+        assert_eq!(w.look(at(quiet_from + 60_000), [(1, p)]), vec![]);
+        assert_eq!(w.look(at(quiet_from + 66_000), [(1, p)]).len(), 1);
     }
 
     #[test]
