@@ -170,7 +170,7 @@ struct vt3_dev {
 	struct work_struct addr_work;
 	struct work_struct lost_work;
 	atomic_t fatal;			/* IB_EVENT_DEVICE_FATAL dispatched */
-	bool removing;			/* being unregistered (vt3_cm_going_away) */
+	bool removing;			/* being unregistered (going away or lost) */
 };
 
 struct vt3_ucontext {

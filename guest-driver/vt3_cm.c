@@ -514,17 +514,26 @@ static void vt3_cm_end_all(struct vt3_dev *dev, int status)
 static void vt3_cm_lost_work(struct work_struct *work)
 {
 	struct vt3_dev *dev = container_of(work, struct vt3_dev, lost_work);
-
-	vt3_cm_end_all(dev, -EIO);
 	/*
 	 * Unless it is being unregistered already (rmmod, NIC gone, `rdma
 	 * link del`). Then it is not probed again either, even when vt3d
 	 * went silent during that teardown (vt3_cm_going_away() set
 	 * removing before any of its commands could time out).
 	 */
-	if (ib_device_try_get(&dev->ibdev)) {
+	bool unregister = ib_device_try_get(&dev->ibdev);
+	bool admin_removing = READ_ONCE(dev->removing);
+
+	/*
+	 * Either way the device is unregistered next, so its connections
+	 * end as a removed device's do: rdma_cm's consumers hear
+	 * DEVICE_REMOVAL, not first a DISCONNECTED as if the peer had ended
+	 * them (vt3_conn_end() owes the CLOSE until the QP is destroyed).
+	 */
+	WRITE_ONCE(dev->removing, true);
+	vt3_cm_end_all(dev, -EIO);
+	if (unregister) {
 		/* Read by vt3_dealloc_driver(), which the unregister runs. */
-		dev->reprobe = !READ_ONCE(dev->removing);
+		dev->reprobe = !admin_removing;
 		ib_unregister_device_queued(&dev->ibdev);
 		ib_device_put(&dev->ibdev);
 	}
