@@ -4,13 +4,18 @@
 # tests/system/, fixtures in vt3lab/); this script only prepares the host.
 #
 #   ./run-vm.sh [OPTIONS]              the demo
-#   ./run-vm.sh [OPTIONS] test [CASE…] full-system tests (all by default)
+#   ./run-vm.sh [OPTIONS] test [--repeat N] [CASE…]
+#                                      full-system tests (all by default),
+#                                      each N times (a tally per case)
 #   ./run-vm.sh [OPTIONS] list         names the test cases
 #   ./run-vm.sh [OPTIONS] check        every test, as CI runs it: cargo test,
 #                                      the compile check (vt3.ko on 6.1 and
 #                                      6.12), the image self-test, all cases with this
 #                                      QEMU, the QEMU 10.0 set, the 6.12 kernel set
-#   ./run-vm.sh [OPTIONS] soak [CASE…] the long runs (not in CI), or some of them
+#   ./run-vm.sh [OPTIONS] soak [--repeat N] [CASE…]
+#                                      the long runs (not in CI), or some of
+#                                      them; `soak connections` runs the
+#                                      connection-heavy cases 30 times each
 #   ./run-vm.sh [OPTIONS] mutants      deliberately broken builds must fail
 #   ./run-vm.sh [OPTIONS] bench [--device-only] [--short]
 #                                      vt3d's own bench (two vt3d processes,
@@ -90,7 +95,9 @@ ensure_host_packages() {
 	# vt3-uverbs is linked statically (images/overlay.sh): libc.a.
 	[ -f /usr/lib/x86_64-linux-gnu/libc.a ] || missing+=(libc6-dev)
 	# Debian's own Python and pytest (not whatever python3 is first on PATH).
-	"$PYTHON" -c 'import pytest, xdist' 2>/dev/null || missing+=(python3 python3-pytest python3-pytest-xdist)
+	# pytest-repeat: `test --repeat N` and the soak run a case N times.
+	"$PYTHON" -c 'import pytest, xdist, pytest_repeat' 2>/dev/null ||
+		missing+=(python3 python3-pytest python3-pytest-xdist python3-pytest-repeat)
 	[ $((${#missing[@]} + ${#bare[@]})) -eq 0 ] && return 0
 	if [ "$(id -u)" -ne 0 ]; then
 		die "missing host packages: ${missing[*]} ${bare[*]} (run as root to install them, or: apt-get install ${missing[*]} ${bare[*]})"
@@ -220,12 +227,31 @@ print(passed, failed)
 PY
 }
 
+# CASE... as pytest options: each --case, and --repeat N as pytest-repeat's
+# --count (each run its own test, a fresh boot where the case's fixture
+# gives one; no run is retried). Sets CASE_ARGS.
+case_args() {
+	CASE_ARGS=()
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--repeat)
+			[[ ${2:-} =~ ^[1-9][0-9]*$ ]] || die "--repeat: '${2:-}' is not a count"
+			CASE_ARGS+=(--count "$2")
+			shift 2
+			;;
+		*)
+			CASE_ARGS+=(--case "$1")
+			shift
+			;;
+		esac
+	done
+}
+
 cmd_test() {
-	local args=() name
-	for name in "$@"; do args+=(--case "$name"); done
+	case_args "$@"
 	prepare
 	local rc=0
-	run_pytest system "${args[@]}" || rc=$?
+	run_pytest system "${CASE_ARGS[@]}" || rc=$?
 	set -- $(junit_counts "$RESULTS/system.xml")
 	echo "$1 passed, $2 failed"
 	[ "$rc" -eq 0 ] && [ "$2" -eq 0 ] && [ "$1" -gt 0 ]
@@ -354,15 +380,29 @@ cmd_bench() {
 	vt3lab bench
 }
 
+# The connection-heavy cases `soak connections` runs, 30 times each unless
+# --repeat says otherwise: a connection that stalls once in fifty shows.
+SOAK_CONNECTIONS="vt3-rmmod-conn vt3-kfrmr vt3-disconnect rping-vt3-vt3 rping-vt3-siw perftest-vt3-vt3 loopback nvme-vt3-vt3"
+
 cmd_soak() {
-	local args=() name
-	for name in "$@"; do args+=(--case "$name"); done
+	local args=() marks=(-m soak)
+	for arg; do
+		if [ "$arg" = connections ]; then
+			# shellcheck disable=SC2206
+			args+=($SOAK_CONNECTIONS)
+			marks=()
+			[[ " $* " == *" --repeat "* ]] || args+=(--repeat 30)
+		else
+			args+=("$arg")
+		fi
+	done
+	case_args "${args[@]}"
 	prepare
 	local rc=0
-	run_pytest soak -m soak "${args[@]}" || rc=$?
+	run_pytest soak "${marks[@]}" "${CASE_ARGS[@]}" || rc=$?
 	set -- $(junit_counts "$RESULTS/soak.xml")
 	echo "$1 passed, $2 failed"
-	[ "$rc" -eq 0 ] && [ "$2" -eq 0 ]
+	[ "$rc" -eq 0 ] && [ "$2" -eq 0 ] && [ "$1" -gt 0 ]
 }
 
 cmd_shell() {

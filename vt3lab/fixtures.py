@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tarfile
 import tempfile
@@ -226,9 +227,49 @@ def pytest_configure(config):
     config._vt3_rundir = Path(opt) if opt else None
 
 
+# pytest-repeat's part of a test id: "[3-30]" alone or "[params-3-30]".
+REPEAT_ID = re.compile(r"(?:^|-)\d+-\d+$")
+
+
+def repeated_case(nodeid: str) -> str:
+    """The case (and its parameters) a run of a repeated test belongs to."""
+    name = nodeid.split("::")[-1].split("@")[0]
+    base, _, params = name.partition("[")
+    params = REPEAT_ID.sub("", params.removesuffix("]"))
+    case = base.removeprefix("test_").replace("_", "-")
+    return f"{case}[{params}]" if params else case
+
+
+def write_tally(tr) -> None:
+    """Runs, failures and stalls per case, for `--repeat` and the soak: a
+    run fails when any of its phases does (a stall fails the health check,
+    at teardown)."""
+    runs: dict[str, dict[str, bool]] = {}
+    for reports in tr.stats.values():
+        for rep in reports:
+            if not hasattr(rep, "when") or not hasattr(rep, "nodeid"):
+                continue
+            run = runs.setdefault(rep.nodeid, {"failed": False, "stalled": False, "skipped": False})
+            run["failed"] |= rep.failed
+            run["skipped"] |= rep.skipped
+            run["stalled"] |= rep.failed and "stall: QP" in str(rep.longrepr)
+    tally: dict[str, list[int]] = {}
+    for nodeid, run in runs.items():
+        row = tally.setdefault(repeated_case(nodeid), [0, 0, 0])
+        row[0] += 1
+        row[1] += run["failed"] or run["skipped"]
+        row[2] += run["stalled"]
+    tr.write_sep("-", "vt3lab tally")
+    tr.write_line(f"{'case':40s} {'runs':>5s} {'failed':>7s} {'stalls':>7s}")
+    for case, (n, failed, stalls) in sorted(tally.items()):
+        tr.write_line(f"{case:40s} {n:5d} {failed:7d} {stalls:7d}")
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller sums up
         return
+    if (config.getoption("count", None) or 1) > 1:
+        write_tally(terminalreporter)
     lab: Lab | None = getattr(config, "_vt3lab", None)
     rundir = lab.rundir if lab is not None else config._vt3_rundir
     if rundir is None or not rundir.is_dir():
