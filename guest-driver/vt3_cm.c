@@ -485,7 +485,7 @@ void vt3_cm_qp_destroy(struct vt3_qp *qp)
 }
 
 /*
- * The device is lost or reported itself dead (DESIGN.md section 5): it
+ * The device is lost or reported itself dead (docs/architecture.md §5): it
  * writes nothing more that counts, so every QP goes to error here (flags
  * set by the driver, kernel QPs flushed, CQs kicked), every connection
  * ends with @status (vt3d will report none), and consumers get
@@ -1043,7 +1043,7 @@ static enum ib_event_type vt3_terminate_event(u32 detail)
 }
 
 /*
- * VT3_EV_QP: the end of the connection (DESIGN.md section 5), or the
+ * VT3_EV_QP: the end of the connection (docs/architecture.md §5), or the
  * peer's FIN. Events for a connection the driver already ended (an abort
  * it asked for) are late and dropped.
  */

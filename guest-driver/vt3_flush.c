@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * vt3 kernel QPs' flush (DESIGN.md section 5): the driver owns a kernel
- * QP's rings, so once the QP is in error it completes what vt3d did not
+ * vt3 kernel QPs' flush (docs/architecture.md §5): the driver owns a
+ * kernel QP's rings, so once the QP is in error it completes what vt3d did not
  * (IB_WC_WR_FLUSH_ERR) from poll_cq, after the device's CQEs; and it
  * keeps the books that make every WR complete exactly once: which CQE
  * freed which slot, where a lost device's flush starts, which destroyed
@@ -12,7 +12,7 @@
 
 /*
  * Kernel QPs' rings belong to the driver, so it flushes them itself
- * (DESIGN.md section 5): once the QP is in error, vt3d writes no CQE for
+ * (docs/architecture.md §5): once the QP is in error, vt3d writes no CQE for
  * it and has published, before reporting the error, its consumer indices
  * and every CQE of the WQEs it retired. What lies in [cons, prod) of each
  * queue then completes with IB_WC_WR_FLUSH_ERR when the CQ is polled,

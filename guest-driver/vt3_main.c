@@ -249,8 +249,8 @@ static struct vt3_dev *vt3_dev_create(struct net_device *netdev)
 	memcpy(ibdev->node_desc, VT3_NODE_DESC, sizeof(VT3_NODE_DESC));
 	addrconf_addr_eui48((u8 *)&ibdev->node_guid, dev->mac);
 	/*
-	 * Zero-WR post_send/post_recv are the user doorbells (DESIGN §3);
-	 * the provider arms CQs through the kernel.
+	 * Zero-WR post_send/post_recv are the user doorbells
+	 * (docs/architecture.md §3); the provider arms CQs through the kernel.
 	 */
 	ibdev->uverbs_cmd_mask |= BIT_ULL(IB_USER_VERBS_CMD_POST_SEND) |
 				  BIT_ULL(IB_USER_VERBS_CMD_POST_RECV) |
@@ -432,8 +432,8 @@ static void vt3_port_event(struct vt3_dev *dev, enum ib_event_type type)
  * lost its frontend, and no command can reach it (the qdisc drops frames
  * while the carrier is off), so no event will ever come from it either.
  * If the carrier stays away, the device is lost: every consumer gets
- * IB_EVENT_DEVICE_FATAL and every QP its flush (DESIGN.md section 5,
- * "device lost"). A returning carrier probes the device anew.
+ * IB_EVENT_DEVICE_FATAL and every QP its flush (docs/architecture.md
+ * §5 and §10, "device lost"). A returning carrier probes the device anew.
  */
 static void vt3_carrier_work(struct work_struct *work)
 {

@@ -350,7 +350,7 @@ static bool vt3_transition_ok(enum ib_qp_state cur, enum ib_qp_state next)
 }
 
 /*
- * The QP is in error (DESIGN.md section 5): its consumer sees it through
+ * The QP is in error (docs/architecture.md §5): its consumer sees it through
  * the status pages (vt3d sets the flags when it reports an error; the
  * driver sets them too, for the cases vt3d cannot: device lost), a kernel
  * QP's outstanding work is flushed, and the CQs' completion handlers run,

@@ -28,7 +28,7 @@ static uint8_t *recv_slot(struct qp *qp, uint32_t idx) { return qp->buf + 2 * NS
  * The application knows the QP is in error: it read an error event for it
  * (or DEVICE_FATAL), or a queue of it gave a FLUSH_ERR. A WR posted from
  * then on never reached the device: it must complete with FLUSH_ERR,
- * signaled or not (DESIGN section 5, trigger 3). Before that, an
+ * signaled or not (docs/architecture.md §5, trigger 3). Before that, an
  * unsignaled send WR without a completion may have been retired by the
  * device: nothing tells the two apart.
  */

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0 OR Linux-OpenIB
 /*
  * vt3-chaos: a randomized fault soak of the exactly-once contract
- * (DESIGN.md section 5, docs/events.md). librdmacm + libibverbs.
+ * (docs/architecture.md §5 and §7.5, docs/events.md). librdmacm +
+ * libibverbs.
  *
  *   vt3-chaos server [--port P] [--timeout S] [-v]
  *   vt3-chaos client --server IP [--port P] [--seed S] [--runs N]
@@ -55,8 +56,8 @@
  * IBV_WC_WR_FLUSH_ERR or an error of its own; per queue in posting order
  * with every device completion before the first flush; an unsignaled send
  * never completes with SUCCESS, and one the device did not retire is
- * flushed (DESIGN section 5: "every SQ WQE not retired, signaled or not"),
- * so a completion after an unsignaled WR that has none is a loss;
+ * flushed (docs/architecture.md §5: every WQE in [cons, prod), signaled or
+ * not), so a completion after an unsignaled WR that has none is a loss;
  * wc.qp_num and wc.opcode fit the WR; the right async event for the
  * fault on the QP it hit and no error event on the others before the end;
  * no completion of a QP after ibv_destroy_qp returned (a drain of every CQ

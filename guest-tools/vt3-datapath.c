@@ -198,7 +198,8 @@ static bool check_error_flush(struct env *e)
 /*
  * WRs posted to a QP in error are taken and complete with FLUSH_ERR, after
  * those flushed already, in order per queue: every opcode, solicited,
- * fenced, inline; unsignaled sends make no completion (DESIGN.md 5).
+ * fenced, inline; unsignaled sends make no completion
+ * (docs/architecture.md §5).
  */
 static bool check_error_post(struct env *e)
 {
@@ -450,7 +451,7 @@ static bool check_error_repost(struct env *e)
 
 /*
  * A QP destroyed in ERR before its flush was reaped: none of its
- * completions comes after ibv_destroy_qp() returned (DESIGN.md section 5;
+ * completions comes after ibv_destroy_qp() returned (docs/architecture.md §5;
  * mlx5 cleans its CQs the same way), while another QP's on the same CQ
  * still do.
  */

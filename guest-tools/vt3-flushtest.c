@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0 OR Linux-OpenIB
 /*
  * vt3-flushtest: close, fault and flush conformance over a real connection
- * (DESIGN.md section 5, docs/events.md). librdmacm + libibverbs.
+ * (docs/architecture.md §5, docs/events.md). librdmacm + libibverbs.
  *
  *   vt3-flushtest server [--port P] [--bind IP] [--timeout S]
  *   vt3-flushtest client --server IP [--port P] --scenario S[,S...]
@@ -562,7 +562,7 @@ static const char *trigger_of(const char *style)
 
 /*
  * After ibv_destroy_qp() returned, the CQ holds nothing of the QP: no
- * device completion, no flush (DESIGN.md section 5).
+ * device completion, no flush (docs/architecture.md §5).
  */
 static void drain_after_destroy(struct client *c)
 {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0 OR Linux-OpenIB
 /*
- * libvt3 async events (DESIGN.md section 5): the first of the three flush
+ * libvt3 async events (docs/architecture.md §5): the first of the three flush
  * triggers, and the vendor event LLP_CLOSE_COMPLETE made usable with stock
  * libibverbs.
  *

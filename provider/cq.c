@@ -2,7 +2,8 @@
 /*
  * libvt3 completions: CQEs are read from the mapped ring between our
  * consumer index and vt3d's producer index (vt3_hw.h, "Rings and
- * ordering"), and QPs in error are flushed here (DESIGN.md section 5).
+ * ordering"), and QPs in error are flushed here (docs/architecture.md
+ * §5).
  *
  * vt3d never writes flush CQEs: once a QP is in error, every WR it has
  * not retired completes here, once, with IBV_WC_WR_FLUSH_ERR: every

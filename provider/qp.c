@@ -149,7 +149,7 @@ bool vt3_wq_error(struct vt3_wq *wq, enum vt3_trigger by)
 }
 
 /*
- * The flush hook (DESIGN.md section 5): notes the error on both queues,
+ * The flush hook (docs/architecture.md §5): notes the error on both queues,
  * whose outstanding WRs then complete with IBV_WC_WR_FLUSH_ERR from
  * poll_cq. poll_cq and the post verbs call it through vt3_wq_error();
  * the async_event op (async.c) calls it for QP_FATAL, QP_REQ_ERR,

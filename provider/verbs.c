@@ -239,7 +239,7 @@ struct ibv_cq_ex *vt3_create_cq_ex(struct ibv_context *ibctx,
 	if (attr->wc_flags & ~(uint64_t)VT3_CQ_EX_WC_FLAGS ||
 	    !check_comp_mask(attr->comp_mask, IBV_CQ_INIT_ATTR_MASK_FLAGS |
 					      IBV_CQ_INIT_ATTR_MASK_PD) ||
-	    /* A CQ overflow is reported, never ignored (DESIGN.md section 3). */
+	    /* A CQ overflow is reported, never ignored (docs/architecture.md §3). */
 	    (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS &&
 	     attr->flags & ~IBV_CREATE_CQ_ATTR_SINGLE_THREADED)) {
 		errno = EOPNOTSUPP;

@@ -174,7 +174,7 @@ struct vt3_wq {
 	uint32_t idle_flag;		/* VT3_QP_F_SQ_IDLE or VT3_QP_F_RQ_IDLE */
 	bool recv;
 	/*
-	 * Flush (DESIGN.md section 5). error: the QP's error flag was seen;
+	 * Flush (docs/architecture.md §5). error: the QP's error flag was seen;
 	 * vt3d retires nothing more, so [flush_pos, prod) is what to flush,
 	 * and every device CQE of the queue lies below flush_mark in the
 	 * CQ. flushing: the CQ consumer passed flush_mark, so poll_cq
@@ -445,7 +445,7 @@ int vt3_wq_init(struct vt3_qp *qp, struct vt3_wq *wq, struct vt3_cq *cq,
 void vt3_wq_cleanup(struct vt3_wq *wq);
 void vt3_fill_recv_wqe(struct vt3_rq_wqe *wqe, const struct ibv_recv_wr *wr);
 void vt3_qp_reset(struct vt3_qp *qp);
-/* The three flush triggers (DESIGN.md section 5); see VT3_FLUSH_TRIGGERS. */
+/* The three flush triggers (docs/architecture.md §5): VT3_FLUSH_TRIGGERS. */
 enum vt3_trigger {
 	VT3_BY_EVENT = 1 << 0,
 	VT3_BY_POLL = 1 << 1,
@@ -490,7 +490,7 @@ int vt3_srq_flush(struct vt3_wq *wq, int num, struct ibv_wc *wc);
 bool vt3_srq_flush_pending(struct vt3_wq *wq);
 void vt3_srq_wq_gone(struct vt3_wq *wq);
 
-/* async.c: async events (DESIGN.md section 5, trigger 1) */
+/* async.c: async events (docs/architecture.md §5, trigger 1) */
 void vt3_async_event(struct ibv_context *ibctx, struct ibv_async_event *event);
 
 /* Status page words: little endian, shared with vt3d (vt3_hw.h). */

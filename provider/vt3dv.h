@@ -25,7 +25,7 @@
 #define VT3DV_RES_TYPE_SRQ	(((unsigned long long)3 << 32) + 2)
 
 /*
- * Async events of a vt3 device (DESIGN.md section 5; docs/events.md).
+ * Async events of a vt3 device (docs/architecture.md §5; docs/events.md).
  *
  * VT3DV_EVENT_LLP_CLOSE_COMPLETE: a vendor event type, outside enum
  * ibv_event_type (compare event.event_type with it as an int). It comes

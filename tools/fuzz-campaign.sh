@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the fuzz campaign (DESIGN.md §7 layer 4): every cargo-fuzz target of
-# iwarp/fuzz and device/fuzz, one after another (one fuzzer process at a
+# Runs the fuzz campaign (docs/architecture.md §7.4): every cargo-fuzz target
+# of iwarp/fuzz and device/fuzz, one after another (one fuzzer process at a
 # time, niced), each until it reached RUNS executions or ran SECONDS,
 # whichever comes first; then prints the results as the markdown table of
 # docs/fuzzing.md. Exits non-zero if any target crashed or timed out.

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Deliberately broken builds must turn the suite red, for the right reason
-# (DESIGN.md §7.6). Each mutant is a patched copy of this checkout in a temp
-# dir, with its own images, rdma-core build and cargo target dir (copies of
-# the caches, so only what the patch touches is rebuilt; the shared caches
-# are never written). Not part of CI: `./run-vm.sh mutants [NAME…]`.
+# (docs/architecture.md §7.6). Each mutant is a patched copy of this checkout
+# in a temp dir, with its own images, rdma-core build and cargo target dir
+# (copies of the caches, so only what the patch touches is rebuilt; the shared
+# caches are never written). Not part of CI: `./run-vm.sh mutants [NAME…]`.
 #
 #   skip-flush     libvt3 never flushes the last WR of a queue
 #   double-flush   libvt3 delivers the last flush of a queue twice

@@ -1,7 +1,7 @@
 """The demo (`./run-vm.sh`): two vt3 guests, each behind its own vt3d;
 rping, perftest, vt3d's iWARP counters, then a normal close and a fatal
-error with their events and flushes (DESIGN.md §5). Every step is checked:
-the demo fails loudly instead of printing a broken run."""
+error with their events and flushes (docs/architecture.md §5). Every step
+is checked: the demo fails loudly instead of printing a broken run."""
 
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 //! pseudo-random inputs in every `cargo test` and replays
 //! `fuzz/regressions/`. Each one must never panic except on its own
 //! assertions: a failed assertion (or a panic, or a hang) is a bug in vt3d
-//! (DESIGN.md §9: no panic, no unbounded allocation, no out-of-range
-//! access on any guest or network input).
+//! (docs/architecture.md §9: no panic, no unbounded allocation, no
+//! out-of-range access on any guest or network input).
 //!
 //! The inputs are decoded, not parsed: every byte string means something,
 //! and reading past the end yields zeros, so libFuzzer's mutations always

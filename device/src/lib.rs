@@ -1,7 +1,7 @@
 //! vt3d: a virtual T3-class iWARP RNIC, served to QEMU as a vhost-user-net
 //! backend.
 //!
-//! Layout follows the device (see DESIGN.md §1):
+//! Layout follows the device (see docs/architecture.md §1):
 //! - [`vhost`]: the vhost-user socket, the relay in front of the rust-vmm
 //!   daemon, and the per-connection backend.
 //! - [`nic`]: the Ethernet function — virtqueue datapath and the demux

@@ -3,7 +3,7 @@
 //!
 //! A request line is the words of a `vt3d ctl` command after `--mgmt
 //! PATH` ([`CtlLine`]): `stats`, `tcb` (the TOE's TCB table, like
-//! cxgbtool's), `qps`, `cqs`, `mrs`, `fault …` (DESIGN.md §6) and
+//! cxgbtool's), `qps`, `cqs`, `mrs`, `fault …` (docs/architecture.md §6) and
 //! `capture start FILE | stop` (the wire capture, [`crate::capture`]),
 //! with `--json` for JSON. Errors answer `error: MESSAGE`. docs/vt3d-ctl.md
 //! documents every request and answer.

@@ -1,6 +1,7 @@
 //! The device bench's short form runs (CI): two vt3d processes, synthetic
 //! guests, every scenario once, and the JSON it writes has its keys. No
-//! figure is checked: a benchmark, never a timed test (DESIGN §8).
+//! figure is checked: a benchmark, never a timed test
+//! (docs/architecture.md §8).
 
 #![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 

@@ -1,9 +1,9 @@
 //! Runs each fuzz entry point of `fuzz/harness.rs` on pseudo-random
-//! inputs, so the harness (and the device's no-panic promise, DESIGN.md
-//! §9) is exercised by every `cargo test`, without nightly or libFuzzer;
-//! and replays every reproducer kept in `fuzz/regressions/<target>/`.
-//! Inputs are random bytes, and scripts or valid units with random
-//! damage, which reach deeper than noise alone.
+//! inputs, so the harness (and the device's no-panic promise,
+//! docs/architecture.md §9) is exercised by every `cargo test`, without
+//! nightly or libFuzzer; and replays every reproducer kept in
+//! `fuzz/regressions/<target>/`. Inputs are random bytes, and scripts or
+//! valid units with random damage, which reach deeper than noise alone.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
 #[path = "../fuzz/harness.rs"]

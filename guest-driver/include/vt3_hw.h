@@ -181,7 +181,7 @@
  * executes the WQE: the driver may reuse the buffer once the WQE retired
  * (sq_cons past it; its completion, if signaled). A REG_MR that breaks a
  * rule completes with VT3_WC_LOC_QP_OP_ERR and the QP goes to ERROR, as a
- * bad WQE (DESIGN.md §5), leaving the entry as it was.
+ * bad WQE (docs/architecture.md §5), leaving the entry as it was.
  * VT3_WR_LOCAL_INV (invalidate_stag: a fast-reg MR of the QP's PD, current
  * key) makes the entry invalid, in SQ order; invalidating an invalid entry
  * is allowed (the verbs say so). VT3_WR_READ_INV is a READ that does the
@@ -213,12 +213,12 @@
  * REMOTE_WRITE), and [addr, addr + length) lies within it. A zero-length
  * bind names no MR: it unbinds a type 1 window and binds a type 2 one to
  * nothing. A refused bind completes with VT3_WC_MW_BIND_ERR and the QP
- * goes to ERROR (a bad WQE, DESIGN.md §5), the window as it was. Only the
- * peer reaches memory through a window's STag (as an lkey it is invalid),
- * checked as through an MR (state, PD, rights, bounds) and, for type 2,
- * only on the QP that bound it ("STag not associated with RDMAP stream"
- * otherwise: DDP 1/1/02 for a WRITE, RDMAP 0/1/03 for a READ source, the
- * codes of another PD's STag).
+ * goes to ERROR (a bad WQE, docs/architecture.md §5), the window as it was.
+ * Only the peer reaches memory through a window's STag (as an lkey it is
+ * invalid), checked as through an MR (state, PD, rights, bounds) and, for
+ * type 2, only on the QP that bound it ("STag not associated with RDMAP
+ * stream" otherwise: DDP 1/1/02 for a WRITE, RDMAP 0/1/03 for a READ
+ * source, the codes of another PD's STag).
  * VT3_WR_LOCAL_INV and the peer's Send with Invalidate invalidate a type 2
  * window of the QP's PD; a type 1 window cannot be invalidated either way
  * (LOCAL_INV: VT3_WC_LOC_QP_OP_ERR; the peer's: TERMINATE 0/1/09, as an
@@ -611,7 +611,7 @@ enum vt3_qp_flags {
 	VT3_QP_SIG_ALL = 1 << 1,	/* every send WQE is signaled */
 };
 
-/* iWARP verbs QP states (DESIGN.md §4). */
+/* iWARP verbs QP states (docs/architecture.md §4). */
 enum vt3_qp_state {
 	VT3_QPS_IDLE = 0,
 	VT3_QPS_RTS = 1,
@@ -828,9 +828,10 @@ struct vt3_event {
 };
 
 /*
- * Why a QP's connection ended or failed (DESIGN.md §5). After any of these
- * but PEER_CLOSE the QP is in ERROR (or IDLE after a clean close) and vt3d
- * writes no further CQE for it: the provider or driver flushes.
+ * Why a QP's connection ended or failed (docs/architecture.md §5). After
+ * any of these but PEER_CLOSE the QP is in ERROR (or IDLE after a clean
+ * close) and vt3d writes no further CQE for it: the provider or driver
+ * flushes.
  * detail: CLOSE_COMPLETE: 1 if SQ WQEs were still outstanding;
  *         TERMINATE_*: layer << 12 | etype << 8 | ecode (RFC 5040 layout).
  */

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * vt3_kchaos: the randomized fault soak of guest-tools/vt3-chaos.c for
- * kernel QPs (DESIGN.md section 5), against the same `vt3-chaos server`.
+ * kernel QPs (docs/architecture.md §5 and §7.5), against the same
+ * `vt3-chaos server`.
  * It uses the verbs as kernel ULPs do: rdma_cm, ib_alloc_cq with the
  * core's polling (softirq and workqueue CQs, shared by several QPs, some
  * QPs with separate send and receive CQs), wr_cqe done callbacks,

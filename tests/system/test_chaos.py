@@ -1,4 +1,4 @@
-"""The randomized fault soak (DESIGN.md sections 5 and 7.5, issue 12):
+"""The randomized fault soak (docs/architecture.md §5 and §7.5, issue 12):
 vt3-chaos's server in guest a, its client (the side under test) in guest b,
 two vt3 guests whose vt3d time a silent connection out after
 TCP_TIMEOUT s (a blackhole ends in seconds, not 15).

@@ -1,4 +1,4 @@
-"""Close, fault and flush events (DESIGN.md section 5, docs/events.md):
+"""Close, fault and flush events (docs/architecture.md §5, docs/events.md):
 vt3-flushtest's server (the passive side, any provider) in one guest, its
 client (vt3, the side under test) in the other; faults from the
 application, the peer, or the host (`vt3d ctl fault …`, a killed vt3d).

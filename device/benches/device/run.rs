@@ -593,7 +593,7 @@ impl Report<'_> {
             " |".repeat(self.opts.uplinks.len() - 1)
         );
         let v = self.json();
-        println!("\nGoals (DESIGN §8, issue 15), ratios of this run ({}):", self.primary.name());
+        println!("\nGoals (docs/architecture.md §8, issue 15), ratios of this run ({}):", self.primary.name());
         let r = &v["ratios"];
         println!("  write_1m_max_mtu / tcp_loopback   = {:.2} (goal ≥ 0.5)", r["max_mtu_vs_tcp_loopback"].as_f64().unwrap_or(f64::NAN));
         println!("  write_1m_1500 / raw_1500_ceiling  = {:.2} (goal ≥ 0.8)", r["write_1500_vs_raw_ceiling"].as_f64().unwrap_or(f64::NAN));

@@ -1,5 +1,5 @@
-//! The control channel (DESIGN.md §2): EtherType 0x88B5 frames between
-//! vt3.ko and vt3d. Runs the first contact and authenticates every
+//! The control channel (docs/architecture.md §2): EtherType 0x88B5 frames
+//! between vt3.ko and vt3d. Runs the first contact and authenticates every
 //! command frame (auth.rs), runs it against the RNIC and builds the sealed
 //! response; seals events. The provisioned key comes from a file (key.rs).
 

@@ -1,8 +1,8 @@
-//! Fault injection (`vt3d ctl fault …`, DESIGN.md §6): per connection
-//! (the engine's [`Fault`]s, addressed by the guest's QP number), per
-//! memory region (invalidate an STag), and for the whole device
-//! (VT3_EV_DEVICE_FATAL). Every injection is counted ([`FaultStats`]) and
-//! answers with what it did, or why it could not.
+//! Fault injection (`vt3d ctl fault …`, docs/architecture.md §6): per
+//! connection (the engine's [`Fault`]s, addressed by the guest's QP
+//! number), per memory region (invalidate an STag), and for the whole
+//! device (VT3_EV_DEVICE_FATAL). Every injection is counted
+//! ([`FaultStats`]) and answers with what it did, or why it could not.
 //!
 //! Events each fault produces (docs/vt3d-ctl.md has the full table):
 //! `rst` → this QP VT3_QPE_RESET detail 1 (we sent it), the peer a reset;

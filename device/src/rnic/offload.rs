@@ -1,6 +1,7 @@
 //! The iWARP engine behind the RNIC: one per guest address (it is the TOE
 //! for that IPv4 address and MAC), its connection commands (LISTEN …
-//! DISCONNECT), and its events turned into driver events (DESIGN.md §5).
+//! DISCONNECT), and its events turned into driver events
+//! (docs/architecture.md §5).
 
 use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, BTreeSet};
@@ -40,8 +41,8 @@ const MIN_WINDOW_SEGMENTS: usize = 4;
 /// to: this many busy connections keep full windows; beyond, a new one
 /// gets an equal share of the budget, then two segments each way once it
 /// is spent (`TcpConfig::buffer_sizes`). A window past the uplink's
-/// queue only queues (DESIGN.md §8), so the aggregate, not the count of
-/// connections, is what the budget follows.
+/// queue only queues (docs/architecture.md §8), so the aggregate, not the
+/// count of connections, is what the budget follows.
 const BUDGET_WINDOWS: usize = 64;
 /// Frames the TOE sends per engine poll: a budget per wake-up so the
 /// guest's rings get their turn, not pacing — work left over resumes at

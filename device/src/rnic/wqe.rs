@@ -138,8 +138,8 @@ fn local_wr(wqe: &SqWqe, opcode: SendOpcode, limits: &WqeLimits) -> Result<SendW
 
 impl BadWqe {
     /// The status the WQE completes with (in posting order, through
-    /// [`vt3_iwarp::engine::Engine::post_refused`]; DESIGN §5, bad local
-    /// WQE): every malformed field (opcode, flags, SGE count, inline
+    /// [`vt3_iwarp::engine::Engine::post_refused`]; docs/architecture.md §5,
+    /// bad local WQE): every malformed field (opcode, flags, SGE count, inline
     /// length) is an operation error, as the verbs name a WR the QP cannot
     /// carry out; an lkey, STag or bounds error is found by the engine
     /// (VT3_WC_LOC_PROT_ERR) when it uses the WR.

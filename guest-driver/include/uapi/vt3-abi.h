@@ -15,7 +15,7 @@
 #define VT3_ABI_VERSION		3
 
 /*
- * Vendor async event (DESIGN.md §5): a user QP's connection closed
+ * Vendor async event (docs/architecture.md §5): a user QP's connection closed
  * gracefully and no SQ WQE was flushed -- the case where a T3 posted no
  * event at all. vt3.ko dispatches it through the QP's event handler, so
  * uverbs reports it with the QP's user handle; libibverbs does not know

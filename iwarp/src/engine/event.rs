@@ -1,5 +1,6 @@
 //! Engine events (the device turns them into `vt3_event`s and iw_cm
-//! events, DESIGN §5) and the protocol errors the engine detects.
+//! events, docs/architecture.md §5) and the protocol errors the engine
+//! detects.
 
 use thiserror::Error;
 

@@ -10,7 +10,7 @@
 //!                                                TX: WQEs/READ responses → FPDUs in TCP buffers,
 //!                                                TOE egress → io.uplink(frame)
 //!   guest CQ ◀──── pop_completion() ◀────────── completions, in order per queue
-//!   driver  ◀──── pop_event() ◀─────────────── connection and QP events (DESIGN §5)
+//!   driver  ◀──── pop_event() ◀─────────────── connection and QP events (docs/architecture.md §5)
 //! ```
 //!
 //! Time is injected: every call that can start or run timers takes `now`,
@@ -158,7 +158,7 @@ pub struct ConnectParams {
 
 /// Fault injection (`vt3d ctl fault …`), on one QP's connection.
 ///
-/// What each produces (both ends vt3 engines; DESIGN §5):
+/// What each produces (both ends vt3 engines; docs/architecture.md §5):
 ///
 /// | fault | this QP | the peer's QP |
 /// |---|---|---|
@@ -719,8 +719,8 @@ impl<T: Transport> Engine<T> {
     }
 
     /// A WQE the device could not parse (bad opcode, flags, SGE count,
-    /// inline length: DESIGN.md §5, "bad local WQE"). It takes its place
-    /// in the queue and, when the queue reaches it, completes with
+    /// inline length: docs/architecture.md §5, "bad local WQE"). It takes
+    /// its place in the queue and, when the queue reaches it, completes with
     /// `status` (never SUCCESS: that becomes LOC_QP_OP_ERR); the QP goes
     /// to ERROR, through TERMINATE when connected: the peer gets a
     /// TERMINATE "RDMAP local catastrophic", the error being ours. Nothing

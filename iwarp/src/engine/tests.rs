@@ -542,7 +542,7 @@ mod rts {
             assert_eq!(sim.a.state(1), Some(QpState::Error));
             assert_eq!(sim.a.engine.stats().terminates_tx, 1);
         }
-        // The classes map to the verbs events of DESIGN §5.
+        // The classes map to the verbs events of docs/architecture.md §5.
         assert_eq!(
             TermCode::DdpTaggedInvalidStag.etype_class(),
             ErrorClass::Protection
@@ -897,7 +897,8 @@ mod error {
 }
 
 /// Fault injection (`vt3d ctl fault …`): for each fault, the events at both
-/// ends (DESIGN §5) and no completion once a QP reported its end.
+/// ends (docs/architecture.md §5) and no completion once a QP reported its
+/// end.
 mod faults {
     use super::*;
 
@@ -1261,7 +1262,7 @@ mod faults {
 /// WQEs the device could not parse ([`Engine::post_refused`]): each
 /// completes in posting order with its own status, the QP goes to ERROR,
 /// the peer's TERMINATE says the error is ours, and nothing completes
-/// after it (DESIGN §5, bad local WQE).
+/// after it (docs/architecture.md §5, bad local WQE).
 mod refused {
     use super::*;
 

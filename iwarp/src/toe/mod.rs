@@ -124,7 +124,8 @@ impl fmt::Display for TcpState {
     }
 }
 
-/// Why a connection ended: the distinct outcomes DESIGN §5 reports.
+/// Why a connection ended: the distinct outcomes docs/architecture.md §5
+/// reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CloseReason {
     /// FIN sent and acknowledged, FIN received (or TIME-WAIT reached).

@@ -35,7 +35,7 @@
 //! | 2 | 0 MPA (RFC 6581) | 0x05 0x06 0x07 | local catastrophic, insufficient IRD, no matching RTR |
 //!
 //! The error type decides the verbs event the device raises when it
-//! receives a Terminate ([`ErrorClass`], DESIGN.md §5).
+//! receives a Terminate ([`ErrorClass`], docs/architecture.md §5).
 
 use core::fmt;
 
