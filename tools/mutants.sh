@@ -428,8 +428,8 @@ REASON[no-pair]='FAIL pair: no completion of WR 1'
 CASES[no-pair]=modify-connect
 
 FILE[toe-due-timers-only]=iwarp/src/toe/smol.rs
-ANCHOR[toe-due-timers-only]='        let at = self.iface.poll_at(now, &entry.set);'
-REPLACEMENT[toe-due-timers-only]='        let at = self.iface.poll_at(now, &entry.set).filter(|&at| at <= now); // MUTANT'
+ANCHOR[toe-due-timers-only]='        let at = match (self.iface.poll_at(now, &entry.set), release_at) {'
+REPLACEMENT[toe-due-timers-only]='        let at = match (self.iface.poll_at(now, &entry.set).filter(|&at| at <= now), release_at) { // MUTANT'
 REASON[toe-due-timers-only]='timeout +[a-z-]+ +FAIL'
 CASES[toe-due-timers-only]=flush-blackhole
 
@@ -556,7 +556,7 @@ REPLACEMENT[hello-unproven]='                Ok(ctrl) => {
 FILE2[hello-unproven]=device/src/control/auth.rs
 ANCHOR2[hello-unproven]='        if self.recent.iter().any(|c| c.driver_nonce == hello.driver_nonce) {'
 REPLACEMENT2[hello-unproven]='        if false && self.recent.iter().any(|c| c.driver_nonce == hello.driver_nonce) { // MUTANT'
-REASON[hello-unproven]='answered the attacker|refusal counters moved|perftest under attack|session'
+REASON[hello-unproven]='answered the attacker|refusal counters moved|perftest under attack|made a session|sessions began during the attack'
 CASES[hello-unproven]=ctrl-forgery
 
 ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze close-withheld lost-flush-from-cons slot-by-cons
