@@ -3,6 +3,9 @@ scenarios sees leftover processes, objects vt3d still holds, and kernel
 warnings (then forgets what this scenario did on purpose)."""
 
 from vt3lab.guest import KERNEL_TROUBLE
+from vt3lab.proc import wait_for
+from vt3lab.setups import A_IP
+from vt3lab.tools import wait_rdma_listen
 
 
 def test_health_check(vt3_plain):
@@ -35,3 +38,26 @@ def test_agent_output(vt3_plain):
         r = a.run(cmd)
         assert (r.rc, r.out) == (0, out), f"{cmd!r}: {r}"
     assert a.run("echo gone; exit 3") == a.run("echo gone; exit 3") and a.run("exit 3").rc == 3
+
+
+def test_health_sees_a_stall(vt3_pair):
+    """a send posted with no doorbell (VT3_TEST_NO_DOORBELL) is a stall: vt3d logs and counts it once, the health check reports it"""
+    s, a, b = vt3_pair, vt3_pair.a, vt3_pair.b
+    mark = s.mark()
+    before = {n: d.stats()["rnic.stalls"] for n, d in s.vt3d.items()}
+    a.spawn(f"rping -s -a {A_IP} -p 7990 -C 1 -v", "stall-srv", 120)
+    wait_rdma_listen(a, 7990)
+    # b's client connects, then posts its first SEND, which vt3d never
+    # hears of: nothing else will move on the connection.
+    b.spawn(f"VT3_TEST_NO_DOORBELL=1 rping -c -a {A_IP} -p 7990 -C 1 -v", "stall-cli", 120)
+    assert wait_for(lambda: s.vt3b.stats()["rnic.stalls"] > before["vt3b"], 60), \
+        f"vt3b counted no stall: {s.vt3b.ctl('qps')}"
+    problems = s.health(mark)
+    stalls = [p for p in problems if "stall: QP" in p]
+    assert len(stalls) == 1 and stalls[0].startswith("vt3d vt3b: ") and \
+        "vt3d to take posted send WQEs" in stalls[0] and "sq_prod: 1, sq_fetched: 0" in stalls[0], problems
+    # Counted once; a only waits for b, which is no stall of a's.
+    after = {n: d.stats()["rnic.stalls"] for n, d in s.vt3d.items()}
+    assert after == before | {"vt3b": before["vt3b"] + 1}, (before, after)
+    assert s.health(mark) == [], "reported once"
+    s.mark_scenario()
