@@ -106,6 +106,9 @@
 #   hello-unproven  vt3d lets a HELLO alone end the live session (as v4
 #                  did) and forgets the nonces it has seen: a sniffed
 #                  HELLO replayed knocks the real driver's session over
+#   watchdog-blind  vt3d's progress watchdog never reports a stall: a
+#                  connection that stops with work waiting passes the
+#                  health check
 #   tap-segment-seq  vt3d's tap uplink gives every segment it cuts from a
 #                  received TSO super-frame the super-frame's seq (the
 #                  siw guest's TCP data arrives as duplicates and is sent
@@ -545,6 +548,12 @@ REPLACEMENT[hello-key-unchecked]='        if m.hdr.counter.to_native() != 0 { //
 REASON[hello-key-unchecked]='answered the attacker|refusal counters moved'
 CASES[hello-key-unchecked]=ctrl-forgery
 
+FILE[watchdog-blind]=device/src/rnic/watchdog.rs
+ANCHOR[watchdog-blind]='                if !w.reported && now - w.since >= patience {'
+REPLACEMENT[watchdog-blind]='                if false && !w.reported && now - w.since >= patience { // MUTANT'
+REASON[watchdog-blind]='counted no stall'
+CASES[watchdog-blind]=health-sees-a-stall
+
 FILE[hello-unproven]=device/src/control/mod.rs
 ANCHOR[hello-unproven]='                Ok(ctrl) => Outcome::Reply(build_frame(guest, guest, &ctrl)),'
 REPLACEMENT[hello-unproven]='                Ok(ctrl) => {
@@ -577,7 +586,7 @@ ALL_MUTANTS+=(gso-segment-size)
 # The tap uplink's segmentation of received super-frames (device/src/uplink/tso.rs).
 ALL_MUTANTS+=(tap-segment-seq)
 # The first contact (device/src/control/).
-ALL_MUTANTS+=(hello-key-unchecked hello-unproven)
+ALL_MUTANTS+=(hello-key-unchecked hello-unproven watchdog-blind)
 
 log() { printf '[mutants] %s\n' "$*" >&2; }
 
