@@ -195,7 +195,7 @@ class Vt3d:
         stalls = self.stall_lines()
         if stalls:
             out.append(f"=== {self.name} stalls\n" + "\n".join(stalls))
-        for table in ("qps", "tcb", "stats"):
+        for table in ("qps", "cqs", "tcb", "stats"):
             try:
                 out.append(f"=== {self.name} {table}\n{json.dumps(self.ctl(table), indent=1)}")
             except (Vt3dError, subprocess.TimeoutExpired) as e:
