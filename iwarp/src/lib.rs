@@ -1,4 +1,4 @@
-//! vt3-iwarp: the iWARP layer of vt3, pure Rust, `#![forbid(unsafe_code)]`.
+//! vt3-iwarp: the iWARP layer of vt3, pure Rust, `#![deny(unsafe_code)]`.
 //!
 //! Wire layer (no I/O, no clock, no allocation per packet):
 //!
@@ -24,9 +24,10 @@
 //! Nothing here panics on any network input, and every buffer that network
 //! input can fill is bounded.
 //!
-//! No unsafe code, except in one module that maps socket buffers and
-//! returns their idle pages to the kernel (`toe/buffer.rs`, allowed there
-//! alone).
+//! No unsafe code, except where socket buffers are mappings of their own
+//! whose idle pages go back to the kernel: `toe/buffer.rs` maps them and
+//! `toe/smol.rs`'s `new_socket` lends them to smoltcp (each allowed there,
+//! with its `// SAFETY:`).
 #![deny(unsafe_code)]
 
 pub mod crc32c;
