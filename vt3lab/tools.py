@@ -22,6 +22,14 @@ def wait_rdma_listen(g: Guest, port: int | None = None, timeout: int = 60) -> No
 
 
 # What rping prints on stderr at a clean end, and nothing else.
+# rping's own race at its end (rdma-core's librdmacm/examples/rping.c):
+# main destroys the event channel while cm_thread, back from the
+# DISCONNECTED it just handled, calls rdma_get_cm_event on it again; that
+# read finds the fd closed, and cm_thread prints this and calls exit(-1),
+# racing main's exit(0). Only the process's own fd takes part, after
+# every ping was printed (and verified). Seen once in 30 runs of
+# rping-vt3-siw, on the siw guest's server: no vt3 code runs there.
+RPING_TEARDOWN_RACE = "rdma_get_cm_event: Bad file descriptor"
 RPING_CLEAN_END = {
     "client": ["client DISCONNECT EVENT..."],
     "server": ["server DISCONNECT EVENT...", "wait for RDMA_READ_ADV state 10"],
@@ -47,15 +55,19 @@ def rping_between(server: Guest, client: Guest, pings: int, verify: bool = True,
     wait_rdma_listen(server, port)
     c = client.run(f"rping -c -a {server.ip} -p {port} -C {pings} {v} -v 2> /tmp/rping-cli.err", 900)
     c_err = client.check("cat /tmp/rping-cli.err", 10)
-    assert c.rc == 0, f"rping client on {client.name}: exit {c.rc}:\n{tail(c.out, 5)}\n{c_err}"
     s = server.join("rping-srv", 60)
     s_err = server.check("cat /tmp/rping-srv.err", 10)
-    assert s.rc == 0, f"rping server on {server.name}: exit {s.rc}:\n{tail(s.out, 5)}\n{s_err}"
-    for who, out, err, prefix in (("client", c.out, c_err, ""), ("server", s.out, s_err, "server ")):
-        seen = ping_numbers(out, prefix)
+    for who, g, r, err, prefix in (("client", client, c, c_err, ""), ("server", server, s, s_err, "server ")):
+        lines = err.splitlines()
+        raced = lines[-1:] == [RPING_TEARDOWN_RACE]
+        if raced:
+            lines = lines[:-1]
+        assert r.rc == 0 or (raced and r.rc == 255), \
+            f"rping {who} on {g.name}: exit {r.rc}:\n{tail(r.out, 5)}\n{err}"
+        seen = ping_numbers(r.out, prefix)
         assert seen == list(range(pings)), \
-            f"rping {who} printed {len(seen)} pings, want 0..{pings - 1} in order:\n{tail(out, 5)}"
-        assert err.splitlines() == RPING_CLEAN_END[who], f"rping {who}'s stderr:\n{tail(err)}"
+            f"rping {who} printed {len(seen)} pings, want 0..{pings - 1} in order:\n{tail(r.out, 5)}"
+        assert lines == RPING_CLEAN_END[who], f"rping {who}'s stderr:\n{tail(err)}"
     return c.out
 
 
