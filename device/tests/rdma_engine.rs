@@ -1527,6 +1527,16 @@ mod watchdog {
         g.rnic.ring_stats().iter().find(|(k, _)| *k == "stalls").unwrap().1
     }
 
+    /// A connected pair, b with a receive posted for a's SEND.
+    fn connected_pair() -> Setup {
+        let mut s = setup(16);
+        let (b_local, _) = s.bufs[1];
+        let now = s.sim.now;
+        s.sim.b.post_recv(now, &mut s.qb, 1, &b_local, 0, 4096);
+        connect(&mut s);
+        s
+    }
+
     /// Runs the pair `secs` seconds with the watchdog looking on both ends.
     fn watch(s: &mut Setup, secs: u64) {
         s.sim.run_until(Duration::from_secs(secs), |sim| {
@@ -1539,11 +1549,7 @@ mod watchdog {
 
     #[test]
     fn a_connected_pair_waiting_for_each_other_is_no_stall() {
-        let mut s = setup(16);
-        let (b_local, _) = s.bufs[1];
-        let now = s.sim.now;
-        s.sim.b.post_recv(now, &mut s.qb, 1, &b_local, 0, 4096);
-        connect(&mut s);
+        let mut s = connected_pair();
         watch(&mut s, 20);
         assert_eq!((stalls(&s.sim.a), stalls(&s.sim.b)), (0, 0));
     }
@@ -1552,12 +1558,8 @@ mod watchdog {
     fn a_send_into_a_silent_peer_is_no_stall() {
         // The peer stops answering under a SEND: a's TCB retransmits with
         // backoff, seconds apart; that is TCP at work, not a stall.
-        let mut s = setup(16);
+        let mut s = connected_pair();
         let (a_local, _) = s.bufs[0];
-        let (b_local, _) = s.bufs[1];
-        let now = s.sim.now;
-        s.sim.b.post_recv(now, &mut s.qb, 1, &b_local, 0, 4096);
-        connect(&mut s);
         s.sim.wire.cut = [true, true];
         let now = s.sim.now;
         s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(7, WrOpcode::Send, true, &[(a_local, 0, 1000)]));
@@ -1570,11 +1572,7 @@ mod watchdog {
 
     #[test]
     fn a_send_vt3d_never_takes_is_one_stall() {
-        let mut s = setup(16);
-        let (b_local, _) = s.bufs[1];
-        let now = s.sim.now;
-        s.sim.b.post_recv(now, &mut s.qb, 1, &b_local, 0, 4096);
-        connect(&mut s);
+        let mut s = connected_pair();
         s.sim.a.rnic.set_poll_queues(0);
         // Written and published, but the doorbell is never rung.
         let qa = &mut s.qa;
