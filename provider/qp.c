@@ -35,6 +35,20 @@ void *vt3_wq_slot(struct vt3_wq *wq, uint32_t idx)
 	return (uint8_t *)wq->ring + (size_t)(idx & (wq->depth - 1)) * VT3_WQE_SIZE;
 }
 
+/*
+ * The testing knob VT3_TEST_NO_DOORBELL=1: posts never ring the doorbell,
+ * as a broken provider would. WQEs posted while vt3d is idle then wait
+ * for ever: vt3d's progress watchdog must report the stall (the
+ * harness's own check, tests/system/test_harness.py). Read once per
+ * queue, at its creation: the post path only tests a flag.
+ */
+static bool vt3_doorbell_muted(void)
+{
+	const char *env = getenv("VT3_TEST_NO_DOORBELL");
+
+	return env && !strcmp(env, "1");
+}
+
 /* wq->ring, ring_size and depth are set; the QP's status page is mapped. */
 int vt3_wq_init(struct vt3_qp *qp, struct vt3_wq *wq, struct vt3_cq *cq,
 		bool recv, uint32_t max_sge)
@@ -48,6 +62,7 @@ int vt3_wq_init(struct vt3_qp *qp, struct vt3_wq *wq, struct vt3_cq *cq,
 	wq->qp = qp;
 	wq->cq = cq;
 	wq->recv = recv;
+	wq->no_doorbell = vt3_doorbell_muted();
 	wq->max_sge = max_sge;
 	if (recv) {
 		wq->prod_idx = &qp->status->rq_prod;
@@ -83,19 +98,6 @@ static unsigned int vt3_allowed_triggers(void)
 	if (strstr(env, "post"))
 		mask |= VT3_BY_POST;
 	return mask;
-}
-
-/*
- * The testing knob VT3_TEST_NO_DOORBELL=1: posts never ring the doorbell,
- * as a broken provider would. WQEs posted while vt3d is idle then wait
- * for ever: vt3d's progress watchdog must report the stall (the
- * harness's own check, tests/system/test_harness.py).
- */
-static bool vt3_doorbell_muted(void)
-{
-	const char *env = getenv("VT3_TEST_NO_DOORBELL");
-
-	return env && !strcmp(env, "1");
 }
 
 void vt3_wq_cleanup(struct vt3_wq *wq)
@@ -320,7 +322,7 @@ void vt3_wq_post_end(struct vt3_wq *wq, uint32_t start, bool error)
 	/* poll_cq may have put the queue aside as flushed. */
 	if (posted && error)
 		vt3_cq_note_repost(wq);
-	if (ring && !vt3_doorbell_muted())
+	if (ring && !wq->no_doorbell)
 		vt3_wq_doorbell(wq);
 }
 

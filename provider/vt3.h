@@ -173,6 +173,7 @@ struct vt3_wq {
 	uint32_t done;
 	uint32_t idle_flag;		/* VT3_QP_F_SQ_IDLE or VT3_QP_F_RQ_IDLE */
 	bool recv;
+	bool no_doorbell;		/* VT3_TEST_NO_DOORBELL (testing) */
 	/*
 	 * Flush (docs/architecture.md §5). error: the QP's error flag was seen;
 	 * vt3d retires nothing more, so [flush_pos, prod) is what to flush,
