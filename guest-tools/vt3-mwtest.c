@@ -91,12 +91,17 @@ static uint8_t pattern(uint32_t i)
 	return (uint8_t)(i * 13 + 7);
 }
 
-/* One side's connection: its id, CQ and the buffer of its MR. */
+/*
+ * One side's connection: its id, CQs and the buffer of its MR. Sends and
+ * receives complete on CQs of their own: a SEND's completion may come
+ * after the receive of the peer's answer to it (siw writes it from its TX
+ * thread), and a shared CQ would hand the receive to the sender.
+ */
 struct side {
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *listen, *id;
 	struct ibv_pd *pd;
-	struct ibv_cq *cq;
+	struct ibv_cq *scq, *rcq;
 	struct ibv_mr *mr;
 	uint8_t *buf;
 };
@@ -125,7 +130,7 @@ static struct rdma_cm_event *cm_wait(struct side *s, enum rdma_cm_event_type wan
 static int make_qp(struct side *s, struct rdma_cm_id *id)
 {
 	struct ibv_qp_init_attr attr = {
-		.send_cq = s->cq, .recv_cq = s->cq,
+		.send_cq = s->scq, .recv_cq = s->rcq,
 		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1 },
 		.qp_type = IBV_QPT_RC,
 	};
@@ -142,14 +147,14 @@ static int post_recv(struct side *s, uint64_t wr_id)
 	return ibv_post_recv(s->id->qp, &wr, &bad);
 }
 
-/* The next completion within the timeout: 1, or 0 (none). */
-static int next_wc(struct side *s, struct ibv_wc *wc)
+/* The next completion on @cq within the timeout: 1, or 0 (none). */
+static int next_wc(struct ibv_cq *cq, struct ibv_wc *wc)
 {
 	double end = now() + timeout_s;
 	int n;
 
 	while (now() < end) {
-		n = ibv_poll_cq(s->cq, 1, wc);
+		n = ibv_poll_cq(cq, 1, wc);
 		if (n)
 			return n == 1;
 		usleep(500);
@@ -199,7 +204,7 @@ static int send_cmd(struct side *s, uint32_t op, uint32_t rkey, uint64_t addr, u
 	wr.wr.rdma.rkey = invalidate;
 	if (ibv_post_send(s->id->qp, &wr, &bad))
 		return -1;
-	if (!next_wc(s, &wc) || wc.status != IBV_WC_SUCCESS || wc.wr_id != 0xc0) {
+	if (!next_wc(s->scq, &wc) || wc.status != IBV_WC_SUCCESS || wc.wr_id != 0xc0) {
 		printf("send of command %u: %s\n", op, ibv_wc_status_str(wc.status));
 		return -1;
 	}
@@ -211,7 +216,7 @@ static const struct cmd *recv_cmd(struct side *s, struct ibv_wc *wc)
 {
 	const struct cmd *c;
 
-	if (!next_wc(s, wc) || wc->opcode != IBV_WC_RECV)
+	if (!next_wc(s->rcq, wc) || wc->opcode != IBV_WC_RECV)
 		return NULL;
 	c = (const struct cmd *)(s->buf + MSG_OFF + 64 + 32 * (wc->wr_id % N_RECV));
 	if (wc->status != IBV_WC_SUCCESS || c->magic != MAGIC)
@@ -229,7 +234,7 @@ static bool bind_done(struct side *s, enum ibv_wc_status want, const char *name)
 {
 	struct ibv_wc wc;
 
-	if (!next_wc(s, &wc)) {
+	if (!next_wc(s->scq, &wc)) {
 		check(false, name, "no completion");
 		return false;
 	}
@@ -335,7 +340,7 @@ static void owner_scenario(struct side *s, int n)
 			return;
 		owner_access(s, rkey, "type2-access");
 		inv.invalidate_rkey = rkey;
-		if (ibv_post_send(s->id->qp, &inv, &bad) || !next_wc(s, &wc)) {
+		if (ibv_post_send(s->id->qp, &inv, &bad) || !next_wc(s->scq, &wc)) {
 			check(false, "type2-local-inv", "LOCAL_INV not completed");
 			return;
 		}
@@ -361,7 +366,7 @@ static void owner_scenario(struct side *s, int n)
 			return;
 		if (send_cmd(s, OP_SEND_INV, mw1->rkey, 0, 0, 0))
 			return;
-		check(next_wc(s, &wc) && wc.status == IBV_WC_REM_INV_REQ_ERR && wc.opcode == IBV_WC_RECV,
+		check(next_wc(s->rcq, &wc) && wc.status == IBV_WC_REM_INV_REQ_ERR && wc.opcode == IBV_WC_RECV,
 		      "type1-remote-inv-refused", "receive: status %s", ibv_wc_status_str(wc.status));
 		check(qp_event(s, IBV_EVENT_QP_ACCESS_ERR, timeout_s), "type1-remote-inv-event",
 		      "no QP_ACCESS_ERR on the owner's QP");
@@ -444,8 +449,9 @@ static void owner(const char *port)
 		rdma_ack_cm_event(ev);
 		if (!s.pd) {
 			s.pd = ibv_alloc_pd(s.id->verbs);
-			s.cq = s.pd ? ibv_create_cq(s.id->verbs, 64, NULL, NULL, 0) : NULL;
-			s.buf = aligned_alloc(4096, BUF_SIZE);
+			s.scq = s.pd ? ibv_create_cq(s.id->verbs, 32, NULL, NULL, 0) : NULL;
+			s.rcq = s.scq ? ibv_create_cq(s.id->verbs, 32, NULL, NULL, 0) : NULL;
+			s.buf = s.rcq ? aligned_alloc(4096, BUF_SIZE) : NULL;
 			s.mr = s.buf ? ibv_reg_mr(s.pd, s.buf, BUF_SIZE,
 						  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND) : NULL;
 			mw1 = s.mr ? ibv_alloc_mw(s.pd, IBV_MW_TYPE_1) : NULL;
@@ -490,13 +496,14 @@ static void owner(const char *port)
 		{
 			struct ibv_wc wc[8];
 
-			while (ibv_poll_cq(s.cq, 8, wc) > 0)
+			while (ibv_poll_cq(s.scq, 8, wc) > 0 || ibv_poll_cq(s.rcq, 8, wc) > 0)
 				;
 		}
 	}
 	if (ibv_dealloc_mw(mw1) || ibv_dealloc_mw(mw2) || ibv_dereg_mr(s.mr))
 		check(false, "cleanup", "ibv_dealloc_mw / ibv_dereg_mr failed");
-	ibv_destroy_cq(s.cq);
+	ibv_destroy_cq(s.rcq);
+	ibv_destroy_cq(s.scq);
 	ibv_dealloc_pd(s.pd);
 }
 
@@ -513,7 +520,7 @@ static int peer_rdma(struct side *s, enum ibv_wr_opcode op, uint32_t rkey, uint6
 	wr.wr.rdma.remote_addr = addr;
 	if (ibv_post_send(s->id->qp, &wr, &bad))
 		return -1;
-	return next_wc(s, wc) ? 0 : -1;
+	return next_wc(s->scq, wc) ? 0 : -1;
 }
 
 /* One scenario's connection: commands until DONE or the connection ends. */
@@ -568,7 +575,7 @@ static void peer_scenario(struct side *s, int n)
 			}
 			if (n == 3) {
 				/* siw raises no event for a TERMINATE: its receives flush. */
-				check(next_wc(s, &wc) && wc.status == IBV_WC_WR_FLUSH_ERR, fails[n],
+				check(next_wc(s->rcq, &wc) && wc.status == IBV_WC_WR_FLUSH_ERR, fails[n],
 				      "no receive flushed after the refused invalidation: %s",
 				      ibv_wc_status_str(wc.status));
 				return;
@@ -606,8 +613,9 @@ static void peer(const char *server, const char *port)
 		rdma_ack_cm_event(ev);
 		if (!s.pd) {
 			s.pd = ibv_alloc_pd(s.id->verbs);
-			s.cq = s.pd ? ibv_create_cq(s.id->verbs, 64, NULL, NULL, 0) : NULL;
-			s.buf = aligned_alloc(4096, BUF_SIZE);
+			s.scq = s.pd ? ibv_create_cq(s.id->verbs, 32, NULL, NULL, 0) : NULL;
+			s.rcq = s.scq ? ibv_create_cq(s.id->verbs, 32, NULL, NULL, 0) : NULL;
+			s.buf = s.rcq ? aligned_alloc(4096, BUF_SIZE) : NULL;
 			s.mr = s.buf ? ibv_reg_mr(s.pd, s.buf, BUF_SIZE, IBV_ACCESS_LOCAL_WRITE) : NULL;
 			if (!s.mr)
 				die("PD, CQ, MR");
@@ -633,7 +641,7 @@ static void peer(const char *server, const char *port)
 
 			while (poll(&p, 1, 200) == 1 && !rdma_get_cm_event(s.ch, &ev))
 				rdma_ack_cm_event(ev);
-			while (ibv_poll_cq(s.cq, 8, wc) > 0)
+			while (ibv_poll_cq(s.scq, 8, wc) > 0 || ibv_poll_cq(s.rcq, 8, wc) > 0)
 				;
 		}
 	}
