@@ -127,6 +127,7 @@ def test_tap_uplink_vt3_siw(vt3_siw_tap):
     # b→a by nc (to the vt3 guest's own stack, through vt3d's NIC).
     a, b = vt3_siw_tap.a, vt3_siw_tap.b
     tcp_before = snmp_tcp(b)
+    held_drops_before = vt3d.stats()["nic.rx_dropped_backlog"]
     blob = b.check("dd if=/dev/urandom of=/tmp/blob bs=1M count=8 2>/dev/null && md5sum /tmp/blob", 60).split()[0]
     a.spawn("nc -l -p 5001 > /tmp/blob", "nc-srv", 300)
     a.check("for i in $(seq 50); do netstat -ltn 2>/dev/null | grep -q ':5001 ' && exit 0; sleep 0.1; done; exit 1", 10)
@@ -139,12 +140,19 @@ def test_tap_uplink_vt3_siw(vt3_siw_tap):
     tcp_after = snmp_tcp(b)
     out_segs = tcp_after["OutSegs"] - tcp_before["OutSegs"]
     retrans = tcp_after["RetransSegs"] - tcp_before["RetransSegs"]
-    print(f"\nnc b→a: {out_segs} segments sent by b, {retrans} retransmitted")
-    # The bridge loses nothing (0 to 0.7 % retransmitted, timeouts of a
-    # slow TCG guest, in the runs seen): a segment cut wrong by vt3d is one
-    # the vt3 guest's TCP drops and b sends again (10-16 % with the seq of
-    # every segment left at the super-frame's, mutant tap-segment-seq).
-    assert retrans * 20 <= out_segs, f"nc b→a: {retrans} of {out_segs} segments retransmitted"
+    held_drops = vt3d.stats()["nic.rx_dropped_backlog"] - held_drops_before
+    print(f"\nnc b→a: {out_segs} segments sent by b, {retrans} retransmitted, "
+          f"{held_drops} dropped by vt3d while a's RX ring was full")
+    # A frame vt3d drops, counted, because the slow TCG guest had no RX
+    # buffer (a NIC's ring-full drop; up to 292 of 5805 on a loaded
+    # machine) is one b sends again. Beyond those the bridge loses nothing
+    # (0 to 0.7 % retransmitted, timeouts of a slow guest, in the runs
+    # seen): a segment cut wrong by vt3d is one the vt3 guest's TCP drops
+    # and b sends again (10-16 % with the seq of every segment left at the
+    # super-frame's, mutant tap-segment-seq).
+    unexplained = max(retrans - held_drops, 0)
+    assert unexplained * 20 <= out_segs, (
+        f"nc b→a: {retrans} of {out_segs} segments retransmitted, {held_drops} of them after vt3d's drops")
     end = vt3d.stats()
     # The siw guest's super-frames were cut by vt3d, each into ≥ 2 frames.
     gso = end["uplink.gso_receives"] - before["uplink.gso_receives"]
