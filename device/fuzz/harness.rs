@@ -29,9 +29,9 @@ use vt3_iwarp::sim::{Endpoint, Sim, WireConfig, IPS, MACS};
 use vt3_iwarp::toe::{Duration, Instant};
 use vt3d::abi::{
     self, Access, Cmd, CmdAccept, CmdArmCq, CmdConnect, CmdCreateCq, CmdCreateQp, CmdDisconnect, CmdDoorbell,
-    CmdHandle, CmdListen, CmdModifyQp, CmdReject, CmdRegMr, CmdSetAddr, CqStatus, Cqe, CtrlHdr, DeviceAttr,
-    EventCm, EventType, MsgType, PortAttr, PrivateData, QpAttr, QpState, QpStatus, RespHandle, RqWqe, SockAddr,
-    SqWqe, Status, VT3_PAGE_SIZE, VT3_WQE_SIZE,
+    CmdHandle, CmdListen, CmdModifyQp, CmdRegMr, CmdReject, CmdSetAddr, CqStatus, Cqe, CtrlHdr, DeviceAttr, EventCm,
+    EventType, MsgType, PortAttr, PrivateData, QpAttr, QpState, QpStatus, RespHandle, RqWqe, SockAddr, SqWqe, Status,
+    VT3_PAGE_SIZE, VT3_WQE_SIZE,
 };
 use vt3d::rnic::wqe::{self, WqeLimits};
 use vt3d::rnic::{Counts, Limits, Rnic};
@@ -549,7 +549,9 @@ impl World {
             .map(|g| {
                 g.qps
                     .iter()
-                    .map(|q| g.mem.read_obj::<QpStatus>(GuestAddress(q.status)).map_or(u32::MAX, |s| s.state.to_native()))
+                    .map(|q| {
+                        g.mem.read_obj::<QpStatus>(GuestAddress(q.status)).map_or(u32::MAX, |s| s.state.to_native())
+                    })
                     .collect()
             })
             .collect()
@@ -781,7 +783,8 @@ impl World {
             }
             Cmd::Connect => {
                 let qpn = pick(input, &g.qpns());
-                let local = SockAddr { ipv4: [0; 4], port: (40_000 + u16::from(input.u8())).to_be_bytes(), reserved: 0.into() };
+                let local =
+                    SockAddr { ipv4: [0; 4], port: (40_000 + u16::from(input.u8())).to_be_bytes(), reserved: 0.into() };
                 let port = if input.u8() < 0xf0 { PORT } else { input.u16() };
                 let remote = SockAddr { ipv4: peer_ip, port: port.to_be_bytes(), reserved: 0.into() };
                 let (pd_len, private_data) = private_data(input);
@@ -815,7 +818,12 @@ impl World {
             Cmd::Reject => {
                 let conn_id = pick(input, &g.conn_ids);
                 let (pd_len, private_data) = private_data(input);
-                as_bytes(&CmdReject { conn_id: conn_id.into(), pd_len: pd_len.into(), reserved: 0.into(), private_data })
+                as_bytes(&CmdReject {
+                    conn_id: conn_id.into(),
+                    pd_len: pd_len.into(),
+                    reserved: 0.into(),
+                    private_data,
+                })
             }
             Cmd::Disconnect => {
                 let qpn = pick(input, &g.qpns());
@@ -889,18 +897,16 @@ impl World {
             }
             return;
         }
-        let (pages, depth, prod) = if send {
-            (&qp.sq, qp.sq_depth, &mut qp.sq_prod)
-        } else {
-            (&qp.rq, qp.rq_depth, &mut qp.rq_prod)
-        };
+        let (pages, depth, prod) =
+            if send { (&qp.sq, qp.sq_depth, &mut qp.sq_prod) } else { (&qp.rq, qp.rq_depth, &mut qp.rq_prod) };
         let byte = u64::from(*prod & depth.wrapping_sub(1)) * VT3_WQE_SIZE as u64;
         if let Some(page) = pages.get((byte / PAGE) as usize) {
             let _ = g.mem.write_slice(&bytes, GuestAddress(page + byte % PAGE));
         }
         *prod = prod.wrapping_add(1);
         let (status, value) = (qp.status, *prod);
-        let field = if send { std::mem::offset_of!(QpStatus, sq_prod) } else { std::mem::offset_of!(QpStatus, rq_prod) };
+        let field =
+            if send { std::mem::offset_of!(QpStatus, sq_prod) } else { std::mem::offset_of!(QpStatus, rq_prod) };
         let _ = g.mem.write_obj(value.to_le(), GuestAddress(status + field as u64));
         if mode & 4 == 0 {
             let queues = if send { abi::DoorbellQueue::Sq } else { abi::DoorbellQueue::Rq } as u32;
@@ -1033,7 +1039,12 @@ impl World {
                 let g = w.guest(i);
                 let pbl = g.pages(1);
                 let status = g.status_page();
-                let a = CmdCreateCq { ring_pbl_addr: pbl.into(), status_addr: status.into(), ring_npages: 1.into(), depth: 16.into() };
+                let a = CmdCreateCq {
+                    ring_pbl_addr: pbl.into(),
+                    status_addr: status.into(),
+                    ring_npages: 1.into(),
+                    depth: 16.into(),
+                };
                 w.handle(i, Cmd::CreateCq, a.as_slice())
             };
             let (scq, rcq) = (cq(), cq());
@@ -1393,8 +1404,8 @@ fn vq_desc(input: &mut Input<'_>) -> [u8; 16] {
 /// descriptor of the table, TX entries have length 0, every chain taken
 /// is used exactly once, an RX frame is delivered whole or not at all.
 pub fn virtio_chains(data: &[u8]) {
-    use virtio_queue::{Queue, QueueT};
     use std::ops::ControlFlow;
+    use virtio_queue::{Queue, QueueT};
     use vt3d::nic::virtio::{
         deliver_rx, drain_tx, pending_chains, ChainStats, NetLayout, QueueError, RxOutcome, Scratch,
     };

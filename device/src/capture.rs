@@ -187,9 +187,7 @@ impl Capture {
     /// Starts writing `path` (created or truncated). A capture that ended
     /// on a write error is reaped first.
     pub fn start(&self, path: &Path) -> Result<(), CaptureError> {
-        self.begin(path, || {
-            File::create(path).map_err(|source| CaptureError::Create { path: path.to_owned(), source })
-        })
+        self.begin(path, || File::create(path).map_err(|source| CaptureError::Create { path: path.to_owned(), source }))
     }
 
     /// [`Capture::start`] onto any writer (`path` only names it).
@@ -573,7 +571,10 @@ mod tests {
         let err = capture.start(path).unwrap_err();
         let text = err.to_string();
         assert!(matches!(err, CaptureError::Create { .. }));
-        assert!(text.contains("cannot create /nonexistent-vt3-dir/x.pcapng") && text.contains("No such file"), "{text}");
+        assert!(
+            text.contains("cannot create /nonexistent-vt3-dir/x.pcapng") && text.contains("No such file"),
+            "{text}"
+        );
         assert!(!capture.is_active());
         // A full disk at the start: the header cannot be written.
         let err = capture.start(Path::new("/dev/full")).unwrap_err();

@@ -4,9 +4,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::abi::Cmd;
 use crate::nic::{parse_mac, MacAddr};
 use crate::uplink::UplinkSpec;
-use crate::abi::Cmd;
 
 #[derive(Debug, Parser)]
 #[command(name = "vt3d", version, about = "vt3d: a virtual T3-class iWARP RNIC for QEMU (vhost-user-net backend)")]
@@ -253,7 +253,9 @@ impl FaultRequest {
                 }
                 w
             }
-            Self::InvalidateStag { stag } => vec!["invalidate-stag".to_owned(), "--stag".to_owned(), format!("{stag:#x}")],
+            Self::InvalidateStag { stag } => {
+                vec!["invalidate-stag".to_owned(), "--stag".to_owned(), format!("{stag:#x}")]
+            }
             Self::DeviceFatal => vec!["device-fatal".to_owned()],
             Self::MuteCommands { ms } => vec!["mute-commands".to_owned(), "--ms".to_owned(), ms.to_string()],
             Self::LoseReply { command } => vec!["lose-reply".to_owned(), "--command".to_owned(), cli_name(command)],
@@ -443,8 +445,15 @@ mod tests {
     #[test]
     fn full_command_line() {
         let c = parse(&[
-            "serve", "--socket", "/run/vt3/a.sock", "--uplink", "unix-dgram:/t/a,/t/b",
-            "--mac", "52:54:00:00:00:01", "--mtu", "9000",
+            "serve",
+            "--socket",
+            "/run/vt3/a.sock",
+            "--uplink",
+            "unix-dgram:/t/a,/t/b",
+            "--mac",
+            "52:54:00:00:00:01",
+            "--mtu",
+            "9000",
         ])
         .unwrap();
         assert_eq!(c.socket, PathBuf::from("/run/vt3/a.sock"));
@@ -561,7 +570,10 @@ mod tests {
         assert_eq!(CtlLine::parse(&start.line(true)).unwrap().request, start);
         assert_eq!(ctl(&["capture", "stop"]).unwrap(), CtlRequest::Capture(CaptureRequest::Stop));
         let relative = ctl(&["capture", "start", "w.pcapng"]).unwrap().resolve_paths().unwrap();
-        assert_eq!(relative, CtlRequest::Capture(CaptureRequest::Start { file: std::env::current_dir().unwrap().join("w.pcapng") }));
+        assert_eq!(
+            relative,
+            CtlRequest::Capture(CaptureRequest::Start { file: std::env::current_dir().unwrap().join("w.pcapng") })
+        );
         assert!(ctl(&["capture", "start"]).unwrap_err().contains("FILE"));
         assert!(ctl(&["capture", "start", "a b"]).unwrap_err().contains("one word"));
         assert!(ctl(&["capture", "pause"]).is_err());
@@ -574,16 +586,65 @@ mod tests {
         assert!(CtlLine::parse("stats json").unwrap().json);
         assert!(!CtlLine::parse("tcb text").unwrap().json);
         assert!(CtlLine::parse("--json mrs").unwrap().json);
-        for bad in ["", "reboot", "tcb xml", "fault", "fault rst --qp", "--help", "help", "-V", "fault rst --qp 1 --qp 2", "\0\0"] {
+        for bad in [
+            "",
+            "reboot",
+            "tcb xml",
+            "fault",
+            "fault rst --qp",
+            "--help",
+            "help",
+            "-V",
+            "fault rst --qp 1 --qp 2",
+            "\0\0",
+        ] {
             let err = CtlLine::parse(bad).unwrap_err();
             assert!(!err.is_empty(), "{bad:?}");
         }
         // Random word salad from the vocabulary: an answer, never a panic.
         let vocab = [
-            "fault", "rst", "fin", "blackhole", "drop", "delay", "corrupt-crc", "terminate", "invalidate-stag",
-            "device-fatal", "--qp", "--percent", "--seed", "--ms", "--layer", "--etype", "--ecode", "--stag", "--off",
-            "--json", "json", "text", "stats", "tcb", "qps", "cqs", "mrs", "0", "1", "255", "256", "0x", "0xffffffff",
-            "-1", "99999999999999999999", "\u{0}", "é", "--", "-", "help", "--help", "-h",
+            "fault",
+            "rst",
+            "fin",
+            "blackhole",
+            "drop",
+            "delay",
+            "corrupt-crc",
+            "terminate",
+            "invalidate-stag",
+            "device-fatal",
+            "--qp",
+            "--percent",
+            "--seed",
+            "--ms",
+            "--layer",
+            "--etype",
+            "--ecode",
+            "--stag",
+            "--off",
+            "--json",
+            "json",
+            "text",
+            "stats",
+            "tcb",
+            "qps",
+            "cqs",
+            "mrs",
+            "0",
+            "1",
+            "255",
+            "256",
+            "0x",
+            "0xffffffff",
+            "-1",
+            "99999999999999999999",
+            "\u{0}",
+            "é",
+            "--",
+            "-",
+            "help",
+            "--help",
+            "-h",
         ];
         let mut x = 0x1234_5678_9abc_def0u64;
         for _ in 0..3000 {
@@ -598,9 +659,15 @@ mod tests {
         }
         assert_eq!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0"]).unwrap().tcp_timeout, 15);
         assert!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0", "--tcp-timeout", "0"]).is_err());
-        assert_eq!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0", "--tcp-timeout", "60"]).unwrap().tcp_timeout, 60);
+        assert_eq!(
+            parse(&["serve", "--socket", "s", "--uplink", "tap:t0", "--tcp-timeout", "60"]).unwrap().tcp_timeout,
+            60
+        );
         assert_eq!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0"]).unwrap().poll_queues, 64);
-        assert_eq!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0", "--poll-queues", "0"]).unwrap().poll_queues, 0);
+        assert_eq!(
+            parse(&["serve", "--socket", "s", "--uplink", "tap:t0", "--poll-queues", "0"]).unwrap().poll_queues,
+            0
+        );
         assert_eq!(parse(&["serve", "--socket", "s", "--uplink", "tap:t0"]).unwrap().pcap, None);
         let with_pcap = parse(&["serve", "--socket", "s", "--uplink", "tap:t0", "--pcap", "/tmp/w.pcapng"]).unwrap();
         assert_eq!(with_pcap.pcap, Some(PathBuf::from("/tmp/w.pcapng")));

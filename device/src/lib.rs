@@ -19,8 +19,8 @@
 pub mod abi;
 pub mod capture;
 pub mod config;
-pub mod mgmt;
 pub mod control;
+pub mod mgmt;
 pub mod nic;
 pub mod rnic;
 pub mod uplink;
@@ -82,10 +82,7 @@ fn control_key(source: &config::KeySource) -> Result<control::Key, Error> {
 /// Runs `vt3d serve` until SIGINT or SIGTERM.
 pub fn serve(config: &Config) -> Result<(), Error> {
     let key = control_key(&config.key)?;
-    let uplink = config
-        .uplink
-        .open()
-        .map_err(|source| Error::Uplink { spec: config.uplink.to_string(), source })?;
+    let uplink = config.uplink.open().map_err(|source| Error::Uplink { spec: config.uplink.to_string(), source })?;
     let nic = Arc::new(Nic::new(uplink, config.mac, config.mtu).with_control_key(key));
     nic.rnic().set_tcp_timeout(vt3_iwarp::toe::Duration::from_secs(config.tcp_timeout));
     nic.rnic().set_poll_queues(config.poll_queues);
@@ -106,12 +103,7 @@ pub fn serve(config: &Config) -> Result<(), Error> {
         signal_hook::low_level::pipe::register(signal, writer).map_err(Error::Signals)?;
     }
 
-    log::info!(
-        "vt3d serving {} (uplink {}, mtu {})",
-        config.socket.display(),
-        config.uplink,
-        config.mtu
-    );
+    log::info!("vt3d serving {} (uplink {}, mtu {})", config.socket.display(), config.uplink, config.mtu);
     let result = vhost::serve_frontends(&listener, &nic, stop.as_fd());
     let _ = std::fs::remove_file(&config.socket);
     if let Some(path) = &config.mgmt {

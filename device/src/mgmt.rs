@@ -23,9 +23,9 @@ use vt3_iwarp::engine::Fault;
 use vt3_iwarp::toe::{Duration as EngineDuration, Split};
 use vt3_iwarp::wire::terminate::TermCode;
 
+use crate::abi;
 use crate::config::{CaptureRequest, CtlLine, CtlRequest, FaultRequest};
 use crate::nic::Nic;
-use crate::abi;
 use crate::rnic::fault::Injected;
 use crate::rnic::{tpt, Rnic};
 
@@ -171,7 +171,11 @@ fn json_table(rows: &[Row]) -> String {
 pub fn answer(request: &str, nic: &Nic) -> String {
     let line = match CtlLine::parse(request) {
         Ok(line) => line,
-        Err(e) => return format!("error: {e} (try: [--json] stats|tcb|qps|cqs|mrs|fault ...|capture start FILE|capture stop)\n"),
+        Err(e) => {
+            return format!(
+                "error: {e} (try: [--json] stats|tcb|qps|cqs|mrs|fault ...|capture start FILE|capture stop)\n"
+            )
+        }
     };
     let json = line.json;
     match line.request {
@@ -319,8 +323,7 @@ fn table(rows: &[Row], json: bool) -> String {
 }
 
 fn stats_rows(nic: &Nic) -> Vec<(String, u64)> {
-    let mut rows: Vec<(String, u64)> =
-        nic.stats.rows().iter().map(|(k, v)| (format!("nic.{k}"), *v)).collect();
+    let mut rows: Vec<(String, u64)> = nic.stats.rows().iter().map(|(k, v)| (format!("nic.{k}"), *v)).collect();
     rows.extend(nic.control_stats.rows().into_iter().map(|(k, v)| (format!("control.{k}"), v)));
     let rnic = nic.rnic();
     let c = rnic.counts();
@@ -347,7 +350,9 @@ fn stats_rows(nic: &Nic) -> Vec<(String, u64)> {
         rows.push((format!("iwarp.{k}"), v));
     }
     let t = rnic.offload().map(|o| o.engine().toe().fault_counters()).unwrap_or_default();
-    for (k, v) in [("dropped", t.dropped), ("delayed", t.delayed), ("delay_overflow", t.delay_overflow), ("split", t.split)] {
+    for (k, v) in
+        [("dropped", t.dropped), ("delayed", t.delayed), ("delay_overflow", t.delay_overflow), ("split", t.split)]
+    {
         rows.push((format!("toe.fault_{k}"), v));
     }
     for (k, v) in rnic.fault_stats().rows() {
@@ -407,7 +412,9 @@ fn qp_rows(rnic: &Rnic) -> Vec<Row> {
         .map(|(qpn, qp)| {
             let info = engine.and_then(|e| e.qp_info(qpn));
             let tuple = info.and_then(|i| i.tuple).or(qp.tuple);
-            let mpa = info.and_then(|i| i.negotiated).map(|n| format!("rev{}{}", n.revision, if n.crc { "+crc" } else { "" }));
+            let mpa = info
+                .and_then(|i| i.negotiated)
+                .map(|n| format!("rev{}{}", n.revision, if n.crc { "+crc" } else { "" }));
             vec![
                 ("qpn", qpn.into()),
                 ("state", qp.state.name().trim_start_matches("VT3_QPS_").into()),
@@ -439,7 +446,10 @@ fn cq_rows(rnic: &Rnic) -> Vec<Row> {
     rnic.cqs
         .iter()
         .map(|(cqn, cq)| {
-            let arm = match (cq.arm_flags & abi::ArmFlag::Next as u32 != 0, cq.arm_flags & abi::ArmFlag::Solicited as u32 != 0) {
+            let arm = match (
+                cq.arm_flags & abi::ArmFlag::Next as u32 != 0,
+                cq.arm_flags & abi::ArmFlag::Solicited as u32 != 0,
+            ) {
                 (true, _) => Some("next"),
                 (false, true) => Some("solicited"),
                 (false, false) => None,
@@ -460,11 +470,12 @@ fn cq_rows(rnic: &Rnic) -> Vec<Row> {
 /// `vt3_access` bits as letters: lw (local write), rw (remote write), rr
 /// (remote read), mw (bind); local read is always allowed.
 fn access_text(access: u32) -> String {
-    let names: Vec<&str> = [(tpt::LOCAL_WRITE, "lw"), (tpt::REMOTE_WRITE, "rw"), (tpt::REMOTE_READ, "rr"), (tpt::MW_BIND, "mw")]
-        .iter()
-        .filter(|(bit, _)| access & bit != 0)
-        .map(|(_, name)| *name)
-        .collect();
+    let names: Vec<&str> =
+        [(tpt::LOCAL_WRITE, "lw"), (tpt::REMOTE_WRITE, "rw"), (tpt::REMOTE_READ, "rr"), (tpt::MW_BIND, "mw")]
+            .iter()
+            .filter(|(bit, _)| access & bit != 0)
+            .map(|(_, name)| *name)
+            .collect();
     if names.is_empty() {
         "lr".to_owned()
     } else {
@@ -631,15 +642,20 @@ mod tests {
         let stopped = request(&path, "capture stop").unwrap();
         assert_eq!(stopped, format!("capture to {} stopped: 2 frames written\n", pcap.display()));
         let stats = request(&path, "stats").unwrap();
-        for line in ["capture.active 0", "capture.started 1", "capture.frames 2", "capture.bytes 124", "capture.dropped 0"] {
+        for line in
+            ["capture.active 0", "capture.started 1", "capture.frames 2", "capture.bytes 124", "capture.dropped 0"]
+        {
             assert!(stats.lines().any(|l| l == line), "{line}: {stats}");
         }
         let mut reader = PcapNgReader::new(std::fs::File::open(&pcap).unwrap()).unwrap();
         let mut frames = Vec::new();
         while let Some(block) = reader.next_block() {
             if let Block::EnhancedPacket(epb) = block.unwrap() {
-                let flags: Vec<u32> =
-                    epb.options.iter().filter_map(|o| if let EnhancedPacketOption::Flags(f) = o { Some(*f) } else { None }).collect();
+                let flags: Vec<u32> = epb
+                    .options
+                    .iter()
+                    .filter_map(|o| if let EnhancedPacketOption::Flags(f) = o { Some(*f) } else { None })
+                    .collect();
                 frames.push((flags, epb.data.into_owned()));
             }
         }
@@ -680,9 +696,8 @@ mod tests {
         use crate::rnic::Instant;
         use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemoryMmap};
 
-        let spec: UplinkSpec = format!("unix-dgram:{},{}", dir.join("u").display(), dir.join("p").display())
-            .parse()
-            .unwrap();
+        let spec: UplinkSpec =
+            format!("unix-dgram:{},{}", dir.join("u").display(), dir.join("p").display()).parse().unwrap();
         let nic = Arc::new(Nic::new(spec.open().unwrap(), None, 1500));
         let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap();
         for (pbl, page) in [(0x1000u64, 0x4000u64), (0x1100, 0x5000), (0x1200, 0x6000)] {
@@ -694,7 +709,12 @@ mod tests {
         rnic.execute(&mem, now, Cmd::SetAddr, addr.as_slice()).unwrap();
         let handle = |r: Vec<u8>| abi::read_struct::<abi::RespHandle>(&r).unwrap().handle.to_native();
         let pdn = handle(rnic.execute(&mem, now, Cmd::AllocPd, CmdHandle::default().as_slice()).unwrap());
-        let cq = CmdCreateCq { ring_pbl_addr: 0x1000.into(), status_addr: 0x3000.into(), ring_npages: 1.into(), depth: 16.into() };
+        let cq = CmdCreateCq {
+            ring_pbl_addr: 0x1000.into(),
+            status_addr: 0x3000.into(),
+            ring_npages: 1.into(),
+            depth: 16.into(),
+        };
         let cqn = handle(rnic.execute(&mem, now, Cmd::CreateCq, cq.as_slice()).unwrap());
         let mr = CmdRegMr {
             iova: 0x10_0000.into(),
@@ -732,11 +752,17 @@ mod tests {
         let cqs = answer("cqs", &nic);
         assert_eq!(cqs, "cqn depth prod armed qps overflowed pages\n1   16    0    -     2   no         1\n", "{cqs}");
         let json = answer("--json cqs", &nic);
-        assert_eq!(json, "[{\"cqn\":1,\"depth\":16,\"prod\":0,\"armed\":null,\"qps\":2,\"overflowed\":false,\"pages\":1}]\n");
+        assert_eq!(
+            json,
+            "[{\"cqn\":1,\"depth\":16,\"prod\":0,\"armed\":null,\"qps\":2,\"overflowed\":false,\"pages\":1}]\n"
+        );
         let mrs = answer("mrs", &nic);
         assert!(mrs.starts_with("stag  pdn access   iova     length kind pages valid\n0x101 1   lw,rw,rr 0x100000 4096   dma  -     yes\n"), "{mrs}");
         let json = answer("mrs json", &nic);
-        assert!(json.contains("\"stag\":\"0x101\",\"pdn\":1,\"access\":\"lw,rw,rr\"") && json.contains("\"valid\":true"), "{json}");
+        assert!(
+            json.contains("\"stag\":\"0x101\",\"pdn\":1,\"access\":\"lw,rw,rr\"") && json.contains("\"valid\":true"),
+            "{json}"
+        );
         assert!(answer("qps", &nic).contains("IDLE"));
     }
 
@@ -750,7 +776,10 @@ mod tests {
         assert_eq!(ask("--json fault fin --qp 9"), "error: no QP 9\n");
         assert_eq!(ask("fault blackhole --qp 1"), "error: QP 1 is IDLE: not connected\n");
         let bad = ask("fault terminate --qp 1 --layer 0 --etype 2 --ecode 0");
-        assert!(bad.starts_with("error: not an RFC 5040 TERMINATE code: RDMAP error type 2 has no error code 0x00"), "{bad}");
+        assert!(
+            bad.starts_with("error: not an RFC 5040 TERMINATE code: RDMAP error type 2 has no error code 0x00"),
+            "{bad}"
+        );
         assert!(ask("fault terminate --qp 1 --layer 3 --etype 0 --ecode 0").contains("layer 3 is none of"));
         assert!(ask("fault drop --qp 1 --percent 200").starts_with("error: "));
         assert!(ask("fault").starts_with("error: "));
@@ -763,13 +792,22 @@ mod tests {
         assert!(ask("fault device-fatal").contains("no driver attached"));
         nic.rnic().driver_mac = Some([0x52, 0x54, 0, 0, 0, 1]);
         let json = ask("--json fault device-fatal");
-        assert!(json.starts_with("{\"fault\":\"device-fatal\",\"state\":null,\"detail\":\"device fatal: 1 QPs -> ERROR"), "{json}");
+        assert!(
+            json.starts_with("{\"fault\":\"device-fatal\",\"state\":null,\"detail\":\"device fatal: 1 QPs -> ERROR"),
+            "{json}"
+        );
         // The worker carries it out at its next run.
         let mut frames = Vec::new();
         nic.rnic().service(crate::rnic::Instant::from_millis(2), &mem, &mut |f: &[u8]| frames.push(f.to_vec()));
         assert!(ask("qps").contains("ERROR"));
         let stats = ask("stats");
-        for line in ["fault.invalidate_stag 1", "fault.device_fatal 1", "fault.refused 7", "rnic.fatal 1", "rnic.tcp_timeout_s 15"] {
+        for line in [
+            "fault.invalidate_stag 1",
+            "fault.device_fatal 1",
+            "fault.refused 7",
+            "rnic.fatal 1",
+            "rnic.tcp_timeout_s 15",
+        ] {
             assert!(stats.lines().any(|l| l == line), "{line}: {stats}");
         }
         assert!(ask("fault rst --qp 1").contains("fatal"));

@@ -26,9 +26,7 @@ fn c_field(rust: &str) -> &str {
 
 /// Runs a C program that prints `NAME VALUE` lines.
 fn c_values() -> BTreeMap<String, u64> {
-    let mut prog = String::from(
-        "#include <stdio.h>\n#include <stddef.h>\n#include \"vt3_hw.h\"\nint main(void) {\n",
-    );
+    let mut prog = String::from("#include <stdio.h>\n#include <stddef.h>\n#include \"vt3_hw.h\"\nint main(void) {\n");
     for (name, _, fields) in abi::struct_layouts() {
         writeln!(prog, "printf(\"{name} %zu\\n\", sizeof(struct {name}));").unwrap();
         for (field, _) in fields {
@@ -98,7 +96,14 @@ fn every_string_constant_matches_the_header() {
     let (src, exe) = (dir.path().join("strings.c"), dir.path().join("strings"));
     std::fs::write(&src, prog).unwrap();
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let status = Command::new(cc).args(["-std=c11", "-Wall", "-Werror", "-I"]).arg(header_dir()).arg(&src).arg("-o").arg(&exe).status().unwrap();
+    let status = Command::new(cc)
+        .args(["-std=c11", "-Wall", "-Werror", "-I"])
+        .arg(header_dir())
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .unwrap();
     assert!(status.success(), "vt3_hw.h does not compile");
     let out = String::from_utf8(Command::new(&exe).output().unwrap().stdout).unwrap();
     let want: String = abi::string_values().iter().map(|(n, v)| format!("{n}={v}\n")).collect();
@@ -156,8 +161,7 @@ fn nothing_in_the_header_is_left_unmirrored() {
             }
             continue;
         }
-        let (Some(s), Some(decl)) = (current, line.split(';').next().filter(|_| line.contains(';')))
-        else {
+        let (Some(s), Some(decl)) = (current, line.split(';').next().filter(|_| line.contains(';'))) else {
             continue;
         };
         let Some(field) = decl.split_whitespace().last().map(|f| f.split('[').next().unwrap_or(f)) else {

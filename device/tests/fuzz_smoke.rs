@@ -136,7 +136,7 @@ fn wqe_script() -> Vec<u8> {
     send(&mut s, 0, 0, 1, [3, 0, 0, 100, 0]); // SEND 100 octets
     send(&mut s, 0, 4, 1, [0, 0, 0, 0, 2]); // WRITE 512 into B's all-access MR
     send(&mut s, 0, 5, 2, [0, 0, 0x20, 0, 1]); // READ 256 from B's remote-read MR
-    // B: SEND of 16 inline octets.
+                                               // B: SEND of 16 inline octets.
     s.extend([op(1, harness::Op::PostWqe), 0, 0, 0, 3]);
     s.extend(wr_id(20));
     s.extend([0, 0, 0, 0, 0, 0, 16]);
@@ -165,7 +165,12 @@ fn seeds_are_current() {
     let relay = {
         let mut m = Vec::new();
         // QEMU's order: GET_FEATURES, SET_OWNER, SET_VRING_ENABLE (NEED_REPLY), SET_FEATURES.
-        for (request, flags, payload) in [(1u32, 1u32, &[][..]), (3, 1, &[]), (18, 9, &[0, 0, 0, 0, 1, 0, 0, 0]), (2, 1, &[0, 0, 0, 0x40, 1, 0, 0, 0])] {
+        for (request, flags, payload) in [
+            (1u32, 1u32, &[][..]),
+            (3, 1, &[]),
+            (18, 9, &[0, 0, 0, 0, 1, 0, 0, 0]),
+            (2, 1, &[0, 0, 0, 0x40, 1, 0, 0, 0]),
+        ] {
             for word in [request, flags, payload.len() as u32] {
                 m.extend_from_slice(&word.to_le_bytes());
             }
@@ -175,7 +180,11 @@ fn seeds_are_current() {
         input.extend(m);
         input
     };
-    let seeds = [("control_command", "connect-and-send", control), ("wqe", "send-write-read", wqe), ("vhost_user_relay", "qemu-order", relay)];
+    let seeds = [
+        ("control_command", "connect-and-send", control),
+        ("wqe", "send-write-read", wqe),
+        ("vhost_user_relay", "qemu-order", relay),
+    ];
     let root = crate_dir().join("fuzz/seeds");
     for (target, name, bytes) in seeds {
         let path = root.join(target).join(name);

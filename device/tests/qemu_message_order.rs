@@ -86,13 +86,8 @@ impl Frontend {
 }
 
 fn nic(dir: &std::path::Path) -> Arc<Nic> {
-    let spec: UplinkSpec = format!(
-        "unix-dgram:{},{}",
-        dir.join("up").display(),
-        dir.join("peer").display()
-    )
-    .parse()
-    .unwrap();
+    let spec: UplinkSpec =
+        format!("unix-dgram:{},{}", dir.join("up").display(), dir.join("peer").display()).parse().unwrap();
     Arc::new(Nic::new(spec.open().unwrap(), None, 1500))
 }
 

@@ -135,9 +135,11 @@ impl Guest {
             doorbells: 0,
         };
         let Guest { end, chan, rnic, mem, mac, .. } = &mut guest;
-        end.handshake(|ctrl| match chan.handle_frame(rnic, mem, &build_frame(*mac, *mac, &ctrl), Instant::from_millis(0)) {
-            Outcome::Reply(resp) => Some(resp[14..].to_vec()),
-            _ => None,
+        end.handshake(|ctrl| {
+            match chan.handle_frame(rnic, mem, &build_frame(*mac, *mac, &ctrl), Instant::from_millis(0)) {
+                Outcome::Reply(resp) => Some(resp[14..].to_vec()),
+                _ => None,
+            }
         })
         .expect("first contact refused");
         guest
@@ -213,7 +215,12 @@ impl Guest {
         let npages = (depth * 32).div_ceil(PAGE as u32);
         let (pbl, ring) = self.pages(npages);
         let status = self.status_page();
-        let a = CmdCreateCq { ring_pbl_addr: pbl.into(), status_addr: status.into(), ring_npages: npages.into(), depth: depth.into() };
+        let a = CmdCreateCq {
+            ring_pbl_addr: pbl.into(),
+            status_addr: status.into(),
+            ring_npages: npages.into(),
+            depth: depth.into(),
+        };
         let cqn = self.handle(now, Cmd::CreateCq, &a);
         CqRing { cqn, ring, status, depth, cons: 0 }
     }
@@ -487,7 +494,11 @@ fn connect_transfer_and_close_gracefully() {
     let data = pattern(3000, 1);
     s.sim.a.write_bytes(a_local.guest, &data);
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(1, WrOpcode::Send, true, &[(a_local, 0, 1000), (a_local, 1000, 2000)]));
+    s.sim.a.post_send_wqe(
+        now,
+        &mut s.qa,
+        &send_wqe(1, WrOpcode::Send, true, &[(a_local, 0, 1000), (a_local, 1000, 2000)]),
+    );
     assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.cq_status(&s.qb.rcq).prod.to_native() == 1));
     let mut rcq = s.qb.rcq;
     let cqes = s.sim.b.poll_cq(&mut rcq);
@@ -594,18 +605,21 @@ fn a_closed_qp_leaves_its_leftovers_to_the_provider() {
     connect(&mut s);
     let now = s.sim.now;
     s.sim.b.cmd(now, Cmd::Disconnect, &CmdDisconnect { qpn: s.qb.qpn.into(), abort: 0.into() }).unwrap();
-    assert!(s.sim.run_until(Duration::from_secs(5), |sim| {
-        sim.b.qp_status(&s.qb).state.to_native() == QpState::Idle as u32
-    }));
+    assert!(s
+        .sim
+        .run_until(Duration::from_secs(5), |sim| { sim.b.qp_status(&s.qb).state.to_native() == QpState::Idle as u32 }));
     assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::CloseComplete as u32, 0)]);
     assert_eq!(s.sim.b.qp_status(&s.qb).rq_cons.to_native(), 0, "the receive is the provider's to flush");
     // The peer's graceful disconnect after the close completed (its driver
     // had not heard of it yet): done, not an error, and nothing changes.
-    assert!(s.sim.run_until(Duration::from_secs(5), |sim| {
-        sim.a.qp_status(&s.qa).state.to_native() == QpState::Idle as u32
-    }));
+    assert!(s
+        .sim
+        .run_until(Duration::from_secs(5), |sim| { sim.a.qp_status(&s.qa).state.to_native() == QpState::Idle as u32 }));
     let now = s.sim.now;
-    assert_eq!(s.sim.a.cmd(now, Cmd::Disconnect, &CmdDisconnect { qpn: s.qa.qpn.into(), abort: 0.into() }), Ok(Vec::new()));
+    assert_eq!(
+        s.sim.a.cmd(now, Cmd::Disconnect, &CmdDisconnect { qpn: s.qa.qpn.into(), abort: 0.into() }),
+        Ok(Vec::new())
+    );
     assert_eq!(s.sim.a.qp_status(&s.qa).state.to_native(), QpState::Idle as u32);
     // Posting to the closed QP: nothing is fetched (the provider flushes it).
     let now = s.sim.now;
@@ -682,8 +696,9 @@ fn a_malformed_wqe_fails_in_order() {
     let mut bad = send_wqe(11, WrOpcode::Send, true, &[]);
     bad.opcode = 10; // one past VT3_WR_BIND_MW: no such opcode
     s.sim.a.post_send_wqe(now, &mut s.qa, &bad);
-    assert!(s.sim.run_until(Duration::from_secs(3), |sim| !sim.a.qp_events().is_empty()
-        && !sim.b.qp_events().is_empty()));
+    assert!(s
+        .sim
+        .run_until(Duration::from_secs(3), |sim| !sim.a.qp_events().is_empty() && !sim.b.qp_events().is_empty()));
     let mut scq = s.qa.scq;
     let cqes = s.sim.a.poll_cq(&mut scq);
     let got: Vec<(u64, u8)> = cqes.iter().map(|c| (c.wr_id.to_native(), c.status)).collect();
@@ -743,7 +758,8 @@ fn refused_and_rejected_connections() {
     s.sim.a.cmd(now, Cmd::Connect, &connect_args(&qa2, 40_003, b"knock")).unwrap();
     assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.b.has_event(EventType::ConnectRequest)));
     let req = s.sim.b.cm_event(EventType::ConnectRequest).unwrap();
-    let reject = CmdReject { conn_id: req.conn_id, pd_len: 4.into(), reserved: 0.into(), private_data: pd_bytes(b"nope") };
+    let reject =
+        CmdReject { conn_id: req.conn_id, pd_len: 4.into(), reserved: 0.into(), private_data: pd_bytes(b"nope") };
     let now = s.sim.now;
     s.sim.b.cmd(now, Cmd::Reject, &reject).unwrap();
     assert_eq!(s.sim.b.cmd(now, Cmd::Reject, &reject), Err(Status::NotFound), "answered already");
@@ -921,8 +937,9 @@ fn injected_rst_is_a_reset_on_both_ends() {
     let done = s.sim.a.rnic.inject(now, s.qa.qpn, Fault::SendRst).unwrap();
     assert_eq!(done.state, Some("ERROR"));
     assert!(done.detail.contains(&format!("RST sent to {}:{PORT}", IPS[1])), "{}", done.detail);
-    assert!(s.sim.run_until(Duration::from_secs(2), |sim| !sim.b.qp_events().is_empty()
-        && !sim.a.qp_events().is_empty()));
+    assert!(s
+        .sim
+        .run_until(Duration::from_secs(2), |sim| !sim.b.qp_events().is_empty() && !sim.a.qp_events().is_empty()));
     // Ours: RESET, detail 1 (we sent it); the peer's: RESET, detail 0.
     assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, QpEvent::Reset as u32, 1)]);
     assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::Reset as u32, 0)]);
@@ -953,8 +970,7 @@ fn injected_terminate_and_crc_report_terminate_events() {
     let done = s.sim.a.rnic.inject(now, s.qa.qpn, Fault::Terminate(code)).unwrap();
     assert!(done.detail.contains("detail 0x1201"), "{}", done.detail);
     let qa = s.qa;
-    assert!(s.sim.run_until(Duration::from_secs(5), |sim| !sim.b.qp_events().is_empty()
-        && qp_error_flag(&sim.a, &qa)));
+    assert!(s.sim.run_until(Duration::from_secs(5), |sim| !sim.b.qp_events().is_empty() && qp_error_flag(&sim.a, &qa)));
     assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, QpEvent::TerminateSent as u32, 0x1201)]);
     assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::TerminateReceived as u32, 0x1201)]);
 
@@ -992,8 +1008,9 @@ fn an_invalidated_stag_fails_the_peers_write() {
     let now = s.sim.now;
     let wqe = rdma_wqe(9, WrOpcode::Write, (a_local, 0, 64), &b_exposed, 0);
     s.sim.a.post_send_wqe(now, &mut s.qa, &wqe);
-    assert!(s.sim.run_until(Duration::from_secs(5), |sim| !sim.a.qp_events().is_empty()
-        && !sim.b.qp_events().is_empty()));
+    assert!(s
+        .sim
+        .run_until(Duration::from_secs(5), |sim| !sim.a.qp_events().is_empty() && !sim.b.qp_events().is_empty()));
     // DDP tagged buffer error, invalid STag: QP_ACCESS_ERR on both sides.
     assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::TerminateSent as u32, 0x1100)]);
     assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, QpEvent::TerminateReceived as u32, 0x1100)]);
@@ -1010,8 +1027,9 @@ fn blackhole_times_out_within_the_tcp_timeout() {
     let now = s.sim.now;
     s.sim.a.rnic.inject(now, s.qa.qpn, Fault::Blackhole(true)).unwrap();
     let start = s.sim.now;
-    assert!(s.sim.run_until(Duration::from_secs(20), |sim| !sim.a.qp_events().is_empty()
-        && !sim.b.qp_events().is_empty()));
+    assert!(s
+        .sim
+        .run_until(Duration::from_secs(20), |sim| !sim.a.qp_events().is_empty() && !sim.b.qp_events().is_empty()));
     let took = s.sim.now - start;
     assert!(took <= Duration::from_millis(15_100) && took >= Duration::from_secs(9), "{took}");
     assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, QpEvent::Timeout as u32, 0)]);
@@ -1045,7 +1063,8 @@ fn device_fatal_flags_everything_and_refuses_commands_until_reset() {
     s.sim.b.post_send_wqe(now, &mut s.qb, &wqe);
     let rcq_status = s.qa.rcq.status;
     assert!(s.sim.run_until(Duration::from_secs(2), |sim| u32::from_le(
-        sim.a.mem.load::<u32>(GuestAddress(rcq_status), Ordering::Acquire).unwrap()) == 1));
+        sim.a.mem.load::<u32>(GuestAddress(rcq_status), Ordering::Acquire).unwrap()
+    ) == 1));
     let done = s.sim.a.rnic.request_device_fatal().unwrap();
     assert!(done.detail.contains("1 QPs -> ERROR"), "{}", done.detail);
     assert_eq!(s.sim.a.rnic.fatal(), Some(Fatal::Pending));
@@ -1053,10 +1072,19 @@ fn device_fatal_flags_everything_and_refuses_commands_until_reset() {
     s.sim.run_for(Duration::from_millis(10));
     assert_eq!(s.sim.a.rnic.fatal(), Some(Fatal::Dead));
     // The event: DEVICE_FATAL, code 1 (injected), detail: QPs ended; no QP events.
-    let fatal: Vec<Event> =
-        s.sim.a.events.iter().filter(|(t, _)| *t == EventType::DeviceFatal).map(|(_, b)| read_struct(b).unwrap()).collect();
+    let fatal: Vec<Event> = s
+        .sim
+        .a
+        .events
+        .iter()
+        .filter(|(t, _)| *t == EventType::DeviceFatal)
+        .map(|(_, b)| read_struct(b).unwrap())
+        .collect();
     assert_eq!(fatal.len(), 1);
-    assert_eq!((fatal[0].handle.to_native(), fatal[0].code.to_native(), fatal[0].detail.to_native()), (0, FATAL_INJECTED, 1));
+    assert_eq!(
+        (fatal[0].handle.to_native(), fatal[0].code.to_native(), fatal[0].detail.to_native()),
+        (0, FATAL_INJECTED, 1)
+    );
     assert!(s.sim.a.qp_events().is_empty());
     // Status pages: QP in ERROR with its flag, every CQ flagged; the CQE
     // written before stays, nothing after.
@@ -1441,13 +1469,18 @@ fn fast_registration_through_the_rings() {
     let mut brcq = s.qb.rcq;
     let c = s.sim.b.poll_cq(&mut brcq)[0];
     assert_eq!((c.wr_id.to_native(), c.status, c.byte_len.to_native()), (300, 0, 16));
-    assert_eq!((c.flags & CqeFlag::Invalidated as u8, c.invalidated_stag.to_native()), (CqeFlag::Invalidated as u8, stag));
+    assert_eq!(
+        (c.flags & CqeFlag::Invalidated as u8, c.invalidated_stag.to_native()),
+        (CqeFlag::Invalidated as u8, stag)
+    );
     assert!(!s.sim.b.rnic.tpt.get(stag).unwrap().valid);
 
     // The next WRITE through it: TERMINATE DDP 1/1/00 (invalid STag).
     let now = s.sim.now;
     s.sim.a.post_send_wqe(now, &mut s.qa, &rdma_wqe(3, WrOpcode::Write, (a_local, 0, 100), &remote, 0));
-    assert!(s.sim.run_until(Duration::from_secs(2), |sim| !sim.b.qp_events().is_empty() && !sim.a.qp_events().is_empty()));
+    assert!(s
+        .sim
+        .run_until(Duration::from_secs(2), |sim| !sim.b.qp_events().is_empty() && !sim.a.qp_events().is_empty()));
     let detail = 1 << 12 | 1 << 8;
     assert_eq!(s.sim.b.qp_events()[0], (s.qb.qpn, QpEvent::TerminateSent as u32, detail));
     assert_eq!(s.sim.a.qp_events()[0], (s.qa.qpn, QpEvent::TerminateReceived as u32, detail));
@@ -1473,7 +1506,10 @@ fn hostile_fast_registrations_are_local_errors() {
         ("u32::MAX pages", |w| RegMrWqe { npages: u32::MAX.into(), length: 100u64.into(), ..w }),
         ("a page list outside guest RAM", |w| RegMrWqe { pbl_addr: (1u64 << 44).into(), ..w }),
         ("a length wrapping the IOVA", |w| RegMrWqe { iova: (u64::MAX - 10).into(), length: 100u64.into(), ..w }),
-        ("the old key", |w| RegMrWqe { stag: (w.stag.to_native().wrapping_sub(1) & 0xff | w.stag.to_native() & !0xff).into(), ..w }),
+        ("the old key", |w| RegMrWqe {
+            stag: (w.stag.to_native().wrapping_sub(1) & 0xff | w.stag.to_native() & !0xff).into(),
+            ..w
+        }),
     ];
     for (what, bad) in cases {
         let mut s = setup(16);
@@ -1494,11 +1530,22 @@ fn hostile_fast_registrations_are_local_errors() {
             ..Default::default()
         };
         s.sim.b.post_send_wqe(now, &mut s.qb, &read_struct::<SqWqe>(bad(good).as_slice()).unwrap());
-        assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.cq_status(&s.qb.scq).prod.to_native() == 1), "{what}");
+        assert!(
+            s.sim.run_until(Duration::from_secs(1), |sim| sim.b.cq_status(&s.qb.scq).prod.to_native() == 1),
+            "{what}"
+        );
         let mut scq = s.qb.scq;
         let c = s.sim.b.poll_cq(&mut scq)[0];
-        assert_eq!((c.wr_id.to_native(), c.opcode, c.status), (9, WcOpcode::RegMr as u8, WcStatus::LocQpOpErr as u8), "{what}");
-        assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.qp_status(&s.qb).state.to_native() == QpState::Error as u32), "{what}");
+        assert_eq!(
+            (c.wr_id.to_native(), c.opcode, c.status),
+            (9, WcOpcode::RegMr as u8, WcStatus::LocQpOpErr as u8),
+            "{what}"
+        );
+        assert!(
+            s.sim.run_until(Duration::from_secs(1), |sim| sim.b.qp_status(&s.qb).state.to_native()
+                == QpState::Error as u32),
+            "{what}"
+        );
         let mr = s.sim.b.rnic.tpt.get(old).expect("the key did not change");
         assert!(!mr.valid, "{what}");
     }

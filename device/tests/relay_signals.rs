@@ -31,7 +31,8 @@ fn interrupt_with(signal: libc::c_int) {
 fn a_message_is_read_across_signals() {
     interrupt_with(libc::SIGUSR1);
     let (qemu, relay_end) = UnixStream::pair().unwrap();
-    let reader = thread::spawn(move || Message::read_from(&relay_end).map(|m| m.map(|m| (m.request(), m.payload().to_vec()))));
+    let reader =
+        thread::spawn(move || Message::read_from(&relay_end).map(|m| m.map(|m| (m.request(), m.payload().to_vec()))));
     let thread = reader.as_pthread_t();
     // The reader blocks in recvmsg: interrupt it there, again and again.
     for _ in 0..20 {

@@ -21,8 +21,8 @@ use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
 use virtio_queue::mock::MockSplitQueue;
 use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 use vmm_sys_util::eventfd::EventFd;
-use vt3d::control::{build_frame, DriverEnd, Key, Refusal};
 use vt3d::abi;
+use vt3d::control::{build_frame, DriverEnd, Key, Refusal};
 use vt3d::nic::Nic;
 use vt3d::uplink::UplinkSpec;
 use vt3d::vhost::relay::RelayEnd;
@@ -59,13 +59,17 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 
 impl Guest {
     /// Negotiates like QEMU and sets up both rings from the mocks.
-    fn boot(sock: UnixStream, rx: &MockSplitQueue<GuestMemoryMmap>, tx: &MockSplitQueue<GuestMemoryMmap>, mem: GuestMemoryMmap) -> Self {
+    fn boot(
+        sock: UnixStream,
+        rx: &MockSplitQueue<GuestMemoryMmap>,
+        tx: &MockSplitQueue<GuestMemoryMmap>,
+        mem: GuestMemoryMmap,
+    ) -> Self {
         let mut frontend = Frontend::from_stream(sock, 2);
         frontend.set_owner().unwrap();
         let features = frontend.get_features().unwrap();
-        let wanted = 1 << VIRTIO_F_VERSION_1
-            | 1 << VIRTIO_NET_F_MRG_RXBUF
-            | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
+        let wanted =
+            1 << VIRTIO_F_VERSION_1 | 1 << VIRTIO_NET_F_MRG_RXBUF | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
         assert_eq!(features & wanted, wanted);
         let protocol = frontend.get_protocol_features().unwrap();
         frontend.set_protocol_features(protocol & VhostUserProtocolFeatures::REPLY_ACK).unwrap();
@@ -112,12 +116,8 @@ fn frames_cross_between_rings_and_uplink() {
     // Guest RAM: a shared file, as QEMU's memory-backend-memfd.
     let file = tempfile::tempfile().unwrap();
     file.set_len(MEM_SIZE as u64).unwrap();
-    let mem = GuestMemoryMmap::from_ranges_with_files(&[(
-        GuestAddress(0),
-        MEM_SIZE,
-        Some(FileOffset::new(file, 0)),
-    )])
-    .unwrap();
+    let mem = GuestMemoryMmap::from_ranges_with_files(&[(GuestAddress(0), MEM_SIZE, Some(FileOffset::new(file, 0)))])
+        .unwrap();
     let rx = MockSplitQueue::create(&mem, GuestAddress(RX_RING), QSIZE);
     let tx = MockSplitQueue::create(&mem, GuestAddress(TX_RING), QSIZE);
     // 8 RX buffers of 1526 bytes, as virtio_net posts with MRG_RXBUF.

@@ -26,11 +26,7 @@
 //! the host anchors: TCP over loopback (std `TcpStream`, 1 MiB writes),
 //! UDP and unix-datagram ping-pong (64 B), and the raw frame rate of each
 //! uplink (1514-octet datagrams, one sender, one receiver).
-#![allow(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddrV4, TcpListener, TcpStream, UdpSocket};
@@ -42,8 +38,8 @@ use std::thread;
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use vt3_iwarp::engine::{
-    ConnectParams, Engine, EngineConfig, EventKind, Io, QpConfig, QpState, RecvWr, SendOpcode,
-    SendWr, Sge, SgeList, WcStatus, LOCAL_WRITE, REMOTE_READ, REMOTE_WRITE,
+    ConnectParams, Engine, EngineConfig, EventKind, Io, QpConfig, QpState, RecvWr, SendOpcode, SendWr, Sge, SgeList,
+    WcStatus, LOCAL_WRITE, REMOTE_READ, REMOTE_WRITE,
 };
 use vt3_iwarp::mock::{MockMemory, MockRegions};
 use vt3_iwarp::sim::{IPS, MACS, PORT};
@@ -165,10 +161,7 @@ const MIB: u64 = 1 << 20;
 fn window_for(mtu: usize) -> usize {
     let truesize = if mtu > 4096 { 16 * 1024 } else { 2304 };
     let default = 106_496 / truesize * (mtu - 40);
-    std::env::var("VT3_BENCH_WINDOW")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
+    std::env::var("VT3_BENCH_WINDOW").ok().and_then(|s| s.parse().ok()).unwrap_or(default)
 }
 
 impl Side {
@@ -177,10 +170,7 @@ impl Side {
         tcp.mtu = mtu;
         tcp.rx_buffer = window_for(mtu).max(4 * mtu);
         tcp.tx_buffer = 256 * 1024;
-        if let Some(us) = std::env::var("VT3_BENCH_ACK_DELAY_US")
-            .ok()
-            .and_then(|s| s.parse::<u64>().ok())
-        {
+        if let Some(us) = std::env::var("VT3_BENCH_ACK_DELAY_US").ok().and_then(|s| s.parse::<u64>().ok()) {
             tcp.ack_delay = (us > 0).then(|| vt3_iwarp::toe::Duration::from_micros(us));
         }
         let now = Instant::from_micros(clock.elapsed().as_micros() as i64);
@@ -204,16 +194,7 @@ impl Side {
     /// Takes in what arrived, runs the engine, sends what it emits.
     fn pump(&mut self) {
         let now = self.now();
-        let Side {
-            engine,
-            link,
-            buf,
-            frames_in,
-            frames_out,
-            memory,
-            regions,
-            ..
-        } = self;
+        let Side { engine, link, buf, frames_in, frames_out, memory, regions, .. } = self;
         for _ in 0..256 {
             let Some(len) = link.recv(buf) else { break };
             *frames_in += 1;
@@ -229,11 +210,7 @@ impl Side {
             *frames_out += 1;
             link.send(frame);
         };
-        let mut io = Io {
-            memory,
-            regions,
-            uplink: &mut uplink,
-        };
+        let mut io = Io { memory, regions, uplink: &mut uplink };
         engine.poll(now, &mut io);
     }
 }
@@ -261,13 +238,7 @@ struct Outcome {
     drops: u64,
 }
 
-fn run_engines(
-    uplink: Uplink,
-    mtu: usize,
-    scenario: Scenario,
-    secs: f64,
-    dir: &std::path::Path,
-) -> Outcome {
+fn run_engines(uplink: Uplink, mtu: usize, scenario: Scenario, secs: f64, dir: &std::path::Path) -> Outcome {
     SEND_STALLS.store(0, Ordering::Relaxed);
     SEND_DROPS.store(0, Ordering::Relaxed);
     let (link_a, link_b) = uplink.pair(dir, &format!("{}-{mtu}-{scenario:?}", uplink.name()));
@@ -281,26 +252,12 @@ fn run_engines(
         thread::spawn(move || {
             let mut b = Side::new(1, link_b, mtu, clock);
             let all = LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ;
-            let mr = b
-                .regions
-                .register_contiguous(PD, all, 0x10_0000, 0x10_0000, MIB);
+            let mr = b.regions.register_contiguous(PD, all, 0x10_0000, 0x10_0000, MIB);
             b.engine.listen(PORT, 4).unwrap();
             b.engine.create_qp(2, QpConfig::new(PD)).unwrap();
-            let small = Sge {
-                addr: 0x10_0000,
-                length: 64,
-                lkey: mr,
-            };
+            let small = Sge { addr: 0x10_0000, length: 64, lkey: mr };
             for i in 0..32 {
-                b.engine
-                    .post_recv(
-                        2,
-                        RecvWr {
-                            wr_id: i,
-                            sges: SgeList::single(small),
-                        },
-                    )
-                    .unwrap();
+                b.engine.post_recv(2, RecvWr { wr_id: i, sges: SgeList::single(small) }).unwrap();
             }
             let mut reply = SendWr::new(0, SendOpcode::Send);
             reply.sges = SgeList::single(small);
@@ -316,15 +273,7 @@ fn run_engines(
                 }
                 while let Some(c) = b.engine.pop_completion() {
                     if c.qpn == 2 && c.opcode == vt3_iwarp::engine::WcOpcode::Recv {
-                        b.engine
-                            .post_recv(
-                                2,
-                                RecvWr {
-                                    wr_id: c.wr_id,
-                                    sges: SgeList::single(small),
-                                },
-                            )
-                            .unwrap();
+                        b.engine.post_recv(2, RecvWr { wr_id: c.wr_id, sges: SgeList::single(small) }).unwrap();
                         b.engine.post_send(2, reply).unwrap();
                     }
                 }
@@ -339,9 +288,7 @@ fn run_engines(
 
     let mut a = Side::new(0, link_a, mtu, clock);
     let all = LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ;
-    let src = a
-        .regions
-        .register_contiguous(PD, all, 0x10_0000, 0x10_0000, MIB);
+    let src = a.regions.register_contiguous(PD, all, 0x10_0000, 0x10_0000, MIB);
     let mut qp = QpConfig::new(PD);
     qp.sq_depth = 64;
     a.engine.create_qp(1, qp).unwrap();
@@ -371,11 +318,7 @@ fn run_engines(
     match scenario {
         Scenario::Write => {
             let mut write = SendWr::new(0, SendOpcode::Write);
-            write.sges = SgeList::single(Sge {
-                addr: 0x10_0000,
-                length: MIB as u32,
-                lkey: src,
-            });
+            write.sges = SgeList::single(Sge { addr: 0x10_0000, length: MIB as u32, lkey: src });
             write.remote_stag = 0x001; // the server's first registration
             write.remote_addr = 0x10_0000;
             let mut in_flight = 0;
@@ -393,11 +336,7 @@ fn run_engines(
                 }
                 let elapsed = start.elapsed();
                 if window.is_none() && elapsed >= warmup {
-                    window = Some((
-                        StdInstant::now(),
-                        placed.load(Ordering::Relaxed),
-                        a.frames_out,
-                    ));
+                    window = Some((StdInstant::now(), placed.load(Ordering::Relaxed), a.frames_out));
                 }
                 if elapsed >= warmup + measure {
                     break;
@@ -410,21 +349,9 @@ fn run_engines(
             outcome.frames_per_sec = (a.frames_out - frames0) as f64 / dt;
         }
         Scenario::PingPong => {
-            let small = Sge {
-                addr: 0x10_0000,
-                length: 64,
-                lkey: src,
-            };
+            let small = Sge { addr: 0x10_0000, length: 64, lkey: src };
             for i in 0..32 {
-                a.engine
-                    .post_recv(
-                        1,
-                        RecvWr {
-                            wr_id: i,
-                            sges: SgeList::single(small),
-                        },
-                    )
-                    .unwrap();
+                a.engine.post_recv(1, RecvWr { wr_id: i, sges: SgeList::single(small) }).unwrap();
             }
             let mut ping = SendWr::new(0, SendOpcode::Send);
             ping.sges = SgeList::single(small);
@@ -439,15 +366,7 @@ fn run_engines(
                     a.pump();
                     while let Some(c) = a.engine.pop_completion() {
                         if c.opcode == vt3_iwarp::engine::WcOpcode::Recv {
-                            a.engine
-                                .post_recv(
-                                    1,
-                                    RecvWr {
-                                        wr_id: c.wr_id,
-                                        sges: SgeList::single(small),
-                                    },
-                                )
-                                .unwrap();
+                            a.engine.post_recv(1, RecvWr { wr_id: c.wr_id, sges: SgeList::single(small) }).unwrap();
                             done = true;
                         }
                     }
@@ -580,19 +499,12 @@ fn frame_rate(uplink: Uplink, size: usize, secs: f64, dir: &std::path::Path) -> 
 }
 
 fn mb(bytes_per_sec: f64) -> String {
-    format!(
-        "{:.0} MB/s ({:.2} Gbit/s)",
-        bytes_per_sec / 1e6,
-        bytes_per_sec * 8.0 / 1e9
-    )
+    format!("{:.0} MB/s ({:.2} Gbit/s)", bytes_per_sec / 1e6, bytes_per_sec * 8.0 / 1e9)
 }
 
 fn main() {
     // `cargo bench` passes `--bench`; a filter argument is ignored.
-    let secs: f64 = std::env::var("VT3_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.6);
+    let secs: f64 = std::env::var("VT3_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(1.6);
     let dir: PathBuf = std::env::temp_dir().join(format!("vt3-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let started = StdInstant::now();
@@ -612,43 +524,23 @@ fn main() {
     }
     let mut pings = Vec::new();
     for uplink in [Uplink::Udp, Uplink::UnixDgram] {
-        pings.push((
-            uplink,
-            run_engines(uplink, 1500, Scenario::PingPong, secs * 0.75, &dir),
-        ));
+        pings.push((uplink, run_engines(uplink, 1500, Scenario::PingPong, secs * 0.75, &dir)));
     }
     let tcp = tcp_loopback(secs);
     let udp_pp = datagram_ping_pong(Uplink::Udp, secs * 0.5, &dir);
     let unix_pp = datagram_ping_pong(Uplink::UnixDgram, secs * 0.5, &dir);
     let mut blast = Vec::new();
     for uplink in [Uplink::Udp, Uplink::UnixDgram] {
-        blast.push((
-            uplink,
-            frame_rate(uplink, 1514, secs * 0.5, &dir),
-            frame_rate(uplink, 9014, secs * 0.5, &dir),
-        ));
+        blast.push((uplink, frame_rate(uplink, 1514, secs * 0.5, &dir), frame_rate(uplink, 9014, secs * 0.5, &dir)));
     }
 
     println!("| measurement | vt3 over udp | vt3 over unix-dgram | host anchor (same run) |");
     println!("|---|---|---|---|");
     for mtu in [1500, 9000] {
-        let get = |u| {
-            rows.iter()
-                .find(|r| r.0 == u && r.1 == mtu)
-                .map(|r| r.2.clone())
-                .unwrap()
-        };
+        let get = |u| rows.iter().find(|r| r.0 == u && r.1 == mtu).map(|r| r.2.clone()).unwrap();
         let (u, x) = (get(Uplink::Udp), get(Uplink::UnixDgram));
-        let anchor = if mtu == 1500 {
-            format!("TCP loopback, 1 MiB writes: {}", mb(tcp))
-        } else {
-            String::new()
-        };
-        println!(
-            "| RDMA WRITE 1 MiB, MTU {mtu} | {} | {} | {anchor} |",
-            mb(u.bytes_per_sec),
-            mb(x.bytes_per_sec)
-        );
+        let anchor = if mtu == 1500 { format!("TCP loopback, 1 MiB writes: {}", mb(tcp)) } else { String::new() };
+        println!("| RDMA WRITE 1 MiB, MTU {mtu} | {} | {} | {anchor} |", mb(u.bytes_per_sec), mb(x.bytes_per_sec));
     }
     let (pu, px) = (&pings[0].1, &pings[1].1);
     println!(
@@ -669,21 +561,12 @@ fn main() {
         );
     }
     for (uplink, o) in &pings {
-        println!(
-            "  ping-pong {:<10}: {} retransmits, {} drops",
-            uplink.name(),
-            o.retransmits,
-            o.drops
-        );
+        println!("  ping-pong {:<10}: {} retransmits, {} drops", uplink.name(), o.retransmits, o.drops);
     }
 
     println!("\nWhat limits the engine:");
     for (uplink, mtu, o) in &rows {
-        let ceiling = blast
-            .iter()
-            .find(|b| b.0 == *uplink)
-            .map(|b| if *mtu == 1500 { b.1 } else { b.2 })
-            .unwrap();
+        let ceiling = blast.iter().find(|b| b.0 == *uplink).map(|b| if *mtu == 1500 { b.1 } else { b.2 }).unwrap();
         let payload = (*mtu - 40 - 30) as f64; // TCP/IP headers, MPA/DDP/CRC overhead per FPDU
         println!(
             "  {:<10} MTU {mtu:>4}: {:>3.0}% of the uplink's raw frame rate ({:.0} k/s); that rate × {:.0} B of payload per frame = {} ceiling{}",
@@ -706,9 +589,6 @@ fn main() {
     println!("  - the TCP window must fit the receiver's socket queue or frames drop and smoltcp's 1 s minimum RTO stalls the flow;");
     println!("  - per frame, besides the syscalls: one copy guest memory → TCP send buffer (FPDU built in place, CRC32c over it),");
     println!("    smoltcp's copy into the frame + checksum, and on receive smoltcp's copy into its buffer, CRC32c, one copy into guest memory.");
-    println!(
-        "\ntotal bench time {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
+    println!("\ntotal bench time {:.1} s", started.elapsed().as_secs_f64());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -22,9 +22,7 @@ fn chunks<'a>(data: &'a [u8], sizes: &'a [u8]) -> Vec<&'a [u8]> {
     let mut rest = data;
     let mut index = 0;
     while !rest.is_empty() {
-        let size = sizes
-            .get(index % sizes.len().max(1))
-            .map_or(rest.len(), |&s| usize::from(s).max(1));
+        let size = sizes.get(index % sizes.len().max(1)).map_or(rest.len(), |&s| usize::from(s).max(1));
         let (head, tail) = rest.split_at(size.min(rest.len()));
         out.push(head);
         rest = tail;
@@ -66,21 +64,14 @@ pub fn mpa_deframer(data: &[u8]) {
     let (expected, error) = deframe(&mut whole, &[stream]);
     let mut split = FpduDeframer::new(max_ulpdu, crc);
     let pieces = chunks(stream, sizes);
-    assert_eq!(
-        deframe(&mut split, &pieces),
-        (expected.clone(), error),
-        "segmentation changed the result"
-    );
+    assert_eq!(deframe(&mut split, &pieces), (expected.clone(), error), "segmentation changed the result");
 
     // Re-framing what came out gives back the same ULPDUs.
     let mut wire = Vec::new();
     for ulpdu in &expected {
         assert!(ulpdu.len() <= usize::from(max_ulpdu));
         let start = wire.len();
-        wire.resize(
-            start + mpa::fpdu_len(u16::try_from(ulpdu.len()).unwrap()),
-            0,
-        );
+        wire.resize(start + mpa::fpdu_len(u16::try_from(ulpdu.len()).unwrap()), 0);
         emit_fpdu(ulpdu, crc, &mut wire[start..]).unwrap();
     }
     let mut again = FpduDeframer::new(max_ulpdu, crc);
@@ -101,37 +92,23 @@ pub fn ddp_rdmap_parse(data: &[u8]) {
     let mut buffer = [0u8; ddp::UNTAGGED_HEADER_LEN];
     let mut emitted = ddp::Packet::new_unchecked(&mut buffer[..header.buffer_len()]);
     header.emit(&mut emitted).expect("a parsed header re-emits");
-    assert_eq!(
-        rdmap::Repr::parse(&ddp::Packet::new_unchecked(&buffer[..])).unwrap(),
-        header
-    );
+    assert_eq!(rdmap::Repr::parse(&ddp::Packet::new_unchecked(&buffer[..])).unwrap(), header);
 
     let payload = packet.payload();
     match header.opcode {
         Opcode::RdmaReadRequest => {
-            if let Ok(request) = ReadRequestRepr::parse(&ReadRequestPacket::new_unchecked(payload))
-            {
+            if let Ok(request) = ReadRequestRepr::parse(&ReadRequestPacket::new_unchecked(payload)) {
                 let mut buffer = [0u8; rdmap::READ_REQUEST_LEN];
-                request
-                    .emit(&mut ReadRequestPacket::new_unchecked(&mut buffer[..]))
-                    .unwrap();
+                request.emit(&mut ReadRequestPacket::new_unchecked(&mut buffer[..])).unwrap();
                 assert_eq!(&buffer[..], &payload[..rdmap::READ_REQUEST_LEN]);
             }
         }
         Opcode::Terminate => {
             if let Ok(term) = terminate::Repr::parse(&terminate::Packet::new_unchecked(payload)) {
-                let _ = (
-                    term.etype_class(),
-                    term.code.description(),
-                    term.code.to_string(),
-                );
+                let _ = (term.etype_class(), term.code.description(), term.code.to_string());
                 let mut buffer = vec![0u8; term.buffer_len()];
-                term.emit(&mut terminate::Packet::new_unchecked(&mut buffer[..]))
-                    .expect("a parsed Terminate re-emits");
-                assert_eq!(
-                    terminate::Repr::parse(&terminate::Packet::new_unchecked(&buffer[..])).unwrap(),
-                    term
-                );
+                term.emit(&mut terminate::Packet::new_unchecked(&mut buffer[..])).expect("a parsed Terminate re-emits");
+                assert_eq!(terminate::Repr::parse(&terminate::Packet::new_unchecked(&buffer[..])).unwrap(), term);
             }
         }
         _ => {}
@@ -150,11 +127,7 @@ pub fn mpa_negotiation(data: &[u8]) {
         ird: u16::from(selector >> 4),
         ord: u16::from(selector & 0x0c),
         peer_to_peer: selector & 0x10 != 0,
-        rtr: RtrSet {
-            send: selector & 0x20 != 0,
-            write: selector & 0x40 != 0,
-            read: selector & 0x80 != 0,
-        },
+        rtr: RtrSet { send: selector & 0x20 != 0, write: selector & 0x40 != 0, read: selector & 0x80 != 0 },
     };
     let (sizes, peer_bytes) = rest.split_at(rest.len().min(8));
     let pieces = chunks(peer_bytes, sizes);
@@ -170,27 +143,18 @@ pub fn mpa_negotiation(data: &[u8]) {
         match result {
             Ok(ResponderEvent::Pending) => continue,
             Ok(ResponderEvent::Request) => {
-                let echo = responder
-                    .request()
-                    .expect("request available")
-                    .private_data
-                    .to_vec();
+                let echo = responder.request().expect("request available").private_data.to_vec();
                 // Our reply carries the enhanced block only if the request
                 // did, so the peer's private data always fits back.
                 let (len, negotiated) = responder.accept(&echo, &mut out).expect("echo fits");
-                let reply =
-                    mpa::Repr::parse(&mpa::Frame::new_checked(&out[..len]).unwrap()).unwrap();
-                assert_eq!(
-                    (reply.kind, reply.reject, reply.markers),
-                    (mpa::FrameKind::Reply, false, false)
-                );
+                let reply = mpa::Repr::parse(&mpa::Frame::new_checked(&out[..len]).unwrap()).unwrap();
+                assert_eq!((reply.kind, reply.reject, reply.markers), (mpa::FrameKind::Reply, false, false));
                 assert!(negotiated.revision <= config.revision);
                 assert_eq!(negotiated.crc, reply.crc);
             }
             Ok(ResponderEvent::Refused(_)) => {
                 let len = responder.reject(&[], &mut out).unwrap();
-                let reply =
-                    mpa::Repr::parse(&mpa::Frame::new_checked(&out[..len]).unwrap()).unwrap();
+                let reply = mpa::Repr::parse(&mpa::Frame::new_checked(&out[..len]).unwrap()).unwrap();
                 assert!(reply.reject);
             }
             Err(error) => {
@@ -211,9 +175,7 @@ pub fn mpa_negotiation(data: &[u8]) {
                 assert!(negotiated.crc || !config.crc);
                 assert_eq!(negotiated.ird, config.ird);
                 assert!(negotiated.ord <= config.ord);
-                assert!(negotiated
-                    .rtr
-                    .is_none_or(|kind| config.peer_to_peer && config.rtr.contains(kind)));
+                assert!(negotiated.rtr.is_none_or(|kind| config.peer_to_peer && config.rtr.contains(kind)));
                 break;
             }
             Ok(InitiatorEvent::Rejected { .. }) => break,
@@ -235,9 +197,7 @@ pub fn mpa_negotiation(data: &[u8]) {
 /// memory outside the regions that allow writes must not change, nothing
 /// may panic, and once the QP is in ERROR no completion may appear.
 pub fn engine_receive(data: &[u8]) {
-    use vt3_iwarp::engine::{
-        QpConfig, QpState, RecvWr, Sge, SgeList, LOCAL_WRITE, REMOTE_READ, REMOTE_WRITE,
-    };
+    use vt3_iwarp::engine::{QpConfig, QpState, RecvWr, Sge, SgeList, LOCAL_WRITE, REMOTE_READ, REMOTE_WRITE};
     use vt3_iwarp::sim::{NodeConfig, Sim, WireConfig, IPS, MACS};
     use vt3_iwarp::toe::{Duration, TcpConfig};
 
@@ -256,11 +216,7 @@ pub fn engine_receive(data: &[u8]) {
     let mut qp = QpConfig::new(1);
     qp.mpa.ird = u16::from((config >> 2) & 3) + 1;
     qp.mpa.crc = crc;
-    let mpa = Config {
-        crc,
-        peer_to_peer: false,
-        ..Config::default()
-    };
+    let mpa = Config { crc, peer_to_peer: false, ..Config::default() };
     let mut sim = Sim::raw_pair(raw, node, WireConfig::default(), 2, qp, mpa);
     assert!(sim.a.negotiated.is_some());
     const RW: u64 = 0x1000;
@@ -268,29 +224,14 @@ pub fn engine_receive(data: &[u8]) {
     const WO: u64 = 0x6000;
     const RECV: u64 = 0x8000;
     let b = &mut sim.b;
-    b.regions
-        .register_contiguous(1, LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ, RW, RW, 8192);
+    b.regions.register_contiguous(1, LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ, RW, RW, 8192);
     b.regions.register_contiguous(1, REMOTE_READ, RO, RO, 4096);
     b.regions.register_contiguous(1, REMOTE_WRITE, WO, WO, 4096);
-    let recv = b
-        .regions
-        .register_contiguous(1, LOCAL_WRITE, RECV, RECV, 4096);
+    let recv = b.regions.register_contiguous(1, LOCAL_WRITE, RECV, RECV, 4096);
     let receives = if config & 16 != 0 { 2 } else { 1 };
     for i in 0..receives {
-        let sge = Sge {
-            addr: RECV + i * 2048,
-            length: 2048,
-            lkey: recv,
-        };
-        b.engine
-            .post_recv(
-                2,
-                RecvWr {
-                    wr_id: i,
-                    sges: SgeList::single(sge),
-                },
-            )
-            .unwrap();
+        let sge = Sge { addr: RECV + i * 2048, length: 2048, lkey: recv };
+        b.engine.post_recv(2, RecvWr { wr_id: i, sges: SgeList::single(sge) }).unwrap();
     }
     let before = b.memory.clone();
     sim.a.send(stream);
@@ -306,11 +247,7 @@ pub fn engine_receive(data: &[u8]) {
         let completions = sim.b.completions.len();
         sim.a.send(stream);
         sim.run_for(Duration::from_secs(1));
-        assert_eq!(
-            sim.b.completions.len(),
-            completions,
-            "completion after ERROR"
-        );
+        assert_eq!(sim.b.completions.len(), completions, "completion after ERROR");
     }
     // Whatever the engine sent back frames cleanly (a TERMINATE at most).
     for ulpdu in sim.a.ulpdus() {

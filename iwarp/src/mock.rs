@@ -5,10 +5,9 @@
 #![allow(clippy::indexing_slicing)] // test support: indexes it just checked
 
 use crate::engine::{
-    bound_state, check_bind, check_fast_reg, check_rereg, check_window_access,
-    check_window_invalidate, read_page_list, reregistered, Access, AccessError, BindError,
-    FastReg, FastRegError, GuestMemory, MemoryError, MemoryRegions, MwBind, MwType, Owner,
-    RegionKind, RegionView, Registration, Rereg, ReregError, Window, WindowView,
+    bound_state, check_bind, check_fast_reg, check_rereg, check_window_access, check_window_invalidate, read_page_list,
+    reregistered, Access, AccessError, BindError, FastReg, FastRegError, GuestMemory, MemoryError, MemoryRegions,
+    MwBind, MwType, Owner, RegionKind, RegionView, Registration, Rereg, ReregError, Window, WindowView,
     REREG_TRANSLATION,
 };
 
@@ -48,17 +47,13 @@ impl MockMemory {
 
     /// The octets at `addr`; empty if out of range.
     pub fn slice(&self, addr: u64, len: usize) -> &[u8] {
-        usize::try_from(addr)
-            .ok()
-            .and_then(|start| self.bytes.get(start..start.checked_add(len)?))
-            .unwrap_or(&[])
+        usize::try_from(addr).ok().and_then(|start| self.bytes.get(start..start.checked_add(len)?)).unwrap_or(&[])
     }
 
     /// Test setup: writes without counting.
     pub fn fill(&mut self, addr: u64, data: &[u8]) {
-        if let Some(target) = usize::try_from(addr)
-            .ok()
-            .and_then(|start| self.bytes.get_mut(start..start.checked_add(data.len())?))
+        if let Some(target) =
+            usize::try_from(addr).ok().and_then(|start| self.bytes.get_mut(start..start.checked_add(data.len())?))
         {
             target.copy_from_slice(data);
         }
@@ -85,10 +80,7 @@ impl GuestMemory for MockMemory {
         let source = usize::try_from(addr)
             .ok()
             .and_then(|start| self.bytes.get(start..start.checked_add(buf.len())?))
-            .ok_or(MemoryError {
-                addr,
-                len: buf.len(),
-            })?;
+            .ok_or(MemoryError { addr, len: buf.len() })?;
         buf.copy_from_slice(source);
         Ok(())
     }
@@ -97,10 +89,7 @@ impl GuestMemory for MockMemory {
         let target = usize::try_from(addr)
             .ok()
             .and_then(|start| self.bytes.get_mut(start..start.checked_add(data.len())?))
-            .ok_or(MemoryError {
-                addr,
-                len: data.len(),
-            })?;
+            .ok_or(MemoryError { addr, len: data.len() })?;
         target.copy_from_slice(data);
         self.written += data.len() as u64;
         Ok(())
@@ -144,12 +133,7 @@ impl MockMr {
     }
 
     /// Bounds of `[iova, iova + len)` in this region, then its pieces.
-    fn place(
-        &self,
-        iova: u64,
-        len: u64,
-        segment: &mut dyn FnMut(u64, u64),
-    ) -> Result<(), AccessError> {
+    fn place(&self, iova: u64, len: u64, segment: &mut dyn FnMut(u64, u64)) -> Result<(), AccessError> {
         let offset = iova.checked_sub(self.iova).ok_or(AccessError::Bounds)?;
         let end = offset.checked_add(len).ok_or(AccessError::Bounds)?;
         if end > self.length {
@@ -268,22 +252,14 @@ impl MockRegions {
             page_offset: 0,
             valid: false,
             fast_reg: None,
-            window: Some(Window {
-                mw_type,
-                mr_stag: 0,
-                qpn: 0,
-            }),
+            window: Some(Window { mw_type, mr_stag: 0, qpn: 0 }),
         })
     }
 
     /// Regions with a valid window bound to them (VT3_CMD_DEREG_MR
     /// refuses to free those).
     pub fn windows_bound_to(&self, mr_stag: u32) -> usize {
-        self.entries
-            .iter()
-            .flatten()
-            .filter(|e| e.valid && e.window.is_some_and(|w| w.mr_stag == mr_stag))
-            .count()
+        self.entries.iter().flatten().filter(|e| e.valid && e.window.is_some_and(|w| w.mr_stag == mr_stag)).count()
     }
 
     /// The host invalidates any region (`vt3d ctl fault invalidate-stag`),
@@ -308,11 +284,7 @@ impl MockRegions {
     /// The rules of [`MemoryRegions::invalidate`]: STag, PD, kind.
     fn check_invalidatable(&self, stag: u32, pdn: u32) -> Result<usize, AccessError> {
         let index = self.index_of(stag).ok_or(AccessError::InvalidStag)?;
-        let mr = self
-            .entries
-            .get(index)
-            .and_then(Option::as_ref)
-            .ok_or(AccessError::InvalidStag)?;
+        let mr = self.entries.get(index).and_then(Option::as_ref).ok_or(AccessError::InvalidStag)?;
         if let Some(window) = mr.window {
             check_window_invalidate(&mr.window_view(window, (stag & 0xff) as u8), pdn)?;
             return Ok(index);
@@ -335,14 +307,7 @@ impl MockRegions {
     }
 
     /// A region over guest-physically contiguous memory at `guest`.
-    pub fn register_contiguous(
-        &mut self,
-        pdn: u32,
-        access: Access,
-        iova: u64,
-        guest: u64,
-        length: u64,
-    ) -> u32 {
+    pub fn register_contiguous(&mut self, pdn: u32, access: Access, iova: u64, guest: u64, length: u64) -> u32 {
         let page_offset = guest % PAGE_SIZE;
         let first = guest - page_offset;
         let count = (page_offset + length).div_ceil(PAGE_SIZE).max(1);
@@ -365,12 +330,7 @@ impl MockRegions {
             (None, None) => RegionKind::Pages,
         };
         check_rereg(kind, windows, rereg)?;
-        let current = Registration {
-            pdn: mr.pdn,
-            access: mr.access,
-            iova: mr.iova,
-            length: mr.length,
-        };
+        let current = Registration { pdn: mr.pdn, access: mr.access, iova: mr.iova, length: mr.length };
         let next = reregistered(current, rereg);
         (mr.pdn, mr.access, mr.iova, mr.length) = (next.pdn, next.access, next.iova, next.length);
         if rereg.change & REREG_TRANSLATION != 0 {
@@ -424,15 +384,10 @@ impl MemoryRegions for MockRegions {
         if let Some(window) = entry.window {
             let view = entry.window_view(window, (stag & 0xff) as u8);
             let mr_stag = check_window_access(&view, owner, iova, len, access)?;
-            let mr = self
-                .get(mr_stag)
-                .filter(|mr| mr.valid && mr.window.is_none())
-                .ok_or(AccessError::InvalidStag)?;
+            let mr = self.get(mr_stag).filter(|mr| mr.valid && mr.window.is_none()).ok_or(AccessError::InvalidStag)?;
             return mr.place(iova, len, segment);
         }
-        let mr = Some(entry)
-            .filter(|mr| mr.valid)
-            .ok_or(AccessError::InvalidStag)?;
+        let mr = Some(entry).filter(|mr| mr.valid).ok_or(AccessError::InvalidStag)?;
         if mr.pdn != owner.pdn {
             return Err(AccessError::WrongPd);
         }
@@ -454,20 +409,11 @@ impl MemoryRegions for MockRegions {
         self.check_invalidatable(stag, pdn).map(|_| ())
     }
 
-    fn fast_register(
-        &mut self,
-        pdn: u32,
-        reg: &FastReg,
-        memory: &dyn GuestMemory,
-    ) -> Result<(), FastRegError> {
+    fn fast_register(&mut self, pdn: u32, reg: &FastReg, memory: &dyn GuestMemory) -> Result<(), FastRegError> {
         let index = (reg.stag >> 8) as usize;
         let no_such = FastRegError::NoSuchMr(reg.stag);
         let current_key = *self.keys.get(index).ok_or(no_such)?;
-        let mr = self
-            .entries
-            .get_mut(index)
-            .and_then(Option::as_mut)
-            .ok_or(no_such)?;
+        let mr = self.entries.get_mut(index).and_then(Option::as_mut).ok_or(no_such)?;
         let max_pages = mr.fast_reg.ok_or(no_such)?;
         if mr.pdn != pdn {
             return Err(FastRegError::WrongPd);
@@ -499,15 +445,12 @@ impl MemoryRegions for MockRegions {
             .get(index)
             .and_then(Option::as_ref)
             .and_then(|e| Some(e.window_view(e.window?, self.keys[index])));
-        let region = self
-            .get(bind.mr_stag)
-            .filter(|mr| mr.valid && mr.window.is_none())
-            .map(|mr| RegionView {
-                pdn: mr.pdn,
-                access: mr.access,
-                iova: mr.iova,
-                length: mr.length,
-            });
+        let region = self.get(bind.mr_stag).filter(|mr| mr.valid && mr.window.is_none()).map(|mr| RegionView {
+            pdn: mr.pdn,
+            access: mr.access,
+            iova: mr.iova,
+            length: mr.length,
+        });
         check_bind(bind, owner, window.as_ref(), region.as_ref())?;
         let (valid, access, iova, length, window) = bound_state(bind, owner);
         if let Some(Some(entry)) = self.entries.get_mut(index) {

@@ -35,8 +35,8 @@
 use thiserror::Error;
 
 use crate::wire::mpa::{
-    self, EnhancedData, Frame, FrameKind, Repr, RtrKind, RtrSet, FRAME_HEADER_LEN, IRD_ORD_MAX,
-    MAX_FRAME_LEN, MAX_PRIVATE_DATA_LEN, REVISION_1, REVISION_2,
+    self, EnhancedData, Frame, FrameKind, Repr, RtrKind, RtrSet, FRAME_HEADER_LEN, IRD_ORD_MAX, MAX_FRAME_LEN,
+    MAX_PRIVATE_DATA_LEN, REVISION_1, REVISION_2,
 };
 use crate::wire::terminate::TermCode;
 use crate::wire::write_slice;
@@ -68,11 +68,7 @@ impl Default for Config {
             ird: 16,
             ord: 16,
             peer_to_peer: true,
-            rtr: RtrSet {
-                send: false,
-                write: true,
-                read: true,
-            },
+            rtr: RtrSet { send: false, write: true, read: true },
         }
     }
 }
@@ -150,10 +146,7 @@ struct FrameReader {
 
 impl FrameReader {
     const fn new() -> Self {
-        FrameReader {
-            buffer: [0; MAX_FRAME_LEN],
-            len: 0,
-        }
+        FrameReader { buffer: [0; MAX_FRAME_LEN], len: 0 }
     }
 
     /// Takes this frame's bytes from `input`; true once it is complete.
@@ -168,9 +161,7 @@ impl FrameReader {
                 }
                 let announced = usize::from(self.frame().private_data_len());
                 if announced > MAX_PRIVATE_DATA_LEN {
-                    return Err(mpa::Error::Malformed(mpa::Malformed::PrivateDataTooLong(
-                        announced,
-                    )));
+                    return Err(mpa::Error::Malformed(mpa::Malformed::PrivateDataTooLong(announced)));
                 }
                 FRAME_HEADER_LEN + announced
             };
@@ -196,9 +187,7 @@ impl FrameReader {
 
 /// RTR choice by preference: zero-length Write, Read, then Send.
 fn preferred_rtr(candidates: RtrSet) -> Option<RtrKind> {
-    [RtrKind::Write, RtrKind::Read, RtrKind::Send]
-        .into_iter()
-        .find(|&kind| candidates.contains(kind))
+    [RtrKind::Write, RtrKind::Read, RtrKind::Send].into_iter().find(|&kind| candidates.contains(kind))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,10 +212,7 @@ pub enum InitiatorEvent<'a> {
     Pending,
     /// Connected. Bytes after the reply are FPDUs. In peer-to-peer mode the
     /// `rtr` message must be our first FPDU.
-    Established {
-        negotiated: Negotiated,
-        private_data: &'a [u8],
-    },
+    Established { negotiated: Negotiated, private_data: &'a [u8] },
     /// The responder's ULP rejected the connection: close.
     Rejected { private_data: &'a [u8] },
 }
@@ -234,11 +220,7 @@ pub enum InitiatorEvent<'a> {
 impl Initiator {
     pub fn new(config: Config) -> Result<Self, Error> {
         config.validate()?;
-        Ok(Initiator {
-            config,
-            state: InitiatorState::Start,
-            reader: FrameReader::new(),
-        })
+        Ok(Initiator { config, state: InitiatorState::Start, reader: FrameReader::new() })
     }
 
     /// The RTR messages we offer: peer-to-peer needs at least one.
@@ -292,20 +274,13 @@ impl Initiator {
         let config = self.config;
         let reply = Repr::parse(&self.reader.frame())?;
         if reply.kind != FrameKind::Reply {
-            return Err(Error::WrongFrame {
-                expected: FrameKind::Reply,
-            });
+            return Err(Error::WrongFrame { expected: FrameKind::Reply });
         }
         if reply.revision > config.revision {
-            return Err(Error::RevisionMismatch {
-                requested: config.revision,
-                replied: reply.revision,
-            });
+            return Err(Error::RevisionMismatch { requested: config.revision, replied: reply.revision });
         }
         if reply.reject {
-            return Ok(InitiatorEvent::Rejected {
-                private_data: reply.private_data,
-            });
+            return Ok(InitiatorEvent::Rejected { private_data: reply.private_data });
         }
         if reply.markers {
             return Err(Error::MarkersRequired);
@@ -319,22 +294,15 @@ impl Initiator {
         };
         if let Some(peer) = reply.enhanced {
             if peer.ord > config.ird {
-                return Err(Error::InsufficientIrd {
-                    peer_ord: peer.ord,
-                    our_ird: config.ird,
-                });
+                return Err(Error::InsufficientIrd { peer_ord: peer.ord, our_ird: config.ird });
             }
             negotiated.ord = config.ord.min(peer.ird);
             if let (Some(offer), true) = (self.rtr_offer(), peer.peer_to_peer) {
-                let chosen =
-                    preferred_rtr(peer.rtr.intersect(offer)).ok_or(Error::NoMatchingRtr)?;
+                let chosen = preferred_rtr(peer.rtr.intersect(offer)).ok_or(Error::NoMatchingRtr)?;
                 negotiated.rtr = Some(chosen);
             }
         }
-        Ok(InitiatorEvent::Established {
-            negotiated,
-            private_data: reply.private_data,
-        })
+        Ok(InitiatorEvent::Established { negotiated, private_data: reply.private_data })
     }
 }
 
@@ -389,12 +357,7 @@ pub enum ResponderEvent {
 impl Responder {
     pub fn new(config: Config) -> Result<Self, Error> {
         config.validate()?;
-        Ok(Responder {
-            config,
-            state: ResponderState::AwaitingRequest,
-            reader: FrameReader::new(),
-            plan: None,
-        })
+        Ok(Responder { config, state: ResponderState::AwaitingRequest, reader: FrameReader::new(), plan: None })
     }
 
     /// Feeds bytes from the initiator, consuming at most the request frame.
@@ -414,9 +377,7 @@ impl Responder {
         let config = self.config;
         let request = Repr::parse(&self.reader.frame())?;
         if request.kind != FrameKind::Request {
-            return Err(Error::WrongFrame {
-                expected: FrameKind::Request,
-            });
+            return Err(Error::WrongFrame { expected: FrameKind::Request });
         }
         let mut plan = ReplyPlan {
             enhanced: None,
@@ -431,20 +392,13 @@ impl Responder {
         let refusal = if request.markers {
             Some(Refusal::Markers)
         } else {
-            match request
-                .enhanced
-                .filter(|_| plan.negotiated.revision == REVISION_2)
-            {
+            match request.enhanced.filter(|_| plan.negotiated.revision == REVISION_2) {
                 Some(peer) => {
                     let negotiated = &mut plan.negotiated;
                     negotiated.ord = config.ord.min(peer.ird);
                     let mut refusal = None;
                     if peer.peer_to_peer && config.peer_to_peer {
-                        let offered = if peer.rtr.is_empty() {
-                            RtrSet::only(RtrKind::Write)
-                        } else {
-                            peer.rtr
-                        };
+                        let offered = if peer.rtr.is_empty() { RtrSet::only(RtrKind::Write) } else { peer.rtr };
                         negotiated.rtr = preferred_rtr(offered.intersect(config.rtr));
                         refusal = negotiated.rtr.is_none().then_some(Refusal::NoMatchingRtr);
                     }
@@ -475,24 +429,16 @@ impl Responder {
     /// The received request (revision, CRC, markers, RFC 6581 data, ULP private data).
     pub fn request(&self) -> Option<Repr<'_>> {
         match self.state {
-            ResponderState::RequestReceived | ResponderState::Refused => {
-                Repr::parse(&self.reader.frame()).ok()
-            }
+            ResponderState::RequestReceived | ResponderState::Refused => Repr::parse(&self.reader.frame()).ok(),
             ResponderState::AwaitingRequest | ResponderState::Done => None,
         }
     }
 
     /// Accepts with the ULP's private data: writes the reply into `out` and
     /// returns its length and the connection parameters.
-    pub fn accept(
-        &mut self,
-        private_data: &[u8],
-        out: &mut [u8],
-    ) -> Result<(usize, Negotiated), Error> {
+    pub fn accept(&mut self, private_data: &[u8], out: &mut [u8]) -> Result<(usize, Negotiated), Error> {
         if self.state != ResponderState::RequestReceived {
-            return Err(Error::InvalidState(
-                "accept needs a pending, acceptable request",
-            ));
+            return Err(Error::InvalidState("accept needs a pending, acceptable request"));
         }
         let plan = self.plan.ok_or(Error::InvalidState("no reply plan"))?;
         let len = self.write_reply(&plan, false, private_data, out)?;
@@ -503,10 +449,7 @@ impl Responder {
     /// Rejects (ULP decision, or after [`ResponderEvent::Refused`]): writes
     /// a reply with R set into `out`; then close the connection.
     pub fn reject(&mut self, private_data: &[u8], out: &mut [u8]) -> Result<usize, Error> {
-        if !matches!(
-            self.state,
-            ResponderState::RequestReceived | ResponderState::Refused
-        ) {
+        if !matches!(self.state, ResponderState::RequestReceived | ResponderState::Refused) {
             return Err(Error::InvalidState("reject needs a pending request"));
         }
         let plan = self.plan.ok_or(Error::InvalidState("no reply plan"))?;
@@ -515,13 +458,7 @@ impl Responder {
         Ok(len)
     }
 
-    fn write_reply(
-        &self,
-        plan: &ReplyPlan,
-        reject: bool,
-        private_data: &[u8],
-        out: &mut [u8],
-    ) -> Result<usize, Error> {
+    fn write_reply(&self, plan: &ReplyPlan, reject: bool, private_data: &[u8], out: &mut [u8]) -> Result<usize, Error> {
         let reply = Repr {
             kind: FrameKind::Reply,
             markers: false,
@@ -541,27 +478,18 @@ mod tests {
     #![allow(clippy::indexing_slicing, clippy::unwrap_used)]
     use super::*;
 
-    fn connect(
-        initiator: Config,
-        responder: Config,
-    ) -> (Result<Negotiated, Error>, Option<Negotiated>) {
+    fn connect(initiator: Config, responder: Config) -> (Result<Negotiated, Error>, Option<Negotiated>) {
         let mut active = Initiator::new(initiator).unwrap();
         let mut passive = Responder::new(responder).unwrap();
         let mut wire = [0u8; MAX_FRAME_LEN];
         let len = active.write_request(b"ping", &mut wire).unwrap();
         let mut input = &wire[..len];
-        assert_eq!(
-            passive.receive(&mut input).unwrap(),
-            ResponderEvent::Request
-        );
+        assert_eq!(passive.receive(&mut input).unwrap(), ResponderEvent::Request);
         assert_eq!(passive.request().unwrap().private_data, b"ping");
         let (len, server) = passive.accept(b"pong", &mut wire).unwrap();
         let mut input = &wire[..len];
         let client = match active.receive(&mut input) {
-            Ok(InitiatorEvent::Established {
-                negotiated,
-                private_data,
-            }) => {
+            Ok(InitiatorEvent::Established { negotiated, private_data }) => {
                 assert_eq!(private_data, b"pong");
                 Ok(negotiated)
             }
@@ -584,29 +512,13 @@ mod tests {
     fn wrong_state_calls_are_errors() {
         let mut active = Initiator::new(Config::default()).unwrap();
         let mut input: &[u8] = &[];
-        assert!(matches!(
-            active.receive(&mut input),
-            Err(Error::InvalidState(_))
-        ));
+        assert!(matches!(active.receive(&mut input), Err(Error::InvalidState(_))));
         let mut passive = Responder::new(Config::default()).unwrap();
-        assert!(matches!(
-            passive.accept(&[], &mut [0u8; 64]),
-            Err(Error::InvalidState(_))
-        ));
-        assert!(matches!(
-            passive.reject(&[], &mut [0u8; 64]),
-            Err(Error::InvalidState(_))
-        ));
+        assert!(matches!(passive.accept(&[], &mut [0u8; 64]), Err(Error::InvalidState(_))));
+        assert!(matches!(passive.reject(&[], &mut [0u8; 64]), Err(Error::InvalidState(_))));
         assert!(passive.request().is_none());
-        let bad = Config {
-            ird: 0x4000,
-            ..Config::default()
-        };
+        let bad = Config { ird: 0x4000, ..Config::default() };
         assert!(Responder::new(bad).is_err());
-        assert!(Initiator::new(Config {
-            revision: 3,
-            ..Config::default()
-        })
-        .is_err());
+        assert!(Initiator::new(Config { revision: 3, ..Config::default() }).is_err());
     }
 }

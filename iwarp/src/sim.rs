@@ -11,10 +11,7 @@ use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 use std::net::{Ipv4Addr, SocketAddrV4};
 
-use crate::engine::{
-    Completion, ConnId, ConnectParams, Engine, EngineConfig, Event, EventKind, Io, QpConfig,
-    QpState,
-};
+use crate::engine::{Completion, ConnId, ConnectParams, Engine, EngineConfig, Event, EventKind, Io, QpConfig, QpState};
 use crate::mock::{MockMemory, MockRegions};
 use crate::negotiation::{self, Initiator, InitiatorEvent, Negotiated};
 use crate::stream::{emit_fpdu, FpduDeframer};
@@ -198,9 +195,7 @@ impl Wire {
             if self.rng.chance(config.reorder_ppm) {
                 // Held back: later frames overtake it.
                 self.stats.reordered += 1;
-                at += Duration::from_micros(
-                    1 + self.rng.below(config.reorder_window.total_micros().max(1)),
-                );
+                at += Duration::from_micros(1 + self.rng.below(config.reorder_window.total_micros().max(1)));
             } else {
                 at = at.max(self.last_at[to & 1]);
                 self.last_at[to & 1] = at;
@@ -209,12 +204,7 @@ impl Wire {
             buffer.clear();
             buffer.extend_from_slice(frame);
             self.seq += 1;
-            self.heap.push(InFlight {
-                at,
-                seq: self.seq,
-                to: to & 1,
-                frame: buffer,
-            });
+            self.heap.push(InFlight { at, seq: self.seq, to: to & 1, frame: buffer });
         }
     }
 
@@ -252,10 +242,7 @@ pub trait Endpoint {
 }
 
 /// The addresses of endpoint 0 and 1.
-pub const MACS: [MacAddr; 2] = [
-    [0x52, 0x54, 0, 0x76, 0x33, 1],
-    [0x52, 0x54, 0, 0x76, 0x33, 2],
-];
+pub const MACS: [MacAddr; 2] = [[0x52, 0x54, 0, 0x76, 0x33, 1], [0x52, 0x54, 0, 0x76, 0x33, 2]];
 pub const IPS: [Ipv4Addr; 2] = [Ipv4Addr::new(10, 33, 0, 1), Ipv4Addr::new(10, 33, 0, 2)];
 /// The port the helpers listen on (iWARP has no well-known port; this is rping's).
 pub const PORT: u16 = 7174;
@@ -275,10 +262,7 @@ pub struct Node {
 
 impl core::fmt::Debug for Node {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Node")
-            .field("index", &self.index)
-            .field("engine", &self.engine)
-            .finish()
+        f.debug_struct("Node").field("index", &self.index).field("engine", &self.engine).finish()
     }
 }
 
@@ -294,11 +278,7 @@ impl NodeConfig {
     pub fn new(index: usize) -> Self {
         let mut tcp = TcpConfig::new(MACS[index & 1], IPS[index & 1]);
         tcp.seed = 0x5eed + index as u64;
-        NodeConfig {
-            tcp,
-            engine: EngineConfig::default(),
-            memory: 1 << 20,
-        }
+        NodeConfig { tcp, engine: EngineConfig::default(), memory: 1 << 20 }
     }
 }
 
@@ -330,11 +310,7 @@ impl Node {
 
     /// Events about QP `qpn` recorded so far (not taken).
     pub fn qp_events(&self, qpn: u32) -> Vec<EventKind> {
-        self.events
-            .iter()
-            .filter(|e| e.qpn == Some(qpn))
-            .map(|e| e.kind.clone())
-            .collect()
+        self.events.iter().filter(|e| e.qpn == Some(qpn)).map(|e| e.kind.clone()).collect()
     }
 
     /// The first pending connection request, if one arrived.
@@ -373,11 +349,7 @@ impl Endpoint for Node {
     }
 
     fn poll(&mut self, now: Instant, tx: &mut dyn FnMut(&[u8])) {
-        let mut io = Io {
-            memory: &mut self.memory,
-            regions: &mut self.regions,
-            uplink: tx,
-        };
+        let mut io = Io { memory: &mut self.memory, regions: &mut self.regions, uplink: tx };
         self.engine.poll(now, &mut io);
         self.drain();
     }
@@ -408,10 +380,7 @@ pub struct RawPeer {
 
 impl core::fmt::Debug for RawPeer {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("RawPeer")
-            .field("sock", &self.sock)
-            .field("negotiated", &self.negotiated)
-            .finish()
+        f.debug_struct("RawPeer").field("sock", &self.sock).field("negotiated", &self.negotiated).finish()
     }
 }
 
@@ -520,10 +489,7 @@ impl Endpoint for RawPeer {
     fn poll(&mut self, now: Instant, tx: &mut dyn FnMut(&[u8])) {
         self.toe.egress(now, tx);
         let Some(sock) = self.sock else { return };
-        let established = matches!(
-            self.toe.status(sock),
-            Some(LinkStatus::Established | LinkStatus::PeerClosed)
-        );
+        let established = matches!(self.toe.status(sock), Some(LinkStatus::Established | LinkStatus::PeerClosed));
         if established && !self.request_sent {
             if let Some(initiator) = self.initiator.as_mut() {
                 let mut request = [0u8; MAX_FRAME_LEN];
@@ -533,24 +499,13 @@ impl Endpoint for RawPeer {
             }
             self.request_sent = true;
         }
-        let RawPeer {
-            toe,
-            initiator,
-            negotiated,
-            rejected,
-            mpa_error,
-            received,
-            raw,
-            ..
-        } = self;
+        let RawPeer { toe, initiator, negotiated, rejected, mpa_error, received, raw, .. } = self;
         let _ = toe.recv(sock, &mut |data| {
             let mut input = data;
             if negotiated.is_none() && !*rejected && mpa_error.is_none() {
                 if let Some(initiator) = initiator.as_mut() {
                     match initiator.receive(&mut input) {
-                        Ok(InitiatorEvent::Established { negotiated: n, .. }) => {
-                            *negotiated = Some(n)
-                        }
+                        Ok(InitiatorEvent::Established { negotiated: n, .. }) => *negotiated = Some(n),
                         Ok(InitiatorEvent::Rejected { .. }) => *rejected = true,
                         Ok(InitiatorEvent::Pending) => {}
                         Err(error) => *mpa_error = Some(error),
@@ -602,10 +557,7 @@ pub struct Sim<A: Endpoint, B: Endpoint> {
 
 impl<A: Endpoint, B: Endpoint> core::fmt::Debug for Sim<A, B> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Sim")
-            .field("now", &self.now)
-            .field("wire", &self.wire.stats)
-            .finish()
+        f.debug_struct("Sim").field("now", &self.now).field("wire", &self.wire.stats).finish()
     }
 }
 
@@ -614,13 +566,7 @@ pub const START: Instant = Instant::from_millis_const(1_000);
 
 impl<A: Endpoint, B: Endpoint> Sim<A, B> {
     pub fn new(a: A, b: B, wire: WireConfig) -> Self {
-        Sim {
-            a,
-            b,
-            wire: Wire::new(wire),
-            now: START,
-            steps: 0,
-        }
+        Sim { a, b, wire: Wire::new(wire), now: START, steps: 0 }
     }
 
     fn poll_both(&mut self) {
@@ -661,21 +607,10 @@ impl<A: Endpoint, B: Endpoint> Sim<A, B> {
                 continue;
             }
             let now = self.now;
-            let next = [
-                self.wire.next_at(),
-                self.a.poll_at(now),
-                self.b.poll_at(now),
-            ]
-            .into_iter()
-            .flatten()
-            .min();
+            let next = [self.wire.next_at(), self.a.poll_at(now), self.b.poll_at(now)].into_iter().flatten().min();
             match next {
                 Some(at) if at <= end => {
-                    self.now = if at > now {
-                        at
-                    } else {
-                        now + Duration::from_micros(100)
-                    };
+                    self.now = if at > now { at } else { now + Duration::from_micros(100) };
                 }
                 _ => {
                     self.now = end;
@@ -701,13 +636,7 @@ impl Sim<Node, Node> {
     /// Connects QP `qpn_a` on A (from `local_port`) to QP `qpn_b` on B
     /// (listening on [`PORT`] with `backlog`): creates both QPs with
     /// `config`, runs until both are RTS. The private data is `b"vt3"`.
-    pub fn connect_qps(
-        &mut self,
-        qpn_a: u32,
-        qpn_b: u32,
-        local_port: u16,
-        config: QpConfig,
-    ) -> bool {
+    pub fn connect_qps(&mut self, qpn_a: u32, qpn_b: u32, local_port: u16, config: QpConfig) -> bool {
         self.start_connect(qpn_a, qpn_b, local_port, config);
         self.run_until(Duration::from_secs(30), |sim| {
             sim.accept_requests(config);
@@ -746,9 +675,7 @@ impl Sim<Node, Node> {
             .iter()
             .enumerate()
             .filter_map(|(i, e)| match &e.kind {
-                EventKind::ConnectRequest(request) => {
-                    Some((i, e.conn?, request.private_data.clone()))
-                }
+                EventKind::ConnectRequest(request) => Some((i, e.conn?, request.private_data.clone())),
                 _ => None,
             })
             .collect();
@@ -788,19 +715,10 @@ impl Sim<RawPeer, Node> {
         let _ = sim.b.engine.listen(PORT, 8);
         let _ = sim.b.engine.create_qp(qpn, qp);
         let now = sim.now;
-        sim.a.connect(
-            now,
-            40_000,
-            SocketAddrV4::new(IPS[1], PORT),
-            MACS[1],
-            mpa,
-            b"raw",
-        );
+        sim.a.connect(now, 40_000, SocketAddrV4::new(IPS[1], PORT), MACS[1], mpa, b"raw");
         sim.run_until(Duration::from_secs(10), |sim| {
             if let Some(conn) = sim.b.connect_request() {
-                sim.b
-                    .events
-                    .retain(|e| !matches!(e.kind, EventKind::ConnectRequest(_)));
+                sim.b.events.retain(|e| !matches!(e.kind, EventKind::ConnectRequest(_)));
                 let now = sim.now;
                 if let Err(error) = sim.b.engine.accept(now, conn, qpn, b"ok") {
                     panic!("accept: {error}");

@@ -72,10 +72,7 @@ impl FpduDeframer {
     ///
     /// The returned slice borrows either `input`'s data or the deframer, so
     /// it lives until the next call.
-    pub fn next_ulpdu<'r, 'i: 'r>(
-        &'r mut self,
-        input: &mut &'i [u8],
-    ) -> Result<Option<&'r [u8]>, Error> {
+    pub fn next_ulpdu<'r, 'i: 'r>(&'r mut self, input: &mut &'i [u8]) -> Result<Option<&'r [u8]>, Error> {
         if let Some(error) = self.failed {
             return Err(error);
         }
@@ -91,9 +88,7 @@ impl FpduDeframer {
                 Ok(Some(total)) => {
                     if let Some((fpdu, rest)) = available.split_at_checked(total) {
                         *input = rest;
-                        return validate(fpdu, self.crc_enabled)
-                            .map(Some)
-                            .map_err(|error| self.fail(error));
+                        return validate(fpdu, self.crc_enabled).map(Some).map_err(|error| self.fail(error));
                     }
                 }
                 Ok(None) => {}
@@ -121,8 +116,7 @@ impl FpduDeframer {
     /// ULPDU_Length field, then up to the end of the FPDU it announces.
     fn gather<'i>(&mut self, input: &mut &'i [u8]) -> Result<(), Error> {
         loop {
-            let target =
-                announced_len(&self.partial, self.max_ulpdu_len)?.unwrap_or(FPDU_HEADER_LEN);
+            let target = announced_len(&self.partial, self.max_ulpdu_len)?.unwrap_or(FPDU_HEADER_LEN);
             let before = self.partial.len();
             let available: &'i [u8] = input;
             let wanted = target.saturating_sub(before).min(available.len());
@@ -135,8 +129,7 @@ impl FpduDeframer {
             }
             self.partial.extend_from_slice(taken);
             *input = rest;
-            let header_just_completed =
-                before < FPDU_HEADER_LEN && self.partial.len() == FPDU_HEADER_LEN;
+            let header_just_completed = before < FPDU_HEADER_LEN && self.partial.len() == FPDU_HEADER_LEN;
             if !header_just_completed {
                 return Ok(());
             }
@@ -227,15 +220,8 @@ mod tests {
         let mut deframer = FpduDeframer::new(100, true);
         let mut input = &wire[..a + b];
         let first = deframer.next_ulpdu(&mut input).unwrap().unwrap();
-        assert_eq!(
-            first.as_ptr(),
-            wire[2..].as_ptr(),
-            "borrowed from the input"
-        );
-        assert_eq!(
-            deframer.next_ulpdu(&mut input).unwrap(),
-            Some(&[2u8; 8][..])
-        );
+        assert_eq!(first.as_ptr(), wire[2..].as_ptr(), "borrowed from the input");
+        assert_eq!(deframer.next_ulpdu(&mut input).unwrap(), Some(&[2u8; 8][..]));
         assert_eq!(deframer.next_ulpdu(&mut input).unwrap(), None);
         assert_eq!(deframer.buffered(), 0);
     }
@@ -256,13 +242,7 @@ mod tests {
     fn errors_are_sticky() {
         let mut deframer = FpduDeframer::new(4, true);
         let error = drain(&mut deframer, &[0, 5]).unwrap_err();
-        assert_eq!(
-            error,
-            Error::Malformed(Malformed::UlpduTooLong {
-                length: 5,
-                limit: 4
-            })
-        );
+        assert_eq!(error, Error::Malformed(Malformed::UlpduTooLong { length: 5, limit: 4 }));
         assert_eq!(drain(&mut deframer, &[]).unwrap_err(), error);
 
         let mut wire = [0u8; 8];
@@ -270,14 +250,8 @@ mod tests {
         wire[7] ^= 0x80;
         let mut deframer = FpduDeframer::new(4, true);
         assert!(matches!(drain(&mut deframer, &wire[..5]), Ok(ref v) if v.is_empty()));
-        assert!(matches!(
-            drain(&mut deframer, &wire[5..]),
-            Err(Error::Crc { .. })
-        ));
-        assert!(matches!(
-            drain(&mut deframer, &wire),
-            Err(Error::Crc { .. })
-        ));
+        assert!(matches!(drain(&mut deframer, &wire[5..]), Err(Error::Crc { .. })));
+        assert!(matches!(drain(&mut deframer, &wire), Err(Error::Crc { .. })));
     }
 
     #[test]
@@ -289,9 +263,6 @@ mod tests {
         emit_fpdu(b"xyz", true, &mut emitted).unwrap();
         assert_eq!(out, emitted);
         assert_eq!(seal_fpdu(&mut out[..11], 3, true), Err(Error::Truncated));
-        assert_eq!(
-            emit_fpdu(b"xyz", true, &mut out[..11]),
-            Err(Error::Truncated)
-        );
+        assert_eq!(emit_fpdu(b"xyz", true, &mut out[..11]), Err(Error::Truncated));
     }
 }

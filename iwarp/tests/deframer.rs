@@ -113,10 +113,7 @@ fn any_corrupted_byte_after_the_length_is_a_crc_error() {
             let mut deframer = FpduDeframer::new(MAX_ULPDU, true);
             let (got, error) = deframe(&mut deframer, bad.chunks(size));
             assert!(got.is_empty());
-            assert!(
-                matches!(error, Some(Error::Crc { .. })),
-                "offset {at}: {error:?}"
-            );
+            assert!(matches!(error, Some(Error::Crc { .. })), "offset {at}: {error:?}");
             // The stream stays failed.
             let mut empty: &[u8] = &[];
             assert_eq!(deframer.next_ulpdu(&mut empty), Err(error.unwrap()));
@@ -139,18 +136,9 @@ fn an_oversized_length_is_refused_before_buffering() {
         let mut deframer = FpduDeframer::new(MAX_ULPDU, true);
         let (got, error) = deframe(&mut deframer, wire.chunks(size));
         assert!(got.is_empty());
-        assert_eq!(
-            error,
-            Some(Error::Malformed(Malformed::UlpduTooLong {
-                length: 1455,
-                limit: 1454
-            }))
-        );
+        assert_eq!(error, Some(Error::Malformed(Malformed::UlpduTooLong { length: 1455, limit: 1454 })));
         assert!(deframer.buffered() <= 2);
-        assert_eq!(
-            error.unwrap().term_code(),
-            vt3_iwarp::wire::terminate::TermCode::LlpMarkerUlpduLengthMismatch
-        );
+        assert_eq!(error.unwrap().term_code(), vt3_iwarp::wire::terminate::TermCode::LlpMarkerUlpduLengthMismatch);
     }
     // The largest length the 16-bit field can carry is fine when allowed.
     let ulpdu = vec![7u8; usize::from(u16::MAX)];

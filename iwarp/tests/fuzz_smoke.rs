@@ -2,11 +2,7 @@
 //! the fuzz logic (and the crate's no-panic promise) is exercised by every
 //! `cargo test`, without nightly or libFuzzer. Inputs are random bytes and
 //! valid units with random damage, which reach deeper than noise alone.
-#![allow(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
 mod common;
 #[path = "../fuzz/harness.rs"]
@@ -56,17 +52,10 @@ fn mpa_deframer() {
             for _ in 0..rng.below(6) {
                 let ulpdu = rng.some_bytes(max + 1);
                 let start = wire.len();
-                wire.resize(
-                    start + mpa::fpdu_len(u16::try_from(ulpdu.len()).unwrap()),
-                    0,
-                );
+                wire.resize(start + mpa::fpdu_len(u16::try_from(ulpdu.len()).unwrap()), 0);
                 emit_fpdu(&ulpdu, crc, &mut wire[start..]).unwrap();
             }
-            input.extend(if round % 3 == 1 {
-                wire
-            } else {
-                damage(&mut rng, wire)
-            });
+            input.extend(if round % 3 == 1 { wire } else { damage(&mut rng, wire) });
         }
         harness::mpa_deframer(&input);
     }
@@ -75,25 +64,14 @@ fn mpa_deframer() {
 fn random_segment(rng: &mut Rng) -> Vec<u8> {
     let (opcode, _) = rdmap::OPCODES[rng.below(rdmap::OPCODES.len())];
     let placement = match opcode.transport() {
-        rdmap::Transport::Tagged => rdmap::Placement::Tagged {
-            stag: rng.u32(),
-            offset: rng.next_u64(),
-        },
-        rdmap::Transport::Untagged { .. } => rdmap::Placement::Untagged {
-            msn: rng.u32(),
-            offset: rng.u32(),
-            invalidate_stag: rng.u32(),
-        },
+        rdmap::Transport::Tagged => rdmap::Placement::Tagged { stag: rng.u32(), offset: rng.next_u64() },
+        rdmap::Transport::Untagged { .. } => {
+            rdmap::Placement::Untagged { msn: rng.u32(), offset: rng.u32(), invalidate_stag: rng.u32() }
+        }
     };
-    let header = rdmap::Repr {
-        opcode,
-        last: rng.bool(),
-        placement,
-    };
+    let header = rdmap::Repr { opcode, last: rng.bool(), placement };
     let mut segment = vec![0u8; header.buffer_len()];
-    header
-        .emit(&mut ddp::Packet::new_unchecked(&mut segment[..]))
-        .unwrap();
+    header.emit(&mut ddp::Packet::new_unchecked(&mut segment[..])).unwrap();
     match opcode {
         rdmap::Opcode::Terminate => {
             let codes: Vec<_> = terminate::TermCode::registered().collect();
@@ -107,8 +85,7 @@ fn random_segment(rng: &mut Rng) -> Vec<u8> {
             };
             let start = segment.len();
             segment.resize(start + term.buffer_len(), 0);
-            term.emit(&mut terminate::Packet::new_unchecked(&mut segment[start..]))
-                .unwrap();
+            term.emit(&mut terminate::Packet::new_unchecked(&mut segment[start..])).unwrap();
         }
         _ => segment.extend(rng.some_bytes(40)),
     }
@@ -135,11 +112,7 @@ fn random_frame(rng: &mut Rng) -> Vec<u8> {
     let revision = 1 + u8::from(rng.bool());
     let private_data = rng.some_bytes(40);
     let repr = mpa::Repr {
-        kind: if rng.bool() {
-            FrameKind::Reply
-        } else {
-            FrameKind::Request
-        },
+        kind: if rng.bool() { FrameKind::Reply } else { FrameKind::Request },
         markers: rng.below(8) == 0,
         crc: rng.bool(),
         reject: rng.below(8) == 0,
@@ -148,11 +121,7 @@ fn random_frame(rng: &mut Rng) -> Vec<u8> {
             ird: rng.u16() & 0x3f,
             ord: rng.u16() & 0x3f,
             peer_to_peer: rng.bool(),
-            rtr: RtrSet {
-                send: rng.bool(),
-                write: rng.bool(),
-                read: rng.bool(),
-            },
+            rtr: RtrSet { send: rng.bool(), write: rng.bool(), read: rng.bool() },
         }),
         private_data: &private_data,
     };
@@ -178,9 +147,7 @@ fn mpa_negotiation() {
                 // Our own request, as a responder would receive it.
                 let mut initiator = Initiator::new(Config::default()).unwrap();
                 let mut out = [0u8; 64];
-                let len = initiator
-                    .write_request(&rng.some_bytes(20), &mut out)
-                    .unwrap();
+                let len = initiator.write_request(&rng.some_bytes(20), &mut out).unwrap();
                 input.extend(damage(&mut rng, out[..len].to_vec()));
             }
         }
@@ -198,28 +165,13 @@ fn plausible_segment(rng: &mut Rng, msn: &mut [u32; 3]) -> Vec<u8> {
     let offset = bases[pick] + rng.below(9000) as u64;
     let payload = rng.some_bytes(600);
     let (opcode, placement, payload) = match rng.below(5) {
-        0 => (
-            rdmap::Opcode::RdmaWrite,
-            rdmap::Placement::Tagged {
-                stag: stags[pick],
-                offset,
-            },
-            payload,
-        ),
+        0 => (rdmap::Opcode::RdmaWrite, rdmap::Placement::Tagged { stag: stags[pick], offset }, payload),
         1 | 2 => {
-            let opcodes = [
-                rdmap::Opcode::Send,
-                rdmap::Opcode::SendInvalidate,
-                rdmap::Opcode::SendSolicited,
-            ];
+            let opcodes = [rdmap::Opcode::Send, rdmap::Opcode::SendInvalidate, rdmap::Opcode::SendSolicited];
             msn[0] += u32::from(rng.below(4) != 0);
             (
                 opcodes[rng.below(3)],
-                rdmap::Placement::Untagged {
-                    msn: msn[0],
-                    offset: 0,
-                    invalidate_stag: stags[rng.below(stags.len())],
-                },
+                rdmap::Placement::Untagged { msn: msn[0], offset: 0, invalidate_stag: stags[rng.below(stags.len())] },
                 payload,
             )
         }
@@ -237,25 +189,15 @@ fn plausible_segment(rng: &mut Rng, msn: &mut [u32; 3]) -> Vec<u8> {
             .unwrap();
             (
                 rdmap::Opcode::RdmaReadRequest,
-                rdmap::Placement::Untagged {
-                    msn: msn[1],
-                    offset: 0,
-                    invalidate_stag: 0,
-                },
+                rdmap::Placement::Untagged { msn: msn[1], offset: 0, invalidate_stag: 0 },
                 request.to_vec(),
             )
         }
         _ => return random_segment(rng),
     };
-    let header = rdmap::Repr {
-        opcode,
-        last: rng.below(4) != 0,
-        placement,
-    };
+    let header = rdmap::Repr { opcode, last: rng.below(4) != 0, placement };
     let mut segment = vec![0u8; header.buffer_len()];
-    header
-        .emit(&mut ddp::Packet::new_unchecked(&mut segment[..]))
-        .unwrap();
+    header.emit(&mut ddp::Packet::new_unchecked(&mut segment[..])).unwrap();
     segment.extend(payload);
     segment
 }
@@ -275,17 +217,10 @@ fn engine_receive() {
             for _ in 0..1 + rng.below(8) {
                 let ulpdu = plausible_segment(&mut rng, &mut msn);
                 let start = wire.len();
-                wire.resize(
-                    start + mpa::fpdu_len(u16::try_from(ulpdu.len()).unwrap()),
-                    0,
-                );
+                wire.resize(start + mpa::fpdu_len(u16::try_from(ulpdu.len()).unwrap()), 0);
                 emit_fpdu(&ulpdu, crc, &mut wire[start..]).unwrap();
             }
-            input.extend(if round % 5 == 1 {
-                damage(&mut rng, wire)
-            } else {
-                wire
-            });
+            input.extend(if round % 5 == 1 { damage(&mut rng, wire) } else { wire });
         }
         harness::engine_receive(&input);
     }

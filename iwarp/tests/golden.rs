@@ -7,12 +7,10 @@ use vt3_iwarp::wire::mpa::{self, EnhancedData, Frame, FrameKind, RtrSet};
 use vt3_iwarp::wire::rdmap::{self, Opcode, Placement, ReadRequestPacket, ReadRequestRepr};
 use vt3_iwarp::wire::{ddp, terminate};
 
-const REQ_KEY: [u8; 16] = [
-    0x4d, 0x50, 0x41, 0x20, 0x49, 0x44, 0x20, 0x52, 0x65, 0x71, 0x20, 0x46, 0x72, 0x61, 0x6d, 0x65,
-];
-const REP_KEY: [u8; 16] = [
-    0x4d, 0x50, 0x41, 0x20, 0x49, 0x44, 0x20, 0x52, 0x65, 0x70, 0x20, 0x46, 0x72, 0x61, 0x6d, 0x65,
-];
+const REQ_KEY: [u8; 16] =
+    [0x4d, 0x50, 0x41, 0x20, 0x49, 0x44, 0x20, 0x52, 0x65, 0x71, 0x20, 0x46, 0x72, 0x61, 0x6d, 0x65];
+const REP_KEY: [u8; 16] =
+    [0x4d, 0x50, 0x41, 0x20, 0x49, 0x44, 0x20, 0x52, 0x65, 0x70, 0x20, 0x46, 0x72, 0x61, 0x6d, 0x65];
 
 fn concat(parts: &[&[u8]]) -> Vec<u8> {
     parts.concat()
@@ -61,12 +59,7 @@ fn mpa_reply_revision_1_reject() {
 fn mpa_request_revision_2_peer_to_peer() {
     // C and the enhanced flag; PD_Length 8 = 4 (IRD/ORD) + 4 ULP octets.
     // IRD word: P2P | 16; ORD word: WRITE RTR | READ RTR | 8.
-    let golden = concat(&[
-        &REQ_KEY,
-        &[0x50, 0x02, 0x00, 0x08],
-        &[0x80, 0x10, 0xc0, 0x08],
-        b"abcd",
-    ]);
+    let golden = concat(&[&REQ_KEY, &[0x50, 0x02, 0x00, 0x08], &[0x80, 0x10, 0xc0, 0x08], b"abcd"]);
     let repr = mpa::Repr {
         kind: FrameKind::Request,
         markers: false,
@@ -77,11 +70,7 @@ fn mpa_request_revision_2_peer_to_peer() {
             ird: 16,
             ord: 8,
             peer_to_peer: true,
-            rtr: RtrSet {
-                send: false,
-                write: true,
-                read: true,
-            },
+            rtr: RtrSet { send: false, write: true, read: true },
         }),
         private_data: b"abcd",
     };
@@ -91,23 +80,14 @@ fn mpa_request_revision_2_peer_to_peer() {
 #[test]
 fn mpa_reply_revision_2_send_rtr_and_markers_bit() {
     // M set (sender wants markers), no CRC; IRD word: P2P | SEND RTR | 0x3fff; ORD 1.
-    let golden = concat(&[
-        &REP_KEY,
-        &[0x90, 0x02, 0x00, 0x04],
-        &[0xff, 0xff, 0x00, 0x01],
-    ]);
+    let golden = concat(&[&REP_KEY, &[0x90, 0x02, 0x00, 0x04], &[0xff, 0xff, 0x00, 0x01]]);
     let repr = mpa::Repr {
         kind: FrameKind::Reply,
         markers: true,
         crc: false,
         reject: false,
         revision: 2,
-        enhanced: Some(EnhancedData {
-            ird: 0x3fff,
-            ord: 1,
-            peer_to_peer: true,
-            rtr: RtrSet::only(mpa::RtrKind::Send),
-        }),
+        enhanced: Some(EnhancedData { ird: 0x3fff, ord: 1, peer_to_peer: true, rtr: RtrSet::only(mpa::RtrKind::Send) }),
         private_data: &[],
     };
     check_frame(&repr, &golden);
@@ -115,8 +95,7 @@ fn mpa_reply_revision_2_send_rtr_and_markers_bit() {
 
 fn check_segment(repr: &rdmap::Repr, golden: &[u8]) {
     let mut emitted = vec![0u8; repr.buffer_len()];
-    repr.emit(&mut ddp::Packet::new_unchecked(&mut emitted[..]))
-        .unwrap();
+    repr.emit(&mut ddp::Packet::new_unchecked(&mut emitted[..])).unwrap();
     assert_eq!(emitted, &golden[..repr.buffer_len()]);
     let packet = ddp::Packet::new_checked(golden).unwrap();
     assert_eq!(&rdmap::Repr::parse(&packet).unwrap(), repr);
@@ -135,16 +114,10 @@ fn rdma_write_tagged_header() {
     let repr = rdmap::Repr {
         opcode: Opcode::RdmaWrite,
         last: false,
-        placement: Placement::Tagged {
-            stag: 0x1234_5678,
-            offset: 0x7fff_f000_1000,
-        },
+        placement: Placement::Tagged { stag: 0x1234_5678, offset: 0x7fff_f000_1000 },
     };
     check_segment(&repr, &golden);
-    assert_eq!(
-        ddp::Packet::new_checked(&golden[..]).unwrap().payload(),
-        &[0xaa, 0xbb]
-    );
+    assert_eq!(ddp::Packet::new_checked(&golden[..]).unwrap().payload(), &[0xaa, 0xbb]);
 }
 
 #[test]
@@ -153,10 +126,7 @@ fn read_response_last_segment() {
     let repr = rdmap::Repr {
         opcode: Opcode::RdmaReadResponse,
         last: true,
-        placement: Placement::Tagged {
-            stag: 9,
-            offset: 0x40,
-        },
+        placement: Placement::Tagged { stag: 9, offset: 0x40 },
     };
     check_segment(&repr, &golden);
 }
@@ -174,11 +144,7 @@ fn send_untagged_header() {
     let repr = rdmap::Repr {
         opcode: Opcode::Send,
         last: false,
-        placement: Placement::Untagged {
-            msn: 42,
-            offset: 1440,
-            invalidate_stag: 0,
-        },
+        placement: Placement::Untagged { msn: 42, offset: 1440, invalidate_stag: 0 },
     };
     check_segment(&repr, &golden);
 }
@@ -201,11 +167,7 @@ fn rdma_read_request_segment() {
     let header = rdmap::Repr {
         opcode: Opcode::RdmaReadRequest,
         last: true,
-        placement: Placement::Untagged {
-            msn: 1,
-            offset: 0,
-            invalidate_stag: 0,
-        },
+        placement: Placement::Untagged { msn: 1, offset: 0, invalidate_stag: 0 },
     };
     check_segment(&header, &golden);
     let request = ReadRequestRepr {
@@ -216,13 +178,10 @@ fn rdma_read_request_segment() {
         source_offset: 0x1_0000_0000,
     };
     let packet = ddp::Packet::new_checked(&golden[..]).unwrap();
-    let parsed =
-        ReadRequestRepr::parse(&ReadRequestPacket::new_checked(packet.payload()).unwrap()).unwrap();
+    let parsed = ReadRequestRepr::parse(&ReadRequestPacket::new_checked(packet.payload()).unwrap()).unwrap();
     assert_eq!(parsed, request);
     let mut emitted = [0u8; rdmap::READ_REQUEST_LEN];
-    request
-        .emit(&mut ReadRequestPacket::new_unchecked(&mut emitted[..]))
-        .unwrap();
+    request.emit(&mut ReadRequestPacket::new_unchecked(&mut emitted[..])).unwrap();
     assert_eq!(emitted, golden[18..]);
 }
 
@@ -242,10 +201,7 @@ fn rdma_write_fpdu_with_crc() {
     let header = rdmap::Repr {
         opcode: Opcode::RdmaWrite,
         last: true,
-        placement: Placement::Tagged {
-            stag: 0x100,
-            offset: 0x1000,
-        },
+        placement: Placement::Tagged { stag: 0x100, offset: 0x1000 },
     };
     let mut packet = ddp::Packet::new_unchecked(&mut ulpdu[..]);
     header.emit(&mut packet).unwrap();
@@ -272,25 +228,19 @@ fn terminate_llp_crc_error_fpdu() {
     let header = rdmap::Repr {
         opcode: Opcode::Terminate,
         last: true,
-        placement: Placement::Untagged {
-            msn: 1,
-            offset: 0,
-            invalidate_stag: 0,
-        },
+        placement: Placement::Untagged { msn: 1, offset: 0, invalidate_stag: 0 },
     };
     let mut packet = ddp::Packet::new_unchecked(&mut ulpdu[..]);
     header.emit(&mut packet).unwrap();
     let term = terminate::Repr::new(terminate::TermCode::LlpCrcError);
-    term.emit(&mut terminate::Packet::new_unchecked(packet.payload_mut()))
-        .unwrap();
+    term.emit(&mut terminate::Packet::new_unchecked(packet.payload_mut())).unwrap();
     let mut wire = [0u8; 28];
     emit_fpdu(&ulpdu, true, &mut wire).unwrap();
     assert_eq!(wire, golden);
 
     let packet = ddp::Packet::new_checked(&golden[2..24]).unwrap();
     assert_eq!(rdmap::Repr::parse(&packet).unwrap(), header);
-    let parsed =
-        terminate::Repr::parse(&terminate::Packet::new_checked(packet.payload()).unwrap()).unwrap();
+    let parsed = terminate::Repr::parse(&terminate::Packet::new_checked(packet.payload()).unwrap()).unwrap();
     assert_eq!(parsed, term);
     assert_eq!(parsed.etype_class(), terminate::ErrorClass::Catastrophic);
 }
@@ -301,12 +251,7 @@ fn terminate_with_read_request_headers() {
     // M, D and R set, segment length, DDP header and the 28-octet RDMAP header.
     let ddp_header = [0x41, 0x41, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 5, 0, 0, 0, 0];
     let rdmap_header = [7u8; 28];
-    let golden = concat(&[
-        &[0x01, 0x02, 0xe0, 0x00],
-        &[0x00, 0x00],
-        &ddp_header,
-        &rdmap_header,
-    ]);
+    let golden = concat(&[&[0x01, 0x02, 0xe0, 0x00], &[0x00, 0x00], &ddp_header, &rdmap_header]);
     let repr = terminate::Repr {
         code: terminate::TermCode::RdmapAccessRightsViolation,
         ddp_segment_length: Some(0),
@@ -314,11 +259,9 @@ fn terminate_with_read_request_headers() {
         rdmap_header: Some(&rdmap_header),
     };
     let mut emitted = vec![0u8; repr.buffer_len()];
-    repr.emit(&mut terminate::Packet::new_unchecked(&mut emitted[..]))
-        .unwrap();
+    repr.emit(&mut terminate::Packet::new_unchecked(&mut emitted[..])).unwrap();
     assert_eq!(emitted, golden);
-    let parsed =
-        terminate::Repr::parse(&terminate::Packet::new_checked(&golden[..]).unwrap()).unwrap();
+    let parsed = terminate::Repr::parse(&terminate::Packet::new_checked(&golden[..]).unwrap()).unwrap();
     assert_eq!(parsed, repr);
     assert_eq!(parsed.etype_class(), terminate::ErrorClass::Protection);
 }

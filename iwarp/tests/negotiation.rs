@@ -27,10 +27,7 @@ fn reply(enhanced: Option<EnhancedData>) -> mpa::Repr<'static> {
 }
 
 fn request(enhanced: Option<EnhancedData>) -> mpa::Repr<'static> {
-    mpa::Repr {
-        kind: FrameKind::Request,
-        ..reply(enhanced)
-    }
+    mpa::Repr { kind: FrameKind::Request, ..reply(enhanced) }
 }
 
 /// Runs a whole exchange; returns (initiator view, responder view).
@@ -40,19 +37,13 @@ fn connect(initiator: Config, responder: Config) -> (Negotiated, Negotiated) {
     let mut wire = [0u8; mpa::MAX_FRAME_LEN];
     let len = active.write_request(b"from initiator", &mut wire).unwrap();
     let mut input = &wire[..len];
-    assert_eq!(
-        passive.receive(&mut input).unwrap(),
-        ResponderEvent::Request
-    );
+    assert_eq!(passive.receive(&mut input).unwrap(), ResponderEvent::Request);
     assert!(input.is_empty());
     assert_eq!(passive.request().unwrap().private_data, b"from initiator");
     let (len, server) = passive.accept(b"from responder", &mut wire).unwrap();
     let mut input = &wire[..len];
     match active.receive(&mut input).unwrap() {
-        InitiatorEvent::Established {
-            negotiated,
-            private_data,
-        } => {
+        InitiatorEvent::Established { negotiated, private_data } => {
             assert_eq!(private_data, b"from responder");
             (negotiated, server)
         }
@@ -63,16 +54,8 @@ fn connect(initiator: Config, responder: Config) -> (Negotiated, Negotiated) {
 #[test]
 fn revisions_meet_at_the_lower_one() {
     for (ours, theirs) in [(1, 1), (1, 2), (2, 1), (2, 2)] {
-        let (client, server) = connect(
-            Config {
-                revision: ours,
-                ..Config::default()
-            },
-            Config {
-                revision: theirs,
-                ..Config::default()
-            },
-        );
+        let (client, server) =
+            connect(Config { revision: ours, ..Config::default() }, Config { revision: theirs, ..Config::default() });
         let expected = ours.min(theirs);
         assert_eq!((client.revision, server.revision), (expected, expected));
         let rtr = (expected == 2).then_some(RtrKind::Write);
@@ -85,16 +68,8 @@ fn crc_is_on_when_either_side_wants_it() {
     for (ours, theirs) in [(false, false), (false, true), (true, false), (true, true)] {
         for revision in [1, 2] {
             let (client, server) = connect(
-                Config {
-                    crc: ours,
-                    revision,
-                    ..Config::default()
-                },
-                Config {
-                    crc: theirs,
-                    revision,
-                    ..Config::default()
-                },
+                Config { crc: ours, revision, ..Config::default() },
+                Config { crc: theirs, revision, ..Config::default() },
             );
             assert_eq!(client.crc, ours || theirs);
             assert_eq!(server.crc, ours || theirs);
@@ -104,66 +79,28 @@ fn crc_is_on_when_either_side_wants_it() {
 
 #[test]
 fn ird_and_ord_are_limited_by_the_peer() {
-    let (client, server) = connect(
-        Config {
-            ird: 4,
-            ord: 8,
-            ..Config::default()
-        },
-        Config {
-            ird: 2,
-            ord: 16,
-            ..Config::default()
-        },
-    );
-    assert_eq!(
-        (server.ird, server.ord),
-        (2, 4),
-        "responder ORD limited by the initiator's IRD"
-    );
-    assert_eq!(
-        (client.ird, client.ord),
-        (4, 2),
-        "initiator ORD limited by the responder's IRD"
-    );
+    let (client, server) =
+        connect(Config { ird: 4, ord: 8, ..Config::default() }, Config { ird: 2, ord: 16, ..Config::default() });
+    assert_eq!((server.ird, server.ord), (2, 4), "responder ORD limited by the initiator's IRD");
+    assert_eq!((client.ird, client.ord), (4, 2), "initiator ORD limited by the responder's IRD");
 }
 
 #[test]
 fn insufficient_ird_fails_the_initiator() {
-    let mut active = Initiator::new(Config {
-        ird: 4,
-        ..Config::default()
-    })
-    .unwrap();
+    let mut active = Initiator::new(Config { ird: 4, ..Config::default() }).unwrap();
     active.write_request(&[], &mut [0u8; 64]).unwrap();
-    let bad = frame(&reply(Some(EnhancedData {
-        ird: 8,
-        ord: 10,
-        ..EnhancedData::default()
-    })));
+    let bad = frame(&reply(Some(EnhancedData { ird: 8, ord: 10, ..EnhancedData::default() })));
     let error = active.receive(&mut &bad[..]).unwrap_err();
-    assert_eq!(
-        error,
-        Error::InsufficientIrd {
-            peer_ord: 10,
-            our_ird: 4
-        }
-    );
+    assert_eq!(error, Error::InsufficientIrd { peer_ord: 10, our_ird: 4 });
     assert_eq!(error.term_code(), Some(TermCode::LlpInsufficientIrd));
 }
 
 #[test]
 fn rtr_choice() {
-    let offer = |rtr: RtrSet| Config {
-        rtr,
-        ..Config::default()
-    };
+    let offer = |rtr: RtrSet| Config { rtr, ..Config::default() };
     // The responder takes what both support, preferring Write, then Read.
     let (client, server) = connect(offer(RtrSet::only(RtrKind::Read)), Config::default());
-    assert_eq!(
-        (client.rtr, server.rtr),
-        (Some(RtrKind::Read), Some(RtrKind::Read))
-    );
+    assert_eq!((client.rtr, server.rtr), (Some(RtrKind::Read), Some(RtrKind::Read)));
     let (client, _) = connect(offer(RtrSet::ALL), offer(RtrSet::ALL));
     assert_eq!(client.rtr, Some(RtrKind::Write));
     let (client, _) = connect(offer(RtrSet::only(RtrKind::Send)), offer(RtrSet::ALL));
@@ -173,71 +110,33 @@ fn rtr_choice() {
     assert_eq!((client.rtr, server.rtr), (None, None));
     // ...and take a peer's empty offer as Write, as siw does.
     let mut passive = Responder::new(Config::default()).unwrap();
-    let empty_offer = frame(&request(Some(EnhancedData {
-        ird: 1,
-        ord: 1,
-        peer_to_peer: true,
-        rtr: RtrSet::NONE,
-    })));
-    assert_eq!(
-        passive.receive(&mut &empty_offer[..]).unwrap(),
-        ResponderEvent::Request
-    );
-    assert_eq!(
-        passive.accept(&[], &mut [0u8; 64]).unwrap().1.rtr,
-        Some(RtrKind::Write)
-    );
+    let empty_offer = frame(&request(Some(EnhancedData { ird: 1, ord: 1, peer_to_peer: true, rtr: RtrSet::NONE })));
+    assert_eq!(passive.receive(&mut &empty_offer[..]).unwrap(), ResponderEvent::Request);
+    assert_eq!(passive.accept(&[], &mut [0u8; 64]).unwrap().1.rtr, Some(RtrKind::Write));
     // A responder without peer-to-peer answers without RTR.
-    let (client, server) = connect(
-        Config::default(),
-        Config {
-            peer_to_peer: false,
-            ..Config::default()
-        },
-    );
+    let (client, server) = connect(Config::default(), Config { peer_to_peer: false, ..Config::default() });
     assert_eq!((client.rtr, server.rtr), (None, None));
 }
 
 #[test]
 fn no_common_rtr_is_refused_with_a_reject_reply() {
-    let mut active = Initiator::new(Config {
-        rtr: RtrSet::only(RtrKind::Send),
-        ..Config::default()
-    })
-    .unwrap();
+    let mut active = Initiator::new(Config { rtr: RtrSet::only(RtrKind::Send), ..Config::default() }).unwrap();
     let mut passive = Responder::new(Config::default()).unwrap();
     let mut wire = [0u8; 64];
     let len = active.write_request(&[], &mut wire).unwrap();
-    assert_eq!(
-        passive.receive(&mut &wire[..len]).unwrap(),
-        ResponderEvent::Refused(Refusal::NoMatchingRtr)
-    );
+    assert_eq!(passive.receive(&mut &wire[..len]).unwrap(), ResponderEvent::Refused(Refusal::NoMatchingRtr));
     assert!(passive.request().is_some());
-    assert!(matches!(
-        passive.accept(&[], &mut wire),
-        Err(Error::InvalidState(_))
-    ));
+    assert!(matches!(passive.accept(&[], &mut wire), Err(Error::InvalidState(_))));
     let len = passive.reject(&[], &mut wire).unwrap();
-    assert_eq!(
-        active.receive(&mut &wire[..len]).unwrap(),
-        InitiatorEvent::Rejected { private_data: &[] }
-    );
+    assert_eq!(active.receive(&mut &wire[..len]).unwrap(), InitiatorEvent::Rejected { private_data: &[] });
 }
 
 #[test]
 fn a_reply_choosing_an_unoffered_rtr_fails() {
-    let mut active = Initiator::new(Config {
-        rtr: RtrSet::only(RtrKind::Read),
-        ..Config::default()
-    })
-    .unwrap();
+    let mut active = Initiator::new(Config { rtr: RtrSet::only(RtrKind::Read), ..Config::default() }).unwrap();
     active.write_request(&[], &mut [0u8; 64]).unwrap();
-    let bad = frame(&reply(Some(EnhancedData {
-        ird: 1,
-        ord: 1,
-        peer_to_peer: true,
-        rtr: RtrSet::only(RtrKind::Write),
-    })));
+    let bad =
+        frame(&reply(Some(EnhancedData { ird: 1, ord: 1, peer_to_peer: true, rtr: RtrSet::only(RtrKind::Write) })));
     let error = active.receive(&mut &bad[..]).unwrap_err();
     assert_eq!(error, Error::NoMatchingRtr);
     assert_eq!(error.term_code(), Some(TermCode::LlpNoMatchingRtr));
@@ -246,34 +145,19 @@ fn a_reply_choosing_an_unoffered_rtr_fails() {
 #[test]
 fn markers_are_refused_cleanly() {
     let mut passive = Responder::new(Config::default()).unwrap();
-    let wants_markers = frame(&mpa::Repr {
-        markers: true,
-        crc: true,
-        ..request(None)
-    });
-    assert_eq!(
-        passive.receive(&mut &wants_markers[..]).unwrap(),
-        ResponderEvent::Refused(Refusal::Markers)
-    );
+    let wants_markers = frame(&mpa::Repr { markers: true, crc: true, ..request(None) });
+    assert_eq!(passive.receive(&mut &wants_markers[..]).unwrap(), ResponderEvent::Refused(Refusal::Markers));
     let mut out = [0u8; 64];
     let len = passive.reject(b"no markers", &mut out).unwrap();
     let answer = mpa::Repr::parse(&Frame::new_checked(&out[..len]).unwrap()).unwrap();
     assert_eq!(
-        (
-            answer.kind,
-            answer.reject,
-            answer.markers,
-            answer.private_data
-        ),
+        (answer.kind, answer.reject, answer.markers, answer.private_data),
         (FrameKind::Reply, true, false, &b"no markers"[..])
     );
 
     let mut active = Initiator::new(Config::default()).unwrap();
     active.write_request(&[], &mut [0u8; 64]).unwrap();
-    let wants_markers = frame(&mpa::Repr {
-        markers: true,
-        ..reply(None)
-    });
+    let wants_markers = frame(&mpa::Repr { markers: true, ..reply(None) });
     let error = active.receive(&mut &wants_markers[..]).unwrap_err();
     assert_eq!((error, error.term_code()), (Error::MarkersRequired, None));
 }
@@ -284,49 +168,25 @@ fn ulp_reject_reaches_the_initiator() {
     let mut passive = Responder::new(Config::default()).unwrap();
     let mut wire = [0u8; 600];
     let len = active.write_request(b"may I?", &mut wire).unwrap();
-    assert_eq!(
-        passive.receive(&mut &wire[..len]).unwrap(),
-        ResponderEvent::Request
-    );
+    assert_eq!(passive.receive(&mut &wire[..len]).unwrap(), ResponderEvent::Request);
     let len = passive.reject(b"no", &mut wire).unwrap();
-    assert!(matches!(
-        passive.reject(b"no", &mut wire),
-        Err(Error::InvalidState(_))
-    ));
-    assert_eq!(
-        active.receive(&mut &wire[..len]).unwrap(),
-        InitiatorEvent::Rejected {
-            private_data: b"no"
-        }
-    );
+    assert!(matches!(passive.reject(b"no", &mut wire), Err(Error::InvalidState(_))));
+    assert_eq!(active.receive(&mut &wire[..len]).unwrap(), InitiatorEvent::Rejected { private_data: b"no" });
 }
 
 #[test]
 fn private_data_limit() {
     let big = [0x5au8; 600];
     for (revision, room) in [(1, 512), (2, 508)] {
-        let mut active = Initiator::new(Config {
-            revision,
-            ..Config::default()
-        })
-        .unwrap();
+        let mut active = Initiator::new(Config { revision, ..Config::default() }).unwrap();
         let mut out = [0u8; 700];
         assert_eq!(
             active.write_request(&big[..room + 1], &mut out),
-            Err(Error::Frame(mpa::Error::Malformed(
-                mpa::Malformed::PrivateDataTooLong(513)
-            )))
+            Err(Error::Frame(mpa::Error::Malformed(mpa::Malformed::PrivateDataTooLong(513))))
         );
-        assert_eq!(
-            active.write_request(&big[..room], &mut out),
-            Ok(532),
-            "retry after an error"
-        );
+        assert_eq!(active.write_request(&big[..room], &mut out), Ok(532), "retry after an error");
         let mut passive = Responder::new(Config::default()).unwrap();
-        assert_eq!(
-            passive.receive(&mut &out[..532]).unwrap(),
-            ResponderEvent::Request
-        );
+        assert_eq!(passive.receive(&mut &out[..532]).unwrap(), ResponderEvent::Request);
         assert_eq!(passive.request().unwrap().private_data.len(), room);
         assert!(passive.accept(&big[..room + 1], &mut out).is_err());
         assert!(passive.accept(&big[..room], &mut out).is_ok());
@@ -342,24 +202,17 @@ fn an_oversized_pd_length_fails_after_the_header() {
     let mut input = &header[..];
     assert_eq!(
         passive.receive(&mut input),
-        Err(Error::Frame(mpa::Error::Malformed(
-            mpa::Malformed::PrivateDataTooLong(513)
-        )))
+        Err(Error::Frame(mpa::Error::Malformed(mpa::Malformed::PrivateDataTooLong(513))))
     );
     assert_eq!(input.len(), 10, "nothing after the header was consumed");
-    assert!(matches!(
-        passive.receive(&mut input),
-        Err(Error::InvalidState(_))
-    ));
+    assert!(matches!(passive.receive(&mut input), Err(Error::InvalidState(_))));
 }
 
 #[test]
 fn every_split_point_and_trailing_bytes() {
     let mut active = Initiator::new(Config::default()).unwrap();
     let mut request_bytes = vec![0u8; 64];
-    let len = active
-        .write_request(b"split me", &mut request_bytes)
-        .unwrap();
+    let len = active.write_request(b"split me", &mut request_bytes).unwrap();
     request_bytes.truncate(len);
     let mut reply_bytes = Vec::new();
     for split in 0..=len {
@@ -372,10 +225,7 @@ fn every_split_point_and_trailing_bytes() {
             // The rest, followed by the start of the FPDU stream.
             let tail = [&request_bytes[split..], b"FPDU"].concat();
             let mut second = &tail[..];
-            assert_eq!(
-                passive.receive(&mut second).unwrap(),
-                ResponderEvent::Request
-            );
+            assert_eq!(passive.receive(&mut second).unwrap(), ResponderEvent::Request);
             assert_eq!(second, b"FPDU");
         } else {
             assert_eq!(event, ResponderEvent::Request);
@@ -387,17 +237,11 @@ fn every_split_point_and_trailing_bytes() {
     // The reply, byte by byte, then FPDU bytes in the same chunk as its last byte.
     let (last, head) = reply_bytes.split_last().unwrap();
     for byte in head {
-        assert_eq!(
-            active.receive(&mut std::slice::from_ref(byte)).unwrap(),
-            InitiatorEvent::Pending
-        );
+        assert_eq!(active.receive(&mut std::slice::from_ref(byte)).unwrap(), InitiatorEvent::Pending);
     }
     let tail = [&[*last][..], b"FPDU"].concat();
     let mut input = &tail[..];
-    assert!(matches!(
-        active.receive(&mut input).unwrap(),
-        InitiatorEvent::Established { .. }
-    ));
+    assert!(matches!(active.receive(&mut input).unwrap(), InitiatorEvent::Established { .. }));
     assert_eq!(input, b"FPDU");
 }
 
@@ -405,46 +249,23 @@ fn every_split_point_and_trailing_bytes() {
 fn wrong_or_garbage_frames() {
     let mut passive = Responder::new(Config::default()).unwrap();
     let a_reply = frame(&reply(None));
-    assert_eq!(
-        passive.receive(&mut &a_reply[..]),
-        Err(Error::WrongFrame {
-            expected: FrameKind::Request
-        })
-    );
+    assert_eq!(passive.receive(&mut &a_reply[..]), Err(Error::WrongFrame { expected: FrameKind::Request }));
 
     let mut active = Initiator::new(Config::default()).unwrap();
     active.write_request(&[], &mut [0u8; 64]).unwrap();
     let a_request = frame(&request(None));
     let error = active.receive(&mut &a_request[..]).unwrap_err();
-    assert_eq!(
-        error,
-        Error::WrongFrame {
-            expected: FrameKind::Reply
-        }
-    );
+    assert_eq!(error, Error::WrongFrame { expected: FrameKind::Reply });
     assert_eq!(error.term_code(), Some(TermCode::LlpInvalidRequestReply));
 
     let mut passive = Responder::new(Config::default()).unwrap();
     let garbage = [b'G'; 20];
-    assert_eq!(
-        passive.receive(&mut &garbage[..]),
-        Err(Error::Frame(mpa::Error::Malformed(mpa::Malformed::Key)))
-    );
+    assert_eq!(passive.receive(&mut &garbage[..]), Err(Error::Frame(mpa::Error::Malformed(mpa::Malformed::Key))));
 
-    let mut active = Initiator::new(Config {
-        revision: 1,
-        ..Config::default()
-    })
-    .unwrap();
+    let mut active = Initiator::new(Config { revision: 1, ..Config::default() }).unwrap();
     active.write_request(&[], &mut [0u8; 64]).unwrap();
     let newer = frame(&reply(Some(EnhancedData::default())));
-    assert_eq!(
-        active.receive(&mut &newer[..]),
-        Err(Error::RevisionMismatch {
-            requested: 1,
-            replied: 2
-        })
-    );
+    assert_eq!(active.receive(&mut &newer[..]), Err(Error::RevisionMismatch { requested: 1, replied: 2 }));
 }
 
 /// A request as siw sends it by default (revision 2, enhanced, no CRC,
@@ -465,21 +286,9 @@ fn siw_style_request_gets_a_byte_exact_reply() {
         0x80, 0x10, 0x80, 0x10, // P2P | IRD 16, Write RTR | ORD min(16, 32)
     ];
     let mut passive = Responder::new(Config::default()).unwrap();
-    assert_eq!(
-        passive.receive(&mut &siw_request[..]).unwrap(),
-        ResponderEvent::Request
-    );
+    assert_eq!(passive.receive(&mut &siw_request[..]).unwrap(), ResponderEvent::Request);
     let mut out = [0u8; 64];
     let (len, negotiated) = passive.accept(&[], &mut out).unwrap();
     assert_eq!(&out[..len], &expected_reply);
-    assert_eq!(
-        negotiated,
-        Negotiated {
-            revision: 2,
-            crc: true,
-            ird: 16,
-            ord: 16,
-            rtr: Some(RtrKind::Write)
-        }
-    );
+    assert_eq!(negotiated, Negotiated { revision: 2, crc: true, ird: 16, ord: 16, rtr: Some(RtrKind::Write) });
 }

@@ -7,41 +7,22 @@ mod common;
 use common::Rng;
 use vt3_iwarp::wire::ddp;
 use vt3_iwarp::wire::mpa::{self, EnhancedData, Fpdu, FpduRepr, Frame, FrameKind, RtrSet};
-use vt3_iwarp::wire::rdmap::{
-    self, Opcode, Placement, ReadRequestPacket, ReadRequestRepr, Transport, OPCODES,
-};
+use vt3_iwarp::wire::rdmap::{self, Opcode, Placement, ReadRequestPacket, ReadRequestRepr, Transport, OPCODES};
 use vt3_iwarp::wire::terminate::{self, TermCode};
 
 const ROUNDS: usize = 2000;
 
 fn random_frame<'a>(rng: &mut Rng, private_data: &'a [u8]) -> mpa::Repr<'a> {
-    let kind = if rng.bool() {
-        FrameKind::Request
-    } else {
-        FrameKind::Reply
-    };
+    let kind = if rng.bool() { FrameKind::Request } else { FrameKind::Reply };
     let revision = if rng.bool() { 1 } else { 2 };
     let enhanced = (revision == 2 && rng.bool()).then(|| EnhancedData {
         ird: rng.u16() & mpa::IRD_ORD_MAX,
         ord: rng.u16() & mpa::IRD_ORD_MAX,
         peer_to_peer: rng.bool(),
-        rtr: RtrSet {
-            send: rng.bool(),
-            write: rng.bool(),
-            read: rng.bool(),
-        },
+        rtr: RtrSet { send: rng.bool(), write: rng.bool(), read: rng.bool() },
     });
-    let room = mpa::MAX_PRIVATE_DATA_LEN
-        - if enhanced.is_some() {
-            mpa::ENHANCED_DATA_LEN
-        } else {
-            0
-        };
-    let len = if rng.bool() {
-        rng.below(room + 1)
-    } else {
-        [0, room][rng.below(2)]
-    };
+    let room = mpa::MAX_PRIVATE_DATA_LEN - if enhanced.is_some() { mpa::ENHANCED_DATA_LEN } else { 0 };
+    let len = if rng.bool() { rng.below(room + 1) } else { [0, room][rng.below(2)] };
     mpa::Repr {
         kind,
         markers: rng.bool(),
@@ -61,19 +42,10 @@ fn mpa_frames() {
         let repr = random_frame(&mut rng, &private_data);
         let mut buffer = vec![0xa5u8; repr.buffer_len()];
         repr.emit(&mut Frame::new_unchecked(&mut buffer)).unwrap();
-        assert_eq!(
-            mpa::Repr::parse(&Frame::new_checked(&buffer[..]).unwrap()).unwrap(),
-            repr
-        );
+        assert_eq!(mpa::Repr::parse(&Frame::new_checked(&buffer[..]).unwrap()).unwrap(), repr);
         for len in 0..buffer.len() {
-            assert_eq!(
-                mpa::Repr::parse(&Frame::new_unchecked(&buffer[..len])),
-                Err(mpa::Error::Truncated)
-            );
-            assert_eq!(
-                repr.emit(&mut Frame::new_unchecked(&mut vec![0; len])),
-                Err(mpa::Error::Truncated)
-            );
+            assert_eq!(mpa::Repr::parse(&Frame::new_unchecked(&buffer[..len])), Err(mpa::Error::Truncated));
+            assert_eq!(repr.emit(&mut Frame::new_unchecked(&mut vec![0; len])), Err(mpa::Error::Truncated));
         }
     }
 }
@@ -84,40 +56,24 @@ fn fpdus() {
     let data = rng.bytes(3000);
     for _ in 0..ROUNDS {
         let crc = rng.bool();
-        let repr = FpduRepr {
-            ulpdu: &data[..rng.below(data.len())],
-        };
+        let repr = FpduRepr { ulpdu: &data[..rng.below(data.len())] };
         let mut buffer = vec![0xa5u8; repr.buffer_len()];
-        repr.emit(&mut Fpdu::new_unchecked(&mut buffer), crc)
-            .unwrap();
+        repr.emit(&mut Fpdu::new_unchecked(&mut buffer), crc).unwrap();
         assert_eq!(buffer.len() % 4, 0);
-        assert_eq!(
-            FpduRepr::parse(&Fpdu::new_checked(&buffer[..]).unwrap(), crc).unwrap(),
-            repr
-        );
+        assert_eq!(FpduRepr::parse(&Fpdu::new_checked(&buffer[..]).unwrap(), crc).unwrap(), repr);
         for len in 0..buffer.len() {
-            assert_eq!(
-                FpduRepr::parse(&Fpdu::new_unchecked(&buffer[..len]), crc),
-                Err(mpa::Error::Truncated)
-            );
+            assert_eq!(FpduRepr::parse(&Fpdu::new_unchecked(&buffer[..len]), crc), Err(mpa::Error::Truncated));
         }
     }
 }
 
 fn random_placement(rng: &mut Rng, opcode: Opcode) -> Placement {
     match opcode.transport() {
-        Transport::Tagged => Placement::Tagged {
-            stag: rng.u32_edgy(),
-            offset: rng.u64_edgy(),
-        },
+        Transport::Tagged => Placement::Tagged { stag: rng.u32_edgy(), offset: rng.u64_edgy() },
         Transport::Untagged { .. } => Placement::Untagged {
             msn: rng.u32_edgy(),
             offset: rng.u32_edgy(),
-            invalidate_stag: if opcode.carries_invalidate_stag() {
-                rng.u32_edgy()
-            } else {
-                0
-            },
+            invalidate_stag: if opcode.carries_invalidate_stag() { rng.u32_edgy() } else { 0 },
         },
     }
 }
@@ -127,10 +83,7 @@ fn ddp_headers() {
     let mut rng = Rng::new(3);
     for _ in 0..ROUNDS {
         let buffer_model = if rng.bool() {
-            ddp::BufferModel::Tagged {
-                stag: rng.u32_edgy(),
-                offset: rng.u64_edgy(),
-            }
+            ddp::BufferModel::Tagged { stag: rng.u32_edgy(), offset: rng.u64_edgy() }
         } else {
             ddp::BufferModel::Untagged {
                 ulp_word: rng.u32_edgy(),
@@ -139,23 +92,12 @@ fn ddp_headers() {
                 offset: rng.u32_edgy(),
             }
         };
-        let repr = ddp::Repr {
-            last: rng.bool(),
-            ulp_control: rng.u8(),
-            buffer_model,
-        };
+        let repr = ddp::Repr { last: rng.bool(), ulp_control: rng.u8(), buffer_model };
         let mut buffer = vec![0u8; repr.buffer_len() + rng.below(4)];
-        repr.emit(&mut ddp::Packet::new_unchecked(&mut buffer[..]))
-            .unwrap();
-        assert_eq!(
-            ddp::Repr::parse(&ddp::Packet::new_checked(&buffer[..]).unwrap()).unwrap(),
-            repr
-        );
+        repr.emit(&mut ddp::Packet::new_unchecked(&mut buffer[..])).unwrap();
+        assert_eq!(ddp::Repr::parse(&ddp::Packet::new_checked(&buffer[..]).unwrap()).unwrap(), repr);
         for len in 0..repr.buffer_len() {
-            assert_eq!(
-                ddp::Repr::parse(&ddp::Packet::new_unchecked(&buffer[..len])),
-                Err(ddp::Error::Truncated)
-            );
+            assert_eq!(ddp::Repr::parse(&ddp::Packet::new_unchecked(&buffer[..len])), Err(ddp::Error::Truncated));
         }
     }
 }
@@ -165,14 +107,9 @@ fn rdmap_headers_for_every_opcode() {
     let mut rng = Rng::new(4);
     for round in 0..ROUNDS {
         let (opcode, transport) = OPCODES[round % OPCODES.len()];
-        let repr = rdmap::Repr {
-            opcode,
-            last: rng.bool(),
-            placement: random_placement(&mut rng, opcode),
-        };
+        let repr = rdmap::Repr { opcode, last: rng.bool(), placement: random_placement(&mut rng, opcode) };
         let mut buffer = vec![0u8; repr.buffer_len()];
-        repr.emit(&mut ddp::Packet::new_unchecked(&mut buffer[..]))
-            .unwrap();
+        repr.emit(&mut ddp::Packet::new_unchecked(&mut buffer[..])).unwrap();
         let packet = ddp::Packet::new_checked(&buffer[..]).unwrap();
         assert_eq!(packet.tagged(), transport == Transport::Tagged);
         if let Transport::Untagged { queue } = transport {
@@ -180,10 +117,7 @@ fn rdmap_headers_for_every_opcode() {
         }
         assert_eq!(rdmap::Repr::parse(&packet).unwrap(), repr);
         for len in 0..buffer.len() {
-            assert_eq!(
-                rdmap::Repr::parse(&ddp::Packet::new_unchecked(&buffer[..len])),
-                Err(rdmap::Error::Truncated)
-            );
+            assert_eq!(rdmap::Repr::parse(&ddp::Packet::new_unchecked(&buffer[..len])), Err(rdmap::Error::Truncated));
         }
     }
 }
@@ -200,12 +134,8 @@ fn read_request_headers() {
             source_offset: rng.u64_edgy(),
         };
         let mut buffer = [0u8; rdmap::READ_REQUEST_LEN];
-        repr.emit(&mut ReadRequestPacket::new_unchecked(&mut buffer[..]))
-            .unwrap();
-        assert_eq!(
-            ReadRequestRepr::parse(&ReadRequestPacket::new_checked(&buffer[..]).unwrap()).unwrap(),
-            repr
-        );
+        repr.emit(&mut ReadRequestPacket::new_unchecked(&mut buffer[..])).unwrap();
+        assert_eq!(ReadRequestRepr::parse(&ReadRequestPacket::new_checked(&buffer[..]).unwrap()).unwrap(), repr);
         for len in 0..buffer.len() {
             assert_eq!(
                 ReadRequestRepr::parse(&ReadRequestPacket::new_unchecked(&buffer[..len])),
@@ -225,11 +155,7 @@ fn every_terminate_code() {
     let read_request = rng.bytes(rdmap::READ_REQUEST_LEN);
     let mut codes: Vec<TermCode> = TermCode::registered().collect();
     assert_eq!(codes.len(), 33);
-    codes.extend((0..40).map(|_| TermCode::Other {
-        layer: rng.u8() & 0xf,
-        etype: rng.u8() & 0xf,
-        ecode: rng.u8(),
-    }));
+    codes.extend((0..40).map(|_| TermCode::Other { layer: rng.u8() & 0xf, etype: rng.u8() & 0xf, ecode: rng.u8() }));
     for code in codes {
         let (layer, etype, ecode) = code.fields();
         assert_eq!(TermCode::from_fields(layer, etype, ecode), code);
@@ -243,34 +169,25 @@ fn every_terminate_code() {
                 code,
                 ddp_segment_length: ddp_header.filter(|_| variant & 4 != 0).map(|_| rng.u16()),
                 ddp_header,
-                rdmap_header: (variant >= 6)
-                    .then_some(&read_request[..rng.below(read_request.len() + 1)]),
+                rdmap_header: (variant >= 6).then_some(&read_request[..rng.below(read_request.len() + 1)]),
             };
             let mut buffer = vec![0u8; repr.buffer_len()];
-            repr.emit(&mut terminate::Packet::new_unchecked(&mut buffer[..]))
-                .unwrap();
+            repr.emit(&mut terminate::Packet::new_unchecked(&mut buffer[..])).unwrap();
             let packet = terminate::Packet::new_checked(&buffer[..]).unwrap();
-            assert_eq!(
-                (packet.layer(), packet.etype(), packet.ecode()),
-                (layer, etype, ecode)
-            );
+            assert_eq!((packet.layer(), packet.etype(), packet.ecode()), (layer, etype, ecode));
             let parsed = terminate::Repr::parse(&packet).unwrap();
             assert_eq!(parsed, repr, "{code}");
             assert_eq!(parsed.etype_class(), terminate::etype_class(layer, etype));
             // Cutting into the fixed part is an error; cutting the trailing
             // RDMAP header only shortens it (its length is implicit).
-            let fixed = terminate::CONTROL_LEN
-                + ddp_header.map_or(0, |header| terminate::SEGMENT_LENGTH_LEN + header.len());
+            let fixed =
+                terminate::CONTROL_LEN + ddp_header.map_or(0, |header| terminate::SEGMENT_LENGTH_LEN + header.len());
             for len in 0..buffer.len() {
-                let result =
-                    terminate::Repr::parse(&terminate::Packet::new_unchecked(&buffer[..len]));
+                let result = terminate::Repr::parse(&terminate::Packet::new_unchecked(&buffer[..len]));
                 if len < fixed {
                     assert_eq!(result, Err(terminate::Error::Truncated));
                 } else {
-                    assert_eq!(
-                        result.unwrap().rdmap_header.map(<[u8]>::len),
-                        Some(len - fixed)
-                    );
+                    assert_eq!(result.unwrap().rdmap_header.map(<[u8]>::len), Some(len - fixed));
                 }
             }
         }

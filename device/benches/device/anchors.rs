@@ -72,8 +72,14 @@ impl Dgram {
     fn set_blocking(&self) {
         let limit = Some(Duration::from_millis(50));
         let r = match self {
-            Self::Udp(s) => s.set_nonblocking(false).and_then(|()| s.set_write_timeout(limit)).and_then(|()| s.set_read_timeout(limit)),
-            Self::Unix(s) => s.set_nonblocking(false).and_then(|()| s.set_write_timeout(limit)).and_then(|()| s.set_read_timeout(limit)),
+            Self::Udp(s) => s
+                .set_nonblocking(false)
+                .and_then(|()| s.set_write_timeout(limit))
+                .and_then(|()| s.set_read_timeout(limit)),
+            Self::Unix(s) => s
+                .set_nonblocking(false)
+                .and_then(|()| s.set_write_timeout(limit))
+                .and_then(|()| s.set_read_timeout(limit)),
         };
         r.expect("blocking socket");
     }

@@ -139,9 +139,7 @@ impl Guest {
             | VhostUserVirtioFeatures::PROTOCOL_FEATURES.bits();
         assert_eq!(features & wanted, wanted, "vt3d offers {features:#x}");
         let protocol = frontend.get_protocol_features().expect("GET_PROTOCOL_FEATURES");
-        frontend
-            .set_protocol_features(protocol & VhostUserProtocolFeatures::REPLY_ACK)
-            .expect("SET_PROTOCOL_FEATURES");
+        frontend.set_protocol_features(protocol & VhostUserProtocolFeatures::REPLY_ACK).expect("SET_PROTOCOL_FEATURES");
         frontend.set_features(wanted).expect("SET_FEATURES");
         let region = mem.iter().next().expect("one region");
         let info = VhostUserMemoryRegionInfo::from_guest_region(region).expect("a file-backed region");
@@ -549,7 +547,15 @@ pub fn sq_wqe(wr_id: u64, opcode: WrOpcode, local: &Mr, offset: u64, len: u32) -
 }
 
 /// An RDMA WRITE or READ WQE between `local` and `remote`.
-pub fn rdma_wqe(wr_id: u64, opcode: WrOpcode, local: &Mr, offset: u64, len: u32, remote: &Mr, remote_offset: u64) -> SqWqe {
+pub fn rdma_wqe(
+    wr_id: u64,
+    opcode: WrOpcode,
+    local: &Mr,
+    offset: u64,
+    len: u32,
+    remote: &Mr,
+    remote_offset: u64,
+) -> SqWqe {
     SqWqe {
         remote_addr: (remote.iova + remote_offset).into(),
         remote_stag: remote.stag.into(),

@@ -61,7 +61,14 @@ impl Options {
 
     /// A few seconds: CI checks that it runs and writes its keys.
     pub fn short(out: PathBuf) -> Self {
-        Self { secs: 0.25, uplinks: vec![UplinkKind::UnixDgram], mtus: vec![1500, MAX_MTU], qps: 64, idle_conns: 32, out }
+        Self {
+            secs: 0.25,
+            uplinks: vec![UplinkKind::UnixDgram],
+            mtus: vec![1500, MAX_MTU],
+            qps: 64,
+            idle_conns: 32,
+            out,
+        }
     }
 }
 
@@ -549,41 +556,75 @@ impl Report<'_> {
     }
 
     fn print(&self) {
-        println!("\n| measurement | {} | host anchor (same run) |", self.opts.uplinks.iter().map(|u| format!("vt3d over {}", u.name())).collect::<Vec<_>>().join(" | "));
+        println!(
+            "\n| measurement | {} | host anchor (same run) |",
+            self.opts.uplinks.iter().map(|u| format!("vt3d over {}", u.name())).collect::<Vec<_>>().join(" | ")
+        );
         println!("|---|{}---|", "---|".repeat(self.opts.uplinks.len()));
-        let cells = |f: &dyn Fn(&str) -> String| self.opts.uplinks.iter().map(|u| f(u.name())).collect::<Vec<_>>().join(" | ");
+        let cells =
+            |f: &dyn Fn(&str) -> String| self.opts.uplinks.iter().map(|u| f(u.name())).collect::<Vec<_>>().join(" | ");
         for &mtu in &self.opts.mtus {
-            let anchor = if mtu == 1500 { format!("TCP loopback 1 MiB writes: {:.0} MB/s", mbs(self.tcp)) } else { String::new() };
+            let anchor = if mtu == 1500 {
+                format!("TCP loopback 1 MiB writes: {:.0} MB/s", mbs(self.tcp))
+            } else {
+                String::new()
+            };
             println!(
                 "| RDMA WRITE 1 MiB, 1 QP, MTU {mtu} | {} | {anchor} |",
-                cells(&|u| self.rows.get(&(u, mtu)).map_or("-".into(), |r| format!("{:.0} MB/s ({:.2} CPU-s/GB)", r.write_mbs, r.cpu_s_per_gb)))
+                cells(&|u| self
+                    .rows
+                    .get(&(u, mtu))
+                    .map_or("-".into(), |r| format!("{:.0} MB/s ({:.2} CPU-s/GB)", r.write_mbs, r.cpu_s_per_gb)))
             );
         }
         println!(
             "| RDMA READ 1 MiB, 1 QP, MTU 1500 | {} | |",
-            cells(&|u| self.rows.get(&(u, 1500)).and_then(|r| r.read_mbs).map_or("-".into(), |m| format!("{m:.0} MB/s")))
+            cells(&|u| self
+                .rows
+                .get(&(u, 1500))
+                .and_then(|r| r.read_mbs)
+                .map_or("-".into(), |m| format!("{m:.0} MB/s")))
         );
         println!(
             "| RDMA WRITE 1 MiB, {} QPs, MTU 1500 | {} | |",
             self.opts.qps,
-            cells(&|u| self.rows.get(&(u, 1500)).and_then(|r| r.qps_mbs.map(|m| (m, r.write_mbs))).map_or("-".into(), |((m, cpu), one)| format!("{m:.0} MB/s ({:.2}× 1 QP, {cpu:.2} CPU-s/GB)", m / one)))
+            cells(&|u| self.rows.get(&(u, 1500)).and_then(|r| r.qps_mbs.map(|m| (m, r.write_mbs))).map_or(
+                "-".into(),
+                |((m, cpu), one)| format!("{m:.0} MB/s ({:.2}× 1 QP, {cpu:.2} CPU-s/GB)", m / one)
+            ))
         );
         println!(
             "| SEND 64 B ping-pong RTT (p50 / p99) | {} | 64 B datagram ping-pong p50: {} |",
-            cells(&|u| self.rows.get(&(u, 1500)).and_then(|r| r.rtt_us).map_or("-".into(), |(a, b)| format!("{a:.1} / {b:.1} µs"))),
+            cells(&|u| self
+                .rows
+                .get(&(u, 1500))
+                .and_then(|r| r.rtt_us)
+                .map_or("-".into(), |(a, b)| format!("{a:.1} / {b:.1} µs"))),
             self.raw.iter().map(|(u, r)| format!("{u} {:.1} µs", r.1)).collect::<Vec<_>>().join(", ")
         );
         println!(
             "| doorbells per ping-pong round trip (of 4 posts) | {} | |",
-            cells(&|u| self.rows.get(&(u, 1500)).and_then(|r| r.doorbells_per_rtt).map_or("-".into(), |d| format!("{d:.2}")))
+            cells(&|u| self
+                .rows
+                .get(&(u, 1500))
+                .and_then(|r| r.doorbells_per_rtt)
+                .map_or("-".into(), |d| format!("{d:.2}")))
         );
         println!(
             "| vt3d CPU with connections up and no traffic | {} | |",
-            cells(&|u| self.rows.get(&(u, 1500)).and_then(|r| r.idle_cpu_percent).map_or("-".into(), |c| format!("{c:.2} % of a core")))
+            cells(&|u| self
+                .rows
+                .get(&(u, 1500))
+                .and_then(|r| r.idle_cpu_percent)
+                .map_or("-".into(), |c| format!("{c:.2} % of a core")))
         );
         println!(
             "| raw datagrams, 1514 B (no vt3d) | {} | the MTU 1500 ceiling: rate × 1430 B of payload |",
-            cells(&|u| self.raw.get(u).map_or("-".into(), |r| format!("{:.0} k/s = {:.0} MB/s", r.0 / 1e3, mbs(r.0 * payload_per_frame(1500)))))
+            cells(&|u| self.raw.get(u).map_or("-".into(), |r| format!(
+                "{:.0} k/s = {:.0} MB/s",
+                r.0 / 1e3,
+                mbs(r.0 * payload_per_frame(1500))
+            )))
         );
         println!(
             "| vt3d RSS per idle connection | {:.1} KiB ({} connections over {}) |{} |",
@@ -595,10 +636,22 @@ impl Report<'_> {
         let v = self.json();
         println!("\nGoals (docs/architecture.md §8, issue 15), ratios of this run ({}):", self.primary.name());
         let r = &v["ratios"];
-        println!("  write_1m_max_mtu / tcp_loopback   = {:.2} (goal ≥ 0.5)", r["max_mtu_vs_tcp_loopback"].as_f64().unwrap_or(f64::NAN));
-        println!("  write_1m_1500 / raw_1500_ceiling  = {:.2} (goal ≥ 0.8)", r["write_1500_vs_raw_ceiling"].as_f64().unwrap_or(f64::NAN));
-        println!("  rtt_64 / raw_pingpong             = {:.2} (goal ≤ 1.5)", r["rtt_vs_raw_pingpong"].as_f64().unwrap_or(f64::NAN));
-        println!("  qp64_vs_qp1                       = {:.2} (goal ≥ 0.9)", v["qp64_vs_qp1"].as_f64().unwrap_or(f64::NAN));
+        println!(
+            "  write_1m_max_mtu / tcp_loopback   = {:.2} (goal ≥ 0.5)",
+            r["max_mtu_vs_tcp_loopback"].as_f64().unwrap_or(f64::NAN)
+        );
+        println!(
+            "  write_1m_1500 / raw_1500_ceiling  = {:.2} (goal ≥ 0.8)",
+            r["write_1500_vs_raw_ceiling"].as_f64().unwrap_or(f64::NAN)
+        );
+        println!(
+            "  rtt_64 / raw_pingpong             = {:.2} (goal ≤ 1.5)",
+            r["rtt_vs_raw_pingpong"].as_f64().unwrap_or(f64::NAN)
+        );
+        println!(
+            "  qp64_vs_qp1                       = {:.2} (goal ≥ 0.9)",
+            v["qp64_vs_qp1"].as_f64().unwrap_or(f64::NAN)
+        );
         println!("  rss_per_idle_conn_kib             = {:.1} (goal ≤ 20)", self.rss_per_conn);
     }
 }

@@ -373,9 +373,20 @@ impl FirstContact {
         if self.recent.len() == RECENT_CHALLENGES {
             self.recent.pop_front();
         }
-        self.recent.push_back(Challenge { driver_nonce: hello.driver_nonce, device_nonce, issued_ms: now_ms, used: false });
+        self.recent.push_back(Challenge {
+            driver_nonce: hello.driver_nonce,
+            device_nonce,
+            issued_ms: now_ms,
+            used: false,
+        });
         let answer = RespHello { driver_nonce: hello.driver_nonce, device_nonce };
-        let hdr = header(MsgType::Resp, abi::Cmd::Hello as u16, m.hdr.seq.to_native(), Status::Ok as u16, std::mem::size_of::<RespHello>());
+        let hdr = header(
+            MsgType::Resp,
+            abi::Cmd::Hello as u16,
+            m.hdr.seq.to_native(),
+            Status::Ok as u16,
+            std::mem::size_of::<RespHello>(),
+        );
         Ok(seal_under(&self.key, hdr, answer.as_slice()))
     }
 

@@ -851,7 +851,10 @@ mod first_contact {
                 d.now += Duration::from_millis(60);
                 let Outcome::Refused(why) = d.deliver(&f) else { panic!("byte {byte} changed and answered") };
                 assert!(
-                    matches!(why, Refusal::Hello | Refusal::Version | Refusal::Short | Refusal::NotCommand | Refusal::NoSession),
+                    matches!(
+                        why,
+                        Refusal::Hello | Refusal::Version | Refusal::Short | Refusal::NotCommand | Refusal::NoSession
+                    ),
                     "byte {byte}: {why:?}"
                 );
             }

@@ -202,8 +202,7 @@ where
         }
         buf.resize(end, 0);
         let dst = buf.get_mut(start..end).ok_or(ChainError::TooLong)?;
-        mem.read_slice(dst, desc.addr())
-            .map_err(|_| ChainError::BadAddress)?;
+        mem.read_slice(dst, desc.addr()).map_err(|_| ChainError::BadAddress)?;
         last_has_next = desc.has_next();
     }
     if last_has_next {
@@ -362,18 +361,14 @@ where
         let mut done = 0usize;
         while done < len && pos < src.len() {
             let piece = src.piece(pos, len - done);
-            let addr = desc
-                .addr()
-                .checked_add(done as u64)
-                .ok_or(ChainError::BadAddress)?;
+            let addr = desc.addr().checked_add(done as u64).ok_or(ChainError::BadAddress)?;
             for (i, slot) in num_buffers_at.iter_mut().enumerate() {
                 let field = NUM_BUFFERS_OFFSET + i;
                 if (pos..pos + piece.len()).contains(&field) {
                     *slot = addr.checked_add((field - pos) as u64);
                 }
             }
-            mem.write_slice(piece, addr)
-                .map_err(|_| ChainError::BadAddress)?;
+            mem.write_slice(piece, addr).map_err(|_| ChainError::BadAddress)?;
             done += piece.len();
             pos += piece.len();
         }
@@ -499,11 +494,7 @@ mod tests {
             // One chain of three writable descriptors: 4 + 7 + 4096 bytes,
             // so num_buffers straddles the first two.
             let w = VRING_DESC_F_WRITE | VRING_DESC_F_NEXT;
-            let descs = [
-                desc(DATA, 4, w),
-                desc(DATA + 0x100, 7, w),
-                desc(DATA + 0x200, 4096, VRING_DESC_F_WRITE),
-            ];
+            let descs = [desc(DATA, 4, w), desc(DATA + 0x100, 7, w), desc(DATA + 0x200, 4096, VRING_DESC_F_WRITE)];
             let mut descs = descs.to_vec();
             // Chain them: 0 -> 1 -> 2.
             descs[0] = RawDescriptor::from(SplitDescriptor::new(DATA, 4, w as u16, 1));
@@ -584,10 +575,7 @@ mod tests {
         fn buffer_outside_guest_memory_is_returned() {
             let mem = memory();
             let mq = MockSplitQueue::new(&mem, QSIZE);
-            let descs = [
-                desc(0xffff_ffff_0000, 2048, VRING_DESC_F_WRITE),
-                desc(DATA, 2048, VRING_DESC_F_WRITE),
-            ];
+            let descs = [desc(0xffff_ffff_0000, 2048, VRING_DESC_F_WRITE), desc(DATA, 2048, VRING_DESC_F_WRITE)];
             mq.add_desc_chains(&descs, 0).unwrap();
             let mut q: Queue = mq.create_queue().unwrap();
             let (mut s, mut st) = (Scratch::default(), ChainStats::default());
@@ -759,7 +747,11 @@ mod tests {
             let mut seen = 0;
             let done = drain_tx(&mut q, &mem, &layout(true), &mut s, &mut st, usize::MAX, |_| {
                 seen += 1;
-                if seen == 2 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+                if seen == 2 {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
             })
             .unwrap();
             assert_eq!((done.more, seen, mq.used().idx().load()), (true, 2, 2));
@@ -796,11 +788,11 @@ mod tests {
             let mq = MockSplitQueue::new(&mem, QSIZE);
             put(&mem, DATA + 0x3_0000, &[0u8; 72]);
             let descs = [
-                desc(DATA, 100, VRING_DESC_F_WRITE),         // writable in TX
-                desc(0xffff_ffff_0000, 100, 0),              // outside memory
-                desc(DATA + 0x2_0000, 8, 0),                 // shorter than the header
-                desc(DATA, 12 + 9018 + 1, 0),                // longer than the MTU
-                desc(DATA + 0x3_0000, 72, 0),                // good
+                desc(DATA, 100, VRING_DESC_F_WRITE), // writable in TX
+                desc(0xffff_ffff_0000, 100, 0),      // outside memory
+                desc(DATA + 0x2_0000, 8, 0),         // shorter than the header
+                desc(DATA, 12 + 9018 + 1, 0),        // longer than the MTU
+                desc(DATA + 0x3_0000, 72, 0),        // good
             ];
             mq.add_desc_chains(&descs, 0).unwrap();
             let (frames, st, _) = drain(&mq, &mem, &layout(true));

@@ -308,7 +308,8 @@ impl Rnic {
         }
         cq.prod = cq.prod.wrapping_add(1);
         StatusWord::at(cq.status_addr, offset_of!(CqStatus, prod)).store(mem, cq.prod, Ordering::Release);
-        let armed = cq.arm_flags & ArmFlag::Next as u32 != 0 || (cq.arm_flags & ArmFlag::Solicited as u32 != 0 && solicited);
+        let armed =
+            cq.arm_flags & ArmFlag::Next as u32 != 0 || (cq.arm_flags & ArmFlag::Solicited as u32 != 0 && solicited);
         if armed {
             cq.arm_flags = 0;
             self.push_event(EventType::CqCompletion, &abi::Event { handle: cqn.into(), ..Default::default() });

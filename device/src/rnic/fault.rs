@@ -22,8 +22,8 @@
 use std::mem::offset_of;
 
 use vm_memory::GuestMemory;
-use vt3_iwarp::engine::{self, EngineError};
 pub use vt3_iwarp::engine::Fault;
+use vt3_iwarp::engine::{self, EngineError};
 use vt3_iwarp::toe::Duration;
 
 use super::memory::StatusWord;
@@ -185,15 +185,11 @@ impl Rnic {
         }
         let timeout = self.tcp_timeout;
         self.qps.get(qpn).ok_or_else(|| format!("no QP {qpn}"))?;
-        let offload = self
-            .offload
-            .as_mut()
-            .ok_or("no iWARP engine yet (the driver has not set the guest's address)")?;
+        let offload =
+            self.offload.as_mut().ok_or("no iWARP engine yet (the driver has not set the guest's address)")?;
         let engine = &mut offload.engine;
-        let peer = engine
-            .qp_info(qpn)
-            .and_then(|i| i.tuple)
-            .map_or_else(|| "the peer".to_owned(), |t| t.remote.to_string());
+        let peer =
+            engine.qp_info(qpn).and_then(|i| i.tuple).map_or_else(|| "the peer".to_owned(), |t| t.remote.to_string());
         engine.inject(now, qpn, fault).map_err(|e| match e {
             EngineError::InvalidState { state, what, .. } => format!("QP {qpn} is {state}: {what}"),
             other => other.to_string(),
@@ -400,7 +396,8 @@ impl Rnic {
             StatusWord::at(cq.status_addr, offset_of!(CqStatus, flags)).fetch_or(mem, CqStatusFlag::Error as u32);
         }
         let count = u32::try_from(qpns.len()).unwrap_or(u32::MAX);
-        let body = abi::Event { handle: 0.into(), code: FATAL_INJECTED.into(), detail: count.into(), reserved: 0.into() };
+        let body =
+            abi::Event { handle: 0.into(), code: FATAL_INJECTED.into(), detail: count.into(), reserved: 0.into() };
         self.push_event(EventType::DeviceFatal, &body);
         self.fatal = Some(Fatal::Dead);
         log::warn!("device fatal error injected: {count} QPs in ERROR; commands refused until RESET");

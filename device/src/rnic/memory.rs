@@ -19,15 +19,11 @@ pub struct GuestRam<'a, M>(pub &'a M);
 
 impl<M: GuestMemory> engine::GuestMemory for GuestRam<'_, M> {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MemoryError> {
-        self.0
-            .read_slice(buf, GuestAddress(addr))
-            .map_err(|_| MemoryError { addr, len: buf.len() })
+        self.0.read_slice(buf, GuestAddress(addr)).map_err(|_| MemoryError { addr, len: buf.len() })
     }
 
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemoryError> {
-        self.0
-            .write_slice(data, GuestAddress(addr))
-            .map_err(|_| MemoryError { addr, len: data.len() })
+        self.0.write_slice(data, GuestAddress(addr)).map_err(|_| MemoryError { addr, len: data.len() })
     }
 }
 

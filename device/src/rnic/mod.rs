@@ -13,8 +13,8 @@ pub mod fault;
 pub mod memory;
 mod offload;
 mod pairing;
-mod rereg;
 pub mod poll;
+mod rereg;
 pub mod srq;
 pub mod table;
 pub mod tpt;
@@ -29,8 +29,9 @@ use vt3_iwarp::engine::{MwType, WorkQueue};
 use vt3_iwarp::toe::FourTuple;
 
 use crate::abi::{
-    self, Cmd, CmdAllocMr, CmdAllocMw, CmdArmCq, CmdCreateCq, CmdCreateQp, CmdDoorbell, CmdHandle, CmdModifyQp, CmdRegMr, CmdSetAddr,
-    DeviceAttr, EventType, PortAttr, QpAttr, QpState, QpStatusFlag, RespHandle, Status, VT3_PAGE_SIZE,
+    self, Cmd, CmdAllocMr, CmdAllocMw, CmdArmCq, CmdCreateCq, CmdCreateQp, CmdDoorbell, CmdHandle, CmdModifyQp,
+    CmdRegMr, CmdSetAddr, DeviceAttr, EventType, PortAttr, QpAttr, QpState, QpStatusFlag, RespHandle, Status,
+    VT3_PAGE_SIZE,
 };
 use datapath::FETCH_BUDGET;
 use memory::StatusWord;
@@ -324,12 +325,7 @@ fn transition_allowed(from: QpState, to: QpState) -> bool {
     use QpState::{Closing, Error, Idle, Rts, Terminate};
     matches!(
         (from, to),
-        (Idle, Idle)
-            | (_, Error)
-            | (Rts, Closing | Terminate)
-            | (Closing, Idle)
-            | (Terminate, Idle)
-            | (Error, Idle)
+        (Idle, Idle) | (_, Error) | (Rts, Closing | Terminate) | (Closing, Idle) | (Terminate, Idle) | (Error, Idle)
     )
 }
 
@@ -426,16 +422,19 @@ impl Rnic {
                 .load(mem, Ordering::Acquire)
                 .unwrap_or(qp.sq_work.fetched);
             let tcb = engine.tcb(qpn);
-            looked.push((qpn, watchdog::QpProgress {
-                sq_prod,
-                sq_fetched: qp.sq_work.fetched,
-                sq_consumed: qp.sq_work.consumed,
-                rq_fetched: qp.rq_work.fetched,
-                rq_consumed: qp.rq_work.consumed,
-                sq_outstanding: info.sq_outstanding,
-                reads_outstanding: info.reads_outstanding,
-                tcp: tcb.as_ref().map(watchdog::TcpProgress::of),
-            }));
+            looked.push((
+                qpn,
+                watchdog::QpProgress {
+                    sq_prod,
+                    sq_fetched: qp.sq_work.fetched,
+                    sq_consumed: qp.sq_work.consumed,
+                    rq_fetched: qp.rq_work.fetched,
+                    rq_consumed: qp.rq_work.consumed,
+                    sq_outstanding: info.sq_outstanding,
+                    reads_outstanding: info.reads_outstanding,
+                    tcp: tcb.as_ref().map(watchdog::TcpProgress::of),
+                },
+            ));
         }
         let progress: std::collections::BTreeMap<u32, watchdog::QpProgress> = looked.iter().copied().collect();
         for stall in self.watchdog.look(now, looked) {
@@ -709,10 +708,8 @@ impl Rnic {
         }
         let mut raw = vec![0u8; bytes];
         mem.read_slice(&mut raw, addr).map_err(|_| Status::BadAddress)?;
-        let pages: Vec<u64> = raw
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
-            .collect();
+        let pages: Vec<u64> =
+            raw.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())).collect();
         for &page in &pages {
             if page % VT3_PAGE_SIZE != 0 {
                 return Err(Status::Invalid);
@@ -752,9 +749,7 @@ impl Rnic {
                 }
                 let page_offset = u64::from(le(a.page_offset));
                 let npages = le(a.npages);
-                if page_offset >= VT3_PAGE_SIZE
-                    || u64::from(npages) * VT3_PAGE_SIZE < page_offset + length
-                {
+                if page_offset >= VT3_PAGE_SIZE || u64::from(npages) * VT3_PAGE_SIZE < page_offset + length {
                     return Err(Status::Invalid);
                 }
                 let pages = self.read_pbl(mem, a.pbl_addr.to_native(), npages)?;
@@ -860,7 +855,11 @@ impl Rnic {
         let shared = srq::check_qp_srq(self, a)?;
         let flags = le(a.flags);
         let known_flags = abi::QpFlag::Kernel as u32 | abi::QpFlag::SigAll as u32;
-        if max_send_sge > l.max_sge || max_recv_sge > l.max_sge || max_inline > l.max_inline || flags & !known_flags != 0 {
+        if max_send_sge > l.max_sge
+            || max_recv_sge > l.max_sge
+            || max_inline > l.max_inline
+            || flags & !known_flags != 0
+        {
             return Err(Status::Invalid);
         }
         let status_addr = Self::status_page(mem, a.status_addr.to_native(), std::mem::size_of::<abi::QpStatus>())?;
@@ -869,13 +868,15 @@ impl Rnic {
         let sq = self.read_ring(mem, le(a.sq_depth), max_depth, wqe, a.sq_pbl_addr.to_native(), le(a.sq_npages))?;
         let (srqn, rq) = match shared {
             Some((srqn, rq)) => (srqn, rq),
-            None => match self.read_ring(mem, le(a.rq_depth), max_depth, wqe, a.rq_pbl_addr.to_native(), le(a.rq_npages)) {
-                Ok(rq) => (0, rq),
-                Err(e) => {
-                    self.pbl_used -= sq.pages.len() as u64;
-                    return Err(e);
+            None => {
+                match self.read_ring(mem, le(a.rq_depth), max_depth, wqe, a.rq_pbl_addr.to_native(), le(a.rq_npages)) {
+                    Ok(rq) => (0, rq),
+                    Err(e) => {
+                        self.pbl_used -= sq.pages.len() as u64;
+                        return Err(e);
+                    }
                 }
-            },
+            }
         };
         let npages = (sq.pages.len() + rq.pages.len()) as u64;
         // Indices are free running: start where the page says.

@@ -347,10 +347,11 @@ impl Rnic {
                 None
             } else {
                 let window = toe_window(self.mtu, self.uplink_queue);
-                let o = Offload::new(&addr, self.mtu, window, self.limits.max_qp, now, self.tcp_timeout).map_err(|e| {
-                    log::warn!("no TCP offload for {ip}: {e}");
-                    Status::Invalid
-                })?;
+                let o =
+                    Offload::new(&addr, self.mtu, window, self.limits.max_qp, now, self.tcp_timeout).map_err(|e| {
+                        log::warn!("no TCP offload for {ip}: {e}");
+                        Status::Invalid
+                    })?;
                 Some(o)
             };
             self.replace_offload(mem, now, offload);
@@ -618,12 +619,7 @@ impl Rnic {
     /// Runs the engine (timers, received data, transmission; frames go to
     /// `uplink`) and delivers its output: CQEs, status pages, events.
     /// Returns when to run it again at the latest.
-    pub fn service<M: GuestMemory>(
-        &mut self,
-        now: Instant,
-        mem: &M,
-        uplink: &mut dyn FnMut(&[u8]),
-    ) -> Option<Instant> {
+    pub fn service<M: GuestMemory>(&mut self, now: Instant, mem: &M, uplink: &mut dyn FnMut(&[u8])) -> Option<Instant> {
         self.device_fatal(mem, now);
         if let Some(offload) = self.offload.as_mut() {
             offload.engine.set_egress_room(self.uplink_room);
@@ -906,7 +902,8 @@ impl Rnic {
     }
 
     pub(super) fn qp_event(&mut self, qpn: u32, code: QpEvent, detail: u32) {
-        let body = AbiEvent { handle: qpn.into(), code: (code as u32).into(), detail: detail.into(), reserved: 0.into() };
+        let body =
+            AbiEvent { handle: qpn.into(), code: (code as u32).into(), detail: detail.into(), reserved: 0.into() };
         self.push_event(EventType::Qp, &body);
     }
 }

@@ -65,7 +65,6 @@ pub const CONTENDED_PAUSE: Duration = Duration::from_millis(50);
 /// others wait for doorbells, as before.
 pub const MAX_POLLED: u16 = 64;
 
-
 /// One queue's adaptive polling window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PollWindow {
@@ -101,7 +100,6 @@ impl PollWindow {
     pub fn length(&self) -> Duration {
         self.length
     }
-
 
     /// Polling until then, if polling.
     pub fn until(&self) -> Option<Instant> {

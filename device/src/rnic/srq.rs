@@ -11,10 +11,10 @@ use vm_memory::{Bytes, GuestAddress, GuestMemory};
 use super::memory::StatusWord;
 use super::poll::{self, End, PollWindow, PolledQueue, ProducerRing, Take, Trigger};
 use super::wqe::{self, BadWqe};
-use super::{handle_reply, le, reply, CmdResult, Instant, Rnic, Ring, WorkProgress, FETCH_BUDGET};
+use super::{handle_reply, le, reply, CmdResult, Instant, Ring, Rnic, WorkProgress, FETCH_BUDGET};
 use crate::abi::{
-    self, CmdCreateSrq, CmdHandle, CmdModifySrq, CmdResizeSrq, EventType, QpEvent, RqWqe, SrqAttr, SrqModifyMask, SrqStatus,
-    SrqStatusFlag, Status,
+    self, CmdCreateSrq, CmdHandle, CmdModifySrq, CmdResizeSrq, EventType, QpEvent, RqWqe, SrqAttr, SrqModifyMask,
+    SrqStatus, SrqStatusFlag, Status,
 };
 
 #[derive(Debug)]

@@ -56,17 +56,11 @@ impl<T> Table<T> {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
-        self.slots
-            .iter()
-            .zip(1u32..)
-            .filter_map(|(slot, handle)| slot.as_ref().map(|v| (handle, v)))
+        self.slots.iter().zip(1u32..).filter_map(|(slot, handle)| slot.as_ref().map(|v| (handle, v)))
     }
 
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut T)> {
-        self.slots
-            .iter_mut()
-            .zip(1u32..)
-            .filter_map(|(slot, handle)| slot.as_mut().map(|v| (handle, v)))
+        self.slots.iter_mut().zip(1u32..).filter_map(|(slot, handle)| slot.as_mut().map(|v| (handle, v)))
     }
 
     pub fn clear(&mut self) {

@@ -14,9 +14,9 @@
 //! (`vt3_iwarp::engine::check_bind`, `check_window_access`).
 
 use vt3_iwarp::engine::{
-    self, bound_state, check_bind, check_rereg, check_window_access, check_window_invalidate, reregistered,
-    BindError, FastReg, FastRegError, MemoryRegions, MwBind, MwType, Owner, RegionKind, RegionView, Registration,
-    Rereg, ReregError, Window, WindowView, REREG_TRANSLATION,
+    self, bound_state, check_bind, check_rereg, check_window_access, check_window_invalidate, reregistered, BindError,
+    FastReg, FastRegError, MemoryRegions, MwBind, MwType, Owner, RegionKind, RegionView, Registration, Rereg,
+    ReregError, Window, WindowView, REREG_TRANSLATION,
 };
 
 use crate::abi::{VT3_PAGE_SHIFT, VT3_PAGE_SIZE};
@@ -285,10 +285,7 @@ impl Tpt {
         if let Some(window) = entry.window {
             let view = entry.window_view(window, (stag & 0xff) as u8);
             let mr_stag = check_window_access(&view, owner, iova, len, needed)?;
-            let mr = self
-                .get(mr_stag)
-                .filter(|mr| mr.valid && mr.window.is_none())
-                .ok_or(AccessError::InvalidStag)?;
+            let mr = self.get(mr_stag).filter(|mr| mr.valid && mr.window.is_none()).ok_or(AccessError::InvalidStag)?;
             return Self::place(mr, iova, len, segment);
         }
         let mr = Some(entry).filter(|mr| mr.valid).ok_or(AccessError::InvalidStag)?;
@@ -507,12 +504,7 @@ impl MemoryRegions for Tpt {
         Tpt::invalidatable(self, stag, pdn).map_err(Into::into)
     }
 
-    fn fast_register(
-        &mut self,
-        pdn: u32,
-        reg: &FastReg,
-        memory: &dyn engine::GuestMemory,
-    ) -> Result<(), FastRegError> {
+    fn fast_register(&mut self, pdn: u32, reg: &FastReg, memory: &dyn engine::GuestMemory) -> Result<(), FastRegError> {
         Tpt::fast_register(self, pdn, reg, memory)
     }
 
@@ -553,11 +545,10 @@ mod tests {
     fn translates_across_pages() {
         let mut tpt = Tpt::new(16);
         let stag = tpt.insert(mr(1, ALL_ACCESS)).unwrap();
-        assert_eq!(segments(&tpt, stag, 0x7000_0100, 8192, REMOTE_WRITE).unwrap(), vec![
-            (0x10_0100, 0xf00),
-            (0x20_0000, 0x1000),
-            (0x30_0000, 0x100),
-        ]);
+        assert_eq!(
+            segments(&tpt, stag, 0x7000_0100, 8192, REMOTE_WRITE).unwrap(),
+            vec![(0x10_0100, 0xf00), (0x20_0000, 0x1000), (0x30_0000, 0x100),]
+        );
         assert_eq!(segments(&tpt, stag, 0x7000_1000, 16, REMOTE_READ).unwrap(), vec![(0x20_0000, 16)]);
         assert_eq!(segments(&tpt, stag, 0x7000_0100, 0, REMOTE_READ).unwrap(), vec![]);
     }
@@ -575,7 +566,10 @@ mod tests {
         assert_eq!(err(ro ^ 1, 0x7000_0100, 1, REMOTE_READ), AccessError::InvalidStag);
         assert_eq!(err(0, 0x7000_0100, 1, REMOTE_READ), AccessError::InvalidStag);
         let mut v = Vec::new();
-        assert_eq!(tpt.translate(ro, Owner { pdn: 2, qpn: 1 }, 0x7000_0100, 1, REMOTE_READ, |a, l| v.push((a, l))), Err(AccessError::WrongPd));
+        assert_eq!(
+            tpt.translate(ro, Owner { pdn: 2, qpn: 1 }, 0x7000_0100, 1, REMOTE_READ, |a, l| v.push((a, l))),
+            Err(AccessError::WrongPd)
+        );
     }
 
     #[test]
@@ -654,7 +648,10 @@ mod tests {
         assert_eq!(tpt.fast_register(1, &reg(old, 2), &ram), Err(FastRegError::SameKey((old & 0xff) as u8)));
         assert_eq!(tpt.fast_register(2, &reg(rotated(old), 2), &ram), Err(FastRegError::WrongPd));
         assert!(matches!(tpt.fast_register(1, &reg(rotated(old), 3), &ram), Err(FastRegError::TooManyPages { .. })));
-        assert!(matches!(tpt.fast_register(1, &reg(rotated(old), u32::MAX), &ram), Err(FastRegError::TooManyPages { .. })));
+        assert!(matches!(
+            tpt.fast_register(1, &reg(rotated(old), u32::MAX), &ram),
+            Err(FastRegError::TooManyPages { .. })
+        ));
         let long = FastReg { length: 2 * 4096, ..reg(rotated(old), 2) };
         assert!(matches!(tpt.fast_register(1, &long, &ram), Err(FastRegError::Length { .. })));
         let outside = FastReg { pbl_addr: 0x40_0000 - 8, ..reg(rotated(old), 2) };
@@ -686,9 +683,14 @@ mod tests {
         // Registered again under the next key; the entry's vector is reused.
         let one = FastReg { length: 100, ..reg(rotated(stag), 1) };
         tpt.fast_register(1, &one, &ram).unwrap();
-        assert!(matches!(&tpt.get(rotated(stag)).unwrap().backing, Backing::Pages { pages, .. } if pages == &[0x20_0000]));
+        assert!(
+            matches!(&tpt.get(rotated(stag)).unwrap().backing, Backing::Pages { pages, .. } if pages == &[0x20_0000])
+        );
         assert_eq!(tpt.get(rotated(stag)).unwrap().pbl_entries(), 2);
-        assert_eq!(tpt.fast_register(1, &reg(plain & !0xff | 0x77, 1), &ram), Err(FastRegError::NoSuchMr(plain & !0xff | 0x77)));
+        assert_eq!(
+            tpt.fast_register(1, &reg(plain & !0xff | 0x77, 1), &ram),
+            Err(FastRegError::NoSuchMr(plain & !0xff | 0x77))
+        );
         // DEREG_MR: a fast-reg MR under any key (the driver's may be one a
         // refused REG_MR never gave it); an ordinary MR under its own only.
         let current = rotated(stag);
@@ -714,7 +716,10 @@ mod tests {
         assert_eq!(segments(&tpt, stag, 0x9000_0000, 1, REMOTE_WRITE), Err(AccessError::WrongPd));
         let mut v = Vec::new();
         let pd2 = Owner { pdn: 2, qpn: 1 };
-        assert_eq!(tpt.translate(stag, pd2, 0x9000_0000, 1, REMOTE_WRITE, |a, l| v.push((a, l))), Err(AccessError::Rights));
+        assert_eq!(
+            tpt.translate(stag, pd2, 0x9000_0000, 1, REMOTE_WRITE, |a, l| v.push((a, l))),
+            Err(AccessError::Rights)
+        );
         assert!(tpt.translate(stag, pd2, 0x9000_0000, 1, LOCAL_WRITE, |a, l| v.push((a, l))).is_ok());
         // Refused: stale key, DMA and fast-reg MRs, windows (as MRs and bound).
         assert_eq!(tpt.rereg(stag ^ 1, &rereg(REREG_PD), None), Err(ReregError::NoSuchMr(stag ^ 1)));
@@ -724,7 +729,14 @@ mod tests {
         assert_eq!(tpt.check_rereg(fast, &rereg(REREG_PD)), Err(ReregError::Kind("fast-reg")));
         let bindable = tpt.insert(mr(1, LOCAL_WRITE | MW_BIND)).unwrap();
         let w = tpt.insert(Mr::unbound_window(1, MwType::One)).unwrap();
-        let bind = MwBind { mw_stag: rotated(w), mr_stag: bindable, addr: 0x7000_1000, length: 16, access: REMOTE_READ, mw_type: MwType::One };
+        let bind = MwBind {
+            mw_stag: rotated(w),
+            mr_stag: bindable,
+            addr: 0x7000_1000,
+            length: 16,
+            access: REMOTE_READ,
+            mw_type: MwType::One,
+        };
         tpt.bind_window(OWNER, &bind).unwrap();
         assert_eq!(tpt.check_rereg(rotated(w), &rereg(REREG_PD)), Err(ReregError::Kind("window")));
         let before = tpt.get(bindable).cloned();
@@ -756,9 +768,18 @@ mod tests {
         assert_eq!(segments(&tpt, w2, 0x7000_1000, 1, LOCAL_WRITE), Err(AccessError::InvalidStag), "never an lkey");
         let other_qp = Owner { pdn: 1, qpn: 2 };
         let mut v = Vec::new();
-        assert_eq!(tpt.translate(w2, other_qp, 0x7000_1000, 1, REMOTE_READ, |a, l| v.push((a, l))), Err(AccessError::WrongQp));
-        assert!(tpt.translate(w1, other_qp, 0x7000_1000, 1, REMOTE_READ, |a, l| v.push((a, l))).is_ok(), "type 1: the PD's");
-        assert_eq!(MemoryRegions::translate(&tpt, w2, other_qp, 0x7000_1000, 1, REMOTE_READ, &mut |_, _| ()), Err(engine::AccessError::WrongQp));
+        assert_eq!(
+            tpt.translate(w2, other_qp, 0x7000_1000, 1, REMOTE_READ, |a, l| v.push((a, l))),
+            Err(AccessError::WrongQp)
+        );
+        assert!(
+            tpt.translate(w1, other_qp, 0x7000_1000, 1, REMOTE_READ, |a, l| v.push((a, l))).is_ok(),
+            "type 1: the PD's"
+        );
+        assert_eq!(
+            MemoryRegions::translate(&tpt, w2, other_qp, 0x7000_1000, 1, REMOTE_READ, &mut |_, _| ()),
+            Err(engine::AccessError::WrongQp)
+        );
         // A bound MR is not deregistered; a window is not an MR to deregister.
         assert_eq!(tpt.windows_bound_to(mr_stag >> 8), 2);
         assert_eq!(tpt.remove_for_dereg(mr_stag).err(), Some(DeregError::WindowsBound));

@@ -80,7 +80,10 @@ impl QpProgress {
         let peer_is_to_act = tcp.is_some_and(|t| t.snd_una != t.snd_nxt || (t.send_queue > 0 && t.snd_wnd == Some(0)));
         if self.sq_fetched != self.sq_consumed || self.sq_outstanding > 0 || self.reads_outstanding > 0 {
             if peer_is_to_act {
-                return Some(("the peer to acknowledge data or open its window (send WRs wait behind it)", PEER_WAIT_AFTER));
+                return Some((
+                    "the peer to acknowledge data or open its window (send WRs wait behind it)",
+                    PEER_WAIT_AFTER,
+                ));
             }
             return Some(("send WRs in the engine to complete", STALL_AFTER));
         }
@@ -244,10 +247,18 @@ mod tests {
             (QpProgress { sq_consumed: 3, ..idle() }, "send WRs in the engine to complete", STALL_AFTER),
             (QpProgress { reads_outstanding: 1, ..idle() }, "send WRs in the engine to complete", STALL_AFTER),
             (QpProgress { sq_outstanding: 1, tcp: Some(in_flight), ..idle() }, peer_wrs, PEER_WAIT_AFTER),
-            (QpProgress { tcp: Some(TcpProgress { send_queue: 100, ..tcp }), ..idle() }, "the TCB to send its queued data", STALL_AFTER),
+            (
+                QpProgress { tcp: Some(TcpProgress { send_queue: 100, ..tcp }), ..idle() },
+                "the TCB to send its queued data",
+                STALL_AFTER,
+            ),
             (QpProgress { tcp: Some(in_flight), ..idle() }, peer, PEER_WAIT_AFTER),
             (QpProgress { tcp: Some(window_shut), ..idle() }, peer, PEER_WAIT_AFTER),
-            (QpProgress { tcp: Some(TcpProgress { recv_queue: 9, ..tcp }), ..idle() }, "the engine to take received data", STALL_AFTER),
+            (
+                QpProgress { tcp: Some(TcpProgress { recv_queue: 9, ..tcp }), ..idle() },
+                "the engine to take received data",
+                STALL_AFTER,
+            ),
         ];
         for (p, want, patience) in cases {
             assert_eq!(p.waiting_for(), Some((want, patience)), "{p:?}");

@@ -166,7 +166,6 @@ pub fn recv_wr(wqe: &RqWqe, limits: &WqeLimits) -> Result<RecvWr, BadWqe> {
     Ok(RecvWr { wr_id: wqe.wr_id.to_native(), sges: sges(payload, wqe.num_sge) })
 }
 
-
 /// The CQE for a completion of the WQE at index `wqe_idx` of its queue
 /// (a WQE of an SRQ names its SRQ index instead).
 pub fn cqe(c: &Completion, wqe_idx: u32) -> abi::Cqe {
@@ -235,10 +234,10 @@ mod tests {
         let w = sq(WrOpcode::Write as u8, WqeFlag::Fence as u8, &[sge(0x1000, 10, 0x101), sge(0x2000, 20, 0x102)]);
         let wr = send_wr(&w, &LIMITS).unwrap();
         assert_eq!((wr.wr_id, wr.opcode, wr.signaled, wr.fence), (0xfeed_0001, SendOpcode::Write, false, true));
-        assert_eq!(wr.sges.as_slice(), &[
-            Sge { addr: 0x1000, length: 10, lkey: 0x101 },
-            Sge { addr: 0x2000, length: 20, lkey: 0x102 }
-        ]);
+        assert_eq!(
+            wr.sges.as_slice(),
+            &[Sge { addr: 0x1000, length: 10, lkey: 0x101 }, Sge { addr: 0x2000, length: 20, lkey: 0x102 }]
+        );
         assert_eq!((wr.remote_addr, wr.remote_stag, wr.invalidate_stag), (0x7f00_0000_1000, 0x0305, 0x1234));
         assert_eq!(wr.inline, None);
         // SIG_ALL folds into every WR.
@@ -335,7 +334,10 @@ mod tests {
         assert_eq!(send_wr(&abi::read_struct(inline.as_slice()).unwrap(), &LIMITS), Err(BadWqe::Flags(2)));
         // LOCAL_INV names its STag in invalidate_stag; SGEs are ignored.
         let inv = send_wr(&sq(WrOpcode::LocalInv as u8, WqeFlag::Signaled as u8, &[sge(1, 2, 3)]), &LIMITS).unwrap();
-        assert_eq!((inv.opcode, inv.invalidate_stag, inv.signaled, inv.sges.len()), (SendOpcode::LocalInv, 0x1234, true, 0));
+        assert_eq!(
+            (inv.opcode, inv.invalidate_stag, inv.signaled, inv.sges.len()),
+            (SendOpcode::LocalInv, 0x1234, true, 0)
+        );
         assert_eq!(inv.opcode.wc_opcode() as u8, abi::WcOpcode::LocalInv as u8);
         assert_eq!(SendOpcode::RegMr.wc_opcode() as u8, abi::WcOpcode::RegMr as u8);
         let sig_all = WqeLimits { sig_all: true, ..LIMITS };
@@ -360,7 +362,14 @@ mod tests {
         assert_eq!((wr.wr_id, wr.opcode, wr.signaled, wr.fence), (0x99, SendOpcode::BindMw, true, false));
         assert_eq!(
             wr.bind,
-            MwBind { mw_stag: 0x4407, mr_stag: 0x1203, addr: 0x7000_0100, length: 4096, access: 6, mw_type: MwType::One }
+            MwBind {
+                mw_stag: 0x4407,
+                mr_stag: 0x1203,
+                addr: 0x7000_0100,
+                length: 4096,
+                access: 6,
+                mw_type: MwType::One
+            }
         );
         assert_eq!(wr.opcode.wc_opcode() as u8, abi::WcOpcode::BindMw as u8);
         for bad_type in [0u8, 3, 0xff] {
@@ -392,7 +401,9 @@ mod tests {
 
     #[test]
     fn malformed_fields_are_operation_errors() {
-        for bad in [BadWqe::Opcode(9), BadWqe::Flags(0x80), BadWqe::NumSge(5), BadWqe::InlineLen(65), BadWqe::Unreadable] {
+        for bad in
+            [BadWqe::Opcode(9), BadWqe::Flags(0x80), BadWqe::NumSge(5), BadWqe::InlineLen(65), BadWqe::Unreadable]
+        {
             assert_eq!(bad.status(), WcStatus::LocQpOpErr, "{bad}");
         }
     }
@@ -417,7 +428,15 @@ mod tests {
         assert_eq!((e.opcode, e.status), (3, 0));
         assert_eq!(e.flags, CqeFlag::Invalidated as u8 | CqeFlag::Solicited as u8);
         assert_eq!(e.invalidated_stag.to_native(), 0x4407);
-        let send = Completion { queue: WorkQueue::Send, opcode: WcOpcode::Read, status: WcStatus::LocProtErr, invalidated_stag: None, solicited: false, signaled: false, ..c };
+        let send = Completion {
+            queue: WorkQueue::Send,
+            opcode: WcOpcode::Read,
+            status: WcStatus::LocProtErr,
+            invalidated_stag: None,
+            solicited: false,
+            signaled: false,
+            ..c
+        };
         let e = cqe(&send, 7);
         assert_eq!((e.opcode, e.status, e.flags, e.invalidated_stag.to_native()), (2, 3, 0, 0));
         assert!(writes_cqe(&c) && !writes_cqe(&send));

@@ -134,11 +134,8 @@ pub(super) fn recvmmsg(
     gro: bool,
 ) -> io::Result<usize> {
     let n = bufs.len().min(received.len()).min(names.as_ref().map_or(usize::MAX, |n| n.len()));
-    let mut iovs: Vec<libc::iovec> = bufs
-        .iter_mut()
-        .take(n)
-        .map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() })
-        .collect();
+    let mut iovs: Vec<libc::iovec> =
+        bufs.iter_mut().take(n).map(|b| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() }).collect();
     // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
     let mut msgs: Vec<libc::mmsghdr> = (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
     let mut controls: Vec<GroControl> = if gro { vec![GroControl::empty(); n] } else { Vec::new() };
@@ -147,8 +144,7 @@ pub(super) fn recvmmsg(
         msg.msg_hdr.msg_iovlen = 1;
         if let Some(name) = names.as_deref_mut().and_then(|names| names.get_mut(i)) {
             msg.msg_hdr.msg_name = std::ptr::from_mut(name).cast();
-            msg.msg_hdr.msg_namelen =
-                libc::socklen_t::try_from(std::mem::size_of::<libc::sockaddr_un>()).unwrap_or(0);
+            msg.msg_hdr.msg_namelen = libc::socklen_t::try_from(std::mem::size_of::<libc::sockaddr_un>()).unwrap_or(0);
         }
         if let Some(control) = controls.get_mut(i) {
             msg.msg_hdr.msg_control = std::ptr::from_mut(control).cast();

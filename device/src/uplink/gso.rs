@@ -53,10 +53,7 @@ pub(super) fn plan(frames: &[&[u8]], largest_segment: usize, runs: &mut Vec<Run>
                 }
             }
         }
-        runs.push(Run {
-            count,
-            segment: if count > 1 { segment } else { 0 },
-        });
+        runs.push(Run { count, segment: if count > 1 { segment } else { 0 } });
         rest = rest.get(count..).unwrap_or_default();
     }
 }
@@ -91,27 +88,18 @@ pub(super) struct GroControl {
     segment: libc::c_int,
 }
 
-const _: () =
-    assert!(std::mem::offset_of!(SegmentControl, segment) == std::mem::size_of::<libc::cmsghdr>());
-const _: () =
-    assert!(std::mem::offset_of!(GroControl, segment) == std::mem::size_of::<libc::cmsghdr>());
+const _: () = assert!(std::mem::offset_of!(SegmentControl, segment) == std::mem::size_of::<libc::cmsghdr>());
+const _: () = assert!(std::mem::offset_of!(GroControl, segment) == std::mem::size_of::<libc::cmsghdr>());
 
 fn control_header(level: libc::c_int, kind: libc::c_int, data_len: usize) -> libc::cmsghdr {
     // cmsg_len is CMSG_LEN(data_len): the header and the data, unpadded.
-    libc::cmsghdr {
-        cmsg_len: std::mem::size_of::<libc::cmsghdr>() + data_len,
-        cmsg_level: level,
-        cmsg_type: kind,
-    }
+    libc::cmsghdr { cmsg_len: std::mem::size_of::<libc::cmsghdr>() + data_len, cmsg_level: level, cmsg_type: kind }
 }
 
 impl GroControl {
     /// Room for the kernel to write into.
     pub(super) fn empty() -> Self {
-        Self {
-            header: control_header(0, 0, 0),
-            segment: 0,
-        }
+        Self { header: control_header(0, 0, 0), segment: 0 }
     }
 
     /// The datagram size of a coalesced receive, given how much of the
@@ -119,13 +107,9 @@ impl GroControl {
     /// datagram (no UDP_GRO message).
     pub(super) fn segment(&self, filled: usize) -> Option<usize> {
         let header = &self.header;
-        let complete =
-            filled >= header.cmsg_len && header.cmsg_len >= control_header(0, 0, 4).cmsg_len;
+        let complete = filled >= header.cmsg_len && header.cmsg_len >= control_header(0, 0, 4).cmsg_len;
         let is_gro = header.cmsg_level == libc::SOL_UDP && header.cmsg_type == libc::UDP_GRO;
-        (complete && is_gro)
-            .then(|| usize::try_from(self.segment).ok())
-            .flatten()
-            .filter(|&s| s > 0)
+        (complete && is_gro).then(|| usize::try_from(self.segment).ok()).flatten().filter(|&s| s > 0)
     }
 }
 
@@ -134,23 +118,14 @@ impl GroControl {
 /// many messages the kernel took; an error only when the first was
 /// refused.
 pub(super) fn sendmmsg_runs(fd: RawFd, frames: &[&[u8]], runs: &[Run]) -> io::Result<usize> {
-    let mut iovs = [libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    }; SEND_BATCH];
+    let mut iovs = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; SEND_BATCH];
     // SAFETY: mmsghdr is plain old data; all-zero is a valid value.
     let mut msgs: [libc::mmsghdr; SEND_BATCH] = unsafe { std::mem::zeroed() };
-    let unused = SegmentControl {
-        header: control_header(0, 0, 0),
-        segment: 0,
-    };
+    let unused = SegmentControl { header: control_header(0, 0, 0), segment: 0 };
     let mut controls = [unused; SEND_BATCH];
     for (iov, frame) in iovs.iter_mut().zip(frames) {
         // The kernel only reads through iov_base (a send).
-        *iov = libc::iovec {
-            iov_base: frame.as_ptr().cast_mut().cast(),
-            iov_len: frame.len(),
-        };
+        *iov = libc::iovec { iov_base: frame.as_ptr().cast_mut().cast(), iov_len: frame.len() };
     }
     let mut first = 0;
     let mut n = 0;
@@ -165,11 +140,7 @@ pub(super) fn sendmmsg_runs(fd: RawFd, frames: &[&[u8]], runs: &[Run]) -> io::Re
         match u16::try_from(run.segment) {
             Ok(segment) if segment > 0 => {
                 *control = SegmentControl {
-                    header: control_header(
-                        libc::SOL_UDP,
-                        libc::UDP_SEGMENT,
-                        std::mem::size_of::<u16>(),
-                    ),
+                    header: control_header(libc::SOL_UDP, libc::UDP_SEGMENT, std::mem::size_of::<u16>()),
                     segment,
                 };
                 msg.msg_hdr.msg_control = std::ptr::from_mut(control).cast();
@@ -210,20 +181,13 @@ mod tests {
         let refs: Vec<&[u8]> = frames.iter().map(Vec::as_slice).collect();
         let mut runs = Vec::new();
         plan(&refs, largest, &mut runs);
-        assert_eq!(
-            runs.iter().map(|r| r.count).sum::<usize>(),
-            lens.len(),
-            "every frame once"
-        );
+        assert_eq!(runs.iter().map(|r| r.count).sum::<usize>(), lens.len(), "every frame once");
         runs.iter().map(|r| (r.count, r.segment)).collect()
     }
 
     #[test]
     fn same_size_frames_share_a_send_and_a_short_one_ends_it() {
-        assert_eq!(
-            runs_of(&[1514, 1514, 1514, 60, 1514], usize::MAX),
-            [(4, 1514), (1, 0)]
-        );
+        assert_eq!(runs_of(&[1514, 1514, 1514, 60, 1514], usize::MAX), [(4, 1514), (1, 0)]);
         assert_eq!(runs_of(&[60, 1514, 1514], usize::MAX), [(1, 0), (2, 1514)]);
         assert_eq!(runs_of(&[1514, 60, 60], usize::MAX), [(2, 1514), (1, 0)]);
         assert_eq!(runs_of(&[], usize::MAX), []);
@@ -242,10 +206,7 @@ mod tests {
 
     #[test]
     fn frames_larger_than_the_path_took_go_one_by_one() {
-        assert_eq!(
-            runs_of(&[1514, 1514, 60, 60], 1513),
-            [(1, 0), (1, 0), (2, 60)]
-        );
+        assert_eq!(runs_of(&[1514, 1514, 60, 60], 1513), [(1, 0), (1, 0), (2, 60)]);
         assert_eq!(runs_of(&[60, 60], 0), [(1, 0), (1, 0)]);
     }
 

@@ -92,9 +92,7 @@ impl FromStr for UplinkSpec {
     type Err = SpecError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (kind, rest) = s
-            .split_once(':')
-            .ok_or_else(|| SpecError::UnknownType(s.to_owned()))?;
+        let (kind, rest) = s.split_once(':').ok_or_else(|| SpecError::UnknownType(s.to_owned()))?;
         match kind {
             "udp" => {
                 let (l, r) = rest.split_once(',').ok_or(SpecError::MissingRemote("udp"))?;
@@ -102,9 +100,7 @@ impl FromStr for UplinkSpec {
                 Ok(Self::Udp { local: parse(l)?, remote: parse(r)? })
             }
             "unix-dgram" => {
-                let (l, r) = rest
-                    .split_once(',')
-                    .ok_or(SpecError::MissingRemote("unix-dgram"))?;
+                let (l, r) = rest.split_once(',').ok_or(SpecError::MissingRemote("unix-dgram"))?;
                 if l.is_empty() || r.is_empty() {
                     return Err(SpecError::EmptyPath);
                 }
@@ -204,10 +200,7 @@ mod tests {
     fn parses_every_kind() {
         assert_eq!(
             "udp:127.0.0.1:5000,127.0.0.1:5001".parse(),
-            Ok(UplinkSpec::Udp {
-                local: "127.0.0.1:5000".parse().unwrap(),
-                remote: "127.0.0.1:5001".parse().unwrap()
-            })
+            Ok(UplinkSpec::Udp { local: "127.0.0.1:5000".parse().unwrap(), remote: "127.0.0.1:5001".parse().unwrap() })
         );
         assert_eq!(
             "unix-dgram:/tmp/a,/tmp/b".parse(),

@@ -191,7 +191,14 @@ impl TapUplink {
     /// Handles a received frame of `len` octets (in `bufs[0]` and `tail`)
     /// with vnet header `hdr`: a super-frame is cut into `bufs`, a partial
     /// checksum completed. Returns the buffers filled (0: dropped).
-    fn receive(&self, hdr: &VnetHdr, len: usize, tail: &[u8], bufs: &mut [Vec<u8>], received: &mut [Received]) -> usize {
+    fn receive(
+        &self,
+        hdr: &VnetHdr,
+        len: usize,
+        tail: &[u8],
+        bufs: &mut [Vec<u8>],
+        received: &mut [Received],
+    ) -> usize {
         let c = &self.counters;
         let in_buf = bufs.first().map_or(0, Vec::len);
         if len > in_buf + tail.len() {

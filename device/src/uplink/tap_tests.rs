@@ -150,8 +150,10 @@ fn coalesced_segments_arrive_as_the_frames_sent() {
     let v6 = segments(V6, 10, 1000, 1000);
     let mut loose = segments(V4, 3, 500, 500);
     loose[1][38..42].copy_from_slice(&7u32.to_be_bytes());
-    let loose: Vec<Vec<u8>> =
-        loose.iter().map(|f| frame(V4, u32::from_be_bytes(f[38..42].try_into().unwrap()), 1, TCP_ACK, &f[66..])).collect();
+    let loose: Vec<Vec<u8>> = loose
+        .iter()
+        .map(|f| frame(V4, u32::from_be_bytes(f[38..42].try_into().unwrap()), 1, TCP_ACK, &f[66..]))
+        .collect();
     let batch: Vec<Vec<u8>> = v6.iter().chain(&loose).cloned().collect();
     assert_eq!(a.send_batch(&refs(&batch)).unwrap(), 13);
     assert_eq!((counter(&a, "tso_sends"), counter(&a, "tso_frames")), (2, 50));

@@ -261,7 +261,14 @@ fn same_headers(a: &[u8], b: &[u8], p: &TcpFrame) -> bool {
     let ranges: &[(usize, usize)] = if p.v6 {
         &[(0, ip + 4), (ip + 6, tcp + 4), (tcp + 8, tcp + 13), (tcp + 14, tcp + 16), (tcp + 18, p.payload())]
     } else {
-        &[(0, ip + 2), (ip + 6, ip + 10), (ip + 12, tcp + 4), (tcp + 8, tcp + 13), (tcp + 14, tcp + 16), (tcp + 18, p.payload())]
+        &[
+            (0, ip + 2),
+            (ip + 6, ip + 10),
+            (ip + 12, tcp + 4),
+            (tcp + 8, tcp + 13),
+            (tcp + 14, tcp + 16),
+            (tcp + 18, p.payload()),
+        ]
     };
     ranges.iter().all(|&(s, e)| a.get(s..e).is_some() && a.get(s..e) == b.get(s..e))
 }

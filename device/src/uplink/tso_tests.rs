@@ -162,7 +162,14 @@ fn consecutive_segments_make_one_super_frame() {
     let header = 14 + 20 + 32;
     assert_eq!(
         hdr,
-        VnetHdr { flags: F_NEEDS_CSUM, gso_type: GSO_TCPV4, hdr_len: header as u16, gso_size: 1448, csum_start: 34, csum_offset: 16 }
+        VnetHdr {
+            flags: F_NEEDS_CSUM,
+            gso_type: GSO_TCPV4,
+            hdr_len: header as u16,
+            gso_size: 1448,
+            csum_start: 34,
+            csum_offset: 16
+        }
     );
     assert_eq!(sup.len(), header + 39 * 1448 + 700);
     assert_eq!(usize::from(u16::from_be_bytes([sup[16], sup[17]])), sup.len() - 14);

@@ -119,7 +119,10 @@ impl Uplink for UdpUplink {
                     let first = runs.first().copied().unwrap_or(Run { count: 0, segment: 0 });
                     let limit = (first.segment != 0).then(|| gso::refused_segment(&e, first.segment)).flatten();
                     let Some(limit) = limit else { return Err(e) };
-                    log::info!("udp uplink: {}-octet frames refused with UDP_SEGMENT ({e}): sent one by one", first.segment);
+                    log::info!(
+                        "udp uplink: {}-octet frames refused with UDP_SEGMENT ({e}): sent one by one",
+                        first.segment
+                    );
                     self.gso_segment_limit.fetch_min(limit, Ordering::Relaxed);
                     *self.gso_lowered_at.lock().unwrap_or_else(PoisonError::into_inner) = Some(Instant::now());
                 }
@@ -180,9 +183,7 @@ mod tests {
 
     /// Distinct frames: `count` of `len` octets each, numbered.
     fn frames(count: usize, len: usize, tag: u8) -> Vec<Vec<u8>> {
-        (0..count)
-            .map(|i| (0..len).map(|j| (i * 7 + j) as u8 ^ tag).collect())
-            .collect()
+        (0..count).map(|i| (0..len).map(|j| (i * 7 + j) as u8 ^ tag).collect()).collect()
     }
 
     fn refs(frames: &[Vec<u8>]) -> Vec<&[u8]> {
@@ -210,8 +211,7 @@ mod tests {
     #[test]
     fn frames_cross_as_single_datagrams() {
         let peer = plain_peer("127.0.0.1:0");
-        let up =
-            UdpUplink::open("127.0.0.1:0".parse().unwrap(), peer.local_addr().unwrap()).unwrap();
+        let up = UdpUplink::open("127.0.0.1:0".parse().unwrap(), peer.local_addr().unwrap()).unwrap();
         let up_addr = up.socket.local_addr().unwrap();
 
         let frame: Vec<u8> = (0..9014).map(|i| i as u8).collect();
@@ -232,8 +232,7 @@ mod tests {
     #[test]
     fn segmented_sends_reach_a_plain_peer_as_single_datagrams() {
         let peer = plain_peer("127.0.0.1:0");
-        let up =
-            UdpUplink::open("127.0.0.1:0".parse().unwrap(), peer.local_addr().unwrap()).unwrap();
+        let up = UdpUplink::open("127.0.0.1:0".parse().unwrap(), peer.local_addr().unwrap()).unwrap();
         let up_addr = up.socket.local_addr().unwrap();
 
         // Three small frames, then 40 full ones and a short one: two sends
@@ -249,10 +248,7 @@ mod tests {
             assert_eq!((&buf[..n], from), (&frame[..], up_addr), "datagram {i}");
         }
         peer.set_nonblocking(true).unwrap();
-        assert!(
-            peer.recv_from(&mut buf).is_err(),
-            "no datagram beyond the frames"
-        );
+        assert!(peer.recv_from(&mut buf).is_err(), "no datagram beyond the frames");
 
         // The peer's datagrams, one frame each, sent one by one.
         let theirs = frames(30, 1514, 4);
@@ -283,20 +279,9 @@ mod tests {
         while n == 0 && start.elapsed() < Duration::from_secs(5) {
             n = b.recv_batch(&mut bufs, &mut received).unwrap();
         }
-        assert_eq!(
-            received[0],
-            Received {
-                len: 40 * 1514 + 700,
-                segment: 1514
-            },
-            "one coalesced receive"
-        );
-        let got: Vec<Vec<u8>> = received[..n]
-            .iter()
-            .zip(&bufs)
-            .flat_map(|(r, buf)| r.frames(buf))
-            .map(<[u8]>::to_vec)
-            .collect();
+        assert_eq!(received[0], Received { len: 40 * 1514 + 700, segment: 1514 }, "one coalesced receive");
+        let got: Vec<Vec<u8>> =
+            received[..n].iter().zip(&bufs).flat_map(|(r, buf)| r.frames(buf)).map(<[u8]>::to_vec).collect();
         assert_eq!(got, sent);
 
         // The same through the datapath's batch.
@@ -364,11 +349,8 @@ mod tests {
     fn datagrams_from_strangers_are_ignored() {
         let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
         let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let up =
-            UdpUplink::open("127.0.0.1:0".parse().unwrap(), peer.local_addr().unwrap()).unwrap();
-        stranger
-            .send_to(b"not for you", up.socket.local_addr().unwrap())
-            .unwrap();
+        let up = UdpUplink::open("127.0.0.1:0".parse().unwrap(), peer.local_addr().unwrap()).unwrap();
+        stranger.send_to(b"not for you", up.socket.local_addr().unwrap()).unwrap();
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(RecvBatch::default().next_frame(&up).unwrap(), None);
     }

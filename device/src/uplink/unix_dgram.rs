@@ -34,7 +34,8 @@ impl UnixDgramUplink {
         let socket = UnixDatagram::bind(local)?;
         socket.set_nonblocking(true)?;
         grow_socket_buffers(socket.as_raw_fd(), SOCKET_BUFFER);
-        let uplink = Self { socket, local: local.to_owned(), remote: remote.to_owned(), connected: AtomicBool::new(false) };
+        let uplink =
+            Self { socket, local: local.to_owned(), remote: remote.to_owned(), connected: AtomicBool::new(false) };
         // The peer may start (or restart) after us: connecting is retried
         // by every send until it works.
         if let Err(e) = uplink.connect() {

@@ -15,9 +15,7 @@ use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatu
 use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
 use virtio_bindings::bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::bindings::virtio_net::VIRTIO_NET_F_MRG_RXBUF;
-use virtio_bindings::bindings::virtio_ring::{
-    VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC,
-};
+use virtio_bindings::bindings::virtio_ring::{VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC};
 use virtio_queue::QueueT;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
@@ -25,12 +23,12 @@ use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventF
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use vmm_sys_util::timerfd::TimerFd;
 
+use crate::control::{Channel, Outcome};
+use crate::nic::guest_frames::HeldFrames;
 use crate::nic::virtio::{
     deliver_rx, drain_tx, pending_chains, ChainStats, NetLayout, QueueError, RxOutcome, Scratch, VNET_HDR_LEN,
     VNET_HDR_LEN_LEGACY,
 };
-use crate::control::{Channel, Outcome};
-use crate::nic::guest_frames::HeldFrames;
 use crate::nic::{GuestFrame, Nic};
 use crate::rnic::poll::CONTENDED_YIELD;
 use crate::rnic::Instant;
@@ -190,8 +188,11 @@ impl WritableWatch {
         if waiting == self.watching {
             return;
         }
-        let (op, events) =
-            if waiting { (ControlOperation::Add, EventSet::OUT) } else { (ControlOperation::Delete, EventSet::empty()) };
+        let (op, events) = if waiting {
+            (ControlOperation::Add, EventSet::OUT)
+        } else {
+            (ControlOperation::Delete, EventSet::empty())
+        };
         match self.epoll.ctl(op, self.uplink, EpollEvent::new(events, 0)) {
             Ok(()) => self.watching = waiting,
             Err(e) => log::warn!("uplink writability watch: {e}"),
@@ -270,11 +271,7 @@ pub struct NetBackend {
 
 impl NetBackend {
     pub fn new(nic: Arc<Nic>) -> io::Result<Self> {
-        let layout = NetLayout {
-            hdr_len: VNET_HDR_LEN,
-            mergeable: true,
-            max_frame: nic.max_frame(),
-        };
+        let layout = NetLayout { hdr_len: VNET_HDR_LEN, mergeable: true, max_frame: nic.max_frame() };
         Ok(Self {
             mem: Mutex::new(None),
             event_idx: AtomicBool::new(false),
@@ -885,9 +882,7 @@ impl VhostUserBackend for NetBackend {
     }
 
     fn exit_event(&self, _thread_index: usize) -> Option<(EventConsumer, EventNotifier)> {
-        new_event_consumer_and_notifier(EventFlag::NONBLOCK)
-            .map_err(|e| log::error!("exit event: {e}"))
-            .ok()
+        new_event_consumer_and_notifier(EventFlag::NONBLOCK).map_err(|e| log::error!("exit event: {e}")).ok()
     }
 
     fn handle_event(

@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
+use virtio_bindings::bindings::virtio_ring::VRING_DESC_F_WRITE;
 use virtio_queue::desc::{split::Descriptor as SplitDescriptor, RawDescriptor};
 use virtio_queue::mock::MockSplitQueue;
-use virtio_bindings::bindings::virtio_ring::VRING_DESC_F_WRITE;
 use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 
@@ -358,7 +358,6 @@ fn a_full_uplink_holds_frames_and_tx_waits_for_writability() {
     assert_eq!(sent_seqs(&s), (0..200).collect::<Vec<_>>(), "all of them, in order");
     assert_eq!(s.stat("tx_uplink_dropped"), 0);
 }
-
 
 /// The soak's stalled command channel (vt3.ko: "ACCEPT and 2 probes not
 /// answered: vt3d is gone"): the TX ring, left unread behind a full

@@ -53,19 +53,14 @@ pub fn bind_frontend_socket(path: &Path) -> Result<UnixListener, VhostError> {
 
 /// Serves frontends one after another until `stop` becomes readable:
 /// when QEMU exits, the next QEMU can connect to the same vt3d.
-pub fn serve_frontends(
-    listener: &UnixListener,
-    nic: &Arc<Nic>,
-    stop: BorrowedFd<'_>,
-) -> Result<(), VhostError> {
+pub fn serve_frontends(listener: &UnixListener, nic: &Arc<Nic>, stop: BorrowedFd<'_>) -> Result<(), VhostError> {
     let mut session = 0u64;
     let mut discard = RecvBatch::default();
     loop {
         // SAFETY: the uplink's descriptor stays open as long as `nic`, which
         // outlives this borrow.
         let uplink = unsafe { BorrowedFd::borrow_raw(nic.uplink().as_raw_fd()) };
-        let [incoming, stopped, frames] =
-            poll_readable([listener.as_fd(), stop, uplink]).map_err(VhostError::Relay)?;
+        let [incoming, stopped, frames] = poll_readable([listener.as_fd(), stop, uplink]).map_err(VhostError::Relay)?;
         if stopped {
             return Ok(());
         }
@@ -88,21 +83,20 @@ pub fn serve_frontends(
 }
 
 /// Runs one frontend connection to its end.
-pub fn serve_frontend(
-    frontend: &UnixStream,
-    nic: &Arc<Nic>,
-    stop: BorrowedFd<'_>,
-) -> Result<RelayEnd, VhostError> {
+pub fn serve_frontend(frontend: &UnixStream, nic: &Arc<Nic>, stop: BorrowedFd<'_>) -> Result<RelayEnd, VhostError> {
     let backend = Arc::new(NetBackend::new(Arc::clone(nic)).map_err(VhostError::Timer)?);
     let timer = backend.timer_fd();
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
-    let mut daemon =
-        VhostUserDaemon::new("vt3d-net".to_owned(), Arc::clone(&backend), mem).map_err(daemon_error)?;
+    let mut daemon = VhostUserDaemon::new("vt3d-net".to_owned(), Arc::clone(&backend), mem).map_err(daemon_error)?;
     for handler in daemon.get_epoll_handlers().iter().take(1) {
         // Edge triggered: a pass reads until the socket is empty or its
         // budget ends (then it resumes on its own).
         handler
-            .register_listener(nic.uplink().as_raw_fd(), EventSet::IN | EventSet::EDGE_TRIGGERED, u64::from(UPLINK_EVENT))
+            .register_listener(
+                nic.uplink().as_raw_fd(),
+                EventSet::IN | EventSet::EDGE_TRIGGERED,
+                u64::from(UPLINK_EVENT),
+            )
             .map_err(VhostError::Register)?;
         // The uplink's EPOLLOUT, while frames wait for room (level
         // triggered: readable as long as the watched uplink is writable).

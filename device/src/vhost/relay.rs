@@ -80,10 +80,7 @@ impl Message {
     pub fn read_from(sock: &UnixStream) -> io::Result<Option<Self>> {
         let mut header = [0u8; HEADER_LEN];
         let mut raw_fds = [-1 as RawFd; MAX_FDS];
-        let mut iov = [libc::iovec {
-            iov_base: header.as_mut_ptr().cast(),
-            iov_len: header.len(),
-        }];
+        let mut iov = [libc::iovec { iov_base: header.as_mut_ptr().cast(), iov_len: header.len() }];
         let (n, nfds) = retry_interrupted(|| {
             // SAFETY: the iovec points at `header`, which lives and is not
             // otherwise borrowed until the call returns; `raw_fds` is a
@@ -166,12 +163,7 @@ pub struct Relay {
 
 impl Relay {
     /// Handles one message from the frontend.
-    pub fn from_frontend(
-        &mut self,
-        mut msg: Message,
-        frontend: &UnixStream,
-        backend: &UnixStream,
-    ) -> io::Result<()> {
+    pub fn from_frontend(&mut self, mut msg: Message, frontend: &UnixStream, backend: &UnixStream) -> io::Result<()> {
         match msg.request() {
             SET_VRING_ENABLE if !self.features_set => {
                 log::debug!("holding SET_VRING_ENABLE sent before SET_FEATURES");
@@ -196,15 +188,9 @@ impl Relay {
     }
 
     /// Relays until one side closes or `stop` becomes readable.
-    pub fn run(
-        &mut self,
-        frontend: &UnixStream,
-        backend: &UnixStream,
-        stop: BorrowedFd<'_>,
-    ) -> io::Result<RelayEnd> {
+    pub fn run(&mut self, frontend: &UnixStream, backend: &UnixStream, stop: BorrowedFd<'_>) -> io::Result<RelayEnd> {
         loop {
-            let [front_ready, back_ready, stop_ready] =
-                poll_readable([frontend.as_fd(), backend.as_fd(), stop])?;
+            let [front_ready, back_ready, stop_ready] = poll_readable([frontend.as_fd(), backend.as_fd(), stop])?;
             if stop_ready {
                 return Ok(RelayEnd::Stopped);
             }
@@ -229,10 +215,7 @@ impl Relay {
 }
 
 fn is_disconnect(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::ConnectionReset | io::ErrorKind::UnexpectedEof | io::ErrorKind::BrokenPipe
-    )
+    matches!(e.kind(), io::ErrorKind::ConnectionReset | io::ErrorKind::UnexpectedEof | io::ErrorKind::BrokenPipe)
 }
 
 /// Waits until at least one fd is readable (or hung up).

@@ -22,7 +22,12 @@ fn pair(qpn: u32, peer: u32, port: u16) -> CmdPairQp {
 }
 
 fn modify_state(qpn: u32, state: QpState) -> CmdModifyQp {
-    CmdModifyQp { qpn: qpn.into(), mask: (ModifyMask::State as u32).into(), state: (state as u32).into(), ..Default::default() }
+    CmdModifyQp {
+        qpn: qpn.into(),
+        mask: (ModifyMask::State as u32).into(),
+        state: (state as u32).into(),
+        ..Default::default()
+    }
 }
 
 fn cm_events(g: &Guest, ty: EventType) -> Vec<EventCm> {
@@ -88,7 +93,8 @@ fn paired_qps_connect_in_the_loopback_and_move_data_both_ways() {
     assert_eq!(s.sim.a.read_bytes(q1_exposed.guest + 64, 10_000), data);
     assert_eq!(s.sim.a.read_bytes(q1_local.guest + 4096, 12), b"read me back");
     let mut q1_scq = q1.scq;
-    let ops: Vec<(u64, u8, u8)> = s.sim.a.poll_cq(&mut q1_scq).iter().map(|c| (c.wr_id.to_native(), c.opcode, c.status)).collect();
+    let ops: Vec<(u64, u8, u8)> =
+        s.sim.a.poll_cq(&mut q1_scq).iter().map(|c| (c.wr_id.to_native(), c.opcode, c.status)).collect();
     assert_eq!(ops, vec![(1, WcOpcode::Send as u8, 0), (2, WcOpcode::Read as u8, 0)]);
     // A WRITE beyond q1's exposed buffer: the TPT check applies unchanged.
     let now = s.sim.now;

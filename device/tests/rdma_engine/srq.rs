@@ -168,7 +168,9 @@ impl SrqSetup {
     /// Sends on QP `i` and waits for b's CQE.
     fn send_and_reap(&mut self, i: usize, len: u32) -> Cqe {
         self.send(i, 1, len);
-        assert!(self.sim.run_until(Duration::from_secs(2), |sim| sim.b.cq_status(&self.rcq).prod.to_native() != self.rcq.cons));
+        assert!(self
+            .sim
+            .run_until(Duration::from_secs(2), |sim| sim.b.cq_status(&self.rcq).prod.to_native() != self.rcq.cons));
         let mut rcq = self.rcq;
         let cqes = self.sim.b.poll_cq(&mut rcq);
         self.rcq = rcq;
@@ -194,7 +196,10 @@ fn two_qps_take_from_one_srq_in_order() {
     assert_eq!((st.prod.to_native(), st.cons.to_native()), (4, 3), "cons counts the WQEs taken");
     assert_eq!(s.sim.b.read_bytes(s.b_buf.guest + 65536, 3000), s.sim.a.read_bytes(s.a_buf.guest, 3000));
     // The QPs have no RQ of their own.
-    let qp = read_struct::<QpAttr>(&s.sim.b.cmd(s.sim.now, Cmd::QueryQp, &CmdHandle { handle: q0.into(), reserved: 0.into() }).unwrap()).unwrap();
+    let qp = read_struct::<QpAttr>(
+        &s.sim.b.cmd(s.sim.now, Cmd::QueryQp, &CmdHandle { handle: q0.into(), reserved: 0.into() }).unwrap(),
+    )
+    .unwrap();
     assert_eq!(qp.rq_depth.to_native(), 0);
     assert!(s.sim.b.srq_events(EventType::SrqLimit).is_empty(), "not armed");
 }
@@ -205,10 +210,16 @@ fn the_limit_event_fires_once_per_arm() {
     s.post(4);
     let now = s.sim.now;
     let query = |g: &mut Guest, srqn: u32| {
-        read_struct::<SrqAttr>(&g.cmd(now, Cmd::QuerySrq, &CmdHandle { handle: srqn.into(), reserved: 0.into() }).unwrap()).unwrap()
+        read_struct::<SrqAttr>(
+            &g.cmd(now, Cmd::QuerySrq, &CmdHandle { handle: srqn.into(), reserved: 0.into() }).unwrap(),
+        )
+        .unwrap()
     };
     let attr = query(&mut s.sim.b, s.srq.srqn);
-    assert_eq!((attr.depth.to_native(), attr.limit.to_native(), attr.armed.to_native(), attr.qps.to_native()), (8, 3, 1, 2));
+    assert_eq!(
+        (attr.depth.to_native(), attr.limit.to_native(), attr.armed.to_native(), attr.qps.to_native()),
+        (8, 3, 1, 2)
+    );
     s.send_and_reap(0, 100); // 3 left: not below the limit
     assert!(s.sim.b.srq_events(EventType::SrqLimit).is_empty());
     s.send_and_reap(1, 100); // 2 left
@@ -320,7 +331,11 @@ fn a_malformed_srq_wqe_fails_the_qp_that_takes_it() {
     assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.b.qp_events().len() >= 2));
     let events = s.sim.b.qp_events();
     assert_eq!(events.first().map(|e| (e.0, e.1)), Some((q0, QpEvent::BadWqe as u32)));
-    assert!(s.sim.run_until(Duration::from_secs(5), |sim| sim.b.qp_events().contains(&(q0, QpEvent::LastWqeReached as u32, 0))));
+    assert!(s.sim.run_until(Duration::from_secs(5), |sim| sim.b.qp_events().contains(&(
+        q0,
+        QpEvent::LastWqeReached as u32,
+        0
+    ))));
     // The next, good WQE is the other QP's.
     let q1 = s.qb[1].qpn;
     assert_eq!(summary(&s.send_and_reap(1, 100)), (q1, 101, 1, 0, SRQ_FLAG));
@@ -452,7 +467,13 @@ fn an_srq_that_runs_dry_in_mid_pass_is_read_again() {
     s.send(0, 1, 100);
     s.send(0, 2, 100);
     let rcq = s.rcq;
-    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.b.cq_status(&rcq).prod.to_native().wrapping_sub(rcq.cons) >= 2
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim
+        .b
+        .cq_status(&rcq)
+        .prod
+        .to_native()
+        .wrapping_sub(rcq.cons)
+        >= 2
         || !sim.b.qp_events().is_empty()));
     assert_eq!(s.sim.b.qp_events(), vec![], "no QP failed");
     let mut rcq = s.rcq;

@@ -15,15 +15,9 @@ impl Guest {
         let (pbl, ring) = self.pages(npages);
         for i in 0..srq.depth {
             let idx = srq.prod.wrapping_sub(srq.depth).wrapping_add(i);
-            let wqe: RqWqe = self
-                .mem
-                .read_obj(GuestAddress(
-                    srq.ring + u64::from(idx & (srq.depth - 1)) * 128,
-                ))
-                .unwrap();
-            self.mem
-                .write_obj(wqe, GuestAddress(ring + u64::from(idx & (depth - 1)) * 128))
-                .unwrap();
+            let wqe: RqWqe =
+                self.mem.read_obj(GuestAddress(srq.ring + u64::from(idx & (srq.depth - 1)) * 128)).unwrap();
+            self.mem.write_obj(wqe, GuestAddress(ring + u64::from(idx & (depth - 1)) * 128)).unwrap();
         }
         let a = CmdResizeSrq {
             ring_pbl_addr: pbl.into(),
@@ -42,36 +36,19 @@ impl Guest {
     /// A WQE in the ring and the producer index, without a doorbell.
     fn post_srq_quietly(&mut self, srq: &mut SrqRing, wqe: RqWqe) {
         let slot = u64::from(srq.prod & (srq.depth - 1));
-        self.mem
-            .write_obj(wqe, GuestAddress(srq.ring + slot * 128))
-            .unwrap();
+        self.mem.write_obj(wqe, GuestAddress(srq.ring + slot * 128)).unwrap();
         srq.prod = srq.prod.wrapping_add(1);
-        self.mem
-            .store(
-                srq.prod.to_le(),
-                GuestAddress(srq.status),
-                Ordering::Release,
-            )
-            .unwrap();
+        self.mem.store(srq.prod.to_le(), GuestAddress(srq.status), Ordering::Release).unwrap();
     }
 
     fn srq_attr(&mut self, now: Instant, srqn: u32) -> SrqAttr {
-        let h = CmdHandle {
-            handle: srqn.into(),
-            reserved: 0.into(),
-        };
+        let h = CmdHandle { handle: srqn.into(), reserved: 0.into() };
         read_struct::<SrqAttr>(&self.cmd(now, Cmd::QuerySrq, &h).unwrap()).unwrap()
     }
 }
 
 fn pooled(s: &SrqSetup) -> Option<usize> {
-    s.sim
-        .b
-        .rnic
-        .offload()
-        .unwrap()
-        .engine()
-        .srq_pooled(s.srq.srqn)
+    s.sim.b.rnic.offload().unwrap().engine().srq_pooled(s.srq.srqn)
 }
 
 #[test]
@@ -79,23 +56,11 @@ fn a_resize_keeps_every_wqe_taken_fetched_or_posted() {
     let mut s = srq_setup(0);
     let (q0, q1) = (s.qb[0].qpn, s.qb[1].qpn);
     s.post(6);
-    assert_eq!(
-        summary(&s.send_and_reap(0, 3000)),
-        (q0, 100, 0, 0, SRQ_FLAG)
-    );
+    assert_eq!(summary(&s.send_and_reap(0, 3000)), (q0, 100, 0, 0, SRQ_FLAG));
     // QP 1 takes WQE 1 for a message of many segments, still arriving.
     s.send(1, 1, 60_000);
-    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim
-        .b
-        .srq_status(&s.srq)
-        .cons
-        .to_native()
-        == 2));
-    assert_eq!(
-        s.sim.b.cq_status(&s.rcq).prod.to_native(),
-        1,
-        "the message is still being received"
-    );
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.b.srq_status(&s.srq).cons.to_native() == 2));
+    assert_eq!(s.sim.b.cq_status(&s.rcq).prod.to_native(), 1, "the message is still being received");
     // Two more in the ring, not fetched (no doorbell): 2..=5 are pooled.
     for i in 6..8 {
         let wqe = recv_wqe(100 + i, &s.b_buf, (i % 8) * 65536, 65536);
@@ -112,32 +77,18 @@ fn a_resize_keeps_every_wqe_taken_fetched_or_posted() {
     s.sim.run_for(Duration::from_millis(1));
     assert_eq!(pooled(&s), Some(26), "the pool grew with the ring");
     // The message taken before the resize completes once, on QP 1.
-    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim
-        .b
-        .cq_status(&s.rcq)
-        .prod
-        .to_native()
-        == 2));
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.b.cq_status(&s.rcq).prod.to_native() == 2));
     let mut rcq = s.rcq;
     let cqes = s.sim.b.poll_cq(&mut rcq);
     s.rcq = rcq;
-    assert_eq!(
-        cqes.iter().map(summary).collect::<Vec<_>>(),
-        vec![(q1, 101, 1, 0, SRQ_FLAG)]
-    );
+    assert_eq!(cqes.iter().map(summary).collect::<Vec<_>>(), vec![(q1, 101, 1, 0, SRQ_FLAG)]);
     assert_eq!(cqes[0].byte_len.to_native(), 60_000);
-    assert_eq!(
-        s.sim.b.read_bytes(s.b_buf.guest + 65536, 60_000),
-        s.sim.a.read_bytes(s.a_buf.guest, 60_000)
-    );
+    assert_eq!(s.sim.b.read_bytes(s.b_buf.guest + 65536, 60_000), s.sim.a.read_bytes(s.a_buf.guest, 60_000));
     // Then every other WQE, once, in SRQ order, with its data.
     for idx in 2..28u32 {
         let i = (idx % 2) as usize;
         let c = s.send_and_reap(i, 1000 + idx);
-        assert_eq!(
-            summary(&c),
-            (s.qb[i].qpn, 100 + u64::from(idx), idx, 0, SRQ_FLAG)
-        );
+        assert_eq!(summary(&c), (s.qb[i].qpn, 100 + u64::from(idx), idx, 0, SRQ_FLAG));
         let at = s.b_buf.guest + u64::from(idx % 8) * 65536;
         assert_eq!(
             s.sim.b.read_bytes(at, (1000 + idx) as usize),
@@ -148,11 +99,7 @@ fn a_resize_keeps_every_wqe_taken_fetched_or_posted() {
     assert_eq!((st.prod.to_native(), st.cons.to_native()), (28, 28));
     assert_eq!(pooled(&s), Some(0));
     assert_eq!(st.flags.to_native() & SrqStatusFlag::Error as u32, 0);
-    assert!(
-        s.sim.b.qp_events().is_empty(),
-        "no QP failed: {:?}",
-        s.sim.b.qp_events()
-    );
+    assert!(s.sim.b.qp_events().is_empty(), "no QP failed: {:?}", s.sim.b.qp_events());
 }
 
 #[test]
@@ -170,90 +117,25 @@ fn hostile_resizes_are_refused_and_change_nothing() {
         reserved: 0.into(),
     };
     let cases = [
-        (
-            CmdResizeSrq {
-                depth: 4.into(),
-                ring_npages: 1.into(),
-                ..good
-            },
-            Status::Invalid,
-        ), // smaller
-        (
-            CmdResizeSrq {
-                depth: 24.into(),
-                ..good
-            },
-            Status::Invalid,
-        ), // not a power of two
-        (
-            CmdResizeSrq {
-                depth: 8192.into(),
-                ring_npages: 256.into(),
-                ..good
-            },
-            Status::Invalid,
-        ), // above max_srq_wr
-        (
-            CmdResizeSrq {
-                depth: 128.into(),
-                ..good
-            },
-            Status::Invalid,
-        ), // more than 2 pages hold
-        (
-            CmdResizeSrq {
-                ring_npages: 0.into(),
-                ..good
-            },
-            Status::Invalid,
-        ),
-        (
-            CmdResizeSrq {
-                ring_npages: 1_000_000.into(),
-                ..good
-            },
-            Status::BadAddress,
-        ), // a list past the end of RAM
-        (
-            CmdResizeSrq {
-                reserved: 1.into(),
-                ..good
-            },
-            Status::Invalid,
-        ),
-        (
-            CmdResizeSrq {
-                srqn: 99.into(),
-                ..good
-            },
-            Status::NotFound,
-        ),
-        (
-            CmdResizeSrq {
-                ring_pbl_addr: (MEM as u64 - 8).into(),
-                ..good
-            },
-            Status::BadAddress,
-        ),
+        (CmdResizeSrq { depth: 4.into(), ring_npages: 1.into(), ..good }, Status::Invalid), // smaller
+        (CmdResizeSrq { depth: 24.into(), ..good }, Status::Invalid),                       // not a power of two
+        (CmdResizeSrq { depth: 8192.into(), ring_npages: 256.into(), ..good }, Status::Invalid), // above max_srq_wr
+        (CmdResizeSrq { depth: 128.into(), ..good }, Status::Invalid),                      // more than 2 pages hold
+        (CmdResizeSrq { ring_npages: 0.into(), ..good }, Status::Invalid),
+        (CmdResizeSrq { ring_npages: 1_000_000.into(), ..good }, Status::BadAddress), // a list past the end of RAM
+        (CmdResizeSrq { reserved: 1.into(), ..good }, Status::Invalid),
+        (CmdResizeSrq { srqn: 99.into(), ..good }, Status::NotFound),
+        (CmdResizeSrq { ring_pbl_addr: (MEM as u64 - 8).into(), ..good }, Status::BadAddress),
     ];
     for (args, want) in cases {
         assert_eq!(b.cmd(now, Cmd::ResizeSrq, &args), Err(want), "{args:?}");
     }
     // A page list naming memory outside the guest.
-    b.mem
-        .write_obj((MEM as u64).to_le(), GuestAddress(pbl + 8))
-        .unwrap();
+    b.mem.write_obj((MEM as u64).to_le(), GuestAddress(pbl + 8)).unwrap();
     assert_eq!(b.cmd(now, Cmd::ResizeSrq, &good), Err(Status::BadAddress));
     // Nothing changed: depth, limit, the WQEs, the limit event.
     let attr = b.srq_attr(now, s.srq.srqn);
-    assert_eq!(
-        (
-            attr.depth.to_native(),
-            attr.limit.to_native(),
-            attr.armed.to_native()
-        ),
-        (8, 2, 1)
-    );
+    assert_eq!((attr.depth.to_native(), attr.limit.to_native(), attr.armed.to_native()), (8, 2, 1));
     let (q0, q1) = (s.qb[0].qpn, s.qb[1].qpn);
     assert_eq!(summary(&s.send_and_reap(0, 100)), (q0, 100, 0, 0, SRQ_FLAG));
     assert_eq!(summary(&s.send_and_reap(1, 100)), (q1, 101, 1, 0, SRQ_FLAG));
@@ -266,16 +148,8 @@ fn hostile_resizes_are_refused_and_change_nothing() {
     assert_eq!(s.sim.b.srq_events(EventType::SrqError), vec![s.srq.srqn]);
     let now = s.sim.now;
     let (pbl, _) = s.sim.b.pages(4);
-    let grow = CmdResizeSrq {
-        ring_pbl_addr: pbl.into(),
-        ring_npages: 4.into(),
-        depth: 32.into(),
-        ..good
-    };
-    assert_eq!(
-        s.sim.b.cmd(now, Cmd::ResizeSrq, &grow),
-        Err(Status::Invalid)
-    );
+    let grow = CmdResizeSrq { ring_pbl_addr: pbl.into(), ring_npages: 4.into(), depth: 32.into(), ..good };
+    assert_eq!(s.sim.b.cmd(now, Cmd::ResizeSrq, &grow), Err(Status::Invalid));
 }
 
 #[test]
@@ -288,12 +162,7 @@ fn a_resize_keeps_the_limit_and_its_event() {
     s.srq = srq;
     let attr = s.sim.b.srq_attr(now, s.srq.srqn);
     assert_eq!(
-        (
-            attr.depth.to_native(),
-            attr.limit.to_native(),
-            attr.armed.to_native(),
-            attr.qps.to_native()
-        ),
+        (attr.depth.to_native(), attr.limit.to_native(), attr.armed.to_native(), attr.qps.to_native()),
         (16, 3, 1, 2)
     );
     s.send_and_reap(0, 100); // 3 left

@@ -111,37 +111,25 @@ impl ProtocolError {
             ProtocolError::Crc => TermCode::LlpCrcError,
             ProtocolError::Framing(error) => error.term_code(),
             ProtocolError::Header(error) => error.term_code(),
-            ProtocolError::WriteAccess(error) | ProtocolError::ReadSinkAccess(error) => {
-                tagged_code(error)
-            }
+            ProtocolError::WriteAccess(error) | ProtocolError::ReadSinkAccess(error) => tagged_code(error),
             ProtocolError::TaggedOffsetWrap => TermCode::DdpTaggedToWrap,
             ProtocolError::TaggedDiscontinuity { stag_changed: true }
-            | ProtocolError::ReadResponseMismatch {
-                stag_mismatch: true,
-            } => TermCode::DdpTaggedInvalidStag,
-            ProtocolError::TaggedDiscontinuity {
-                stag_changed: false,
-            }
-            | ProtocolError::ReadResponseMismatch {
-                stag_mismatch: false,
-            } => TermCode::DdpTaggedBaseOrBoundsViolation,
+            | ProtocolError::ReadResponseMismatch { stag_mismatch: true } => TermCode::DdpTaggedInvalidStag,
+            ProtocolError::TaggedDiscontinuity { stag_changed: false }
+            | ProtocolError::ReadResponseMismatch { stag_mismatch: false } => TermCode::DdpTaggedBaseOrBoundsViolation,
             ProtocolError::UnexpectedReadResponse => TermCode::RdmapUnexpectedOpcode,
             ProtocolError::NoRecvWqe => TermCode::DdpUntaggedInvalidMsnNoBuffer,
             ProtocolError::MsnGap { .. } => TermCode::DdpUntaggedInvalidMsnRange,
             ProtocolError::MoMismatch { .. } => TermCode::DdpUntaggedInvalidMo,
             ProtocolError::MessageTooLong => TermCode::DdpUntaggedMessageTooLong,
-            ProtocolError::RecvBufferAccess(_) | ProtocolError::GuestMemory => {
-                TermCode::DdpLocalCatastrophic
-            }
+            ProtocolError::RecvBufferAccess(_) | ProtocolError::GuestMemory => TermCode::DdpLocalCatastrophic,
             // siw's split: an STag naming nothing is an operation error,
             // one the peer may not touch (another PD's, an ordinary MR) a
             // protection error.
             ProtocolError::CannotInvalidate(AccessError::InvalidStag | AccessError::Bounds) => {
                 TermCode::RdmapOperationStagCannotBeInvalidated
             }
-            ProtocolError::CannotInvalidate(
-                AccessError::WrongPd | AccessError::WrongQp | AccessError::Rights,
-            ) => {
+            ProtocolError::CannotInvalidate(AccessError::WrongPd | AccessError::WrongQp | AccessError::Rights) => {
                 TermCode::RdmapProtectionStagCannotBeInvalidated
             }
             ProtocolError::ReadBeyondIrd { .. } => TermCode::RdmapCatastrophicStream,
@@ -211,18 +199,12 @@ pub enum EventKind {
     ConnectRequest(ConnectRequest),
     /// A request we refused by ourselves (markers, no acceptable RTR, or a
     /// malformed request): informational.
-    ConnectRefused {
-        tuple: Option<FourTuple>,
-        refusal: Option<Refusal>,
-    },
+    ConnectRefused { tuple: Option<FourTuple>, refusal: Option<Refusal> },
     /// A [`EventKind::ConnectRequest`] not yet answered went away.
     ConnectWithdrawn,
     /// The connection is up and the QP in RTS (iw_cm ESTABLISHED, or
     /// CONNECT_REPLY on the active side). `private_data`: the peer's.
-    Established {
-        negotiated: Negotiated,
-        private_data: Vec<u8>,
-    },
+    Established { negotiated: Negotiated, private_data: Vec<u8> },
     /// The active open failed (CONNECT_REPLY with an error); QP → ERROR.
     ConnectFailed(ConnectFailure),
     /// Every QP state change.
@@ -240,10 +222,7 @@ pub enum EventKind {
     /// the verbs event.
     TerminateReceived { code: TermCode, class: ErrorClass },
     /// We detected `error` and sent a TERMINATE with `sent`: QP → TERMINATE → ERROR.
-    LocalError {
-        error: ProtocolError,
-        sent: TermCode,
-    },
+    LocalError { error: ProtocolError, sent: TermCode },
     /// A bad local WQE (SGE, lkey, opcode): its completion carries
     /// `status`; QP → ERROR (QP_REQ_ERR). A TERMINATE (local catastrophic)
     /// goes to the peer.

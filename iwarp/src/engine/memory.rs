@@ -84,12 +84,7 @@ pub trait MemoryRegions {
     /// (a different one: key rotation) and the registration, its page list
     /// read from `memory` now (the driver may reuse it afterwards). On
     /// any error the MR is left as it was.
-    fn fast_register(
-        &mut self,
-        pdn: u32,
-        reg: &FastReg,
-        memory: &dyn GuestMemory,
-    ) -> Result<(), FastRegError>;
+    fn fast_register(&mut self, pdn: u32, reg: &FastReg, memory: &dyn GuestMemory) -> Result<(), FastRegError>;
 
     /// BIND_MW from the SQ of `owner`'s QP, executed in SQ order: the
     /// rules of [`super::window::check_bind`]; on success the window takes
@@ -112,11 +107,7 @@ pub enum FastRegError {
     #[error("{npages} pages is more than the MR's {max_pages} (or none)")]
     TooManyPages { npages: u32, max_pages: u32 },
     #[error("{length} octets at page offset {offset} do not fit in {npages} pages")]
-    Length {
-        length: u64,
-        offset: u64,
-        npages: u32,
-    },
+    Length { length: u64, offset: u64, npages: u32 },
     #[error("unknown access bits {0:#x}")]
     Access(Access),
     #[error("page list entry {index} ({page:#x}) is not an aligned page of guest RAM")]
@@ -129,26 +120,17 @@ pub enum FastRegError {
 /// state changes: page count, length and offset, access bits.
 pub fn check_fast_reg(reg: &FastReg, max_pages: u32) -> Result<(), FastRegError> {
     if reg.npages == 0 || reg.npages > max_pages {
-        return Err(FastRegError::TooManyPages {
-            npages: reg.npages,
-            max_pages,
-        });
+        return Err(FastRegError::TooManyPages { npages: reg.npages, max_pages });
     }
     if reg.access & !ALL_ACCESS != 0 {
         return Err(FastRegError::Access(reg.access));
     }
     let offset = reg.iova % PAGE_SIZE;
     let capacity = u64::from(reg.npages) * PAGE_SIZE;
-    let fits = offset
-        .checked_add(reg.length)
-        .is_some_and(|end| end <= capacity)
-        && reg.iova.checked_add(reg.length).is_some();
+    let fits =
+        offset.checked_add(reg.length).is_some_and(|end| end <= capacity) && reg.iova.checked_add(reg.length).is_some();
     if !fits {
-        return Err(FastRegError::Length {
-            length: reg.length,
-            offset,
-            npages: reg.npages,
-        });
+        return Err(FastRegError::Length { length: reg.length, offset, npages: reg.npages });
     }
     Ok(())
 }
@@ -156,27 +138,16 @@ pub fn check_fast_reg(reg: &FastReg, max_pages: u32) -> Result<(), FastRegError>
 /// Reads a REG_MR's page list into `pages` (cleared first; it never holds
 /// more than `reg.npages` entries, which [`check_fast_reg`] bounded): each
 /// entry a page-aligned page of guest RAM.
-pub fn read_page_list(
-    memory: &dyn GuestMemory,
-    reg: &FastReg,
-    pages: &mut Vec<u64>,
-) -> Result<(), FastRegError> {
+pub fn read_page_list(memory: &dyn GuestMemory, reg: &FastReg, pages: &mut Vec<u64>) -> Result<(), FastRegError> {
     pages.clear();
     pages.reserve_exact(reg.npages as usize);
     let mut chunk = [0u8; 8 * 64];
     let mut index = 0u32;
     while index < reg.npages {
         let count = (reg.npages - index).min(64);
-        let bytes = chunk
-            .get_mut(..count as usize * 8)
-            .ok_or(FastRegError::PageList(reg.pbl_addr))?;
-        let at = reg
-            .pbl_addr
-            .checked_add(u64::from(index) * 8)
-            .ok_or(FastRegError::PageList(reg.pbl_addr))?;
-        memory
-            .read(at, bytes)
-            .map_err(|_| FastRegError::PageList(reg.pbl_addr))?;
+        let bytes = chunk.get_mut(..count as usize * 8).ok_or(FastRegError::PageList(reg.pbl_addr))?;
+        let at = reg.pbl_addr.checked_add(u64::from(index) * 8).ok_or(FastRegError::PageList(reg.pbl_addr))?;
+        memory.read(at, bytes).map_err(|_| FastRegError::PageList(reg.pbl_addr))?;
         for raw in bytes.chunks_exact(8) {
             let page = u64::from_le_bytes(raw.try_into().unwrap_or([0xff; 8]));
             let mut probe = [0u8; 1];
@@ -219,41 +190,28 @@ pub(crate) fn read_region(
 ) -> Result<(), PlacementError> {
     let mut at = 0usize;
     let mut failed = None;
-    regions.translate(
-        stag,
-        owner,
-        iova,
-        out.len() as u64,
-        access,
-        &mut |addr, len| {
-            if failed.is_some() {
-                return;
-            }
-            let Ok(len) = usize::try_from(len) else {
-                failed = Some(MemoryError {
-                    addr,
-                    len: usize::MAX,
-                });
-                return;
-            };
-            let Some(target) = at.checked_add(len).and_then(|end| out.get_mut(at..end)) else {
-                failed = Some(MemoryError { addr, len });
-                return;
-            };
-            if let Err(error) = memory.read(addr, target) {
-                failed = Some(error);
-            }
-            at += len;
-        },
-    )?;
+    regions.translate(stag, owner, iova, out.len() as u64, access, &mut |addr, len| {
+        if failed.is_some() {
+            return;
+        }
+        let Ok(len) = usize::try_from(len) else {
+            failed = Some(MemoryError { addr, len: usize::MAX });
+            return;
+        };
+        let Some(target) = at.checked_add(len).and_then(|end| out.get_mut(at..end)) else {
+            failed = Some(MemoryError { addr, len });
+            return;
+        };
+        if let Err(error) = memory.read(addr, target) {
+            failed = Some(error);
+        }
+        at += len;
+    })?;
     if let Some(error) = failed {
         return Err(PlacementError::Memory(error));
     }
     if at != out.len() {
-        return Err(PlacementError::Memory(MemoryError {
-            addr: iova,
-            len: out.len(),
-        }));
+        return Err(PlacementError::Memory(MemoryError { addr: iova, len: out.len() }));
     }
     Ok(())
 }
@@ -270,41 +228,28 @@ pub(crate) fn write_region(
 ) -> Result<(), PlacementError> {
     let mut at = 0usize;
     let mut failed = None;
-    regions.translate(
-        stag,
-        owner,
-        iova,
-        data.len() as u64,
-        access,
-        &mut |addr, len| {
-            if failed.is_some() {
-                return;
-            }
-            let Ok(len) = usize::try_from(len) else {
-                failed = Some(MemoryError {
-                    addr,
-                    len: usize::MAX,
-                });
-                return;
-            };
-            let Some(source) = at.checked_add(len).and_then(|end| data.get(at..end)) else {
-                failed = Some(MemoryError { addr, len });
-                return;
-            };
-            if let Err(error) = memory.write(addr, source) {
-                failed = Some(error);
-            }
-            at += len;
-        },
-    )?;
+    regions.translate(stag, owner, iova, data.len() as u64, access, &mut |addr, len| {
+        if failed.is_some() {
+            return;
+        }
+        let Ok(len) = usize::try_from(len) else {
+            failed = Some(MemoryError { addr, len: usize::MAX });
+            return;
+        };
+        let Some(source) = at.checked_add(len).and_then(|end| data.get(at..end)) else {
+            failed = Some(MemoryError { addr, len });
+            return;
+        };
+        if let Err(error) = memory.write(addr, source) {
+            failed = Some(error);
+        }
+        at += len;
+    })?;
     if let Some(error) = failed {
         return Err(PlacementError::Memory(error));
     }
     if at != data.len() {
-        return Err(PlacementError::Memory(MemoryError {
-            addr: iova,
-            len: data.len(),
-        }));
+        return Err(PlacementError::Memory(MemoryError { addr: iova, len: data.len() }));
     }
     Ok(())
 }

@@ -41,35 +41,32 @@ use thiserror::Error;
 
 pub use event::{ConnectFailure, ConnectRequest, Event, EventKind, ProtocolError};
 pub use memory::{
-    check_fast_reg, read_page_list, Access, AccessError, FastRegError, GuestMemory, MemoryError,
-    MemoryRegions, ALL_ACCESS, LOCAL_READ, LOCAL_WRITE, MW_BIND, PAGE_SIZE, REMOTE_READ,
-    REMOTE_WRITE,
-};
-pub use window::{
-    bound_state, check_bind, check_window_access, check_window_invalidate, BindError, MwBind,
-    MwType, Owner, RegionView, Window, WindowView, WINDOW_ACCESS,
+    check_fast_reg, read_page_list, Access, AccessError, FastRegError, GuestMemory, MemoryError, MemoryRegions,
+    ALL_ACCESS, LOCAL_READ, LOCAL_WRITE, MW_BIND, PAGE_SIZE, REMOTE_READ, REMOTE_WRITE,
 };
 pub use qp::{QpState, QP_STATE_NAMES};
 pub use rereg::{
-    check_rereg, reregistered, RegionKind, Registration, Rereg, ReregError, REREG_ACCESS, REREG_PD,
-    REREG_TRANSLATION,
+    check_rereg, reregistered, RegionKind, Registration, Rereg, ReregError, REREG_ACCESS, REREG_PD, REREG_TRANSLATION,
+};
+pub use window::{
+    bound_state, check_bind, check_window_access, check_window_invalidate, BindError, MwBind, MwType, Owner,
+    RegionView, Window, WindowView, WINDOW_ACCESS,
 };
 pub use wr::{
-    Completion, FastReg, InlineData, RecvWr, SendOpcode, SendWr, Sge, SgeList, WcOpcode, WcStatus,
-    WorkQueue, MAX_INLINE, MAX_MESSAGE, MAX_SGE,
+    Completion, FastReg, InlineData, RecvWr, SendOpcode, SendWr, Sge, SgeList, WcOpcode, WcStatus, WorkQueue,
+    MAX_INLINE, MAX_MESSAGE, MAX_SGE,
 };
 
 use crate::negotiation::{self, Initiator, InitiatorEvent, Negotiated, Responder, ResponderEvent};
 use crate::stream::{emit_fpdu, FpduDeframer};
 use crate::toe::{
-    CloseReason, Duration, FourTuple, Instant, LinkStatus, MacAddr, SocketId, Split, TcbInfo, TcpError,
-    Transport,
+    CloseReason, Duration, FourTuple, Instant, LinkStatus, MacAddr, SocketId, Split, TcbInfo, TcpError, Transport,
 };
 use crate::wire::mpa::{self, mulpdu, Frame, MAX_FRAME_LEN, MAX_PRIVATE_DATA_LEN};
 use crate::wire::terminate::TermCode;
 use qp::{Conn, Phase, Qp, Stream, TxCurrent};
-use srq::{Srq, SrqWr};
 use rx::{RxEnv, RxStop};
+use srq::{Srq, SrqWr};
 use tx::{TxEnv, TxProgress, TxStop};
 
 /// Engine-wide limits and timers.
@@ -126,13 +123,7 @@ pub struct QpConfig {
 
 impl QpConfig {
     pub fn new(pdn: u32) -> Self {
-        QpConfig {
-            pdn,
-            sq_depth: 256,
-            rq_depth: 256,
-            srq: None,
-            mpa: negotiation::Config::default(),
-        }
+        QpConfig { pdn, sq_depth: 256, rq_depth: 256, srq: None, mpa: negotiation::Config::default() }
     }
 }
 
@@ -225,11 +216,7 @@ pub enum EngineError {
     #[error("no such pending connection")]
     NoSuchConnection,
     #[error("QP {qpn} is {state}: {what}")]
-    InvalidState {
-        qpn: u32,
-        state: QpState,
-        what: &'static str,
-    },
+    InvalidState { qpn: u32, state: QpState, what: &'static str },
     #[error("queue full")]
     QueueFull,
     #[error("private data of {0} octets is too long")]
@@ -314,19 +301,11 @@ struct Outputs {
 
 impl Outputs {
     fn qp_event(&mut self, qpn: u32, kind: EventKind) {
-        self.events.push_back(Event {
-            qpn: Some(qpn),
-            conn: None,
-            kind,
-        });
+        self.events.push_back(Event { qpn: Some(qpn), conn: None, kind });
     }
 
     fn conn_event(&mut self, conn: ConnId, kind: EventKind) {
-        self.events.push_back(Event {
-            qpn: None,
-            conn: Some(conn),
-            kind,
-        });
+        self.events.push_back(Event { qpn: None, conn: Some(conn), kind });
     }
 }
 
@@ -416,22 +395,12 @@ impl<T: Transport> Engine<T> {
     /// The QPs whose sockets the TOE saw something happen to join the
     /// active ones.
     fn wake_ready(&mut self) {
-        let Engine {
-            toe,
-            active,
-            by_sock,
-            qps,
-            ..
-        } = self;
+        let Engine { toe, active, by_sock, qps, .. } = self;
         toe.take_ready(&mut |sock| {
             let Some(&qpn) = by_sock.get(&sock) else {
                 return;
             };
-            if qps
-                .get(&qpn)
-                .and_then(|qp| qp.conn.as_ref())
-                .is_some_and(|conn| conn.sock == sock)
-            {
+            if qps.get(&qpn).and_then(|qp| qp.conn.as_ref()).is_some_and(|conn| conn.sock == sock) {
                 active.insert(qpn);
             } else {
                 by_sock.remove(&sock);
@@ -479,15 +448,7 @@ impl<T: Transport> Engine<T> {
             self.accept_connections(now);
             self.service_pending(now);
             self.wake_ready();
-            let Engine {
-                toe,
-                config,
-                qps,
-                srqs,
-                out,
-                active,
-                ..
-            } = self;
+            let Engine { toe, config, qps, srqs, out, active, .. } = self;
             let woken: Vec<u32> = active.iter().copied().collect();
             for qpn in woken {
                 let Some(qp) = qps.get_mut(&qpn) else {
@@ -526,11 +487,7 @@ impl<T: Transport> Engine<T> {
         if self.qps.len() >= self.config.max_qps {
             return Err(EngineError::TooManyQps);
         }
-        if config.sq_depth == 0
-            || config.rq_depth == 0
-            || config.sq_depth > 1 << 16
-            || config.rq_depth > 1 << 16
-        {
+        if config.sq_depth == 0 || config.rq_depth == 0 || config.sq_depth > 1 << 16 || config.rq_depth > 1 << 16 {
             return Err(EngineError::Config("queue depths must be within 1..=65536"));
         }
         if config.mpa.ird > mpa::IRD_ORD_MAX || config.mpa.ord > mpa::IRD_ORD_MAX {
@@ -618,11 +575,7 @@ impl<T: Transport> Engine<T> {
     pub fn set_ird_ord(&mut self, qpn: u32, ird: u16, ord: u16) -> Result<(), EngineError> {
         let qp = woken(&mut self.qps, &mut self.active, qpn).ok_or(EngineError::NoSuchQp(qpn))?;
         if qp.state != QpState::Idle || qp.conn.is_some() {
-            return Err(EngineError::InvalidState {
-                qpn,
-                state: qp.state,
-                what: "IRD/ORD change outside IDLE",
-            });
+            return Err(EngineError::InvalidState { qpn, state: qp.state, what: "IRD/ORD change outside IDLE" });
         }
         if ird > mpa::IRD_ORD_MAX || ord > mpa::IRD_ORD_MAX {
             return Err(EngineError::Config("IRD/ORD above 16383"));
@@ -643,11 +596,7 @@ impl<T: Transport> Engine<T> {
         if from == to {
             return Ok(());
         }
-        let invalid = EngineError::InvalidState {
-            qpn,
-            state: from,
-            what: "transition not allowed",
-        };
+        let invalid = EngineError::InvalidState { qpn, state: from, what: "transition not allowed" };
         match (from, to) {
             (QpState::Rts, QpState::Closing) => {
                 let conn = qp.conn.as_mut().ok_or(invalid)?;
@@ -667,14 +616,7 @@ impl<T: Transport> Engine<T> {
                 set_state(qp, &mut self.out, QpState::Error);
             }
             (QpState::Rts, QpState::Terminate) => {
-                local_terminate(
-                    qp,
-                    &mut self.toe,
-                    &mut self.out,
-                    now,
-                    linger,
-                    TermCode::RdmapLocalCatastrophic,
-                );
+                local_terminate(qp, &mut self.toe, &mut self.out, now, linger, TermCode::RdmapLocalCatastrophic);
             }
             (QpState::Error, QpState::Idle) => {
                 if qp.conn.is_some() {
@@ -695,11 +637,7 @@ impl<T: Transport> Engine<T> {
     pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), EngineError> {
         let qp = woken(&mut self.qps, &mut self.active, qpn).ok_or(EngineError::NoSuchQp(qpn))?;
         if !matches!(qp.state, QpState::Idle | QpState::Rts) {
-            return Err(EngineError::InvalidState {
-                qpn,
-                state: qp.state,
-                what: "post_send",
-            });
+            return Err(EngineError::InvalidState { qpn, state: qp.state, what: "post_send" });
         }
         let queues = &mut qp.queues;
         if queues.sq.len() >= qp.config.sq_depth as usize {
@@ -707,14 +645,7 @@ impl<T: Transport> Engine<T> {
         }
         let seq = queues.next_seq;
         queues.next_seq += 1;
-        queues.sq.push_back(qp::SqEntry {
-            wr,
-            seq,
-            sent: 0,
-            checked: false,
-            result: None,
-            refused: None,
-        });
+        queues.sq.push_back(qp::SqEntry { wr, seq, sent: 0, checked: false, result: None, refused: None });
         Ok(())
     }
 
@@ -732,16 +663,11 @@ impl<T: Transport> Engine<T> {
         wr_id: u64,
         status: WcStatus,
     ) -> Result<(), EngineError> {
-        let status = if status == WcStatus::Success {
-            WcStatus::LocQpOpErr
-        } else {
-            status
-        };
+        let status = if status == WcStatus::Success { WcStatus::LocQpOpErr } else { status };
         match queue {
             WorkQueue::Send => {
                 self.post_send(qpn, SendWr::new(wr_id, SendOpcode::Send))?;
-                let qp = woken(&mut self.qps, &mut self.active, qpn)
-                    .ok_or(EngineError::NoSuchQp(qpn))?;
+                let qp = woken(&mut self.qps, &mut self.active, qpn).ok_or(EngineError::NoSuchQp(qpn))?;
                 if let Some(entry) = qp.queues.sq.back_mut() {
                     entry.refused = Some(status);
                 }
@@ -751,8 +677,7 @@ impl<T: Transport> Engine<T> {
                 }
             }
             WorkQueue::Recv => {
-                let qp = woken(&mut self.qps, &mut self.active, qpn)
-                    .ok_or(EngineError::NoSuchQp(qpn))?;
+                let qp = woken(&mut self.qps, &mut self.active, qpn).ok_or(EngineError::NoSuchQp(qpn))?;
                 check_recv_post(qp)?;
                 qp.queues.rq_refused = Some(qp::RefusedRecv { wr_id, status });
                 if qp.conn.is_none() {
@@ -817,11 +742,7 @@ impl<T: Transport> Engine<T> {
     /// index, and the QP that takes it fails with `status` (never
     /// SUCCESS), as with [`Engine::post_refused`] on an RQ.
     pub fn post_srq_refused(&mut self, srqn: u32, wr_id: u64, status: WcStatus) -> Result<(), EngineError> {
-        let status = if status == WcStatus::Success {
-            WcStatus::LocQpOpErr
-        } else {
-            status
-        };
+        let status = if status == WcStatus::Success { WcStatus::LocQpOpErr } else { status };
         self.push_srq(srqn, SrqWr::Refused { wr_id, status })
     }
 
@@ -870,12 +791,7 @@ impl<T: Transport> Engine<T> {
             return;
         }
         self.toe.unlisten(port);
-        let gone: Vec<ConnId> = self
-            .pending
-            .iter()
-            .filter(|(_, p)| p.listen_port == port)
-            .map(|(&id, _)| id)
-            .collect();
+        let gone: Vec<ConnId> = self.pending.iter().filter(|(_, p)| p.listen_port == port).map(|(&id, _)| id).collect();
         for id in gone {
             if let Some(pending) = self.pending.remove(&id) {
                 self.toe.abort(id.0);
@@ -890,41 +806,23 @@ impl<T: Transport> Engine<T> {
     /// Active open for an IDLE QP: TCP, then the MPA request with
     /// `private_data`; [`EventKind::Established`] or
     /// [`EventKind::ConnectFailed`] follows.
-    pub fn connect(
-        &mut self,
-        now: Instant,
-        qpn: u32,
-        params: ConnectParams,
-    ) -> Result<(), EngineError> {
+    pub fn connect(&mut self, now: Instant, qpn: u32, params: ConnectParams) -> Result<(), EngineError> {
         let qp = woken(&mut self.qps, &mut self.active, qpn).ok_or(EngineError::NoSuchQp(qpn))?;
         if qp.state != QpState::Idle || qp.conn.is_some() {
-            return Err(EngineError::InvalidState {
-                qpn,
-                state: qp.state,
-                what: "connect needs an idle QP",
-            });
+            return Err(EngineError::InvalidState { qpn, state: qp.state, what: "connect needs an idle QP" });
         }
-        let room = MAX_PRIVATE_DATA_LEN
-            - if qp.config.mpa.revision == mpa::REVISION_2 {
-                mpa::ENHANCED_DATA_LEN
-            } else {
-                0
-            };
+        let room =
+            MAX_PRIVATE_DATA_LEN - if qp.config.mpa.revision == mpa::REVISION_2 { mpa::ENHANCED_DATA_LEN } else { 0 };
         if params.private_data.len() > room {
             return Err(EngineError::PrivateDataTooLong(params.private_data.len()));
         }
         let initiator = Initiator::new(qp.config.mpa)?;
-        let sock = self
-            .toe
-            .connect(now, params.local_port, params.remote, params.next_hop)?;
+        let sock = self.toe.connect(now, params.local_port, params.remote, params.next_hop)?;
         self.by_sock.insert(sock, qpn);
         qp.conn = Some(Conn {
             sock,
             tuple: self.toe.tcb(sock).and_then(|tcb| tcb.tuple),
-            phase: Phase::TcpConnecting {
-                initiator: Box::new(initiator),
-                private_data: params.private_data,
-            },
+            phase: Phase::TcpConnecting { initiator: Box::new(initiator), private_data: params.private_data },
             deadline: None,
             fin_sent: false,
             deframer: None,
@@ -937,26 +835,13 @@ impl<T: Transport> Engine<T> {
     /// Accepts a [`EventKind::ConnectRequest`] on IDLE QP `qpn`: sends the
     /// MPA reply with `private_data`; the QP goes to RTS (it sends nothing
     /// before the initiator's first FPDU, RFC 5044 §7.1.2).
-    pub fn accept(
-        &mut self,
-        now: Instant,
-        conn: ConnId,
-        qpn: u32,
-        private_data: &[u8],
-    ) -> Result<(), EngineError> {
+    pub fn accept(&mut self, now: Instant, conn: ConnId, qpn: u32, private_data: &[u8]) -> Result<(), EngineError> {
         let _ = now;
         let qp = woken(&mut self.qps, &mut self.active, qpn).ok_or(EngineError::NoSuchQp(qpn))?;
         if qp.state != QpState::Idle || qp.conn.is_some() {
-            return Err(EngineError::InvalidState {
-                qpn,
-                state: qp.state,
-                what: "accept needs an idle QP",
-            });
+            return Err(EngineError::InvalidState { qpn, state: qp.state, what: "accept needs an idle QP" });
         }
-        let pending = self
-            .pending
-            .get(&conn)
-            .ok_or(EngineError::NoSuchConnection)?;
+        let pending = self.pending.get(&conn).ok_or(EngineError::NoSuchConnection)?;
         if !pending.requested {
             return Err(EngineError::NoSuchConnection);
         }
@@ -965,8 +850,7 @@ impl<T: Transport> Engine<T> {
         let mut request = [0u8; MAX_FRAME_LEN];
         let (request_len, peer_private) = match pending.responder.request() {
             Some(repr) => {
-                repr.emit(&mut Frame::new_unchecked(&mut request[..]))
-                    .map_err(negotiation::Error::from)?;
+                repr.emit(&mut Frame::new_unchecked(&mut request[..])).map_err(negotiation::Error::from)?;
                 (repr.buffer_len(), repr.private_data.to_vec())
             }
             None => return Err(EngineError::NoSuchConnection),
@@ -989,10 +873,7 @@ impl<T: Transport> Engine<T> {
             return Err(EngineError::Transport(TcpError::InvalidState));
         }
         self.toe.send_slice(sock, reply)?;
-        let pending = self
-            .pending
-            .remove(&conn)
-            .ok_or(EngineError::NoSuchConnection)?;
+        let pending = self.pending.remove(&conn).ok_or(EngineError::NoSuchConnection)?;
         let mss = self.toe.mss(sock);
         self.by_sock.insert(sock, qpn);
         qp.conn = Some(Conn {
@@ -1007,22 +888,13 @@ impl<T: Transport> Engine<T> {
         qp.end_reported = false;
         self.out.stats.connections_established += 1;
         set_state(qp, &mut self.out, QpState::Rts);
-        self.out.qp_event(
-            qpn,
-            EventKind::Established {
-                negotiated,
-                private_data: peer_private,
-            },
-        );
+        self.out.qp_event(qpn, EventKind::Established { negotiated, private_data: peer_private });
         Ok(())
     }
 
     /// Rejects a [`EventKind::ConnectRequest`]: MPA reply with R set, then FIN.
     pub fn reject(&mut self, conn: ConnId, private_data: &[u8]) -> Result<(), EngineError> {
-        let pending = self
-            .pending
-            .get_mut(&conn)
-            .ok_or(EngineError::NoSuchConnection)?;
+        let pending = self.pending.get_mut(&conn).ok_or(EngineError::NoSuchConnection)?;
         if !pending.requested {
             return Err(EngineError::NoSuchConnection);
         }
@@ -1041,27 +913,14 @@ impl<T: Transport> Engine<T> {
     pub fn inject(&mut self, now: Instant, qpn: u32, fault: Fault) -> Result<(), EngineError> {
         let linger = self.config.terminate_linger;
         let qp = woken(&mut self.qps, &mut self.active, qpn).ok_or(EngineError::NoSuchQp(qpn))?;
-        let not_connected = EngineError::InvalidState {
-            qpn,
-            state: qp.state,
-            what: "not connected",
-        };
+        let not_connected = EngineError::InvalidState { qpn, state: qp.state, what: "not connected" };
         let sock = qp.conn.as_ref().ok_or(not_connected)?.sock;
-        let streaming = qp
-            .conn
-            .as_ref()
-            .is_some_and(|conn| matches!(conn.phase, Phase::Streaming));
+        let streaming = qp.conn.as_ref().is_some_and(|conn| matches!(conn.phase, Phase::Streaming));
         match fault {
             Fault::SendRst => {
                 if !streaming {
                     // Still connecting: the active open fails (aborted).
-                    connect_failed(
-                        qp,
-                        &mut self.toe,
-                        &mut self.out,
-                        ConnectFailure::Tcp(CloseReason::Aborted),
-                        true,
-                    );
+                    connect_failed(qp, &mut self.toe, &mut self.out, ConnectFailure::Tcp(CloseReason::Aborted), true);
                     return Ok(());
                 }
                 if let Some(conn) = qp.conn.take() {
@@ -1151,9 +1010,7 @@ impl<T: Transport> Engine<T> {
                     },
                 );
             }
-            next = port
-                .checked_add(1)
-                .and_then(|from| self.listeners.range(from..).next().map(|(&p, _)| p));
+            next = port.checked_add(1).and_then(|from| self.listeners.range(from..).next().map(|(&p, _)| p));
         }
     }
 
@@ -1180,9 +1037,7 @@ impl<T: Transport> Engine<T> {
                     match responder.receive(&mut input) {
                         Ok(ResponderEvent::Pending) => {}
                         Ok(ResponderEvent::Request) => outcome = Some(Outcome::Request),
-                        Ok(ResponderEvent::Refused(refusal)) => {
-                            outcome = Some(Outcome::Refused(refusal))
-                        }
+                        Ok(ResponderEvent::Refused(refusal)) => outcome = Some(Outcome::Refused(refusal)),
                         Err(_) => outcome = Some(Outcome::Failed),
                     }
                     data.len() - input.len()
@@ -1218,13 +1073,7 @@ impl<T: Transport> Engine<T> {
                     self.toe.release(sock);
                     self.pending.remove(&id);
                     self.out.stats.connections_refused += 1;
-                    self.out.conn_event(
-                        id,
-                        EventKind::ConnectRefused {
-                            tuple,
-                            refusal: Some(refusal),
-                        },
-                    );
+                    self.out.conn_event(id, EventKind::ConnectRefused { tuple, refusal: Some(refusal) });
                     continue;
                 }
                 Some(Outcome::Failed) => {
@@ -1232,13 +1081,7 @@ impl<T: Transport> Engine<T> {
                     self.toe.release(sock);
                     self.pending.remove(&id);
                     self.out.stats.connections_refused += 1;
-                    self.out.conn_event(
-                        id,
-                        EventKind::ConnectRefused {
-                            tuple,
-                            refusal: None,
-                        },
-                    );
+                    self.out.conn_event(id, EventKind::ConnectRefused { tuple, refusal: None });
                     continue;
                 }
                 None => {}
@@ -1246,10 +1089,7 @@ impl<T: Transport> Engine<T> {
             let Some(pending) = self.pending.get(&id) else {
                 continue;
             };
-            let gone = matches!(
-                self.toe.status(sock),
-                None | Some(LinkStatus::Closed(_) | LinkStatus::PeerClosed)
-            );
+            let gone = matches!(self.toe.status(sock), None | Some(LinkStatus::Closed(_) | LinkStatus::PeerClosed));
             let late = !pending.requested && now >= pending.deadline;
             if gone || late {
                 let requested = pending.requested;
@@ -1332,25 +1172,13 @@ fn flush_taken_srq_wr(qp: &mut Qp, out: &mut Outputs) {
 fn check_recv_post(qp: &Qp) -> Result<(), EngineError> {
     let qpn = qp.qpn;
     if qp.config.srq.is_some() {
-        return Err(EngineError::InvalidState {
-            qpn,
-            state: qp.state,
-            what: "post_recv on a QP of an SRQ",
-        });
+        return Err(EngineError::InvalidState { qpn, state: qp.state, what: "post_recv on a QP of an SRQ" });
     }
     if !matches!(qp.state, QpState::Idle | QpState::Rts | QpState::Closing) {
-        return Err(EngineError::InvalidState {
-            qpn,
-            state: qp.state,
-            what: "post_recv",
-        });
+        return Err(EngineError::InvalidState { qpn, state: qp.state, what: "post_recv" });
     }
     if qp.queues.rq_refused.is_some() {
-        return Err(EngineError::InvalidState {
-            qpn,
-            state: qp.state,
-            what: "post_recv after a refused receive WQE",
-        });
+        return Err(EngineError::InvalidState { qpn, state: qp.state, what: "post_recv after a refused receive WQE" });
     }
     // The refused one (if any) takes a slot too.
     if qp.queues.rq.len() >= qp.config.rq_depth as usize {
@@ -1380,13 +1208,7 @@ fn fail_refused_send(qp: &mut Qp, out: &mut Outputs) {
 /// Fails a refused receive WR whose turn came: every receive WR before it
 /// completed and no Send is being placed. Connected, the QP enters
 /// TERMINATE (ours: RDMAP local catastrophic); otherwise ERROR.
-fn fail_due_recv_refusal<T: Transport>(
-    qp: &mut Qp,
-    toe: &mut T,
-    out: &mut Outputs,
-    now: Instant,
-    linger: Duration,
-) {
+fn fail_due_recv_refusal<T: Transport>(qp: &mut Qp, toe: &mut T, out: &mut Outputs, now: Instant, linger: Duration) {
     let Some(refused) = qp.queues.rq_refused else {
         return;
     };
@@ -1401,11 +1223,8 @@ fn fail_due_recv_refusal<T: Transport>(
             Some(stream) if stream.rx_send.is_some() => return,
             Some(stream) => {
                 stream.rx_stopped = true;
-                stream.terminate_out = Some(rx::terminate_message(
-                    stream.tx_msn[2],
-                    TermCode::RdmapLocalCatastrophic,
-                    None,
-                ));
+                stream.terminate_out =
+                    Some(rx::terminate_message(stream.tx_msn[2], TermCode::RdmapLocalCatastrophic, None));
                 true
             }
         },
@@ -1424,10 +1243,7 @@ fn fail_due_recv_refusal<T: Transport>(
         srq_idx: qp.queues.srq_taken.take(),
     });
     out.stats.wqe_errors += 1;
-    let kind = EventKind::WqeError {
-        wr_id: refused.wr_id,
-        status: refused.status,
-    };
+    let kind = EventKind::WqeError { wr_id: refused.wr_id, status: refused.status };
     if connected {
         enter_terminate(qp, toe, out, now, linger, kind);
     } else {
@@ -1486,13 +1302,7 @@ fn local_terminate<T: Transport>(
     if !qp.end_reported {
         qp.end_reported = true;
         out.stats.protocol_errors += 1;
-        out.qp_event(
-            qp.qpn,
-            EventKind::LocalError {
-                error: ProtocolError::Injected,
-                sent: code,
-            },
-        );
+        out.qp_event(qp.qpn, EventKind::LocalError { error: ProtocolError::Injected, sent: code });
     }
     set_state(qp, out, QpState::Terminate);
 }
@@ -1508,10 +1318,7 @@ fn enter_terminate<T: Transport>(
 ) {
     if let Some(conn) = qp.conn.as_mut() {
         conn.deadline = Some(now + linger);
-        let term_pending = conn
-            .stream
-            .as_ref()
-            .is_some_and(|s| s.terminate_out.is_some());
+        let term_pending = conn.stream.as_ref().is_some_and(|s| s.terminate_out.is_some());
         if !term_pending && !conn.fin_sent {
             toe.close(conn.sock);
             conn.fin_sent = true;
@@ -1526,12 +1333,7 @@ fn enter_terminate<T: Transport>(
 
 /// The connection is gone (or given up): report, pick the final state,
 /// release the socket.
-fn connection_ended<T: Transport>(
-    qp: &mut Qp,
-    toe: &mut T,
-    out: &mut Outputs,
-    reason: CloseReason,
-) {
+fn connection_ended<T: Transport>(qp: &mut Qp, toe: &mut T, out: &mut Outputs, reason: CloseReason) {
     let Some(conn) = qp.conn.take() else { return };
     toe.release(conn.sock);
     let connecting = !matches!(conn.phase, Phase::Streaming);
@@ -1541,10 +1343,7 @@ fn connection_ended<T: Transport>(
     }
     qp.end_reported = true;
     if connecting {
-        out.qp_event(
-            qp.qpn,
-            EventKind::ConnectFailed(ConnectFailure::Tcp(reason)),
-        );
+        out.qp_event(qp.qpn, EventKind::ConnectFailed(ConnectFailure::Tcp(reason)));
         set_state(qp, out, QpState::Error);
         return;
     }
@@ -1556,17 +1355,8 @@ fn connection_ended<T: Transport>(
             }
             retire_sq(qp, out);
             let outstanding = !qp.queues.sq.is_empty() || !qp.queues.orq.is_empty();
-            out.qp_event(
-                qp.qpn,
-                EventKind::CloseComplete {
-                    sq_outstanding: outstanding,
-                },
-            );
-            let to = if outstanding {
-                QpState::Error
-            } else {
-                QpState::Idle
-            };
+            out.qp_event(qp.qpn, EventKind::CloseComplete { sq_outstanding: outstanding });
+            let to = if outstanding { QpState::Error } else { QpState::Idle };
             set_state(qp, out, to);
         }
         CloseReason::Reset => {
@@ -1584,13 +1374,7 @@ fn connection_ended<T: Transport>(
     }
 }
 
-fn connect_failed<T: Transport>(
-    qp: &mut Qp,
-    toe: &mut T,
-    out: &mut Outputs,
-    failure: ConnectFailure,
-    abort: bool,
-) {
+fn connect_failed<T: Transport>(qp: &mut Qp, toe: &mut T, out: &mut Outputs, failure: ConnectFailure, abort: bool) {
     if let Some(conn) = qp.conn.take() {
         if abort {
             toe.abort(conn.sock);
@@ -1607,11 +1391,7 @@ fn connect_failed<T: Transport>(
 }
 
 /// A QP an API call wakes, and the QP.
-fn woken<'a>(
-    qps: &'a mut BTreeMap<u32, Qp>,
-    active: &mut BTreeSet<u32>,
-    qpn: u32,
-) -> Option<&'a mut Qp> {
+fn woken<'a>(qps: &'a mut BTreeMap<u32, Qp>, active: &mut BTreeSet<u32>, qpn: u32) -> Option<&'a mut Qp> {
     let qp = qps.get_mut(&qpn)?;
     active.insert(qpn);
     Some(qp)
@@ -1655,11 +1435,7 @@ fn service_qp<T: Transport>(
     let Some(conn) = qp.conn.as_mut() else { return };
     let sock = conn.sock;
     // Active open: TCP up → MPA request.
-    if let Phase::TcpConnecting {
-        initiator,
-        private_data,
-    } = &mut conn.phase
-    {
+    if let Phase::TcpConnecting { initiator, private_data } = &mut conn.phase {
         match toe.status(sock) {
             Some(LinkStatus::Connecting) => return,
             Some(LinkStatus::Established | LinkStatus::PeerClosed) => {
@@ -1682,13 +1458,7 @@ fn service_qp<T: Transport>(
                         conn.tuple = toe.tcb(sock).and_then(|tcb| tcb.tuple);
                     }
                     _ => {
-                        connect_failed(
-                            qp,
-                            toe,
-                            out,
-                            ConnectFailure::Tcp(CloseReason::Aborted),
-                            true,
-                        );
+                        connect_failed(qp, toe, out, ConnectFailure::Tcp(CloseReason::Aborted), true);
                         return;
                     }
                 }
@@ -1698,13 +1468,7 @@ fn service_qp<T: Transport>(
                 return;
             }
             Some(LinkStatus::Closing) | None => {
-                connect_failed(
-                    qp,
-                    toe,
-                    out,
-                    ConnectFailure::Tcp(CloseReason::Aborted),
-                    true,
-                );
+                connect_failed(qp, toe, out, ConnectFailure::Tcp(CloseReason::Aborted), true);
                 return;
             }
         }
@@ -1756,10 +1520,9 @@ fn receive<T: Transport>(
             let mut input = data;
             match initiator.receive(&mut input) {
                 Ok(InitiatorEvent::Pending) => {}
-                Ok(InitiatorEvent::Established {
-                    negotiated,
-                    private_data,
-                }) => reply = Some(Reply::Up(negotiated, private_data.to_vec())),
+                Ok(InitiatorEvent::Established { negotiated, private_data }) => {
+                    reply = Some(Reply::Up(negotiated, private_data.to_vec()))
+                }
                 Ok(InitiatorEvent::Rejected { private_data }) => {
                     reply = Some(Reply::Rejected(private_data.to_vec()));
                 }
@@ -1770,13 +1533,7 @@ fn receive<T: Transport>(
         match reply {
             None => return,
             Some(Reply::Rejected(private_data)) => {
-                connect_failed(
-                    qp,
-                    toe,
-                    out,
-                    ConnectFailure::Rejected { private_data },
-                    false,
-                );
+                connect_failed(qp, toe, out, ConnectFailure::Rejected { private_data }, false);
                 return;
             }
             Some(Reply::Failed(error)) => {
@@ -1804,24 +1561,11 @@ fn receive<T: Transport>(
                 conn.stream = Some(new_stream(negotiated, true, mss, hold));
                 out.stats.connections_established += 1;
                 set_state(qp, out, QpState::Rts);
-                out.qp_event(
-                    qp.qpn,
-                    EventKind::Established {
-                        negotiated,
-                        private_data,
-                    },
-                );
+                out.qp_event(qp.qpn, EventKind::Established { negotiated, private_data });
             }
         }
     }
-    let Qp {
-        qpn,
-        config: qp_config,
-        state,
-        queues,
-        conn,
-        ..
-    } = qp;
+    let Qp { qpn, config: qp_config, state, queues, conn, .. } = qp;
     let Some(conn) = conn.as_mut() else { return };
     let (Some(stream), Some(deframer)) = (conn.stream.as_mut(), conn.deframer.as_mut()) else {
         return;
@@ -1832,10 +1576,7 @@ fn receive<T: Transport>(
         return;
     }
     let mut env = RxEnv {
-        owner: Owner {
-            pdn: qp_config.pdn,
-            qpn: *qpn,
-        },
+        owner: Owner { pdn: qp_config.pdn, qpn: *qpn },
         memory: &mut *io.memory,
         regions: &mut *io.regions,
         completions: &mut out.completions,
@@ -1856,20 +1597,14 @@ fn receive<T: Transport>(
     match stop {
         None => {}
         Some(RxStop::Terminated(code)) => {
-            let kind = EventKind::TerminateReceived {
-                code,
-                class: code.etype_class(),
-            };
+            let kind = EventKind::TerminateReceived { code, class: code.etype_class() };
             enter_terminate(qp, toe, out, now, config.terminate_linger, kind);
         }
         // Failed right after `receive`, in `service_qp`.
         Some(RxStop::RefusedRecvDue) => {}
         Some(RxStop::Failed(error)) => {
             out.stats.protocol_errors += 1;
-            let kind = EventKind::LocalError {
-                error,
-                sent: error.term_code(),
-            };
+            let kind = EventKind::LocalError { error, sent: error.term_code() };
             enter_terminate(qp, toe, out, now, config.terminate_linger, kind);
         }
     }
@@ -1897,12 +1632,7 @@ fn handle_status<T: Transport>(qp: &mut Qp, toe: &mut T, out: &mut Outputs) {
                 connect_failed(qp, toe, out, ConnectFailure::PeerClosed, false);
             }
             QpState::Closing | QpState::Terminate => {
-                if !conn.fin_sent
-                    && conn
-                        .stream
-                        .as_ref()
-                        .is_none_or(|s| s.terminate_out.is_none())
-                {
+                if !conn.fin_sent && conn.stream.as_ref().is_none_or(|s| s.terminate_out.is_none()) {
                     toe.close(sock);
                     conn.fin_sent = true;
                 }
@@ -1927,13 +1657,7 @@ fn transmit<T: Transport>(
     if !matches!(state, QpState::Rts | QpState::Closing | QpState::Terminate) {
         return;
     }
-    let Qp {
-        qpn,
-        config: qp_config,
-        queues,
-        conn,
-        ..
-    } = qp;
+    let Qp { qpn, config: qp_config, queues, conn, .. } = qp;
     let Some(conn) = conn.as_mut() else { return };
     let sock = conn.sock;
     let Some(stream) = conn.stream.as_mut() else {
@@ -1947,10 +1671,7 @@ fn transmit<T: Transport>(
     }
     stream.tx_hold = None;
     let mut env = TxEnv {
-        owner: Owner {
-            pdn: qp_config.pdn,
-            qpn: *qpn,
-        },
+        owner: Owner { pdn: qp_config.pdn, qpn: *qpn },
         memory: &*io.memory,
         regions: &mut *io.regions,
         stats: &mut out.stats,
@@ -1969,31 +1690,18 @@ fn transmit<T: Transport>(
                 entry.result = Some((status, 0));
             }
             stream.rx_stopped = true;
-            stream.terminate_out = Some(rx::terminate_message(
-                stream.tx_msn[2],
-                TermCode::RdmapLocalCatastrophic,
-                None,
-            ));
+            stream.terminate_out =
+                Some(rx::terminate_message(stream.tx_msn[2], TermCode::RdmapLocalCatastrophic, None));
             out.stats.wqe_errors += 1;
             retire_sq(qp, out);
-            enter_terminate(
-                qp,
-                toe,
-                out,
-                now,
-                config.terminate_linger,
-                EventKind::WqeError { wr_id, status },
-            );
+            enter_terminate(qp, toe, out, now, config.terminate_linger, EventKind::WqeError { wr_id, status });
             // Send the TERMINATE right away if there is room.
             transmit(qp, toe, out, io, now, config);
         }
         Err(TxStop::Protocol(error)) => {
             out.stats.protocol_errors += 1;
             retire_sq(qp, out);
-            let kind = EventKind::LocalError {
-                error,
-                sent: error.term_code(),
-            };
+            let kind = EventKind::LocalError { error, sent: error.term_code() };
             enter_terminate(qp, toe, out, now, config.terminate_linger, kind);
             transmit(qp, toe, out, io, now, config);
         }

@@ -38,25 +38,14 @@ pub const QP_STATE_NAMES: [(QpState, &str); 5] = [
 ];
 
 impl QpState {
-    pub const ALL: [QpState; 5] = [
-        QpState::Idle,
-        QpState::Rts,
-        QpState::Closing,
-        QpState::Terminate,
-        QpState::Error,
-    ];
+    pub const ALL: [QpState; 5] = [QpState::Idle, QpState::Rts, QpState::Closing, QpState::Terminate, QpState::Error];
 
     pub fn name(self) -> &'static str {
-        QP_STATE_NAMES
-            .iter()
-            .find(|(state, _)| *state == self)
-            .map_or("?", |(_, name)| name)
+        QP_STATE_NAMES.iter().find(|(state, _)| *state == self).map_or("?", |(_, name)| name)
     }
 
     pub fn from_wire(value: u32) -> Option<QpState> {
-        QpState::ALL
-            .into_iter()
-            .find(|&state| state as u32 == value)
+        QpState::ALL.into_iter().find(|&state| state as u32 == value)
     }
 }
 
@@ -124,10 +113,7 @@ pub(crate) struct IrqEntry {
 #[derive(Debug)]
 pub(crate) enum Phase {
     /// Active open: TCP handshake in progress.
-    TcpConnecting {
-        initiator: Box<Initiator>,
-        private_data: Vec<u8>,
-    },
+    TcpConnecting { initiator: Box<Initiator>, private_data: Vec<u8> },
     /// MPA request sent, waiting for the reply.
     AwaitReply { initiator: Box<Initiator> },
     /// FPDUs.
@@ -273,13 +259,6 @@ impl Qp {
     pub fn new(qpn: u32, config: QpConfig) -> Qp {
         // The queues grow as WQEs are posted (to the ring's depth at most)
         // and keep their room: an idle QP holds no WQE slots.
-        Qp {
-            qpn,
-            config,
-            state: QpState::Idle,
-            queues: Queues::default(),
-            conn: None,
-            end_reported: false,
-        }
+        Qp { qpn, config, state: QpState::Idle, queues: Queues::default(), conn: None, end_reported: false }
     }
 }

@@ -63,21 +63,13 @@ pub enum ReregError {
     #[error("unknown access bits {0:#x}")]
     Access(Access),
     #[error("{length} octets at page offset {offset} do not fit in {npages} pages")]
-    Translation {
-        length: u64,
-        offset: u64,
-        npages: u32,
-    },
+    Translation { length: u64, offset: u64, npages: u32 },
 }
 
 /// Checks `rereg` against an entry of `kind` with `windows_bound` valid
 /// windows bound to it, before anything changes: the change mask, the
 /// kind, the windows, then the new rights and translation.
-pub fn check_rereg(
-    kind: RegionKind,
-    windows_bound: usize,
-    rereg: &Rereg,
-) -> Result<(), ReregError> {
+pub fn check_rereg(kind: RegionKind, windows_bound: usize, rereg: &Rereg) -> Result<(), ReregError> {
     if rereg.change == 0 || rereg.change & !REREG_ALL != 0 {
         return Err(ReregError::Change(rereg.change));
     }
@@ -94,24 +86,13 @@ pub fn check_rereg(
         return Err(ReregError::Access(rereg.new.access));
     }
     if rereg.change & REREG_TRANSLATION != 0 {
-        let Rereg {
-            new,
-            npages,
-            page_offset,
-            ..
-        } = *rereg;
+        let Rereg { new, npages, page_offset, .. } = *rereg;
         let fits = new.length > 0
             && page_offset < PAGE_SIZE
             && new.iova.checked_add(new.length).is_some()
-            && page_offset
-                .checked_add(new.length)
-                .is_some_and(|end| end <= u64::from(npages) * PAGE_SIZE);
+            && page_offset.checked_add(new.length).is_some_and(|end| end <= u64::from(npages) * PAGE_SIZE);
         if !fits {
-            return Err(ReregError::Translation {
-                length: new.length,
-                offset: page_offset,
-                npages,
-            });
+            return Err(ReregError::Translation { length: new.length, offset: page_offset, npages });
         }
     }
     Ok(())
@@ -139,22 +120,12 @@ mod tests {
     use super::*;
     use crate::engine::{LOCAL_WRITE, MW_BIND, REMOTE_READ, REMOTE_WRITE};
 
-    const CURRENT: Registration = Registration {
-        pdn: 1,
-        access: LOCAL_WRITE,
-        iova: 0x1000,
-        length: 4096,
-    };
+    const CURRENT: Registration = Registration { pdn: 1, access: LOCAL_WRITE, iova: 0x1000, length: 4096 };
 
     fn rereg(change: u32) -> Rereg {
         Rereg {
             change,
-            new: Registration {
-                pdn: 2,
-                access: LOCAL_WRITE | REMOTE_WRITE,
-                iova: 0x7f00_0100,
-                length: 8192,
-            },
+            new: Registration { pdn: 2, access: LOCAL_WRITE | REMOTE_WRITE, iova: 0x7f00_0100, length: 8192 },
             npages: 3,
             page_offset: 0x100,
         }
@@ -165,83 +136,27 @@ mod tests {
         let all = rereg(REREG_TRANSLATION | REREG_PD | REREG_ACCESS);
         assert_eq!(reregistered(CURRENT, &all), all.new);
         let t = reregistered(CURRENT, &rereg(REREG_TRANSLATION));
-        assert_eq!(
-            t,
-            Registration {
-                iova: 0x7f00_0100,
-                length: 8192,
-                ..CURRENT
-            }
-        );
-        assert_eq!(
-            reregistered(CURRENT, &rereg(REREG_PD)),
-            Registration { pdn: 2, ..CURRENT }
-        );
+        assert_eq!(t, Registration { iova: 0x7f00_0100, length: 8192, ..CURRENT });
+        assert_eq!(reregistered(CURRENT, &rereg(REREG_PD)), Registration { pdn: 2, ..CURRENT });
         let a = reregistered(CURRENT, &rereg(REREG_ACCESS));
-        assert_eq!(
-            a,
-            Registration {
-                access: LOCAL_WRITE | REMOTE_WRITE,
-                ..CURRENT
-            }
-        );
+        assert_eq!(a, Registration { access: LOCAL_WRITE | REMOTE_WRITE, ..CURRENT });
     }
 
     #[test]
     fn refusals_in_order() {
         for change in [0, 1 << 3, REREG_PD | 1 << 7] {
-            assert_eq!(
-                check_rereg(RegionKind::Window, 1, &rereg(change)),
-                Err(ReregError::Change(change))
-            );
+            assert_eq!(check_rereg(RegionKind::Window, 1, &rereg(change)), Err(ReregError::Change(change)));
         }
-        assert_eq!(
-            check_rereg(RegionKind::Dma, 0, &rereg(REREG_PD)),
-            Err(ReregError::Kind("DMA"))
-        );
-        assert_eq!(
-            check_rereg(RegionKind::FastReg, 0, &rereg(REREG_PD)),
-            Err(ReregError::Kind("fast-reg"))
-        );
-        assert_eq!(
-            check_rereg(RegionKind::Window, 0, &rereg(REREG_PD)),
-            Err(ReregError::Kind("window"))
-        );
+        assert_eq!(check_rereg(RegionKind::Dma, 0, &rereg(REREG_PD)), Err(ReregError::Kind("DMA")));
+        assert_eq!(check_rereg(RegionKind::FastReg, 0, &rereg(REREG_PD)), Err(ReregError::Kind("fast-reg")));
+        assert_eq!(check_rereg(RegionKind::Window, 0, &rereg(REREG_PD)), Err(ReregError::Kind("window")));
         // Bound windows refuse every change, the access one included.
-        assert_eq!(
-            check_rereg(RegionKind::Pages, 2, &rereg(REREG_ACCESS)),
-            Err(ReregError::WindowsBound(2))
-        );
-        let atomic = Rereg {
-            new: Registration {
-                access: 1 << 4,
-                ..rereg(0).new
-            },
-            ..rereg(REREG_ACCESS)
-        };
-        assert_eq!(
-            check_rereg(RegionKind::Pages, 0, &atomic),
-            Err(ReregError::Access(1 << 4))
-        );
+        assert_eq!(check_rereg(RegionKind::Pages, 2, &rereg(REREG_ACCESS)), Err(ReregError::WindowsBound(2)));
+        let atomic = Rereg { new: Registration { access: 1 << 4, ..rereg(0).new }, ..rereg(REREG_ACCESS) };
+        assert_eq!(check_rereg(RegionKind::Pages, 0, &atomic), Err(ReregError::Access(1 << 4)));
         // Unknown rights matter only when the rights change.
-        assert_eq!(
-            check_rereg(
-                RegionKind::Pages,
-                0,
-                &Rereg {
-                    change: REREG_PD,
-                    ..atomic
-                }
-            ),
-            Ok(())
-        );
-        let ok = Rereg {
-            new: Registration {
-                access: REMOTE_READ | MW_BIND,
-                ..rereg(0).new
-            },
-            ..rereg(REREG_ACCESS)
-        };
+        assert_eq!(check_rereg(RegionKind::Pages, 0, &Rereg { change: REREG_PD, ..atomic }), Ok(()));
+        let ok = Rereg { new: Registration { access: REMOTE_READ | MW_BIND, ..rereg(0).new }, ..rereg(REREG_ACCESS) };
         assert_eq!(check_rereg(RegionKind::Pages, 0, &ok), Ok(()));
     }
 
@@ -252,48 +167,15 @@ mod tests {
         let bad = |r: Rereg| {
             assert_eq!(
                 check_rereg(RegionKind::Pages, 0, &r),
-                Err(ReregError::Translation {
-                    length: r.new.length,
-                    offset: r.page_offset,
-                    npages: r.npages
-                })
+                Err(ReregError::Translation { length: r.new.length, offset: r.page_offset, npages: r.npages })
             );
         };
         bad(Rereg { npages: 2, ..t });
-        bad(Rereg {
-            page_offset: PAGE_SIZE,
-            ..t
-        });
-        bad(Rereg {
-            new: Registration { length: 0, ..t.new },
-            ..t
-        });
-        bad(Rereg {
-            new: Registration {
-                iova: u64::MAX - 10,
-                ..t.new
-            },
-            ..t
-        });
-        bad(Rereg {
-            new: Registration {
-                length: u64::MAX,
-                ..t.new
-            },
-            npages: u32::MAX,
-            ..t
-        });
+        bad(Rereg { page_offset: PAGE_SIZE, ..t });
+        bad(Rereg { new: Registration { length: 0, ..t.new }, ..t });
+        bad(Rereg { new: Registration { iova: u64::MAX - 10, ..t.new }, ..t });
+        bad(Rereg { new: Registration { length: u64::MAX, ..t.new }, npages: u32::MAX, ..t });
         // Without a translation change the pages are not looked at.
-        assert_eq!(
-            check_rereg(
-                RegionKind::Pages,
-                0,
-                &Rereg {
-                    npages: 0,
-                    ..rereg(REREG_PD)
-                }
-            ),
-            Ok(())
-        );
+        assert_eq!(check_rereg(RegionKind::Pages, 0, &Rereg { npages: 0, ..rereg(REREG_PD) }), Ok(()));
     }
 }

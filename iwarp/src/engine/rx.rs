@@ -10,8 +10,7 @@ use std::collections::VecDeque;
 
 use super::event::ProtocolError;
 use super::memory::{
-    write_region, AccessError, GuestMemory, MemoryRegions, PlacementError, LOCAL_WRITE,
-    REMOTE_READ, REMOTE_WRITE,
+    write_region, AccessError, GuestMemory, MemoryRegions, PlacementError, LOCAL_WRITE, REMOTE_READ, REMOTE_WRITE,
 };
 use super::qp::{IrqEntry, Queues, RefusedRecv, RxSend, RxTagged, Stream, TermMessage, READ_REQUEST_COPY};
 use super::srq::{Srq, SrqWr};
@@ -103,11 +102,7 @@ pub(crate) fn receive(
 /// Prepares the TERMINATE for `error` about `offending` and stops RX.
 pub(crate) fn fail(stream: &mut Stream, error: ProtocolError, offending: Option<&[u8]>) -> RxStop {
     stream.rx_stopped = true;
-    stream.terminate_out = Some(terminate_message(
-        stream.tx_msn[2],
-        error.term_code(),
-        offending,
-    ));
+    stream.terminate_out = Some(terminate_message(stream.tx_msn[2], error.term_code(), offending));
     RxStop::Failed(error)
 }
 
@@ -132,24 +127,13 @@ pub(crate) fn terminate_message(msn: u32, code: TermCode, offending: Option<&[u8
         (layer::RDMAP, 2) => (headers_known, false),
         _ => (false, false),
     };
-    let mut message = TermMessage {
-        code,
-        ulpdu: [0; 72],
-        len: 0,
-    };
+    let mut message = TermMessage { code, ulpdu: [0; 72], len: 0 };
     let header = rdmap::Repr {
         opcode: Opcode::Terminate,
         last: true,
-        placement: Placement::Untagged {
-            msn,
-            offset: 0,
-            invalidate_stag: 0,
-        },
+        placement: Placement::Untagged { msn, offset: 0, invalidate_stag: 0 },
     };
-    if header
-        .emit(&mut ddp::Packet::new_unchecked(&mut message.ulpdu[..]))
-        .is_err()
-    {
+    if header.emit(&mut ddp::Packet::new_unchecked(&mut message.ulpdu[..])).is_err() {
         return message;
     }
     let ddp_len = ddp::UNTAGGED_HEADER_LEN;
@@ -159,8 +143,7 @@ pub(crate) fn terminate_message(msn: u32, code: TermCode, offending: Option<&[u8
             let ddp_header = segment.get(..packet.header_len());
             let rdmap_header = with_rdmap.then(|| {
                 // Only a Read Request has an RDMAP header of its own.
-                let is_read_request = !packet.tagged()
-                    && packet.ulp_control() & 0x0f == Opcode::RdmaReadRequest as u8;
+                let is_read_request = !packet.tagged() && packet.ulp_control() & 0x0f == Opcode::RdmaReadRequest as u8;
                 let payload = packet.payload();
                 if is_read_request {
                     payload.get(..rdmap::READ_REQUEST_LEN).unwrap_or(&[])
@@ -169,46 +152,22 @@ pub(crate) fn terminate_message(msn: u32, code: TermCode, offending: Option<&[u8
                 }
             });
             let len = u16::try_from(segment.len()).ok();
-            (
-                ddp_header,
-                rdmap_header.filter(|_| ddp_header.is_some()),
-                len,
-            )
+            (ddp_header, rdmap_header.filter(|_| ddp_header.is_some()), len)
         }
         None => (None, None, None),
     };
-    let repr = terminate::Repr {
-        code,
-        ddp_segment_length: ddp_header.and(segment_len),
-        ddp_header,
-        rdmap_header,
-    };
+    let repr = terminate::Repr { code, ddp_segment_length: ddp_header.and(segment_len), ddp_header, rdmap_header };
     let body = message.ulpdu.get_mut(ddp_len..).unwrap_or(&mut []);
-    let repr = if repr.buffer_len() <= body.len() {
-        repr
-    } else {
-        terminate::Repr::new(code)
-    };
-    if repr
-        .emit(&mut terminate::Packet::new_unchecked(&mut *body))
-        .is_ok()
-    {
+    let repr = if repr.buffer_len() <= body.len() { repr } else { terminate::Repr::new(code) };
+    if repr.emit(&mut terminate::Packet::new_unchecked(&mut *body)).is_ok() {
         message.len = ddp_len + repr.buffer_len();
-    } else if terminate::Repr::new(code)
-        .emit(&mut terminate::Packet::new_unchecked(body))
-        .is_ok()
-    {
+    } else if terminate::Repr::new(code).emit(&mut terminate::Packet::new_unchecked(body)).is_ok() {
         message.len = ddp_len + terminate::CONTROL_LEN;
     }
     message
 }
 
-fn handle_ulpdu(
-    queues: &mut Queues,
-    stream: &mut Stream,
-    env: &mut RxEnv<'_>,
-    ulpdu: &[u8],
-) -> Result<(), RxStop> {
+fn handle_ulpdu(queues: &mut Queues, stream: &mut Stream, env: &mut RxEnv<'_>, ulpdu: &[u8]) -> Result<(), RxStop> {
     let packet = ddp::Packet::new_unchecked(ulpdu);
     let header = match rdmap::Repr::parse(&packet) {
         Ok(header) => header,
@@ -234,10 +193,7 @@ fn handle_ulpdu(
     let result = match header.opcode {
         Opcode::RdmaWrite => write(stream, env, &header, payload),
         Opcode::RdmaReadResponse => read_response(queues, env, &header, payload),
-        Opcode::Send
-        | Opcode::SendInvalidate
-        | Opcode::SendSolicited
-        | Opcode::SendSolicitedInvalidate => {
+        Opcode::Send | Opcode::SendInvalidate | Opcode::SendSolicited | Opcode::SendSolicitedInvalidate => {
             take_srq_wr(queues, stream, env, &header);
             if queues.rq.is_empty() && queues.rq_refused.is_some() && stream.rx_send.is_none() {
                 return Err(RxStop::RefusedRecvDue);
@@ -282,22 +238,14 @@ fn take_srq_wr(queues: &mut Queues, stream: &Stream, env: &mut RxEnv<'_>, header
     }
 }
 
-fn placement_error(
-    error: PlacementError,
-    access: fn(AccessError) -> ProtocolError,
-) -> ProtocolError {
+fn placement_error(error: PlacementError, access: fn(AccessError) -> ProtocolError) -> ProtocolError {
     match error {
         PlacementError::Access(error) => access(error),
         PlacementError::Memory(_) => ProtocolError::GuestMemory,
     }
 }
 
-fn write(
-    stream: &mut Stream,
-    env: &mut RxEnv<'_>,
-    header: &rdmap::Repr,
-    payload: &[u8],
-) -> Result<(), ProtocolError> {
+fn write(stream: &mut Stream, env: &mut RxEnv<'_>, header: &rdmap::Repr, payload: &[u8]) -> Result<(), ProtocolError> {
     let Placement::Tagged { stag, offset } = header.placement else {
         return Err(ProtocolError::TaggedDiscontinuity { stag_changed: true });
     };
@@ -306,27 +254,15 @@ fn write(
             return Err(ProtocolError::TaggedDiscontinuity { stag_changed: true });
         }
         if previous.next_to != offset {
-            return Err(ProtocolError::TaggedDiscontinuity {
-                stag_changed: false,
-            });
+            return Err(ProtocolError::TaggedDiscontinuity { stag_changed: false });
         }
     }
-    let end = offset
-        .checked_add(payload.len() as u64)
-        .ok_or(ProtocolError::TaggedOffsetWrap)?;
+    let end = offset.checked_add(payload.len() as u64).ok_or(ProtocolError::TaggedOffsetWrap)?;
     // A zero-length RDMA Write (an RTR, or a ULP's) names no buffer: siw
     // does not check its STag either.
     if !payload.is_empty() {
-        write_region(
-            &*env.regions,
-            env.memory,
-            stag,
-            env.owner,
-            offset,
-            REMOTE_WRITE,
-            payload,
-        )
-        .map_err(|error| placement_error(error, ProtocolError::WriteAccess))?;
+        write_region(&*env.regions, env.memory, stag, env.owner, offset, REMOTE_WRITE, payload)
+            .map_err(|error| placement_error(error, ProtocolError::WriteAccess))?;
         env.stats.bytes_placed += payload.len() as u64;
     }
     stream.rx_tagged = (!header.last).then_some(RxTagged { stag, next_to: end });
@@ -346,15 +282,11 @@ fn read_response(
         return Err(ProtocolError::UnexpectedReadResponse);
     };
     if stag != entry.sink_stag {
-        return Err(ProtocolError::ReadResponseMismatch {
-            stag_mismatch: true,
-        });
+        return Err(ProtocolError::ReadResponseMismatch { stag_mismatch: true });
     }
     let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
     let received = entry.received;
-    let mismatch = ProtocolError::ReadResponseMismatch {
-        stag_mismatch: false,
-    };
+    let mismatch = ProtocolError::ReadResponseMismatch { stag_mismatch: false };
     if Some(offset) != entry.sink_to.checked_add(u64::from(received)) {
         return Err(mismatch);
     }
@@ -364,15 +296,7 @@ fn read_response(
     }
     let seq = entry.seq;
     if !payload.is_empty() {
-        let placed = write_region(
-            &*env.regions,
-            env.memory,
-            stag,
-            env.owner,
-            offset,
-            LOCAL_WRITE,
-            payload,
-        );
+        let placed = write_region(&*env.regions, env.memory, stag, env.owner, offset, LOCAL_WRITE, payload);
         if let Err(error) = placed {
             if let Some(sq) = seq.and_then(|seq| queues.sq_entry_mut(seq)) {
                 let status = match error {
@@ -413,56 +337,33 @@ fn send(
     header: &rdmap::Repr,
     payload: &[u8],
 ) -> Result<(), ProtocolError> {
-    let Placement::Untagged {
-        msn,
-        offset,
-        invalidate_stag,
-    } = header.placement
-    else {
+    let Placement::Untagged { msn, offset, invalidate_stag } = header.placement else {
         return Err(ProtocolError::NoRecvWqe);
     };
     let expected = stream.rx_msn[0];
     if msn != expected {
-        return Err(ProtocolError::MsnGap {
-            queue: rdmap::queue::SEND,
-            expected,
-            got: msn,
-        });
+        return Err(ProtocolError::MsnGap { queue: rdmap::queue::SEND, expected, got: msn });
     }
     let mut current = match stream.rx_send {
         Some(current) => {
             if offset != current.placed {
-                return Err(ProtocolError::MoMismatch {
-                    expected: current.placed,
-                    got: offset,
-                });
+                return Err(ProtocolError::MoMismatch { expected: current.placed, got: offset });
             }
             current
         }
         None => {
             if offset != 0 {
-                return Err(ProtocolError::MoMismatch {
-                    expected: 0,
-                    got: offset,
-                });
+                return Err(ProtocolError::MoMismatch { expected: 0, got: offset });
             }
             let wqe = queues.rq.front().ok_or(ProtocolError::NoRecvWqe)?;
-            RxSend {
-                opcode: header.opcode,
-                placed: 0,
-                capacity: wqe.sges.total_len(),
-                invalidate_stag,
-            }
+            RxSend { opcode: header.opcode, placed: 0, capacity: wqe.sges.total_len(), invalidate_stag }
         }
     };
     let Some(wqe) = queues.rq.front().copied() else {
         return Err(ProtocolError::NoRecvWqe);
     };
     let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
-    let fits = current
-        .placed
-        .checked_add(len)
-        .is_some_and(|end| u64::from(end) <= current.capacity);
+    let fits = current.placed.checked_add(len).is_some_and(|end| u64::from(end) <= current.capacity);
     if !fits {
         queues.rq.pop_front();
         stream.rx_send = None;
@@ -521,33 +422,12 @@ fn send(
     if current.opcode.carries_invalidate_stag() {
         let stag = current.invalidate_stag;
         if let Err(error) = env.regions.invalidate(stag, env.owner.pdn) {
-            env.complete_recv(
-                wqe.wr_id,
-                WcStatus::RemInvReqErr,
-                current.placed,
-                None,
-                solicited,
-                srq_idx,
-            );
+            env.complete_recv(wqe.wr_id, WcStatus::RemInvReqErr, current.placed, None, solicited, srq_idx);
             return Err(ProtocolError::CannotInvalidate(error));
         }
-        env.complete_recv(
-            wqe.wr_id,
-            WcStatus::Success,
-            current.placed,
-            Some(stag),
-            solicited,
-            srq_idx,
-        );
+        env.complete_recv(wqe.wr_id, WcStatus::Success, current.placed, Some(stag), solicited, srq_idx);
     } else {
-        env.complete_recv(
-            wqe.wr_id,
-            WcStatus::Success,
-            current.placed,
-            None,
-            solicited,
-            srq_idx,
-        );
+        env.complete_recv(wqe.wr_id, WcStatus::Success, current.placed, None, solicited, srq_idx);
     }
     Ok(())
 }
@@ -565,17 +445,10 @@ fn read_request(
     };
     let expected = stream.rx_msn[1];
     if msn != expected {
-        return Err(ProtocolError::MsnGap {
-            queue: rdmap::queue::READ_REQUEST,
-            expected,
-            got: msn,
-        });
+        return Err(ProtocolError::MsnGap { queue: rdmap::queue::READ_REQUEST, expected, got: msn });
     }
     if offset != 0 {
-        return Err(ProtocolError::MoMismatch {
-            expected: 0,
-            got: offset,
-        });
+        return Err(ProtocolError::MoMismatch { expected: 0, got: offset });
     }
     if payload.len() != rdmap::READ_REQUEST_LEN || !header.last {
         return Err(ProtocolError::ReadRequestLength(payload.len()));
@@ -588,10 +461,7 @@ fn read_request(
         return Err(ProtocolError::ReadBeyondIrd { ird });
     }
     if request.size > 0 {
-        request
-            .source_offset
-            .checked_add(u64::from(request.size))
-            .ok_or(ProtocolError::ReadSourceWrap)?;
+        request.source_offset.checked_add(u64::from(request.size)).ok_or(ProtocolError::ReadSourceWrap)?;
         env.regions
             .translate(
                 request.source_stag,

@@ -35,13 +35,7 @@ impl Srq {
     /// An empty SRQ whose indices start at `start` (they are free running:
     /// a new engine starts where the guest's ring is).
     pub fn new(depth: u32, start: u32) -> Srq {
-        Srq {
-            depth,
-            pool: VecDeque::with_capacity(depth as usize),
-            next: start,
-            taken: start,
-            qps: 0,
-        }
+        Srq { depth, pool: VecDeque::with_capacity(depth as usize), next: start, taken: start, qps: 0 }
     }
 
     /// Whether another WR fits (the pool holds at most `depth`).
@@ -84,10 +78,7 @@ mod tests {
     use crate::engine::wr::SgeList;
 
     fn wr(wr_id: u64) -> SrqWr {
-        SrqWr::Posted(RecvWr {
-            wr_id,
-            sges: SgeList::EMPTY,
-        })
+        SrqWr::Posted(RecvWr { wr_id, sges: SgeList::EMPTY })
     }
 
     #[test]

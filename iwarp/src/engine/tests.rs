@@ -1,11 +1,7 @@
 //! QP state machine tests, grouped by the state the QP is in when the
 //! trigger happens. Two engines (or an engine and a raw peer) on a
 //! simulated wire; time is injected, so timeouts take no wall time.
-#![allow(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
 use std::net::SocketAddrV4;
 
@@ -25,11 +21,7 @@ mod rereg;
 mod srq;
 
 fn pair() -> Sim<Node, Node> {
-    let mut sim = Sim::pair(
-        NodeConfig::new(0),
-        NodeConfig::new(1),
-        WireConfig::default(),
-    );
+    let mut sim = Sim::pair(NodeConfig::new(0), NodeConfig::new(1), WireConfig::default());
     assert!(sim.connect_qps(1, 2, 40_000, QpConfig::new(PD)));
     settle_rtr(&mut sim);
     sim.a.events.clear();
@@ -40,11 +32,7 @@ fn pair() -> Sim<Node, Node> {
 /// `pairs` QP pairs connected through MPA (A's QP `1 + i` to B's
 /// `101 + i`, from port `40_000 + i`), nothing settled after.
 fn connected_pairs(pairs: u32) -> Sim<Node, Node> {
-    let mut sim = Sim::pair(
-        NodeConfig::new(0),
-        NodeConfig::new(1),
-        WireConfig::default(),
-    );
+    let mut sim = Sim::pair(NodeConfig::new(0), NodeConfig::new(1), WireConfig::default());
     for i in 0..pairs {
         assert!(sim.connect_qps(1 + i, 101 + i, 40_000 + i as u16, QpConfig::new(PD)));
     }
@@ -68,11 +56,7 @@ fn states(events: &[EventKind]) -> Vec<(QpState, QpState)> {
 }
 
 fn others(events: &[EventKind]) -> Vec<EventKind> {
-    events
-        .iter()
-        .filter(|e| !matches!(e, EventKind::StateChanged { .. }))
-        .cloned()
-        .collect()
+    events.iter().filter(|e| !matches!(e, EventKind::StateChanged { .. })).cloned().collect()
 }
 
 fn settle(sim: &mut Sim<Node, Node>, secs: u64) {
@@ -81,20 +65,12 @@ fn settle(sim: &mut Sim<Node, Node>, secs: u64) {
 
 /// Completions of `qpn`: (wr_id, opcode, status).
 fn results(node: &Node, qpn: u32) -> Vec<(u64, WcOpcode, WcStatus)> {
-    node.completions
-        .iter()
-        .filter(|c| c.qpn == qpn)
-        .map(|c| (c.wr_id, c.opcode, c.status))
-        .collect()
+    node.completions.iter().filter(|c| c.qpn == qpn).map(|c| (c.wr_id, c.opcode, c.status)).collect()
 }
 
 fn rdma(wr_id: u64, opcode: SendOpcode, local: (u32, u64), len: u32, stag: u32, to: u64) -> SendWr {
     let mut wr = SendWr::new(wr_id, opcode);
-    wr.sges = SgeList::single(Sge {
-        addr: local.1,
-        length: len,
-        lkey: local.0,
-    });
+    wr.sges = SgeList::single(Sge { addr: local.1, length: len, lkey: local.0 });
     wr.remote_stag = stag;
     wr.remote_addr = to;
     wr
@@ -104,53 +80,31 @@ fn rdma(wr_id: u64, opcode: SendOpcode, local: (u32, u64), len: u32, stag: u32, 
 /// `qp.0` of PD `qp.1`.
 fn a_writes_in(sim: &mut Sim<Node, Node>, qp: (u32, u32), stag: u32, to: u64, len: u32) {
     let (qpn, pd) = qp;
-    let (astag, aiova) = (
-        sim.a.regions.register_contiguous(pd, LOCAL_WRITE, 0x1000, 0x1000, 8192),
-        0x1000,
-    );
+    let (astag, aiova) = (sim.a.regions.register_contiguous(pd, LOCAL_WRITE, 0x1000, 0x1000, 8192), 0x1000);
     let data: Vec<u8> = (0..len).map(|i| (i % 241) as u8 ^ 0x5a).collect();
     sim.a.memory.fill(aiova, &data);
-    sim.a
-        .engine
-        .post_send(qpn, rdma(1, SendOpcode::Write, (astag, aiova), len, stag, to))
-        .unwrap();
+    sim.a.engine.post_send(qpn, rdma(1, SendOpcode::Write, (astag, aiova), len, stag, to)).unwrap();
     settle(sim, 2);
 }
 
 /// B's QP `bqpn` refused A's access (QP `aqpn`) with `error`, TERMINATE `sent`.
 fn refused(sim: &Sim<Node, Node>, aqpn: u32, bqpn: u32, error: ProtocolError, sent: TermCode) {
-    assert_eq!(
-        others(&sim.b.qp_events(bqpn)),
-        vec![EventKind::LocalError { error, sent }]
-    );
+    assert_eq!(others(&sim.b.qp_events(bqpn)), vec![EventKind::LocalError { error, sent }]);
     assert_eq!(
         others(&sim.a.qp_events(aqpn)),
-        vec![EventKind::TerminateReceived {
-            code: sent,
-            class: sent.etype_class()
-        }]
+        vec![EventKind::TerminateReceived { code: sent, class: sent.etype_class() }]
     );
 }
 
 fn registered_buffer(node: &mut Node, len: u64) -> (u32, u64) {
-    let stag = node.regions.register_contiguous(
-        PD,
-        LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ,
-        0x1000,
-        0x1000,
-        len,
-    );
+    let stag = node.regions.register_contiguous(PD, LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ, 0x1000, 0x1000, len);
     (stag, 0x1000)
 }
 
 /// A 4 KiB receive on `qpn`.
 fn post_recv(node: &mut Node, qpn: u32, wr_id: u64) {
     let (stag, iova) = registered_buffer(node, 4096);
-    let sges = SgeList::single(Sge {
-        addr: iova,
-        length: 4096,
-        lkey: stag,
-    });
+    let sges = SgeList::single(Sge { addr: iova, length: 4096, lkey: stag });
     node.engine.post_recv(qpn, RecvWr { wr_id, sges }).unwrap();
 }
 
@@ -158,11 +112,7 @@ fn post_recv(node: &mut Node, qpn: u32, wr_id: u64) {
 fn post_send(node: &mut Node, qpn: u32, wr_id: u64, len: u32) -> Result<(), EngineError> {
     let (stag, iova) = registered_buffer(node, 4096);
     let mut wr = SendWr::new(wr_id, SendOpcode::Send);
-    wr.sges = SgeList::single(Sge {
-        addr: iova,
-        length: len,
-        lkey: stag,
-    });
+    wr.sges = SgeList::single(Sge { addr: iova, length: len, lkey: stag });
     node.engine.post_send(qpn, wr)
 }
 
@@ -182,21 +132,14 @@ mod idle {
 
     #[test]
     fn rejected_by_the_ulp() {
-        let mut sim = Sim::pair(
-            NodeConfig::new(0),
-            NodeConfig::new(1),
-            WireConfig::default(),
-        );
+        let mut sim = Sim::pair(NodeConfig::new(0), NodeConfig::new(1), WireConfig::default());
         sim.start_connect(1, 2, 40_000, QpConfig::new(PD));
         assert!(sim.run_until(Duration::from_secs(5), |s| s.b.connect_request().is_some()));
         let conn = sim.b.connect_request().unwrap();
         match &sim.b.events[0].kind {
             EventKind::ConnectRequest(request) => {
                 assert_eq!(request.private_data, b"qpn:2");
-                assert_eq!(
-                    (request.revision, request.ird, request.ord),
-                    (2, Some(16), Some(16))
-                );
+                assert_eq!((request.revision, request.ird, request.ord), (2, Some(16), Some(16)));
                 assert_eq!(request.tuple.remote, SocketAddrV4::new(IPS[0], 40_000));
             }
             other => panic!("{other:?}"),
@@ -206,16 +149,10 @@ mod idle {
         let events = sim.a.qp_events(1);
         assert_eq!(
             others(&events),
-            vec![EventKind::ConnectFailed(ConnectFailure::Rejected {
-                private_data: b"no thanks".to_vec()
-            })]
+            vec![EventKind::ConnectFailed(ConnectFailure::Rejected { private_data: b"no thanks".to_vec() })]
         );
         assert_eq!(states(&events), vec![(QpState::Idle, QpState::Error)]);
-        assert_eq!(
-            sim.b.state(2),
-            Some(QpState::Idle),
-            "B's QP was never involved"
-        );
+        assert_eq!(sim.b.state(2), Some(QpState::Idle), "B's QP was never involved");
         // The QP can be reset and used again.
         let now = sim.now;
         sim.a.engine.modify_qp(now, 1, QpState::Idle).unwrap();
@@ -225,64 +162,37 @@ mod idle {
 
     #[test]
     fn nobody_answers_the_syn() {
-        let mut sim = Sim::pair(
-            NodeConfig::new(0),
-            NodeConfig::new(1),
-            WireConfig::default(),
-        );
+        let mut sim = Sim::pair(NodeConfig::new(0), NodeConfig::new(1), WireConfig::default());
         sim.wire.cut = [true, true];
         sim.start_connect(1, 2, 40_000, QpConfig::new(PD));
         settle(&mut sim, 120);
         assert_eq!(
             others(&sim.a.qp_events(1)),
-            vec![EventKind::ConnectFailed(ConnectFailure::Tcp(
-                CloseReason::Timeout
-            ))]
+            vec![EventKind::ConnectFailed(ConnectFailure::Tcp(CloseReason::Timeout))]
         );
         assert_eq!(sim.a.state(1), Some(QpState::Error));
     }
 
     #[test]
     fn mpa_reply_never_comes() {
-        let mut sim = Sim::pair(
-            NodeConfig::new(0),
-            NodeConfig::new(1),
-            WireConfig::default(),
-        );
+        let mut sim = Sim::pair(NodeConfig::new(0), NodeConfig::new(1), WireConfig::default());
         sim.start_connect(1, 2, 40_000, QpConfig::new(PD));
         // B's ULP never answers the request.
         assert!(sim.run_until(Duration::from_secs(5), |s| s.b.connect_request().is_some()));
         let asked = sim.now;
-        assert!(sim.run_until(Duration::from_secs(30), |s| s.a.state(1)
-            == Some(QpState::Error)));
-        assert!(
-            sim.now >= asked + Duration::from_secs(9),
-            "MPA timeout is 10 s"
-        );
-        assert_eq!(
-            others(&sim.a.qp_events(1)),
-            vec![EventKind::ConnectFailed(ConnectFailure::MpaTimeout)]
-        );
+        assert!(sim.run_until(Duration::from_secs(30), |s| s.a.state(1) == Some(QpState::Error)));
+        assert!(sim.now >= asked + Duration::from_secs(9), "MPA timeout is 10 s");
+        assert_eq!(others(&sim.a.qp_events(1)), vec![EventKind::ConnectFailed(ConnectFailure::MpaTimeout)]);
         settle(&mut sim, 1);
-        assert!(sim
-            .b
-            .events
-            .iter()
-            .any(|e| e.kind == EventKind::ConnectWithdrawn));
+        assert!(sim.b.events.iter().any(|e| e.kind == EventKind::ConnectWithdrawn));
         let conn = sim.b.connect_request().unwrap();
-        assert_eq!(
-            sim.b.engine.accept(sim.now, conn, 2, b""),
-            Err(EngineError::NoSuchConnection)
-        );
+        assert_eq!(sim.b.engine.accept(sim.now, conn, 2, b""), Err(EngineError::NoSuchConnection));
     }
 
     #[test]
     fn markers_are_refused_with_a_reject_reply() {
         let raw = TcpConfig::new(MACS[0], IPS[0]);
-        let mpa = negotiation::Config {
-            revision: 1,
-            ..negotiation::Config::default()
-        };
+        let mpa = negotiation::Config { revision: 1, ..negotiation::Config::default() };
         let mut sim = Sim::new(
             RawPeer::new(raw, crate::sim::START),
             Node::new(1, NodeConfig::new(1), crate::sim::START),
@@ -290,14 +200,7 @@ mod idle {
         );
         sim.b.engine.listen(PORT, 4).unwrap();
         let now = sim.now;
-        sim.a.connect(
-            now,
-            40_000,
-            SocketAddrV4::new(IPS[1], PORT),
-            MACS[1],
-            mpa,
-            b"",
-        );
+        sim.a.connect(now, 40_000, SocketAddrV4::new(IPS[1], PORT), MACS[1], mpa, b"");
         // Hand-made request asking for markers: replace the initiator's by raw bytes.
         settle_raw(&mut sim, |raw| raw.negotiated.is_some());
         assert!(sim.a.negotiated.is_none(), "no reply without an accept");
@@ -313,14 +216,7 @@ mod idle {
             WireConfig::default(),
         );
         sim.b.engine.listen(PORT, 4).unwrap();
-        sim.a.connect(
-            crate::sim::START,
-            40_000,
-            SocketAddrV4::new(IPS[1], PORT),
-            MACS[1],
-            mpa,
-            b"",
-        );
+        sim.a.connect(crate::sim::START, 40_000, SocketAddrV4::new(IPS[1], PORT), MACS[1], mpa, b"");
         let mut request = [0u8; 20];
         crate::wire::mpa::Repr {
             kind: crate::wire::mpa::FrameKind::Request,
@@ -331,22 +227,15 @@ mod idle {
             enhanced: None,
             private_data: &[],
         }
-        .emit(&mut crate::wire::mpa::Frame::new_unchecked(
-            &mut request[..],
-        ))
+        .emit(&mut crate::wire::mpa::Frame::new_unchecked(&mut request[..]))
         .unwrap();
         sim.a.disable_mpa();
         sim.a.send(&request);
         sim.run_for(Duration::from_secs(2));
-        let refused = sim.b.events.iter().any(|e| {
-            matches!(
-                e.kind,
-                EventKind::ConnectRefused {
-                    refusal: Some(negotiation::Refusal::Markers),
-                    ..
-                }
-            )
-        });
+        let refused =
+            sim.b.events.iter().any(|e| {
+                matches!(e.kind, EventKind::ConnectRefused { refusal: Some(negotiation::Refusal::Markers), .. })
+            });
         assert!(refused, "{:?}", sim.b.events);
         // The reply has R set.
         assert!(sim.a.raw_received().len() >= 20);
@@ -380,35 +269,10 @@ mod rts {
         settle(&mut sim, 5);
         let a = sim.a.qp_events(1);
         let b = sim.b.qp_events(2);
-        assert_eq!(
-            others(&a),
-            vec![EventKind::CloseComplete {
-                sq_outstanding: false
-            }]
-        );
-        assert_eq!(
-            states(&a),
-            vec![
-                (QpState::Rts, QpState::Closing),
-                (QpState::Closing, QpState::Idle)
-            ]
-        );
-        assert_eq!(
-            others(&b),
-            vec![
-                EventKind::PeerClose,
-                EventKind::CloseComplete {
-                    sq_outstanding: false
-                }
-            ]
-        );
-        assert_eq!(
-            states(&b),
-            vec![
-                (QpState::Rts, QpState::Closing),
-                (QpState::Closing, QpState::Idle)
-            ]
-        );
+        assert_eq!(others(&a), vec![EventKind::CloseComplete { sq_outstanding: false }]);
+        assert_eq!(states(&a), vec![(QpState::Rts, QpState::Closing), (QpState::Closing, QpState::Idle)]);
+        assert_eq!(others(&b), vec![EventKind::PeerClose, EventKind::CloseComplete { sq_outstanding: false }]);
+        assert_eq!(states(&b), vec![(QpState::Rts, QpState::Closing), (QpState::Closing, QpState::Idle)]);
         // TIME-WAIT passes, sockets are freed.
         settle(&mut sim, 60);
         assert_eq!(sim.a.engine.toe().socket_count(), 0);
@@ -421,22 +285,8 @@ mod rts {
         sim.b.engine.inject(now, 2, Fault::SendFin).unwrap();
         settle(&mut sim, 5);
         let a = sim.a.qp_events(1);
-        assert_eq!(
-            others(&a),
-            vec![
-                EventKind::PeerClose,
-                EventKind::CloseComplete {
-                    sq_outstanding: false
-                }
-            ]
-        );
-        assert_eq!(
-            states(&a),
-            vec![
-                (QpState::Rts, QpState::Closing),
-                (QpState::Closing, QpState::Idle)
-            ]
-        );
+        assert_eq!(others(&a), vec![EventKind::PeerClose, EventKind::CloseComplete { sq_outstanding: false }]);
+        assert_eq!(states(&a), vec![(QpState::Rts, QpState::Closing), (QpState::Closing, QpState::Idle)]);
     }
 
     #[test]
@@ -446,15 +296,9 @@ mod rts {
         sim.b.engine.modify_qp(now, 2, QpState::Error).unwrap();
         settle(&mut sim, 1);
         assert_eq!(others(&sim.b.qp_events(2)), vec![EventKind::Aborted]);
-        assert_eq!(
-            states(&sim.b.qp_events(2)),
-            vec![(QpState::Rts, QpState::Error)]
-        );
+        assert_eq!(states(&sim.b.qp_events(2)), vec![(QpState::Rts, QpState::Error)]);
         assert_eq!(others(&sim.a.qp_events(1)), vec![EventKind::Reset]);
-        assert_eq!(
-            states(&sim.a.qp_events(1)),
-            vec![(QpState::Rts, QpState::Error)]
-        );
+        assert_eq!(states(&sim.a.qp_events(1)), vec![(QpState::Rts, QpState::Error)]);
     }
 
     #[test]
@@ -471,24 +315,11 @@ mod rts {
     fn blackholed_wire_times_out_both_sides() {
         let mut sim = pair();
         let (stag, iova) = registered_buffer(&mut sim.a, 4096);
-        sim.b
-            .engine
-            .post_recv(
-                2,
-                RecvWr {
-                    wr_id: 1,
-                    sges: SgeList::EMPTY,
-                },
-            )
-            .unwrap();
+        sim.b.engine.post_recv(2, RecvWr { wr_id: 1, sges: SgeList::EMPTY }).unwrap();
         sim.wire.cut = [true, true];
         let cut_at = sim.now;
         let mut wr = SendWr::new(9, SendOpcode::Send);
-        wr.sges = SgeList::single(Sge {
-            addr: iova,
-            length: 100,
-            lkey: stag,
-        });
+        wr.sges = SgeList::single(Sge { addr: iova, length: 100, lkey: stag });
         sim.a.engine.post_send(1, wr).unwrap();
         settle(&mut sim, 200);
         // A had data outstanding, B was idle: keep-alive found the silence.
@@ -520,41 +351,22 @@ mod rts {
             sim.a.engine.inject(now, 1, Fault::Terminate(code)).unwrap();
             settle(&mut sim, 5);
             let class = code.etype_class();
-            assert_eq!(
-                others(&sim.b.qp_events(2)),
-                vec![EventKind::TerminateReceived { code, class }],
-                "{code}"
-            );
+            assert_eq!(others(&sim.b.qp_events(2)), vec![EventKind::TerminateReceived { code, class }], "{code}");
             assert_eq!(
                 states(&sim.b.qp_events(2)),
-                vec![
-                    (QpState::Rts, QpState::Terminate),
-                    (QpState::Terminate, QpState::Error)
-                ]
+                vec![(QpState::Rts, QpState::Terminate), (QpState::Terminate, QpState::Error)]
             );
             assert_eq!(
                 others(&sim.a.qp_events(1)),
-                vec![EventKind::LocalError {
-                    error: ProtocolError::Injected,
-                    sent: code
-                }]
+                vec![EventKind::LocalError { error: ProtocolError::Injected, sent: code }]
             );
             assert_eq!(sim.a.state(1), Some(QpState::Error));
             assert_eq!(sim.a.engine.stats().terminates_tx, 1);
         }
         // The classes map to the verbs events of docs/architecture.md §5.
-        assert_eq!(
-            TermCode::DdpTaggedInvalidStag.etype_class(),
-            ErrorClass::Protection
-        );
-        assert_eq!(
-            TermCode::DdpUntaggedInvalidMsnNoBuffer.etype_class(),
-            ErrorClass::Operation
-        );
-        assert_eq!(
-            TermCode::LlpCrcError.etype_class(),
-            ErrorClass::Catastrophic
-        );
+        assert_eq!(TermCode::DdpTaggedInvalidStag.etype_class(), ErrorClass::Protection);
+        assert_eq!(TermCode::DdpUntaggedInvalidMsnNoBuffer.etype_class(), ErrorClass::Operation);
+        assert_eq!(TermCode::LlpCrcError.etype_class(), ErrorClass::Catastrophic);
     }
 
     #[test]
@@ -564,26 +376,16 @@ mod rts {
         let now = sim.now;
         sim.a.engine.inject(now, 1, Fault::CorruptCrc).unwrap();
         let mut wr = SendWr::new(1, SendOpcode::Write);
-        wr.sges = SgeList::single(Sge {
-            addr: iova,
-            length: 10,
-            lkey: stag,
-        });
+        wr.sges = SgeList::single(Sge { addr: iova, length: 10, lkey: stag });
         sim.a.engine.post_send(1, wr).unwrap();
         settle(&mut sim, 5);
         assert_eq!(
             others(&sim.b.qp_events(2)),
-            vec![EventKind::LocalError {
-                error: ProtocolError::Crc,
-                sent: TermCode::LlpCrcError
-            }]
+            vec![EventKind::LocalError { error: ProtocolError::Crc, sent: TermCode::LlpCrcError }]
         );
         assert_eq!(
             others(&sim.a.qp_events(1)),
-            vec![EventKind::TerminateReceived {
-                code: TermCode::LlpCrcError,
-                class: ErrorClass::Catastrophic
-            }]
+            vec![EventKind::TerminateReceived { code: TermCode::LlpCrcError, class: ErrorClass::Catastrophic }]
         );
     }
 
@@ -591,25 +393,12 @@ mod rts {
     fn bad_local_wqe_completes_in_error() {
         let mut sim = pair();
         let mut wr = SendWr::new(5, SendOpcode::Send);
-        wr.sges = SgeList::single(Sge {
-            addr: 0,
-            length: 10,
-            lkey: 0x4242,
-        });
+        wr.sges = SgeList::single(Sge { addr: 0, length: 10, lkey: 0x4242 });
         sim.a.engine.post_send(1, wr).unwrap();
         settle(&mut sim, 5);
         assert_eq!(sim.a.completions.len(), 1);
-        assert_eq!(
-            (sim.a.completions[0].wr_id, sim.a.completions[0].status),
-            (5, WcStatus::LocProtErr)
-        );
-        assert_eq!(
-            others(&sim.a.qp_events(1)),
-            vec![EventKind::WqeError {
-                wr_id: 5,
-                status: WcStatus::LocProtErr
-            }]
-        );
+        assert_eq!((sim.a.completions[0].wr_id, sim.a.completions[0].status), (5, WcStatus::LocProtErr));
+        assert_eq!(others(&sim.a.qp_events(1)), vec![EventKind::WqeError { wr_id: 5, status: WcStatus::LocProtErr }]);
         assert_eq!(sim.a.state(1), Some(QpState::Error));
         assert_eq!(
             others(&sim.b.qp_events(2)),
@@ -636,33 +425,15 @@ mod closing {
         let mut sim = pair();
         let (stag, iova) = registered_buffer(&mut sim.a, 4096);
         let mut wr = SendWr::new(1, SendOpcode::Read);
-        wr.sges = SgeList::single(Sge {
-            addr: iova,
-            length: 10,
-            lkey: stag,
-        });
+        wr.sges = SgeList::single(Sge { addr: iova, length: 10, lkey: stag });
         sim.a.engine.post_send(1, wr).unwrap();
         let now = sim.now;
         sim.a.engine.modify_qp(now, 1, QpState::Closing).unwrap();
         settle(&mut sim, 5);
         let a = sim.a.qp_events(1);
-        assert_eq!(
-            others(&a),
-            vec![EventKind::CloseComplete {
-                sq_outstanding: true
-            }]
-        );
-        assert_eq!(
-            states(&a),
-            vec![
-                (QpState::Rts, QpState::Closing),
-                (QpState::Closing, QpState::Error)
-            ]
-        );
-        assert!(
-            sim.a.completions.is_empty(),
-            "the provider flushes the READ"
-        );
+        assert_eq!(others(&a), vec![EventKind::CloseComplete { sq_outstanding: true }]);
+        assert_eq!(states(&a), vec![(QpState::Rts, QpState::Closing), (QpState::Closing, QpState::Error)]);
+        assert!(sim.a.completions.is_empty(), "the provider flushes the READ");
     }
 
     #[test]
@@ -672,41 +443,20 @@ mod closing {
         let (bstag, biova) = registered_buffer(&mut sim.b, 4096);
         sim.a
             .engine
-            .post_recv(
-                1,
-                RecvWr {
-                    wr_id: 7,
-                    sges: SgeList::single(Sge {
-                        addr: iova,
-                        length: 100,
-                        lkey: stag,
-                    }),
-                },
-            )
+            .post_recv(1, RecvWr { wr_id: 7, sges: SgeList::single(Sge { addr: iova, length: 100, lkey: stag }) })
             .unwrap();
         // A's FIN is held up; B sends meanwhile.
         sim.wire.cut = [false, true];
         let now = sim.now;
         sim.a.engine.modify_qp(now, 1, QpState::Closing).unwrap();
         let mut wr = SendWr::new(1, SendOpcode::Send);
-        wr.sges = SgeList::single(Sge {
-            addr: biova,
-            length: 50,
-            lkey: bstag,
-        });
+        wr.sges = SgeList::single(Sge { addr: biova, length: 50, lkey: bstag });
         sim.b.engine.post_send(2, wr).unwrap();
         settle(&mut sim, 1);
         assert_eq!(sim.a.state(1), Some(QpState::Closing));
         sim.wire.cut = [false, false];
         settle(&mut sim, 5);
-        assert_eq!(
-            sim.a.completions.len(),
-            1,
-            "{:?}\n{:?}\n{:?}",
-            sim.a.events,
-            sim.b.events,
-            sim.b.completions
-        );
+        assert_eq!(sim.a.completions.len(), 1, "{:?}\n{:?}\n{:?}", sim.a.events, sim.b.events, sim.b.completions);
         assert_eq!(sim.a.completions[0].byte_len, 50);
         assert_eq!(sim.a.state(1), Some(QpState::Idle));
     }
@@ -725,10 +475,7 @@ mod closing {
         assert_eq!(others(&sim.a.qp_events(1)), vec![EventKind::Reset]);
         assert_eq!(
             states(&sim.a.qp_events(1)),
-            vec![
-                (QpState::Rts, QpState::Closing),
-                (QpState::Closing, QpState::Error)
-            ]
+            vec![(QpState::Rts, QpState::Closing), (QpState::Closing, QpState::Error)]
         );
     }
 
@@ -750,27 +497,13 @@ mod terminate {
     #[test]
     fn linger_expires_when_the_peer_keeps_the_connection_open() {
         let raw = TcpConfig::new(MACS[0], IPS[0]);
-        let mpa = negotiation::Config {
-            peer_to_peer: false,
-            ..negotiation::Config::default()
-        };
-        let mut sim = Sim::raw_pair(
-            raw,
-            NodeConfig::new(1),
-            WireConfig::default(),
-            2,
-            QpConfig::new(PD),
-            mpa,
-        );
+        let mpa = negotiation::Config { peer_to_peer: false, ..negotiation::Config::default() };
+        let mut sim = Sim::raw_pair(raw, NodeConfig::new(1), WireConfig::default(), 2, QpConfig::new(PD), mpa);
         assert!(sim.a.negotiated.is_some());
         let now = sim.now;
-        sim.b
-            .engine
-            .inject(now, 2, Fault::Terminate(TermCode::RdmapCatastrophicGlobal))
-            .unwrap();
+        sim.b.engine.inject(now, 2, Fault::Terminate(TermCode::RdmapCatastrophicGlobal)).unwrap();
         let start = sim.now;
-        assert!(sim.run_until(Duration::from_secs(10), |s| s.b.state(2)
-            == Some(QpState::Error)));
+        assert!(sim.run_until(Duration::from_secs(10), |s| s.b.state(2) == Some(QpState::Error)));
         let linger = sim.b.engine.config().terminate_linger;
         assert!(sim.now >= start + linger, "waited for the linger");
         settle_raw(&mut sim);
@@ -795,40 +528,19 @@ mod terminate {
         let (stag, iova) = registered_buffer(&mut sim.b, 4096);
         sim.b
             .engine
-            .post_recv(
-                2,
-                RecvWr {
-                    wr_id: 1,
-                    sges: SgeList::single(Sge {
-                        addr: iova,
-                        length: 100,
-                        lkey: stag,
-                    }),
-                },
-            )
+            .post_recv(2, RecvWr { wr_id: 1, sges: SgeList::single(Sge { addr: iova, length: 100, lkey: stag }) })
             .unwrap();
         let now = sim.now;
-        sim.b
-            .engine
-            .inject(now, 2, Fault::Terminate(TermCode::RdmapLocalCatastrophic))
-            .unwrap();
+        sim.b.engine.inject(now, 2, Fault::Terminate(TermCode::RdmapLocalCatastrophic)).unwrap();
         // A sends before it hears of it: B must not complete the receive.
         let (astag, aiova) = registered_buffer(&mut sim.a, 4096);
         let mut wr = SendWr::new(1, SendOpcode::Send);
-        wr.sges = SgeList::single(Sge {
-            addr: aiova,
-            length: 10,
-            lkey: astag,
-        });
+        wr.sges = SgeList::single(Sge { addr: aiova, length: 10, lkey: astag });
         sim.a.engine.post_send(1, wr).unwrap();
         settle(&mut sim, 5);
         assert!(sim.b.completions.is_empty());
         assert_eq!(sim.b.state(2), Some(QpState::Error));
-        assert_eq!(
-            sim.b.engine.qp_info(2).unwrap().rq_posted,
-            0,
-            "the driver flushes"
-        );
+        assert_eq!(sim.b.engine.qp_info(2).unwrap().rq_posted, 0, "the driver flushes");
     }
 }
 
@@ -848,17 +560,7 @@ mod error {
             sim.a.engine.post_send(1, SendWr::new(1, SendOpcode::Send)),
             Err(EngineError::InvalidState { .. })
         ));
-        assert!(sim
-            .a
-            .engine
-            .post_recv(
-                1,
-                RecvWr {
-                    wr_id: 1,
-                    sges: SgeList::EMPTY
-                }
-            )
-            .is_err());
+        assert!(sim.a.engine.post_recv(1, RecvWr { wr_id: 1, sges: SgeList::EMPTY }).is_err());
         assert!(sim.a.engine.modify_qp(now, 1, QpState::Closing).is_err());
         settle(&mut sim, 1);
         sim.a.engine.modify_qp(sim.now, 1, QpState::Idle).unwrap();
@@ -873,10 +575,7 @@ mod error {
     #[test]
     fn destroy_and_limits() {
         let mut sim = pair();
-        assert_eq!(
-            sim.a.engine.create_qp(1, QpConfig::new(PD)),
-            Err(EngineError::QpExists(1))
-        );
+        assert_eq!(sim.a.engine.create_qp(1, QpConfig::new(PD)), Err(EngineError::QpExists(1)));
         sim.a.engine.destroy_qp(1).unwrap();
         settle(&mut sim, 1);
         assert_eq!(others(&sim.b.qp_events(2)), vec![EventKind::Reset]);
@@ -884,14 +583,8 @@ mod error {
         let mut tiny = QpConfig::new(PD);
         tiny.sq_depth = 1;
         sim.a.engine.create_qp(9, tiny).unwrap();
-        sim.a
-            .engine
-            .post_send(9, SendWr::new(1, SendOpcode::Send))
-            .unwrap();
-        assert_eq!(
-            sim.a.engine.post_send(9, SendWr::new(2, SendOpcode::Send)),
-            Err(EngineError::QueueFull)
-        );
+        sim.a.engine.post_send(9, SendWr::new(1, SendOpcode::Send)).unwrap();
+        assert_eq!(sim.a.engine.post_send(9, SendWr::new(2, SendOpcode::Send)), Err(EngineError::QueueFull));
         let _ = (MockMemory::new(0), MockRegions::new());
     }
 }
@@ -1022,10 +715,7 @@ mod faults {
             }));
             let took = sim.now - start;
             eprintln!("blackhole idle={idle}: both ends timed out after {took}");
-            assert!(
-                took >= Duration::from_secs(9) && took <= Duration::from_secs(15),
-                "idle {idle}: {took}"
-            );
+            assert!(took >= Duration::from_secs(9) && took <= Duration::from_secs(15), "idle {idle}: {took}");
             assert_eq!(others(&sim.a.qp_events(1)), vec![EventKind::Timeout]);
             assert_eq!(others(&sim.b.qp_events(2)), vec![EventKind::Timeout]);
             assert!(sim.b.completions.is_empty());
@@ -1068,10 +758,7 @@ mod faults {
         let run = |seed: u64| {
             let mut sim = pair();
             let now = sim.now;
-            sim.a
-                .engine
-                .inject(now, 1, Fault::Drop { percent: 30, seed })
-                .unwrap();
+            sim.a.engine.inject(now, 1, Fault::Drop { percent: 30, seed }).unwrap();
             assert_eq!(sim.a.engine.tcb(1).unwrap().drop_percent, 30);
             let took = transfer(&mut sim, 20);
             assert!(sim.b.completions.iter().all(|c| c.status == WcStatus::Success));
@@ -1097,10 +784,7 @@ mod faults {
         let mut sim = pair();
         let fast = transfer(&mut sim, 1);
         let now = sim.now;
-        sim.a
-            .engine
-            .inject(now, 1, Fault::Delay(Some(Duration::from_millis(300))))
-            .unwrap();
+        sim.a.engine.inject(now, 1, Fault::Delay(Some(Duration::from_millis(300)))).unwrap();
         assert_eq!(sim.a.engine.tcb(1).unwrap().delay, Some(Duration::from_millis(300)));
         let slow = transfer(&mut sim, 1);
         assert!(slow >= Duration::from_millis(300) && fast < Duration::from_millis(100), "{fast} {slow}");
@@ -1296,10 +980,7 @@ mod refused {
         post_send(&mut sim.a, 1, 11, 0).unwrap();
         settle(&mut sim, 5);
         assert_eq!(results(&sim.b, 2), vec![(1, WcStatus::Success), (2, WcStatus::LocQpOpErr)]);
-        assert_eq!(
-            others(&sim.b.qp_events(2)),
-            vec![EventKind::WqeError { wr_id: 2, status: WcStatus::LocQpOpErr }]
-        );
+        assert_eq!(others(&sim.b.qp_events(2)), vec![EventKind::WqeError { wr_id: 2, status: WcStatus::LocQpOpErr }]);
         assert_eq!(sim.b.state(2), Some(QpState::Error));
         assert!(local_terminate_at_peer(&sim.a, 1), "{:?}", sim.a.qp_events(1));
     }

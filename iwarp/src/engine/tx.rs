@@ -11,9 +11,7 @@
 //! TERMINATE can always follow.
 
 use super::event::ProtocolError;
-use super::memory::{
-    read_region, GuestMemory, MemoryRegions, PlacementError, LOCAL_READ, LOCAL_WRITE, REMOTE_READ,
-};
+use super::memory::{read_region, GuestMemory, MemoryRegions, PlacementError, LOCAL_READ, LOCAL_WRITE, REMOTE_READ};
 use super::qp::{OrqEntry, Queues, Stream, TermMessage, TxCurrent};
 use super::rx::terminate_message;
 use super::window::Owner;
@@ -37,11 +35,7 @@ pub(crate) struct TxEnv<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TxStop {
     /// A bad local WQE: complete it with `status`, then QP → ERROR.
-    WqeError {
-        seq: u64,
-        wr_id: u64,
-        status: WcStatus,
-    },
+    WqeError { seq: u64, wr_id: u64, status: WcStatus },
     /// A protocol error (a READ source gone bad); the TERMINATE is queued.
     Protocol(ProtocolError),
 }
@@ -107,10 +101,7 @@ fn put_fpdu<T: Transport>(
         Ok(written) if written == total => Ok(Built::Sent),
         // Not reachable: the space was checked. A partial FPDU would
         // corrupt the stream, so report it as a local failure.
-        _ => Err(PlacementError::Memory(super::memory::MemoryError {
-            addr: 0,
-            len: total,
-        })),
+        _ => Err(PlacementError::Memory(super::memory::MemoryError { addr: 0, len: total })),
     }
 }
 
@@ -138,10 +129,7 @@ fn gather(
     if let Some(inline) = &wr.inline {
         let data = inline.as_slice();
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        if let Some(source) = start
-            .checked_add(out.len())
-            .and_then(|end| data.get(start..end))
-        {
+        if let Some(source) = start.checked_add(out.len()).and_then(|end| data.get(start..end)) {
             out.copy_from_slice(source);
         }
         return Ok(());
@@ -159,15 +147,7 @@ fn gather(
         }
         let room = usize::try_from(len - skip).unwrap_or(usize::MAX);
         let (piece, tail) = rest.split_at_mut(room.min(rest.len()));
-        read_region(
-            regions,
-            memory,
-            sge.lkey,
-            owner,
-            sge.addr.wrapping_add(skip),
-            LOCAL_READ,
-            piece,
-        )?;
+        read_region(regions, memory, sge.lkey, owner, sge.addr.wrapping_add(skip), LOCAL_READ, piece)?;
         skip = 0;
         rest = tail;
     }
@@ -185,30 +165,17 @@ fn validate(wr: &SendWr, owner: Owner, regions: &dyn MemoryRegions, ord: u16) ->
     }
     // What a READ_INV will invalidate must be ours to invalidate: found
     // now, not after the data came.
-    if opcode == SendOpcode::ReadInvalidate
-        && regions.invalidatable(wr.invalidate_stag, owner.pdn).is_err()
-    {
+    if opcode == SendOpcode::ReadInvalidate && regions.invalidatable(wr.invalidate_stag, owner.pdn).is_err() {
         return Err(WcStatus::LocQpOpErr);
     }
     if wr.length() > MAX_MESSAGE {
         return Err(WcStatus::LocLenErr);
     }
     if wr.inline.is_none() {
-        let access = if opcode.is_read() {
-            LOCAL_WRITE
-        } else {
-            LOCAL_READ
-        };
+        let access = if opcode.is_read() { LOCAL_WRITE } else { LOCAL_READ };
         for sge in wr.sges.as_slice().iter().filter(|sge| sge.length > 0) {
             regions
-                .translate(
-                    sge.lkey,
-                    owner,
-                    sge.addr,
-                    u64::from(sge.length),
-                    access,
-                    &mut |_, _| {},
-                )
+                .translate(sge.lkey, owner, sge.addr, u64::from(sge.length), access, &mut |_, _| {})
                 .map_err(|_| WcStatus::LocProtErr)?;
         }
     }
@@ -238,18 +205,13 @@ fn rdmap_opcode(opcode: SendOpcode) -> Opcode {
 /// (MW_BIND_ERR for a bind, as the verbs say).
 fn local_operation(wr: &SendWr, env: &mut TxEnv<'_>) -> Result<(), WcStatus> {
     match wr.opcode {
-        SendOpcode::RegMr => env
-            .regions
-            .fast_register(env.owner.pdn, &wr.fast_reg, env.memory)
-            .map_err(|_| WcStatus::LocQpOpErr),
-        SendOpcode::LocalInv => env
-            .regions
-            .local_invalidate(wr.invalidate_stag, env.owner.pdn)
-            .map_err(|_| WcStatus::LocQpOpErr),
-        SendOpcode::BindMw => env
-            .regions
-            .bind_window(env.owner, &wr.bind)
-            .map_err(|_| WcStatus::MwBindErr),
+        SendOpcode::RegMr => {
+            env.regions.fast_register(env.owner.pdn, &wr.fast_reg, env.memory).map_err(|_| WcStatus::LocQpOpErr)
+        }
+        SendOpcode::LocalInv => {
+            env.regions.local_invalidate(wr.invalidate_stag, env.owner.pdn).map_err(|_| WcStatus::LocQpOpErr)
+        }
+        SendOpcode::BindMw => env.regions.bind_window(env.owner, &wr.bind).map_err(|_| WcStatus::MwBindErr),
         _ => Err(WcStatus::LocQpOpErr),
     }
 }
@@ -301,21 +263,13 @@ pub(crate) fn transmit<T: Transport>(
                         None => validate(&entry.wr, env.owner, &*env.regions, ord),
                     };
                     if let Err(status) = checked {
-                        return Err(TxStop::WqeError {
-                            seq: entry.seq,
-                            wr_id: entry.wr.wr_id,
-                            status,
-                        });
+                        return Err(TxStop::WqeError { seq: entry.seq, wr_id: entry.wr.wr_id, status });
                     }
                     entry.checked = true;
                 }
                 if entry.wr.opcode.is_local() {
                     if let Err(status) = local_operation(&entry.wr, env) {
-                        return Err(TxStop::WqeError {
-                            seq: entry.seq,
-                            wr_id: entry.wr.wr_id,
-                            status,
-                        });
+                        return Err(TxStop::WqeError { seq: entry.seq, wr_id: entry.wr.wr_id, status });
                     }
                     entry.result = Some((WcStatus::Success, 0));
                     queues.issued += 1;
@@ -331,16 +285,14 @@ pub(crate) fn transmit<T: Transport>(
                     stream.prefer_sq = false;
                 }
             },
-            TxCurrent::ReadResponse => {
-                match read_response_fpdu(toe, sock, queues, stream, env, crc)? {
-                    Step::Blocked => return Ok(TxProgress::Idle),
-                    Step::More => {}
-                    Step::MessageDone => {
-                        stream.tx_current = TxCurrent::Idle;
-                        stream.prefer_sq = true;
-                    }
+            TxCurrent::ReadResponse => match read_response_fpdu(toe, sock, queues, stream, env, crc)? {
+                Step::Blocked => return Ok(TxProgress::Idle),
+                Step::More => {}
+                Step::MessageDone => {
+                    stream.tx_current = TxCurrent::Idle;
+                    stream.prefer_sq = true;
                 }
-            }
+            },
         }
     }
 }
@@ -412,22 +364,14 @@ fn send_rtr<T: Transport>(
     let crc = stream.negotiated.crc;
     let (header, payload_len) = match kind {
         RtrKind::Write => (
-            rdmap::Repr {
-                opcode: Opcode::RdmaWrite,
-                last: true,
-                placement: Placement::Tagged { stag: 0, offset: 0 },
-            },
+            rdmap::Repr { opcode: Opcode::RdmaWrite, last: true, placement: Placement::Tagged { stag: 0, offset: 0 } },
             0,
         ),
         RtrKind::Read => (
             rdmap::Repr {
                 opcode: Opcode::RdmaReadRequest,
                 last: true,
-                placement: Placement::Untagged {
-                    msn: stream.tx_msn[1],
-                    offset: 0,
-                    invalidate_stag: 0,
-                },
+                placement: Placement::Untagged { msn: stream.tx_msn[1], offset: 0, invalidate_stag: 0 },
             },
             rdmap::READ_REQUEST_LEN,
         ),
@@ -435,11 +379,7 @@ fn send_rtr<T: Transport>(
             rdmap::Repr {
                 opcode: Opcode::Send,
                 last: true,
-                placement: Placement::Untagged {
-                    msn: stream.tx_msn[0],
-                    offset: 0,
-                    invalidate_stag: 0,
-                },
+                placement: Placement::Untagged { msn: stream.tx_msn[0], offset: 0, invalidate_stag: 0 },
             },
             0,
         ),
@@ -449,13 +389,8 @@ fn send_rtr<T: Transport>(
     let mut build = |fpdu: &mut [u8]| {
         fill(fpdu, &header, &mut |payload| {
             if !payload.is_empty() {
-                let request = ReadRequestRepr {
-                    sink_stag: 0,
-                    sink_offset: 0,
-                    size: 0,
-                    source_stag: 0,
-                    source_offset: 0,
-                };
+                let request =
+                    ReadRequestRepr { sink_stag: 0, sink_offset: 0, size: 0, source_stag: 0, source_offset: 0 };
                 let _ = request.emit(&mut ReadRequestPacket::new_unchecked(payload));
             }
             Ok(())
@@ -471,13 +406,7 @@ fn send_rtr<T: Transport>(
     match kind {
         RtrKind::Read => {
             stream.tx_msn[1] = stream.tx_msn[1].wrapping_add(1);
-            queues.orq.push_back(OrqEntry {
-                seq: None,
-                sink_stag: 0,
-                sink_to: 0,
-                len: 0,
-                received: 0,
-            });
+            queues.orq.push_back(OrqEntry { seq: None, sink_stag: 0, sink_to: 0, len: 0, received: 0 });
         }
         RtrKind::Send => stream.tx_msn[0] = stream.tx_msn[0].wrapping_add(1),
         RtrKind::Write => {}
@@ -521,11 +450,7 @@ fn sq_fpdu<T: Transport>(
         let header = rdmap::Repr {
             opcode: Opcode::RdmaReadRequest,
             last: true,
-            placement: Placement::Untagged {
-                msn: stream.tx_msn[1],
-                offset: 0,
-                invalidate_stag: 0,
-            },
+            placement: Placement::Untagged { msn: stream.tx_msn[1], offset: 0, invalidate_stag: 0 },
         };
         let request = ReadRequestRepr {
             sink_stag: sink.lkey,
@@ -547,13 +472,7 @@ fn sq_fpdu<T: Transport>(
         match put_fpdu(toe, sock, &mut stream.scratch, total, &mut build) {
             Ok(Built::Sent) => {}
             Ok(Built::NoRoom) => return Ok(Step::Blocked),
-            Err(_) => {
-                return Err(TxStop::WqeError {
-                    seq: entry.seq,
-                    wr_id: wr.wr_id,
-                    status: WcStatus::LocProtErr,
-                })
-            }
+            Err(_) => return Err(TxStop::WqeError { seq: entry.seq, wr_id: wr.wr_id, status: WcStatus::LocProtErr }),
         }
         stream.corrupt_crc = false;
         env.stats.fpdus_tx += 1;
@@ -572,34 +491,17 @@ fn sq_fpdu<T: Transport>(
     let total_len = u32::try_from(wr.length()).unwrap_or(u32::MAX);
     let sent = entry.sent;
     let opcode = rdmap_opcode(wr.opcode);
-    let header_len = if wr.opcode == SendOpcode::Write {
-        TAGGED_HEADER_LEN
-    } else {
-        UNTAGGED_HEADER_LEN
-    };
+    let header_len = if wr.opcode == SendOpcode::Write { TAGGED_HEADER_LEN } else { UNTAGGED_HEADER_LEN };
     let max_payload = usize::from(stream.mulpdu).saturating_sub(header_len).max(1);
-    let chunk = usize::try_from(total_len - sent)
-        .unwrap_or(usize::MAX)
-        .min(max_payload);
+    let chunk = usize::try_from(total_len - sent).unwrap_or(usize::MAX).min(max_payload);
     let chunk_u32 = u32::try_from(chunk).unwrap_or(u32::MAX);
     let last = sent + chunk_u32 == total_len;
     let placement = if wr.opcode == SendOpcode::Write {
-        Placement::Tagged {
-            stag: wr.remote_stag,
-            offset: wr.remote_addr.wrapping_add(u64::from(sent)),
-        }
+        Placement::Tagged { stag: wr.remote_stag, offset: wr.remote_addr.wrapping_add(u64::from(sent)) }
     } else {
-        Placement::Untagged {
-            msn: stream.tx_msn[0],
-            offset: sent,
-            invalidate_stag: wr.invalidate_stag,
-        }
+        Placement::Untagged { msn: stream.tx_msn[0], offset: sent, invalidate_stag: wr.invalidate_stag }
     };
-    let header = rdmap::Repr {
-        opcode,
-        last,
-        placement,
-    };
+    let header = rdmap::Repr { opcode, last, placement };
     let ulpdu_len = header_len + chunk;
     let total = fpdu_len(u16::try_from(ulpdu_len).unwrap_or(u16::MAX));
     let (owner, memory, regions) = (env.owner, env.memory, &*env.regions);
@@ -619,11 +521,7 @@ fn sq_fpdu<T: Transport>(
                 PlacementError::Access(_) => WcStatus::LocProtErr,
                 PlacementError::Memory(_) => WcStatus::GeneralErr,
             };
-            return Err(TxStop::WqeError {
-                seq: entry.seq,
-                wr_id: wr.wr_id,
-                status,
-            });
+            return Err(TxStop::WqeError { seq: entry.seq, wr_id: wr.wr_id, status });
         }
     }
     stream.corrupt_crc = false;
@@ -656,12 +554,8 @@ fn read_response_fpdu<T: Transport>(
         stream.tx_current = TxCurrent::Idle;
         return Ok(Step::Blocked);
     };
-    let max_payload = usize::from(stream.mulpdu)
-        .saturating_sub(TAGGED_HEADER_LEN)
-        .max(1);
-    let chunk = usize::try_from(entry.len - entry.sent)
-        .unwrap_or(usize::MAX)
-        .min(max_payload);
+    let max_payload = usize::from(stream.mulpdu).saturating_sub(TAGGED_HEADER_LEN).max(1);
+    let chunk = usize::try_from(entry.len - entry.sent).unwrap_or(usize::MAX).min(max_payload);
     let chunk_u32 = u32::try_from(chunk).unwrap_or(u32::MAX);
     let last = entry.sent + chunk_u32 == entry.len;
     let header = rdmap::Repr {
@@ -704,11 +598,7 @@ fn read_response_fpdu<T: Transport>(
                 PlacementError::Memory(_) => ProtocolError::GuestMemory,
             };
             let request = entry.request.get(..entry.request_len as usize);
-            stream.terminate_out = Some(terminate_message(
-                stream.tx_msn[2],
-                error.term_code(),
-                request,
-            ));
+            stream.terminate_out = Some(terminate_message(stream.tx_msn[2], error.term_code(), request));
             return Err(TxStop::Protocol(error));
         }
     }

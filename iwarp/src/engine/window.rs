@@ -52,14 +52,7 @@ pub struct MwBind {
 
 impl Default for MwBind {
     fn default() -> Self {
-        MwBind {
-            mw_stag: 0,
-            mr_stag: 0,
-            addr: 0,
-            length: 0,
-            access: 0,
-            mw_type: MwType::Two,
-        }
+        MwBind { mw_stag: 0, mr_stag: 0, addr: 0, length: 0, access: 0, mw_type: MwType::Two }
     }
 }
 
@@ -142,10 +135,7 @@ pub fn check_bind(
 ) -> Result<(), BindError> {
     let window = window.ok_or(BindError::NoSuchWindow(bind.mw_stag))?;
     if window.window.mw_type != bind.mw_type {
-        return Err(BindError::WrongType {
-            actual: window.window.mw_type,
-            requested: bind.mw_type,
-        });
+        return Err(BindError::WrongType { actual: window.window.mw_type, requested: bind.mw_type });
     }
     if window.pdn != owner.pdn {
         return Err(BindError::WindowPd);
@@ -190,19 +180,9 @@ pub fn check_bind(
 /// of a type 1 window, which unbinds it (the IB spec's way to invalidate
 /// one). Returns (valid, access, iova, length, window).
 pub fn bound_state(bind: &MwBind, owner: Owner) -> (bool, Access, u64, u64, Window) {
-    let window = Window {
-        mw_type: bind.mw_type,
-        mr_stag: bind.mr_stag,
-        qpn: owner.qpn,
-    };
+    let window = Window { mw_type: bind.mw_type, mr_stag: bind.mr_stag, qpn: owner.qpn };
     let valid = bind.length > 0 || bind.mw_type == MwType::Two;
-    (
-        valid,
-        bind.access & WINDOW_ACCESS,
-        bind.addr,
-        bind.length,
-        window,
-    )
+    (valid, bind.access & WINDOW_ACCESS, bind.addr, bind.length, window)
 }
 
 /// Checks an access through a window's STag as RFC 5040 checks one through
@@ -258,11 +238,7 @@ mod tests {
 
     fn window(mw_type: MwType, valid: bool) -> WindowView {
         WindowView {
-            window: Window {
-                mw_type,
-                mr_stag: 0x200 | 3,
-                qpn: 7,
-            },
+            window: Window { mw_type, mr_stag: 0x200 | 3, qpn: 7 },
             pdn: 1,
             key: 5,
             valid,
@@ -272,12 +248,8 @@ mod tests {
         }
     }
 
-    const REGION: RegionView = RegionView {
-        pdn: 1,
-        access: LOCAL_WRITE | super::super::memory::MW_BIND,
-        iova: 0x1000,
-        length: 0x1000,
-    };
+    const REGION: RegionView =
+        RegionView { pdn: 1, access: LOCAL_WRITE | super::super::memory::MW_BIND, iova: 0x1000, length: 0x1000 };
 
     fn bind(mw_type: MwType) -> MwBind {
         MwBind {
@@ -302,15 +274,25 @@ mod tests {
         let other_pd = Owner { pdn: 2, ..OWNER };
         assert_eq!(check_bind(&bind(MwType::Two), other_pd, Some(&w2), Some(&REGION)), Err(BindError::WindowPd));
         assert_eq!(check(bind(MwType::Two), &window(MwType::Two, true), Some(&REGION)), Err(BindError::StillBound));
-        assert_eq!(check(MwBind { mw_stag: 0x105, ..bind(MwType::Two) }, &w2, Some(&REGION)), Err(BindError::SameKey(5)));
+        assert_eq!(
+            check(MwBind { mw_stag: 0x105, ..bind(MwType::Two) }, &w2, Some(&REGION)),
+            Err(BindError::SameKey(5))
+        );
         assert_eq!(check(MwBind { access: 8, ..bind(MwType::Two) }, &w2, Some(&REGION)), Err(BindError::Access(8)));
         assert_eq!(check(bind(MwType::Two), &w2, None), Err(BindError::NoSuchRegion(0x203)));
         assert_eq!(check(MwBind { length: 0, ..bind(MwType::Two) }, &w2, None), Ok(()), "zero length: no region");
         assert_eq!(check(bind(MwType::Two), &w2, Some(&RegionView { pdn: 2, ..REGION })), Err(BindError::RegionPd));
-        assert_eq!(check(bind(MwType::Two), &w2, Some(&RegionView { access: LOCAL_WRITE | REMOTE_WRITE, ..REGION })), Err(BindError::NoBindRight));
+        assert_eq!(
+            check(bind(MwType::Two), &w2, Some(&RegionView { access: LOCAL_WRITE | REMOTE_WRITE, ..REGION })),
+            Err(BindError::NoBindRight)
+        );
         let no_lw = RegionView { access: super::super::memory::MW_BIND | REMOTE_READ, ..REGION };
         assert_eq!(check(bind(MwType::Two), &w2, Some(&no_lw)), Err(BindError::NoLocalWrite));
-        assert_eq!(check(MwBind { access: REMOTE_READ, ..bind(MwType::Two) }, &w2, Some(&no_lw)), Ok(()), "read needs no local write");
+        assert_eq!(
+            check(MwBind { access: REMOTE_READ, ..bind(MwType::Two) }, &w2, Some(&no_lw)),
+            Ok(()),
+            "read needs no local write"
+        );
         assert_eq!(check(MwBind { addr: 0xfff, ..bind(MwType::Two) }, &w2, Some(&REGION)), Err(BindError::Bounds));
         assert_eq!(check(MwBind { addr: 0x1801, ..bind(MwType::Two) }, &w2, Some(&REGION)), Err(BindError::Bounds));
         assert_eq!(check(MwBind { addr: u64::MAX, ..bind(MwType::Two) }, &w2, Some(&REGION)), Err(BindError::Bounds));
@@ -330,11 +312,28 @@ mod tests {
     fn window_access_rules() {
         let w2 = window(MwType::Two, true);
         assert_eq!(check_window_access(&w2, OWNER, 0x1000, 0x100, REMOTE_WRITE), Ok(0x203));
-        assert_eq!(check_window_access(&w2, OWNER, 0x1000, 0x100, LOCAL_WRITE), Err(AccessError::InvalidStag), "no lkey");
-        assert_eq!(check_window_access(&window(MwType::Two, false), OWNER, 0x1000, 1, REMOTE_WRITE), Err(AccessError::InvalidStag));
-        assert_eq!(check_window_access(&w2, Owner { pdn: 2, qpn: 7 }, 0x1000, 1, REMOTE_WRITE), Err(AccessError::WrongPd));
-        assert_eq!(check_window_access(&w2, Owner { pdn: 1, qpn: 8 }, 0x1000, 1, REMOTE_WRITE), Err(AccessError::WrongQp));
-        assert_eq!(check_window_access(&window(MwType::One, true), Owner { pdn: 1, qpn: 8 }, 0x1000, 1, REMOTE_WRITE), Ok(0x203), "type 1: any QP of the PD");
+        assert_eq!(
+            check_window_access(&w2, OWNER, 0x1000, 0x100, LOCAL_WRITE),
+            Err(AccessError::InvalidStag),
+            "no lkey"
+        );
+        assert_eq!(
+            check_window_access(&window(MwType::Two, false), OWNER, 0x1000, 1, REMOTE_WRITE),
+            Err(AccessError::InvalidStag)
+        );
+        assert_eq!(
+            check_window_access(&w2, Owner { pdn: 2, qpn: 7 }, 0x1000, 1, REMOTE_WRITE),
+            Err(AccessError::WrongPd)
+        );
+        assert_eq!(
+            check_window_access(&w2, Owner { pdn: 1, qpn: 8 }, 0x1000, 1, REMOTE_WRITE),
+            Err(AccessError::WrongQp)
+        );
+        assert_eq!(
+            check_window_access(&window(MwType::One, true), Owner { pdn: 1, qpn: 8 }, 0x1000, 1, REMOTE_WRITE),
+            Ok(0x203),
+            "type 1: any QP of the PD"
+        );
         assert_eq!(check_window_access(&w2, OWNER, 0x1000, 1, REMOTE_READ), Err(AccessError::Rights));
         assert_eq!(check_window_access(&w2, OWNER, 0xfff, 1, REMOTE_WRITE), Err(AccessError::Bounds));
         assert_eq!(check_window_access(&w2, OWNER, 0x1000, 0x101, REMOTE_WRITE), Err(AccessError::Bounds));

@@ -30,14 +30,7 @@ pub struct SgeList {
 }
 
 impl SgeList {
-    pub const EMPTY: SgeList = SgeList {
-        sges: [Sge {
-            addr: 0,
-            length: 0,
-            lkey: 0,
-        }; MAX_SGE],
-        len: 0,
-    };
+    pub const EMPTY: SgeList = SgeList { sges: [Sge { addr: 0, length: 0, lkey: 0 }; MAX_SGE], len: 0 };
 
     /// `None` if there are more than [`MAX_SGE`] elements.
     pub fn new(sges: &[Sge]) -> Option<SgeList> {
@@ -65,10 +58,7 @@ impl SgeList {
 
     /// Sum of the lengths (up to 4 × 2³² − 1, so a u64).
     pub fn total_len(&self) -> u64 {
-        self.as_slice()
-            .iter()
-            .map(|sge| u64::from(sge.length))
-            .sum()
+        self.as_slice().iter().map(|sge| u64::from(sge.length)).sum()
     }
 }
 
@@ -87,10 +77,7 @@ pub struct InlineData {
 
 impl InlineData {
     pub fn new(data: &[u8]) -> Option<InlineData> {
-        let mut inline = InlineData {
-            bytes: [0; MAX_INLINE],
-            len: u8::try_from(data.len()).ok()?,
-        };
+        let mut inline = InlineData { bytes: [0; MAX_INLINE], len: u8::try_from(data.len()).ok()? };
         inline.bytes.get_mut(..data.len())?.copy_from_slice(data);
         Some(inline)
     }
@@ -165,10 +152,7 @@ impl SendOpcode {
 
     /// Executed by the RNIC itself, against its TPT, in SQ order.
     pub const fn is_local(self) -> bool {
-        matches!(
-            self,
-            SendOpcode::RegMr | SendOpcode::LocalInv | SendOpcode::BindMw
-        )
+        matches!(self, SendOpcode::RegMr | SendOpcode::LocalInv | SendOpcode::BindMw)
     }
 
     pub const fn is_send(self) -> bool {
@@ -234,14 +218,7 @@ impl SendWr {
             remote_addr: 0,
             remote_stag: 0,
             invalidate_stag: 0,
-            fast_reg: FastReg {
-                stag: 0,
-                iova: 0,
-                length: 0,
-                pbl_addr: 0,
-                npages: 0,
-                access: 0,
-            },
+            fast_reg: FastReg { stag: 0, iova: 0, length: 0, pbl_addr: 0, npages: 0, access: 0 },
             bind: MwBind::default(),
         }
     }

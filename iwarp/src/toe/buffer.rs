@@ -25,10 +25,7 @@ pub enum BufferError {
 fn page_size() -> usize {
     // SAFETY: sysconf reads a configuration value and touches no memory of ours.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(size)
-        .ok()
-        .filter(|&s| s > 0)
-        .unwrap_or(4096)
+    usize::try_from(size).ok().filter(|&s| s > 0).unwrap_or(4096)
 }
 
 /// One socket buffer: a private anonymous mapping of `len` octets (rounded
@@ -44,10 +41,7 @@ impl PageBuffer {
     /// Maps `len` zeroed octets.
     pub(super) fn new(len: usize) -> Result<Self, BufferError> {
         let page = page_size();
-        let mapped = len
-            .max(1)
-            .checked_next_multiple_of(page)
-            .ok_or(BufferError::Map(len))?;
+        let mapped = len.max(1).checked_next_multiple_of(page).ok_or(BufferError::Map(len))?;
         // SAFETY: a fresh anonymous mapping at an address the kernel picks;
         // no existing memory is affected.
         let addr = unsafe {
@@ -93,13 +87,7 @@ impl PageBuffer {
         // ones (no mapping changes, nothing else is touched), and the
         // caller guarantees that no octet of it is read before it is
         // written again.
-        let _ = unsafe {
-            libc::madvise(
-                self.base.as_ptr().cast::<libc::c_void>(),
-                self.mapped,
-                libc::MADV_DONTNEED,
-            )
-        };
+        let _ = unsafe { libc::madvise(self.base.as_ptr().cast::<libc::c_void>(), self.mapped, libc::MADV_DONTNEED) };
     }
 
     /// Pages of the buffer resident in memory now (`mincore`; a page only
@@ -109,13 +97,7 @@ impl PageBuffer {
         let mut vec = vec![0u8; pages];
         // SAFETY: the range is our own mapping and `vec` has one octet per
         // page of it, as mincore writes.
-        let rc = unsafe {
-            libc::mincore(
-                self.base.as_ptr().cast::<libc::c_void>(),
-                self.mapped,
-                vec.as_mut_ptr(),
-            )
-        };
+        let rc = unsafe { libc::mincore(self.base.as_ptr().cast::<libc::c_void>(), self.mapped, vec.as_mut_ptr()) };
         if rc != 0 {
             // Cannot tell: count it all, so a test never passes by error.
             return pages;

@@ -60,24 +60,17 @@ impl Segment {
     /// Sequence space the segment occupies (payload, SYN and FIN).
     pub fn seq_len(&self) -> u32 {
         let len = u32::try_from(self.payload_len).unwrap_or(u32::MAX);
-        len.wrapping_add(u32::from(self.has(flags::SYN)))
-            .wrapping_add(u32::from(self.has(flags::FIN)))
+        len.wrapping_add(u32::from(self.has(flags::SYN))).wrapping_add(u32::from(self.has(flags::FIN)))
     }
 
     /// The tuple as seen by the receiver of this segment.
     pub fn tuple_at_receiver(&self) -> FourTuple {
-        FourTuple {
-            local: self.dst,
-            remote: self.src,
-        }
+        FourTuple { local: self.dst, remote: self.src }
     }
 
     /// The tuple as seen by the sender of this segment.
     pub fn tuple_at_sender(&self) -> FourTuple {
-        FourTuple {
-            local: self.src,
-            remote: self.dst,
-        }
+        FourTuple { local: self.src, remote: self.dst }
     }
 }
 
@@ -189,12 +182,7 @@ pub fn write_ethernet_header(header: &mut [u8], dst: MacAddr, src: MacAddr) {
 
 /// An ARP reply `from_ip is-at from_mac` to `to_mac` (tests: a frame the
 /// TOE must leave to the guest).
-pub fn arp_reply(
-    to_mac: MacAddr,
-    to_ip: Ipv4Addr,
-    from_mac: MacAddr,
-    from_ip: Ipv4Addr,
-) -> [u8; 42] {
+pub fn arp_reply(to_mac: MacAddr, to_ip: Ipv4Addr, from_mac: MacAddr, from_ip: Ipv4Addr) -> [u8; 42] {
     let mut frame = [0u8; 42];
     let mut put = |at: usize, bytes: &[u8]| {
         if let Some(target) = frame.get_mut(at..at + bytes.len()) {
@@ -275,7 +263,9 @@ mod tests {
 
     /// A data segment smoltcp would send, with PSH and FIN.
     fn data_segment(payload: &[u8]) -> Vec<u8> {
-        use smoltcp::wire::{IpAddress, IpProtocol, Ipv4Address, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber};
+        use smoltcp::wire::{
+            IpAddress, IpProtocol, Ipv4Address, Ipv4Packet, Ipv4Repr, TcpControl, TcpPacket, TcpRepr, TcpSeqNumber,
+        };
         let (src, dst) = (Ipv4Address::new(10, 0, 0, 1), Ipv4Address::new(10, 0, 0, 2));
         let tcp = TcpRepr {
             src_port: 4791,
@@ -291,13 +281,24 @@ mod tests {
             timestamp: None,
             payload,
         };
-        let ip = Ipv4Repr { src_addr: src, dst_addr: dst, next_header: IpProtocol::Tcp, payload_len: tcp.buffer_len(), hop_limit: 64 };
+        let ip = Ipv4Repr {
+            src_addr: src,
+            dst_addr: dst,
+            next_header: IpProtocol::Tcp,
+            payload_len: tcp.buffer_len(),
+            hop_limit: 64,
+        };
         let mut frame = vec![0u8; ETHERNET_HEADER_LEN + ip.buffer_len() + tcp.buffer_len()];
         frame[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
         let mut packet = Ipv4Packet::new_unchecked(&mut frame[ETHERNET_HEADER_LEN..]);
         ip.emit(&mut packet, &smoltcp::phy::ChecksumCapabilities::default());
         let mut segment = TcpPacket::new_unchecked(packet.payload_mut());
-        tcp.emit(&mut segment, &IpAddress::Ipv4(src), &IpAddress::Ipv4(dst), &smoltcp::phy::ChecksumCapabilities::default());
+        tcp.emit(
+            &mut segment,
+            &IpAddress::Ipv4(src),
+            &IpAddress::Ipv4(dst),
+            &smoltcp::phy::ChecksumCapabilities::default(),
+        );
         segment.set_psh(true);
         segment.fill_checksum(&IpAddress::Ipv4(src), &IpAddress::Ipv4(dst));
         frame

@@ -424,11 +424,7 @@ pub trait Transport {
     /// Lends `f` the contiguous free part of the send buffer (possibly less
     /// than [`Transport::send_space`] when the ring wraps); `f` returns how
     /// many octets it wrote at the front. This is the zero-copy path.
-    fn send_with(
-        &mut self,
-        id: SocketId,
-        f: &mut dyn FnMut(&mut [u8]) -> usize,
-    ) -> Result<usize, TcpError>;
+    fn send_with(&mut self, id: SocketId, f: &mut dyn FnMut(&mut [u8]) -> usize) -> Result<usize, TcpError>;
 
     /// Copies `data` into the send buffer; returns how much fitted.
     fn send_slice(&mut self, id: SocketId, data: &[u8]) -> Result<usize, TcpError>;

@@ -52,10 +52,7 @@ impl Observed {
         }
         if segment.payload_len > 0 {
             let len = u32::try_from(segment.payload_len).unwrap_or(u32::MAX);
-            let end = segment
-                .seq
-                .wrapping_add(u32::from(segment.has(flags::SYN)))
-                .wrapping_add(len);
+            let end = segment.seq.wrapping_add(u32::from(segment.has(flags::SYN))).wrapping_add(len);
             if self.rcv_high.is_none_or(|high| seq_after(end, high)) {
                 self.rcv_high = Some(end);
             }
@@ -131,9 +128,8 @@ impl Observed {
                     Some(nxt) if seq_after(nxt, segment.seq) => nxt,
                     _ => segment.seq,
                 };
-                self.bytes_out += u64::from(end.wrapping_sub(new_from)).saturating_sub(
-                    u64::from(segment.has(flags::SYN)) + u64::from(segment.has(flags::FIN)),
-                );
+                self.bytes_out += u64::from(end.wrapping_sub(new_from))
+                    .saturating_sub(u64::from(segment.has(flags::SYN)) + u64::from(segment.has(flags::FIN)));
                 if seq_after(segment.seq, new_from) || new_from != segment.seq {
                     self.retransmits += 1;
                 }

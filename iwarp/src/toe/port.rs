@@ -51,12 +51,7 @@ pub(super) struct LoopQueue {
 
 /// Where a frame leaving the TOE goes: back in when it is for our own
 /// MAC (a connection between two of our sockets), else to the uplink.
-pub(super) fn send_out(
-    frame: &[u8],
-    our_mac: MacAddr,
-    looped: &mut LoopQueue,
-    uplink: &mut dyn FnMut(&[u8]),
-) {
+pub(super) fn send_out(frame: &[u8], our_mac: MacAddr, looped: &mut LoopQueue, uplink: &mut dyn FnMut(&[u8])) {
     if frame.get(..6) != Some(&our_mac[..]) {
         uplink(frame);
     } else if looped.frames.len() >= MAX_LOOPED_FRAMES {

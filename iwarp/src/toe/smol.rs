@@ -49,8 +49,8 @@ use super::frame::{self, flags, Segment};
 use super::observed::Observed;
 use super::port::{send_out, DelayQueue, FaultCounters, LoopQueue, Port, TxPath};
 use super::{
-    CloseReason, Duration, FourTuple, Instant, LinkStatus, MacAddr, SocketId, Split, TcbInfo, TcpConfig,
-    TcpError, TcpState, Transport,
+    CloseReason, Duration, FourTuple, Instant, LinkStatus, MacAddr, SocketId, Split, TcbInfo, TcpConfig, TcpError,
+    TcpState, Transport,
 };
 
 /// Largest accepted backlog per listening port.
@@ -148,9 +148,7 @@ impl Entry {
             return None;
         };
         let socket = self.socket();
-        let empty = socket.recv_queue() == 0
-            && socket.send_queue() == 0
-            && self.observed.nothing_held_out_of_order();
+        let empty = socket.recv_queue() == 0 && socket.send_queue() == 0 && self.observed.nothing_held_out_of_order();
         if !empty {
             self.pages_used = true;
             self.busy_at = now;
@@ -309,9 +307,7 @@ impl SmolToe {
         }
         let window_ok = |len: usize| (usize::from(config.mss())..=(1 << 30)).contains(&len);
         if !window_ok(config.rx_buffer) || !window_ok(config.tx_buffer) {
-            return Err(TcpError::Config(
-                "socket buffers must hold one MSS and at most 1 GiB",
-            ));
+            return Err(TcpError::Config("socket buffers must hold one MSS and at most 1 GiB"));
         }
         if config.max_sockets == 0 {
             return Err(TcpError::Config("max_sockets must be positive"));
@@ -375,10 +371,7 @@ impl SmolToe {
 
     /// What fault injection did so far.
     pub fn fault_counters(&self) -> FaultCounters {
-        FaultCounters {
-            loop_overflow: self.looped.overflow,
-            ..self.faults
-        }
+        FaultCounters { loop_overflow: self.looped.overflow, ..self.faults }
     }
 
     /// Sockets in the table, listening slots included.
@@ -403,10 +396,7 @@ impl SmolToe {
     }
 
     fn id_of(&self, index: u32) -> SocketId {
-        let generation = self
-            .slots
-            .get(index as usize)
-            .map_or(0, |slot| slot.generation);
+        let generation = self.slots.get(index as usize).map_or(0, |slot| slot.generation);
         SocketId { index, generation }
     }
 
@@ -462,10 +452,7 @@ impl SmolToe {
         let rx_storage = unsafe { rx_pages.storage() };
         // SAFETY: as for the receive storage just above.
         let tx_storage = unsafe { tx_pages.storage() };
-        let mut socket = tcp::Socket::new(
-            tcp::SocketBuffer::new(rx_storage),
-            tcp::SocketBuffer::new(tx_storage),
-        );
+        let mut socket = tcp::Socket::new(tcp::SocketBuffer::new(rx_storage), tcp::SocketBuffer::new(tx_storage));
         socket.set_nagle_enabled(config.nagle);
         socket.set_ack_delay(config.ack_delay);
         socket.set_congestion_control(if config.congestion_control {
@@ -475,11 +462,7 @@ impl SmolToe {
         });
         socket.set_timeout(config.timeout);
         socket.set_keep_alive(config.keep_alive);
-        Ok(NewSocket {
-            socket,
-            pages,
-            buffers: rx + tx,
-        })
+        Ok(NewSocket { socket, pages, buffers: rx + tx })
     }
 
     /// Adds a socket to the table; `None` when full.
@@ -487,11 +470,7 @@ impl SmolToe {
         if self.live >= self.config.max_sockets {
             return None;
         }
-        let NewSocket {
-            socket,
-            pages,
-            buffers,
-        } = new;
+        let NewSocket { socket, pages, buffers } = new;
         let state = map_state(socket.state());
         let mut set = SocketSet::new(Vec::with_capacity(1));
         let handle = set.add(socket);
@@ -548,10 +527,7 @@ impl SmolToe {
         }
         self.ready.remove(&SocketId {
             index,
-            generation: self
-                .slots
-                .get(index as usize)
-                .map_or(0, |slot| slot.generation.wrapping_sub(1)),
+            generation: self.slots.get(index as usize).map_or(0, |slot| slot.generation.wrapping_sub(1)),
         });
         if let Some(tuple) = entry.tuple {
             if self.by_tuple.get(&tuple) == Some(&index) {
@@ -579,9 +555,7 @@ impl SmolToe {
         new.socket
             .listen(IpEndpoint::new(IpAddress::Ipv4(self.config.ip), port))
             .map_err(|_| TcpError::Unaddressable)?;
-        let index = self
-            .insert(new, Role::Listening { port }, [0; 6])
-            .ok_or(TcpError::NoResources)?;
+        let index = self.insert(new, Role::Listening { port }, [0; 6]).ok_or(TcpError::NoResources)?;
         if let Some(listener) = self.listeners.get_mut(&port) {
             listener.armed = Some(index);
         }
@@ -624,16 +598,7 @@ impl SmolToe {
             Some(entry) => std::mem::replace(&mut entry.set, SocketSet::new(Vec::new())),
             None => SocketSet::new(Vec::new()),
         };
-        let SmolToe {
-            iface,
-            slots,
-            by_tuple,
-            scratch,
-            delayed,
-            faults,
-            looped,
-            ..
-        } = self;
+        let SmolToe { iface, slots, by_tuple, scratch, delayed, faults, looped, .. } = self;
         let mut out = |frame: &[u8]| send_out(frame, our_mac, looped, uplink);
         let uplink: &mut dyn FnMut(&[u8]) = &mut out;
         let mut port = Port {
@@ -739,18 +704,13 @@ impl SmolToe {
             }
             // A SYN (no ACK) for a tuple we track is a duplicate or a
             // reuse during TIME-WAIT: never let a second listener take it.
-            if segment.has(flags::SYN)
-                && !segment.has(flags::ACK)
-                && entry.state != TcpState::SynSent
-            {
+            if segment.has(flags::SYN) && !segment.has(flags::ACK) && entry.state != TcpState::SynSent {
                 return;
             }
             entry.observed.incoming(&segment, now);
             Some(index)
         } else {
-            self.listeners
-                .get(&segment.dst.port())
-                .and_then(|l| l.armed)
+            self.listeners.get(&segment.dst.port()).and_then(|l| l.armed)
         };
         let Some(packet) = frame.get(ETHERNET_HEADER_LEN..) else {
             return;
@@ -803,16 +763,8 @@ impl SmolToe {
         };
         let tuple = segment.tuple_at_receiver();
         let id = self.id_of(index);
-        let SmolToe {
-            slots,
-            by_tuple,
-            listeners,
-            ..
-        } = self;
-        let Some(entry) = slots
-            .get_mut(id.index as usize)
-            .and_then(|slot| slot.entry.as_mut())
-        else {
+        let SmolToe { slots, by_tuple, listeners, .. } = self;
+        let Some(entry) = slots.get_mut(id.index as usize).and_then(|slot| slot.entry.as_mut()) else {
             return;
         };
         let state = map_state(entry.socket().state());
@@ -837,11 +789,7 @@ impl SmolToe {
                     }
                 }
             } else if state == TcpState::Closed && previous != TcpState::Closed {
-                entry.close_reason.get_or_insert(if is_rst {
-                    CloseReason::Reset
-                } else {
-                    CloseReason::Graceful
-                });
+                entry.close_reason.get_or_insert(if is_rst { CloseReason::Reset } else { CloseReason::Graceful });
             }
             return;
         }
@@ -850,10 +798,7 @@ impl SmolToe {
             return;
         };
         let socket = entry.socket();
-        let took = socket
-            .local_endpoint()
-            .and_then(endpoint)
-            .zip(socket.remote_endpoint().and_then(endpoint));
+        let took = socket.local_endpoint().and_then(endpoint).zip(socket.remote_endpoint().and_then(endpoint));
         if took != Some((tuple.local, tuple.remote)) {
             return;
         }
@@ -954,13 +899,7 @@ impl Transport for SmolToe {
         if self.live + backlog > self.config.max_sockets {
             return Err(TcpError::NoResources);
         }
-        self.listeners.insert(
-            port,
-            Listener {
-                backlog,
-                ..Listener::default()
-            },
-        );
+        self.listeners.insert(port, Listener { backlog, ..Listener::default() });
         self.rearm(port);
         Ok(())
     }
@@ -977,9 +916,7 @@ impl Transport for SmolToe {
             // Send the RST now; the socket is freed once it is out.
             if let Some(entry) = self.entry_mut(id) {
                 entry.socket_mut().abort();
-                entry.role = Role::Connection {
-                    listen_port: Some(port),
-                };
+                entry.role = Role::Connection { listen_port: Some(port) };
                 entry.released = true;
                 entry.close_reason.get_or_insert(CloseReason::Aborted);
             }
@@ -989,25 +926,17 @@ impl Transport for SmolToe {
 
     fn accept(&mut self, port: u16) -> Option<SocketId> {
         let listener = self.listeners.get(&port)?;
-        let (position, index) =
-            listener
-                .pending
-                .iter()
-                .enumerate()
-                .find_map(|(position, &index)| {
-                    let entry = self.slots.get(index as usize)?.entry.as_ref()?;
-                    let state = map_state(entry.socket().state());
-                    matches!(state, TcpState::Established | TcpState::CloseWait)
-                        .then_some((position, index))
-                })?;
+        let (position, index) = listener.pending.iter().enumerate().find_map(|(position, &index)| {
+            let entry = self.slots.get(index as usize)?.entry.as_ref()?;
+            let state = map_state(entry.socket().state());
+            matches!(state, TcpState::Established | TcpState::CloseWait).then_some((position, index))
+        })?;
         if let Some(listener) = self.listeners.get_mut(&port) {
             listener.pending.remove(position);
         }
         let id = self.id_of(index);
         if let Some(entry) = self.entry_mut(id) {
-            entry.role = Role::Connection {
-                listen_port: Some(port),
-            };
+            entry.role = Role::Connection { listen_port: Some(port) };
         }
         self.rearm(port);
         Some(id)
@@ -1030,10 +959,7 @@ impl Transport for SmolToe {
         {
             return Err(TcpError::Unaddressable);
         }
-        let tuple = FourTuple {
-            local: SocketAddrV4::new(self.config.ip, local_port),
-            remote,
-        };
+        let tuple = FourTuple { local: SocketAddrV4::new(self.config.ip, local_port), remote };
         // Our own TIME-WAIT for this tuple, which nobody holds any more,
         // gives way to the new connection (with a new random ISN), as
         // Linux's connect() reuses a TIME-WAIT port: the driver's stack
@@ -1061,9 +987,7 @@ impl Transport for SmolToe {
                 IpEndpoint::new(IpAddress::Ipv4(self.config.ip), local_port),
             )
             .map_err(|_| TcpError::Unaddressable)?;
-        let index = self
-            .insert(new, Role::Connection { listen_port: None }, next_hop)
-            .ok_or(TcpError::NoResources)?;
+        let index = self.insert(new, Role::Connection { listen_port: None }, next_hop).ok_or(TcpError::NoResources)?;
         let id = self.id_of(index);
         if let Some(entry) = self.entry_mut(id) {
             entry.tuple = Some(tuple);
@@ -1085,9 +1009,7 @@ impl Transport for SmolToe {
             TcpState::Listen | TcpState::SynSent | TcpState::SynReceived => LinkStatus::Connecting,
             TcpState::Established => LinkStatus::Established,
             TcpState::CloseWait => LinkStatus::PeerClosed,
-            TcpState::FinWait1 | TcpState::FinWait2 | TcpState::Closing | TcpState::LastAck => {
-                LinkStatus::Closing
-            }
+            TcpState::FinWait1 | TcpState::FinWait2 | TcpState::Closing | TcpState::LastAck => LinkStatus::Closing,
             TcpState::TimeWait => LinkStatus::Closed(CloseReason::Graceful),
             // Closed without a recorded reason: closed while we were not
             // looking (e.g. in `close` from SYN-SENT).
@@ -1139,11 +1061,7 @@ impl Transport for SmolToe {
         }
     }
 
-    fn send_with(
-        &mut self,
-        id: SocketId,
-        f: &mut dyn FnMut(&mut [u8]) -> usize,
-    ) -> Result<usize, TcpError> {
+    fn send_with(&mut self, id: SocketId, f: &mut dyn FnMut(&mut [u8]) -> usize) -> Result<usize, TcpError> {
         let socket = self.socket_mut(id).ok_or(TcpError::NoSocket)?;
         if !socket.may_send() {
             return Err(TcpError::InvalidState);
@@ -1165,9 +1083,7 @@ impl Transport for SmolToe {
         if !socket.may_send() {
             return Err(TcpError::InvalidState);
         }
-        let written = socket
-            .send_slice(data)
-            .map_err(|_| TcpError::InvalidState)?;
+        let written = socket.send_slice(data).map_err(|_| TcpError::InvalidState)?;
         if written > 0 {
             self.touch(id.index);
         }

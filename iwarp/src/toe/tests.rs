@@ -1,9 +1,5 @@
 //! TOE tests: two stacks over a lossless in-memory wire, time injected.
-#![allow(
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
 use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -52,11 +48,7 @@ impl Pair {
                 self.wire.extend(out);
             }
             if let Some((to_b, frame)) = self.wire.pop_front() {
-                let (toe, other) = if to_b {
-                    (&mut self.b, false)
-                } else {
-                    (&mut self.a, true)
-                };
+                let (toe, other) = if to_b { (&mut self.b, false) } else { (&mut self.a, true) };
                 if toe.wants(&frame) {
                     let mut replies = Vec::new();
                     toe.ingress(now, &frame, &mut |f| replies.push((other, f.to_vec())));
@@ -69,10 +61,7 @@ impl Pair {
             if !advance {
                 return;
             }
-            let next = [self.a.poll_at(now), self.b.poll_at(now)]
-                .into_iter()
-                .flatten()
-                .min();
+            let next = [self.a.poll_at(now), self.b.poll_at(now)].into_iter().flatten().min();
             match next {
                 Some(next) if next <= end => self.now = next.max(now + Duration::from_micros(1)),
                 _ => return,
@@ -128,22 +117,12 @@ fn connect_transfer_and_graceful_close() {
     assert_eq!(pair.a.status(a), Some(LinkStatus::Closing));
     pair.b.close(b);
     pair.settle(false, Duration::ZERO);
-    assert_eq!(
-        pair.b.status(b),
-        Some(LinkStatus::Closed(CloseReason::Graceful))
-    );
-    assert_eq!(
-        pair.a.status(a),
-        Some(LinkStatus::Closed(CloseReason::Graceful))
-    );
+    assert_eq!(pair.b.status(b), Some(LinkStatus::Closed(CloseReason::Graceful)));
+    assert_eq!(pair.a.status(a), Some(LinkStatus::Closed(CloseReason::Graceful)));
     pair.a.release(a);
     pair.b.release(b);
     pair.settle(true, Duration::from_secs(120));
-    assert_eq!(
-        pair.b.socket_count(),
-        1,
-        "only the listening socket is left"
-    );
+    assert_eq!(pair.b.socket_count(), 1, "only the listening socket is left");
     assert_eq!(pair.a.socket_count(), 0, "TIME-WAIT over");
     assert_eq!(pair.strays, 0);
 }
@@ -156,17 +135,12 @@ fn reset_timeout_and_backlog() {
     });
     pair.b.listen(4791, 2).unwrap();
     let remote = SocketAddrV4::new(IP_B, 4791);
-    let ids: Vec<SocketId> = (0..3)
-        .map(|i| pair.a.connect(pair.now, 40000 + i, remote, MAC_B).unwrap())
-        .collect();
+    let ids: Vec<SocketId> = (0..3).map(|i| pair.a.connect(pair.now, 40000 + i, remote, MAC_B).unwrap()).collect();
     pair.settle(false, Duration::ZERO);
     // Backlog 2: the third SYN is refused.
     assert_eq!(pair.a.status(ids[0]), Some(LinkStatus::Established));
     assert_eq!(pair.a.status(ids[1]), Some(LinkStatus::Established));
-    assert_eq!(
-        pair.a.status(ids[2]),
-        Some(LinkStatus::Closed(CloseReason::Reset))
-    );
+    assert_eq!(pair.a.status(ids[2]), Some(LinkStatus::Closed(CloseReason::Reset)));
     let b0 = pair.b.accept(4791).unwrap();
     let b1 = pair.b.accept(4791).unwrap();
     assert!(pair.b.accept(4791).is_none());
@@ -178,23 +152,14 @@ fn reset_timeout_and_backlog() {
     // Abort on one side is a reset on the other.
     pair.b.abort(b0);
     pair.settle(false, Duration::ZERO);
-    assert_eq!(
-        pair.b.status(b0),
-        Some(LinkStatus::Closed(CloseReason::Aborted))
-    );
-    assert_eq!(
-        pair.a.status(ids[0]),
-        Some(LinkStatus::Closed(CloseReason::Reset))
-    );
+    assert_eq!(pair.b.status(b0), Some(LinkStatus::Closed(CloseReason::Aborted)));
+    assert_eq!(pair.a.status(ids[0]), Some(LinkStatus::Closed(CloseReason::Reset)));
 
     // Blackhole: data outstanding, nothing comes back: timeout.
     pair.a.set_blackhole(ids[1], true);
     pair.a.send_slice(ids[1], b"hello").unwrap();
     pair.settle(true, Duration::from_secs(30));
-    assert_eq!(
-        pair.a.status(ids[1]),
-        Some(LinkStatus::Closed(CloseReason::Timeout))
-    );
+    assert_eq!(pair.a.status(ids[1]), Some(LinkStatus::Closed(CloseReason::Timeout)));
     assert!(pair.a.tcb(ids[1]).unwrap().retransmits > 0);
     let _ = b1;
 }
@@ -203,10 +168,7 @@ fn reset_timeout_and_backlog() {
 fn demux_accepts_only_offloaded_traffic() {
     let mut pair = Pair::new(|c| c);
     pair.b.listen(4791, 1).unwrap();
-    let a = pair
-        .a
-        .connect(pair.now, 40000, SocketAddrV4::new(IP_B, 4791), MAC_B)
-        .unwrap();
+    let a = pair.a.connect(pair.now, 40000, SocketAddrV4::new(IP_B, 4791), MAC_B).unwrap();
     let mut syn = Vec::new();
     pair.a.egress(pair.now, &mut |f| syn = f.to_vec());
     assert!(pair.b.wants(&syn));
@@ -246,8 +208,7 @@ fn more_peers_than_neighbour_cache_entries() {
     let ids: Vec<SocketId> = (0..PEERS)
         .map(|i| {
             let remote = SocketAddrV4::new(peer_ip(i), 5000);
-            hub.connect(now, 30_000 + u16::from(i), remote, peer_mac(i))
-                .unwrap()
+            hub.connect(now, 30_000 + u16::from(i), remote, peer_mac(i)).unwrap()
         })
         .collect();
     let mut sent = false;
@@ -267,30 +228,21 @@ fn more_peers_than_neighbour_cache_entries() {
         for frame in &to_hub {
             hub.ingress(now, frame, &mut |_| {});
         }
-        let up = ids
-            .iter()
-            .all(|&id| hub.status(id) == Some(LinkStatus::Established));
+        let up = ids.iter().all(|&id| hub.status(id) == Some(LinkStatus::Established));
         if up && !sent {
             for &id in &ids {
                 hub.send_slice(id, b"ping").unwrap();
             }
             sent = true;
         }
-        let acked = |id| {
-            hub.tcb(id)
-                .is_some_and(|t| t.bytes_out == 4 && t.snd_una == t.snd_nxt)
-        };
+        let acked = |id| hub.tcb(id).is_some_and(|t| t.bytes_out == 4 && t.snd_una == t.snd_nxt);
         if sent && ids.iter().all(|&id| acked(id)) {
             done = true;
             break;
         }
         now += Duration::from_millis(50);
     }
-    assert!(
-        done,
-        "{:?}",
-        ids.iter().map(|&id| hub.status(id)).collect::<Vec<_>>()
-    );
+    assert!(done, "{:?}", ids.iter().map(|&id| hub.status(id)).collect::<Vec<_>>());
 }
 
 /// Runs one stack alone until it has nothing to do (advancing time to
@@ -449,9 +401,7 @@ fn many_connections_share_the_buffer_budget() {
     assert_eq!(pair.b.socket_count(), 1, "one socket listens, whatever the backlog");
     assert_eq!(pair.b.buffers_reserved(), 2 * MAX);
     let remote = SocketAddrV4::new(IP_B, 4791);
-    let ids: Vec<SocketId> = (0..40)
-        .map(|i| pair.a.connect(pair.now, 40000 + i, remote, MAC_B).unwrap())
-        .collect();
+    let ids: Vec<SocketId> = (0..40).map(|i| pair.a.connect(pair.now, 40000 + i, remote, MAC_B).unwrap()).collect();
     pair.settle(false, Duration::ZERO);
     let accepted: Vec<SocketId> = (0..40).map(|_| pair.b.accept(4791).unwrap()).collect();
     assert!(pair.b.accept(4791).is_none());
@@ -508,9 +458,7 @@ fn egress_at(toe: &mut SmolToe, now: Instant) -> Vec<Vec<u8>> {
 /// `n` established connections from A to B's port 4791, opened at `now`.
 fn open(pair: &mut Pair, ports: std::ops::Range<u16>) -> Vec<SocketId> {
     let remote = SocketAddrV4::new(IP_B, 4791);
-    let ids: Vec<SocketId> = ports
-        .map(|port| pair.a.connect(pair.now, port, remote, MAC_B).unwrap())
-        .collect();
+    let ids: Vec<SocketId> = ports.map(|port| pair.a.connect(pair.now, port, remote, MAC_B).unwrap()).collect();
     pair.settle(false, Duration::ZERO);
     for &id in &ids {
         assert_eq!(pair.a.status(id), Some(LinkStatus::Established));
@@ -539,36 +487,22 @@ fn a_timer_of_an_idle_connection_fires_on_time_among_many() {
     let due = opened + keep_alive;
     assert_eq!(pair.a.poll_at(pair.now), Some(due));
     let polls = pair.a.socket_polls();
-    assert!(
-        egress_at(&mut pair.a, due - Duration::from_micros(1)).is_empty(),
-        "nothing before its time"
-    );
+    assert!(egress_at(&mut pair.a, due - Duration::from_micros(1)).is_empty(), "nothing before its time");
     assert_eq!(pair.a.socket_polls(), polls, "no socket is due before");
     let out = egress_at(&mut pair.a, due);
-    assert_eq!(
-        pair.a.socket_polls(),
-        polls + 1,
-        "only the due socket is polled"
-    );
+    assert_eq!(pair.a.socket_polls(), polls + 1, "only the due socket is polled");
     assert_eq!(out.len(), 1, "one keep-alive probe");
     let probe = frame::parse(&out[0]).unwrap();
-    assert_eq!(
-        Some(probe.tuple_at_sender()),
-        pair.a.tcb(first).unwrap().tuple
-    );
+    assert_eq!(Some(probe.tuple_at_sender()), pair.a.tcb(first).unwrap().tuple);
     assert!(probe.has(flags::ACK) && !probe.has(flags::SYN | flags::FIN | flags::RST));
     // Then the other 100, at theirs.
     assert_eq!(pair.a.poll_at(due), Some(due + Duration::from_millis(500)));
     let out = egress_at(&mut pair.a, due + Duration::from_millis(500));
     assert_eq!(out.len(), rest.len(), "one probe each");
-    let probed: std::collections::BTreeSet<FourTuple> = out
-        .iter()
-        .map(|f| frame::parse(f).unwrap().tuple_at_sender())
-        .collect();
-    let expected: std::collections::BTreeSet<FourTuple> = rest
-        .iter()
-        .map(|&id| pair.a.tcb(id).unwrap().tuple.unwrap())
-        .collect();
+    let probed: std::collections::BTreeSet<FourTuple> =
+        out.iter().map(|f| frame::parse(f).unwrap().tuple_at_sender()).collect();
+    let expected: std::collections::BTreeSet<FourTuple> =
+        rest.iter().map(|&id| pair.a.tcb(id).unwrap().tuple.unwrap()).collect();
     assert_eq!(probed, expected);
 }
 
@@ -584,28 +518,19 @@ fn a_segment_of_an_unknown_tuple_to_a_listening_port_is_refused_with_rst() {
     pair.a.send_slice(a, b"anyone there?").unwrap();
     let data = egress_at(&mut pair.a, now);
     assert_eq!(data.len(), 1);
-    assert!(
-        fresh_b.wants(&data[0]),
-        "a listening port's traffic is the TOE's"
-    );
+    assert!(fresh_b.wants(&data[0]), "a listening port's traffic is the TOE's");
     let mut replies = Vec::new();
     fresh_b.ingress(now, &data[0], &mut |f| replies.push(f.to_vec()));
     assert_eq!(fresh_b.socket_polls(), 1, "one set: the listening socket's");
     assert_eq!(replies.len(), 1, "answered at once");
     let rst = frame::parse(&replies[0]).unwrap();
     assert!(rst.has(flags::RST), "{rst:?}");
-    assert_eq!(
-        rst.tuple_at_receiver(),
-        pair.a.tcb(a).unwrap().tuple.unwrap()
-    );
+    assert_eq!(rst.tuple_at_receiver(), pair.a.tcb(a).unwrap().tuple.unwrap());
     assert_eq!(rst.dst_mac, MAC_A);
     assert_eq!(fresh_b.socket_count(), 1, "no socket made for it");
     assert!(egress_at(&mut fresh_b, now).is_empty());
     pair.a.ingress(now, &replies[0], &mut |_| {});
-    assert_eq!(
-        pair.a.status(a),
-        Some(LinkStatus::Closed(CloseReason::Reset))
-    );
+    assert_eq!(pair.a.status(a), Some(LinkStatus::Closed(CloseReason::Reset)));
 }
 
 #[test]
@@ -615,26 +540,14 @@ fn a_syn_to_a_listening_port_makes_the_connection_its_own_socket() {
     pair.b.listen(4792, 4).unwrap();
     assert_eq!(pair.b.socket_count(), 2, "one listening socket per port");
     let now = pair.now;
-    let a = pair
-        .a
-        .connect(now, 40000, SocketAddrV4::new(IP_B, 4791), MAC_B)
-        .unwrap();
+    let a = pair.a.connect(now, 40000, SocketAddrV4::new(IP_B, 4791), MAC_B).unwrap();
     let syn = egress_at(&mut pair.a, now);
     assert_eq!(syn.len(), 1);
     let mut replies = Vec::new();
-    assert_eq!(
-        pair.b.poll_at(now),
-        None,
-        "listening sockets have no timers"
-    );
+    assert_eq!(pair.b.poll_at(now), None, "listening sockets have no timers");
     let polls = pair.b.socket_polls();
-    pair.b
-        .ingress(now, &syn[0], &mut |f| replies.push(f.to_vec()));
-    assert_eq!(
-        pair.b.socket_polls(),
-        polls + 1,
-        "the SYN went to port 4791's listening socket alone"
-    );
+    pair.b.ingress(now, &syn[0], &mut |f| replies.push(f.to_vec()));
+    assert_eq!(pair.b.socket_polls(), polls + 1, "the SYN went to port 4791's listening socket alone");
     assert!(replies.is_empty(), "the SYN-ACK goes out on egress");
     // The listening socket became the connection's; a new one listens.
     assert_eq!(pair.b.socket_count(), 3);
@@ -645,29 +558,21 @@ fn a_syn_to_a_listening_port_makes_the_connection_its_own_socket() {
     assert_eq!(half_open.len(), 1);
     assert_eq!(half_open[0].state, TcpState::SynReceived);
     assert_eq!(half_open[0].listen_port, Some(4791));
-    let listening: Vec<Option<u16>> = tcbs
-        .iter()
-        .filter(|t| t.state == TcpState::Listen)
-        .map(|t| t.listen_port)
-        .collect();
+    let listening: Vec<Option<u16>> =
+        tcbs.iter().filter(|t| t.state == TcpState::Listen).map(|t| t.listen_port).collect();
     assert_eq!(listening.len(), 2);
     assert!(listening.contains(&Some(4791)) && listening.contains(&Some(4792)));
     // Its timer is due: the SYN-ACK, once.
     assert_eq!(pair.b.poll_at(now).map(|at| at <= now), Some(true));
     let polls = pair.b.socket_polls();
     let syn_ack = egress_at(&mut pair.b, now);
-    assert_eq!(
-        pair.b.socket_polls(),
-        polls + 1,
-        "egress polled the new connection alone"
-    );
+    assert_eq!(pair.b.socket_polls(), polls + 1, "egress polled the new connection alone");
     assert_eq!(syn_ack.len(), 1);
     let segment = frame::parse(&syn_ack[0]).unwrap();
     assert!(segment.has(flags::SYN) && segment.has(flags::ACK));
     assert_eq!(segment.tuple_at_sender(), tuple);
     // A duplicate SYN makes nothing new and is not answered again now.
-    pair.b
-        .ingress(now, &syn[0], &mut |f| replies.push(f.to_vec()));
+    pair.b.ingress(now, &syn[0], &mut |f| replies.push(f.to_vec()));
     assert!(replies.is_empty());
     assert_eq!(pair.b.socket_count(), 3);
     assert!(egress_at(&mut pair.b, now).is_empty());
@@ -716,20 +621,13 @@ fn established_acking_at_once() -> (Pair, SocketId, SocketId, Duration) {
 }
 
 fn resident(pair: &Pair) -> (usize, usize) {
-    (
-        pair.a.resident_buffer_pages(),
-        pair.b.resident_buffer_pages(),
-    )
+    (pair.a.resident_buffer_pages(), pair.b.resident_buffer_pages())
 }
 
 #[test]
 fn idle_buffers_give_their_pages_back_and_data_passes_after() {
     let (mut pair, a, b, release) = established_acking_at_once();
-    assert_eq!(
-        resident(&pair),
-        (0, 0),
-        "a handshake without data touches no page"
-    );
+    assert_eq!(resident(&pair), (0, 0), "a handshake without data touches no page");
     exchange(&mut pair, a, b, 300);
     let (pages_a, pages_b) = resident(&pair);
     assert!(pages_a >= 2 && pages_b >= 2, "{pages_a}, {pages_b}");
@@ -741,11 +639,7 @@ fn idle_buffers_give_their_pages_back_and_data_passes_after() {
     pair.now = emptied + release - Duration::from_millis(1);
     assert_eq!(resident(&pair), (pages_a, pages_b));
     pair.settle(true, Duration::from_millis(2));
-    assert_eq!(
-        resident(&pair),
-        (0, 0),
-        "an idle connection holds no buffer page"
-    );
+    assert_eq!(resident(&pair), (0, 0), "an idle connection holds no buffer page");
 
     // Data flows through the released buffers (pages faulted in anew).
     let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7) as u8).collect();
@@ -785,10 +679,7 @@ fn data_held_out_of_order_keeps_its_pages() {
         pair.now += release;
         let _ = egress_at(&mut pair.b, pair.now);
     }
-    assert!(
-        pair.b.resident_buffer_pages() > 0,
-        "held data keeps its page"
-    );
+    assert!(pair.b.resident_buffer_pages() > 0, "held data keeps its page");
     // The lost segment comes: all of it reads back, none of it zeroed.
     pair.b.ingress(pair.now, &frames[0], &mut |_| {});
     assert_eq!(read_all(&mut pair.b, b), data);

@@ -210,12 +210,7 @@ pub enum BufferModel {
     Tagged { stag: u32, offset: u64 },
     /// Into the next buffer of queue `queue`: message `msn`, at `offset`.
     /// `ulp_word` is `RsvdULP[8:39]`, opaque to DDP.
-    Untagged {
-        ulp_word: u32,
-        queue: u32,
-        msn: u32,
-        offset: u32,
-    },
+    Untagged { ulp_word: u32, queue: u32, msn: u32, offset: u32 },
 }
 
 /// A parsed DDP header.
@@ -237,10 +232,7 @@ impl Repr {
             }));
         }
         let buffer_model = if packet.tagged() {
-            BufferModel::Tagged {
-                stag: packet.stag(),
-                offset: packet.tagged_offset(),
-            }
+            BufferModel::Tagged { stag: packet.stag(), offset: packet.tagged_offset() }
         } else {
             BufferModel::Untagged {
                 ulp_word: packet.ulp_word(),
@@ -249,11 +241,7 @@ impl Repr {
                 offset: packet.message_offset(),
             }
         };
-        Ok(Repr {
-            last: packet.last(),
-            ulp_control: packet.ulp_control(),
-            buffer_model,
-        })
+        Ok(Repr { last: packet.last(), ulp_control: packet.ulp_control(), buffer_model })
     }
 
     pub fn is_tagged(&self) -> bool {
@@ -280,12 +268,7 @@ impl Repr {
                 packet.set_stag(stag);
                 packet.set_tagged_offset(offset);
             }
-            BufferModel::Untagged {
-                ulp_word,
-                queue,
-                msn,
-                offset,
-            } => {
+            BufferModel::Untagged { ulp_word, queue, msn, offset } => {
                 packet.set_ulp_word(ulp_word);
                 packet.set_queue_number(queue);
                 packet.set_message_sequence_number(msn);
@@ -306,18 +289,11 @@ mod tests {
         let repr = Repr {
             last: true,
             ulp_control: 0x40,
-            buffer_model: BufferModel::Tagged {
-                stag: 0x1122_3344,
-                offset: 0x0102_0304_0506_0708,
-            },
+            buffer_model: BufferModel::Tagged { stag: 0x1122_3344, offset: 0x0102_0304_0506_0708 },
         };
         let mut buffer = [0u8; 16];
-        repr.emit(&mut Packet::new_unchecked(&mut buffer[..]))
-            .unwrap();
-        assert_eq!(
-            buffer,
-            [0xc1, 0x40, 0x11, 0x22, 0x33, 0x44, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0]
-        );
+        repr.emit(&mut Packet::new_unchecked(&mut buffer[..])).unwrap();
+        assert_eq!(buffer, [0xc1, 0x40, 0x11, 0x22, 0x33, 0x44, 1, 2, 3, 4, 5, 6, 7, 8, 0, 0]);
         let packet = Packet::new_checked(&buffer[..]).unwrap();
         assert_eq!(Repr::parse(&packet).unwrap(), repr);
         assert_eq!(packet.payload(), &[0, 0]);
@@ -328,26 +304,11 @@ mod tests {
         let mut buffer = [0u8; UNTAGGED_HEADER_LEN];
         buffer[0] = 0x42; // untagged, last, DV=2
         let packet = Packet::new_checked(&buffer[..]).unwrap();
-        assert_eq!(
-            Repr::parse(&packet),
-            Err(Error::Unsupported(Unsupported::Version {
-                version: 2,
-                tagged: false
-            }))
-        );
-        assert_eq!(
-            Packet::new_checked(&buffer[..17]).err(),
-            Some(Error::Truncated)
-        );
-        assert_eq!(
-            Packet::new_checked(&buffer[..0]).err(),
-            Some(Error::Truncated)
-        );
+        assert_eq!(Repr::parse(&packet), Err(Error::Unsupported(Unsupported::Version { version: 2, tagged: false })));
+        assert_eq!(Packet::new_checked(&buffer[..17]).err(), Some(Error::Truncated));
+        assert_eq!(Packet::new_checked(&buffer[..0]).err(), Some(Error::Truncated));
         buffer[0] = 0x81; // tagged: 14 octets suffice
         assert!(Packet::new_checked(&buffer[..14]).is_ok());
-        assert_eq!(
-            Packet::new_checked(&buffer[..13]).err(),
-            Some(Error::Truncated)
-        );
+        assert_eq!(Packet::new_checked(&buffer[..13]).err(), Some(Error::Truncated));
     }
 }

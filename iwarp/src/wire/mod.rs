@@ -21,10 +21,7 @@ pub mod terminate;
 use core::ops::Range;
 
 fn read_array<const N: usize>(buffer: &[u8], range: Range<usize>) -> [u8; N] {
-    buffer
-        .get(range)
-        .and_then(|bytes| <[u8; N]>::try_from(bytes).ok())
-        .unwrap_or([0; N])
+    buffer.get(range).and_then(|bytes| <[u8; N]>::try_from(bytes).ok()).unwrap_or([0; N])
 }
 
 fn write_bytes(buffer: &mut [u8], range: Range<usize>, bytes: &[u8]) {
@@ -79,9 +76,7 @@ pub(crate) fn write_le32(buffer: &mut [u8], range: Range<usize>, value: u32) {
 
 /// Copies `source` into `buffer[start..]`; false (nothing written) if it does not fit.
 pub(crate) fn write_slice(buffer: &mut [u8], start: usize, source: &[u8]) -> bool {
-    let target = start
-        .checked_add(source.len())
-        .and_then(|end| buffer.get_mut(start..end));
+    let target = start.checked_add(source.len()).and_then(|end| buffer.get_mut(start..end));
     match target {
         Some(target) => {
             target.copy_from_slice(source);

@@ -104,12 +104,8 @@ impl Error {
             Error::Crc { .. } => TermCode::LlpCrcError,
             // A length the stream cannot hold means framing is lost: the
             // closest registered code is "ULPDU Length field mismatch".
-            Error::Malformed(Malformed::UlpduTooLong { .. }) => {
-                TermCode::LlpMarkerUlpduLengthMismatch
-            }
-            Error::Truncated | Error::Malformed(_) | Error::Unsupported(_) => {
-                TermCode::LlpInvalidRequestReply
-            }
+            Error::Malformed(Malformed::UlpduTooLong { .. }) => TermCode::LlpMarkerUlpduLengthMismatch,
+            Error::Truncated | Error::Malformed(_) | Error::Unsupported(_) => TermCode::LlpInvalidRequestReply,
         }
     }
 }
@@ -183,16 +179,8 @@ pub struct RtrSet {
 }
 
 impl RtrSet {
-    pub const NONE: RtrSet = RtrSet {
-        send: false,
-        write: false,
-        read: false,
-    };
-    pub const ALL: RtrSet = RtrSet {
-        send: true,
-        write: true,
-        read: true,
-    };
+    pub const NONE: RtrSet = RtrSet { send: false, write: false, read: false };
+    pub const ALL: RtrSet = RtrSet { send: true, write: true, read: true };
 
     pub const fn only(kind: RtrKind) -> RtrSet {
         RtrSet {
@@ -211,11 +199,7 @@ impl RtrSet {
     }
 
     pub const fn intersect(self, other: RtrSet) -> RtrSet {
-        RtrSet {
-            send: self.send && other.send,
-            write: self.write && other.write,
-            read: self.read && other.read,
-        }
+        RtrSet { send: self.send && other.send, write: self.write && other.write, read: self.read && other.read }
     }
 
     pub const fn is_empty(self) -> bool {
@@ -254,12 +238,9 @@ impl EnhancedData {
 
     fn words(&self) -> (u16, u16) {
         let bit = |set: bool, mask: u16| if set { mask } else { 0 };
-        let ird = self.ird
-            | bit(self.peer_to_peer, enhanced_bit::PEER_TO_PEER)
-            | bit(self.rtr.send, enhanced_bit::RTR_SEND);
-        let ord = self.ord
-            | bit(self.rtr.write, enhanced_bit::RTR_WRITE)
-            | bit(self.rtr.read, enhanced_bit::RTR_READ);
+        let ird =
+            self.ird | bit(self.peer_to_peer, enhanced_bit::PEER_TO_PEER) | bit(self.rtr.send, enhanced_bit::RTR_SEND);
+        let ord = self.ord | bit(self.rtr.write, enhanced_bit::RTR_WRITE) | bit(self.rtr.read, enhanced_bit::RTR_READ);
         (ird, ord)
     }
 }
@@ -435,9 +416,8 @@ impl<'a> Repr<'a> {
         // A revision 1 frame carries no enhanced data even if the flag is
         // set (siw behaves the same): its private data is all ULP data.
         let (enhanced, private_data) = if revision == REVISION_2 && frame.enhanced() {
-            let (words, rest) = all
-                .split_at_checked(ENHANCED_DATA_LEN)
-                .ok_or(Error::Malformed(Malformed::EnhancedDataMissing))?;
+            let (words, rest) =
+                all.split_at_checked(ENHANCED_DATA_LEN).ok_or(Error::Malformed(Malformed::EnhancedDataMissing))?;
             (Some(EnhancedData::parse(words)), rest)
         } else {
             (None, all)
@@ -455,12 +435,7 @@ impl<'a> Repr<'a> {
 
     /// Value of the PD_Length field this frame will carry.
     pub fn wire_private_data_len(&self) -> usize {
-        self.private_data.len()
-            + if self.enhanced.is_some() {
-                ENHANCED_DATA_LEN
-            } else {
-                0
-            }
+        self.private_data.len() + if self.enhanced.is_some() { ENHANCED_DATA_LEN } else { 0 }
     }
 
     pub fn buffer_len(&self) -> usize {
@@ -577,11 +552,7 @@ impl<T: AsRef<[u8]>> Fpdu<T> {
 
     /// CRC32c over ULPDU_Length, ULPDU and pad.
     pub fn computed_crc(&self) -> u32 {
-        let covered = self
-            .buffer
-            .as_ref()
-            .get(..self.crc_range().start)
-            .unwrap_or(&[]);
+        let covered = self.buffer.as_ref().get(..self.crc_range().start).unwrap_or(&[]);
         Crc32c::new().update(covered).finish()
     }
 }
@@ -601,10 +572,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Fpdu<T> {
 
     pub fn ulpdu_mut(&mut self) -> &mut [u8] {
         let end = field::ULPDU + usize::from(self.ulpdu_length());
-        self.buffer
-            .as_mut()
-            .get_mut(field::ULPDU..end)
-            .unwrap_or(&mut [])
+        self.buffer.as_mut().get_mut(field::ULPDU..end).unwrap_or(&mut [])
     }
 
     /// Zeroes the pad and writes the CRC field (zero without CRC).
@@ -627,10 +595,7 @@ pub struct FpduRepr<'a> {
 
 impl<'a> FpduRepr<'a> {
     /// Checks length and, when negotiated, the CRC.
-    pub fn parse<T: AsRef<[u8]> + ?Sized>(
-        fpdu: &Fpdu<&'a T>,
-        crc_enabled: bool,
-    ) -> Result<Self, Error> {
+    pub fn parse<T: AsRef<[u8]> + ?Sized>(fpdu: &Fpdu<&'a T>, crc_enabled: bool) -> Result<Self, Error> {
         fpdu.check_len()?;
         if crc_enabled {
             let (computed, received) = (fpdu.computed_crc(), fpdu.crc_field());
@@ -638,25 +603,16 @@ impl<'a> FpduRepr<'a> {
                 return Err(Error::Crc { computed, received });
             }
         }
-        Ok(FpduRepr {
-            ulpdu: fpdu.ulpdu(),
-        })
+        Ok(FpduRepr { ulpdu: fpdu.ulpdu() })
     }
 
     pub fn buffer_len(&self) -> usize {
         u16::try_from(self.ulpdu.len()).map_or(usize::MAX, fpdu_len)
     }
 
-    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(
-        &self,
-        fpdu: &mut Fpdu<T>,
-        crc_enabled: bool,
-    ) -> Result<(), Error> {
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, fpdu: &mut Fpdu<T>, crc_enabled: bool) -> Result<(), Error> {
         let length = u16::try_from(self.ulpdu.len()).map_err(|_| {
-            Error::Malformed(Malformed::UlpduTooLong {
-                length: self.ulpdu.len(),
-                limit: usize::from(u16::MAX),
-            })
+            Error::Malformed(Malformed::UlpduTooLong { length: self.ulpdu.len(), limit: usize::from(u16::MAX) })
         })?;
         if fpdu.buffer.as_ref().len() < fpdu_len(length) {
             return Err(Error::Truncated);
@@ -683,10 +639,7 @@ mod tests {
             let max = mulpdu(emss);
             if emss >= 8 {
                 assert!(fpdu_len(max) <= usize::from(emss), "emss {emss}");
-                assert!(
-                    fpdu_len(max + 1) > usize::from(emss) || emss % 4 != 0,
-                    "emss {emss}"
-                );
+                assert!(fpdu_len(max + 1) > usize::from(emss) || emss % 4 != 0, "emss {emss}");
             } else {
                 assert_eq!(max, 0);
             }
@@ -703,21 +656,13 @@ mod tests {
             crc: true,
             reject: false,
             revision: REVISION_2,
-            enhanced: Some(EnhancedData {
-                ird: 16,
-                ord: 0x3fff,
-                peer_to_peer: true,
-                rtr: RtrSet::ALL,
-            }),
+            enhanced: Some(EnhancedData { ird: 16, ord: 0x3fff, peer_to_peer: true, rtr: RtrSet::ALL }),
             private_data: b"hello",
         };
         let mut buffer = vec![0u8; repr.buffer_len()];
         repr.emit(&mut Frame::new_unchecked(&mut buffer)).unwrap();
         assert_eq!(&buffer[20..24], &[0xc0, 0x10, 0xff, 0xff]);
-        assert_eq!(
-            Repr::parse(&Frame::new_checked(&buffer[..]).unwrap()).unwrap(),
-            repr
-        );
+        assert_eq!(Repr::parse(&Frame::new_checked(&buffer[..]).unwrap()).unwrap(), repr);
     }
 
     #[test]
@@ -734,43 +679,22 @@ mod tests {
             private_data: &big,
         };
         let mut frame = Frame::new_unchecked(&mut buffer[..]);
-        assert_eq!(
-            repr.emit(&mut frame),
-            Err(Error::Malformed(Malformed::PrivateDataTooLong(513)))
-        );
+        assert_eq!(repr.emit(&mut frame), Err(Error::Malformed(Malformed::PrivateDataTooLong(513))));
         repr.private_data = &big[..508];
         repr.enhanced = Some(EnhancedData::default());
-        assert_eq!(
-            repr.emit(&mut frame),
-            Err(Error::Malformed(Malformed::EnhancedNeedsRevision2))
-        );
+        assert_eq!(repr.emit(&mut frame), Err(Error::Malformed(Malformed::EnhancedNeedsRevision2)));
         repr.revision = 2;
         repr.private_data = &big[..509]; // 509 + 4 enhanced octets
-        assert_eq!(
-            repr.emit(&mut frame),
-            Err(Error::Malformed(Malformed::PrivateDataTooLong(513)))
-        );
+        assert_eq!(repr.emit(&mut frame), Err(Error::Malformed(Malformed::PrivateDataTooLong(513))));
         repr.private_data = &big[..508];
         assert_eq!(repr.emit(&mut frame), Ok(()));
-        repr.enhanced = Some(EnhancedData {
-            ird: 0x4000,
-            ..EnhancedData::default()
-        });
-        assert_eq!(
-            repr.emit(&mut frame),
-            Err(Error::Malformed(Malformed::IrdOrdRange(0x4000)))
-        );
+        repr.enhanced = Some(EnhancedData { ird: 0x4000, ..EnhancedData::default() });
+        assert_eq!(repr.emit(&mut frame), Err(Error::Malformed(Malformed::IrdOrdRange(0x4000))));
         repr.enhanced = None;
         repr.revision = 3;
-        assert_eq!(
-            repr.emit(&mut frame),
-            Err(Error::Unsupported(Unsupported::Revision(3)))
-        );
+        assert_eq!(repr.emit(&mut frame), Err(Error::Unsupported(Unsupported::Revision(3))));
         repr.revision = 1;
-        assert_eq!(
-            repr.emit(&mut Frame::new_unchecked(&mut buffer[..100])),
-            Err(Error::Truncated)
-        );
+        assert_eq!(repr.emit(&mut Frame::new_unchecked(&mut buffer[..100])), Err(Error::Truncated));
     }
 
     #[test]
@@ -781,21 +705,12 @@ mod tests {
         buffer[16] = flag::ENHANCED | flag::REJECT;
         buffer[19] = 2; // two octets: too few for the enhanced block
         let frame = Frame::new_unchecked(&buffer[..]);
-        assert_eq!(
-            Repr::parse(&frame),
-            Err(Error::Malformed(Malformed::EnhancedDataMissing))
-        );
+        assert_eq!(Repr::parse(&frame), Err(Error::Malformed(Malformed::EnhancedDataMissing)));
         buffer[17] = 1; // revision 1 ignores the flag
         let repr = Repr::parse(&Frame::new_unchecked(&buffer[..])).unwrap();
-        assert_eq!(
-            (repr.enhanced, repr.private_data.len(), repr.reject),
-            (None, 2, false)
-        );
+        assert_eq!((repr.enhanced, repr.private_data.len(), repr.reject), (None, 2, false));
         buffer[17] = 0;
-        assert_eq!(
-            Repr::parse(&Frame::new_unchecked(&buffer[..])),
-            Err(Error::Unsupported(Unsupported::Revision(0)))
-        );
+        assert_eq!(Repr::parse(&Frame::new_unchecked(&buffer[..])), Err(Error::Unsupported(Unsupported::Revision(0))));
         buffer[17] = 1;
         buffer[18] = 2; // 514 octets announced
         assert_eq!(
@@ -804,42 +719,24 @@ mod tests {
         );
         buffer[18] = 0;
         buffer[19] = 5; // announced but absent
-        assert_eq!(
-            Repr::parse(&Frame::new_unchecked(&buffer[..])),
-            Err(Error::Truncated)
-        );
+        assert_eq!(Repr::parse(&Frame::new_unchecked(&buffer[..])), Err(Error::Truncated));
         buffer[0] = b'X';
-        assert_eq!(
-            Repr::parse(&Frame::new_unchecked(&buffer[..])),
-            Err(Error::Malformed(Malformed::Key))
-        );
+        assert_eq!(Repr::parse(&Frame::new_unchecked(&buffer[..])), Err(Error::Malformed(Malformed::Key)));
     }
 
     #[test]
     fn fpdu_crc() {
         let repr = FpduRepr { ulpdu: &[1, 2, 3] };
         let mut buffer = vec![0xeeu8; repr.buffer_len()];
-        repr.emit(&mut Fpdu::new_unchecked(&mut buffer), true)
-            .unwrap();
-        assert_eq!(
-            &buffer[..8],
-            &[0, 3, 1, 2, 3, 0, 0, 0],
-            "length, ULPDU, 3 pad octets"
-        );
+        repr.emit(&mut Fpdu::new_unchecked(&mut buffer), true).unwrap();
+        assert_eq!(&buffer[..8], &[0, 3, 1, 2, 3, 0, 0, 0], "length, ULPDU, 3 pad octets");
         let crc = Crc32c::new().update(&buffer[..8]).finish_wire();
         assert_eq!(&buffer[8..], &crc);
-        assert_eq!(
-            FpduRepr::parse(&Fpdu::new_checked(&buffer[..]).unwrap(), true).unwrap(),
-            repr
-        );
+        assert_eq!(FpduRepr::parse(&Fpdu::new_checked(&buffer[..]).unwrap(), true).unwrap(), repr);
         buffer[3] ^= 1;
-        assert!(matches!(
-            FpduRepr::parse(&Fpdu::new_unchecked(&buffer[..]), true),
-            Err(Error::Crc { .. })
-        ));
+        assert!(matches!(FpduRepr::parse(&Fpdu::new_unchecked(&buffer[..]), true), Err(Error::Crc { .. })));
         assert!(FpduRepr::parse(&Fpdu::new_unchecked(&buffer[..]), false).is_ok());
-        repr.emit(&mut Fpdu::new_unchecked(&mut buffer), false)
-            .unwrap();
+        repr.emit(&mut Fpdu::new_unchecked(&mut buffer), false).unwrap();
         assert_eq!(&buffer[8..], &[0, 0, 0, 0]);
     }
 }

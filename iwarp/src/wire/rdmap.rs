@@ -52,64 +52,33 @@ pub enum Transport {
 /// Every RDMAP opcode and its DDP transport; opcodes 8..=15 are reserved.
 pub const OPCODES: [(Opcode, Transport); 8] = [
     (Opcode::RdmaWrite, Transport::Tagged),
-    (
-        Opcode::RdmaReadRequest,
-        Transport::Untagged {
-            queue: queue::READ_REQUEST,
-        },
-    ),
+    (Opcode::RdmaReadRequest, Transport::Untagged { queue: queue::READ_REQUEST }),
     (Opcode::RdmaReadResponse, Transport::Tagged),
     (Opcode::Send, Transport::Untagged { queue: queue::SEND }),
-    (
-        Opcode::SendInvalidate,
-        Transport::Untagged { queue: queue::SEND },
-    ),
-    (
-        Opcode::SendSolicited,
-        Transport::Untagged { queue: queue::SEND },
-    ),
-    (
-        Opcode::SendSolicitedInvalidate,
-        Transport::Untagged { queue: queue::SEND },
-    ),
-    (
-        Opcode::Terminate,
-        Transport::Untagged {
-            queue: queue::TERMINATE,
-        },
-    ),
+    (Opcode::SendInvalidate, Transport::Untagged { queue: queue::SEND }),
+    (Opcode::SendSolicited, Transport::Untagged { queue: queue::SEND }),
+    (Opcode::SendSolicitedInvalidate, Transport::Untagged { queue: queue::SEND }),
+    (Opcode::Terminate, Transport::Untagged { queue: queue::TERMINATE }),
 ];
 
 impl Opcode {
     /// The opcode with wire value `value` (low four bits of the control octet).
     pub fn from_wire(value: u8) -> Option<Opcode> {
-        OPCODES
-            .iter()
-            .map(|&(opcode, _)| opcode)
-            .find(|&opcode| opcode as u8 == value)
+        OPCODES.iter().map(|&(opcode, _)| opcode).find(|&opcode| opcode as u8 == value)
     }
 
     pub fn transport(self) -> Transport {
-        OPCODES
-            .iter()
-            .find(|&&(opcode, _)| opcode == self)
-            .map_or(Transport::Tagged, |&(_, transport)| transport)
+        OPCODES.iter().find(|&&(opcode, _)| opcode == self).map_or(Transport::Tagged, |&(_, transport)| transport)
     }
 
     /// Send with Invalidate and Send with Solicited Event and Invalidate.
     pub const fn carries_invalidate_stag(self) -> bool {
-        matches!(
-            self,
-            Opcode::SendInvalidate | Opcode::SendSolicitedInvalidate
-        )
+        matches!(self, Opcode::SendInvalidate | Opcode::SendSolicitedInvalidate)
     }
 
     /// The Send variants that ask for a solicited event at the receiver.
     pub const fn solicited_event(self) -> bool {
-        matches!(
-            self,
-            Opcode::SendSolicited | Opcode::SendSolicitedInvalidate
-        )
+        matches!(self, Opcode::SendSolicited | Opcode::SendSolicitedInvalidate)
     }
 
     /// The RDMAP control octet: RV = 1, reserved bits zero.
@@ -162,15 +131,12 @@ impl Error {
     /// The TERMINATE code reporting this error (as siw reports the same errors).
     pub fn term_code(&self) -> TermCode {
         match self {
-            Error::Unsupported(Unsupported::DdpVersion { tagged: true, .. }) => {
-                TermCode::DdpTaggedInvalidVersion
-            }
-            Error::Unsupported(Unsupported::DdpVersion { tagged: false, .. }) => {
-                TermCode::DdpUntaggedInvalidVersion
-            }
+            Error::Unsupported(Unsupported::DdpVersion { tagged: true, .. }) => TermCode::DdpTaggedInvalidVersion,
+            Error::Unsupported(Unsupported::DdpVersion { tagged: false, .. }) => TermCode::DdpUntaggedInvalidVersion,
             Error::Unsupported(Unsupported::RdmapVersion(_)) => TermCode::RdmapInvalidVersion,
-            Error::Unsupported(Unsupported::Opcode(_))
-            | Error::Malformed(Malformed::BufferModel { .. }) => TermCode::RdmapUnexpectedOpcode,
+            Error::Unsupported(Unsupported::Opcode(_)) | Error::Malformed(Malformed::BufferModel { .. }) => {
+                TermCode::RdmapUnexpectedOpcode
+            }
             Error::Malformed(Malformed::QueueNumber { .. }) => TermCode::DdpUntaggedInvalidQn,
             // A segment too short for its own headers has no dedicated code.
             Error::Truncated => TermCode::RdmapCatastrophicStream,
@@ -186,11 +152,7 @@ pub enum Placement {
     /// Sends, Read Request, Terminate: message `msn` of the opcode's queue,
     /// at message offset `offset`. `invalidate_stag` is zero unless the
     /// opcode carries one.
-    Untagged {
-        msn: u32,
-        offset: u32,
-        invalidate_stag: u32,
-    },
+    Untagged { msn: u32, offset: u32, invalidate_stag: u32 },
 }
 
 /// The DDP+RDMAP header of one segment.
@@ -212,56 +174,30 @@ impl Repr {
             return Err(Error::Unsupported(Unsupported::RdmapVersion(version)));
         }
         let value = ddp.ulp_control & 0x0f;
-        let opcode =
-            Opcode::from_wire(value).ok_or(Error::Unsupported(Unsupported::Opcode(value)))?;
+        let opcode = Opcode::from_wire(value).ok_or(Error::Unsupported(Unsupported::Opcode(value)))?;
         let placement = match (opcode.transport(), ddp.buffer_model) {
-            (Transport::Tagged, BufferModel::Tagged { stag, offset }) => {
-                Placement::Tagged { stag, offset }
-            }
-            (
-                Transport::Untagged { queue },
-                BufferModel::Untagged {
-                    ulp_word,
-                    queue: received,
-                    msn,
-                    offset,
-                },
-            ) => {
+            (Transport::Tagged, BufferModel::Tagged { stag, offset }) => Placement::Tagged { stag, offset },
+            (Transport::Untagged { queue }, BufferModel::Untagged { ulp_word, queue: received, msn, offset }) => {
                 if received != queue {
-                    return Err(Error::Malformed(Malformed::QueueNumber {
-                        opcode,
-                        queue: received,
-                    }));
+                    return Err(Error::Malformed(Malformed::QueueNumber { opcode, queue: received }));
                 }
-                let invalidate_stag = if opcode.carries_invalidate_stag() {
-                    ulp_word
-                } else {
-                    0
-                };
-                Placement::Untagged {
-                    msn,
-                    offset,
-                    invalidate_stag,
-                }
+                let invalidate_stag = if opcode.carries_invalidate_stag() { ulp_word } else { 0 };
+                Placement::Untagged { msn, offset, invalidate_stag }
             }
             (_, model) => {
                 let tagged = matches!(model, BufferModel::Tagged { .. });
                 return Err(Error::Malformed(Malformed::BufferModel { opcode, tagged }));
             }
         };
-        Ok(Repr {
-            opcode,
-            last: ddp.last,
-            placement,
-        })
+        Ok(Repr { opcode, last: ddp.last, placement })
     }
 
     /// The STag to invalidate, for the two Send with Invalidate opcodes.
     pub fn invalidate_stag(&self) -> Option<u32> {
         match self.placement {
-            Placement::Untagged {
-                invalidate_stag, ..
-            } if self.opcode.carries_invalidate_stag() => Some(invalidate_stag),
+            Placement::Untagged { invalidate_stag, .. } if self.opcode.carries_invalidate_stag() => {
+                Some(invalidate_stag)
+            }
             _ => None,
         }
     }
@@ -275,47 +211,19 @@ impl Repr {
     }
 
     /// Writes the header; `Malformed` if `placement` does not fit the opcode.
-    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(
-        &self,
-        packet: &mut ddp::Packet<T>,
-    ) -> Result<(), Error> {
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut ddp::Packet<T>) -> Result<(), Error> {
         let buffer_model = match (self.opcode.transport(), self.placement) {
-            (Transport::Tagged, Placement::Tagged { stag, offset }) => {
-                BufferModel::Tagged { stag, offset }
-            }
-            (
-                Transport::Untagged { queue },
-                Placement::Untagged {
-                    msn,
-                    offset,
-                    invalidate_stag,
-                },
-            ) => {
-                let ulp_word = if self.opcode.carries_invalidate_stag() {
-                    invalidate_stag
-                } else {
-                    0
-                };
-                BufferModel::Untagged {
-                    ulp_word,
-                    queue,
-                    msn,
-                    offset,
-                }
+            (Transport::Tagged, Placement::Tagged { stag, offset }) => BufferModel::Tagged { stag, offset },
+            (Transport::Untagged { queue }, Placement::Untagged { msn, offset, invalidate_stag }) => {
+                let ulp_word = if self.opcode.carries_invalidate_stag() { invalidate_stag } else { 0 };
+                BufferModel::Untagged { ulp_word, queue, msn, offset }
             }
             (_, placement) => {
                 let tagged = matches!(placement, Placement::Tagged { .. });
-                return Err(Error::Malformed(Malformed::BufferModel {
-                    opcode: self.opcode,
-                    tagged,
-                }));
+                return Err(Error::Malformed(Malformed::BufferModel { opcode: self.opcode, tagged }));
             }
         };
-        let ddp = ddp::Repr {
-            last: self.last,
-            ulp_control: self.opcode.control_octet(),
-            buffer_model,
-        };
+        let ddp = ddp::Repr { last: self.last, ulp_control: self.opcode.control_octet(), buffer_model };
         Ok(ddp.emit(packet)?)
     }
 }
@@ -400,11 +308,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> ReadRequestPacket<T> {
     }
 
     pub fn set_source_offset(&mut self, value: u64) {
-        write_be64(
-            self.buffer.as_mut(),
-            read_request_field::SOURCE_OFFSET,
-            value,
-        );
+        write_be64(self.buffer.as_mut(), read_request_field::SOURCE_OFFSET, value);
     }
 }
 
@@ -434,10 +338,7 @@ impl ReadRequestRepr {
         READ_REQUEST_LEN
     }
 
-    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(
-        &self,
-        packet: &mut ReadRequestPacket<T>,
-    ) -> Result<(), Error> {
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut ReadRequestPacket<T>) -> Result<(), Error> {
         packet.check_len()?;
         packet.set_sink_stag(self.sink_stag);
         packet.set_sink_offset(self.sink_offset);
@@ -468,15 +369,10 @@ mod tests {
         let repr = Repr {
             opcode: Opcode::SendSolicitedInvalidate,
             last: true,
-            placement: Placement::Untagged {
-                msn: 7,
-                offset: 0x100,
-                invalidate_stag: 0xdead_beef,
-            },
+            placement: Placement::Untagged { msn: 7, offset: 0x100, invalidate_stag: 0xdead_beef },
         };
         let mut buffer = [0u8; 18];
-        repr.emit(&mut ddp::Packet::new_unchecked(&mut buffer[..]))
-            .unwrap();
+        repr.emit(&mut ddp::Packet::new_unchecked(&mut buffer[..])).unwrap();
         #[rustfmt::skip]
         assert_eq!(buffer, [
             0x41, 0x46, 0xde, 0xad, 0xbe, 0xef, // control, RDMAP control (RV 1, opcode 6), inval STag
@@ -496,13 +392,7 @@ mod tests {
         buffer[1] = 0x43; // Send
         buffer[9] = 1; // ...on the Read Request queue
         let error = Repr::parse(&ddp::Packet::new_unchecked(&buffer[..])).unwrap_err();
-        assert_eq!(
-            error,
-            Error::Malformed(Malformed::QueueNumber {
-                opcode: Opcode::Send,
-                queue: 1
-            })
-        );
+        assert_eq!(error, Error::Malformed(Malformed::QueueNumber { opcode: Opcode::Send, queue: 1 }));
         assert_eq!(error.term_code(), TermCode::DdpUntaggedInvalidQn);
         buffer[1] = 0x48;
         let error = Repr::parse(&ddp::Packet::new_unchecked(&buffer[..])).unwrap_err();
@@ -517,13 +407,7 @@ mod tests {
         buffer[0] = 0xc1;
         buffer[1] = 0x43; // Send, tagged
         let error = Repr::parse(&ddp::Packet::new_unchecked(&buffer[..])).unwrap_err();
-        assert_eq!(
-            error,
-            Error::Malformed(Malformed::BufferModel {
-                opcode: Opcode::Send,
-                tagged: true
-            })
-        );
+        assert_eq!(error, Error::Malformed(Malformed::BufferModel { opcode: Opcode::Send, tagged: true }));
     }
 
     #[test]
@@ -531,11 +415,7 @@ mod tests {
         let repr = Repr {
             opcode: Opcode::RdmaWrite,
             last: false,
-            placement: Placement::Untagged {
-                msn: 1,
-                offset: 0,
-                invalidate_stag: 0,
-            },
+            placement: Placement::Untagged { msn: 1, offset: 0, invalidate_stag: 0 },
         };
         let mut buffer = [0u8; 18];
         assert!(matches!(
@@ -545,22 +425,10 @@ mod tests {
         let repr = Repr {
             opcode: Opcode::Send,
             last: false,
-            placement: Placement::Untagged {
-                msn: 1,
-                offset: 0,
-                invalidate_stag: 9,
-            },
+            placement: Placement::Untagged { msn: 1, offset: 0, invalidate_stag: 9 },
         };
-        repr.emit(&mut ddp::Packet::new_unchecked(&mut buffer[..]))
-            .unwrap();
-        assert_eq!(
-            &buffer[2..6],
-            &[0, 0, 0, 0],
-            "reserved RsvdULP word stays zero"
-        );
-        assert_eq!(
-            repr.emit(&mut ddp::Packet::new_unchecked(&mut buffer[..17])),
-            Err(Error::Truncated)
-        );
+        repr.emit(&mut ddp::Packet::new_unchecked(&mut buffer[..])).unwrap();
+        assert_eq!(&buffer[2..6], &[0, 0, 0, 0], "reserved RsvdULP word stays zero");
+        assert_eq!(repr.emit(&mut ddp::Packet::new_unchecked(&mut buffer[..17])), Err(Error::Truncated));
     }
 }

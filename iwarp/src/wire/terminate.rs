@@ -193,14 +193,7 @@ impl TermCode {
         REGISTRY
             .iter()
             .find(|&&(_, l, t, c, _)| (l, t, c) == (layer, etype, ecode))
-            .map_or(
-                TermCode::Other {
-                    layer,
-                    etype,
-                    ecode,
-                },
-                |&(code, ..)| code,
-            )
+            .map_or(TermCode::Other { layer, etype, ecode }, |&(code, ..)| code)
     }
 
     /// The registered code for a triple, or why the triple is not one of
@@ -216,22 +209,13 @@ impl TermCode {
         };
         let known = |t: u8| REGISTRY.iter().filter(move |&&(_, l, et, ..)| l == layer && et == t);
         if known(etype).next().is_none() {
-            let types: Vec<String> = (0..=15u8)
-                .filter(|&t| known(t).next().is_some())
-                .map(|t| t.to_string())
-                .collect();
-            return Err(format!(
-                "{name} (layer {layer}) has no error type {etype} (it has {})",
-                types.join(", ")
-            ));
+            let types: Vec<String> = (0..=15u8).filter(|&t| known(t).next().is_some()).map(|t| t.to_string()).collect();
+            return Err(format!("{name} (layer {layer}) has no error type {etype} (it has {})", types.join(", ")));
         }
         match TermCode::from_fields(layer, etype, ecode) {
             TermCode::Other { .. } => {
                 let codes: Vec<String> = known(etype).map(|&(.., c, _)| format!("{c:#04x}")).collect();
-                Err(format!(
-                    "{name} error type {etype} has no error code {ecode:#04x} (it has {})",
-                    codes.join(", ")
-                ))
+                Err(format!("{name} error type {etype} has no error code {ecode:#04x} (it has {})", codes.join(", ")))
             }
             code => Ok(code),
         }
@@ -240,11 +224,7 @@ impl TermCode {
     /// (layer, etype, ecode) as carried on the wire.
     pub fn fields(self) -> (u8, u8, u8) {
         match self {
-            TermCode::Other {
-                layer,
-                etype,
-                ecode,
-            } => (layer, etype, ecode),
+            TermCode::Other { layer, etype, ecode } => (layer, etype, ecode),
             named => REGISTRY
                 .iter()
                 .find(|&&(code, ..)| code == named)
@@ -291,11 +271,7 @@ impl TermCode {
 impl fmt::Display for TermCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (layer, etype, ecode) = self.fields();
-        write!(
-            f,
-            "{} ({layer:#x}/{etype:#x}/{ecode:#04x})",
-            self.description()
-        )
+        write!(f, "{} ({layer:#x}/{etype:#x}/{ecode:#04x})", self.description())
     }
 }
 
@@ -420,10 +396,7 @@ impl<'a, T: AsRef<[u8]> + ?Sized> Packet<&'a T> {
     pub fn ddp_header(&self) -> &'a [u8] {
         let buffer: &'a [u8] = self.buffer.as_ref();
         let len = self.ddp_header_len();
-        buffer
-            .get(field::DDP_HEADER..field::DDP_HEADER + len)
-            .filter(|_| len > 0)
-            .unwrap_or(&[])
+        buffer.get(field::DDP_HEADER..field::DDP_HEADER + len).filter(|_| len > 0).unwrap_or(&[])
     }
 
     /// Everything after the copied DDP header (the RDMAP header, when R is set).
@@ -440,22 +413,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         if layer > 0x0f || etype > 0x0f {
             return Err(Error::Malformed(Malformed::FieldRange { layer, etype }));
         }
-        write_u8(
-            self.buffer.as_mut(),
-            field::LAYER_ETYPE,
-            (layer << 4) | etype,
-        );
+        write_u8(self.buffer.as_mut(), field::LAYER_ETYPE, (layer << 4) | etype);
         write_u8(self.buffer.as_mut(), field::ECODE, ecode);
         Ok(())
     }
 
     /// Writes M, D and R, clearing the reserved bits.
-    pub fn set_header_control(
-        &mut self,
-        segment_length_valid: bool,
-        ddp_header: bool,
-        rdmap_header: bool,
-    ) {
+    pub fn set_header_control(&mut self, segment_length_valid: bool, ddp_header: bool, rdmap_header: bool) {
         let bit = |set: bool, mask: u8| if set { mask } else { 0 };
         let value = bit(segment_length_valid, header_control::SEGMENT_LENGTH_VALID)
             | bit(ddp_header, header_control::DDP_HEADER)
@@ -486,12 +450,7 @@ pub struct Repr<'a> {
 impl<'a> Repr<'a> {
     /// A Terminate carrying only `code`.
     pub const fn new(code: TermCode) -> Self {
-        Repr {
-            code,
-            ddp_segment_length: None,
-            ddp_header: None,
-            rdmap_header: None,
-        }
+        Repr { code, ddp_segment_length: None, ddp_header: None, rdmap_header: None }
     }
 
     pub fn parse<T: AsRef<[u8]> + ?Sized>(packet: &Packet<&'a T>) -> Result<Self, Error> {
@@ -499,12 +458,9 @@ impl<'a> Repr<'a> {
         let ddp_included = packet.ddp_header_included();
         Ok(Repr {
             code: packet.code(),
-            ddp_segment_length: (ddp_included && packet.segment_length_valid())
-                .then(|| packet.ddp_segment_length()),
+            ddp_segment_length: (ddp_included && packet.segment_length_valid()).then(|| packet.ddp_segment_length()),
             ddp_header: ddp_included.then(|| packet.ddp_header()),
-            rdmap_header: packet
-                .rdmap_header_included()
-                .then(|| packet.rdmap_header()),
+            rdmap_header: packet.rdmap_header_included().then(|| packet.rdmap_header()),
         })
     }
 
@@ -515,17 +471,13 @@ impl<'a> Repr<'a> {
 
     pub fn buffer_len(&self) -> usize {
         CONTROL_LEN
-            + self
-                .ddp_header
-                .map_or(0, |header| SEGMENT_LENGTH_LEN + header.len())
+            + self.ddp_header.map_or(0, |header| SEGMENT_LENGTH_LEN + header.len())
             + self.rdmap_header.map_or(0, <[u8]>::len)
     }
 
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) -> Result<(), Error> {
         if let Some(header) = self.ddp_header {
-            let expected = header
-                .first()
-                .map_or(0, |&octet| copied_ddp_header_len(octet));
+            let expected = header.first().map_or(0, |&octet| copied_ddp_header_len(octet));
             if header.len() != expected {
                 return Err(Error::Malformed(Malformed::DdpHeaderLength(header.len())));
             }
@@ -580,59 +532,23 @@ mod tests {
         for (index, &code) in codes.iter().enumerate() {
             let (layer, etype, ecode) = code.fields();
             assert_eq!(TermCode::from_fields(layer, etype, ecode), code, "{code}");
-            assert!(
-                codes[..index]
-                    .iter()
-                    .all(|&other| other.fields() != code.fields()),
-                "duplicate {code}"
-            );
+            assert!(codes[..index].iter().all(|&other| other.fields() != code.fields()), "duplicate {code}");
         }
     }
 
     #[test]
     fn classes() {
-        assert_eq!(
-            TermCode::RdmapAccessRightsViolation.etype_class(),
-            ErrorClass::Protection
-        );
-        assert_eq!(
-            TermCode::DdpTaggedToWrap.etype_class(),
-            ErrorClass::Protection
-        );
-        assert_eq!(
-            TermCode::RdmapUnexpectedOpcode.etype_class(),
-            ErrorClass::Operation
-        );
-        assert_eq!(
-            TermCode::DdpUntaggedInvalidMsnNoBuffer.etype_class(),
-            ErrorClass::Operation
-        );
-        assert_eq!(
-            TermCode::LlpCrcError.etype_class(),
-            ErrorClass::Catastrophic
-        );
-        assert_eq!(
-            TermCode::RdmapLocalCatastrophic.etype_class(),
-            ErrorClass::Catastrophic
-        );
+        assert_eq!(TermCode::RdmapAccessRightsViolation.etype_class(), ErrorClass::Protection);
+        assert_eq!(TermCode::DdpTaggedToWrap.etype_class(), ErrorClass::Protection);
+        assert_eq!(TermCode::RdmapUnexpectedOpcode.etype_class(), ErrorClass::Operation);
+        assert_eq!(TermCode::DdpUntaggedInvalidMsnNoBuffer.etype_class(), ErrorClass::Operation);
+        assert_eq!(TermCode::LlpCrcError.etype_class(), ErrorClass::Catastrophic);
+        assert_eq!(TermCode::RdmapLocalCatastrophic.etype_class(), ErrorClass::Catastrophic);
         let siw_catastrophic = TermCode::from_fields(0, 0, 0xff);
-        assert_eq!(
-            siw_catastrophic,
-            TermCode::Other {
-                layer: 0,
-                etype: 0,
-                ecode: 0xff
-            }
-        );
+        assert_eq!(siw_catastrophic, TermCode::Other { layer: 0, etype: 0, ecode: 0xff });
         assert_eq!(siw_catastrophic.etype_class(), ErrorClass::Catastrophic);
-        assert_eq!(
-            siw_catastrophic.description(),
-            "RDMAP local catastrophic error"
-        );
-        assert_eq!(
-            TermCode::from_fields(9, 9, 9).etype_class(),
-            ErrorClass::Catastrophic
-        );
+        assert_eq!(siw_catastrophic.description(), "RDMAP local catastrophic error");
+        assert_eq!(TermCode::from_fields(9, 9, 9).etype_class(), ErrorClass::Catastrophic);
     }
 
     #[test]
@@ -653,10 +569,7 @@ mod tests {
     #[test]
     fn emit_validation() {
         let mut out = [0u8; 64];
-        let mut repr = Repr {
-            ddp_segment_length: Some(1),
-            ..Repr::new(TermCode::LlpCrcError)
-        };
+        let mut repr = Repr { ddp_segment_length: Some(1), ..Repr::new(TermCode::LlpCrcError) };
         assert_eq!(
             repr.emit(&mut Packet::new_unchecked(&mut out[..])),
             Err(Error::Malformed(Malformed::SegmentLengthWithoutDdpHeader))
@@ -666,22 +579,14 @@ mod tests {
             repr.emit(&mut Packet::new_unchecked(&mut out[..])),
             Err(Error::Malformed(Malformed::DdpHeaderLength(18)))
         );
-        let repr = Repr::new(TermCode::Other {
-            layer: 16,
-            etype: 0,
-            ecode: 0,
-        });
+        let repr = Repr::new(TermCode::Other { layer: 16, etype: 0, ecode: 0 });
         assert!(matches!(
             repr.emit(&mut Packet::new_unchecked(&mut out[..])),
             Err(Error::Malformed(Malformed::FieldRange { .. }))
         ));
         let repr = Repr::new(TermCode::LlpCrcError);
-        assert_eq!(
-            repr.emit(&mut Packet::new_unchecked(&mut out[..3])),
-            Err(Error::Truncated)
-        );
-        repr.emit(&mut Packet::new_unchecked(&mut out[..4]))
-            .unwrap();
+        assert_eq!(repr.emit(&mut Packet::new_unchecked(&mut out[..3])), Err(Error::Truncated));
+        repr.emit(&mut Packet::new_unchecked(&mut out[..4])).unwrap();
         assert_eq!(&out[..4], &[0x20, 0x02, 0x00, 0x00]);
     }
 }

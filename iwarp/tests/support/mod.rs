@@ -1,11 +1,6 @@
 //! Helpers for engine tests: memory regions with scattered pages, data
 //! checks, WR builders.
-#![allow(
-    dead_code,
-    clippy::unwrap_used,
-    clippy::indexing_slicing,
-    clippy::cast_possible_truncation
-)]
+#![allow(dead_code, clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
 use vt3_iwarp::engine::{Access, RecvWr, SendOpcode, SendWr, Sge, SgeList};
 use vt3_iwarp::mock::{MockRegions, PAGE_SIZE};
@@ -23,11 +18,7 @@ pub struct Buf {
 
 impl Buf {
     pub fn sge(&self, offset: u64, len: u64) -> Sge {
-        Sge {
-            addr: self.iova + offset,
-            length: len as u32,
-            lkey: self.stag,
-        }
+        Sge { addr: self.iova + offset, length: len as u32, lkey: self.stag }
     }
 }
 
@@ -65,30 +56,16 @@ impl Arena {
             }
         }
         let iova = 0x7f00_0000_0000 + first + offset;
-        let stag = node
-            .regions
-            .register_pages(PD, access, iova, len, list, offset);
+        let stag = node.regions.register_pages(PD, access, iova, len, list, offset);
         Buf { stag, iova, len }
     }
 }
 
 pub fn read_buf(node: &Node, buf: &Buf, offset: u64, len: u64) -> Vec<u8> {
-    read_mr(
-        &node.regions,
-        &node.memory,
-        buf.stag,
-        buf.iova + offset,
-        len,
-    )
+    read_mr(&node.regions, &node.memory, buf.stag, buf.iova + offset, len)
 }
 
-pub fn read_mr(
-    regions: &MockRegions,
-    memory: &vt3_iwarp::mock::MockMemory,
-    stag: u32,
-    iova: u64,
-    len: u64,
-) -> Vec<u8> {
+pub fn read_mr(regions: &MockRegions, memory: &vt3_iwarp::mock::MockMemory, stag: u32, iova: u64, len: u64) -> Vec<u8> {
     let mr = regions.get(stag).unwrap();
     let mut out = Vec::with_capacity(len as usize);
     for (addr, n) in mr.ranges(iova, len) {
@@ -126,8 +103,5 @@ pub fn rdma_wr(wr_id: u64, opcode: SendOpcode, local: &[Sge], remote: &Buf, offs
 }
 
 pub fn recv_wr(wr_id: u64, sges: &[Sge]) -> RecvWr {
-    RecvWr {
-        wr_id,
-        sges: SgeList::new(sges).unwrap(),
-    }
+    RecvWr { wr_id, sges: SgeList::new(sges).unwrap() }
 }

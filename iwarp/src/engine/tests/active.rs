@@ -16,11 +16,7 @@ fn idle_pairs() -> Sim<Node, Node> {
 #[test]
 fn only_qps_with_work_are_serviced() {
     let mut sim = idle_pairs();
-    assert_eq!(
-        sim.a.engine.active_qps(),
-        0,
-        "connected and idle: nothing to service"
-    );
+    assert_eq!(sim.a.engine.active_qps(), 0, "connected and idle: nothing to service");
     assert_eq!(sim.b.engine.active_qps(), 0);
 
     post_recv(&mut sim.b, 107, 70);
@@ -28,17 +24,11 @@ fn only_qps_with_work_are_serviced() {
     assert_eq!(sim.a.engine.active_qps(), 1, "the post woke its QP");
     assert_eq!(sim.b.engine.active_qps(), 1, "so did the receive");
 
-    assert!(sim.run_until(Duration::from_secs(5), |sim| {
-        sim.a.completions.len() == 1 && sim.b.completions.len() == 1
-    }));
-    assert_eq!(
-        (sim.a.completions[0].qpn, sim.a.completions[0].wr_id),
-        (7, 7)
+    assert!(
+        sim.run_until(Duration::from_secs(5), |sim| { sim.a.completions.len() == 1 && sim.b.completions.len() == 1 })
     );
-    assert_eq!(
-        (sim.b.completions[0].qpn, sim.b.completions[0].wr_id),
-        (107, 70)
-    );
+    assert_eq!((sim.a.completions[0].qpn, sim.a.completions[0].wr_id), (7, 7));
+    assert_eq!((sim.b.completions[0].qpn, sim.b.completions[0].wr_id), (107, 70));
     assert_eq!(sim.b.completions[0].status, WcStatus::Success);
     settle(&mut sim, 1);
     assert_eq!(sim.a.engine.active_qps(), 0, "quiet again");

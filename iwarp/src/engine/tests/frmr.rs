@@ -29,14 +29,7 @@ fn write_pbl(node: &mut Node, at: u64, pages: &[u64]) {
 
 fn reg_wr(wr_id: u64, stag: u32, npages: u32, access: Access) -> SendWr {
     let mut wr = SendWr::new(wr_id, SendOpcode::RegMr);
-    wr.fast_reg = FastReg {
-        stag,
-        iova: IOVA,
-        length: LEN,
-        pbl_addr: PBL,
-        npages,
-        access,
-    };
+    wr.fast_reg = FastReg { stag, iova: IOVA, length: LEN, pbl_addr: PBL, npages, access };
     wr
 }
 
@@ -53,15 +46,9 @@ fn registered(sim: &mut Sim<Node, Node>, access: Access) -> (u32, u32) {
     assert!(!sim.b.regions.get(old).unwrap().valid, "allocated invalid");
     write_pbl(&mut sim.b, PBL, &PAGES);
     let stag = next_key(old);
-    sim.b
-        .engine
-        .post_send(2, reg_wr(100, stag, 3, access))
-        .unwrap();
+    sim.b.engine.post_send(2, reg_wr(100, stag, 3, access)).unwrap();
     settle(sim, 1);
-    assert_eq!(
-        results(&sim.b, 2),
-        vec![(100, WcOpcode::RegMr, WcStatus::Success)]
-    );
+    assert_eq!(results(&sim.b, 2), vec![(100, WcOpcode::RegMr, WcStatus::Success)]);
     sim.b.completions.clear();
     (old, stag)
 }
@@ -82,16 +69,10 @@ fn region_bytes(node: &Node, offset: u64, len: usize) -> Vec<u8> {
 
 /// A's access through `stag` failed at B with `error`, TERMINATE `sent`.
 fn refused_at_b(sim: &Sim<Node, Node>, error: ProtocolError, sent: TermCode) {
-    assert_eq!(
-        others(&sim.b.qp_events(2)),
-        vec![EventKind::LocalError { error, sent }]
-    );
+    assert_eq!(others(&sim.b.qp_events(2)), vec![EventKind::LocalError { error, sent }]);
     assert_eq!(
         others(&sim.a.qp_events(1)),
-        vec![EventKind::TerminateReceived {
-            code: sent,
-            class: sent.etype_class()
-        }]
+        vec![EventKind::TerminateReceived { code: sent, class: sent.etype_class() }]
     );
 }
 
@@ -100,78 +81,25 @@ fn the_peer_writes_and_reads_through_a_fast_registered_stag() {
     let mut sim = pair();
     let (old, stag) = registered(&mut sim, ALL);
     let mr = sim.b.regions.get(stag).unwrap();
-    assert_eq!(
-        (mr.iova, mr.length, mr.page_offset, mr.valid),
-        (IOVA, LEN, 0x100, true)
-    );
-    assert!(
-        sim.b.regions.get(old).is_none(),
-        "the key rotated: the old STag names nothing"
-    );
+    assert_eq!((mr.iova, mr.length, mr.page_offset, mr.valid), (IOVA, LEN, 0x100, true));
+    assert!(sim.b.regions.get(old).is_none(), "the key rotated: the old STag names nothing");
     // A WRITEs 9000 octets across all three pages, then READs them back.
     let data: Vec<u8> = (0..9000u32).map(|i| (i * 7 % 251) as u8).collect();
     let (astag, aiova) = registered_buffer(&mut sim.a, 2 * 9000);
     sim.a.memory.fill(aiova, &data);
-    sim.a
-        .engine
-        .post_send(
-            1,
-            rdma(1, SendOpcode::Write, (astag, aiova), 9000, stag, IOVA + 50),
-        )
-        .unwrap();
-    sim.a
-        .engine
-        .post_send(
-            1,
-            rdma(
-                2,
-                SendOpcode::Read,
-                (astag, aiova + 9000),
-                9000,
-                stag,
-                IOVA + 50,
-            ),
-        )
-        .unwrap();
+    sim.a.engine.post_send(1, rdma(1, SendOpcode::Write, (astag, aiova), 9000, stag, IOVA + 50)).unwrap();
+    sim.a.engine.post_send(1, rdma(2, SendOpcode::Read, (astag, aiova + 9000), 9000, stag, IOVA + 50)).unwrap();
     settle(&mut sim, 2);
     assert_eq!(
         results(&sim.a, 1),
-        vec![
-            (1, WcOpcode::Write, WcStatus::Success),
-            (2, WcOpcode::Read, WcStatus::Success)
-        ]
+        vec![(1, WcOpcode::Write, WcStatus::Success), (2, WcOpcode::Read, WcStatus::Success)]
     );
-    assert_eq!(
-        region_bytes(&sim.b, 50, 9000),
-        data,
-        "placed through the page list"
-    );
-    assert_eq!(
-        sim.a.memory.slice(aiova + 9000, 9000),
-        &data[..],
-        "read back"
-    );
+    assert_eq!(region_bytes(&sim.b, 50, 9000), data, "placed through the page list");
+    assert_eq!(sim.a.memory.slice(aiova + 9000, 9000), &data[..], "read back");
     // Bounds are the registration's: one octet past the end is refused.
-    sim.a
-        .engine
-        .post_send(
-            1,
-            rdma(
-                3,
-                SendOpcode::Write,
-                (astag, aiova),
-                2,
-                stag,
-                IOVA + LEN - 1,
-            ),
-        )
-        .unwrap();
+    sim.a.engine.post_send(1, rdma(3, SendOpcode::Write, (astag, aiova), 2, stag, IOVA + LEN - 1)).unwrap();
     settle(&mut sim, 2);
-    refused_at_b(
-        &sim,
-        ProtocolError::WriteAccess(AccessError::Bounds),
-        TermCode::DdpTaggedBaseOrBoundsViolation,
-    );
+    refused_at_b(&sim, ProtocolError::WriteAccess(AccessError::Bounds), TermCode::DdpTaggedBaseOrBoundsViolation);
 }
 
 #[test]
@@ -181,19 +109,9 @@ fn rights_are_the_registrations() {
     let (_, stag) = registered(&mut sim, LOCAL_WRITE | REMOTE_READ);
     let before = sim.b.memory.clone();
     let (astag, aiova) = registered_buffer(&mut sim.a, 64);
-    sim.a
-        .engine
-        .post_send(
-            1,
-            rdma(1, SendOpcode::Write, (astag, aiova), 64, stag, IOVA),
-        )
-        .unwrap();
+    sim.a.engine.post_send(1, rdma(1, SendOpcode::Write, (astag, aiova), 64, stag, IOVA)).unwrap();
     settle(&mut sim, 2);
-    refused_at_b(
-        &sim,
-        ProtocolError::WriteAccess(AccessError::Rights),
-        TermCode::DdpTaggedInvalidStag,
-    );
+    refused_at_b(&sim, ProtocolError::WriteAccess(AccessError::Rights), TermCode::DdpTaggedInvalidStag);
     assert!(sim.b.memory.changed_ranges(&before).is_empty());
 }
 
@@ -206,13 +124,7 @@ fn a_read_response_lands_in_a_fast_registered_sink() {
     let data: Vec<u8> = (0..7000u32).map(|i| (i % 253) as u8 ^ 0x3c).collect();
     let (astag, aiova) = registered_buffer(&mut sim.a, 7000);
     sim.a.memory.fill(aiova, &data);
-    sim.b
-        .engine
-        .post_send(
-            2,
-            rdma(1, SendOpcode::Read, (sink, IOVA + 10), 7000, astag, aiova),
-        )
-        .unwrap();
+    sim.b.engine.post_send(2, rdma(1, SendOpcode::Read, (sink, IOVA + 10), 7000, astag, aiova)).unwrap();
     // A fenced LOCAL_INV after it waits for the READ's last response.
     let mut inv = local_inv_wr(2, sink);
     inv.fence = true;
@@ -220,26 +132,14 @@ fn a_read_response_lands_in_a_fast_registered_sink() {
     settle(&mut sim, 2);
     assert_eq!(
         results(&sim.b, 2),
-        vec![
-            (1, WcOpcode::Read, WcStatus::Success),
-            (2, WcOpcode::LocalInv, WcStatus::Success)
-        ]
+        vec![(1, WcOpcode::Read, WcStatus::Success), (2, WcOpcode::LocalInv, WcStatus::Success)]
     );
     assert_eq!(region_bytes(&sim.b, 10, 7000), data);
     assert!(!sim.b.regions.get(sink).unwrap().valid);
     // The invalidated sink refuses the next READ locally.
-    sim.b
-        .engine
-        .post_send(
-            2,
-            rdma(3, SendOpcode::Read, (sink, IOVA), 100, astag, aiova),
-        )
-        .unwrap();
+    sim.b.engine.post_send(2, rdma(3, SendOpcode::Read, (sink, IOVA), 100, astag, aiova)).unwrap();
     settle(&mut sim, 2);
-    assert_eq!(
-        results(&sim.b, 2)[2],
-        (3, WcOpcode::Read, WcStatus::LocProtErr)
-    );
+    assert_eq!(results(&sim.b, 2)[2], (3, WcOpcode::Read, WcStatus::LocProtErr));
     assert_eq!(sim.b.state(2), Some(QpState::Error));
 }
 
@@ -250,39 +150,18 @@ fn access_after_local_invalidate_is_a_terminate() {
         let (_, stag) = registered(&mut sim, ALL);
         sim.b.engine.post_send(2, local_inv_wr(5, stag)).unwrap();
         settle(&mut sim, 1);
-        assert_eq!(
-            results(&sim.b, 2),
-            vec![(5, WcOpcode::LocalInv, WcStatus::Success)]
-        );
+        assert_eq!(results(&sim.b, 2), vec![(5, WcOpcode::LocalInv, WcStatus::Success)]);
         let before = sim.b.memory.clone();
         let (astag, aiova) = registered_buffer(&mut sim.a, 64);
-        let opcode = if read {
-            SendOpcode::Read
-        } else {
-            SendOpcode::Write
-        };
-        sim.a
-            .engine
-            .post_send(1, rdma(1, opcode, (astag, aiova), 64, stag, IOVA))
-            .unwrap();
+        let opcode = if read { SendOpcode::Read } else { SendOpcode::Write };
+        sim.a.engine.post_send(1, rdma(1, opcode, (astag, aiova), 64, stag, IOVA)).unwrap();
         settle(&mut sim, 2);
         if read {
-            refused_at_b(
-                &sim,
-                ProtocolError::ReadSourceAccess(AccessError::InvalidStag),
-                TermCode::RdmapInvalidStag,
-            );
+            refused_at_b(&sim, ProtocolError::ReadSourceAccess(AccessError::InvalidStag), TermCode::RdmapInvalidStag);
         } else {
-            refused_at_b(
-                &sim,
-                ProtocolError::WriteAccess(AccessError::InvalidStag),
-                TermCode::DdpTaggedInvalidStag,
-            );
+            refused_at_b(&sim, ProtocolError::WriteAccess(AccessError::InvalidStag), TermCode::DdpTaggedInvalidStag);
         }
-        assert!(
-            sim.b.memory.changed_ranges(&before).is_empty(),
-            "nothing placed"
-        );
+        assert!(sim.b.memory.changed_ranges(&before).is_empty(), "nothing placed");
     }
 }
 
@@ -291,48 +170,24 @@ fn send_with_invalidate_of_a_fast_reg_mr() {
     let mut sim = pair();
     let (_, stag) = registered(&mut sim, ALL);
     let (rstag, riova) = registered_buffer(&mut sim.b, 4096);
-    let sges = SgeList::single(Sge {
-        addr: riova,
-        length: 4096,
-        lkey: rstag,
-    });
-    sim.b
-        .engine
-        .post_recv(2, RecvWr { wr_id: 7, sges })
-        .unwrap();
+    let sges = SgeList::single(Sge { addr: riova, length: 4096, lkey: rstag });
+    sim.b.engine.post_recv(2, RecvWr { wr_id: 7, sges }).unwrap();
     let (astag, aiova) = registered_buffer(&mut sim.a, 64);
     let mut inv = SendWr::new(1, SendOpcode::SendSolicitedInvalidate);
-    inv.sges = SgeList::single(Sge {
-        addr: aiova,
-        length: 20,
-        lkey: astag,
-    });
+    inv.sges = SgeList::single(Sge { addr: aiova, length: 20, lkey: astag });
     inv.invalidate_stag = stag;
     sim.a.engine.post_send(1, inv).unwrap();
     settle(&mut sim, 1);
     let c = sim.b.completions[0];
     assert_eq!(
-        (
-            c.wr_id,
-            c.status,
-            c.byte_len,
-            c.invalidated_stag,
-            c.solicited
-        ),
+        (c.wr_id, c.status, c.byte_len, c.invalidated_stag, c.solicited),
         (7, WcStatus::Success, 20, Some(stag), true)
     );
     assert!(!sim.b.regions.get(stag).unwrap().valid);
     // The peer's next access through it fails.
-    sim.a
-        .engine
-        .post_send(1, rdma(2, SendOpcode::Write, (astag, aiova), 8, stag, IOVA))
-        .unwrap();
+    sim.a.engine.post_send(1, rdma(2, SendOpcode::Write, (astag, aiova), 8, stag, IOVA)).unwrap();
     settle(&mut sim, 2);
-    refused_at_b(
-        &sim,
-        ProtocolError::WriteAccess(AccessError::InvalidStag),
-        TermCode::DdpTaggedInvalidStag,
-    );
+    refused_at_b(&sim, ProtocolError::WriteAccess(AccessError::InvalidStag), TermCode::DdpTaggedInvalidStag);
 }
 
 /// Send with Invalidate of an STag the peer may not invalidate: each is a
@@ -360,64 +215,33 @@ fn remote_invalidation_rules() {
             AccessError::InvalidStag,
             TermCode::RdmapOperationStagCannotBeInvalidated,
         ),
-        (
-            "nothing at all",
-            |_| 0x00ab_cd00,
-            AccessError::InvalidStag,
-            TermCode::RdmapOperationStagCannotBeInvalidated,
-        ),
+        ("nothing at all", |_| 0x00ab_cd00, AccessError::InvalidStag, TermCode::RdmapOperationStagCannotBeInvalidated),
     ];
     for (what, target, error, sent) in cases {
         let mut sim = pair();
         let stag = target(&mut sim);
-        let valid_before = sim
-            .b
-            .regions
-            .iter()
-            .map(|(s, mr)| (s, mr.valid))
-            .collect::<Vec<_>>();
+        let valid_before = sim.b.regions.iter().map(|(s, mr)| (s, mr.valid)).collect::<Vec<_>>();
         let (rstag, riova) = registered_buffer(&mut sim.b, 4096);
-        let sges = SgeList::single(Sge {
-            addr: riova,
-            length: 4096,
-            lkey: rstag,
-        });
-        sim.b
-            .engine
-            .post_recv(2, RecvWr { wr_id: 7, sges })
-            .unwrap();
+        let sges = SgeList::single(Sge { addr: riova, length: 4096, lkey: rstag });
+        sim.b.engine.post_recv(2, RecvWr { wr_id: 7, sges }).unwrap();
         let mut inv = SendWr::new(1, SendOpcode::SendInvalidate);
         inv.invalidate_stag = stag;
         sim.a.engine.post_send(1, inv).unwrap();
         settle(&mut sim, 2);
         assert_eq!(
             others(&sim.b.qp_events(2)),
-            vec![EventKind::LocalError {
-                error: ProtocolError::CannotInvalidate(error),
-                sent
-            }],
+            vec![EventKind::LocalError { error: ProtocolError::CannotInvalidate(error), sent }],
             "{what}"
         );
         assert_eq!(
             others(&sim.a.qp_events(1)),
-            vec![EventKind::TerminateReceived {
-                code: sent,
-                class: sent.etype_class()
-            }],
+            vec![EventKind::TerminateReceived { code: sent, class: sent.etype_class() }],
             "{what}"
         );
         let c = sim.b.completions[0];
-        assert_eq!(
-            (c.wr_id, c.status, c.invalidated_stag),
-            (7, WcStatus::RemInvReqErr, None),
-            "{what}"
-        );
+        assert_eq!((c.wr_id, c.status, c.invalidated_stag), (7, WcStatus::RemInvReqErr, None), "{what}");
         for (s, valid) in valid_before {
-            assert_eq!(
-                sim.b.regions.get(s).unwrap().valid,
-                valid,
-                "{what}: STag {s:#x} untouched"
-            );
+            assert_eq!(sim.b.regions.get(s).unwrap().valid, valid, "{what}: STag {s:#x} untouched");
         }
     }
 }
@@ -437,44 +261,19 @@ fn key_rotation_makes_the_old_stag_invalid() {
     settle(&mut sim, 1);
     assert_eq!(
         results(&sim.b, 2),
-        vec![
-            (1, WcOpcode::LocalInv, WcStatus::Success),
-            (2, WcOpcode::RegMr, WcStatus::Success)
-        ]
+        vec![(1, WcOpcode::LocalInv, WcStatus::Success), (2, WcOpcode::RegMr, WcStatus::Success)]
     );
     assert_eq!(first >> 8, second >> 8, "same index");
     let (astag, aiova) = registered_buffer(&mut sim.a, 64);
     sim.a.memory.fill(aiova, &[0x5a; 64]);
-    sim.a
-        .engine
-        .post_send(
-            1,
-            rdma(1, SendOpcode::Write, (astag, aiova), 64, second, IOVA),
-        )
-        .unwrap();
+    sim.a.engine.post_send(1, rdma(1, SendOpcode::Write, (astag, aiova), 64, second, IOVA)).unwrap();
     settle(&mut sim, 1);
-    assert_eq!(
-        sim.b.memory.slice(new_pages[0] + 0x100, 64),
-        &[0x5a; 64][..]
-    );
+    assert_eq!(sim.b.memory.slice(new_pages[0] + 0x100, 64), &[0x5a; 64][..]);
     let before = sim.b.memory.clone();
-    sim.a
-        .engine
-        .post_send(
-            1,
-            rdma(2, SendOpcode::Write, (astag, aiova), 64, first, IOVA),
-        )
-        .unwrap();
+    sim.a.engine.post_send(1, rdma(2, SendOpcode::Write, (astag, aiova), 64, first, IOVA)).unwrap();
     settle(&mut sim, 2);
-    refused_at_b(
-        &sim,
-        ProtocolError::WriteAccess(AccessError::InvalidStag),
-        TermCode::DdpTaggedInvalidStag,
-    );
-    assert!(
-        sim.b.memory.changed_ranges(&before).is_empty(),
-        "the old STag reaches nothing"
-    );
+    refused_at_b(&sim, ProtocolError::WriteAccess(AccessError::InvalidStag), TermCode::DdpTaggedInvalidStag);
+    assert!(sim.b.memory.changed_ranges(&before).is_empty(), "the old STag reaches nothing");
 }
 
 /// Every REG_MR or LOCAL_INV rule broken: a local error completion
@@ -528,37 +327,21 @@ fn refused_registrations_and_invalidations_are_local_errors() {
             write_pbl(&mut sim.b, PBL, &[0x8_0000, 1 << 40, 0x6_0000]);
             reg_wr(9, next_key(stag), 3, ALL)
         }),
-        ("LOCAL_INV of an ordinary MR", |sim| {
-            local_inv_wr(9, registered_buffer(&mut sim.b, 4096).0)
-        }),
-        ("LOCAL_INV of another PD's MR", |sim| {
-            local_inv_wr(9, sim.b.regions.alloc_fast_reg(PD + 1, 4))
-        }),
+        ("LOCAL_INV of an ordinary MR", |sim| local_inv_wr(9, registered_buffer(&mut sim.b, 4096).0)),
+        ("LOCAL_INV of another PD's MR", |sim| local_inv_wr(9, sim.b.regions.alloc_fast_reg(PD + 1, 4))),
     ];
     for (what, case) in cases {
         let mut sim = pair();
         write_pbl(&mut sim.b, PBL, &PAGES);
         let wr = case(&mut sim);
         let opcode = wr.opcode.wc_opcode();
-        let tpt_before: Vec<_> = sim
-            .b
-            .regions
-            .iter()
-            .map(|(s, mr)| (s, mr.clone()))
-            .collect();
+        let tpt_before: Vec<_> = sim.b.regions.iter().map(|(s, mr)| (s, mr.clone())).collect();
         sim.b.engine.post_send(2, wr).unwrap();
         settle(&mut sim, 2);
-        assert_eq!(
-            results(&sim.b, 2),
-            vec![(9, opcode, WcStatus::LocQpOpErr)],
-            "{what}"
-        );
+        assert_eq!(results(&sim.b, 2), vec![(9, opcode, WcStatus::LocQpOpErr)], "{what}");
         assert_eq!(
             others(&sim.b.qp_events(2)),
-            vec![EventKind::WqeError {
-                wr_id: 9,
-                status: WcStatus::LocQpOpErr
-            }],
+            vec![EventKind::WqeError { wr_id: 9, status: WcStatus::LocQpOpErr }],
             "{what}"
         );
         assert_eq!(sim.b.state(2), Some(QpState::Error), "{what}");
@@ -570,12 +353,7 @@ fn refused_registrations_and_invalidations_are_local_errors() {
             }],
             "{what}"
         );
-        let tpt_after: Vec<_> = sim
-            .b
-            .regions
-            .iter()
-            .map(|(s, mr)| (s, mr.clone()))
-            .collect();
+        let tpt_after: Vec<_> = sim.b.regions.iter().map(|(s, mr)| (s, mr.clone())).collect();
         assert_eq!(tpt_after, tpt_before, "{what}: the TPT is unchanged");
     }
 }
@@ -588,31 +366,16 @@ fn invalidating_an_invalid_fast_reg_mr_is_allowed() {
     let stag = sim.b.regions.alloc_fast_reg(PD, 4);
     sim.b.engine.post_send(2, local_inv_wr(1, stag)).unwrap();
     let (rstag, riova) = registered_buffer(&mut sim.b, 4096);
-    let sges = SgeList::single(Sge {
-        addr: riova,
-        length: 4096,
-        lkey: rstag,
-    });
-    sim.b
-        .engine
-        .post_recv(2, RecvWr { wr_id: 7, sges })
-        .unwrap();
+    let sges = SgeList::single(Sge { addr: riova, length: 4096, lkey: rstag });
+    sim.b.engine.post_recv(2, RecvWr { wr_id: 7, sges }).unwrap();
     let mut inv = SendWr::new(1, SendOpcode::SendInvalidate);
     inv.invalidate_stag = stag;
     sim.a.engine.post_send(1, inv).unwrap();
     write_pbl(&mut sim.b, PBL, &PAGES);
     settle(&mut sim, 1);
-    sim.b
-        .engine
-        .post_send(2, reg_wr(2, next_key(stag), 3, ALL))
-        .unwrap();
+    sim.b.engine.post_send(2, reg_wr(2, next_key(stag), 3, ALL)).unwrap();
     settle(&mut sim, 1);
-    let b: Vec<_> = sim
-        .b
-        .completions
-        .iter()
-        .map(|c| (c.wr_id, c.opcode, c.status, c.invalidated_stag))
-        .collect();
+    let b: Vec<_> = sim.b.completions.iter().map(|c| (c.wr_id, c.opcode, c.status, c.invalidated_stag)).collect();
     assert_eq!(
         b,
         vec![
@@ -634,47 +397,24 @@ fn read_with_invalidate_invalidates_the_sink() {
     let data: Vec<u8> = (0..5000u32).map(|i| (i % 241) as u8).collect();
     let (astag, aiova) = registered_buffer(&mut sim.a, 5000);
     sim.a.memory.fill(aiova, &data);
-    let mut read = rdma(
-        1,
-        SendOpcode::ReadInvalidate,
-        (sink, IOVA),
-        5000,
-        astag,
-        aiova,
-    );
+    let mut read = rdma(1, SendOpcode::ReadInvalidate, (sink, IOVA), 5000, astag, aiova);
     read.invalidate_stag = sink;
     sim.b.engine.post_send(2, read).unwrap();
     settle(&mut sim, 2);
-    assert_eq!(
-        results(&sim.b, 2),
-        vec![(1, WcOpcode::Read, WcStatus::Success)]
-    );
+    assert_eq!(results(&sim.b, 2), vec![(1, WcOpcode::Read, WcStatus::Success)]);
     assert_eq!(region_bytes(&sim.b, 0, 5000), data);
-    assert!(
-        !sim.b.regions.get(sink).unwrap().valid,
-        "invalidated with the completion"
-    );
+    assert!(!sim.b.regions.get(sink).unwrap().valid, "invalidated with the completion");
 
     // Naming an ordinary MR: refused locally, the peer never asked.
     let mut sim = pair();
     let (_, sink) = registered(&mut sim, LOCAL_WRITE | REMOTE_WRITE);
     let (plain, _) = registered_buffer(&mut sim.b, 4096);
     let (astag, aiova) = registered_buffer(&mut sim.a, 64);
-    let mut read = rdma(
-        2,
-        SendOpcode::ReadInvalidate,
-        (sink, IOVA),
-        64,
-        astag,
-        aiova,
-    );
+    let mut read = rdma(2, SendOpcode::ReadInvalidate, (sink, IOVA), 64, astag, aiova);
     read.invalidate_stag = plain;
     sim.b.engine.post_send(2, read).unwrap();
     settle(&mut sim, 2);
-    assert_eq!(
-        results(&sim.b, 2),
-        vec![(2, WcOpcode::Read, WcStatus::LocQpOpErr)]
-    );
+    assert_eq!(results(&sim.b, 2), vec![(2, WcOpcode::Read, WcStatus::LocQpOpErr)]);
     assert_eq!(sim.a.engine.stats().read_requests_rx, 0);
     assert!(sim.b.regions.get(sink).unwrap().valid && sim.b.regions.get(plain).unwrap().valid);
 }

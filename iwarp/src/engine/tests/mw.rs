@@ -17,8 +17,7 @@ fn next_key(stag: u32) -> u32 {
 }
 
 fn mr(node: &mut Node, access: Access) -> u32 {
-    node.regions
-        .register_contiguous(PD, access, MR_IOVA, MR_GUEST, MR_LEN)
+    node.regions.register_contiguous(PD, access, MR_IOVA, MR_GUEST, MR_LEN)
 }
 
 fn bind_wr(wr_id: u64, bind: MwBind) -> SendWr {
@@ -79,10 +78,7 @@ fn the_peer_writes_and_reads_through_bound_windows_of_both_types() {
         let (start, end) = (MR_GUEST + 0x180, MR_GUEST + 0x180 + 3000);
         assert!(sim.b.memory.changed_ranges(&before).iter().all(|&(s, e)| s >= start && e <= end));
         let (astag, aiova) = registered_buffer(&mut sim.a, 8192);
-        sim.a
-            .engine
-            .post_send(1, rdma(2, SendOpcode::Read, (astag, aiova + 4096), 3000, mw, MR_IOVA + 0x180))
-            .unwrap();
+        sim.a.engine.post_send(1, rdma(2, SendOpcode::Read, (astag, aiova + 4096), 3000, mw, MR_IOVA + 0x180)).unwrap();
         settle(&mut sim, 2);
         assert_eq!(results(&sim.a, 1)[1], (2, WcOpcode::Read, WcStatus::Success));
         assert_eq!(sim.a.memory.slice(aiova + 4096, 3000), &want[..], "{mw_type:?}");
@@ -114,14 +110,8 @@ fn every_refused_bind_completes_with_mw_bind_err_and_errors_the_qp() {
             let ro = n.regions.register_contiguous(PD, MW_BIND | REMOTE_READ, MR_IOVA, MR_GUEST, MR_LEN);
             bind_of(mw, ro, MwType::Two)
         }),
-        ("beyond the MR", |_, mr, mw| MwBind {
-            addr: MR_IOVA + MR_LEN - 0x800,
-            ..bind_of(mw, mr, MwType::Two)
-        }),
-        ("the window's own key", |_, mr, mw| MwBind {
-            mw_stag: mw,
-            ..bind_of(mw, mr, MwType::Two)
-        }),
+        ("beyond the MR", |_, mr, mw| MwBind { addr: MR_IOVA + MR_LEN - 0x800, ..bind_of(mw, mr, MwType::Two) }),
+        ("the window's own key", |_, mr, mw| MwBind { mw_stag: mw, ..bind_of(mw, mr, MwType::Two) }),
         ("an MR's STag as the window", |_, mr, _| bind_of(mr, mr, MwType::Two)),
         ("a window's STag as the MR", |n, _, mw| {
             let other = n.regions.alloc_window(PD, MwType::Two);
@@ -157,21 +147,10 @@ fn a_type_1_window_rebinds_and_a_zero_length_bind_unbinds_it() {
     let second = bind_of(first, mr, MwType::One);
     assert_eq!(post_bind(&mut sim, second), WcStatus::Success, "rebind while bound");
     assert!(sim.b.regions.get(first).is_none(), "the old key names nothing");
-    let unbind = MwBind {
-        length: 0,
-        mr_stag: 0,
-        access: 0,
-        ..bind_of(second.mw_stag, mr, MwType::One)
-    };
+    let unbind = MwBind { length: 0, mr_stag: 0, access: 0, ..bind_of(second.mw_stag, mr, MwType::One) };
     assert_eq!(post_bind(&mut sim, unbind), WcStatus::Success);
     a_writes(&mut sim, 1, unbind.mw_stag, MR_IOVA + 0x100, 16);
-    refused(
-        &sim,
-        1,
-        2,
-        ProtocolError::WriteAccess(AccessError::InvalidStag),
-        TermCode::DdpTaggedInvalidStag,
-    );
+    refused(&sim, 1, 2, ProtocolError::WriteAccess(AccessError::InvalidStag), TermCode::DdpTaggedInvalidStag);
 }
 
 #[test]

@@ -6,11 +6,7 @@ use super::*;
 const SRQ: u32 = 5;
 
 fn srq_pair() -> Sim<Node, Node> {
-    let mut sim = Sim::pair(
-        NodeConfig::new(0),
-        NodeConfig::new(1),
-        WireConfig::default(),
-    );
+    let mut sim = Sim::pair(NodeConfig::new(0), NodeConfig::new(1), WireConfig::default());
     sim.b.engine.create_srq(SRQ, 4, 0).unwrap();
     let mut shared = QpConfig::new(PD);
     shared.srq = Some(SRQ);
@@ -26,25 +22,14 @@ fn srq_pair() -> Sim<Node, Node> {
 
 fn post_srq(sim: &mut Sim<Node, Node>, wr_id: u64) {
     let (stag, iova) = registered_buffer(&mut sim.b, 64 * 1024);
-    let sges = SgeList::single(Sge {
-        addr: iova,
-        length: 64 * 1024,
-        lkey: stag,
-    });
-    sim.b
-        .engine
-        .post_srq_recv(SRQ, RecvWr { wr_id, sges })
-        .unwrap();
+    let sges = SgeList::single(Sge { addr: iova, length: 64 * 1024, lkey: stag });
+    sim.b.engine.post_srq_recv(SRQ, RecvWr { wr_id, sges }).unwrap();
 }
 
 fn send(sim: &mut Sim<Node, Node>, qpn: u32, len: u32) {
     let (stag, iova) = registered_buffer(&mut sim.a, 64 * 1024);
     let mut wr = SendWr::new(u64::from(qpn), SendOpcode::Send);
-    wr.sges = SgeList::single(Sge {
-        addr: iova,
-        length: len,
-        lkey: stag,
-    });
+    wr.sges = SgeList::single(Sge { addr: iova, length: len, lkey: stag });
     sim.a.engine.post_send(qpn, wr).unwrap();
 }
 
@@ -67,10 +52,7 @@ fn qps_take_in_srq_order_and_an_error_leaves_the_rest() {
     send(&mut sim, 1, 10);
     settle(&mut sim, 1);
     let ok = WcStatus::Success;
-    assert_eq!(
-        receives(&sim.b),
-        vec![(12, 100, ok, Some(0)), (11, 101, ok, Some(1))]
-    );
+    assert_eq!(receives(&sim.b), vec![(12, 100, ok, Some(0)), (11, 101, ok, Some(1))]);
     assert_eq!(sim.b.engine.srq_taken(SRQ), Some(2));
     // QP 11 is reset: nothing of the SRQ is flushed or taken.
     let now = sim.now;
@@ -90,18 +72,12 @@ fn a_message_cut_short_flushes_its_wr_on_its_qp() {
     post_srq(&mut sim, 100);
     post_srq(&mut sim, 101);
     send(&mut sim, 1, 60_000);
-    assert!(
-        sim.run_until(Duration::from_secs(2), |sim| sim.b.engine.srq_taken(SRQ)
-            == Some(1))
-    );
+    assert!(sim.run_until(Duration::from_secs(2), |sim| sim.b.engine.srq_taken(SRQ) == Some(1)));
     assert!(receives(&sim.b).is_empty(), "still receiving");
     let now = sim.now;
     sim.b.engine.modify_qp(now, 11, QpState::Error).unwrap();
     sim.run_for(Duration::from_millis(1));
-    assert_eq!(
-        receives(&sim.b),
-        vec![(11, 100, WcStatus::WrFlushErr, Some(0))]
-    );
+    assert_eq!(receives(&sim.b), vec![(11, 100, WcStatus::WrFlushErr, Some(0))]);
     send(&mut sim, 2, 10);
     settle(&mut sim, 1);
     assert_eq!(receives(&sim.b)[1], (12, 101, WcStatus::Success, Some(1)));
@@ -111,14 +87,8 @@ fn a_message_cut_short_flushes_its_wr_on_its_qp() {
 fn srq_calls_are_checked() {
     let mut sim = srq_pair();
     let e = &mut sim.b.engine;
-    let wr = RecvWr {
-        wr_id: 1,
-        sges: SgeList::EMPTY,
-    };
-    assert!(matches!(
-        e.post_recv(11, wr),
-        Err(EngineError::InvalidState { .. })
-    ));
+    let wr = RecvWr { wr_id: 1, sges: SgeList::EMPTY };
+    assert!(matches!(e.post_recv(11, wr), Err(EngineError::InvalidState { .. })));
     assert_eq!(e.destroy_srq(SRQ), Err(EngineError::SrqBusy(SRQ)));
     assert_eq!(e.create_srq(SRQ, 4, 0), Err(EngineError::SrqExists(SRQ)));
     assert!(e.create_srq(6, 0, 0).is_err());
@@ -141,10 +111,7 @@ fn a_resized_srq_pools_more_and_keeps_its_order() {
     for wr_id in 100..104 {
         post_srq(&mut sim, wr_id);
     }
-    let full = RecvWr {
-        wr_id: 1,
-        sges: SgeList::EMPTY,
-    };
+    let full = RecvWr { wr_id: 1, sges: SgeList::EMPTY };
     let e = &mut sim.b.engine;
     assert_eq!(e.post_srq_recv(SRQ, full), Err(EngineError::QueueFull));
     assert!(e.resize_srq(SRQ, 2).is_err(), "a pool never shrinks");
