@@ -649,6 +649,26 @@ run_mutant() {
 	rm -rf "$dir"
 }
 
+# --check-anchors: every mutant's patch still applies (its anchors are in
+# their files exactly once), without building anything: the lint stage
+# runs it, so a refactor that moves an anchor fails the check, not a
+# mutants run months later.
+if [ "${1:-}" = --check-anchors ]; then
+	bad=0
+	for n in "${ALL_MUTANTS[@]}"; do
+		for k in "" 2; do
+			f=FILE$k a=ANCHOR$k
+			eval "file=\${$f[\$n]:-} anchor=\${$a[\$n]:-}"
+			[ -n "$file" ] || continue
+			count=$(ANCHOR=$anchor /usr/bin/python3 -c 'import os, sys; print(open(sys.argv[1]).read().count(os.environ["ANCHOR"]))' "$ROOT/$file")
+			[ "$count" = 1 ] || { log "$n: anchor$k found $count times in $file"; bad=$((bad + 1)); }
+		done
+	done
+	echo "mutants: ${#ALL_MUTANTS[@]} mutants, $bad anchors not found exactly once"
+	[ "$bad" -eq 0 ]
+	exit
+fi
+
 declare -A RESULT
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${ALL_MUTANTS[@]}")
