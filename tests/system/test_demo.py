@@ -8,4 +8,5 @@ def test_demo(vt3_pair):
     lines = []
     run_demo(vt3_pair, say=lines.append)
     text = "\n".join(lines)
-    assert "vt3-flushtest: 1 passed, 0 failed" in text and text.count("vt3-flushtest: 1 passed, 0 failed") == 2, text[-2000:]
+    assert "vt3-flushtest: 1 passed, 0 failed" in text \
+        and text.count("vt3-flushtest: 1 passed, 0 failed") == 2, text[-2000:]

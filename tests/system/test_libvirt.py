@@ -1,10 +1,10 @@
-"""vt3 under libvirt: two domains defined from the README's XML (section
-"libvirt": <interface type='vhostuser'> on a vt3d's socket, memfd shared
-memory, the guest's key as the firmware configuration file opt/vt3/key
-(<sysinfo type='fwcfg'>), direct kernel boot of the lab's image) and
-started by a libvirtd the case runs itself, rping between them with the
-data verified, then the domains destroyed and libvirtd stopped, nothing
-left running.
+"""vt3 under libvirt: two domains defined from the user guide's XML
+(docs/user-guide.md, section "libvirt": <interface type='vhostuser'> on
+a vt3d's socket, memfd shared memory, the guest's key as the firmware
+configuration file opt/vt3/key (<sysinfo type='fwcfg'>), direct kernel
+boot of the lab's image) and started by a libvirtd the case runs itself,
+rping between them with the data verified, then the domains destroyed
+and libvirtd stopped, nothing left running.
 
 The libvirtd is a session instance run as `nobody`, its configuration,
 runtime and state under the case's run directory: the machine's libvirt
@@ -33,7 +33,7 @@ QEMU_NS = "http://libvirt.org/schemas/domain/qemu/1.0"
 PINGS = 10
 USER = pwd.getpwnam("nobody")
 
-# What the README's XML names, and what each domain of the case has instead.
+# What the user guide's XML names, and what each domain of the case has instead.
 README_GUEST = {"name": "<name>vt3-a</name>", "emulator": "<emulator>/usr/bin/qemu-system-x86_64</emulator>",
                 "kernel": "<kernel>/var/cache/vt3/images/vmlinux</kernel>",
                 "initrd": "<initrd>/var/cache/vt3/images/initramfs-vt3.cpio</initrd>",
@@ -42,18 +42,18 @@ README_GUEST = {"name": "<name>vt3-a</name>", "emulator": "<emulator>/usr/bin/qe
 
 
 def readme_xml() -> str:
-    """The fenced xml block of the README's "### libvirt" section."""
-    text = (ROOT / "README.md").read_text()
+    """The fenced xml block of docs/user-guide.md's "### libvirt" section."""
+    text = (ROOT / "docs" / "user-guide.md").read_text()
     _, found, section = text.partition("\n### libvirt\n")
-    assert found, "README.md has no '### libvirt' section"
+    assert found, "docs/user-guide.md has no '### libvirt' section"
     m = re.search(r"^```xml\n(.*?)^```", section.split("\n## ", 1)[0], re.S | re.M)
-    assert m, "README.md's libvirt section has no ```xml block"
+    assert m, "docs/user-guide.md's libvirt section has no ```xml block"
     return m.group(1)
 
 
 def domain_xml(template: str, g: Guest, vhost: Path, accel: str) -> str:
-    """The README's domain for guest G: its name, QEMU, kernel and image,
-    address, MAC, vt3d socket and key file; the README's pty console
+    """The user guide's domain for guest G: its name, QEMU, kernel and image,
+    address, MAC, vt3d socket and key file; the guide's pty console
     replaced by the harness's two serial ports (ttyS0 to a file, ttyS1 the
     command agent)."""
     cfg = g.cfg
@@ -62,23 +62,23 @@ def domain_xml(template: str, g: Guest, vhost: Path, accel: str) -> str:
            "args": f"vt3.name={g.name} vt3.ip={g.ip}/24", "mac": f"<mac address='{g.mac}'/>",
            "socket": f"path='{vhost}'", "key": f"file='{g.nic.key_file}'"}
     for key, old in README_GUEST.items():
-        assert template.count(old) == 1, f"the README's libvirt XML has {template.count(old)} × {old!r}, want 1"
+        assert template.count(old) == 1, f"the user guide's libvirt XML has {template.count(old)} × {old!r}, want 1"
         template = template.replace(old, new[key])
     ET.register_namespace("qemu", QEMU_NS)
     root = ET.fromstring(template)
     argv = g.qemu_argv()
     assert root.findtext("os/cmdline") == argv[argv.index("-append") + 1], \
-        "the README's libvirt XML boots with other kernel arguments than the lab's guests"
+        "the user guide's libvirt XML boots with other kernel arguments than the lab's guests"
     entries = [(e.get("name"), e.get("file")) for s in root.findall("sysinfo") if s.get("type") == "fwcfg"
                for e in s.findall("entry")]
     assert entries == [(FW_CFG_KEY, str(g.nic.key_file))], \
-        f"the README's libvirt XML gives the guest {entries} as firmware configuration files, " \
+        f"the user guide's libvirt XML gives the guest {entries} as firmware configuration files, " \
         f"want the key: <sysinfo type='fwcfg'><entry name='{FW_CFG_KEY}' file='…'/></sysinfo>"
     # Without <acpi/> libvirt starts QEMU with -no-acpi: the guest kernel's
     # qemu_fw_cfg finds the device through ACPI (QEMU0002) only, and then
     # shows no key (seen: vt3.ko's "no key … (-ENOENT)").
     assert root.find("features/acpi") is not None, \
-        "the README's libvirt XML has no <features><acpi/></features>: the guest would not see its key"
+        "the user guide's libvirt XML has no <features><acpi/></features>: the guest would not see its key"
     if accel == "kvm":
         root.set("type", "kvm")
     devices = root.find("devices")
@@ -176,7 +176,7 @@ class Libvirtd:
 @contextmanager
 def domains(lab, base: Path):
     """Two vt3d wired together and libvirtd; the two guests once their
-    domains are defined and started from the README's XML."""
+    domains are defined and started from the user guide's XML."""
     cfg = lab.cfg
     vt3d = {n: Vt3d(cfg.vt3d, base, f"vt3{n}", f"unix-dgram:{base / f'vt3{n}.up'},{base / f'vt3{p}.up'}", mac)
             for n, p, mac in (("a", "b", A_MAC), ("b", "a", B_MAC))}
@@ -225,7 +225,7 @@ def domains(lab, base: Path):
 
 
 def test_libvirt(lab):
-    """two libvirt domains from the README's <interface type='vhostuser'> and <sysinfo type='fwcfg'> key XML: rping between them, data verified"""
+    """two libvirt domains from docs/user-guide.md's vhostuser and fwcfg-key XML: rping between them, data verified"""
     base = lab.rundir / "libvirt"
     base.mkdir(parents=True)
     with domains(lab, base) as (guests, vt3d):
