@@ -102,11 +102,13 @@ def run_bench(cfg: LabConfig, rundir: Path) -> None:
         for size in (SIZES if tool in BW_TOOLS else (64,)):
             v, s = results["vt3"].get((tool, size)), results["siw"].get((tool, size))
             ratio = f"{v / s:.2f}" if v is not None and s else "-"
-            lines.append(f"{tool:12s} {size:8d} {v if v is not None else '-':>12} {s if s is not None else '-':>12} {ratio:>8s}")
+            lines.append(f"{tool:12s} {size:8d} {v if v is not None else '-':>12} "
+                         f"{s if s is not None else '-':>12} {ratio:>8s}")
     for row, _, unit in FIO_JOBS:
         v, s = results["vt3"].get((row, 0)), results["siw"].get((row, 0))
         ratio = f"{v / s:.2f}" if v is not None and s else "-"
-        lines.append(f"{row:20s} {v if v is not None else '-':>12} {s if s is not None else '-':>12} {ratio:>8s}  ({unit})")
+        lines.append(f"{row:20s} {v if v is not None else '-':>12} "
+                     f"{s if s is not None else '-':>12} {ratio:>8s}  ({unit})")
     lines.append("(bandwidth in MB/s, latency t_avg in µs; b → a, TCG, 1 vCPU per guest; "
                  f"fio: nvme-rdma in b reading a's nvmet-rdma RAM disk for {FIO_RUNTIME} s)")
     (out / "bench.txt").write_text("\n".join(lines) + "\n")

@@ -50,7 +50,6 @@ class DistroGuest(Guest):
     PROCESS_LISTING = ('for p in /proc/[0-9]*; do read -r g < $p/cgroup && case $g in *vt3-agent.service*) '
                        'read -r c < $p/comm && echo ${p#/proc/} $c;; esac; done 2>/dev/null; true')
 
-
     def __init__(self, cfg: LabConfig, workdir: Path, name: str, nic: Nic, ip: str, mac: str, image: Path):
         # systemd's boot under TCG takes minutes on a loaded host.
         cfg = replace(cfg, kernel=image / "vmlinuz", initrd=image / "initrd.img", memory="1G",
@@ -72,6 +71,7 @@ class DistroGuest(Guest):
         self.first_command_uptime = float(self.check("cat /proc/uptime", 30).split()[0])
         self.run("systemctl is-system-running --wait", 600)
         self.baseline_pids = set(self.user_processes())
+
 
 class AsUser:
     """GUEST seen as a normal user: every command (run, check, spawn,

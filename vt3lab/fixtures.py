@@ -30,7 +30,8 @@ import pytest
 from .distro import DistroPair
 from .lab import config_from_env
 from .proc import install_signal_handlers
-from .setups import ChaosPair, PoisonedVt3, PyverbsVt3Siw, Setup, SingleVt3, Vt3Pair, Vt3Plain, Vt3Siw, Vt3SiwTap, Vt3SiwUdp
+from .setups import (ChaosPair, PoisonedVt3, PyverbsVt3Siw, Setup, SingleVt3, Vt3Pair, Vt3Plain, Vt3Siw,
+                     Vt3SiwTap, Vt3SiwUdp)
 
 # The biggest sessions first: under pytest-xdist each starts on its own
 # worker while the other takes the rest.

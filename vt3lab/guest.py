@@ -20,7 +20,8 @@ from .qmp import Qmp, QmpError
 AGENT_MARGIN = 30
 # Kernel trouble, not a user-space crash ("traps: prog[pid] general protection fault … in lib…").
 # "BUG kmalloc-1k (Not tainted): Poison overwritten": SLUB's own reports.
-KERNEL_TROUBLE = re.compile(r"WARNING:|BUG:|BUG [\w.-]+ \(|Oops|Call Trace|general protection fault.*\[#\d+\]|Kernel panic")
+KERNEL_TROUBLE = re.compile(r"WARNING:|BUG:|BUG [\w.-]+ \(|Oops|Call Trace|"
+                            r"general protection fault.*\[#\d+\]|Kernel panic")
 # What the agent itself runs for a command; never a leftover of a scenario.
 AGENT_COMMS = {"sh", "timeout", "cat", "sleep"}
 # vt3_hw.h VT3_FW_CFG_KEY: the firmware configuration file that carries a
@@ -267,7 +268,8 @@ class Guest:
                 raise GuestDead(self, "agent socket closed during boot")
             if line == "@@READY":
                 break
-        errors = [l for l in self.console_text().splitlines() if "vt3-init: ERROR" in l]
+        errors = [console_line for console_line in self.console_text().splitlines()
+                  if "vt3-init: ERROR" in console_line]
         if errors:
             raise GuestDead(self, "init reported errors: " + "; ".join(errors))
         self.baseline_pids = set(self.user_processes())
@@ -338,7 +340,7 @@ class Guest:
                 if out and out[-1] == "":
                     out.pop()
                 result = Result(int(m.group(1)), "\n".join(out))
-                body = "".join(f"  {l}\n" for l in out)
+                body = "".join(f"  {out_line}\n" for out_line in out)
                 self._log(f"{body}  (exit {result.rc}, {time.time() - t0:.1f} s)\n")
                 return result
             out.append(line)
@@ -427,7 +429,7 @@ class Guest:
             return ""
 
     def kernel_trouble_since(self, mark: tuple[int, int]) -> list[str]:
-        return [l for l in self.console_since(mark).splitlines() if KERNEL_TROUBLE.search(l)]
+        return [line for line in self.console_since(mark).splitlines() if KERNEL_TROUBLE.search(line)]
 
     def console_tail(self, lines: int = 25) -> str:
         return "\n".join(self.console_text().splitlines()[-lines:])

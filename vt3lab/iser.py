@@ -46,7 +46,8 @@ def target_up(g: Guest, addr: str) -> None:
 
 def target_down(g: Guest, addr: str) -> None:
     g.check(f"echo 0 > {TPG}/enable && echo 0 > {portal(addr)}/iser && rmdir {portal(addr)} && "
-            f"rm {TPG}/lun/lun_0/ram0 && rmdir {TPG}/lun/lun_0 && rmdir {TPG} && rmdir {CFS}/iscsi/{IQN} && rmdir {CFS}/iscsi && "
+            f"rm {TPG}/lun/lun_0/ram0 && rmdir {TPG}/lun/lun_0 && rmdir {TPG} && "
+            f"rmdir {CFS}/iscsi/{IQN} && rmdir {CFS}/iscsi && "
             f"rmdir {BACKSTORE} && rmdir {CFS}/core/iblock_0 && "
             f"rmmod {' '.join(TARGET_MODULES)}", 120, "LIO iSER target teardown")
 
@@ -61,8 +62,8 @@ def initiator_login(g: Guest, addr: str) -> str:
     g.check(f"iscsiadm -m node -o new -T {IQN} -p {addr}:{PORT} -I iser && "
             f"iscsiadm -m node -T {IQN} -p {addr}:{PORT} -I iser --login", 120, "iSER login")
     # The LUN scan and sd's attach follow the login asynchronously.
-    g.check("for i in $(seq 150); do iscsiadm -m session -P 3 | grep -q 'Attached scsi disk' && exit 0; sleep 0.2; done; "
-            "exit 1", 60, "no disk attached after the login")
+    g.check("for i in $(seq 150); do iscsiadm -m session -P 3 | grep -q 'Attached scsi disk' && exit 0; "
+            "sleep 0.2; done; exit 1", 60, "no disk attached after the login")
     s = g.check("iscsiadm -m session -P 3", 30)
     assert re.search(rf"^iser: \[\d+\] {re.escape(addr)}:{PORT},1 {re.escape(IQN)}", s, re.M) or \
         re.search(rf"^\s*Current Portal: {re.escape(addr)}:{PORT},1", s, re.M), f"no iSER session:\n{s}"

@@ -169,7 +169,9 @@ class Setup:
         for g in self.guests.values():
             if g.alive():
                 try:
-                    r = g.run("rdma res show qp; rdma res show cm_id; ps; tc -s qdisc show dev eth0; ip -s link show eth0; dmesg | grep -E 'detail 0x[1-9a-f]' | tail -n 20; dmesg | tail -n 30", 20)
+                    r = g.run("rdma res show qp; rdma res show cm_id; ps; tc -s qdisc show dev eth0; "
+                              "ip -s link show eth0; dmesg | grep -E 'detail 0x[1-9a-f]' | tail -n 20; "
+                              "dmesg | tail -n 30", 20)
                     out.append(f"=== guest {g.name}\n{r.out}")
                     # An oops long before the failure scrolls out of dmesg's tail.
                     trouble = g.kernel_trouble_since((0, 0))

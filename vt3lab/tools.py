@@ -141,12 +141,12 @@ def perftest(server: Guest, client: Guest, tool: str, size: int, iters: int, ext
     s = server.join("pt-srv", 60)
     what = f"{tool} -s {size} {client.name}→{server.name}"
     assert c.rc == 0 and s.rc == 0, (f"{what}: client exit {c.rc}, server exit {s.rc}\n"
-                                      f"client:\n{c.out[-600:]}\nserver:\n{s.out[-600:]}")
+                                     f"client:\n{c.out[-600:]}\nserver:\n{s.out[-600:]}")
     for who, out in (("client", c.out), ("server", s.out)):
-        bad = [l for l in out.splitlines() if re.search(r"fail|error", l, re.I)]
+        bad = [line for line in out.splitlines() if re.search(r"fail|error", line, re.I)]
         assert not bad, f"{what}: {who}: " + "; ".join(bad[:3])
     col = 5 if tool.endswith("_lat") else 3  # t_avg (µs) / BW average (MB/s)
-    rows = [l.split() for l in c.out.splitlines() if l.split()[:1] == [str(size)]]
+    rows = [line.split() for line in c.out.splitlines() if line.split()[:1] == [str(size)]]
     rows = [r for r in rows if len(r) > col + 1]
     assert rows, f"{tool} -s {size}: no result line:\n{c.out[-600:]}"
     return PerftestRun(float(rows[-1][col]), c.out, s.out)

@@ -186,7 +186,8 @@ class Vt3d:
         counted = self.stats().get("rnic.stalls", 0)
         if counted <= self.stalls_reported:
             return []
-        lines = self.stall_lines()[self.stalls_reported:counted] or [f"{counted - self.stalls_reported} stall(s), no log line"]
+        lines = (self.stall_lines()[self.stalls_reported:counted] or
+                 [f"{counted - self.stalls_reported} stall(s), no log line"])
         self.stalls_reported = counted
         return lines
 

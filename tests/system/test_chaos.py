@@ -140,7 +140,7 @@ def stop_server(g, killed: bool = False) -> str:
     r = g.join(SRV, 60)
     want = 137 if killed else 143
     assert r.rc == want, f"vt3-chaos server: exit {r.rc}, want {want}:\n{tail(r.out)}"
-    bad = [l for l in r.out.splitlines() if l.startswith("SERVER BAD")]
+    bad = [line for line in r.out.splitlines() if line.startswith("SERVER BAD")]
     assert not bad, f"the server received wrong data ({len(bad)} connection(s)):\n" + "\n".join(bad[:5])
     return r.out
 
@@ -254,7 +254,7 @@ def batch(p: ChaosPair, tally: Tally, seed: int, runs: int, faults: tuple[str, .
     secs = time.monotonic() - t0
     out = res.out
     failed = [m.group(0) for m in RUN.finditer(out) if m.group("verdict") == "FAIL"]
-    hung = [l for l in out.splitlines() if l.startswith("RUN ") and " FAIL: hangs in " in l]
+    hung = [line for line in out.splitlines() if line.startswith("RUN ") and " FAIL: hangs in " in line]
     assert not hung, f"{what}: a run hung (the tool's watchdog ended it):\n" + "\n".join(hung) + \
         f"\n--- client output tail ---\n{tail(out, 8)}"
     got = [(int(m.group("run")), int(m.group("seed"))) for m in RUN.finditer(out)]
@@ -451,8 +451,8 @@ def kchaos_probes(p: ChaosPair) -> None:
 
 def test_kchaos(chaos_pair):
     """kernel QPs as ULPs use them (vt3_kchaos.ko: rdma_cm, softirq/workqueue CQs shared by QPs, wr_cqe, ib_drain_qp):
-    a late CQ event loses no wake-up, a drain returns on a busy shared CQ; fault runs of every kind it does, exactly-once accounting, wc->qp right,
-    nothing after destroy, drains return"""
+    a late CQ event loses no wake-up, a drain returns on a busy shared CQ; fault runs of every kind it does,
+    exactly-once accounting, wc->qp right, nothing after destroy, drains return"""
     p = chaos_pair
     kchaos_probes(p)
     # device-fatal and peer-killed (a recovery each) are the soak's.

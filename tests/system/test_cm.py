@@ -112,7 +112,7 @@ def test_vt3_kcm(vt3_pair):
     blog = kmsg_since(b, mb)
     assert r.rc == 0, f"insmod vt3_kcm (client): exit {r.rc}: {r.out}\n{tail(blog)}"
     passed, failed = summary(blog, "vt3_kcm: client:")
-    fails = [l for l in blog.splitlines() if l.startswith("vt3_kcm: FAIL")]
+    fails = [line for line in blog.splitlines() if line.startswith("vt3_kcm: FAIL")]
     assert failed == 0 and not fails, f"client: {failed} failed:\n" + "\n".join(fails[:5])
     assert passed == KCM_CLIENT_CHECKS, f"client: {passed} passed, want {KCM_CLIENT_CHECKS}:\n{tail(blog, 30)}"
     assert count(blog, r"^vt3_kcm: ok ") == passed, f"client: ok lines differ from the summary:\n{tail(blog, 30)}"
@@ -121,7 +121,7 @@ def test_vt3_kcm(vt3_pair):
             "no server summary")
     alog = kmsg_since(a, ma)
     passed, failed = summary(alog, "vt3_kcm: server:")
-    fails = [l for l in alog.splitlines() if l.startswith("vt3_kcm: FAIL")]
+    fails = [line for line in alog.splitlines() if line.startswith("vt3_kcm: FAIL")]
     assert failed == 0 and not fails, f"server: {failed} failed:\n" + "\n".join(fails[:5])
     assert passed == KCM_SERVER_CHECKS, f"server: {passed} passed, want {KCM_SERVER_CHECKS}:\n{tail(alog, 30)}"
     b.check("rmmod vt3_kcm", 60)
@@ -254,7 +254,8 @@ def test_vt3_lost_conn(fresh_vt3_pair):
     debug_vt3(a)
     a.check("vt3-uverbs check", 120, "the re-probed device")
     # a's vt3d, answering again, was reset: b's connection ends.
-    assert_gone(b, "rping-cli", 120, 0, ["client DISCONNECT EVENT..."], "rping client after the server's device was lost")
+    assert_gone(b, "rping-cli", 120, 0, ["client DISCONNECT EVENT..."],
+                "rping client after the server's device was lost")
     no_objects(setup, "after the loss")
 
 

@@ -62,7 +62,8 @@ def test_verbs(vt3_plain):
     ok, fail = count(out, r"^ok "), count(out, r"^FAIL ")
     assert fail == 0 and "0 failure(s)" in out, out
     assert ok == VT3_UVERBS_CHECKS, f"vt3-uverbs ran {ok} checks, want {VT3_UVERBS_CHECKS}"
-    out = a.check(f"dmesg -c > /dev/null; insmod {KMOD}/vt3_ktest.ko && rmmod vt3_ktest && dmesg | grep vt3_ktest:", 120)
+    out = a.check(f"dmesg -c > /dev/null; insmod {KMOD}/vt3_ktest.ko && "
+                  "rmmod vt3_ktest && dmesg | grep vt3_ktest:", 120)
     passed, failed = summary(out, "vt3_ktest: vt3_0")
     assert (passed, failed) == (VT3_KTEST_CHECKS, 0), f"vt3_ktest: {passed} passed, {failed} failed:\n{out[-1500:]}"
     no_objects(vt3_plain, "after the checks")
@@ -71,7 +72,8 @@ def test_verbs(vt3_plain):
 def hold(g):
     """vt3-uverbs hold in the background, until it holds its objects."""
     g.spawn("vt3-uverbs hold", "hold", 600)
-    g.check("for i in $(seq 100); do grep -q holding /tmp/hold.out && exit 0; sleep 0.1; done; cat /tmp/hold.out; exit 1", 20)
+    g.check("for i in $(seq 100); do grep -q holding /tmp/hold.out && exit 0; sleep 0.1; done; "
+            "cat /tmp/hold.out; exit 1", 20)
 
 
 def test_rdma_res(vt3_plain):
@@ -89,7 +91,7 @@ def test_rdma_res(vt3_plain):
 
 
 def test_create_qp_efault(fresh_poisoned_vt3):
-    """a user QP whose create response cannot reach user space (EFAULT) is gone before anyone finds it: a device loss right after trips over nothing (freed memory poisoned)"""
+    """a user QP whose create response cannot reach user space (EFAULT) is gone before anyone finds it: a device loss right after trips over nothing (freed memory poisoned)"""  # noqa: E501
     p = fresh_poisoned_vt3
     a = p.a
     mark = kmark(a)
@@ -147,7 +149,8 @@ def test_vt3_listen(vt3_plain):
     listen_and_stop(a, "-a ::", 7200, ["vt3_0"])
     # The port is free for the guest's TCP again once the listen ended.
     a.spawn("nc -l -p 7200", "nc", 30)
-    a.check("for i in $(seq 50); do netstat -ltn | grep -q ':7200 ' && exit 0; sleep 0.1; done; cat /tmp/nc.out; exit 1", 10)
+    a.check("for i in $(seq 50); do netstat -ltn | grep -q ':7200 ' && exit 0; sleep 0.1; done; "
+            "cat /tmp/nc.out; exit 1", 10)
     a.kill("nc")
     a.join("nc", 10)
     # A wildcard listen reaches every iWARP device: vt3 must not break siw's.
@@ -266,8 +269,8 @@ def test_vt3d_lost(fresh_single_vt3):
     hold(a)
     s.vt3a.kill(15)
     assert s.vt3a.proc.wait(10) == 0, "vt3d did not exit cleanly on SIGTERM"
-    a.check("for i in $(seq 20); do grep -q DOWN /sys/class/infiniband/vt3_0/ports/1/state && exit 0; sleep 1; done; exit 1",
-            30, "port not DOWN after vt3d exited")
+    a.check("for i in $(seq 20); do grep -q DOWN /sys/class/infiniband/vt3_0/ports/1/state && exit 0; "
+            "sleep 1; done; exit 1", 30, "port not DOWN after vt3d exited")
     a.check("rmmod vt3", 60)
     a.kill("hold")
     a.join("hold", 20)

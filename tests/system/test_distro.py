@@ -25,7 +25,7 @@ def kernel_seconds(line: str) -> float:
 
 @pytest.mark.soak
 def test_distro_guest(distro_pair):
-    """Debian 12 guest, vt3 from its packages (vt3-dkms, rdma-core .debs): vt3_0 up by udev alone; ibv_devinfo, rping -V both ways, ib_write_bw -R both ways as a normal user against a busybox vt3 guest"""
+    """Debian 12 guest, vt3 from its packages (vt3-dkms, rdma-core .debs): vt3_0 up by udev alone; ibv_devinfo, rping -V both ways, ib_write_bw -R both ways as a normal user against a busybox vt3 guest"""  # noqa: E501
     root, b = distro_pair.a, distro_pair.b
     user = AsUser(root)
 
@@ -49,7 +49,8 @@ def test_distro_guest(distro_pair):
     # The key: Debian's qemu_fw_cfg module (nothing of ours loads it) shows
     # vt3a's key file to root only.
     fw_cfg = root.check("modinfo -n qemu_fw_cfg", 10).strip()
-    assert re.fullmatch(rf"/lib/modules/{re.escape(kver)}/kernel/drivers/firmware/qemu_fw_cfg\.ko(\.xz)?", fw_cfg), fw_cfg
+    assert re.fullmatch(rf"/lib/modules/{re.escape(kver)}/kernel/drivers/firmware/qemu_fw_cfg\.ko(\.xz)?",
+                        fw_cfg), fw_cfg
     root.check("[ -d /sys/module/qemu_fw_cfg ]", 10, "qemu_fw_cfg is not loaded")
     assert root.fw_cfg_key() == distro_pair.vt3a.key(), "the Debian guest has not vt3a's key"
     r = user.run(f"cat {FW_CFG_KEY_RAW}", 10)

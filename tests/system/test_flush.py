@@ -155,8 +155,9 @@ class FlushServer:
             assert r.rc == 143, f"flushtest server in {g.name}: exit {r.rc}, want 143 (our TERM):\n{tail(r.out)}"
             assert re.search(rf"^SERVER LISTENING {PORT}$", r.out, re.M), f"server output:\n{tail(r.out)}"
             accepted = count(r.out, r"^SERVER ACCEPTED ")
-            assert accepted == self.connections, \
-                f"flushtest server accepted {accepted} connections, the clients opened {self.connections}:\n{tail(r.out)}"
+            assert accepted == self.connections, (
+                f"flushtest server accepted {accepted} connections, the clients opened {self.connections}:\n"
+                f"{tail(r.out)}")
         return r.out
 
 
@@ -201,7 +202,8 @@ def wait_ready(client, what: str, timeout: int = 60) -> tuple[int, int, str]:
     """The client's READY line: (its QP number, the server's, its rkey)."""
     r = client.run(f"i=0; while [ $i -lt {timeout * 10} ]; do grep -q '^READY' /tmp/{CLI}.out && break; "
                    f"[ -e /tmp/{CLI}.rc ] && break; sleep 0.1; i=$((i+1)); done; "
-                   f"grep '^READY' /tmp/{CLI}.out || {{ cat /tmp/{CLI}.out; echo \"(exit $(cat /tmp/{CLI}.rc 2>/dev/null))\"; exit 1; }}",
+                   f"grep '^READY' /tmp/{CLI}.out || "
+                   f"{{ cat /tmp/{CLI}.out; echo \"(exit $(cat /tmp/{CLI}.rc 2>/dev/null))\"; exit 1; }}",
                    timeout + 10)
     assert r.rc == 0, f"{what}: the client never printed READY:\n{tail(r.out)}"
     f = r.out.splitlines()[0].split()
@@ -259,17 +261,18 @@ def kill_vt3d(setup, name: str, sig: int) -> None:
 # -------------------------------------------------------------------- tests
 
 def test_flush_datapath(vt3_plain):
-    """vt3-datapath on vt3_0: posting rules, ring full, the flush without a connection; every check runs, none skipped"""
+    """vt3-datapath on vt3_0: posting rules, ring full, the flush without a connection; every check runs, none skipped"""  # noqa: E501
     a = vt3_plain.a
     r = a.run("vt3-datapath -d vt3_0", 300)
-    fails = [l for l in r.out.splitlines() if l.startswith("FAIL ")]
+    fails = [line for line in r.out.splitlines() if line.startswith("FAIL ")]
     assert not fails, f"vt3-datapath: {len(fails)} check(s) failed (exit {r.rc}):\n{tail(r.out)}"
     assert re.search(r"^vt3-datapath: vt3_0 \(vt3\): ", r.out, re.M), f"vt3_0 not recognized as vt3:\n{tail(r.out)}"
     m = re.findall(r"^vt3-datapath: vt3_0: (\d+) passed, (\d+) failed, (\d+) skipped$", r.out, re.M)
     assert m, f"vt3-datapath printed no summary (exit {r.rc}):\n{tail(r.out)}"
     got = tuple(map(int, m[-1]))
-    assert got == (DATAPATH_CHECKS, 0, 0), \
-        f"vt3-datapath: {got[0]} passed, {got[1]} failed, {got[2]} skipped; want {DATAPATH_CHECKS}, 0, 0:\n{tail(r.out)}"
+    assert got == (DATAPATH_CHECKS, 0, 0), (
+        f"vt3-datapath: {got[0]} passed, {got[1]} failed, {got[2]} skipped; "
+        f"want {DATAPATH_CHECKS}, 0, 0:\n{tail(r.out)}")
     assert count(r.out, r"^ok   \S+ ") == DATAPATH_CHECKS, f"ok lines do not match the summary:\n{tail(r.out)}"
     assert r.rc == 0, f"vt3-datapath exit {r.rc}:\n{tail(r.out)}"
     no_objects(vt3_plain, "after vt3-datapath")
@@ -432,7 +435,7 @@ def test_flush_stag(vt3_pair, style):
 
 @pytest.mark.qemu10
 def test_flush_device_fatal(fresh_vt3_pair):
-    """vt3d ctl fault device-fatal on the client's vt3d × styles (vt3.ko reloaded between): DEVICE_FATAL, everything flushed"""
+    """vt3d ctl fault device-fatal on the client's vt3d × styles (vt3.ko reloaded between): DEVICE_FATAL, everything flushed"""  # noqa: E501
     p = fresh_vt3_pair
 
     def device_fatal(qpn, peer, rkey):

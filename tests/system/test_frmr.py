@@ -37,10 +37,11 @@ def kfrmr(setup) -> None:
     blog = kmsg_since(b, mb)
     assert r.rc == 0, f"insmod vt3_kfrmr (client): exit {r.rc}: {r.out}\n{tail(blog)}"
     # The server logs a summary after each connection's teardown.
-    done = a.run(f"for i in $(seq 300); do [ $(dmesg | grep -c 'vt3_kfrmr: server: ') -ge {KFRMR_SCENARIOS} ] && exit 0; "
+    done = a.run("for i in $(seq 300); do "
+                 f"[ $(dmesg | grep -c 'vt3_kfrmr: server: ') -ge {KFRMR_SCENARIOS} ] && exit 0; "
                  "sleep 0.2; done; exit 1", 90).ok
     alog = kmsg_since(a, ma)
-    fails = [l for log in (blog, alog) for l in log.splitlines() if l.startswith("vt3_kfrmr: FAIL")]
+    fails = [line for log in (blog, alog) for line in log.splitlines() if line.startswith("vt3_kfrmr: FAIL")]
     passed, failed = summary(blog, "vt3_kfrmr: client:")
     assert failed == 0 and not fails, f"client: {failed} failed; client and server FAILs:\n" + "\n".join(fails[:12])
     assert passed == KFRMR_CLIENT_CHECKS, f"client: {passed} passed, want {KFRMR_CLIENT_CHECKS}:\n{tail(blog, 40)}"
@@ -56,7 +57,7 @@ def kfrmr(setup) -> None:
 
 
 def test_vt3_kfrmr(vt3_pair):
-    """two vt3 guests: fast registration, READ into a fast-reg sink, SEND_WITH_INV, LOCAL_INV, key rotation, the rules"""
+    """two vt3 guests: fast registration, READ into a fast-reg sink, SEND_WITH_INV, LOCAL_INV, key rotation, the rules"""  # noqa: E501
     kfrmr(vt3_pair)
 
 

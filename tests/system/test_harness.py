@@ -25,7 +25,8 @@ def test_health_check(vt3_plain):
     # health() killed the leftovers: vt3d's objects go with them.
     assert a.join("holder", 30).rc == 137 and a.join("stray", 30).rc == 137
     assert s.vt3a.wait_no_objects() == {}
-    assert KERNEL_TROUBLE.search("[  1.0] general protection fault, probably for non-canonical address 0x1: 0000 [#1] SMP")
+    assert KERNEL_TROUBLE.search("[  1.0] general protection fault, probably for non-canonical address 0x1: "
+                                 "0000 [#1] SMP")
     assert not KERNEL_TROUBLE.search("traps: rping[99] general protection fault ip:7f sp:7ff error:0 in librdmacm.so")
     s.mark_scenario()  # the probe's warning was on purpose
 
@@ -41,7 +42,7 @@ def test_agent_output(vt3_plain):
 
 
 def test_health_sees_a_stall(vt3_pair):
-    """a send posted with no doorbell (VT3_TEST_NO_DOORBELL) is a stall: vt3d logs and counts it once, the health check reports it"""
+    """a send posted with no doorbell (VT3_TEST_NO_DOORBELL) is a stall: vt3d logs and counts it once, the health check reports it"""  # noqa: E501
     s, a, b = vt3_pair, vt3_pair.a, vt3_pair.b
     mark = s.mark()
     before = {n: d.stats()["rnic.stalls"] for n, d in s.vt3d.items()}

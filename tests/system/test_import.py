@@ -14,7 +14,7 @@ CHECKS = ("import-device", "import-pd", "pd-not-a-pd", "pd-no-handle", "import-m
 
 
 def test_import(single_vt3):
-    """an exec'd process imports vt3_0's context, PD and MR by the passed fd and handles (bad handles refused with EINVAL/ENOENT); its QP's WRITE and SEND from the imported lkey land in the creator's memory; unimporting leaves the creator's objects"""
+    """an exec'd process imports vt3_0's context, PD and MR by the passed fd and handles (bad handles refused with EINVAL/ENOENT); its QP's WRITE and SEND from the imported lkey land in the creator's memory; unimporting leaves the creator's objects"""  # noqa: E501
     r = single_vt3.a.run("vt3-import --dev vt3_0 --timeout 30", 240)
     print("\n" + r.out)
     fails = [line for line in r.out.splitlines() if line.startswith("FAIL ")]

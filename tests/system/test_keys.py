@@ -35,7 +35,7 @@ def check_key_file(path) -> bytes:
 
 
 def test_key_files(lab):
-    """no guest booted: each vt3d's key file is 16 bytes 0600, the same path in vt3d's --key-file and its guest's QEMU -fw_cfg name=opt/vt3/key; two guests, two keys; a restarted vt3d keeps its key; a bad key file is refused"""
+    """no guest booted: each vt3d's key file is 16 bytes 0600, the same path in vt3d's --key-file and its guest's QEMU -fw_cfg name=opt/vt3/key; two guests, two keys; a restarted vt3d keeps its key; a bad key file is refused"""  # noqa: E501
     base = lab.rundir / "key-files"
     base.mkdir(parents=True)
     cfg = lab.cfg
@@ -94,7 +94,7 @@ def test_key_files(lab):
 @pytest.mark.qemu10
 @pytest.mark.kernel612
 def test_fw_cfg_key(vt3_pair):
-    """each guest's kernel has its own vt3d's key at /sys/firmware/qemu_fw_cfg/by_name/opt/vt3/key/raw (qemu_fw_cfg loaded by init), mode 0400 root"""
+    """each guest's kernel has its own vt3d's key at /sys/firmware/qemu_fw_cfg/by_name/opt/vt3/key/raw (qemu_fw_cfg loaded by init), mode 0400 root"""  # noqa: E501
     for g, d in ((vt3_pair.a, vt3_pair.vt3a), (vt3_pair.b, vt3_pair.vt3b)):
         g.check("[ -d /sys/module/qemu_fw_cfg ]", 10, "qemu_fw_cfg is not loaded")
         assert g.fw_cfg_key() == d.key(), f"guest {g.name}'s key is not its vt3d's ({d.key_file})"

@@ -106,7 +106,7 @@ def rping_numbers(text: str, prefix: str) -> list[int]:
 
 
 def test_lab(lab):
-    """./run-vm.sh up 3 --siw 1: a program from the shared directory runs vt3↔siw at the printed consoles; down leaves nothing running"""
+    """./run-vm.sh up 3 --siw 1: a program from the shared directory runs vt3↔siw at the printed consoles; down leaves nothing running"""  # noqa: E501
     rundir = lab.rundir / "interactive-lab"
     share = rundir / "share"
     boot = lab.cfg.boot_timeout + 120
@@ -127,7 +127,7 @@ def test_lab(lab):
                                           ("vm3", ("siw0", "10.77.0.3", str(rundir / "vm3.console.sock")))], \
             f"up printed:\n{upped.stdout}"
         ctl = {m[1]: m[0] for m in re.findall(r"^\s+vt3d:\s+(\S+ ctl --mgmt \S+/(vm\d+)\.mgmt stats)$",
-                                             upped.stdout, re.M)}
+                                              upped.stdout, re.M)}
         assert sorted(ctl) == ["vm1", "vm2"], f"up printed no vt3d ctl line for each vt3 guest:\n{upped.stdout}"
 
         (share / "labping.sh").write_text(PROGRAM)
@@ -144,8 +144,9 @@ def test_lab(lab):
         server_rc, server_console = vm3.run("wait $server", 60)
         client_out = (share / "vm1.client").read_text()
         server_out = (share / "vm3.server").read_text()
-        assert (client_rc, server_rc) == (0, 0), \
-            f"client exit {client_rc}, server exit {server_rc}\nclient:\n{client_out[-800:]}\nserver:\n{server_out[-800:]}"
+        assert (client_rc, server_rc) == (0, 0), (
+            f"client exit {client_rc}, server exit {server_rc}\n"
+            f"client:\n{client_out[-800:]}\nserver:\n{server_out[-800:]}")
         assert client_out.endswith("exit 0\n") and server_out.endswith("exit 0\n"), (client_out, server_out)
         assert rping_numbers(client_out, "") == list(range(PINGS)), client_out[-800:]
         assert rping_numbers(server_out, "server ") == list(range(PINGS)), server_out[-800:]
@@ -174,7 +175,7 @@ def test_lab(lab):
 
 
 def test_hub(tmp_path):
-    """the lab's hub floods broadcast and unknown unicast to every other port, and a learnt MAC's frames to its port alone"""
+    """the lab's hub floods broadcast and unknown unicast to every other port, and a learnt MAC's frames to its port alone"""  # noqa: E501
     peers = {name: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) for name in ("p1", "p2", "p3")}
     for name, sock in peers.items():
         sock.bind(str(tmp_path / f"{name}.peer"))
@@ -202,7 +203,8 @@ def test_hub(tmp_path):
                     except socket.timeout:
                         break
                     sock.settimeout(0.2)
-                assert got == ([frame] if name in at else []), f"port {name} got {got}, want {frame if name in at else None}"
+                assert got == ([frame] if name in at else []), (
+                    f"port {name} got {got}, want {frame if name in at else None}")
 
         expect(send("p1", b"\xff" * 6, mac(1), b"who is there"), {"p2", "p3"})
         expect(send("p2", mac(3), mac(2), b"to 3, not learnt yet"), {"p1", "p3"})

@@ -13,7 +13,7 @@ CHECKS = ("new-init", "refuse-self", "refuse-qpn", "refuse-gid", "refuse-rts", "
 
 
 def test_modify_connect(single_vt3):
-    """two QPs of vt3_0 paired by modify_qp: a SEND waits for the pair, then data both ways (SEND, WRITE, READ); a destroyed or errored QP's peer gets QP_FATAL and its flush once; the refusals' errnos"""
+    """two QPs of vt3_0 paired by modify_qp: a SEND waits for the pair, then data both ways (SEND, WRITE, READ); a destroyed or errored QP's peer gets QP_FATAL and its flush once; the refusals' errnos"""  # noqa: E501
     vt3d = single_vt3.vt3a
     before = vt3d.stats()["iwarp.connections_established"]
     r = single_vt3.a.run("vt3-modify-connect --dev vt3_0 --timeout 30", 240)

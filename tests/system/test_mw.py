@@ -47,7 +47,7 @@ def mwtest(setup) -> None:
         raise
     print("\nowner:\n" + o.out + "\npeer:\n" + p.out)
     for prog, r, want in (("owner", o, OWNER_CHECKS), ("peer", p, PEER_CHECKS)):
-        fails = [l for l in r.out.splitlines() if l.startswith("FAIL ")]
+        fails = [line for line in r.out.splitlines() if line.startswith("FAIL ")]
         assert not fails and r.rc == 0, f"vt3-mwtest {prog}: exit {r.rc}:\n" + "\n".join(fails) + "\n" + tail(r.out)
         assert summary(r.out, "vt3-mwtest") == (len(want), 0), f"vt3-mwtest {prog}:\n{tail(r.out)}"
         assert checks_of(r.out) == list(want), f"vt3-mwtest {prog}: checks {checks_of(r.out)}"
@@ -62,7 +62,7 @@ def mwtest(setup) -> None:
 
 
 def test_mw(vt3_pair):
-    """two vt3 guests: type 1 and type 2 memory windows, access through them, local and remote invalidation, the bind rules"""
+    """two vt3 guests: type 1 and type 2 memory windows, access through them, local and remote invalidation, the bind rules"""  # noqa: E501
     mwtest(vt3_pair)
 
 

@@ -12,7 +12,7 @@ from vt3lab.setups import wait_device
 
 def snmp_ip(g, field):
     out = g.check("cat /proc/net/snmp", 10)
-    head, values = [l.split() for l in out.splitlines() if l.startswith("Ip:")][:2]
+    head, values = [line.split() for line in out.splitlines() if line.startswith("Ip:")][:2]
     return int(values[head.index(field)])
 
 

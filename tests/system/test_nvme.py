@@ -86,7 +86,7 @@ def vt3d_qps(setup) -> dict[str, int]:
 
 def no_kernel_trouble(g, mark: str) -> None:
     log = kmsg_since(g, mark)
-    bad = [l for l in log.splitlines() if KERNEL_TROUBLE.search(l) or re.search(r"call trace", l, re.I)]
+    bad = [line for line in log.splitlines() if KERNEL_TROUBLE.search(line) or re.search(r"call trace", line, re.I)]
     assert not bad, f"{g.name}: kernel trouble:\n" + "\n".join(bad[:10]) + f"\n{tail(log, 30)}"
 
 
@@ -272,7 +272,7 @@ def target_vt3d_killed(p, target, host) -> None:
 
 
 def test_nvme_fault(chaos_pair):
-    """nvme-rdma vt3↔vt3 under fio: an RST, then a blackhole, on a live I/O queue (error recovery reconnects, fio's verify passes); then the target's vt3d killed (controller loss, EIO, no warning, no leak)"""
+    """nvme-rdma vt3↔vt3 under fio: an RST, then a blackhole, on a live I/O queue (error recovery reconnects, fio's verify passes); then the target's vt3d killed (controller loss, EIO, no warning, no leak)"""  # noqa: E501
     p = chaos_pair
     nvme_over_rdma(p, p.a, p.b, ["vt3a"], ["vt3b"], fault=rst_then_blackhole, jobs=FAULT_JOBS)
     target_vt3d_killed(p, p.a, p.b)

@@ -74,7 +74,8 @@ def tshark(pcap: Path, display_filter: str, fields=FIELDS) -> list[dict[str, lis
     rows = []
     for line in r.stdout.splitlines():
         cells = line.split("\t")
-        rows.append({f: [v for v in (cells[i] if i < len(cells) else "").split(";") if v] for i, f in enumerate(fields)})
+        rows.append({f: [v for v in (cells[i] if i < len(cells) else "").split(";") if v]
+                     for i, f in enumerate(fields)})
     return rows
 
 
@@ -96,7 +97,8 @@ def fpdus(pcap: Path) -> list[dict]:
         assert len(ops) == len(tagged) == len(lens), f"{what}: fields do not line up: {r}"
         stags = iter(r["iwarp_ddp.stag"])
         reads = iter(zip(r["iwarp_rdma.sinkstag"], r["iwarp_rdma.rdmardsz"], r["iwarp_rdma.srcstag"]))
-        terms = iter(zip(r["iwarp_rdma.term_layer"], r["iwarp_rdma.term_etype_rdma"], r["iwarp_rdma.term_errcode_rdma"]))
+        terms = iter(zip(r["iwarp_rdma.term_layer"], r["iwarp_rdma.term_etype_rdma"],
+                         r["iwarp_rdma.term_errcode_rdma"]))
         for op, tag, ln in zip(ops, tagged, lens):
             f = {"frame": num(r["frame.number"][0]), "src": r["ip.src"][0],
                  "direction": num(r["frame.packet_flags_direction"][0]), "opcode": num(op), "len": num(ln)}
@@ -162,7 +164,8 @@ def check_file(pcap: Path, what: str) -> list[dict]:
     assert found, f"{what}: no FPDU decoded in {pcap}"
     for f in found:
         want = OUTBOUND if f["src"] == A_IP else INBOUND
-        assert f["direction"] == want, f"{what}: {pcap.name} frame {f['frame']} from {f['src']}: direction {f['direction']}"
+        assert f["direction"] == want, (
+            f"{what}: {pcap.name} frame {f['frame']} from {f['src']}: direction {f['direction']}")
     return found
 
 
@@ -231,8 +234,10 @@ def test_pcap(vt3_pair):
     assert len(req) >= ITERS, f"{len(req)} Read Requests decoded, want ≥ {ITERS}"
     source, sink = {f["source"] for f in req}, {f["sink"] for f in req}
     a_rr, b_rw = mrs.remote("a", "rr"), mrs.remote("b", "rw")
-    assert len(source) == 1 and source <= a_rr, f"Read Request source STags {hexes(source)}; a's with remote read {hexes(a_rr)}"
-    assert len(sink) == 1 and sink <= b_rw, f"Read Request sink STags {hexes(sink)}; b's with remote write {hexes(b_rw)}"
+    assert len(source) == 1 and source <= a_rr, (
+        f"Read Request source STags {hexes(source)}; a's with remote read {hexes(a_rr)}")
+    assert len(sink) == 1 and sink <= b_rw, (
+        f"Read Request sink STags {hexes(sink)}; b's with remote write {hexes(b_rw)}")
     assert {f["src"] for f in req} == {B_IP} and all(f["size"] == SIZE for f in req), f"Read Requests: {req[:3]}"
     resp = [f for f in found if f["opcode"] == 2 and f["len"] > DDP_RDMAP_TAGGED]
     assert resp, f"no Read Response with data decoded in {cap.path}"
@@ -242,7 +247,8 @@ def test_pcap(vt3_pair):
     assert sum(f["len"] - DDP_RDMAP_TAGGED for f in resp) >= SIZE * len(req), \
         f"Read Responses carry {sum(f['len'] - DDP_RDMAP_TAGGED for f in resp)} octets for {len(req)} × {SIZE}"
     assert {f["src"] for f in resp} == {A_IP}, f"Read Responses from {sorted({f['src'] for f in resp})}, want a only"
-    print(f"read: {len(req)} Read Requests (source {hexes(source)}, sink {hexes(sink)}), {len(resp)} Read Response FPDUs")
+    print(f"read: {len(req)} Read Requests (source {hexes(source)}, sink {hexes(sink)}), "
+          f"{len(resp)} Read Response FPDUs")
 
     # SEND: b sends to a.
     with Capture(p, "send") as cap:

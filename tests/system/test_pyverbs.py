@@ -35,22 +35,31 @@ OUTCOMES = ("pass", "fail", "error", "skip", "xfail", "xpass")
 # case: the list says what vt3 cannot do today, no more.
 MLX5 = r"tests\.test_mlx5_\w+\.\w+\.\w+"
 NOT_PASSING: list[tuple[str, str, str, str, str]] = [
-    (MLX5, "skip", r"Can not run the test over non MLX5 device|Could not open mlx5 context \(This is not an MLX5 device\)",
+    (MLX5, "skip",
+     r"Can not run the test over non MLX5 device|Could not open mlx5 context \(This is not an MLX5 device\)",
      "vendor", "mlx5 (ConnectX) only: DevX, steering, DC, crypto, mkeys, UAR, LAG ..."),
-    (r"tests\.test_mlx5_timestamp\.\w+\.\w+", "skip", r"Create Extended CQ is not supported|Query device real time is not supported",
+    (r"tests\.test_mlx5_timestamp\.\w+\.\w+", "skip",
+     r"Create Extended CQ is not supported|Query device real time is not supported",
      "vendor", "mlx5 completion timestamps and real-time clock"),
-    (r"tests\.test_efa\w*\.\w+\.\w+", "skip", r"Can not run the test over non EFA device", "vendor", "AWS EFA (SRD) only"),
-    (r"tests\.test_(cuda_dmabuf|mlx5_cuda_umem|mlx5_dmabuf)\.\w+\.\w+", "skip", r"cuda-python 12\.0\+ must be installed to run CUDA tests",
+    (r"tests\.test_efa\w*\.\w+\.\w+", "skip", r"Can not run the test over non EFA device",
+     "vendor", "AWS EFA (SRD) only"),
+    (r"tests\.test_(cuda_dmabuf|mlx5_cuda_umem|mlx5_dmabuf)\.\w+\.\w+", "skip",
+     r"cuda-python 12\.0\+ must be installed to run CUDA tests",
      "vendor", "an NVIDIA GPU (CUDA)"),
-    (r"tests\.test_mlx5_vfio\.\w+\.\w+", "skip", r"PCI device must be passed by the user", "vendor", "mlx5 driven through VFIO"),
+    (r"tests\.test_mlx5_vfio\.\w+\.\w+", "skip", r"PCI device must be passed by the user",
+     "vendor", "mlx5 driven through VFIO"),
     (r"tests\.test_mr\.DmaBuf\w+\.\w+", "skip", r"Allocating dmabuf is not supported by /dev/dri/renderD128",
      "vendor", "dma-buf MRs need a GPU's render node to export the buffer"),
     (r"tests\.test_(device\.(Shared)?DMTest|mr\.DeviceMemory\w*)\.\w+", "skip", r"Device memory is not supported",
      "vendor", "on-device memory (ibv_alloc_dm): a T3 has none"),
-    (r"tests\.test_odp\.\w+\.\w+", "skip", r"ODP is not supported - No ODP caps|There are no huge pages of size 2M allocated|Create XRCD is not supported",
+    (r"tests\.test_odp\.\w+\.\w+", "skip",
+     r"ODP is not supported - No ODP caps|There are no huge pages of size 2M allocated|Create XRCD is not supported",
      "vendor", "on-demand paging needs page faults in the RNIC's MMU: a T3 pins its MRs"),
-    (r"tests\.test_tag_matching\.\w+\.\w+", "skip", r"Extended CQ is not supported", "vendor", "tag matching offload (mlx5)"),
-    (r"tests\.test_(qp\.QPTest\.(\w*ud\w*|test_query_data_in_order|test_create_raw_qp_ex_with_illegal_caps_\w+)|cq\.CQTest\.test_resize_cq|cq_events\.CqEventsTestCase\.test_cq_events_ud|relaxed_ordering\.RoTestCase\.test_ro_ud_traffic"
+    (r"tests\.test_tag_matching\.\w+\.\w+", "skip", r"Extended CQ is not supported",
+     "vendor", "tag matching offload (mlx5)"),
+    (r"tests\.test_(qp\.QPTest\.(\w*ud\w*|test_query_data_in_order|test_create_raw_qp_ex_with_illegal_caps_\w+)"
+     r"|cq\.CQTest\.test_resize_cq|cq_events\.CqEventsTestCase\.test_cq_events_ud"
+     r"|relaxed_ordering\.RoTestCase\.test_ro_ud_traffic"
      r"|cqex\.CqExTestCase\.test_ud_traffic_cq_ex|parent_domain\.ParentDomainTrafficTest\.test_mem_align_ud_traffic)",
      "skip", r"Create UD QP (with|without)( extended)? attrs is not supported|Create QP type 4 is not supported",
      "iwarp", "iWARP has reliable connected QPs only: no UD"),
@@ -59,7 +68,8 @@ NOT_PASSING: list[tuple[str, str, str, str, str]] = [
     (r"tests\.test_(qp\.QPTest\.\w*raw\w*|flow\.\w+\.\w+|rss_traffic\.\w+\.\w+)", "skip",
      r"Create Raw Packet QP (with|without)( extended)? attrs is not supported|Create QP type 8 is not supported",
      "iwarp", "raw packet QPs and flow steering are Ethernet NIC offloads, not RDMA"),
-    (r"tests\.test_addr\.AHTest\.\w+", "skip", r"Create AH is not supported", "iwarp", "address handles serve UD; iWARP has none"),
+    (r"tests\.test_addr\.AHTest\.\w+", "skip", r"Create AH is not supported",
+     "iwarp", "address handles serve UD; iWARP has none"),
     (r"tests\.test_rdmacm\.CMTestCase\.test_rdmacm_async_(ex_)?(leave_)?multicast_traffic", "skip",
      r"Multicast is not supported on this device", "iwarp", "multicast rides on UD"),
     (r"tests\.test_(cqex|qpex|relaxed_ordering)\.\w+\.\w*xrc\w*", "skip", r"Create XRCD is not supported",
@@ -68,10 +78,12 @@ NOT_PASSING: list[tuple[str, str, str, str, str]] = [
      "iwarp", "RDMAP (RFC 5040) has no atomics; the T3 has none (RFC 7306's came later)"),
     (r"tests\.test_mr\.MRTest\.test_mr_rereg_atomic", "skip", r"Reg MR with access \(9\) is not supported",
      "iwarp", "remote atomic access to an MR: no atomics (above)"),
-    (r"tests\.test_device\.DeviceTest\.test_query_gid_ex_bad_flow", "skip", r"All gid indices populated, cannot check bad flow",
+    (r"tests\.test_device\.DeviceTest\.test_query_gid_ex_bad_flow", "skip",
+     r"All gid indices populated, cannot check bad flow",
      "iwarp", "an iWARP port has one GID (its MAC), so the table is full"),
     (r"tests\.test_device\.DeviceTest\.test_get_pkey_index", "error",
-     r"subprocess\.CalledProcessError: Command '\['cat', '/sys/class/infiniband/vt3_0/ports/1/pkeys/0'\]' returned non-zero exit status 1\.",
+     r"subprocess\.CalledProcessError: Command '\['cat', '/sys/class/infiniband/vt3_0/ports/1/pkeys/0'\]' "
+     r"returned non-zero exit status 1\.",
      "iwarp", "P_Keys are InfiniBand partitions: an iWARP port has no pkeys/ in sysfs (siw neither)"),
     (r"tests\.test_mr\.MWTest\.test_(invalidate_mw_type1|mw_type2_invalidate_(local|remote|dealloc))", "error",
      r"pyverbs\.pyverbs_error\.PyverbsError: Data validation failure: expected c+, received s+",
@@ -87,14 +99,16 @@ NOT_PASSING: list[tuple[str, str, str, str, str]] = [
      "iwarp", "the rdma_cm processes fail on IB-only steps: traffic sets and checks the IB ACK timeout "
               "(RDMA_OPTION_ID_ACK_TIMEOUT, IBV_QP_TIMEOUT), external_qp moves its own QP to RTS, udp uses UD QPs "
               "(RDMA_PS_UDP); siw fails the same three"),
-    (r"tests\.test_qpex\.QpExTestCase\.test_(qp_ex_ud_\w+|qp_ex_rc_(send_imm|rdma_write_imm|atomic_\w+)|\w+_bad_flow)", "skip",
-     r"Extended QP is not supported on this device",
+    (r"tests\.test_qpex\.QpExTestCase\.test_(qp_ex_ud_\w+|qp_ex_rc_(send_imm|rdma_write_imm|atomic_\w+)|\w+_bad_flow)",
+     "skip", r"Extended QP is not supported on this device",
      "iwarp", "libvt3's create_qp_ex refuses (EOPNOTSUPP) what iWARP has not: UD QPs (the bad_flow tests' too), "
               "immediate data, atomics"),
     (r"tests\.test_qpex\.QpExTestCase\.test_qp_ex_rc_flush\w*", "skip",
-     r"Create mr with IBV_ACCESS_FLUSH_GLOBAL access flag is not supported in kernel|Create custom mr with additional access flags 18 is not supported",
+     r"Create mr with IBV_ACCESS_FLUSH_GLOBAL access flag is not supported in kernel"
+     r"|Create custom mr with additional access flags 18 is not supported",
      "iwarp", "FLUSH is InfiniBand's (IBA 1.5 memory placement extensions); RFC 5040 and RFC 7306 have none, "
-              "its iWARP form is an expired draft (draft-talpey-rdma-commit-02): vt3.ko refuses the FLUSH access flags"),
+              "its iWARP form is an expired draft (draft-talpey-rdma-commit-02): "
+              "vt3.ko refuses the FLUSH access flags"),
     (r"tests\.test_mr\.MRTest\.test_mr_rereg_access_bad_flow", "error",
      r"pyverbs\.pyverbs_error\.PyverbsError: Data validation failure: expected c+, received s+",
      "iwarp", "after the rights were narrowed by ibv_rereg_mr the suite expects the RDMA WRITE to complete with "
@@ -103,8 +117,9 @@ NOT_PASSING: list[tuple[str, str, str, str, str]] = [
     (r"tests\.test_mr\.MRTest\.test_mr_rereg_(addr|pd)", "fail",
      r"AssertionError: \"Remote operation error\" does not match \"Completion status is Local protection error\"",
      "iwarp", "after the MR moved (new translation or PD), the receive posted through it fails at the responder "
-              "with LOC_PROT_ERR, as it must; the suite expects the requester's SEND to complete with REM_OP_ERR (an IB "
-              "NAK), but an iWARP SEND completed when sent, so the first error the suite polls is the responder's"),
+              "with LOC_PROT_ERR, as it must; the suite expects the requester's SEND to complete with REM_OP_ERR "
+              "(an IB NAK), but an iWARP SEND completed when sent, so the first error the suite polls is "
+              "the responder's"),
 ]
 
 
@@ -129,7 +144,7 @@ def run_suites(setup) -> dict[str, tuple[str, dict[str, dict]]]:
     results = {}
     for dev, g in runs.items():
         r = g.join(f"pyverbs-{dev}", 30)
-        records = [json.loads(l) for l in g.check(f"cat /tmp/pyverbs-{dev}.jsonl", 30).splitlines()]
+        records = [json.loads(line) for line in g.check(f"cat /tmp/pyverbs-{dev}.jsonl", 30).splitlines()]
         ran = re.findall(r"^Ran (\d+) tests? in ", r.out, re.M)
         assert ran, f"{dev}: the suite ended without its summary (exit {r.rc}):\n{tail(r.out, 40)}"
         by_id = {rec["id"]: rec for rec in records}
@@ -178,9 +193,11 @@ def test_pyverbs(pyverbs_vt3_siw):
     (pyverbs_vt3_siw.dir.parent / "test_pyverbs-figures.txt").write_text(table(results) + "\n")
     vt3 = results["vt3_0"][1]
     siw = results["siw0"][1]
-    unexplained = [f"{t}: {rec['outcome']}: {rec.get('reason', rec.get('detail', ''))}" for t, rec in sorted(vt3.items())
+    unexplained = [f"{t}: {rec['outcome']}: {rec.get('reason', rec.get('detail', ''))}"
+                   for t, rec in sorted(vt3.items())
                    if rec["outcome"] != "pass" and entry_for(t, rec) is None]
-    assert not unexplained, f"vt3_0: {len(unexplained)} test(s) not passed and not in NOT_PASSING:\n" + "\n".join(unexplained)
+    assert not unexplained, (f"vt3_0: {len(unexplained)} test(s) not passed and not in NOT_PASSING:\n" +
+                             "\n".join(unexplained))
     explained = Counter(entry_for(t, rec)[3] for t, rec in vt3.items() if rec["outcome"] != "pass")
     print("vt3_0 not passing, by kind: " + ", ".join(f"{k} {n}" for k, n in sorted(explained.items())))
     # The list says what vt3 cannot do today: a test on it that passes
@@ -194,4 +211,5 @@ def test_pyverbs(pyverbs_vt3_siw):
     passed = {dev: sum(rec["outcome"] == "pass" for rec in by_id.values()) for dev, (_, by_id) in results.items()}
     assert passed["vt3_0"] >= passed["siw0"], \
         f"vt3_0 passed {passed['vt3_0']}, siw0 {passed['siw0']}: siw passes " + \
-        ", ".join(sorted(t for t, rec in siw.items() if rec["outcome"] == "pass" and vt3.get(t, {}).get("outcome") != "pass"))
+        ", ".join(sorted(t for t, rec in siw.items()
+                         if rec["outcome"] == "pass" and vt3.get(t, {}).get("outcome") != "pass"))

@@ -16,12 +16,12 @@ QPEX_CHECKS = ("refuse-ops", "refuse-wc", "empty", "allocators", "not-connected"
 
 
 def test_qpex(single_vt3):
-    """vt3-qpex: ibv_wr_* batches of every op (SGE lists, inline, abort, ENOMEM/EINVAL at wr_complete, nothing half-posted), ibv_cq_ex and ibv_poll_cq mixed on one CQ with each completion once, parent-domain allocators, an SRQ slot freed by a QP's destroy"""
+    """vt3-qpex: ibv_wr_* batches of every op (SGE lists, inline, abort, ENOMEM/EINVAL at wr_complete, nothing half-posted), ibv_cq_ex and ibv_poll_cq mixed on one CQ with each completion once, parent-domain allocators, an SRQ slot freed by a QP's destroy"""  # noqa: E501
     a = single_vt3.a
     r = a.run(f"vt3-qpex --addr {A_IP} --port {PORT} --timeout 60", 240)
-    fails = [l for l in r.out.splitlines() if l.startswith("FAIL")]
+    fails = [line for line in r.out.splitlines() if line.startswith("FAIL")]
     assert not fails, f"vt3-qpex: {len(fails)} check(s) failed (exit {r.rc}):\n{tail(r.out)}"
-    oks = [l[5:] for l in r.out.splitlines() if l.startswith("ok   ")]
+    oks = [line[5:] for line in r.out.splitlines() if line.startswith("ok   ")]
     assert tuple(oks) == QPEX_CHECKS, f"vt3-qpex checks {oks}, want {QPEX_CHECKS}:\n{tail(r.out)}"
     assert summary(r.out, "vt3-qpex") == (len(QPEX_CHECKS), 0), f"vt3-qpex:\n{tail(r.out)}"
     assert r.rc == 0, f"vt3-qpex exit {r.rc}:\n{tail(r.out)}"

@@ -20,7 +20,7 @@ TERMINATES = ("DdpTaggedBaseOrBoundsViolation", "DdpTaggedInvalidStag", "DdpTagg
 
 
 def test_rereg(single_vt3):
-    """ibv_rereg_mr of translation, rights and PD with the peer's WRITEs checked after each; EBUSY with a bound window"""
+    """ibv_rereg_mr of translation, rights and PD with the peer's WRITEs checked after each; EBUSY with a bound window"""  # noqa: E501
     log = single_vt3.vt3a.log
     start = log.stat().st_size
     r = single_vt3.a.run("vt3-rereg --dev vt3_0 --timeout 30", 240)

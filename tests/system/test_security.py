@@ -47,7 +47,7 @@ def header_define(name: str) -> int:
 def refused(vt3d) -> dict[str, int]:
     s = vt3d.stats()
     return {r: s[f"control.ctrl_refused_{r}"] for r in REFUSALS} | {"sessions": s["control.ctrl_sessions"],
-                                                                   "wire": s["nic.rx_dropped_control"]}
+                                                                    "wire": s["nic.rx_dropped_control"]}
 
 
 def moved(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
@@ -144,8 +144,9 @@ def test_ctrl_forgery(vt3_siw):
         debug_vt3(a)
         sniff = a.join("sniff", 150)
         assert sniff.rc == 0, f"vt3-forge --sniff-handshake exit {sniff.rc}:\n{tail(sniff.out)}"
-        assert forge_counts(sniff.out)["sniffed_hs"] == 4, \
-            f"the sniffer caught {forge_counts(sniff.out)['sniffed_hs']} of HELLO, RESP, PROVE, RESP:\n{tail(sniff.out)}"
+        assert forge_counts(sniff.out)["sniffed_hs"] == 4, (
+            f"the sniffer caught {forge_counts(sniff.out)['sniffed_hs']} of HELLO, RESP, PROVE, RESP:\n"
+            f"{tail(sniff.out)}")
         reloaded = refused(vt3d)
         assert moved(start, reloaded) == nothing() | {"sessions": 1}, \
             f"the driver's reload moved vt3d's counters by {moved(start, reloaded)} (want one session, no refusal)"
@@ -180,7 +181,8 @@ def test_ctrl_forgery(vt3_siw):
         assert (hs["answered"], hs["duplicated"]) == (0, 0), f"vt3d answered the attacker's first contact: {hs}"
         handshake = refused(vt3d)
         got = moved(commands, handshake)
-        assert hs["replayed"] == 2 and hs["modified"] >= 100 and hs["reflected"] == 2, f"vt3-forge sent too little: {hs}"
+        assert hs["replayed"] == 2 and hs["modified"] >= 100 and hs["reflected"] == 2, (
+            f"vt3-forge sent too little: {hs}")
         want = nothing() | {r: hs[f"want_{r}"] for r in REFUSALS if f"want_{r}" in hs}
         assert got["sessions"] == 0, f"the attacker's first contact made a session: {got} (vt3-forge: {hs})"
         assert sum(got[k] for k in FIRST_CONTACT) == hs["bucketed"], \
@@ -257,7 +259,8 @@ def test_ctrl_forgery(vt3_siw):
 
     # Frames put straight into vt3.ko's receive path (a bridge or a
     # forwarding device would deliver them): refused by the MAC and counter.
-    out = a.check(f"dmesg -c > /dev/null; insmod {KMOD}/vt3_kforge.ko && rmmod vt3_kforge && dmesg | grep vt3_kforge:", 60)
+    out = a.check(f"dmesg -c > /dev/null; insmod {KMOD}/vt3_kforge.ko && "
+                  "rmmod vt3_kforge && dmesg | grep vt3_kforge:", 60)
     passed, failed = summary(out, "vt3_kforge: vt3_0")
     assert (passed, failed) == (VT3_KFORGE_CHECKS, 0), f"vt3_kforge: {passed} passed, {failed} failed:\n{out}"
     assert count(out, r"vt3_kforge: ok ") == VT3_KFORGE_CHECKS

@@ -43,7 +43,7 @@ class SplitEveryQp:
 
 
 def test_split_vt3_vt3(vt3_pair):
-    """rping -V between two vt3 guests with every data segment of both vt3d cut in two, each FPDU's CRC split: all pings verified, no TERMINATE"""
+    """rping -V between two vt3 guests with every data segment of both vt3d cut in two, each FPDU's CRC split: all pings verified, no TERMINATE"""  # noqa: E501
     daemons = (vt3_pair.vt3a, vt3_pair.vt3b)
     before = [d.stats() for d in daemons]
     with SplitEveryQp(daemons[0], 2, 20) as sa, SplitEveryQp(daemons[1], 2, 20) as sb:
@@ -66,7 +66,7 @@ def siw_crc_errors(g) -> int:
 
 
 def test_split_vt3_siw(vt3_siw):
-    """siw's MPA receive against split segments: a tail of 7 (the CRC whole, the payload's last octets apart) passes rping -V; a tail of 2 cuts the CRC and siw, which copies each piece of a split trailer to its start (siw_get_trailer), reports a CRC error and TERMINATEs: reproduced on demand"""
+    """siw's MPA receive against split segments: a tail of 7 (the CRC whole, the payload's last octets apart) passes rping -V; a tail of 2 cuts the CRC and siw, which copies each piece of a split trailer to its start (siw_get_trailer), reports a CRC error and TERMINATEs: reproduced on demand"""  # noqa: E501
     a, b, d = vt3_siw.a, vt3_siw.b, vt3_siw.vt3a
     before = d.stats()
     with SplitEveryQp(d, 7, 20) as s:
@@ -96,7 +96,8 @@ def test_split_vt3_siw(vt3_siw):
     # rping's exit status does not say (it exits 0 after "wait for
     # RDMA_WRITE_ADV state 10"): its pings do.
     pings = len(ping_numbers(c.out, ""))
-    assert pings < PINGS, f"rping passed with split CRCs: was siw's split-trailer copy fixed? (exit {c.rc})\n{tail(c.out)}"
+    assert pings < PINGS, ("rping passed with split CRCs: was siw's split-trailer copy fixed? "
+                           f"(exit {c.rc})\n{tail(c.out)}")
     assert crc_errors == 1, f"{crc_errors} 'siw: crc error' lines in b's dmesg, want 1"
     assert after["iwarp.terminates_rx"] - middle["iwarp.terminates_rx"] == 1, (middle, after)
 

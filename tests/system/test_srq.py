@@ -24,7 +24,8 @@ def wait_line(g, tag: str, pattern: str, timeout: int = 120) -> re.Match:
     TIMEOUT; fails with the output when the program ended without one."""
     r = g.run(f"i=0; while [ $i -lt {timeout * 10} ]; do grep -Eq '{pattern}' /tmp/{tag}.out && break; "
               f"[ -e /tmp/{tag}.rc ] && break; sleep 0.1; i=$((i+1)); done; "
-              f"grep -E '{pattern}' /tmp/{tag}.out || {{ cat /tmp/{tag}.out; echo \"(exit $(cat /tmp/{tag}.rc 2>/dev/null))\"; exit 1; }}",
+              f"grep -E '{pattern}' /tmp/{tag}.out || "
+              f"{{ cat /tmp/{tag}.out; echo \"(exit $(cat /tmp/{tag}.rc 2>/dev/null))\"; exit 1; }}",
               timeout + 10)
     m = re.search(pattern, r.out, re.M)
     assert r.rc == 0 and m, f"{g.name}: no '{pattern}' from {tag}:\n{tail(r.out)}"
@@ -45,7 +46,8 @@ def run_srqtest(setup, lost: bool = False, errored: bool = False):
     vt3d: an RST on QP 1's connection, or (LOST) device-fatal, with both
     QPs moved to ERR before it if ERRORED. Returns (srq side, peer) results."""
     b, vt3d, srq_ip, a = sides(setup)
-    b.spawn(f"vt3-srqtest srq --port {PORT} --timeout 60 --fault-wait 60" + (" --lost-errored" if errored else " --lost" if lost else ""), "srq", 400)
+    b.spawn(f"vt3-srqtest srq --port {PORT} --timeout 60 --fault-wait 60" +
+            (" --lost-errored" if errored else " --lost" if lost else ""), "srq", 400)
     try:
         wait_rdma_listen(b, PORT)
         a.spawn(f"vt3-srqtest peer --server {srq_ip} --port {PORT} --timeout 60", "srqpeer", 400)
@@ -75,7 +77,7 @@ def run_srqtest(setup, lost: bool = False, errored: bool = False):
 
 
 def check_srqtest(s, checks) -> None:
-    fails = [l for l in s.out.splitlines() if l.startswith("FAIL ")]
+    fails = [line for line in s.out.splitlines() if line.startswith("FAIL ")]
     assert not fails, f"vt3-srqtest srq: {len(fails)} check(s) failed (exit {s.rc}):\n{tail(s.out)}"
     assert summary(s.out, "vt3-srqtest") == (len(checks), 0), f"vt3-srqtest srq:\n{tail(s.out)}"
     for name in checks:
@@ -84,7 +86,7 @@ def check_srqtest(s, checks) -> None:
 
 
 def test_srq(vt3_pair):
-    """vt3-srqtest: one SRQ, two QPs over it, verified data, exact wr_id accounting, the limit event once per arm, RST on one QP (LAST_WQE_REACHED, nothing flushed, the other QP consumes the rest), destroy BUSY while in use"""
+    """vt3-srqtest: one SRQ, two QPs over it, verified data, exact wr_id accounting, the limit event once per arm, RST on one QP (LAST_WQE_REACHED, nothing flushed, the other QP consumes the rest), destroy BUSY while in use"""  # noqa: E501
     s, p = run_srqtest(vt3_pair)
     check_srqtest(s, SRQ_CHECKS)
     assert p.rc == 0 and "vt3-srqtest peer: done" in p.out, f"vt3-srqtest peer exit {p.rc}:\n{tail(p.out)}"
@@ -112,7 +114,7 @@ KSRQ_PORT = 7476
 def check_ksrq_log(log: str, want: int) -> None:
     """vt3_ksrq's kernel log: no FAIL line, exactly WANT checks passed, one ok line each."""
     passed, failed = summary(log, "vt3_ksrq:")
-    fails = [l for l in log.splitlines() if l.startswith("vt3_ksrq: FAIL")]
+    fails = [line for line in log.splitlines() if line.startswith("vt3_ksrq: FAIL")]
     assert failed == 0 and not fails, f"vt3_ksrq: {failed} failed:\n" + "\n".join(fails[:5]) + f"\n{tail(log, 30)}"
     assert passed == want, f"vt3_ksrq: {passed} passed, want {want}:\n{tail(log, 30)}"
     assert count(log, r"^vt3_ksrq: ok ") == passed, f"ok lines differ from the summary:\n{tail(log, 30)}"
@@ -148,7 +150,7 @@ def run_ksrq(setup) -> None:
 
 
 def test_vt3_ksrq(vt3_pair):
-    """kernel SRQ (vt3_ksrq.ko) under two kernel QPs, a vt3-srqtest peer sending on both: wc->qp, data, wr_ids once, LAST_WQE_REACHED, destroy"""
+    """kernel SRQ (vt3_ksrq.ko) under two kernel QPs, a vt3-srqtest peer sending on both: wc->qp, data, wr_ids once, LAST_WQE_REACHED, destroy"""  # noqa: E501
     run_ksrq(vt3_pair)
 
 
@@ -162,7 +164,7 @@ LOST_CHECKS = ("create", "query", "modify", "shared", "limit-not-yet", "lost-eve
 
 
 def test_srq_device_fatal(fresh_vt3_pair):
-    """vt3-srqtest --lost: vt3d ctl fault device-fatal under a user SRQ of two QPs: LAST_WQE_REACHED on both, DEVICE_FATAL, every SRQ WR (also one posted after the loss) flushed once on one QP (vt3_hw.h's device-loss rule)"""
+    """vt3-srqtest --lost: vt3d ctl fault device-fatal under a user SRQ of two QPs: LAST_WQE_REACHED on both, DEVICE_FATAL, every SRQ WR (also one posted after the loss) flushed once on one QP (vt3_hw.h's device-loss rule)"""  # noqa: E501
     p = fresh_vt3_pair
     s, peer = run_srqtest(p, lost=True)
     check_srqtest(s, LOST_CHECKS)
@@ -176,7 +178,7 @@ def test_srq_device_fatal(fresh_vt3_pair):
 
 
 def test_srq_device_fatal_errored(fresh_vt3_pair):
-    """vt3-srqtest --lost-errored: both QPs of a user SRQ moved to ERR and their errors noted by libvt3 (nothing of the SRQ flushed), then vt3d ctl fault device-fatal: every SRQ WR still flushed once on one QP"""
+    """vt3-srqtest --lost-errored: both QPs of a user SRQ moved to ERR and their errors noted by libvt3 (nothing of the SRQ flushed), then vt3d ctl fault device-fatal: every SRQ WR still flushed once on one QP"""  # noqa: E501
     p = fresh_vt3_pair
     s, peer = run_srqtest(p, errored=True)
     check_srqtest(s, LOST_CHECKS[:5] + ("lost-errored",) + LOST_CHECKS[5:])
@@ -194,7 +196,7 @@ KSRQ_LOST_CHECKS = 18
 
 
 def test_vt3_ksrq_device_fatal(fresh_vt3_pair):
-    """kernel SRQ (vt3_ksrq.ko lost=1): vt3d ctl fault device-fatal under two kernel QPs of one SRQ: LAST_WQE_REACHED on both, every SRQ receive not completed (one posted after the loss too) flushed once on one QP"""
+    """kernel SRQ (vt3_ksrq.ko lost=1): vt3d ctl fault device-fatal under two kernel QPs of one SRQ: LAST_WQE_REACHED on both, every SRQ receive not completed (one posted after the loss too) flushed once on one QP"""  # noqa: E501
     p = fresh_vt3_pair
     a, b = p.a, p.b
     mb = kmark(b)
@@ -203,7 +205,8 @@ def test_vt3_ksrq_device_fatal(fresh_vt3_pair):
         wait_rdma_listen(b, KSRQ_PORT)
         a.spawn(f"vt3-srqtest peer --server {B_IP} --port {KSRQ_PORT} --timeout 60", "ksrqpeer", 300)
         b.check("for i in $(seq 600); do dmesg | grep -q 'vt3_ksrq: READY-LOST' && exit 0; "
-                "[ -e /tmp/ksrq.rc ] && break; sleep 0.1; done; dmesg | tail -30; exit 1", 70, "vt3_ksrq never READY-LOST")
+                "[ -e /tmp/ksrq.rc ] && break; sleep 0.1; done; dmesg | tail -30; exit 1", 70,
+                "vt3_ksrq never READY-LOST")
         answer = p.vt3b.ctl("fault", "device-fatal")
         assert isinstance(answer, dict) and answer.get("detail", "").startswith("device fatal: 2 QPs"), \
             f"vt3d vt3b fault device-fatal: {answer!r}"

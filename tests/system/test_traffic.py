@@ -18,8 +18,6 @@ def iters_for(size: int) -> int:
     return 20 if size >= 65536 else 200
 
 
-
-
 def perf(setup, server: str, client: str, tool: str, size: int, extra: str = "", want: str = "") -> float:
     """One perftest run (helpers.perftest: both ends exit 0 and print no
     failure); then each end's result line counts every message, and each
@@ -94,7 +92,7 @@ def write_both_ways(setup) -> tuple[dict, dict, dict]:
 
 
 def test_udp_uplink_vt3_siw(vt3_siw_udp):
-    """vt3d's udp uplink and QEMU's -netdev dgram on UDP: ib_write_bw -R 64 KiB both ways; vt3d's segments leave in UDP GSO sends that QEMU takes as single frames, QEMU's datagrams come in one frame each"""
+    """vt3d's udp uplink and QEMU's -netdev dgram on UDP: ib_write_bw -R 64 KiB both ways; vt3d's segments leave in UDP GSO sends that QEMU takes as single frames, QEMU's datagrams come in one frame each"""  # noqa: E501
     before, sent, after = write_both_ways(vt3_siw_udp)
     # Runs of segments left in GSO sends, none refused, none lost by vt3d.
     assert sent["uplink.segmented_sends"] > before["uplink.segmented_sends"], (before, sent)
@@ -115,13 +113,14 @@ def snmp_tcp(g) -> dict[str, int]:
 
 
 def test_tap_uplink_vt3_siw(vt3_siw_tap):
-    """vt3d's tap uplink and QEMU's -netdev tap (vnet_hdr=on) in a Linux bridge: ib_write_bw -R 64 KiB both ways, then 8 MiB of TCP from the siw guest; vt3d's segments leave in TSO writes, the siw guest's TSO super-frames arrive whole and vt3d cuts them"""
+    """vt3d's tap uplink and QEMU's -netdev tap (vnet_hdr=on) in a Linux bridge: ib_write_bw -R 64 KiB both ways, then 8 MiB of TCP from the siw guest; vt3d's segments leave in TSO writes, the siw guest's TSO super-frames arrive whole and vt3d cuts them"""  # noqa: E501
     vt3d = vt3_siw_tap.vt3a
     before, sent, _ = write_both_ways(vt3_siw_tap)
     assert (before["uplink.vnet_hdr"], before["uplink.offloads"]) == (12, 1), before
     # vt3d's runs of segments left as TSO writes, none refused.
     assert sent["uplink.tso_sends"] > before["uplink.tso_sends"], (before, sent)
-    assert sent["uplink.tso_frames"] - before["uplink.tso_frames"] >= 2 * (sent["uplink.tso_sends"] - before["uplink.tso_sends"])
+    assert (sent["uplink.tso_frames"] - before["uplink.tso_frames"] >=
+            2 * (sent["uplink.tso_sends"] - before["uplink.tso_sends"]))
     # siw pushes each FPDU as a segment of its own (no super-frames under
     # TCG); the siw guest's kernel TCP sends bulk data with TSO: 8 MiB
     # b→a by nc (to the vt3 guest's own stack, through vt3d's NIC).
@@ -250,7 +249,7 @@ def test_rdma_cm_examples(vt3_pair):
     for who, r in (("client", c), ("server", s)):
         for want in ("data transfers complete", "test complete", "return status 0"):
             assert want in r.out, f"ucmatose {who}: no '{want}':\n{tail(r.out)}"
-        bad = [l for l in r.out.splitlines() if re.search(r"fail|error", l, re.I)]
+        bad = [line for line in r.out.splitlines() if re.search(r"fail|error", line, re.I)]
         assert not bad, f"ucmatose {who}: " + "; ".join(bad[:3])
     assert "disconnected" in s.out, f"ucmatose server: no 'disconnected':\n{tail(s.out)}"
     no_objects(vt3_pair, "after the examples")
@@ -288,7 +287,7 @@ def test_multi_conn(vt3_pair):
 # ------------------------------------------------------------------ loopback
 
 def test_loopback(vt3_plain):
-    """rping -V and ib_read_bw/ib_write_bw -R between two processes of one vt3 guest, to its own address: the TOE keeps the connection inside, nothing reaches the wire"""
+    """rping -V and ib_read_bw/ib_write_bw -R between two processes of one vt3 guest, to its own address: the TOE keeps the connection inside, nothing reaches the wire"""  # noqa: E501
     setup, a = vt3_plain, vt3_plain.a
     before = setup.vt3a.stats()
     rping_between(a, a, 200)
