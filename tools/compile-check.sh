@@ -51,7 +51,7 @@ copy_sources() {
 check_one() {
 	local series=$1 kdir kver dir log n
 	dir=$OUT/$series log=$OUT/$series.log
-	RESULT= DETAIL=
+	RESULT="" DETAIL=""
 	mkdir -p "$OUT"
 	if ! kdir=$("$REPO/tools/kernel-headers.sh" "$series" 2>"$log"); then
 		DETAIL=$(tail -n 5 "$log")

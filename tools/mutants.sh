@@ -632,7 +632,9 @@ run_mutant() {
 	log "$name: $cases with the mutant (log: $out/run.log)"
 	local rc=0
 	# The first failure is enough; two styles keep a mutant that makes
-	# every run wait for its timeout short.
+	# every run wait for its timeout short. ENV and the cases are lists of
+	# words: split on purpose.
+	# shellcheck disable=SC2086
 	(cd "$dir" && export ${ENV[$name]:-VT3_MUTANT=$name} && VT3_IMAGES=$dir/images VT3_RDMA_CORE_WORK=$dir/rdma-core CARGO_TARGET_DIR=$dir/target \
 		VT3_RESULTS=$dir/build/test-results VT3_FLUSH_STYLES=events,poll VT3_PYTEST_ARGS=--maxfail=1 \
 		./run-vm.sh test $cases) >"$out/run.log" 2>&1 || rc=$?
@@ -657,8 +659,11 @@ if [ "${1:-}" = --check-anchors ]; then
 	bad=0
 	for n in "${ALL_MUTANTS[@]}"; do
 		for k in "" 2; do
-			f=FILE$k a=ANCHOR$k
-			eval "file=\${$f[\$n]:-} anchor=\${$a[\$n]:-}"
+			if [ -z "$k" ]; then
+				file=${FILE[$n]:-} anchor=${ANCHOR[$n]:-}
+			else
+				file=${FILE2[$n]:-} anchor=${ANCHOR2[$n]:-}
+			fi
 			[ -n "$file" ] || continue
 			count=$(ANCHOR=$anchor /usr/bin/python3 -c 'import os, sys; print(open(sys.argv[1]).read().count(os.environ["ANCHOR"]))' "$ROOT/$file")
 			[ "$count" = 1 ] || { log "$n: anchor$k found $count times in $file"; bad=$((bad + 1)); }
