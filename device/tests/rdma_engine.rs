@@ -77,6 +77,9 @@ struct Guest {
     next_page: u64,
     next_status: u64,
     doorbells: u32,
+    /// Commands that got no response (`Outcome::Silent`): a doorbell
+    /// that went well, or a command muted or whose reply was lost.
+    silent: u32,
 }
 
 impl Endpoint for Guest {
@@ -133,6 +136,7 @@ impl Guest {
             next_page: PAGES,
             next_status: STATUS,
             doorbells: 0,
+            silent: 0,
         };
         let Guest { end, chan, rnic, mem, mac, .. } = &mut guest;
         end.handshake(|ctrl| {
@@ -169,7 +173,10 @@ impl Guest {
                 frames.extend(events);
                 frames
             }
-            Outcome::Silent => return Ok(Vec::new()),
+            Outcome::Silent => {
+                self.silent += 1;
+                return Ok(Vec::new());
+            }
             Outcome::Refused(why) => panic!("command refused: {why:?}"),
         };
         let resp = self.end.open(&frames[0][14..]).expect("a response sealed for the driver");
@@ -842,6 +849,9 @@ fn connection_commands_are_validated() {
 }
 
 /// Random connection commands against a live engine: responses only.
+/// Each command is answered with a status (only a good doorbell goes
+/// unanswered), some get through to the engine, and afterwards the
+/// engine still serves well-formed commands with its books in order.
 #[test]
 fn random_connection_commands_never_panic() {
     let mut g = Guest::new(0);
@@ -849,7 +859,7 @@ fn random_connection_commands_never_panic() {
     g.set_addr(now, IPS[0].octets()).unwrap();
     let pdn = g.handle(now, Cmd::AllocPd, &CmdHandle::default());
     let cq = g.cq(now, 16);
-    g.qp(now, pdn, cq, cq, 16);
+    let qp = g.qp(now, pdn, cq, cq, 16);
     let mut x = 0x853c_49e6_748f_ea9bu64;
     let mut next = || {
         x ^= x << 13;
@@ -858,6 +868,8 @@ fn random_connection_commands_never_panic() {
         x
     };
     let cmds = [Cmd::Listen, Cmd::Unlisten, Cmd::Connect, Cmd::Accept, Cmd::Reject, Cmd::Disconnect, Cmd::Doorbell];
+    // The ports the random LISTENs and UNLISTENs leave listening.
+    let mut listening = std::collections::BTreeSet::new();
     for i in 0..3000u64 {
         let mut body = [0u8; 560];
         for b in body.iter_mut() {
@@ -868,10 +880,36 @@ fn random_connection_commands_never_panic() {
         body[1..4].fill(0);
         let cmd = cmds[(next() % cmds.len() as u64) as usize];
         let len = (next() % 560) as usize;
-        let _ = g.raw(Instant::from_millis(1 + i as i64), cmd, &body[..len]);
+        let silent = g.silent;
+        let r = g.raw(Instant::from_millis(1 + i as i64), cmd, &body[..len]);
+        if g.silent != silent {
+            // Only a good doorbell goes unanswered: one on the QP, for
+            // its SQ or RQ.
+            let db = read_struct::<CmdDoorbell>(&body[..len]).filter(|_| cmd == Cmd::Doorbell);
+            let good = db.is_some_and(|db| db.qpn.to_native() == qp.qpn && matches!(db.queues.to_native(), 1..=3));
+            assert!(good, "#{i} {cmd:?} ({len} bytes) got no response");
+        }
+        if r.is_ok() && matches!(cmd, Cmd::Listen | Cmd::Unlisten) {
+            let port = u16::from_be_bytes(read_struct::<CmdListen>(&body[..len]).unwrap().local.port);
+            assert!(
+                if cmd == Cmd::Listen { listening.insert(port) } else { listening.remove(&port) },
+                "#{i} {cmd:?} {port}"
+            );
+        }
         let mut sink = |_: &[u8]| {};
         g.rnic.service(Instant::from_millis(1 + i as i64), &g.mem, &mut sink);
     }
+    assert!(!listening.is_empty(), "no random LISTEN got through to the engine");
+    // The same engine, its listeners as the responses said: each one ends
+    // once, and a well-formed LISTEN and CONNECT are served.
+    let now = Instant::from_millis(3001);
+    assert_eq!(g.rnic.offload().unwrap().ip(), IPS[0]);
+    for port in listening {
+        assert_eq!(g.cmd(now, Cmd::Unlisten, &listen_args(port)), Ok(Vec::new()), "port {port}");
+        assert_eq!(g.cmd(now, Cmd::Unlisten, &listen_args(port)), Err(Status::NotFound), "port {port}");
+    }
+    assert_eq!(g.cmd(now, Cmd::Listen, &listen_args(PORT)), Ok(Vec::new()));
+    assert_eq!(g.cmd(now, Cmd::Connect, &connect_args(&qp, 40_000, b"pd")), Ok(Vec::new()));
 }
 
 /// When a guest goes away (vhost-user disconnect), its peers are reset at
