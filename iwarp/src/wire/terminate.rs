@@ -16,7 +16,7 @@
 //! ```
 //!
 //! M: the DDP Segment Length is valid; D: the offending segment's DDP
-//! header is included; R: its RDMAP header is included (the brief calls it
+//! header is included; R: its RDMAP header is included (sometimes called
 //! "A"). siw sets R for protection errors on a Send too, with nothing after
 //! the DDP header, so parsing takes whatever follows the DDP header as the
 //! RDMAP header.
