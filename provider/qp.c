@@ -263,9 +263,9 @@ static bool vt3_wq_publish(struct vt3_wq *wq)
  * The doorbell: a post without WRs on the uverbs fd, which vt3.ko turns
  * into VT3_CMD_DOORBELL for this queue (as siw's user QPs do). Rung on a
  * QP in error, it is the hook that has vt3.ko run the completion handler
- * of this queue's CQ: flush completions are made here, not by vt3d, so no
- * device event announces them (vt3.ko is to turn this doorbell into a
- * run of the CQ's completion handler: provider/README.md).
+ * of this queue's CQ (vt3_user_doorbell(), vt3_cq_kick()): flush
+ * completions are made here, not by vt3d, so no device event announces
+ * them.
  */
 void vt3_wq_doorbell(struct vt3_wq *wq)
 {

@@ -1,5 +1,5 @@
 """vt3lab: boot vt3 guests under QEMU from Python (pytest fixtures in
-vt3lab.fixtures). See tests/system/README.md."""
+vt3lab.fixtures). See docs/tests.md."""
 
 from .guest import CommandFailed, CommandTimeout, Guest, GuestDead, GuestError, LabConfig, Nic, Result
 from .lab import config_from_env
