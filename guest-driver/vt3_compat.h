@@ -17,7 +17,7 @@
  * <asm/unaligned.h> became <linux/unaligned.h> in 6.12; the old name is
  * gone, so include whichever this kernel has.
  */
-#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 12, 0)
+#if KERNEL_VERSION(6, 12, 0) <= LINUX_VERSION_CODE
 #include <linux/unaligned.h>
 #else
 #include <asm/unaligned.h>
@@ -31,7 +31,7 @@
 static inline void vt3_vma_clear_flags(struct vm_area_struct *vma,
 				       vm_flags_t flags)
 {
-#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 3, 0)
+#if KERNEL_VERSION(6, 3, 0) <= LINUX_VERSION_CODE
 	vm_flags_clear(vma, flags);
 #else
 	vma->vm_flags &= ~flags;
@@ -44,7 +44,7 @@ static inline void vt3_vma_clear_flags(struct vm_area_struct *vma,
  * create_cq takes a struct vt3_create_cq_attrs * and asks
  * VT3_CREATE_CQ_UDATA() for its udata (NULL for a kernel CQ on both).
  */
-#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 11, 0)
+#if KERNEL_VERSION(6, 11, 0) <= LINUX_VERSION_CODE
 #define vt3_create_cq_attrs uverbs_attr_bundle
 #define VT3_CREATE_CQ_UDATA(attrs) ((attrs) ? &(attrs)->driver_udata : NULL)
 #else

@@ -89,8 +89,8 @@ void vt3_cq_freeze(struct vt3_cq *cq)
 	}
 	spin_lock_irqsave(&cq->lock, flags);
 	if (!cq->frozen) {
-		cq->frozen_prod = le32_to_cpu(smp_load_acquire(
-					&vt3_cq_status(cq)->prod));
+		/* Pairs with vt3d's release store of prod after writing the CQE. */
+		cq->frozen_prod = le32_to_cpu(smp_load_acquire(&vt3_cq_status(cq)->prod));
 		cq->frozen = true;
 	}
 	spin_unlock_irqrestore(&cq->lock, flags);
@@ -265,8 +265,8 @@ struct vt3_gone {
 
 u32 vt3_cq_prod(struct vt3_cq *cq)
 {
-	/* Pairs with vt3d's release store of prod after writing the CQE. */
 	return cq->frozen ? cq->frozen_prod :
+			    /* Pairs with vt3d's release store of prod after writing the CQE. */
 			    le32_to_cpu(smp_load_acquire(&vt3_cq_status(cq)->prod));
 }
 
@@ -390,8 +390,8 @@ int vt3_poll_cq(struct ib_cq *ibcq, int num, struct ib_wc *wc)
 		return -EINVAL;
 	st = vt3_cq_status(cq);
 	spin_lock_irqsave(&cq->lock, flags);
-	/* Pairs with vt3d's release store of prod after writing the CQE. */
 	prod = cq->frozen ? cq->frozen_prod :
+			    /* Pairs with vt3d's release store of prod after writing the CQE. */
 			    le32_to_cpu(smp_load_acquire(&st->prod));
 	if (prod - cq->cons > cq->depth) {
 		spin_unlock_irqrestore(&cq->lock, flags);
@@ -460,8 +460,8 @@ int vt3_req_notify_cq(struct ib_cq *ibcq, enum ib_cq_notify_flags flags)
 	if (!(flags & IB_CQ_REPORT_MISSED_EVENTS) || cq->user)
 		return 0;
 	spin_lock_irqsave(&cq->lock, irqflags);
-	/* Acquire: pairs with vt3d's release store of prod. */
 	prod = cq->frozen ? cq->frozen_prod :
+			    /* Acquire: pairs with vt3d's release store of prod. */
 			    le32_to_cpu(smp_load_acquire(&vt3_cq_status(cq)->prod));
 	/* Flush completions raise no device event: report them here. */
 	missed = prod != cq->cons || vt3_qp_flush_pending(cq);

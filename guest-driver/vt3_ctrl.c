@@ -724,6 +724,7 @@ out:
 
 bool vt3_key_ready(void)
 {
+	/* Pairs with vt3_key_load's release: K is read after the flag. */
 	return smp_load_acquire(&vt3_key_loaded);
 }
 

@@ -119,6 +119,7 @@ void vt3_qp_flush_stop(struct vt3_qp *qp)
 		list_del_init(&qp->rq_flush_node);
 		WRITE_ONCE(qp->rq_flushing, false);
 	}
+	/* The same for the RQ: pairs with post_recv's acquire of rq_done. */
 	smp_store_release(&qp->rq_done, qp->rq_prod);
 	spin_unlock(&qp->rq_lock);
 	spin_unlock_irqrestore(&rcq->lock, flags);

@@ -28,12 +28,12 @@ int vt3_query_ucontext(struct ib_ucontext *ibuc,
 					     &resp, sizeof(resp));
 }
 
-ADD_UVERBS_ATTRIBUTES_SIMPLE(
-	vt3_query_context, UVERBS_OBJECT_DEVICE, UVERBS_METHOD_QUERY_CONTEXT,
-	UVERBS_ATTR_PTR_OUT(VT3_ATTR_QUERY_CONTEXT_RESP_UCTX,
-			    UVERBS_ATTR_STRUCT(struct vt3_alloc_ucontext_resp,
-					       max_inline),
-			    UA_OPTIONAL));
+ADD_UVERBS_ATTRIBUTES_SIMPLE(vt3_query_context, UVERBS_OBJECT_DEVICE,
+			     UVERBS_METHOD_QUERY_CONTEXT,
+			     UVERBS_ATTR_PTR_OUT(VT3_ATTR_QUERY_CONTEXT_RESP_UCTX,
+						 UVERBS_ATTR_STRUCT(struct vt3_alloc_ucontext_resp,
+								    max_inline),
+						 UA_OPTIONAL));
 
 /* An importer learns that its PD handle names a live PD, and its pdn. */
 static int UVERBS_HANDLER(VT3_METHOD_PD_QUERY)(struct uverbs_attr_bundle *attrs)
@@ -45,12 +45,11 @@ static int UVERBS_HANDLER(VT3_METHOD_PD_QUERY)(struct uverbs_attr_bundle *attrs)
 			      sizeof(pdn));
 }
 
-DECLARE_UVERBS_NAMED_METHOD(
-	VT3_METHOD_PD_QUERY,
-	UVERBS_ATTR_IDR(VT3_ATTR_QUERY_PD_HANDLE, UVERBS_OBJECT_PD,
-			UVERBS_ACCESS_READ, UA_MANDATORY),
-	UVERBS_ATTR_PTR_OUT(VT3_ATTR_QUERY_PD_RESP_PDN, UVERBS_ATTR_TYPE(u32),
-			    UA_MANDATORY));
+DECLARE_UVERBS_NAMED_METHOD(VT3_METHOD_PD_QUERY,
+			    UVERBS_ATTR_IDR(VT3_ATTR_QUERY_PD_HANDLE, UVERBS_OBJECT_PD,
+					    UVERBS_ACCESS_READ, UA_MANDATORY),
+			    UVERBS_ATTR_PTR_OUT(VT3_ATTR_QUERY_PD_RESP_PDN, UVERBS_ATTR_TYPE(u32),
+						UA_MANDATORY));
 
 ADD_UVERBS_METHODS(vt3_pd, UVERBS_OBJECT_PD,
 		   &UVERBS_METHOD(VT3_METHOD_PD_QUERY));

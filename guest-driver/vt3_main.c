@@ -670,7 +670,8 @@ static void vt3_reprobe_start(struct net_device *netdev, const char *name)
 	spin_lock(&vt3_reprobe_lock);
 	if (!vt3_unloading && netdev->reg_state == NETREG_REGISTERED &&
 	    !vt3_reprobe_find(netdev)) {
-		r->armed = armed = true;
+		r->armed = true;
+		armed = true;
 		list_add(&r->list, &vt3_reprobe_list);
 		queue_delayed_work(vt3_wq, &r->work,
 				   msecs_to_jiffies(VT3_REPROBE_FAST_MS));

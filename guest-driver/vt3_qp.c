@@ -840,6 +840,7 @@ int vt3_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 	spin_lock_irqsave(&qp->rq_lock, flags);
 	start = qp->rq_prod;
 	flushing = qp->rq_flushing;
+	/* Acquire: pairs with poll_cq's release once it took the CQE. */
 	cons = flushing ? qp->rq_flush : smp_load_acquire(&qp->rq_done);
 	for (; wr; wr = wr->next) {
 		if (qp->rq_prod - cons >= qp->rq_depth) {
@@ -855,6 +856,7 @@ int vt3_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
 	}
 	posted = qp->rq_prod != start;
 	if (posted && flushing)
+		/* Kept in step for ERROR -> IDLE; vt3d reads no more. */
 		smp_store_release(&st->rq_prod, cpu_to_le32(qp->rq_prod));
 	else if (posted)
 		vt3_qp_publish(qp, &st->rq_prod, qp->rq_prod, VT3_QP_F_RQ_IDLE,

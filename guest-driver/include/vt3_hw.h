@@ -219,11 +219,11 @@
  * type 2, only on the QP that bound it ("STag not associated with RDMAP
  * stream" otherwise: DDP 1/1/02 for a WRITE, RDMAP 0/1/03 for a READ
  * source, the codes of another PD's STag).
- * VT3_WR_LOCAL_INV and the peer's Send with Invalidate invalidate a type 2
- * window of the QP's PD; a type 1 window cannot be invalidated either way
- * (LOCAL_INV: VT3_WC_LOC_QP_OP_ERR; the peer's: TERMINATE 0/1/09, as an
- * ordinary MR). VT3_CMD_DEREG_MR of an MR with valid windows bound to it
- * answers VT3_ERR_BUSY.
+ * VT3_WR_LOCAL_INV and the peer's Send with Invalidate
+ * invalidate a type 2 window of the QP's PD; a type 1 window cannot be
+ * invalidated either way (LOCAL_INV: VT3_WC_LOC_QP_OP_ERR; the peer's:
+ * TERMINATE 0/1/09, as an ordinary MR). VT3_CMD_DEREG_MR of an MR with
+ * valid windows bound to it answers VT3_ERR_BUSY.
  *
  * Re-registration
  * ---------------
@@ -356,6 +356,7 @@ struct vt3_ctrl_hdr {
 	__le32	reserved;
 	__le64	counter;	/* frames sent this session in this direction */
 };
+
 /* After the `len` payload bytes: __le64 mac (VT3_CTRL_MAC_LEN bytes). */
 #define VT3_CTRL_MAC_LEN	8
 
@@ -986,8 +987,8 @@ enum vt3_wc_status {
 	VT3_WC_LOC_LEN_ERR = 1,
 	VT3_WC_LOC_QP_OP_ERR = 2,
 	VT3_WC_LOC_PROT_ERR = 3,
-	VT3_WC_WR_FLUSH_ERR = 4,	/* by the provider/driver; by vt3d only for
-					 * an SRQ WQE its QP took (VT3_CQE_SRQ) */
+	/* by the provider/driver; by vt3d only for an SRQ WQE its QP took (VT3_CQE_SRQ) */
+	VT3_WC_WR_FLUSH_ERR = 4,
 	VT3_WC_REM_ACCESS_ERR = 5,
 	VT3_WC_REM_OP_ERR = 6,
 	VT3_WC_GENERAL_ERR = 7,
