@@ -84,7 +84,7 @@ void vt3_cq_freeze(struct vt3_cq *cq)
 		WRITE_ONCE(st->frozen_prod, READ_ONCE(st->prod));
 		/* The snapshot before the flag: pairs with the consumer's acquire. */
 		smp_wmb();
-		atomic_or(cpu_to_le32(VT3_CQ_F_FROZEN), (atomic_t *)&st->flags);
+		atomic_or((__force int)cpu_to_le32(VT3_CQ_F_FROZEN), (atomic_t *)&st->flags);
 		return;
 	}
 	spin_lock_irqsave(&cq->lock, flags);

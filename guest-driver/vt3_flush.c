@@ -285,6 +285,8 @@ void vt3_qp_forget(struct vt3_qp *qp)
 	local_irq_save(flags);
 	if (scq == rcq) {
 		spin_lock(&scq->lock);
+		/* For sparse: rcq's lock is scq's, unlocked as such below. */
+		__acquire(&rcq->lock);
 	} else {
 		/* Address order, as every path that takes both. */
 		spin_lock(scq < rcq ? &scq->lock : &rcq->lock);
@@ -309,6 +311,8 @@ void vt3_qp_forget(struct vt3_qp *qp)
 	if (rcq != scq) {
 		vt3_cq_forget(rcq, qp->qpn);
 		spin_unlock(&rcq->lock);
+	} else {
+		__release(&rcq->lock);
 	}
 	spin_unlock(&scq->lock);
 	local_irq_restore(flags);
