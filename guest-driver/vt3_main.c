@@ -6,10 +6,12 @@
  * A vt3 RNIC is a virtio-net NIC whose backend is vt3d. The module probes
  * every netdev driven by virtio_net once it is up with its carrier on
  * (virtio_net moves no frames before that): it sends VT3_CMD_QUERY_DEVICE
- * and registers an iWARP ib_device "vt3_%d" when vt3d answers. `rdma link
- * add NAME type vt3 netdev DEV` does the same for any Ethernet netdev, by
- * name. Probes run on a workqueue, never in the notifier: they wait for
- * an answer that the RX path must be free to deliver.
+ * and registers an iWARP ib_device "vt3_%d" when vt3d answers. The query
+ * follows the HELLO/PROVE first-contact handshake that starts a session
+ * with vt3d (vt3_ctrl_first_contact()). `rdma link add NAME type vt3
+ * netdev DEV` does the same for any Ethernet netdev, by name. Probes run
+ * on a workqueue, never in the notifier: they wait for an answer that the
+ * RX path must be free to deliver.
  *
  * Teardown has one path: ib_unregister_device*() (netdev unregistered,
  * vt3d stopped answering, `rdma link del`, module unload) disassociates
