@@ -64,7 +64,10 @@ use crate::toe::{
 };
 use crate::wire::mpa::{self, mulpdu, Frame, MAX_FRAME_LEN, MAX_PRIVATE_DATA_LEN};
 use crate::wire::terminate::TermCode;
-use qp::{Conn, Phase, Qp, Stream, TxCurrent};
+use qp::{
+    connect_failed, connection_ended, enter_terminate, fail_due_recv_refusal, fail_refused_send, flush_taken_srq_wr,
+    handle_status, local_terminate, retire_sq, set_state, Conn, Phase, Qp, Stream, TxCurrent,
+};
 use rx::{RxEnv, RxStop};
 use srq::{Srq, SrqWr};
 use tx::{TxEnv, TxProgress, TxStop};
@@ -585,52 +588,6 @@ impl<T: Transport> Engine<T> {
         Ok(())
     }
 
-    /// Verbs modify_qp state changes:
-    /// RTS → CLOSING (graceful disconnect: FIN), any → ERROR (abortive:
-    /// RST if connected), RTS → TERMINATE (TERMINATE "local catastrophic"),
-    /// ERROR → IDLE (reuse the QP).
-    pub fn modify_qp(&mut self, now: Instant, qpn: u32, to: QpState) -> Result<(), EngineError> {
-        let linger = self.config.terminate_linger;
-        let qp = woken(&mut self.qps, &mut self.active, qpn).ok_or(EngineError::NoSuchQp(qpn))?;
-        let from = qp.state;
-        if from == to {
-            return Ok(());
-        }
-        let invalid = EngineError::InvalidState { qpn, state: from, what: "transition not allowed" };
-        match (from, to) {
-            (QpState::Rts, QpState::Closing) => {
-                let conn = qp.conn.as_mut().ok_or(invalid)?;
-                self.toe.close(conn.sock);
-                conn.fin_sent = true;
-                set_state(qp, &mut self.out, QpState::Closing);
-            }
-            (_, QpState::Error) => {
-                if let Some(conn) = qp.conn.take() {
-                    self.toe.abort(conn.sock);
-                    self.toe.release(conn.sock);
-                    if !qp.end_reported && matches!(from, QpState::Rts | QpState::Closing) {
-                        qp.end_reported = true;
-                        self.out.qp_event(qpn, EventKind::Aborted);
-                    }
-                }
-                set_state(qp, &mut self.out, QpState::Error);
-            }
-            (QpState::Rts, QpState::Terminate) => {
-                local_terminate(qp, &mut self.toe, &mut self.out, now, linger, TermCode::RdmapLocalCatastrophic);
-            }
-            (QpState::Error, QpState::Idle) => {
-                if qp.conn.is_some() {
-                    return Err(invalid);
-                }
-                qp.queues.clear();
-                qp.end_reported = false;
-                set_state(qp, &mut self.out, QpState::Idle);
-            }
-            _ => return Err(invalid),
-        }
-        Ok(())
-    }
-
     // ---- work requests ----
 
     /// Queues a send WR (IDLE or RTS; an IDLE QP sends once connected).
@@ -1125,49 +1082,6 @@ fn new_stream(negotiated: Negotiated, initiator: bool, mss: u16, tx_hold: Option
     }
 }
 
-/// Changes state with an event; ERROR and IDLE-after-close drop the WQEs
-/// (retired ones are completed first).
-fn set_state(qp: &mut Qp, out: &mut Outputs, to: QpState) {
-    let from = qp.state;
-    if from == to {
-        return;
-    }
-    retire_sq(qp, out);
-    qp.state = to;
-    if to == QpState::Error || (to == QpState::Idle && from != QpState::Error) {
-        flush_taken_srq_wr(qp, out);
-        qp.queues.clear();
-    }
-    out.qp_event(qp.qpn, EventKind::StateChanged { from, to });
-}
-
-/// The SRQ WR a QP took for a Send it will not finish: it is this QP's
-/// (no other may take it again, the buffer is half written), so it
-/// completes here, flushed, before the state change is reported. The WRs
-/// still in the SRQ are left for the other QPs (siw and rxe do the same).
-fn flush_taken_srq_wr(qp: &mut Qp, out: &mut Outputs) {
-    let Some(index) = qp.queues.srq_taken.take() else {
-        return;
-    };
-    let wr_id = match (qp.queues.rq.front(), qp.queues.rq_refused) {
-        (Some(wr), _) => wr.wr_id,
-        (None, Some(refused)) => refused.wr_id,
-        (None, None) => return,
-    };
-    out.completions.push_back(Completion {
-        qpn: qp.qpn,
-        queue: WorkQueue::Recv,
-        wr_id,
-        opcode: WcOpcode::Recv,
-        status: WcStatus::WrFlushErr,
-        byte_len: 0,
-        invalidated_stag: None,
-        solicited: false,
-        signaled: true,
-        srq_idx: Some(index),
-    });
-}
-
 /// Whether a receive WR may be posted to `qp` now.
 fn check_recv_post(qp: &Qp) -> Result<(), EngineError> {
     let qpn = qp.qpn;
@@ -1185,209 +1099,6 @@ fn check_recv_post(qp: &Qp) -> Result<(), EngineError> {
         return Err(EngineError::QueueFull);
     }
     Ok(())
-}
-
-/// A refused send WR at the front of an unconnected QP's SQ: it completes
-/// with its status and the QP goes to ERROR.
-fn fail_refused_send(qp: &mut Qp, out: &mut Outputs) {
-    let Some(front) = qp.queues.sq.front_mut() else {
-        return;
-    };
-    let Some(status) = front.refused else { return };
-    let wr_id = front.wr.wr_id;
-    front.result = Some((status, 0));
-    out.stats.wqe_errors += 1;
-    retire_sq(qp, out);
-    if !qp.end_reported {
-        qp.end_reported = true;
-        out.qp_event(qp.qpn, EventKind::WqeError { wr_id, status });
-    }
-    set_state(qp, out, QpState::Error);
-}
-
-/// Fails a refused receive WR whose turn came: every receive WR before it
-/// completed and no Send is being placed. Connected, the QP enters
-/// TERMINATE (ours: RDMAP local catastrophic); otherwise ERROR.
-fn fail_due_recv_refusal<T: Transport>(qp: &mut Qp, toe: &mut T, out: &mut Outputs, now: Instant, linger: Duration) {
-    let Some(refused) = qp.queues.rq_refused else {
-        return;
-    };
-    if !qp.queues.rq.is_empty() || matches!(qp.state, QpState::Terminate | QpState::Error) {
-        return;
-    }
-    let connected = match qp.conn.as_mut() {
-        None => false,
-        Some(conn) => match conn.stream.as_mut() {
-            // Still connecting: its turn comes in RTS.
-            None => return,
-            Some(stream) if stream.rx_send.is_some() => return,
-            Some(stream) => {
-                stream.rx_stopped = true;
-                stream.terminate_out =
-                    Some(rx::terminate_message(stream.tx_msn[2], TermCode::RdmapLocalCatastrophic, None));
-                true
-            }
-        },
-    };
-    qp.queues.rq_refused = None;
-    out.completions.push_back(Completion {
-        qpn: qp.qpn,
-        queue: WorkQueue::Recv,
-        wr_id: refused.wr_id,
-        opcode: WcOpcode::Recv,
-        status: refused.status,
-        byte_len: 0,
-        invalidated_stag: None,
-        solicited: false,
-        signaled: true,
-        srq_idx: qp.queues.srq_taken.take(),
-    });
-    out.stats.wqe_errors += 1;
-    let kind = EventKind::WqeError { wr_id: refused.wr_id, status: refused.status };
-    if connected {
-        enter_terminate(qp, toe, out, now, linger, kind);
-    } else {
-        if !qp.end_reported {
-            qp.end_reported = true;
-            out.qp_event(qp.qpn, kind);
-        }
-        set_state(qp, out, QpState::Error);
-    }
-}
-
-/// Completes finished send WQEs in posting order (none once in ERROR).
-fn retire_sq(qp: &mut Qp, out: &mut Outputs) {
-    if qp.state == QpState::Error {
-        return;
-    }
-    while let Some(front) = qp.queues.sq.front() {
-        let Some((status, byte_len)) = front.result else {
-            break;
-        };
-        out.completions.push_back(Completion {
-            qpn: qp.qpn,
-            queue: WorkQueue::Send,
-            wr_id: front.wr.wr_id,
-            opcode: front.wr.opcode.wc_opcode(),
-            status,
-            byte_len,
-            invalidated_stag: None,
-            solicited: false,
-            signaled: front.wr.signaled || status != WcStatus::Success,
-            srq_idx: None,
-        });
-        qp.queues.sq.pop_front();
-        qp.queues.issued = qp.queues.issued.saturating_sub(1);
-    }
-}
-
-/// A TERMINATE of our own (fault injection, modify to TERMINATE).
-fn local_terminate<T: Transport>(
-    qp: &mut Qp,
-    toe: &mut T,
-    out: &mut Outputs,
-    now: Instant,
-    linger: Duration,
-    code: TermCode,
-) {
-    let Some(conn) = qp.conn.as_mut() else { return };
-    if let Some(stream) = conn.stream.as_mut() {
-        stream.rx_stopped = true;
-        stream.terminate_out = Some(rx::terminate_message(stream.tx_msn[2], code, None));
-    } else {
-        toe.close(conn.sock);
-        conn.fin_sent = true;
-    }
-    conn.deadline = Some(now + linger);
-    if !qp.end_reported {
-        qp.end_reported = true;
-        out.stats.protocol_errors += 1;
-        out.qp_event(qp.qpn, EventKind::LocalError { error: ProtocolError::Injected, sent: code });
-    }
-    set_state(qp, out, QpState::Terminate);
-}
-
-/// Moves a QP with an RX or TX failure into TERMINATE.
-fn enter_terminate<T: Transport>(
-    qp: &mut Qp,
-    toe: &mut T,
-    out: &mut Outputs,
-    now: Instant,
-    linger: Duration,
-    kind: EventKind,
-) {
-    if let Some(conn) = qp.conn.as_mut() {
-        conn.deadline = Some(now + linger);
-        let term_pending = conn.stream.as_ref().is_some_and(|s| s.terminate_out.is_some());
-        if !term_pending && !conn.fin_sent {
-            toe.close(conn.sock);
-            conn.fin_sent = true;
-        }
-    }
-    if !qp.end_reported {
-        qp.end_reported = true;
-        out.qp_event(qp.qpn, kind);
-    }
-    set_state(qp, out, QpState::Terminate);
-}
-
-/// The connection is gone (or given up): report, pick the final state,
-/// release the socket.
-fn connection_ended<T: Transport>(qp: &mut Qp, toe: &mut T, out: &mut Outputs, reason: CloseReason) {
-    let Some(conn) = qp.conn.take() else { return };
-    toe.release(conn.sock);
-    let connecting = !matches!(conn.phase, Phase::Streaming);
-    if qp.end_reported {
-        set_state(qp, out, QpState::Error);
-        return;
-    }
-    qp.end_reported = true;
-    if connecting {
-        out.qp_event(qp.qpn, EventKind::ConnectFailed(ConnectFailure::Tcp(reason)));
-        set_state(qp, out, QpState::Error);
-        return;
-    }
-    match reason {
-        CloseReason::Graceful => {
-            if qp.state == QpState::Rts {
-                out.qp_event(qp.qpn, EventKind::PeerClose);
-                set_state(qp, out, QpState::Closing);
-            }
-            retire_sq(qp, out);
-            let outstanding = !qp.queues.sq.is_empty() || !qp.queues.orq.is_empty();
-            out.qp_event(qp.qpn, EventKind::CloseComplete { sq_outstanding: outstanding });
-            let to = if outstanding { QpState::Error } else { QpState::Idle };
-            set_state(qp, out, to);
-        }
-        CloseReason::Reset => {
-            out.qp_event(qp.qpn, EventKind::Reset);
-            set_state(qp, out, QpState::Error);
-        }
-        CloseReason::Timeout => {
-            out.qp_event(qp.qpn, EventKind::Timeout);
-            set_state(qp, out, QpState::Error);
-        }
-        CloseReason::Aborted => {
-            out.qp_event(qp.qpn, EventKind::Aborted);
-            set_state(qp, out, QpState::Error);
-        }
-    }
-}
-
-fn connect_failed<T: Transport>(qp: &mut Qp, toe: &mut T, out: &mut Outputs, failure: ConnectFailure, abort: bool) {
-    if let Some(conn) = qp.conn.take() {
-        if abort {
-            toe.abort(conn.sock);
-        } else {
-            toe.close(conn.sock);
-        }
-        toe.release(conn.sock);
-    }
-    if !qp.end_reported {
-        qp.end_reported = true;
-        out.qp_event(qp.qpn, EventKind::ConnectFailed(failure));
-    }
-    set_state(qp, out, QpState::Error);
 }
 
 /// A QP an API call wakes, and the QP.
@@ -1607,40 +1318,6 @@ fn receive<T: Transport>(
             let kind = EventKind::LocalError { error, sent: error.term_code() };
             enter_terminate(qp, toe, out, now, config.terminate_linger, kind);
         }
-    }
-}
-
-/// Reacts to TCP: the peer's FIN, resets, timeouts, the end of a close.
-fn handle_status<T: Transport>(qp: &mut Qp, toe: &mut T, out: &mut Outputs) {
-    let Some(conn) = qp.conn.as_mut() else { return };
-    let sock = conn.sock;
-    match toe.status(sock) {
-        Some(LinkStatus::Connecting | LinkStatus::Established | LinkStatus::Closing) => {}
-        Some(LinkStatus::PeerClosed) => match qp.state {
-            QpState::Rts => {
-                if !conn.fin_sent {
-                    toe.close(sock);
-                    conn.fin_sent = true;
-                }
-                if !qp.end_reported {
-                    out.qp_event(qp.qpn, EventKind::PeerClose);
-                }
-                set_state(qp, out, QpState::Closing);
-            }
-            QpState::Idle => {
-                // The peer hung up during the MPA exchange.
-                connect_failed(qp, toe, out, ConnectFailure::PeerClosed, false);
-            }
-            QpState::Closing | QpState::Terminate => {
-                if !conn.fin_sent && conn.stream.as_ref().is_none_or(|s| s.terminate_out.is_none()) {
-                    toe.close(sock);
-                    conn.fin_sent = true;
-                }
-            }
-            QpState::Error => {}
-        },
-        Some(LinkStatus::Closed(reason)) => connection_ended(qp, toe, out, reason),
-        None => connection_ended(qp, toe, out, CloseReason::Aborted),
     }
 }
 
