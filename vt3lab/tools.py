@@ -54,6 +54,12 @@ def rping_between(server: Guest, client: Guest, pings: int, verify: bool = True,
     server.spawn(f"rping -s -a {server.ip} -p {port} -C {pings} {v} -v 2> /tmp/rping-srv.err", "rping-srv", 900)
     wait_rdma_listen(server, port)
     c = client.run(f"rping -c -a {server.ip} -p {port} -C {pings} {v} -v 2> /tmp/rping-cli.err", 900)
+    # A client that failed or was killed: both ends' TCP and QPs as they
+    # are now, before the server is reaped (a fixture's dump comes later,
+    # after the test's own clean-up): was anything in flight?
+    stuck = "" if c.rc == 0 else "\n".join(
+        f"=== {g.name}:\n" + g.run("ss -tino; grep ^Tcp: /proc/net/snmp; rdma res show qp", 20).out
+        for g in (client, server))
     c_err = client.check("cat /tmp/rping-cli.err", 10)
     s = server.join("rping-srv", 60)
     s_err = server.check("cat /tmp/rping-srv.err", 10)
@@ -63,7 +69,7 @@ def rping_between(server: Guest, client: Guest, pings: int, verify: bool = True,
         if raced:
             lines = lines[:-1]
         assert r.rc == 0 or (raced and r.rc == 255), \
-            f"rping {who} on {g.name}: exit {r.rc}:\n{tail(r.out, 5)}\n{err}"
+            f"rping {who} on {g.name}: exit {r.rc}:\n{tail(r.out, 5)}\n{err}{stuck}"
         seen = ping_numbers(r.out, prefix)
         assert seen == list(range(pings)), \
             f"rping {who} printed {len(seen)} pings, want 0..{pings - 1} in order:\n{tail(r.out, 5)}"
