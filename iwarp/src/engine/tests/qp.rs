@@ -10,17 +10,6 @@ mod rts {
     use super::*;
 
     #[test]
-    fn initiator_holds_its_rtr_for_rtr_hold() {
-        let mut sim = Sim::pair(NodeConfig::new(0), NodeConfig::new(1), WireConfig::default());
-        assert!(sim.connect_qps(1, 2, 40_000, QpConfig::new(PD)));
-        let hold = EngineConfig::default().rtr_hold;
-        sim.run_for(hold / 2);
-        assert_eq!(sim.b.engine.stats().fpdus_rx, 0, "RTR sent within the hold");
-        sim.run_for(hold);
-        assert_eq!(sim.b.engine.stats().fpdus_rx, 1, "RTR not sent after the hold");
-    }
-
-    #[test]
     fn graceful_close_both_sides() {
         let mut sim = pair();
         let now = sim.now;
