@@ -109,7 +109,7 @@ agent_run() {
 	if [[ $_AGENT_LINE == "@@BEGIN $id" ]]; then
 		# Each line is printed once the next one came: an empty line just
 		# before @@END is the newline the agent adds, not output.
-		local held= holding=0
+		local held='' holding=0
 		while _agent_readline "$name" "$deadline"; do
 			if [[ $_AGENT_LINE =~ ^@@END\ ${id//./\\.}\ ([0-9]+)$ ]]; then
 				rc=${BASH_REMATCH[1]}

@@ -579,6 +579,8 @@ make_stub() {
 		# One node per version, in order; each node's symbols global.
 		awk '$1 != v { if (v != "") print "};"; v = $1; printf "%s {\n\tglobal:\n", v }
 			{ printf "\t\t%s;\n", $2 } END { print "};" }' "$dir/$so.syms" >"$dir/$so.map"
+		# One linker option: the comma is the option's own.
+		# shellcheck disable=SC2054
 		vs=(-Wl,--version-script="$dir/$so.map")
 	fi
 	gcc-12 -shared -fPIC -O2 -w -o "$dir/$so" -Wl,-soname,"$so" "${vs[@]}" "$dir/$so.c"
@@ -663,7 +665,7 @@ install_modules() {
 			esac
 		done <<<"$out"
 	done
-	local dst=$ROOTFS/usr/lib/modules/$KVER src=$KROOT/lib/modules/$KVER
+	local dst=$ROOTFS/usr/lib/modules/$KVER src=$KROOT/lib/modules/$KVER rel
 	mkdir -p "$dst"
 	for m in $(printf '%s\n' "${mods[@]}" | sort -u); do
 		case $m in
@@ -672,9 +674,9 @@ install_modules() {
 		# init_module, which takes an ELF image only: unpack them here
 		# (the initramfs is gzip'd anyway).
 		*.ko.xz)
-			mkdir -p "$(dirname "$dst/${m#"$src/"}")"
-			xz -dc "$m" >"$dst/${m#"$src/"}" && mv "$dst/${m#"$src/"}" "$dst/$(sed 's/\.xz$//' <<<"${m#"$src/"}")" ||
-				die "unpacking $m failed"
+			rel=${m#"$src/"}
+			mkdir -p "$(dirname "$dst/$rel")"
+			{ xz -dc "$m" >"$dst/$rel" && mv "$dst/$rel" "$dst/${rel%.xz}"; } || die "unpacking $m failed"
 			;;
 		*.ko) install -D -m 644 "$m" "$dst/${m#"$src/"}" ;;
 		*) die "kernel module $m: neither .ko nor .ko.xz" ;;

@@ -189,6 +189,7 @@ collect_debs() {
 make_agent() {
 	{
 		printf '#!/bin/sh\n# The vt3 lab agent: the agent section of vt3/images/init.\n'
+		# shellcheck disable=SC2016 # text of the script written, not expanded here
 		printf 'err() { echo "vt3-agent: ERROR $*" >&2; }\nOPT_AGENT=${1:-ttyS1}\n'
 		sed -n '/^# -* agent$/,/^# -* main$/p' "$REPO/images/init" | sed '1d;$d'
 		printf 'agent_loop\n'
@@ -228,6 +229,7 @@ build_base_root() {
 	rm -rf "$base" "$WORK/base-root.stamp"
 	mkdir -p "$WORK/apt-archives"
 	# Downloads are kept between builds (mmdebstrap's sync-in/sync-out recipe).
+	# shellcheck disable=SC2016 # "$1" is the hook's, expanded by mmdebstrap's shell
 	mmdebstrap --mode=root --variant=minbase --skip=download/empty \
 		--include="$(
 			IFS=,
@@ -291,6 +293,7 @@ build_image() {
 	chroot "$root" systemctl enable -q systemd-networkd vt3-agent.service
 	echo distro >"$root/etc/hostname"
 	printf '/dev/vda / ext4 errors=remount-ro 0 1\n' >"$root/etc/fstab"
+	# shellcheck disable=SC2016 # dpkg-query's format, not the shell's
 	chroot "$root" dpkg-query -W -f='${Package} ${Version}\n' >"$OUT.tmp/manifest.txt"
 	kver=$(cd "$root/lib/modules" && ls)
 	[[ $(wc -w <<<"$kver") == 1 ]] || die "expected one kernel in the image, found: $kver"
