@@ -80,6 +80,13 @@ HOST_TOOLS="timeout:coreutils md5sum:coreutils gcc:gcc flock:util-linux tshark:t
 # virsh for the case libvirt (not libvirt-daemon-system: the case runs its
 # own libvirtd; no service of the machine's is installed or started).
 HOST_TOOLS_BARE="libvirtd:libvirt-daemon virsh:libvirt-clients"
+# Python modules beyond pytest's, as "module:package".
+PYTHON_MODULES=""
+# What check's lint stage (tools/lint.sh) runs besides cargo's own
+# rustfmt and clippy (tools/lint-kmod.sh adds perl for checkpatch): added
+# to the above by cmd_check only.
+LINT_TOOLS="shellcheck:shellcheck sparse:sparse"
+LINT_PYTHON_MODULES="flake8:python3-flake8"
 
 ensure_host_packages() {
 	local missing=() bare=() pair cmd pkg
@@ -98,6 +105,9 @@ ensure_host_packages() {
 	# pytest-repeat: `test --repeat N` and the soak run a case N times.
 	"$PYTHON" -c 'import pytest, xdist, pytest_repeat' 2>/dev/null ||
 		missing+=(python3 python3-pytest python3-pytest-xdist python3-pytest-repeat)
+	for pair in $PYTHON_MODULES; do
+		"$PYTHON" -c "import ${pair%%:*}" 2>/dev/null || missing+=("${pair#*:}")
+	done
 	[ $((${#missing[@]} + ${#bare[@]})) -eq 0 ] && return 0
 	if [ "$(id -u)" -ne 0 ]; then
 		die "missing host packages: ${missing[*]} ${bare[*]} (run as root to install them, or: apt-get install ${missing[*]} ${bare[*]})"
@@ -149,8 +159,8 @@ pick_accel() {
 		(timeout -k 2 15 "$QEMU" -accel kvm -M q35 -m 128M -display none -monitor none \
 			-serial none -no-reboot -kernel "$IMAGES/vmlinuz" -append "panic=-1" \
 			>/dev/null 2>&1 </dev/null) 2>/dev/null &
-		local probe=$! i
-		for i in $(seq 40); do
+		local probe=$!
+		for _ in $(seq 40); do
 			if ! kill -0 "$probe" 2>/dev/null; then
 				wait "$probe" && ACCEL=kvm
 				break
@@ -203,6 +213,8 @@ run_pytest() {
 	mkdir -p "$RESULTS"
 	rm -rf "${RESULTS:?}/$name" "$RESULTS/$name.xml"
 	[ "$JOBS" -le 1 ] || parallel=(-n "$JOBS" --dist loadgroup)
+	# VT3_PYTEST_ARGS is a list of options: split on purpose.
+	# shellcheck disable=SC2086
 	(cd "$ROOT" && "$PYTHON" -m pytest tests/system -v "${parallel[@]}" --durations=20 --junitxml="$RESULTS/$name.xml" \
 		--vt3-run-dir "$RESULTS/$name" "${KEEP_ARGS[@]}" ${VT3_PYTEST_ARGS:-} "$@")
 }
@@ -250,9 +262,10 @@ case_args() {
 cmd_test() {
 	case_args "$@"
 	prepare
-	local rc=0
+	local rc=0 p f
 	run_pytest system "${CASE_ARGS[@]}" || rc=$?
-	set -- $(junit_counts "$RESULTS/system.xml")
+	read -r p f < <(junit_counts "$RESULTS/system.xml")
+	set -- "$p" "$f"
 	echo "$1 passed, $2 failed"
 	[ "$rc" -eq 0 ] && [ "$2" -eq 0 ] && [ "$1" -gt 0 ]
 }
@@ -262,12 +275,40 @@ cmd_list() {
 	(cd "$ROOT" && "$PYTHON" -m pytest tests/system -q --vt3-list -m "") | sed '/^$/q' | sed '/^$/d'
 }
 
+# tools/lint.sh: rustfmt, clippy, shellcheck, flake8, checkpatch and sparse
+# over vt3.ko, the mutants' anchors; one pass or failure per linter.
+check_lint() {
+	local out=$RESULTS/lint.log p f
+	log "== lint (tools/lint.sh)"
+	if ! (cd "$ROOT" && cargo fmt --version && cargo clippy --version) >/dev/null 2>&1; then
+		log "lint: cargo fmt and cargo clippy are needed (rustup component add rustfmt clippy)"
+		FAILED=$((FAILED + 1))
+		return 0
+	fi
+	"$ROOT/tools/lint.sh" >"$out" 2>&1 || true
+	grep -E '^lint: ' "$out" >&2 || true
+	if ! read -r p f < <(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$out" | tail -n 1 | tr -d ',' | awk '{print $1, $3}') ||
+		[ -z "$p" ]; then
+		p=0 f=1
+	fi
+	if [ "$f" -gt 0 ]; then
+		# What the failed linters said.
+		grep -vE '^lint: .* ok ' "$out" | tail -n 60 >&2
+	fi
+	log "lint: $p passed, $f failed (log: $out)"
+	PASSED=$((PASSED + p)) FAILED=$((FAILED + f))
+}
+
 # cargo test, with its failures shown; adds to PASSED/FAILED.
 check_cargo() {
 	local out=$RESULTS/cargo-test.log p f
-	log "== cargo test --workspace"
+	# Tests that need CAP_NET_ADMIN (a real tap) are #[ignore]d: as root
+	# they run too, without root cargo reports them ignored, not passed.
+	local ignored=()
+	[ "$(id -u)" -ne 0 ] || ignored=(-- --include-ignored)
+	log "== cargo test --workspace ${ignored[*]}"
 	set +e
-	(cd "$ROOT" && cargo test --workspace 2>&1) >"$out"
+	(cd "$ROOT" && cargo test --workspace "${ignored[@]}" 2>&1) >"$out"
 	local rc=$?
 	set -e
 	grep -E '^test result:' "$out" >&2 || true
@@ -306,8 +347,9 @@ check_compile() {
 	log "== compile check (vt3.ko, W=1, Debian 12's 6.1 and 6.12)"
 	rm -f "$RESULTS/compile-check.xml"
 	"$ROOT/tools/compile-check.sh" --junit "$RESULTS/compile-check.xml" >&2 || true
-	set -- $(junit_counts "$RESULTS/compile-check.xml")
-	PASSED=$((PASSED + $1)) FAILED=$((FAILED + $2))
+	local p f
+	read -r p f < <(junit_counts "$RESULTS/compile-check.xml")
+	PASSED=$((PASSED + p)) FAILED=$((FAILED + f))
 }
 
 check_pytest() {
@@ -315,9 +357,10 @@ check_pytest() {
 	shift
 	log "== full system ($name)"
 	run_pytest "$name" "$@" || true
-	set -- $(junit_counts "$RESULTS/$name.xml")
-	log "$name: $1 passed, $2 failed"
-	PASSED=$((PASSED + $1)) FAILED=$((FAILED + $2))
+	local p f
+	read -r p f < <(junit_counts "$RESULTS/$name.xml")
+	log "$name: $p passed, $f failed"
+	PASSED=$((PASSED + p)) FAILED=$((FAILED + f))
 }
 
 # The core set (the cases marked kernel612: devinfo, rping vt3↔vt3 and
@@ -341,8 +384,10 @@ check_kernel612() {
 # others did, and one closing count sums them.
 cmd_check() {
 	PASSED=0 FAILED=0
+	HOST_TOOLS+=" $LINT_TOOLS" PYTHON_MODULES+=" $LINT_PYTHON_MODULES"
 	prepare
 	mkdir -p "$RESULTS"
+	check_lint
 	check_cargo
 	check_compile
 	check_selftest
@@ -398,9 +443,10 @@ cmd_soak() {
 	done
 	case_args "${args[@]}"
 	prepare
-	local rc=0
+	local rc=0 p f
 	run_pytest soak "${marks[@]}" "${CASE_ARGS[@]}" || rc=$?
-	set -- $(junit_counts "$RESULTS/soak.xml")
+	read -r p f < <(junit_counts "$RESULTS/soak.xml")
+	set -- "$p" "$f"
 	echo "$1 passed, $2 failed"
 	[ "$rc" -eq 0 ] && [ "$2" -eq 0 ] && [ "$1" -gt 0 ]
 }
