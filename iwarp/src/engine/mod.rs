@@ -24,6 +24,7 @@
 
 mod cm;
 mod event;
+mod faults;
 mod memory;
 mod qp;
 mod rereg;
@@ -41,6 +42,7 @@ use thiserror::Error;
 
 pub use cm::ConnectParams;
 pub use event::{ConnectFailure, ConnectRequest, Event, EventKind, ProtocolError};
+pub use faults::Fault;
 pub use memory::{
     check_fast_reg, read_page_list, Access, AccessError, FastRegError, GuestMemory, MemoryError, MemoryRegions,
     ALL_ACCESS, LOCAL_READ, LOCAL_WRITE, MW_BIND, PAGE_SIZE, REMOTE_READ, REMOTE_WRITE,
@@ -59,15 +61,13 @@ pub use wr::{
 };
 
 use crate::negotiation::{self, Negotiated};
-use crate::toe::{
-    CloseReason, Duration, FourTuple, Instant, LinkStatus, SocketId, Split, TcbInfo, TcpError, Transport,
-};
+use crate::toe::{CloseReason, Duration, FourTuple, Instant, LinkStatus, SocketId, TcbInfo, TcpError, Transport};
 use crate::wire::mpa;
 use crate::wire::terminate::TermCode;
 use cm::Pending;
 use qp::{
     connect_failed, connection_ended, enter_terminate, fail_due_recv_refusal, fail_refused_send, flush_taken_srq_wr,
-    handle_status, local_terminate, retire_sq, set_state, Phase, Qp,
+    handle_status, retire_sq, Phase, Qp,
 };
 use rx::{RxEnv, RxStop};
 use srq::{Srq, SrqWr};
@@ -138,57 +138,6 @@ pub struct ConnId(pub SocketId);
 impl core::fmt::Display for ConnId {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(f, "conn {}", self.0)
-    }
-}
-
-/// Fault injection (`vt3d ctl fault …`), on one QP's connection.
-///
-/// What each produces (both ends vt3 engines; docs/architecture.md §5):
-///
-/// | fault | this QP | the peer's QP |
-/// |---|---|---|
-/// | `SendRst` | [`EventKind::ResetSent`], ERROR | [`EventKind::Reset`], ERROR |
-/// | `SendFin` | CLOSING, later [`EventKind::CloseComplete`] | [`EventKind::PeerClose`], CLOSING, [`EventKind::CloseComplete`] |
-/// | `Blackhole(true)` | [`EventKind::Timeout`] after the TCP timeout | the same, if its TCP times out |
-/// | `Drop` / `Delay` | nothing by itself (TCP retransmits; RTT grows) | the same |
-/// | `Split` | nothing (the stream is the same) | nothing, if its MPA reassembly takes an FPDU in any cut |
-/// | `CorruptCrc` | [`EventKind::TerminateReceived`] (LLP 2/0/02) | [`EventKind::LocalError`] (`Crc`), TERMINATE sent |
-/// | `Terminate(code)` | [`EventKind::LocalError`] (`Injected`, `code`) | [`EventKind::TerminateReceived`] (`code`) |
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
-    /// Abort the connection: RST to the peer, QP → ERROR.
-    SendRst,
-    /// Close our half (FIN) as a graceful disconnect would.
-    SendFin,
-    /// Drop every frame of the connection both ways (→ timeout), or stop.
-    Blackhole(bool),
-    /// Drop `percent` % of the connection's frames both ways, drawn from a
-    /// PRNG seeded with `seed` (deterministic); 0 stops.
-    Drop { percent: u8, seed: u64 },
-    /// Hold every frame the connection sends this long (`None`: stop).
-    Delay(Option<Duration>),
-    /// Send each data segment as two, the tail held back ([`Split`];
-    /// `None`: stop).
-    Split(Option<Split>),
-    /// Corrupt the CRC of the next FPDU we send (CRC must be negotiated).
-    CorruptCrc,
-    /// Send a TERMINATE with this code; QP → TERMINATE → ERROR.
-    Terminate(TermCode),
-}
-
-impl Fault {
-    /// A short name (`vt3d ctl fault NAME`).
-    pub fn name(&self) -> &'static str {
-        match self {
-            Fault::SendRst => "rst",
-            Fault::SendFin => "fin",
-            Fault::Blackhole(_) => "blackhole",
-            Fault::Drop { .. } => "drop",
-            Fault::Delay(_) => "delay",
-            Fault::Split(_) => "split",
-            Fault::CorruptCrc => "corrupt-crc",
-            Fault::Terminate(_) => "terminate",
-        }
     }
 }
 
@@ -713,82 +662,6 @@ impl<T: Transport> Engine<T> {
     /// WRs pooled in `srqn` and not taken yet.
     pub fn srq_pooled(&self, srqn: u32) -> Option<usize> {
         self.srqs.get(&srqn).map(Srq::len)
-    }
-
-    // ---- connections ----
-
-    /// Fault injection on a QP's connection (see [`Fault`] for the events
-    /// each one produces). Errors: no such QP, no connection (or not in a
-    /// state the fault applies to), no CRC to corrupt.
-    pub fn inject(&mut self, now: Instant, qpn: u32, fault: Fault) -> Result<(), EngineError> {
-        let linger = self.config.terminate_linger;
-        let qp = woken(&mut self.qps, &mut self.active, qpn).ok_or(EngineError::NoSuchQp(qpn))?;
-        let not_connected = EngineError::InvalidState { qpn, state: qp.state, what: "not connected" };
-        let sock = qp.conn.as_ref().ok_or(not_connected)?.sock;
-        let streaming = qp.conn.as_ref().is_some_and(|conn| matches!(conn.phase, Phase::Streaming));
-        match fault {
-            Fault::SendRst => {
-                if !streaming {
-                    // Still connecting: the active open fails (aborted).
-                    connect_failed(qp, &mut self.toe, &mut self.out, ConnectFailure::Tcp(CloseReason::Aborted), true);
-                    return Ok(());
-                }
-                if let Some(conn) = qp.conn.take() {
-                    self.toe.abort(conn.sock);
-                    self.toe.release(conn.sock);
-                }
-                if !qp.end_reported {
-                    qp.end_reported = true;
-                    self.out.qp_event(qpn, EventKind::ResetSent);
-                }
-                set_state(qp, &mut self.out, QpState::Error);
-            }
-            Fault::SendFin => {
-                if qp.state != QpState::Rts || !streaming {
-                    return Err(EngineError::InvalidState {
-                        qpn,
-                        state: qp.state,
-                        what: "a FIN needs a connected QP in RTS",
-                    });
-                }
-                self.toe.close(sock);
-                if let Some(conn) = qp.conn.as_mut() {
-                    conn.fin_sent = true;
-                }
-                set_state(qp, &mut self.out, QpState::Closing);
-            }
-            Fault::Blackhole(on) => self.toe.set_blackhole(sock, on),
-            Fault::Drop { percent, seed } => {
-                if percent > 100 {
-                    return Err(EngineError::Config("drop percentage above 100"));
-                }
-                self.toe.set_drop(sock, percent, seed);
-            }
-            Fault::Delay(delay) => self.toe.set_delay(sock, delay),
-            Fault::Split(split) => self.toe.set_split(sock, split),
-            Fault::CorruptCrc => {
-                let stream = qp
-                    .conn
-                    .as_mut()
-                    .and_then(|conn| conn.stream.as_mut())
-                    .filter(|_| matches!(qp.state, QpState::Rts | QpState::Closing))
-                    .ok_or(not_connected)?;
-                if !stream.negotiated.crc {
-                    return Err(EngineError::FaultNotApplicable {
-                        qpn,
-                        what: "CRC was not negotiated on this connection",
-                    });
-                }
-                stream.corrupt_crc = true;
-            }
-            Fault::Terminate(code) => {
-                if !streaming || !matches!(qp.state, QpState::Rts | QpState::Closing) {
-                    return Err(not_connected);
-                }
-                local_terminate(qp, &mut self.toe, &mut self.out, now, linger, code);
-            }
-        }
-        Ok(())
     }
 
     /// Every TCB (`vt3d ctl tcb`).
