@@ -63,15 +63,12 @@ pub use wr::{
 use crate::negotiation::{self, Negotiated};
 use crate::toe::{CloseReason, Duration, FourTuple, Instant, LinkStatus, SocketId, TcbInfo, TcpError, Transport};
 use crate::wire::mpa;
-use crate::wire::terminate::TermCode;
 use cm::Pending;
 use qp::{
-    connect_failed, connection_ended, enter_terminate, fail_due_recv_refusal, fail_refused_send, flush_taken_srq_wr,
-    handle_status, retire_sq, Phase, Qp,
+    connect_failed, connection_ended, fail_due_recv_refusal, fail_refused_send, flush_taken_srq_wr, handle_status,
+    Phase, Qp,
 };
-use rx::{RxEnv, RxStop};
 use srq::{Srq, SrqWr};
-use tx::{TxEnv, TxProgress, TxStop};
 
 /// Engine-wide limits and timers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -738,11 +735,11 @@ fn service_qp<T: Transport>(
     fail_due_recv_refusal(qp, toe, out, now, config.terminate_linger);
     // The MPA reply, then FPDUs.
     if cm::receive_mpa_reply(qp, toe, out, now, config) {
-        receive(qp, srq, toe, out, io, now, config);
+        rx::receive_qp(qp, srq, toe, out, io, now, config);
     }
     fail_due_recv_refusal(qp, toe, out, now, config.terminate_linger);
     handle_status(qp, toe, out);
-    transmit(qp, toe, out, io, now, config);
+    tx::transmit_qp(qp, toe, out, io, now, config);
     // Deadlines: the MPA reply, the TERMINATE linger.
     let Some(conn) = qp.conn.as_mut() else { return };
     if conn.deadline.is_some_and(|deadline| now >= deadline) {
@@ -755,126 +752,6 @@ fn service_qp<T: Transport>(
                 toe.abort(conn.sock);
                 connection_ended(qp, toe, out, CloseReason::Aborted);
             }
-        }
-    }
-}
-
-/// Reads the FPDUs TCP received.
-fn receive<T: Transport>(
-    qp: &mut Qp,
-    srq: Option<&mut Srq>,
-    toe: &mut T,
-    out: &mut Outputs,
-    io: &mut Io<'_>,
-    now: Instant,
-    config: &EngineConfig,
-) {
-    let Qp { qpn, config: qp_config, state, queues, conn, .. } = qp;
-    let Some(conn) = conn.as_mut() else { return };
-    let sock = conn.sock;
-    let (Some(stream), Some(deframer)) = (conn.stream.as_mut(), conn.deframer.as_mut()) else {
-        return;
-    };
-    if stream.rx_stopped || !matches!(state, QpState::Rts | QpState::Closing) {
-        // Drain and drop: nothing after an error or a TERMINATE counts.
-        let _ = toe.recv(sock, &mut |data| data.len());
-        return;
-    }
-    let mut env = RxEnv {
-        owner: Owner { pdn: qp_config.pdn, qpn: *qpn },
-        memory: &mut *io.memory,
-        regions: &mut *io.regions,
-        completions: &mut out.completions,
-        stats: &mut out.stats,
-        srq,
-    };
-    let mut stop = None;
-    let _ = toe.recv(sock, &mut |data| {
-        if stop.is_none() {
-            let mut input = data;
-            if let Err(reason) = rx::receive(queues, deframer, stream, &mut env, &mut input) {
-                stop = Some(reason);
-            }
-        }
-        data.len()
-    });
-    retire_sq(qp, out);
-    match stop {
-        None => {}
-        Some(RxStop::Terminated(code)) => {
-            let kind = EventKind::TerminateReceived { code, class: code.etype_class() };
-            enter_terminate(qp, toe, out, now, config.terminate_linger, kind);
-        }
-        // Failed right after `receive`, in `service_qp`.
-        Some(RxStop::RefusedRecvDue) => {}
-        Some(RxStop::Failed(error)) => {
-            out.stats.protocol_errors += 1;
-            let kind = EventKind::LocalError { error, sent: error.term_code() };
-            enter_terminate(qp, toe, out, now, config.terminate_linger, kind);
-        }
-    }
-}
-
-/// Sends what the QP has to send.
-fn transmit<T: Transport>(
-    qp: &mut Qp,
-    toe: &mut T,
-    out: &mut Outputs,
-    io: &mut Io<'_>,
-    now: Instant,
-    config: &EngineConfig,
-) {
-    let state = qp.state;
-    if !matches!(state, QpState::Rts | QpState::Closing | QpState::Terminate) {
-        return;
-    }
-    let Qp { qpn, config: qp_config, queues, conn, .. } = qp;
-    let Some(conn) = conn.as_mut() else { return };
-    let sock = conn.sock;
-    let Some(stream) = conn.stream.as_mut() else {
-        return;
-    };
-    if state == QpState::Terminate && stream.terminate_out.is_none() {
-        return;
-    }
-    if stream.terminate_out.is_none() && stream.tx_hold.is_some_and(|until| now < until) {
-        return;
-    }
-    stream.tx_hold = None;
-    let mut env = TxEnv {
-        owner: Owner { pdn: qp_config.pdn, qpn: *qpn },
-        memory: &*io.memory,
-        regions: &mut *io.regions,
-        stats: &mut out.stats,
-    };
-    let result = tx::transmit(toe, sock, queues, stream, &mut env, state == QpState::Rts);
-    match result {
-        Ok(TxProgress::Idle) => retire_sq(qp, out),
-        Ok(TxProgress::TerminateSent) => {
-            if !conn.fin_sent {
-                toe.close(sock);
-                conn.fin_sent = true;
-            }
-        }
-        Err(TxStop::WqeError { seq, wr_id, status }) => {
-            if let Some(entry) = queues.sq_entry_mut(seq) {
-                entry.result = Some((status, 0));
-            }
-            stream.rx_stopped = true;
-            stream.terminate_out =
-                Some(rx::terminate_message(stream.tx_msn[2], TermCode::RdmapLocalCatastrophic, None));
-            out.stats.wqe_errors += 1;
-            retire_sq(qp, out);
-            enter_terminate(qp, toe, out, now, config.terminate_linger, EventKind::WqeError { wr_id, status });
-            // Send the TERMINATE right away if there is room.
-            transmit(qp, toe, out, io, now, config);
-        }
-        Err(TxStop::Protocol(error)) => {
-            out.stats.protocol_errors += 1;
-            retire_sq(qp, out);
-            let kind = EventKind::LocalError { error, sent: error.term_code() };
-            enter_terminate(qp, toe, out, now, config.terminate_linger, kind);
-            transmit(qp, toe, out, io, now, config);
         }
     }
 }

@@ -5,26 +5,34 @@
 //! that a multi-page placement may stop half way if the TPT changes its
 //! mind between pages (it cannot: translation runs under one borrow).
 //! Nothing is ever written outside a region the TPT approved.
+//!
+//! [`receive_qp`] is a QP's receive step in the engine's poll: what TCP
+//! received goes through [`receive`], and a stop (a TERMINATE received, a
+//! protocol error) takes the QP to TERMINATE (Linux siw: siw_qp_rx.c).
 
 use std::collections::VecDeque;
 
-use super::event::ProtocolError;
+use super::event::{EventKind, ProtocolError};
 use super::memory::{
     write_region, AccessError, GuestMemory, MemoryRegions, PlacementError, LOCAL_WRITE, REMOTE_READ, REMOTE_WRITE,
 };
-use super::qp::{IrqEntry, Queues, RefusedRecv, RxSend, RxTagged, Stream, TermMessage, READ_REQUEST_COPY};
+use super::qp::{
+    enter_terminate, retire_sq, IrqEntry, Qp, QpState, Queues, RefusedRecv, RxSend, RxTagged, Stream, TermMessage,
+    READ_REQUEST_COPY,
+};
 use super::srq::{Srq, SrqWr};
 use super::window::Owner;
 use super::wr::{Completion, SendOpcode, WcOpcode, WcStatus, WorkQueue};
-use super::EngineStats;
+use super::{EngineConfig, EngineStats, Io, Outputs};
 use crate::stream::FpduDeframer;
+use crate::toe::{Instant, Transport};
 use crate::wire::ddp;
 use crate::wire::mpa::{self, RtrKind};
 use crate::wire::rdmap::{self, Opcode, Placement, ReadRequestPacket, ReadRequestRepr};
 use crate::wire::terminate::{self, layer, TermCode};
 
 /// What the receive path needs besides the QP.
-pub(crate) struct RxEnv<'a> {
+struct RxEnv<'a> {
     /// This QP and its PD: whose accesses the TPT checks.
     pub owner: Owner,
     pub memory: &'a mut dyn GuestMemory,
@@ -62,7 +70,7 @@ impl RxEnv<'_> {
 
 /// Why receiving stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RxStop {
+enum RxStop {
     /// The peer sent a TERMINATE.
     Terminated(TermCode),
     /// We found an error; the TERMINATE is in `stream.terminate_out`.
@@ -74,7 +82,7 @@ pub(crate) enum RxStop {
 
 /// Consumes FPDU-mode bytes from `input` until it is empty or something
 /// stops the stream.
-pub(crate) fn receive(
+fn receive(
     queues: &mut Queues,
     deframer: &mut FpduDeframer,
     stream: &mut Stream,
@@ -100,7 +108,7 @@ pub(crate) fn receive(
 }
 
 /// Prepares the TERMINATE for `error` about `offending` and stops RX.
-pub(crate) fn fail(stream: &mut Stream, error: ProtocolError, offending: Option<&[u8]>) -> RxStop {
+fn fail(stream: &mut Stream, error: ProtocolError, offending: Option<&[u8]>) -> RxStop {
     stream.rx_stopped = true;
     stream.terminate_out = Some(terminate_message(stream.tx_msn[2], error.term_code(), offending));
     RxStop::Failed(error)
@@ -490,4 +498,60 @@ fn read_request(
     });
     env.stats.read_requests_rx += 1;
     Ok(())
+}
+
+/// Reads the FPDUs TCP received.
+pub(super) fn receive_qp<T: Transport>(
+    qp: &mut Qp,
+    srq: Option<&mut Srq>,
+    toe: &mut T,
+    out: &mut Outputs,
+    io: &mut Io<'_>,
+    now: Instant,
+    config: &EngineConfig,
+) {
+    let Qp { qpn, config: qp_config, state, queues, conn, .. } = qp;
+    let Some(conn) = conn.as_mut() else { return };
+    let sock = conn.sock;
+    let (Some(stream), Some(deframer)) = (conn.stream.as_mut(), conn.deframer.as_mut()) else {
+        return;
+    };
+    if stream.rx_stopped || !matches!(state, QpState::Rts | QpState::Closing) {
+        // Drain and drop: nothing after an error or a TERMINATE counts.
+        let _ = toe.recv(sock, &mut |data| data.len());
+        return;
+    }
+    let mut env = RxEnv {
+        owner: Owner { pdn: qp_config.pdn, qpn: *qpn },
+        memory: &mut *io.memory,
+        regions: &mut *io.regions,
+        completions: &mut out.completions,
+        stats: &mut out.stats,
+        srq,
+    };
+    let mut stop = None;
+    let _ = toe.recv(sock, &mut |data| {
+        if stop.is_none() {
+            let mut input = data;
+            if let Err(reason) = receive(queues, deframer, stream, &mut env, &mut input) {
+                stop = Some(reason);
+            }
+        }
+        data.len()
+    });
+    retire_sq(qp, out);
+    match stop {
+        None => {}
+        Some(RxStop::Terminated(code)) => {
+            let kind = EventKind::TerminateReceived { code, class: code.etype_class() };
+            enter_terminate(qp, toe, out, now, config.terminate_linger, kind);
+        }
+        // Failed right after `receive`, in `service_qp`.
+        Some(RxStop::RefusedRecvDue) => {}
+        Some(RxStop::Failed(error)) => {
+            out.stats.protocol_errors += 1;
+            let kind = EventKind::LocalError { error, sent: error.term_code() };
+            enter_terminate(qp, toe, out, now, config.terminate_linger, kind);
+        }
+    }
 }

@@ -21,7 +21,9 @@ mod idle_memory;
 mod mw;
 mod qp;
 mod rereg;
+mod rx;
 mod srq;
+mod tx;
 
 fn pair() -> Sim<Node, Node> {
     let mut sim = Sim::pair(NodeConfig::new(0), NodeConfig::new(1), WireConfig::default());

@@ -9,21 +9,27 @@
 //! scratch buffer and copied. FPDUs are never split: the stream is at an
 //! FPDU boundary whenever the engine is not inside `transmit`, so a
 //! TERMINATE can always follow.
+//!
+//! [`transmit_qp`] is a QP's transmit step in the engine's poll: it runs
+//! [`transmit`] in the states that send, retires what completed, and
+//! turns a failed WQE or a protocol error into TERMINATE (Linux siw:
+//! siw_qp_tx.c).
 
-use super::event::ProtocolError;
+use super::event::{EventKind, ProtocolError};
 use super::memory::{read_region, GuestMemory, MemoryRegions, PlacementError, LOCAL_READ, LOCAL_WRITE, REMOTE_READ};
-use super::qp::{OrqEntry, Queues, Stream, TermMessage, TxCurrent};
+use super::qp::{enter_terminate, retire_sq, OrqEntry, Qp, QpState, Queues, Stream, TermMessage, TxCurrent};
 use super::rx::terminate_message;
 use super::window::Owner;
 use super::wr::{SendOpcode, SendWr, WcStatus, MAX_MESSAGE};
-use super::EngineStats;
+use super::{EngineConfig, EngineStats, Io, Outputs};
 use crate::stream::{seal_fpdu, ULPDU_OFFSET};
-use crate::toe::{SocketId, Transport};
+use crate::toe::{Instant, SocketId, Transport};
 use crate::wire::ddp::{self, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use crate::wire::mpa::{fpdu_len, RtrKind};
 use crate::wire::rdmap::{self, Opcode, Placement, ReadRequestPacket, ReadRequestRepr};
+use crate::wire::terminate::TermCode;
 
-pub(crate) struct TxEnv<'a> {
+struct TxEnv<'a> {
     pub owner: Owner,
     pub memory: &'a dyn GuestMemory,
     /// Mutable for the SQ's own REG_MR, LOCAL_INV and BIND_MW.
@@ -33,7 +39,7 @@ pub(crate) struct TxEnv<'a> {
 
 /// Why transmission stopped short of "nothing left to send".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum TxStop {
+enum TxStop {
     /// A bad local WQE: complete it with `status`, then QP → ERROR.
     WqeError { seq: u64, wr_id: u64, status: WcStatus },
     /// A protocol error (a READ source gone bad); the TERMINATE is queued.
@@ -42,7 +48,7 @@ pub(crate) enum TxStop {
 
 /// What a call achieved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum TxProgress {
+enum TxProgress {
     /// Sent what could be sent.
     Idle,
     /// The queued TERMINATE went out: close the connection.
@@ -219,7 +225,7 @@ fn local_operation(wr: &SendWr, env: &mut TxEnv<'_>) -> Result<(), WcStatus> {
 /// Sends what can be sent: a queued TERMINATE first (and nothing after
 /// it), the RTR message, then read responses and SQ messages, one whole
 /// message at a time. `allow_sq`: start new SQ work (RTS only).
-pub(crate) fn transmit<T: Transport>(
+fn transmit<T: Transport>(
     toe: &mut T,
     sock: SocketId,
     queues: &mut Queues,
@@ -613,4 +619,67 @@ fn read_response_fpdu<T: Transport>(
     }
     queues.irq.pop_front();
     Ok(Step::MessageDone)
+}
+
+/// Sends what the QP has to send.
+pub(super) fn transmit_qp<T: Transport>(
+    qp: &mut Qp,
+    toe: &mut T,
+    out: &mut Outputs,
+    io: &mut Io<'_>,
+    now: Instant,
+    config: &EngineConfig,
+) {
+    let state = qp.state;
+    if !matches!(state, QpState::Rts | QpState::Closing | QpState::Terminate) {
+        return;
+    }
+    let Qp { qpn, config: qp_config, queues, conn, .. } = qp;
+    let Some(conn) = conn.as_mut() else { return };
+    let sock = conn.sock;
+    let Some(stream) = conn.stream.as_mut() else {
+        return;
+    };
+    if state == QpState::Terminate && stream.terminate_out.is_none() {
+        return;
+    }
+    if stream.terminate_out.is_none() && stream.tx_hold.is_some_and(|until| now < until) {
+        return;
+    }
+    stream.tx_hold = None;
+    let mut env = TxEnv {
+        owner: Owner { pdn: qp_config.pdn, qpn: *qpn },
+        memory: &*io.memory,
+        regions: &mut *io.regions,
+        stats: &mut out.stats,
+    };
+    let result = transmit(toe, sock, queues, stream, &mut env, state == QpState::Rts);
+    match result {
+        Ok(TxProgress::Idle) => retire_sq(qp, out),
+        Ok(TxProgress::TerminateSent) => {
+            if !conn.fin_sent {
+                toe.close(sock);
+                conn.fin_sent = true;
+            }
+        }
+        Err(TxStop::WqeError { seq, wr_id, status }) => {
+            if let Some(entry) = queues.sq_entry_mut(seq) {
+                entry.result = Some((status, 0));
+            }
+            stream.rx_stopped = true;
+            stream.terminate_out = Some(terminate_message(stream.tx_msn[2], TermCode::RdmapLocalCatastrophic, None));
+            out.stats.wqe_errors += 1;
+            retire_sq(qp, out);
+            enter_terminate(qp, toe, out, now, config.terminate_linger, EventKind::WqeError { wr_id, status });
+            // Send the TERMINATE right away if there is room.
+            transmit_qp(qp, toe, out, io, now, config);
+        }
+        Err(TxStop::Protocol(error)) => {
+            out.stats.protocol_errors += 1;
+            retire_sq(qp, out);
+            let kind = EventKind::LocalError { error, sent: error.term_code() };
+            enter_terminate(qp, toe, out, now, config.terminate_linger, kind);
+            transmit_qp(qp, toe, out, io, now, config);
+        }
+    }
 }
