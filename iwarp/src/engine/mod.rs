@@ -21,6 +21,12 @@
 //! reported exactly once with its cause. Once a QP is in ERROR the engine
 //! writes no completion for it and forgets its WQEs: the provider or
 //! driver flushes them.
+//!
+//! The modules follow Linux siw's split: this one holds the [`Engine`], its
+//! public types and verbs (QPs, work requests, SRQs) and the poll loop that
+//! runs each QP's steps; `cm` manages connections and MPA (siw_cm.c), `qp`
+//! the QP state machine, TERMINATE and teardown (siw_qp.c), `rx` and `tx`
+//! the FPDU paths (siw_qp_rx.c, siw_qp_tx.c), and `faults` fault injection.
 
 mod cm;
 mod event;
@@ -719,6 +725,8 @@ fn quiescent<T: Transport>(qp: &Qp, toe: &T) -> bool {
         && toe.status(conn.sock) == Some(LinkStatus::Established)
 }
 
+/// One QP's share of a poll: the MPA exchange, receive, TCP's news,
+/// transmit, then the deadlines.
 fn service_qp<T: Transport>(
     qp: &mut Qp,
     srq: Option<&mut Srq>,
