@@ -541,7 +541,7 @@ impl<T: Transport> Engine<T> {
     }
 
     /// A WQE the device could not parse (bad opcode, flags, SGE count,
-    /// inline length: docs/architecture.md §5, "bad local WQE"). It takes
+    /// inline length: docs/events.md, "bad local WQE"). It takes
     /// its place in the queue and, when the queue reaches it, completes with
     /// `status` (never SUCCESS: that becomes LOC_QP_OP_ERR); the QP goes
     /// to ERROR, through TERMINATE when connected: the peer gets a

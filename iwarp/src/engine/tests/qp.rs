@@ -293,7 +293,7 @@ mod error {
 /// WQEs the device could not parse ([`Engine::post_refused`]): each
 /// completes in posting order with its own status, the QP goes to ERROR,
 /// the peer's TERMINATE says the error is ours, and nothing completes
-/// after it (docs/architecture.md §5, bad local WQE).
+/// after it (docs/events.md, "bad local WQE").
 mod refused {
     use super::*;
 
