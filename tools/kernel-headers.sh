@@ -51,33 +51,8 @@ case ${1:-} in
 esac
 SERIES=$1
 
-# apt as root drops to the _apt user, which cannot write into our cache.
-APT_OPTS=()
-[[ $EUID -ne 0 ]] || APT_OPTS=(-o APT::Sandbox::User=root)
-
-APT_UPDATED=0
-apt_update_once() {
-	((APT_UPDATED == 0)) && [[ $EUID -eq 0 ]] || return 1
-	APT_UPDATED=1
-	log "apt-get update"
-	apt-get update -qq >&2 || die "apt-get update failed"
-}
-
-ensure_host_packages() {
-	local missing=() p
-	for p in "${HOST_PACKAGES[@]}"; do
-		[[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) == "install ok installed" ]] || missing+=("$p")
-	done
-	((${#missing[@]})) || return 0
-	[[ $EUID -eq 0 ]] ||
-		die "missing host packages: ${missing[*]} (run as root, or: apt-get install ${missing[*]})"
-	log "installing host packages: ${missing[*]}"
-	if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2; then
-		apt_update_once || die "apt-get install ${missing[*]} failed"
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2 ||
-			die "apt-get install ${missing[*]} failed"
-	fi
-}
+# shellcheck source=apt.sh
+source "$REPO/tools/apt.sh"
 
 # The Depends of PKG[=VER], one a line, first alternatives only.
 depends() {
@@ -108,14 +83,6 @@ resolve() {
 	PKGS=("$hdr" "$common" "$kbuild")
 	# shellcheck disable=SC2207 # package names have no blanks
 	KBUILD_DEPS=($(depends "$kbuild=$VER" | sed 's/[ (:].*//'))
-}
-
-# The answer depends only on apt's view of the archive: reuse the last one
-# while the package lists and sources are unchanged (apt-cache is slow
-# where its binary cache is disabled, as in Docker-built images).
-apt_state_key() {
-	find /var/lib/apt/lists /etc/apt -maxdepth 2 -type f -printf '%p %s %T@\n' 2>/dev/null |
-		sort | sha256sum | cut -c1-16
 }
 
 resolve_cached() {

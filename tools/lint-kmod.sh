@@ -60,43 +60,10 @@ done
 
 # ---------------------------------------------------------------- host
 
-# apt as root drops to the _apt user, which cannot write into our cache.
-APT_OPTS=()
-[[ $EUID -ne 0 ]] || APT_OPTS=(-o APT::Sandbox::User=root)
-
-APT_UPDATED=0
-apt_update_once() {
-	((APT_UPDATED == 0)) && [[ $EUID -eq 0 ]] || return 1
-	APT_UPDATED=1
-	log "apt-get update"
-	apt-get update -qq >&2 || die "apt-get update failed"
-}
-
-ensure_host_packages() {
-	local missing=() p
-	for p in "${HOST_PACKAGES[@]}"; do
-		[[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) == "install ok installed" ]] || missing+=("$p")
-	done
-	((${#missing[@]})) || return 0
-	[[ $EUID -eq 0 ]] ||
-		die "missing host packages: ${missing[*]} (run as root, or: apt-get install ${missing[*]})"
-	log "installing host packages: ${missing[*]}"
-	if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2; then
-		apt_update_once || die "apt-get install ${missing[*]} failed"
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2 ||
-			die "apt-get install ${missing[*]} failed"
-	fi
-}
+# shellcheck source=apt.sh
+source "$REPO/tools/apt.sh"
 
 # ---------------------------------------------------------------- checkpatch
-
-# The version of SOURCE_PKG apt would install now, reused while apt's lists
-# and sources are unchanged (as tools/kernel-headers.sh does: apt-cache is
-# slow where its binary cache is disabled).
-apt_state_key() {
-	find /var/lib/apt/lists /etc/apt -maxdepth 2 -type f -printf '%p %s %T@\n' 2>/dev/null |
-		sort | sha256sum | cut -c1-16
-}
 
 resolve_source() {
 	local file=$CACHE/resolved key
