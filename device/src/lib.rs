@@ -23,6 +23,7 @@ pub mod control;
 pub mod mgmt;
 pub mod nic;
 pub mod rnic;
+pub mod t3;
 pub mod uplink;
 pub mod vhost;
 
@@ -34,7 +35,7 @@ use std::sync::Arc;
 use thiserror::Error;
 
 pub use config::Config;
-use nic::Nic;
+use t3::{Device, T3};
 
 #[derive(Debug, Error)]
 pub enum Error {
@@ -83,9 +84,10 @@ fn control_key(source: &config::KeySource) -> Result<control::Key, Error> {
 pub fn serve(config: &Config) -> Result<(), Error> {
     let key = control_key(&config.key)?;
     let uplink = config.uplink.open().map_err(|source| Error::Uplink { spec: config.uplink.to_string(), source })?;
-    let nic = Arc::new(Nic::new(uplink, config.mac, config.mtu).with_control_key(key));
-    nic.rnic().set_tcp_timeout(vt3_iwarp::toe::Duration::from_secs(config.tcp_timeout));
-    nic.rnic().set_poll_queues(config.poll_queues);
+    let device = Arc::new(T3::new(uplink, config.mac, config.mtu).with_control_key(key));
+    device.rnic().set_tcp_timeout(vt3_iwarp::toe::Duration::from_secs(config.tcp_timeout));
+    device.rnic().set_poll_queues(config.poll_queues);
+    let nic = device.eth();
     nic.capture.describe(&config.uplink.to_string());
     if let Some(path) = &config.pcap {
         nic.capture.start(path)?;
@@ -93,7 +95,7 @@ pub fn serve(config: &Config) -> Result<(), Error> {
     let listener = vhost::bind_frontend_socket(&config.socket)?;
     if let Some(path) = &config.mgmt {
         let mgmt = vhost::bind_frontend_socket(path)?;
-        mgmt::spawn(mgmt, Arc::clone(&nic)).map_err(Error::Mgmt)?;
+        mgmt::spawn(mgmt, Arc::clone(&device)).map_err(Error::Mgmt)?;
     }
 
     // Signals become a readable socket that every wait also polls.
@@ -104,7 +106,7 @@ pub fn serve(config: &Config) -> Result<(), Error> {
     }
 
     log::info!("vt3d serving {} (uplink {}, mtu {})", config.socket.display(), config.uplink, config.mtu);
-    let result = vhost::serve_frontends(&listener, &nic, stop.as_fd());
+    let result = vhost::serve_frontends(&listener, &device, stop.as_fd());
     let _ = std::fs::remove_file(&config.socket);
     if let Some(path) = &config.mgmt {
         let _ = std::fs::remove_file(path);

@@ -25,9 +25,9 @@ use vt3_iwarp::wire::terminate::TermCode;
 
 use crate::abi;
 use crate::config::{CaptureRequest, CtlLine, CtlRequest, FaultRequest};
-use crate::nic::Nic;
 use crate::rnic::fault::Injected;
 use crate::rnic::{tpt, Rnic};
+use crate::t3::{Device, T3};
 
 /// Longest request line accepted.
 const MAX_REQUEST: u64 = 256;
@@ -39,19 +39,19 @@ const MAX_CLIENTS: usize = 8;
 /// the process. Each client gets a thread of its own: one that connects
 /// and says nothing must not hold up a test's `vt3d ctl fault` for the
 /// length of its read timeout.
-pub fn spawn(listener: UnixListener, nic: Arc<Nic>) -> io::Result<thread::JoinHandle<()>> {
+pub fn spawn(listener: UnixListener, device: Arc<T3>) -> io::Result<thread::JoinHandle<()>> {
     thread::Builder::new().name("vt3d-mgmt".into()).spawn(move || {
         let clients = Arc::new(AtomicUsize::new(0));
         for conn in listener.incoming() {
             match conn {
-                Ok(stream) => serve_on_thread(stream, &nic, &clients),
+                Ok(stream) => serve_on_thread(stream, &device, &clients),
                 Err(e) => log::warn!("mgmt accept: {e}"),
             }
         }
     })
 }
 
-fn serve_on_thread(stream: UnixStream, nic: &Arc<Nic>, clients: &Arc<AtomicUsize>) {
+fn serve_on_thread(stream: UnixStream, device: &Arc<T3>, clients: &Arc<AtomicUsize>) {
     if clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
         clients.fetch_sub(1, Ordering::AcqRel);
         // Its request is read first (briefly: this is the accept loop), or
@@ -62,9 +62,9 @@ fn serve_on_thread(stream: UnixStream, nic: &Arc<Nic>, clients: &Arc<AtomicUsize
         let _ = (&stream).write_all(format!("error: busy ({MAX_CLIENTS} clients at once)\n").as_bytes());
         return;
     }
-    let (nic, done) = (Arc::clone(nic), Arc::clone(clients));
+    let (device, done) = (Arc::clone(device), Arc::clone(clients));
     let spawned = thread::Builder::new().name("vt3d-mgmt-client".into()).spawn(move || {
-        if let Err(e) = serve_one(stream, &nic) {
+        if let Err(e) = serve_one(stream, &device) {
             log::debug!("mgmt: {e}");
         }
         done.fetch_sub(1, Ordering::AcqRel);
@@ -75,11 +75,11 @@ fn serve_on_thread(stream: UnixStream, nic: &Arc<Nic>, clients: &Arc<AtomicUsize
     }
 }
 
-fn serve_one(stream: UnixStream, nic: &Nic) -> io::Result<()> {
+fn serve_one(stream: UnixStream, device: &T3) -> io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut line = String::new();
     BufReader::new((&stream).take(MAX_REQUEST)).read_line(&mut line)?;
-    let answer = answer(line.trim(), nic);
+    let answer = answer(line.trim(), device);
     (&stream).write_all(answer.as_bytes())
 }
 
@@ -168,7 +168,7 @@ fn json_table(rows: &[Row]) -> String {
 }
 
 /// The answer to one request line.
-pub fn answer(request: &str, nic: &Nic) -> String {
+pub fn answer(request: &str, device: &T3) -> String {
     let line = match CtlLine::parse(request) {
         Ok(line) => line,
         Err(e) => {
@@ -180,7 +180,7 @@ pub fn answer(request: &str, nic: &Nic) -> String {
     let json = line.json;
     match line.request {
         CtlRequest::Stats => {
-            let rows = stats_rows(nic);
+            let rows = stats_rows(device);
             if json {
                 let object: serde_json::Map<_, _> = rows.into_iter().map(|(k, v)| (k, v.into())).collect();
                 format!("{}\n", serde_json::Value::Object(object))
@@ -188,12 +188,12 @@ pub fn answer(request: &str, nic: &Nic) -> String {
                 rows.iter().map(|(k, v)| format!("{k} {v}\n")).collect()
             }
         }
-        CtlRequest::Tcb => table(&tcb_rows(&nic.rnic()), json),
-        CtlRequest::Qps => table(&qp_rows(&nic.rnic()), json),
-        CtlRequest::Cqs => table(&cq_rows(&nic.rnic()), json),
-        CtlRequest::Mrs => table(&mr_rows(&nic.rnic()), json),
+        CtlRequest::Tcb => table(&tcb_rows(&device.rnic()), json),
+        CtlRequest::Qps => table(&qp_rows(&device.rnic()), json),
+        CtlRequest::Cqs => table(&cq_rows(&device.rnic()), json),
+        CtlRequest::Mrs => table(&mr_rows(&device.rnic()), json),
         CtlRequest::Fault(fault) => {
-            let (name, fields, result) = inject(nic, fault);
+            let (name, fields, result) = inject(device, fault);
             match result {
                 Err(e) => format!("error: {e}\n"),
                 Ok(done) if json => {
@@ -206,18 +206,18 @@ pub fn answer(request: &str, nic: &Nic) -> String {
                 Ok(done) => format!("{}\n", done.detail),
             }
         }
-        CtlRequest::Capture(request) => capture(nic, &request, json),
+        CtlRequest::Capture(request) => capture(device, &request, json),
     }
 }
 
 /// `capture start FILE` / `capture stop`.
-fn capture(nic: &Nic, request: &CaptureRequest, json: bool) -> String {
+fn capture(device: &T3, request: &CaptureRequest, json: bool) -> String {
     let result = match request {
-        CaptureRequest::Start { file } => nic.capture.start(file).map(|()| {
+        CaptureRequest::Start { file } => device.eth().capture.start(file).map(|()| {
             let row: Row = vec![("capture", "started".into()), ("file", Value::Text(file.display().to_string()))];
             (row, format!("capturing every frame on the uplink to {}", file.display()))
         }),
-        CaptureRequest::Stop => nic.capture.stop().map(|done| {
+        CaptureRequest::Stop => device.eth().capture.stop().map(|done| {
             let row: Row = vec![
                 ("capture", "stopped".into()),
                 ("file", Value::Text(done.path.display().to_string())),
@@ -238,10 +238,10 @@ fn capture(nic: &Nic, request: &CaptureRequest, json: bool) -> String {
 /// Runs one injection; returns its name, its parameters (for JSON) and
 /// what it did. The worker is kicked so that the engine acts at once
 /// (frames out, events to the driver).
-fn inject(nic: &Nic, request: FaultRequest) -> (&'static str, Row, Result<Injected, String>) {
+fn inject(device: &T3, request: FaultRequest) -> (&'static str, Row, Result<Injected, String>) {
     let qp_fault = |fault: Fault, qp: u32| {
-        let now = nic.now();
-        let result = nic.rnic().inject(now, qp, fault);
+        let now = device.now().engine();
+        let result = device.rnic().inject(now, qp, fault);
         (fault.name(), vec![("qp", Value::from(qp))], result)
     };
     let (name, mut fields, result) = match request {
@@ -287,28 +287,28 @@ fn inject(nic: &Nic, request: FaultRequest) -> (&'static str, Row, Result<Inject
                     r
                 }
                 Err(e) => {
-                    nic.rnic().count_refused();
+                    device.rnic().count_refused();
                     ("terminate", fields, Err(format!("not an RFC 5040 TERMINATE code: {e}")))
                 }
             }
         }
         FaultRequest::InvalidateStag { stag } => {
-            let result = nic.rnic().invalidate_stag(stag);
+            let result = device.rnic().invalidate_stag(stag);
             ("invalidate-stag", vec![("stag", Value::Text(format!("{stag:#x}")))], result)
         }
-        FaultRequest::DeviceFatal => ("device-fatal", Vec::new(), nic.rnic().request_device_fatal()),
+        FaultRequest::DeviceFatal => ("device-fatal", Vec::new(), device.rnic().request_device_fatal()),
         FaultRequest::MuteCommands { ms } => {
-            let now = nic.now();
-            let result = nic.rnic().mute_commands(now, EngineDuration::from_millis(u64::from(ms)));
+            let now = device.now().engine();
+            let result = device.rnic().mute_commands(now, EngineDuration::from_millis(u64::from(ms)));
             ("mute-commands", vec![("ms", ms.into())], result)
         }
         FaultRequest::LoseReply { command } => {
-            let result = nic.rnic().lose_reply(command);
+            let result = device.rnic().lose_reply(command);
             ("lose-reply", vec![("command", Value::Text(command.name().to_owned()))], result)
         }
     };
     if result.is_ok() {
-        nic.kick();
+        device.kick();
     }
     fields.retain(|(k, _)| *k != "state" && *k != "detail");
     (name, fields, result)
@@ -322,10 +322,11 @@ fn table(rows: &[Row], json: bool) -> String {
     }
 }
 
-fn stats_rows(nic: &Nic) -> Vec<(String, u64)> {
-    let mut rows: Vec<(String, u64)> = nic.stats.rows().iter().map(|(k, v)| (format!("nic.{k}"), *v)).collect();
-    rows.extend(nic.control_stats.rows().into_iter().map(|(k, v)| (format!("control.{k}"), v)));
-    let rnic = nic.rnic();
+fn stats_rows(device: &T3) -> Vec<(String, u64)> {
+    let mut rows: Vec<(String, u64)> =
+        device.eth().stats.rows().iter().map(|(k, v)| (format!("nic.{k}"), *v)).collect();
+    rows.extend(device.control_stats.rows().into_iter().map(|(k, v)| (format!("control.{k}"), v)));
+    let rnic = device.rnic();
     let c = rnic.counts();
     for (k, v) in [("pd", c.pd), ("mr", c.mr), ("cq", c.cq), ("qp", c.qp), ("srq", c.srq)] {
         rows.push((format!("rnic.{k}"), v as u64));
@@ -360,8 +361,8 @@ fn stats_rows(nic: &Nic) -> Vec<(String, u64)> {
     }
     rows.push(("rnic.fatal".to_owned(), u64::from(rnic.fatal().is_some())));
     rows.push(("rnic.tcp_timeout_s".to_owned(), rnic.tcp_timeout().secs()));
-    rows.extend(nic.capture.rows().into_iter().map(|(k, v)| (format!("capture.{k}"), v)));
-    rows.extend(nic.uplink().counters().into_iter().map(|(k, v)| (format!("uplink.{k}"), v)));
+    rows.extend(device.eth().capture.rows().into_iter().map(|(k, v)| (format!("capture.{k}"), v)));
+    rows.extend(device.eth().uplink().counters().into_iter().map(|(k, v)| (format!("uplink.{k}"), v)));
     rows
 }
 
@@ -527,13 +528,13 @@ mod tests {
 
     /// A NIC on a unix-dgram uplink in DIR (peer `p`) and its management
     /// socket, served.
-    fn serving(dir: &std::path::Path) -> (Arc<Nic>, std::path::PathBuf) {
+    fn serving(dir: &std::path::Path) -> (Arc<T3>, std::path::PathBuf) {
         let spec: UplinkSpec =
             format!("unix-dgram:{},{}", dir.join("u").display(), dir.join("p").display()).parse().unwrap();
-        let nic = Arc::new(Nic::new(spec.open().unwrap(), None, 1500));
+        let device = Arc::new(T3::new(spec.open().unwrap(), None, 1500));
         let path = dir.join("mgmt");
-        spawn(UnixListener::bind(&path).unwrap(), Arc::clone(&nic)).unwrap();
-        (nic, path)
+        spawn(UnixListener::bind(&path).unwrap(), Arc::clone(&device)).unwrap();
+        (device, path)
     }
 
     #[test]
@@ -608,7 +609,7 @@ mod tests {
 
         let dir = tempfile::tempdir().unwrap();
         let peer = UnixDatagram::bind(dir.path().join("p")).unwrap();
-        let (nic, path) = serving(dir.path());
+        let (device, path) = serving(dir.path());
         let pcap = dir.path().join("wire.pcapng");
 
         assert_eq!(request(&path, "capture stop").unwrap_err().to_string(), "no capture is running");
@@ -623,7 +624,7 @@ mod tests {
         // One frame each way: the guest's out, the peer's in.
         let mut out = vec![0u8; 60];
         out[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-        assert_eq!(nic.from_guest(&out), crate::nic::GuestFrame::Uplink);
+        assert_eq!(device.eth().from_guest(&out), crate::nic::GuestFrame::Uplink);
         let mut got = [0u8; 100];
         assert_eq!(peer.recv(&mut got).unwrap(), 60);
         let inbound = vec![0xabu8; 64];
@@ -631,7 +632,7 @@ mod tests {
         let mut batch = crate::uplink::RecvBatch::default();
         let mut seen = None;
         for _ in 0..100 {
-            if let Some(f) = batch.next_frame(nic.uplink()).unwrap() {
+            if let Some(f) = batch.next_frame(device.eth().uplink()).unwrap() {
                 seen = Some(f.to_vec());
                 break;
             }
@@ -691,20 +692,20 @@ mod tests {
 
     /// A NIC whose guest set its address and made a PD, a CQ, a DMA MR and
     /// a QP (not connected).
-    fn nic_with_resources(dir: &std::path::Path) -> (Arc<Nic>, vm_memory::GuestMemoryMmap) {
+    fn nic_with_resources(dir: &std::path::Path) -> (Arc<T3>, vm_memory::GuestMemoryMmap) {
         use crate::abi::{Cmd, CmdCreateCq, CmdCreateQp, CmdHandle, CmdRegMr, CmdSetAddr};
         use crate::rnic::Instant;
         use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemoryMmap};
 
         let spec: UplinkSpec =
             format!("unix-dgram:{},{}", dir.join("u").display(), dir.join("p").display()).parse().unwrap();
-        let nic = Arc::new(Nic::new(spec.open().unwrap(), None, 1500));
+        let device = Arc::new(T3::new(spec.open().unwrap(), None, 1500));
         let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap();
         for (pbl, page) in [(0x1000u64, 0x4000u64), (0x1100, 0x5000), (0x1200, 0x6000)] {
             mem.write_obj(page.to_le(), GuestAddress(pbl)).unwrap();
         }
         let now = Instant::from_millis(1);
-        let mut rnic = nic.rnic();
+        let mut rnic = device.rnic();
         let addr = CmdSetAddr { mac: [0x52, 0x54, 0, 0, 0, 1], prefix_len: 24, reserved: 0, ipv4: [10, 0, 0, 1] };
         rnic.execute(&mem, now, Cmd::SetAddr, addr.as_slice()).unwrap();
         let handle = |r: Vec<u8>| abi::read_struct::<abi::RespHandle>(&r).unwrap().handle.to_native();
@@ -742,35 +743,35 @@ mod tests {
         };
         rnic.execute(&mem, now, Cmd::CreateQp, qp.as_slice()).unwrap();
         drop(rnic);
-        (nic, mem)
+        (device, mem)
     }
 
     #[test]
     fn cq_and_mr_tables() {
         let dir = tempfile::tempdir().unwrap();
-        let (nic, _mem) = nic_with_resources(dir.path());
-        let cqs = answer("cqs", &nic);
+        let (device, _mem) = nic_with_resources(dir.path());
+        let cqs = answer("cqs", &device);
         assert_eq!(cqs, "cqn depth prod armed qps overflowed pages\n1   16    0    -     2   no         1\n", "{cqs}");
-        let json = answer("--json cqs", &nic);
+        let json = answer("--json cqs", &device);
         assert_eq!(
             json,
             "[{\"cqn\":1,\"depth\":16,\"prod\":0,\"armed\":null,\"qps\":2,\"overflowed\":false,\"pages\":1}]\n"
         );
-        let mrs = answer("mrs", &nic);
+        let mrs = answer("mrs", &device);
         assert!(mrs.starts_with("stag  pdn access   iova     length kind pages valid\n0x101 1   lw,rw,rr 0x100000 4096   dma  -     yes\n"), "{mrs}");
-        let json = answer("mrs json", &nic);
+        let json = answer("mrs json", &device);
         assert!(
             json.contains("\"stag\":\"0x101\",\"pdn\":1,\"access\":\"lw,rw,rr\"") && json.contains("\"valid\":true"),
             "{json}"
         );
-        assert!(answer("qps", &nic).contains("IDLE"));
+        assert!(answer("qps", &device).contains("IDLE"));
     }
 
     #[test]
     fn fault_answers_and_errors() {
         let dir = tempfile::tempdir().unwrap();
-        let (nic, mem) = nic_with_resources(dir.path());
-        let ask = |line: &str| answer(line, &nic);
+        let (device, mem) = nic_with_resources(dir.path());
+        let ask = |line: &str| answer(line, &device);
         // Errors name the problem, in both formats.
         assert_eq!(ask("fault rst --qp 9"), "error: no QP 9\n");
         assert_eq!(ask("--json fault fin --qp 9"), "error: no QP 9\n");
@@ -790,7 +791,7 @@ mod tests {
         assert!(ask("mrs").contains(" no\n"));
         // Device fatal: needs a driver to tell; JSON answer.
         assert!(ask("fault device-fatal").contains("no driver attached"));
-        nic.rnic().driver_mac = Some([0x52, 0x54, 0, 0, 0, 1]);
+        device.rnic().driver_mac = Some([0x52, 0x54, 0, 0, 0, 1]);
         let json = ask("--json fault device-fatal");
         assert!(
             json.starts_with("{\"fault\":\"device-fatal\",\"state\":null,\"detail\":\"device fatal: 1 QPs -> ERROR"),
@@ -798,7 +799,7 @@ mod tests {
         );
         // The worker carries it out at its next run.
         let mut frames = Vec::new();
-        nic.rnic().service(crate::rnic::Instant::from_millis(2), &mem, &mut |f: &[u8]| frames.push(f.to_vec()));
+        device.rnic().service(crate::rnic::Instant::from_millis(2), &mem, &mut |f: &[u8]| frames.push(f.to_vec()));
         assert!(ask("qps").contains("ERROR"));
         let stats = ask("stats");
         for line in [

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use vt3d::nic::Nic;
+use vt3d::t3::{Device, T3};
 use vt3d::uplink::UplinkSpec;
 use vt3d::vhost::{bind_frontend_socket, serve_frontends};
 
@@ -30,10 +30,10 @@ fn a_vt3d_without_a_guest_drops_uplink_frames_instead_of_blocking_the_peer() {
     let peer = UnixDatagram::bind(&peer_path).unwrap();
     peer.set_nonblocking(true).unwrap();
     let spec: UplinkSpec = format!("unix-dgram:{},{}", up.display(), peer_path.display()).parse().unwrap();
-    let nic = Arc::new(Nic::new(spec.open().unwrap(), None, 1500));
+    let nic = Arc::new(T3::new(spec.open().unwrap(), None, 1500));
     // vt3d connects its uplink to the peer on its first send (as after a
     // guest's first frame).
-    nic.uplink().send(&[0u8; 60]).unwrap();
+    nic.eth().uplink().send(&[0u8; 60]).unwrap();
 
     let listener = bind_frontend_socket(&dir.path().join("vhost.sock")).unwrap();
     let (stop, stopper) = UnixStream::pair().unwrap();
@@ -56,7 +56,7 @@ fn a_vt3d_without_a_guest_drops_uplink_frames_instead_of_blocking_the_peer() {
         }
     }
     // Every frame was taken off the socket and counted as dropped.
-    let dropped = || nic.stats.rx_dropped_no_guest.load(Ordering::Relaxed);
+    let dropped = || nic.eth().stats.rx_dropped_no_guest.load(Ordering::Relaxed);
     while dropped() < FRAMES && Instant::now() < deadline {
         thread::sleep(Duration::from_millis(5));
     }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use vhost::vhost_user::Listener;
 use vhost_user_backend::VhostUserDaemon;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
-use vt3d::nic::Nic;
+use vt3d::t3::T3;
 use vt3d::uplink::UplinkSpec;
 use vt3d::vhost::backend::NetBackend;
 use vt3d::vhost::relay::RelayEnd;
@@ -85,10 +85,10 @@ impl Frontend {
     }
 }
 
-fn nic(dir: &std::path::Path) -> Arc<Nic> {
+fn nic(dir: &std::path::Path) -> Arc<T3> {
     let spec: UplinkSpec =
         format!("unix-dgram:{},{}", dir.join("up").display(), dir.join("peer").display()).parse().unwrap();
-    Arc::new(Nic::new(spec.open().unwrap(), None, 1500))
+    Arc::new(T3::new(spec.open().unwrap(), None, 1500))
 }
 
 #[test]

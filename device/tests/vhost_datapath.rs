@@ -23,7 +23,7 @@ use vm_memory::{Bytes, FileOffset, GuestAddress, GuestMemoryBackend, GuestMemory
 use vmm_sys_util::eventfd::EventFd;
 use vt3d::abi;
 use vt3d::control::{build_frame, DriverEnd, Key, Refusal};
-use vt3d::nic::Nic;
+use vt3d::t3::{Device, T3};
 use vt3d::uplink::UplinkSpec;
 use vt3d::vhost::relay::RelayEnd;
 use vt3d::vhost::serve_frontend;
@@ -111,7 +111,7 @@ fn frames_cross_between_rings_and_uplink() {
     let peer = UnixDatagram::bind(&peer_path).unwrap();
     let up_path = dir.path().join("up");
     let spec: UplinkSpec = format!("unix-dgram:{},{}", up_path.display(), peer_path.display()).parse().unwrap();
-    let nic = Arc::new(Nic::new(spec.open().unwrap(), Some([0x52, 0x54, 0, 0, 0, 1]), 9000).with_control_key(KEY));
+    let nic = Arc::new(T3::new(spec.open().unwrap(), Some([0x52, 0x54, 0, 0, 0, 1]), 9000).with_control_key(KEY));
 
     // Guest RAM: a shared file, as QEMU's memory-backend-memfd.
     let file = tempfile::tempfile().unwrap();
@@ -195,7 +195,7 @@ fn frames_cross_between_rings_and_uplink() {
     assert!(peer.recv(&mut buf).is_err(), "a control frame reached the uplink");
 
     wait_for("the filtered frame to be counted", || {
-        nic.stats.rx_filtered.load(std::sync::atomic::Ordering::Relaxed) == 1
+        nic.eth().stats.rx_filtered.load(std::sync::atomic::Ordering::Relaxed) == 1
     });
     assert_eq!(rx.used().idx().load(), 6, "filtered frame must not reach the guest");
 
@@ -310,7 +310,7 @@ fn offloaded_tcp_goes_to_the_engine() {
     let peer = UnixDatagram::bind(&peer_path).unwrap();
     let up_path = dir.path().join("up");
     let spec: UplinkSpec = format!("unix-dgram:{},{}", up_path.display(), peer_path.display()).parse().unwrap();
-    let nic = Arc::new(Nic::new(spec.open().unwrap(), Some(GUEST_MAC), 1500).with_control_key(KEY));
+    let nic = Arc::new(T3::new(spec.open().unwrap(), Some(GUEST_MAC), 1500).with_control_key(KEY));
     let file = tempfile::tempfile().unwrap();
     file.set_len(MEM_SIZE as u64).unwrap();
     let mem = GuestMemoryMmap::from_ranges_with_files(&[(GuestAddress(0), MEM_SIZE, Some(FileOffset::new(file, 0)))])
@@ -369,7 +369,9 @@ fn offloaded_tcp_goes_to_the_engine() {
     assert!(start.elapsed() > Duration::from_millis(100), "a retransmission, not a duplicate");
     assert_eq!(rx.used().idx().load(), 4);
     let counted = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
-    wait_for("the counters", || counted(&nic.stats.toe_rx_frames) == 1 && counted(&nic.stats.toe_tx_frames) == 2);
+    wait_for("the counters", || {
+        counted(&nic.eth().stats.toe_rx_frames) == 1 && counted(&nic.eth().stats.toe_tx_frames) == 2
+    });
     // A SYN for a port nobody listens on is the guest kernel's.
     peer.send_to(&syn(7175), &up_path).unwrap();
     wait_for("the SYN in the guest", || rx.used().idx().load() == 5);

@@ -1,7 +1,7 @@
 //! The Ethernet function of the T3: frames between the guest's virtqueues
-//! and the uplink, and the demux point where the RDMA function takes its
-//! share (the control EtherType from the guest; offloaded TCP from the
-//! uplink, which the backend hands to the RNIC's engine).
+//! and the uplink, the MAC filter, the EtherType classification that lets
+//! the device ([`crate::t3`]) hand the RDMA function its share, and the
+//! counters.
 
 pub mod guest_frames;
 pub mod virtio;
@@ -9,12 +9,8 @@ pub mod virtio;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
-
-use crate::rnic::{Instant, Limits, Rnic};
 use crate::uplink::{self, Uplink};
 
 /// EtherType of the driver↔device control channel (IEEE local
@@ -207,25 +203,10 @@ pub struct Nic {
     /// The pcapng capture of the uplink (`--pcap`, `vt3d ctl capture`):
     /// `uplink` records into it.
     pub capture: std::sync::Arc<crate::capture::Capture>,
-    /// The control channel's counters (sessions, refused frames).
-    pub control_stats: std::sync::Arc<crate::control::ChannelStats>,
-    /// The provisioned key a driver must prove (all zeros: unauthenticated).
-    control_key: crate::control::Key,
-    /// The RDMA function's resources; they belong to the connected guest
-    /// and are dropped when it goes away.
-    rnic: Mutex<Rnic>,
-    /// The engine's clock (every engine of this process counts from here).
-    epoch: std::time::Instant,
-    /// Written by the management socket after it changed the engine (fault
-    /// injection): the worker runs the engine and delivers its events.
-    kick: Option<EventFd>,
 }
 
 impl Nic {
     pub fn new(uplink: Box<dyn Uplink>, mac: Option<MacAddr>, mtu: usize) -> Self {
-        let mut rnic = Rnic::new(Limits::default(), u32::try_from(mtu).unwrap_or(u32::MAX));
-        rnic.set_uplink_queue(uplink::receive_queue_bytes(uplink.as_raw_fd()));
-        let kick = EventFd::new(EFD_NONBLOCK).map_err(|e| log::warn!("no kick eventfd: {e}")).ok();
         let capture = std::sync::Arc::new(crate::capture::Capture::default());
         let uplink = Box::new(crate::capture::TappedUplink::new(uplink, std::sync::Arc::clone(&capture)));
         Self {
@@ -235,52 +216,6 @@ impl Nic {
             mac,
             mtu,
             stats: NicStats::default(),
-            control_stats: std::sync::Arc::default(),
-            control_key: [0, 0],
-            rnic: Mutex::new(rnic),
-            epoch: std::time::Instant::now(),
-            kick,
-        }
-    }
-
-    /// The provisioned key drivers of this NIC must prove.
-    #[must_use]
-    pub fn with_control_key(mut self, key: crate::control::Key) -> Self {
-        self.control_key = key;
-        self
-    }
-
-    pub fn control_key(&self) -> crate::control::Key {
-        self.control_key
-    }
-
-    pub fn rnic(&self) -> MutexGuard<'_, Rnic> {
-        self.rnic.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Now, on the engine's clock.
-    pub fn now(&self) -> Instant {
-        Instant::from_micros(i64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(i64::MAX))
-    }
-
-    /// Asks the worker to run the engine soon (see [`Nic::kick_fd`]).
-    pub fn kick(&self) {
-        if let Some(kick) = &self.kick {
-            if let Err(e) = kick.write(1) {
-                log::debug!("kick: {e}");
-            }
-        }
-    }
-
-    /// The eventfd the worker polls for [`Nic::kick`].
-    pub fn kick_fd(&self) -> Option<RawFd> {
-        self.kick.as_ref().map(AsRawFd::as_raw_fd)
-    }
-
-    /// Consumes pending kicks.
-    pub fn take_kick(&self) {
-        if let Some(kick) = &self.kick {
-            let _ = kick.read();
         }
     }
 

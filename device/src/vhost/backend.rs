@@ -1,7 +1,7 @@
 //! The vhost-user-net backend for one frontend connection: feature
 //! negotiation and the event handler that moves frames between the
-//! virtqueues, the uplink and the RNIC (control channel and iWARP engine,
-//! which also runs on a timer).
+//! virtqueues, the uplink and the device ([`Device`]), which also runs on a
+//! timer. It knows rings, memory, budgets and wake-ups, nothing of RDMA.
 
 use std::collections::VecDeque;
 use std::io;
@@ -23,15 +23,13 @@ use vmm_sys_util::event::{new_event_consumer_and_notifier, EventConsumer, EventF
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 use vmm_sys_util::timerfd::TimerFd;
 
-use crate::control::{Channel, Outcome};
 use crate::nic::guest_frames::HeldFrames;
 use crate::nic::virtio::{
     deliver_rx, drain_tx, pending_chains, ChainStats, NetLayout, QueueError, RxOutcome, Scratch, VNET_HDR_LEN,
     VNET_HDR_LEN_LEGACY,
 };
-use crate::nic::{GuestFrame, Nic};
-use crate::rnic::poll::CONTENDED_YIELD;
-use crate::rnic::Instant;
+use crate::nic::Nic;
+use crate::t3::{Device, FromGuest, FromUplink, Instant};
 use crate::uplink::RecvBatch;
 
 /// virtio-net queue indices.
@@ -141,8 +139,7 @@ impl EngineTimer {
 
     /// Makes sure the timer fires within `within` (keeps an earlier expiry).
     fn arm_within(&mut self, now: Instant, within: Duration) {
-        let micros = i64::try_from(within.as_micros()).unwrap_or(i64::MAX);
-        let at = Instant::from_micros(now.total_micros().saturating_add(micros));
+        let at = now.after(within);
         if self.armed.is_none_or(|armed| armed > at) {
             self.arm(now, Some(at));
         }
@@ -154,10 +151,7 @@ impl EngineTimer {
         }
         let result = match at {
             None => self.fd.clear(),
-            Some(at) => {
-                let micros = u64::try_from(at.total_micros() - now.total_micros()).unwrap_or(0);
-                self.fd.reset(Duration::from_micros(micros).max(MIN_TIMER), None)
-            }
+            Some(at) => self.fd.reset(now.until(at).max(MIN_TIMER), None),
         };
         match result {
             Ok(()) => self.armed = at,
@@ -200,7 +194,7 @@ impl WritableWatch {
     }
 }
 
-/// While the RNIC polls work queues ([`crate::rnic::poll`]) the worker
+/// While the device polls work queues ([`Device::poll`]) the worker
 /// comes back at once after each pass instead of sleeping: an eventfd in
 /// its epoll set ([`POLL_EVENT`], level triggered) stays readable exactly
 /// then. Every other event is served in between, as epoll reports them
@@ -249,8 +243,8 @@ fn nonblocking_timer() -> io::Result<TimerFd> {
 const MAX_DEVICE_FRAMES: usize = 1024;
 
 #[derive(Debug)]
-pub struct NetBackend {
-    nic: Arc<Nic>,
+pub struct NetBackend<D: Device> {
+    device: Arc<D>,
     mem: Mutex<Option<Memory>>,
     event_idx: AtomicBool,
     datapath: Mutex<Datapath>,
@@ -262,15 +256,14 @@ pub struct NetBackend {
     /// Written when a budget ran out with work left; the worker polls it
     /// as [`RESUME_EVENT`] (level triggered: it fires until read).
     resume: EventFd,
-    /// The driver's session; it ends with this frontend connection.
-    channel: Mutex<Channel>,
     /// The engine has work now (a burst budget ran out): run it at the
     /// next wake-up, which [`RESUME_EVENT`] brings at once.
     engine_due: AtomicBool,
 }
 
-impl NetBackend {
-    pub fn new(nic: Arc<Nic>) -> io::Result<Self> {
+impl<D: Device> NetBackend<D> {
+    pub fn new(device: Arc<D>) -> io::Result<Self> {
+        let nic = device.eth();
         let layout = NetLayout { hdr_len: VNET_HDR_LEN, mergeable: true, max_frame: nic.max_frame() };
         Ok(Self {
             mem: Mutex::new(None),
@@ -290,10 +283,14 @@ impl NetBackend {
             poll: Mutex::new(PollWatch::new()?),
             broken: [AtomicBool::new(false), AtomicBool::new(false)],
             resume: EventFd::new(EFD_NONBLOCK)?,
-            channel: Mutex::new(Channel::new(nic.control_key(), Arc::clone(&nic.control_stats))),
             engine_due: AtomicBool::new(false),
-            nic,
+            device,
         })
+    }
+
+    /// The device's Ethernet function: uplink and counters.
+    fn nic(&self) -> &Nic {
+        self.device.eth()
     }
 
     /// The timer to register with the worker's epoll as [`TIMER_EVENT`].
@@ -317,38 +314,26 @@ impl NetBackend {
     }
 
     fn now(&self) -> Instant {
-        self.nic.now()
+        self.device.now()
     }
 
-    /// Runs the engine, queues its events for the guest and re-arms the
+    /// Runs the device, queues its frames for the guest and re-arms the
     /// timer for its next deadline.
-    fn run_engine<M: vm_memory::GuestMemory>(&self, mem: &M, device_frames: &mut VecDeque<Vec<u8>>) {
+    fn run_engine(&self, mem: &GuestMemoryMmap, device_frames: &mut VecDeque<Vec<u8>>) {
         let now = self.now();
-        let mut rnic = self.nic.rnic();
-        rnic.set_uplink_room(self.nic.uplink_room());
-        let next = rnic.service(now, mem, &mut |frame| self.nic.offload_to_uplink(frame));
-        // The pass's frames leave together (receive()'s ACKs too).
-        self.nic.flush_uplink();
-        // Events the guest has no room for stay with the RNIC until
-        // frames drain (its event queue is bounded, see Rnic::push_event).
         let room = MAX_DEVICE_FRAMES.saturating_sub(device_frames.len());
-        let keep = room.min(rnic.events.len());
-        let later = rnic.events.split_off(keep);
-        lock(&self.channel).take_events(&mut rnic, device_frames);
-        rnic.events = later;
-        drop(rnic);
+        let next = self.device.run(mem, now, device_frames, room);
         // Work pending now: come back after the rings had their turn, not
         // after a timer tick. Behind a full uplink, EPOLLOUT (or the
         // timer) brings it back once frames can leave.
         if next.is_some_and(|at| at <= now) {
             self.engine_due.store(true, Ordering::Release);
-            if !self.nic.uplink_congested() {
+            if !self.nic().uplink_congested() {
                 self.resume();
                 return;
             }
         }
-        let within = i64::try_from(RING_WATCHDOG.as_micros()).unwrap_or(i64::MAX);
-        let watchdog = Instant::from_micros(now.total_micros().saturating_add(within));
+        let watchdog = now.after(RING_WATCHDOG);
         let mut timer = lock(&self.timer);
         match next.filter(|&at| at < watchdog) {
             Some(at) => timer.arm(now, Some(at)),
@@ -361,47 +346,33 @@ impl NetBackend {
 
     /// Runs the engine if it asked to run again at once.
     fn run_engine_if_due(&self) {
-        if self.nic.uplink_congested() || !self.engine_due.swap(false, Ordering::AcqRel) {
+        if self.nic().uplink_congested() || !self.engine_due.swap(false, Ordering::AcqRel) {
             return;
         }
         let Ok(mem) = self.memory() else { return };
         let mut dp = lock(&self.datapath);
-        self.run_engine(&*mem.memory(), &mut dp.device_frames);
+        self.run_engine(&mem.memory(), &mut dp.device_frames);
     }
 
-    /// The frontend is gone: resets the guest's connections on the wire.
-    pub fn abort_connections(&self) {
-        let now = self.now();
-        self.nic.rnic().abort_connections(now, &mut |frame| self.nic.offload_to_uplink(frame));
-        self.nic.flush_uplink();
-    }
-
-    /// The management socket changed the engine (fault injection).
+    /// Something outside the rings changed the device (fault injection).
     fn on_kick(&self) {
-        self.nic.take_kick();
+        self.device.take_kick();
         let Ok(mem) = self.memory() else { return };
         let mut dp = lock(&self.datapath);
-        self.run_engine(&*mem.memory(), &mut dp.device_frames);
+        self.run_engine(&mem.memory(), &mut dp.device_frames);
     }
 
-    /// One look at the polled work queues: WQEs found run the engine at
-    /// once (and what it made reaches the guest); none found, the core is
-    /// left to whoever shares it (the guest's vCPU) before the next look,
-    /// and if someone took it for long, polling pauses (`rnic::poll`).
+    /// One look at the polled work queues: work found runs the device at
+    /// once (and what it made reaches the guest).
     fn on_poll(&self, rx: &VringRwLock) -> Result<(), BackendError> {
         let Ok(mem) = self.memory() else { return Ok(()) };
         let mem = mem.memory();
-        if !self.nic.rnic().poll_queues(self.now(), &*mem) {
-            let gave = std::time::Instant::now();
-            std::thread::yield_now();
-            if gave.elapsed() > CONTENDED_YIELD {
-                self.nic.rnic().polling_contended(self.now());
-            }
+        if !self.device.poll(&mem, self.now()) {
             return Ok(());
         }
         {
             let mut dp = lock(&self.datapath);
-            self.run_engine(&*mem, &mut dp.device_frames);
+            self.run_engine(&mem, &mut dp.device_frames);
         }
         self.receive(rx)
     }
@@ -412,8 +383,8 @@ impl NetBackend {
         // engine to run anyway.
         let Ok(mem) = self.memory() else { return };
         let mut dp = lock(&self.datapath);
-        self.run_engine(&*mem.memory(), &mut dp.device_frames);
-        self.nic.rnic().watch_progress(&*mem.memory(), self.now());
+        self.run_engine(&mem.memory(), &mut dp.device_frames);
+        self.device.watch_progress(&mem.memory(), self.now());
     }
 
     fn memory(&self) -> Result<Memory, BackendError> {
@@ -434,15 +405,15 @@ impl NetBackend {
         let Datapath { layout, scratch, device_frames, tx_throttled, tx_waits_uplink, .. } = &mut *dp;
         if device_frames.len() >= MAX_DEVICE_FRAMES {
             if !*tx_throttled {
-                self.nic.count_tx_paused(true);
+                self.nic().count_tx_paused(true);
             }
             *tx_throttled = true;
             return Ok(());
         }
         *tx_throttled = false;
-        if self.nic.uplink_congested() {
+        if self.nic().uplink_congested() {
             if !*tx_waits_uplink {
-                self.nic.count_tx_paused(false);
+                self.nic().count_tx_paused(false);
             }
             *tx_waits_uplink = true;
             return Ok(());
@@ -454,46 +425,41 @@ impl NetBackend {
         let drained = {
             let mut state = tx.get_mut();
             if !state.get_queue().ready() || !state.is_enabled() {
-                self.nic.note_tx_pass(false, None, state.get_queue().next_avail());
+                self.nic().note_tx_pass(false, None, state.get_queue().next_avail());
                 return Ok(());
             }
             let drained = drain_tx(state.get_queue_mut(), &*mem, layout, scratch, &mut stats, TX_BUDGET, |frame| {
-                if self.nic.from_guest(frame) == GuestFrame::Control {
+                if self.device.guest_frame(&mem, now, frame, device_frames) == FromGuest::Command {
                     commands = true;
-                    let mut rnic = self.nic.rnic();
-                    match lock(&self.channel).handle_frame(&mut rnic, &*mem, frame, now) {
-                        Outcome::Reply(frame) => device_frames.push_back(frame),
-                        Outcome::Silent | Outcome::Refused(_) => {}
-                    }
                 }
                 // Stop before the guest's replies or the uplink's queue
                 // outgrow their bounds.
-                if device_frames.len() >= MAX_DEVICE_FRAMES || self.nic.uplink_congested() {
+                if device_frames.len() >= MAX_DEVICE_FRAMES || self.nic().uplink_congested() {
                     return ControlFlow::Break(());
                 }
                 ControlFlow::Continue(())
             });
             let queue = state.get_queue();
             let avail = queue.avail_idx(&*mem, Ordering::Acquire).ok().map(|w| w.0);
-            self.nic.note_tx_pass(true, avail, queue.next_avail());
+            self.nic().note_tx_pass(true, avail, queue.next_avail());
             drained
         };
         // Doorbells and connection commands give the engine work.
         if commands {
-            self.run_engine(&*mem, device_frames);
+            self.run_engine(&mem, device_frames);
         }
-        self.nic.count_tx_malformed(stats.malformed);
+        self.nic().count_tx_malformed(stats.malformed);
         match drained {
             Ok(done) => {
                 if done.more {
                     if device_frames.len() >= MAX_DEVICE_FRAMES {
-                        self.nic.count_tx_paused(true);
+                        self.nic().count_tx_paused(true);
                         *tx_throttled = true;
-                    } else if self.nic.uplink_congested() {
-                        self.nic.count_tx_paused(false);
+                    } else if self.nic().uplink_congested() {
+                        self.nic().count_tx_paused(false);
                         *tx_waits_uplink = true;
                     } else {
-                        self.nic.count_budget_yield(true);
+                        self.nic().count_budget_yield(true);
                         self.resume();
                     }
                 }
@@ -573,7 +539,7 @@ impl NetBackend {
                 Some(RxOutcome::Dropped) => {
                     dp.held.pop_front();
                     delivered = true; // chains were returned
-                    self.nic.count_rx_dropped();
+                    self.nic().count_rx_dropped();
                 }
                 Some(RxOutcome::NoBuffers) => {}
                 None => break,
@@ -602,15 +568,15 @@ impl NetBackend {
             let mut state = vring.get_mut();
             let usable = state.get_queue().ready() && state.is_enabled() && !self.is_broken(RX_QUEUE);
             let ring = usable.then(|| state.get_queue_mut());
-            (self.rx_pass(ring, &*mem, dp, &mut stats, &mut pass), usable)
+            (self.rx_pass(ring, &mem, dp, &mut stats, &mut pass), usable)
         };
-        self.nic.count_rx(&stats);
-        self.nic.note_rx_pass(usable, dp.device_frames.len());
+        self.nic().count_rx(&stats);
+        self.nic().note_rx_pass(usable, dp.device_frames.len());
         if let Err(e) = result {
             self.mark_broken(RX_QUEUE, &e);
         }
         if pass.more {
-            self.nic.count_budget_yield(false);
+            self.nic().count_budget_yield(false);
             self.resume();
         }
         if pass.delivered {
@@ -619,10 +585,10 @@ impl NetBackend {
         Ok(())
     }
 
-    fn rx_pass<M: vm_memory::GuestMemory>(
+    fn rx_pass(
         &self,
         mut ring: Option<&mut virtio_queue::Queue>,
-        mem: &M,
+        mem: &GuestMemoryMmap,
         dp: &mut Datapath,
         stats: &mut ChainStats,
         pass: &mut RxPass,
@@ -633,7 +599,6 @@ impl NetBackend {
             pass.delivered |= self.deliver_held(queue, mem, dp, stats, &mut budget)?;
         }
         let now = self.now();
-        let mut rnic = self.nic.rnic();
         let mut offloaded = false;
         let mut reads = 0usize;
         loop {
@@ -645,7 +610,7 @@ impl NetBackend {
                 break;
             }
             reads += 1;
-            let frame = match dp.rx_batch.next_frame(self.nic.uplink()) {
+            let frame = match dp.rx_batch.next_frame(self.nic().uplink()) {
                 Ok(Some(frame)) => frame,
                 Ok(None) => break,
                 Err(e) => {
@@ -654,16 +619,13 @@ impl NetBackend {
                 }
             };
             let len = frame.len();
-            if !self.nic.accept_from_uplink(frame) {
-                continue;
-            }
-            // Offloaded connections and RDMA listening ports go to the
-            // engine; everything else (ARP included) to the guest.
-            if rnic.wants(frame) {
-                self.nic.count_offload_rx();
-                rnic.receive(now, frame, &mut |reply| self.nic.offload_to_uplink(reply));
-                offloaded = true;
-                continue;
+            match self.device.uplink_frame(now, frame) {
+                FromUplink::Guest => {}
+                FromUplink::Dropped => continue,
+                FromUplink::Offloaded => {
+                    offloaded = true;
+                    continue;
+                }
             }
             // Straight into the ring when nothing is ahead of it (no copy);
             // otherwise behind the frames already waiting.
@@ -688,20 +650,19 @@ impl NetBackend {
                     }
                     Some(RxOutcome::Dropped) => {
                         pass.delivered = true; // chains were returned
-                        self.nic.count_rx_dropped();
+                        self.nic().count_rx_dropped();
                         continue;
                     }
                     Some(RxOutcome::NoBuffers) | None => {}
                 }
             }
             if dp.held.push(frame) {
-                self.nic.count_rx_dropped_backlog(1);
+                self.nic().count_rx_dropped_backlog(1);
             }
             if let Some(queue) = ring.as_deref_mut() {
                 pass.delivered |= self.deliver_held(queue, mem, dp, stats, &mut budget)?;
             }
         }
-        drop(rnic);
         // What the engine made of them (placements, CQEs, events)
         // reaches the guest in the same pass.
         if offloaded {
@@ -732,7 +693,7 @@ impl NetBackend {
         let Some(flag) = self.broken.get(usize::from(index)) else { return };
         if !flag.swap(true, Ordering::AcqRel) {
             log::error!("queue {index} broken: {e} (needs a device reset)");
-            self.nic.count_queue_broken(index == TX_QUEUE);
+            self.nic().count_queue_broken(index == TX_QUEUE);
         }
     }
 
@@ -777,14 +738,14 @@ impl NetBackend {
         {
             let mut dp = lock(&self.datapath);
             if std::mem::take(&mut dp.tx_rescued) {
-                self.nic.count_missed_kick();
+                self.nic().count_missed_kick();
             }
             if !waiting || dp.tx_throttled || dp.tx_waits_uplink {
                 return Ok(());
             }
             dp.tx_rescued = true;
         }
-        self.nic.count_watchdog_read();
+        self.nic().count_watchdog_read();
         self.transmit(tx)
     }
 
@@ -796,7 +757,7 @@ impl NetBackend {
     fn tx_unblocked(&self) -> bool {
         let dp = lock(&self.datapath);
         (dp.tx_throttled && dp.device_frames.len() < MAX_DEVICE_FRAMES)
-            || (dp.tx_waits_uplink && !self.nic.uplink_congested())
+            || (dp.tx_waits_uplink && !self.nic().uplink_congested())
     }
 }
 
@@ -839,7 +800,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl VhostUserBackend for NetBackend {
+impl<D: Device> VhostUserBackend for NetBackend<D> {
     type Bitmap = ();
     type Vring = VringRwLock;
 
@@ -894,21 +855,21 @@ impl VhostUserBackend for NetBackend {
     ) -> std::io::Result<()> {
         log::trace!("device event {device_event}");
         if device_event != POLL_EVENT {
-            self.nic.count_wakeup();
+            self.nic().count_wakeup();
         }
         let [rx, tx] = vrings else {
             return Err(BackendError::UnknownEvent(device_event).into());
         };
         // Whatever woke us, frames held for a full uplink go first if it
         // has room (EPOLLOUT comes as a WRITABLE_EVENT).
-        self.nic.flush_uplink();
+        self.nic().flush_uplink();
         // Whatever woke us (its own resume event, EPOLLOUT, a kick), an
         // engine with work left continues first.
         self.run_engine_if_due();
         match device_event {
             // A TX kick may queue control responses: deliver them at once.
             TX_QUEUE => {
-                self.nic.count_tx_kick();
+                self.nic().count_tx_kick();
                 lock(&self.datapath).tx_rescued = false;
                 self.transmit(tx)?;
                 self.receive(rx)?;
@@ -941,15 +902,15 @@ impl VhostUserBackend for NetBackend {
         }
         // Frames the engine queued in this wake-up and did not flush yet
         // (a receive whose ACK needed no engine pass) leave now.
-        if self.nic.uplink_backlog() > 0 && !self.nic.flush_uplink() {
+        if self.nic().uplink_backlog() > 0 && !self.nic().flush_uplink() {
             lock(&self.timer).arm_within(self.now(), UPLINK_RETRY);
         }
         if self.tx_unblocked() {
             self.transmit(tx)?;
             self.receive(rx)?;
         }
-        lock(&self.writable).set(self.nic.uplink_backlog() > 0);
-        let polling = self.nic.rnic().polling();
+        lock(&self.writable).set(self.nic().uplink_backlog() > 0);
+        let polling = self.device.polling();
         lock(&self.poll).set(polling);
         Ok(())
     }

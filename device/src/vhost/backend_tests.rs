@@ -16,9 +16,8 @@ use vm_memory::{Address, Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryMmap
 use vmm_sys_util::epoll::EventSet;
 
 use super::*;
-use crate::abi;
-use crate::control::{build_frame, DriverEnd, Outcome};
 use crate::nic::guest_frames::MAX_HELD_FRAMES;
+use crate::t3::T3;
 use crate::uplink::{receive_one, Received, Uplink, TX_PAUSE_PENDING};
 
 const QSIZE: u16 = 256;
@@ -68,13 +67,13 @@ impl AsRawFd for Shared {
     }
 }
 
-struct Setup {
+struct Setup<D: Device = T3> {
     mem: &'static GuestMemoryMmap,
     rx: MockSplitQueue<'static, GuestMemoryMmap>,
     tx: MockSplitQueue<'static, GuestMemoryMmap>,
     wire: Arc<Wire>,
-    nic: Arc<Nic>,
-    backend: Arc<NetBackend>,
+    device: Arc<D>,
+    backend: Arc<NetBackend<D>>,
     vrings: Vec<VringRwLock>,
 }
 
@@ -88,20 +87,25 @@ fn vring(mem: &GuestMemoryMmap, q: &MockSplitQueue<'_, GuestMemoryMmap>, used: u
 }
 
 fn setup() -> Setup {
+    setup_with(|uplink| T3::new(uplink, None, 1500))
+}
+
+/// The backend over the device `make` builds on the tests' uplink.
+fn setup_with<D: Device + 'static>(make: impl FnOnce(Box<dyn Uplink>) -> D) -> Setup<D> {
     // The mocks borrow the memory for the whole test (a test leaks it).
     let mem: &'static GuestMemoryMmap =
         Box::leak(Box::new(GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 0x200_0000)]).unwrap()));
     let wire = Arc::new(Wire { fd: std::os::unix::net::UnixDatagram::unbound().ok(), ..Wire::default() });
-    let nic = Arc::new(Nic::new(Box::new(Shared(Arc::clone(&wire))), None, 1500).with_control_key(KEY));
-    let backend = Arc::new(NetBackend::new(Arc::clone(&nic)).unwrap());
+    let device = Arc::new(make(Box::new(Shared(Arc::clone(&wire)))));
+    let backend = Arc::new(NetBackend::new(Arc::clone(&device)).unwrap());
     backend.update_memory(GuestMemoryAtomic::new(mem.clone())).unwrap();
     let rx = MockSplitQueue::create(mem, GuestAddress(RX_RING), QSIZE);
     let tx = MockSplitQueue::create(mem, GuestAddress(TX_RING), QSIZE);
     let vrings = vec![vring(mem, &rx, RX_USED), vring(mem, &tx, TX_USED)];
-    Setup { mem, rx, tx, wire, nic, backend, vrings }
+    Setup { mem, rx, tx, wire, device, backend, vrings }
 }
 
-impl Setup {
+impl<D: Device + 'static> Setup<D> {
     fn rx_queue(&self) -> &MockSplitQueue<'static, GuestMemoryMmap> {
         &self.rx
     }
@@ -173,7 +177,7 @@ impl Setup {
     }
 
     fn stat(&self, name: &str) -> u64 {
-        self.nic.stats.rows().iter().find(|(n, _)| *n == name).unwrap().1
+        self.device.eth().stats.rows().iter().find(|(n, _)| *n == name).unwrap().1
     }
 }
 
@@ -186,35 +190,8 @@ fn ethernet(seq: u16) -> Vec<u8> {
 }
 
 /// The sequence numbers of the frames the uplink took, in order.
-fn sent_seqs(s: &Setup) -> Vec<u16> {
+fn sent_seqs<D: Device>(s: &Setup<D>) -> Vec<u16> {
     s.wire.sent.lock().unwrap().iter().map(|f| u16::from_be_bytes([f[14], f[15]])).collect()
-}
-
-const GUEST_MAC: [u8; 6] = [0x52, 0x54, 0, 0, 0, 1];
-/// The provisioned key of the tests' NIC.
-const KEY: crate::control::Key = [1, 2];
-
-impl Setup {
-    /// A driver with a proven session, its first contact made straight
-    /// with the channel (the TX path of control frames is the tests' own).
-    fn session(&self) -> DriverEnd {
-        let mut driver = DriverEnd::new(KEY);
-        let now = self.nic.now();
-        driver
-            .handshake(|ctrl| {
-                let frame = build_frame(GUEST_MAC, GUEST_MAC, &ctrl);
-                match lock(&self.backend.channel).handle_frame(&mut self.nic.rnic(), self.mem, &frame, now) {
-                    Outcome::Reply(f) => Some(f[14..].to_vec()),
-                    _ => None,
-                }
-            })
-            .unwrap();
-        driver
-    }
-}
-
-fn query_device(driver: &mut DriverEnd) -> Vec<u8> {
-    build_frame(GUEST_MAC, GUEST_MAC, &driver.command(abi::Cmd::QueryDevice as u16, &[]).1)
 }
 
 #[test]
@@ -270,39 +247,16 @@ fn tx_backlog_resumes_without_a_new_kick() {
 
 #[test]
 fn device_frames_stay_bounded_within_one_drain() {
-    let s = setup();
+    let s = setup_with(EchoDevice::new);
     // Nearly full already: the guest posts no RX buffers.
     lock(&s.backend.datapath).device_frames.extend((0..MAX_DEVICE_FRAMES - 10).map(|_| vec![0u8; 64]));
-    let mut driver = s.session();
-    let commands: Vec<_> = (0..200).map(|_| query_device(&mut driver)).collect();
+    let commands: Vec<_> = (0..200).map(command).collect();
     s.transmit(&commands);
     s.event(TX_QUEUE);
     let queued = lock(&s.backend.datapath).device_frames.len();
     assert!(queued <= MAX_DEVICE_FRAMES + 1, "{queued} device frames");
     assert!(s.tx_used() < 200, "TX stops once the guest's replies are at their cap");
     assert!(lock(&s.backend.datapath).tx_throttled);
-}
-
-#[test]
-fn engine_events_wait_in_the_rnic_when_device_frames_are_full() {
-    let s = setup();
-    // Events go to a driver with a session.
-    let _driver = s.session();
-    assert_eq!(s.nic.control_stats.sessions.load(Ordering::Relaxed), 1);
-    {
-        let mut rnic = s.nic.rnic();
-        for _ in 0..MAX_DEVICE_FRAMES + 500 {
-            rnic.events.push_back((abi::EventType::Qp, vec![0u8; 16]));
-        }
-    }
-    s.event(KICK_EVENT);
-    assert_eq!(lock(&s.backend.datapath).device_frames.len(), MAX_DEVICE_FRAMES);
-    assert_eq!(s.nic.rnic().events.len(), 500, "kept, not dropped");
-    // Buffers come: frames go out and the waiting events follow.
-    s.post_rx(0, QSIZE);
-    s.event(RX_QUEUE);
-    s.event(TIMER_EVENT);
-    assert!(s.nic.rnic().events.len() < 501);
 }
 
 #[test]
@@ -346,7 +300,7 @@ fn a_full_uplink_holds_frames_and_tx_waits_for_writability() {
     let start = std::time::Instant::now();
     s.event(TX_QUEUE);
     assert!(start.elapsed() < Duration::from_secs(1));
-    assert_eq!(s.nic.uplink_backlog(), TX_PAUSE_PENDING);
+    assert_eq!(s.device.eth().uplink_backlog(), TX_PAUSE_PENDING);
     assert_eq!(usize::from(s.tx_used()), TX_PAUSE_PENDING, "the guest's ring waits, frames are not dropped");
     assert!(lock(&s.backend.writable).watching, "EPOLLOUT is watched while frames wait");
     // The uplink polls writable: held frames go, then the TX ring.
@@ -374,7 +328,7 @@ fn tx_left_behind_a_full_uplink_is_read_again_whichever_pass_drains_it() {
     assert_eq!(usize::from(s.tx_used()), TX_PAUSE_PENDING);
     // The uplink has room, and an engine pass sends what it held.
     s.wire.full.store(false, Ordering::Relaxed);
-    assert!(s.nic.flush_uplink());
+    assert!(s.device.eth().flush_uplink());
     s.event(TIMER_EVENT);
     while s.resume_pending() {
         s.event(RESUME_EVENT);
@@ -387,10 +341,9 @@ fn tx_left_behind_a_full_uplink_is_read_again_whichever_pass_drains_it() {
 /// their cap: they drain in a pass that is not an RX kick's.
 #[test]
 fn tx_throttled_by_replies_is_read_again_whichever_pass_drains_them() {
-    let s = setup();
+    let s = setup_with(EchoDevice::new);
     lock(&s.backend.datapath).device_frames.extend((0..MAX_DEVICE_FRAMES - 10).map(|_| vec![0u8; 64]));
-    let mut driver = s.session();
-    let commands: Vec<_> = (0..100).map(|_| query_device(&mut driver)).collect();
+    let commands: Vec<_> = (0..100).map(command).collect();
     s.transmit(&commands);
     s.event(TX_QUEUE);
     let read = s.tx_used();
@@ -457,4 +410,124 @@ fn writable_watch_reports_room_only_while_watching() {
     assert!(ready(&watch), "room again");
     watch.set(false);
     assert!(!ready(&watch), "unwatched");
+}
+
+/// A device with no RDMA in it: the backend's side of the [`Device`]
+/// contract alone. Frames of its command EtherType are answered (echoed)
+/// and make work; it has events to hand out on each run.
+#[derive(Debug)]
+struct EchoDevice {
+    eth: Nic,
+    clock: crate::t3::Clock,
+    runs: std::sync::atomic::AtomicUsize,
+    events: Mutex<VecDeque<Vec<u8>>>,
+}
+
+impl EchoDevice {
+    const COMMAND: u16 = 0x88b5;
+
+    fn new(uplink: Box<dyn Uplink>) -> Self {
+        Self {
+            eth: Nic::new(uplink, None, 1500),
+            clock: crate::t3::Clock::default(),
+            runs: 0.into(),
+            events: Mutex::default(),
+        }
+    }
+}
+
+impl Device for EchoDevice {
+    fn eth(&self) -> &Nic {
+        &self.eth
+    }
+
+    fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    fn guest_frame(
+        &self,
+        _: &GuestMemoryMmap,
+        _: Instant,
+        frame: &[u8],
+        to_guest: &mut VecDeque<Vec<u8>>,
+    ) -> FromGuest {
+        if frame.get(12..14) == Some(&Self::COMMAND.to_be_bytes()[..]) {
+            to_guest.push_back(frame.to_vec());
+            return FromGuest::Command;
+        }
+        self.eth.from_guest(frame);
+        FromGuest::Forwarded
+    }
+
+    fn uplink_frame(&self, _: Instant, frame: &[u8]) -> FromUplink {
+        if self.eth.accept_from_uplink(frame) {
+            FromUplink::Guest
+        } else {
+            FromUplink::Dropped
+        }
+    }
+
+    fn run(&self, _: &GuestMemoryMmap, _: Instant, to_guest: &mut VecDeque<Vec<u8>>, room: usize) -> Option<Instant> {
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        let mut events = self.events.lock().unwrap();
+        let n = room.min(events.len());
+        to_guest.extend(events.drain(..n));
+        None
+    }
+
+    fn poll(&self, _: &GuestMemoryMmap, _: Instant) -> bool {
+        false
+    }
+
+    fn polling(&self) -> bool {
+        false
+    }
+
+    fn watch_progress(&self, _: &GuestMemoryMmap, _: Instant) {}
+
+    fn kick_fd(&self) -> Option<RawFd> {
+        None
+    }
+
+    fn take_kick(&self) {}
+
+    fn end_session(&self) {}
+}
+
+fn command(seq: u16) -> Vec<u8> {
+    let mut f = ethernet(seq);
+    f[12..14].copy_from_slice(&EchoDevice::COMMAND.to_be_bytes());
+    f
+}
+
+#[test]
+fn a_device_behind_the_trait_gets_commands_and_its_frames_reach_the_guest() {
+    let s = setup_with(EchoDevice::new);
+    s.post_rx(0, 8);
+    s.transmit(&[ethernet(1), command(2), ethernet(3)]);
+    s.event(TX_QUEUE);
+    assert_eq!(sent_seqs(&s), [1, 3], "traffic goes to the uplink, the command does not");
+    assert_eq!(s.device.runs.load(Ordering::Relaxed), 1, "one pass with a command runs the device once");
+    assert_eq!((s.rx_used(), s.received(0)), (1, command(2)), "the device's answer is delivered at once");
+    // Its own frames (events) come out of a run, before uplink traffic.
+    s.device.events.lock().unwrap().extend([command(10), command(11)]);
+    s.wire.inbound.lock().unwrap().push_back(ethernet(20));
+    s.event(TIMER_EVENT);
+    assert_eq!(s.rx_used(), 4);
+    assert_eq!([s.received(1), s.received(2), s.received(3)], [command(10), command(11), ethernet(20)]);
+}
+
+#[test]
+fn device_frames_beyond_the_cap_stay_in_the_device() {
+    let s = setup_with(EchoDevice::new);
+    s.device.events.lock().unwrap().extend((0..MAX_DEVICE_FRAMES as u16 + 5).map(command));
+    s.event(TIMER_EVENT);
+    assert_eq!(lock(&s.backend.datapath).device_frames.len(), MAX_DEVICE_FRAMES, "the backend takes what it may hold");
+    assert_eq!(s.device.events.lock().unwrap().len(), 5, "the rest waits in the device");
+    // Buffers come: frames go out and the waiting ones follow.
+    s.post_rx(0, QSIZE);
+    s.event(RX_QUEUE);
+    s.event(TIMER_EVENT);
+    assert!(s.device.events.lock().unwrap().is_empty(), "the device's frames followed once there was room");
 }

@@ -19,7 +19,7 @@ use vhost_user_backend::VhostUserDaemon;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 
-use crate::nic::Nic;
+use crate::t3::Device;
 use crate::uplink::RecvBatch;
 use backend::{NetBackend, KICK_EVENT, POLL_EVENT, RESUME_EVENT, TIMER_EVENT, UPLINK_EVENT, WRITABLE_EVENT};
 use relay::{poll_readable, Relay, RelayEnd};
@@ -53,12 +53,17 @@ pub fn bind_frontend_socket(path: &Path) -> Result<UnixListener, VhostError> {
 
 /// Serves frontends one after another until `stop` becomes readable:
 /// when QEMU exits, the next QEMU can connect to the same vt3d.
-pub fn serve_frontends(listener: &UnixListener, nic: &Arc<Nic>, stop: BorrowedFd<'_>) -> Result<(), VhostError> {
+pub fn serve_frontends<D: Device + 'static>(
+    listener: &UnixListener,
+    device: &Arc<D>,
+    stop: BorrowedFd<'_>,
+) -> Result<(), VhostError> {
+    let nic = device.eth();
     let mut session = 0u64;
     let mut discard = RecvBatch::default();
     loop {
-        // SAFETY: the uplink's descriptor stays open as long as `nic`, which
-        // outlives this borrow.
+        // SAFETY: the uplink's descriptor stays open as long as `device`,
+        // which outlives this borrow.
         let uplink = unsafe { BorrowedFd::borrow_raw(nic.uplink().as_raw_fd()) };
         let [incoming, stopped, frames] = poll_readable([listener.as_fd(), stop, uplink]).map_err(VhostError::Relay)?;
         if stopped {
@@ -74,7 +79,7 @@ pub fn serve_frontends(listener: &UnixListener, nic: &Arc<Nic>, stop: BorrowedFd
         let (frontend, _) = listener.accept().map_err(VhostError::Relay)?;
         session += 1;
         log::info!("session {session}: frontend connected");
-        let end = serve_frontend(&frontend, nic, stop)?;
+        let end = serve_frontend(&frontend, device, stop)?;
         log::info!("session {session}: ended ({end:?}); {}", nic.stats);
         if end == RelayEnd::Stopped {
             return Ok(());
@@ -83,8 +88,13 @@ pub fn serve_frontends(listener: &UnixListener, nic: &Arc<Nic>, stop: BorrowedFd
 }
 
 /// Runs one frontend connection to its end.
-pub fn serve_frontend(frontend: &UnixStream, nic: &Arc<Nic>, stop: BorrowedFd<'_>) -> Result<RelayEnd, VhostError> {
-    let backend = Arc::new(NetBackend::new(Arc::clone(nic)).map_err(VhostError::Timer)?);
+pub fn serve_frontend<D: Device + 'static>(
+    frontend: &UnixStream,
+    device: &Arc<D>,
+    stop: BorrowedFd<'_>,
+) -> Result<RelayEnd, VhostError> {
+    let nic = device.eth();
+    let backend = Arc::new(NetBackend::new(Arc::clone(device)).map_err(VhostError::Timer)?);
     let timer = backend.timer_fd();
     let mem = GuestMemoryAtomic::new(GuestMemoryMmap::new());
     let mut daemon = VhostUserDaemon::new("vt3d-net".to_owned(), Arc::clone(&backend), mem).map_err(daemon_error)?;
@@ -113,7 +123,7 @@ pub fn serve_frontend(frontend: &UnixStream, nic: &Arc<Nic>, stop: BorrowedFd<'_
             .map_err(VhostError::Register)?;
         // Level triggered: an expiry stays readable until consumed.
         handler.register_listener(timer, EventSet::IN, u64::from(TIMER_EVENT)).map_err(VhostError::Register)?;
-        if let Some(kick) = nic.kick_fd() {
+        if let Some(kick) = device.kick_fd() {
             handler.register_listener(kick, EventSet::IN, u64::from(KICK_EVENT)).map_err(VhostError::Register)?;
         }
     }
@@ -129,14 +139,7 @@ pub fn serve_frontend(frontend: &UnixStream, nic: &Arc<Nic>, stop: BorrowedFd<'_
     // Dropping the daemon stops and joins its worker thread.
     drop(daemon);
     // The guest is gone, and with it every resource it created.
-    backend.abort_connections();
-    // The RSTs just sent may wait for room: one more try, then the old
-    // guest's frames are forgotten.
-    nic.flush_uplink();
-    nic.drop_uplink_backlog();
-    let mut rnic = nic.rnic();
-    log::info!("dropping the guest's RDMA resources: {:?}", rnic.counts());
-    rnic.reset();
+    device.end_session();
     end.map_err(VhostError::Relay)
 }
 
