@@ -32,8 +32,10 @@
 
 pub mod crc32c;
 pub mod engine;
+#[cfg(any(test, feature = "test-utils"))]
 pub mod mock;
 pub mod negotiation;
+#[cfg(any(test, feature = "test-utils"))]
 pub mod sim;
 pub mod stream;
 pub mod toe;
