@@ -333,7 +333,7 @@ impl Guest {
         }
         self.learn(cmd, payload, &result);
         self.take_events();
-        let (c, l) = (self.rnic.counts(), self.rnic.limits);
+        let (c, l) = (self.rnic.counts(), self.rnic.limits());
         assert!(c.pd <= l.max_pd as usize && c.mr <= l.max_mr as usize);
         assert!(c.cq <= l.max_cq as usize && c.qp <= l.max_qp as usize);
         result
@@ -442,7 +442,7 @@ impl Guest {
     /// Takes the events the RNIC raised (vt3d would frame them for the
     /// driver) and checks their shape.
     fn take_events(&mut self) {
-        for (event, body) in self.rnic.events.drain(..) {
+        for (event, body) in self.rnic.take_events(usize::MAX) {
             let cm = matches!(event, EventType::ConnectRequest | EventType::ConnectReply | EventType::Established);
             let size = if cm { std::mem::size_of::<EventCm>() } else { std::mem::size_of::<abi::Event>() };
             assert_eq!(body.len(), size, "{} event body", event.name());
@@ -478,9 +478,9 @@ impl Guest {
             assert_eq!(self.execute(now, Cmd::DeallocPd, &handle(pdn)), Ok(Vec::new()), "dealloc PD {pdn}");
         }
         assert_eq!(self.rnic.counts(), Counts::default(), "objects left behind");
-        assert!(self.rnic.srqs.is_empty(), "SRQs left behind");
+        assert_eq!(self.rnic.counts().srq, 0, "SRQs left behind");
         // A PBL entry may repeat a page: 64 entries naming one page.
-        let budget = self.rnic.limits.pbl_budget as u32;
+        let budget = self.rnic.limits().pbl_budget as u32;
         for i in 0..u64::from(budget) {
             self.mem.write_obj(PAGES.to_le(), GuestAddress(PBL + i * 8)).unwrap();
         }

@@ -408,7 +408,7 @@ fn tcb_rows(rnic: &Rnic) -> Vec<Row> {
 
 fn qp_rows(rnic: &Rnic) -> Vec<Row> {
     let engine = rnic.offload().map(|o| o.engine());
-    rnic.qps
+    rnic.qps()
         .iter()
         .map(|(qpn, qp)| {
             let info = engine.and_then(|e| e.qp_info(qpn));
@@ -444,7 +444,7 @@ fn qp_rows(rnic: &Rnic) -> Vec<Row> {
 }
 
 fn cq_rows(rnic: &Rnic) -> Vec<Row> {
-    rnic.cqs
+    rnic.cqs()
         .iter()
         .map(|(cqn, cq)| {
             let arm = match (
@@ -485,7 +485,7 @@ fn access_text(access: u32) -> String {
 }
 
 fn mr_rows(rnic: &Rnic) -> Vec<Row> {
-    rnic.tpt
+    rnic.tpt()
         .iter_stags()
         .map(|(stag, mr)| {
             let (kind, pages) = match &mr.backing {
@@ -791,7 +791,7 @@ mod tests {
         assert!(ask("mrs").contains(" no\n"));
         // Device fatal: needs a driver to tell; JSON answer.
         assert!(ask("fault device-fatal").contains("no driver attached"));
-        device.rnic().driver_mac = Some([0x52, 0x54, 0, 0, 0, 1]);
+        device.rnic().set_driver_mac([0x52, 0x54, 0, 0, 0, 1]);
         let json = ask("--json fault device-fatal");
         assert!(
             json.starts_with("{\"fault\":\"device-fatal\",\"state\":null,\"detail\":\"device fatal: 1 QPs -> ERROR"),

@@ -99,7 +99,7 @@ impl Endpoint for Guest {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        self.chan.take_events(&mut self.rnic, &mut self.frames);
+        self.chan.take_events(&mut self.rnic, &mut self.frames, usize::MAX);
         while let Some(f) = self.frames.pop_front() {
             self.record_event(&f);
         }
@@ -169,7 +169,7 @@ impl Guest {
             Outcome::Reply(frame) => {
                 let mut frames = vec![frame];
                 let mut events = VecDeque::new();
-                self.chan.take_events(&mut self.rnic, &mut events);
+                self.chan.take_events(&mut self.rnic, &mut events, usize::MAX);
                 frames.extend(events);
                 frames
             }
@@ -1038,7 +1038,7 @@ fn an_invalidated_stag_fails_the_peers_write() {
     connect(&mut s);
     let done = s.sim.b.rnic.invalidate_stag(b_exposed.stag).unwrap();
     assert!(done.detail.contains("invalidated"), "{}", done.detail);
-    assert!(!s.sim.b.rnic.tpt.get(b_exposed.stag).unwrap().valid);
+    assert!(!s.sim.b.rnic.tpt().get(b_exposed.stag).unwrap().valid);
     assert!(s.sim.b.rnic.invalidate_stag(b_exposed.stag).unwrap_err().contains("invalid already"));
     assert!(s.sim.b.rnic.invalidate_stag(0xdead_beef).unwrap_err().contains("no MR"));
     let before = s.sim.b.read_bytes(b_exposed.guest, 64);
@@ -1191,7 +1191,7 @@ fn a_deep_ring_is_fetched_over_several_passes() {
         qp.sq_prod += 1;
     }
     g.ring_doorbell(now, &qp, DoorbellQueue::Sq);
-    let fetched = |g: &Guest| g.rnic.qps.get(qp.qpn).unwrap().sq_work.fetched;
+    let fetched = |g: &Guest| g.rnic.qps().get(qp.qpn).unwrap().sq_work.fetched;
     assert_eq!(fetched(g), 128, "one budget per doorbell");
     assert_eq!(g.qp_status(&qp).flags.to_native() & QpStatusFlag::SqIdle as u32, 0, "not idle: no doorbell needed");
     let mut tx = |_: &[u8]| {};
@@ -1220,7 +1220,7 @@ fn a_busy_queue_is_polled_without_doorbells_until_its_window_ends() {
     let mut qp = g.qp(t0, pdn, scq, rcq, 64);
     let mut tx = |_: &[u8]| {};
     let qpn = qp.qpn;
-    let fetched = |g: &Guest| g.rnic.qps.get(qpn).unwrap().sq_work.fetched;
+    let fetched = |g: &Guest| g.rnic.qps().get(qpn).unwrap().sq_work.fetched;
     let stat = |g: &Guest, name: &str| g.rnic.ring_stats().iter().find(|(k, _)| *k == name).unwrap().1;
     let sq_idle = |g: &Guest, qp: &QpRings| g.qp_status(qp).flags.to_native() & QpStatusFlag::SqIdle as u32 != 0;
     // An IDLE QP takes sends and holds them until it is connected.
@@ -1268,7 +1268,7 @@ fn without_polling_every_post_rings_its_doorbell() {
         assert_ne!(g.qp_status(&qp).flags.to_native() & QpStatusFlag::SqIdle as u32, 0, "idle after each fetch");
     }
     assert_eq!(g.doorbells, 5);
-    assert_eq!(g.rnic.qps.get(qp.qpn).unwrap().sq_work.fetched, 5);
+    assert_eq!(g.rnic.qps().get(qp.qpn).unwrap().sq_work.fetched, 5);
     assert!(!g.rnic.polling());
 }
 
@@ -1453,7 +1453,7 @@ fn fast_registration_through_the_rings() {
     let (a_local, _) = s.bufs[0];
     let (b_local, _) = s.bufs[1];
     let now = s.sim.now;
-    let pdn = s.sim.b.rnic.qps.get(s.qb.qpn).unwrap().pdn;
+    let pdn = s.sim.b.rnic.qps().get(s.qb.qpn).unwrap().pdn;
     let alloc = |max_pages: u32, pdn: u32| CmdAllocMr { pdn: pdn.into(), max_pages: max_pages.into() };
     // Limits: at least one page, at most max_fast_reg_pages, a real PD.
     let max = s.sim.b.rnic.device_attr().max_fast_reg_pages.to_native();
@@ -1463,7 +1463,7 @@ fn fast_registration_through_the_rings() {
     assert_eq!(s.sim.b.cmd(now, Cmd::AllocMr, &alloc(4, 999)), Err(Status::NotFound));
     let mrs = s.sim.b.rnic.counts().mr;
     let old = s.sim.b.handle(now, Cmd::AllocMr, &alloc(4, pdn));
-    assert!(!s.sim.b.rnic.tpt.get(old).unwrap().valid, "allocated invalid");
+    assert!(!s.sim.b.rnic.tpt().get(old).unwrap().valid, "allocated invalid");
 
     // REG_MR over 3 fresh pages, iova 0x40 into the first.
     let (pbl, guest) = s.sim.b.pages(3);
@@ -1489,7 +1489,7 @@ fn fast_registration_through_the_rings() {
     let mut bscq = s.qb.scq;
     let c = s.sim.b.poll_cq(&mut bscq)[0];
     assert_eq!((c.wr_id.to_native(), c.opcode, c.status), (70, WcOpcode::RegMr as u8, WcStatus::Success as u8));
-    assert!(s.sim.b.rnic.tpt.get(old).is_none(), "the old key names nothing");
+    assert!(s.sim.b.rnic.tpt().get(old).is_none(), "the old key names nothing");
 
     // The peer WRITEs through it, across the page boundary.
     let remote = Mr { stag, iova, guest: guest + 0x40 };
@@ -1511,7 +1511,7 @@ fn fast_registration_through_the_rings() {
         (c.flags & CqeFlag::Invalidated as u8, c.invalidated_stag.to_native()),
         (CqeFlag::Invalidated as u8, stag)
     );
-    assert!(!s.sim.b.rnic.tpt.get(stag).unwrap().valid);
+    assert!(!s.sim.b.rnic.tpt().get(stag).unwrap().valid);
 
     // The next WRITE through it: TERMINATE DDP 1/1/00 (invalid STag).
     let now = s.sim.now;
@@ -1553,7 +1553,7 @@ fn hostile_fast_registrations_are_local_errors() {
         let mut s = setup(16);
         connect(&mut s);
         let now = s.sim.now;
-        let pdn = s.sim.b.rnic.qps.get(s.qb.qpn).unwrap().pdn;
+        let pdn = s.sim.b.rnic.qps().get(s.qb.qpn).unwrap().pdn;
         let old = s.sim.b.handle(now, Cmd::AllocMr, &CmdAllocMr { pdn: pdn.into(), max_pages: 2.into() });
         let (pbl, _) = s.sim.b.pages(2);
         let good = RegMrWqe {
@@ -1584,7 +1584,7 @@ fn hostile_fast_registrations_are_local_errors() {
                 == QpState::Error as u32),
             "{what}"
         );
-        let mr = s.sim.b.rnic.tpt.get(old).expect("the key did not change");
+        let mr = s.sim.b.rnic.tpt().get(old).expect("the key did not change");
         assert!(!mr.valid, "{what}");
     }
     // LOCAL_INV of an ordinary MR.
@@ -1599,7 +1599,7 @@ fn hostile_fast_registrations_are_local_errors() {
     let mut scq = s.qb.scq;
     let c = s.sim.b.poll_cq(&mut scq)[0];
     assert_eq!((c.opcode, c.status), (WcOpcode::LocalInv as u8, WcStatus::LocQpOpErr as u8));
-    assert!(s.sim.b.rnic.tpt.get(b_exposed.stag).unwrap().valid, "ordinary MRs are never invalidated by the QP");
+    assert!(s.sim.b.rnic.tpt().get(b_exposed.stag).unwrap().valid, "ordinary MRs are never invalidated by the QP");
 }
 
 /// The progress watchdog (`rnic.stalls`): a connected QP whose posted

@@ -113,7 +113,7 @@ impl Channel {
             }
             // Objects belong to the session that made them.
             rnic.reset();
-            rnic.driver_mac = Some(guest);
+            rnic.set_driver_mac(guest);
             let session = self.session.insert(session);
             self.stats.sessions.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Outcome::Reply(seal_reply(session, &sealed.hdr, Status::Ok, &[], guest));
@@ -132,7 +132,7 @@ impl Channel {
             }
             Ok(cmd) => {
                 let r = rnic.execute(mem, now, cmd, sealed.payload);
-                rnic.driver_mac = Some(guest);
+                rnic.set_driver_mac(guest);
                 if let Err(status) = r {
                     log::debug!("{} failed: {}", cmd.name(), status.name());
                 }
@@ -155,14 +155,15 @@ impl Channel {
         Outcome::Reply(seal_reply(session, &sealed.hdr, status, &payload, guest))
     }
 
-    /// Moves the RNIC's pending events into `out` as sealed frames for the
-    /// driver (events with no session to go to are dropped).
-    pub fn take_events(&mut self, rnic: &mut Rnic, out: &mut VecDeque<Vec<u8>>) {
-        let (Some(session), Some(mac)) = (self.session.as_mut(), rnic.driver_mac) else {
-            rnic.events.clear();
+    /// Moves up to `max` of the RNIC's pending events into `out` as sealed
+    /// frames for the driver; the rest wait in the RNIC (events with no
+    /// session to go to are dropped).
+    pub fn take_events(&mut self, rnic: &mut Rnic, out: &mut VecDeque<Vec<u8>>, max: usize) {
+        let (Some(session), Some(mac)) = (self.session.as_mut(), rnic.driver_mac()) else {
+            rnic.drop_events();
             return;
         };
-        for (event, body) in rnic.events.drain(..) {
+        for (event, body) in rnic.take_events(max) {
             let hdr = header(MsgType::Event, event as u16, 0, 0, body.len());
             out.push_back(build_frame(mac, mac, &session.seal(hdr, &body)));
         }

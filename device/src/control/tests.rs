@@ -103,7 +103,7 @@ impl Driver {
         };
         let mut frames = vec![resp];
         let mut events = std::collections::VecDeque::new();
-        self.chan.take_events(&mut self.rnic, &mut events);
+        self.chan.take_events(&mut self.rnic, &mut events, usize::MAX);
         frames.extend(events);
         let resp = &frames[0];
         assert_eq!(&resp[12..14], &VT3_ETHERTYPE.to_be_bytes());
@@ -245,7 +245,7 @@ mod pd_and_mr {
         let pdn = d.pd();
         let a = d.reg_mr_args(pdn, 3 * 4096 + 5, 7);
         let stag = d.handle(Cmd::RegMr, &a).unwrap();
-        let mr = d.rnic.tpt.get(stag).unwrap();
+        let mr = d.rnic.tpt().get(stag).unwrap();
         assert_eq!(mr.length, 3 * 4096 + 5);
         assert_eq!(d.by_handle(Cmd::DeallocPd, pdn), Err(Status::Busy), "PD still has an MR");
         d.by_handle(Cmd::DeregMr, stag).unwrap();
@@ -284,7 +284,7 @@ mod pd_and_mr {
         let mut d = Driver::new();
         let pdn = d.pd();
         let stag = d.handle(Cmd::RegMr, &dma_mr(pdn, Access::LocalWrite as u32, MrFlag::Dma as u32)).unwrap();
-        let mr = d.rnic.tpt.get(stag).unwrap();
+        let mr = d.rnic.tpt().get(stag).unwrap();
         assert!(matches!(mr.backing, crate::rnic::tpt::Backing::Dma), "{:?}", mr.backing);
         assert_eq!((mr.iova, mr.length, mr.access), (0, u64::MAX, Access::LocalWrite as u32));
     }
@@ -301,7 +301,7 @@ mod pd_and_mr {
             let access = Access::LocalWrite as u32 | remote as u32;
             assert_eq!(d.handle(Cmd::RegMr, &dma_mr(pdn, access, dma)), Err(Status::Invalid), "{remote:?}");
             let stag = d.handle(Cmd::RegMr, &dma_mr(pdn, access, unsafe_rkey)).unwrap();
-            assert_eq!(d.rnic.tpt.get(stag).unwrap().access, access);
+            assert_eq!(d.rnic.tpt().get(stag).unwrap().access, access);
         }
         assert_eq!(d.counts().mr, 3);
         // The flag means nothing without a DMA MR.
@@ -407,7 +407,7 @@ mod cq_and_qp {
         assert_eq!((hdr.r#type, hdr.opcode.to_native()), (MsgType::Event as u8, EventType::CqCompletion as u16));
         let body: Event = read_struct(&ev[14 + std::mem::size_of::<CtrlHdr>()..]).unwrap();
         assert_eq!(body.handle.to_native(), cqn);
-        assert_eq!(d.rnic.cqs.get(cqn).unwrap().arm_flags, 0, "one event, then disarmed");
+        assert_eq!(d.rnic.cqs().get(cqn).unwrap().arm_flags, 0, "one event, then disarmed");
     }
 
     #[test]
@@ -665,7 +665,7 @@ mod muted {
         assert_eq!(at(&mut d, Cmd::QueryPort, &[], 500), Outcome::Silent, "liveness probes are lost too");
         let arm = CmdArmCq { cqn: cqn.into(), flags: (ArmFlag::Next as u32).into() };
         assert!(matches!(at(&mut d, Cmd::ArmCq, arm.as_slice(), 500), Outcome::Reply(_)), "arming is served");
-        assert!(d.rnic.cqs.get(cqn).unwrap().arm_flags != 0);
+        assert!(d.rnic.cqs().get(cqn).unwrap().arm_flags != 0);
         assert_eq!(d.rnic.fault_stats().muted_commands, 2);
         assert!(matches!(at(&mut d, Cmd::CreateCq, b.as_slice(), 1000), Outcome::Reply(_)), "answered again");
         assert_eq!(d.counts().cq, 2);

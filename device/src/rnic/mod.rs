@@ -229,18 +229,18 @@ pub struct GuestAddr {
 
 #[derive(Debug)]
 pub struct Rnic {
-    pub limits: Limits,
-    pub pds: Table<Pd>,
-    pub tpt: Tpt,
-    pub cqs: Table<Cq>,
-    pub qps: Table<Qp>,
-    pub srqs: Table<Srq>,
-    pub addr: Option<GuestAddr>,
+    limits: Limits,
+    pds: Table<Pd>,
+    tpt: Tpt,
+    cqs: Table<Cq>,
+    qps: Table<Qp>,
+    srqs: Table<Srq>,
+    addr: Option<GuestAddr>,
     /// Events for the driver (type, `vt3_event` or `vt3_event_cm` bytes):
     /// sent after the current command's response, or after engine work.
-    pub events: VecDeque<(EventType, Vec<u8>)>,
+    events: VecDeque<(EventType, Vec<u8>)>,
     /// Where events go: the MAC that sent the last command.
-    pub driver_mac: Option<[u8; 6]>,
+    driver_mac: Option<[u8; 6]>,
     /// The iWARP engine for the guest's address (from VT3_CMD_SET_ADDR).
     offload: Option<Offload>,
     pbl_used: u64,
@@ -457,6 +457,54 @@ impl Rnic {
 
     fn push_event<T: ByteValued>(&mut self, event: EventType, body: &T) {
         self.events.push_back((event, body.as_slice().to_vec()));
+    }
+
+    /// Events waiting for the driver.
+    pub fn pending_events(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Takes up to `max` events for the driver, oldest first; the rest
+    /// wait (the guest has no room for them yet).
+    pub fn take_events(&mut self, max: usize) -> std::collections::vec_deque::Drain<'_, (EventType, Vec<u8>)> {
+        let n = max.min(self.events.len());
+        self.events.drain(..n)
+    }
+
+    /// Forgets the events (no driver session to send them to).
+    pub fn drop_events(&mut self) {
+        self.events.clear();
+    }
+
+    /// Queues a raw event, as the engine would (tests).
+    #[cfg(test)]
+    pub(crate) fn queue_event(&mut self, event: EventType, body: Vec<u8>) {
+        self.events.push_back((event, body));
+    }
+
+    /// The MAC of the driver that sent the last command: where events go.
+    pub fn driver_mac(&self) -> Option<[u8; 6]> {
+        self.driver_mac
+    }
+
+    pub fn set_driver_mac(&mut self, mac: [u8; 6]) {
+        self.driver_mac = Some(mac);
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    pub fn qps(&self) -> &Table<Qp> {
+        &self.qps
+    }
+
+    pub fn cqs(&self) -> &Table<Cq> {
+        &self.cqs
+    }
+
+    pub fn tpt(&self) -> &Tpt {
+        &self.tpt
     }
 
     pub fn device_attr(&self) -> DeviceAttr {

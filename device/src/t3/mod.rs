@@ -199,10 +199,7 @@ impl Device for T3 {
         self.eth.flush_uplink();
         // Events the guest has no room for stay with the RNIC until
         // frames drain (its event queue is bounded, see Rnic::push_event).
-        let keep = room.min(rnic.events.len());
-        let later = rnic.events.split_off(keep);
-        lock(&self.channel).take_events(&mut rnic, to_guest);
-        rnic.events = later;
+        lock(&self.channel).take_events(&mut rnic, to_guest, room);
         next.map(Instant::from_engine)
     }
 

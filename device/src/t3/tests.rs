@@ -88,12 +88,14 @@ fn uplink_frames_for_the_guest_pass_and_control_frames_do_not() {
 fn events_beyond_the_guests_room_wait_in_the_rnic() {
     let b = bench();
     let _driver = b.driver();
-    b.device.rnic().events.extend((0..10).map(|_| (abi::EventType::Qp, vec![0u8; 16])));
+    for _ in 0..10 {
+        b.device.rnic().queue_event(abi::EventType::Qp, vec![0u8; 16]);
+    }
     let mut out = VecDeque::new();
     b.device.run(&b.mem, b.device.now(), &mut out, 4);
-    assert_eq!((out.len(), b.device.rnic().events.len()), (4, 6), "four sealed, six kept, none dropped");
+    assert_eq!((out.len(), b.device.rnic().pending_events()), (4, 6), "four sealed, six kept, none dropped");
     b.device.run(&b.mem, b.device.now(), &mut out, 100);
-    assert_eq!((out.len(), b.device.rnic().events.len()), (10, 0));
+    assert_eq!((out.len(), b.device.rnic().pending_events()), (10, 0));
 }
 
 #[test]
