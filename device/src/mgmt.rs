@@ -334,7 +334,7 @@ fn stats_rows(device: &T3) -> Vec<(String, u64)> {
     for (k, v) in rnic.ring_stats() {
         rows.push((format!("rnic.{k}"), v));
     }
-    let e = rnic.offload().map(|o| o.engine().stats()).unwrap_or_default();
+    let e = rnic.engine_stats();
     for (k, v) in [
         ("fpdus_tx", e.fpdus_tx),
         ("fpdus_rx", e.fpdus_rx),
@@ -350,7 +350,7 @@ fn stats_rows(device: &T3) -> Vec<(String, u64)> {
     ] {
         rows.push((format!("iwarp.{k}"), v));
     }
-    let t = rnic.offload().map(|o| o.engine().toe().fault_counters()).unwrap_or_default();
+    let t = rnic.toe_fault_counters();
     for (k, v) in
         [("dropped", t.dropped), ("delayed", t.delayed), ("delay_overflow", t.delay_overflow), ("split", t.split)]
     {
@@ -400,18 +400,15 @@ fn tcb_row(t: &TcbInfo) -> Row {
 
 fn tcb_rows(rnic: &Rnic) -> Vec<Row> {
     let mut rows = Vec::new();
-    if let Some(offload) = rnic.offload() {
-        offload.engine().for_each_tcb(&mut |t| rows.push(tcb_row(t)));
-    }
+    rnic.for_each_tcb(&mut |t| rows.push(tcb_row(t)));
     rows
 }
 
 fn qp_rows(rnic: &Rnic) -> Vec<Row> {
-    let engine = rnic.offload().map(|o| o.engine());
     rnic.qps()
         .iter()
         .map(|(qpn, qp)| {
-            let info = engine.and_then(|e| e.qp_info(qpn));
+            let info = rnic.qp_info(qpn);
             let tuple = info.and_then(|i| i.tuple).or(qp.tuple);
             let mpa = info
                 .and_then(|i| i.negotiated)

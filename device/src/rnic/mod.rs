@@ -455,6 +455,28 @@ impl Rnic {
         self.offload.as_ref()
     }
 
+    /// The iWARP engine's counters (zero before the guest's address).
+    pub fn engine_stats(&self) -> vt3_iwarp::engine::EngineStats {
+        self.offload.as_ref().map(|o| o.engine().stats()).unwrap_or_default()
+    }
+
+    /// What the TOE's fault injection did (dropped, delayed, split).
+    pub fn toe_fault_counters(&self) -> vt3_iwarp::toe::FaultCounters {
+        self.offload.as_ref().map(|o| o.engine().toe().fault_counters()).unwrap_or_default()
+    }
+
+    /// Each TCB of the TOE (`vt3d ctl tcb`).
+    pub fn for_each_tcb(&self, f: &mut dyn FnMut(&vt3_iwarp::toe::TcbInfo)) {
+        if let Some(offload) = &self.offload {
+            offload.engine().for_each_tcb(f);
+        }
+    }
+
+    /// The engine's view of QP `qpn` (connection, MPA, counters).
+    pub fn qp_info(&self, qpn: u32) -> Option<vt3_iwarp::engine::QpInfo> {
+        self.offload.as_ref().and_then(|o| o.engine().qp_info(qpn))
+    }
+
     fn push_event<T: ByteValued>(&mut self, event: EventType, body: &T) {
         self.events.push_back((event, body.as_slice().to_vec()));
     }
