@@ -33,6 +33,7 @@ use vt3d::abi::{
     EventType, MsgType, PortAttr, PrivateData, QpAttr, QpState, QpStatus, RespHandle, RqWqe, SockAddr, SqWqe, Status,
     VT3_PAGE_SIZE, VT3_WQE_SIZE,
 };
+use vt3d::control::Request;
 use vt3d::rnic::wqe::{self, WqeLimits};
 use vt3d::rnic::{Counts, Limits, Rnic};
 
@@ -315,7 +316,7 @@ impl Guest {
     /// Runs one command after authentication, as `control::handle_frame`
     /// does, and checks what came back.
     pub fn execute(&mut self, now: Instant, cmd: Cmd, payload: &[u8]) -> Result<Vec<u8>, Status> {
-        let result = self.rnic.execute(&self.mem, now, cmd, payload);
+        let result = Request::decode(cmd, payload).and_then(|request| self.rnic.execute(&self.mem, now, &request));
         if let Ok(resp) = &result {
             let expected = match cmd {
                 Cmd::QueryDevice => std::mem::size_of::<DeviceAttr>(),

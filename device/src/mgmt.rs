@@ -662,21 +662,22 @@ mod tests {
 
     #[test]
     fn tcb_and_qp_tables_of_a_live_engine() {
-        use crate::abi::{Cmd, CmdListen, CmdSetAddr, SockAddr};
+        use crate::abi::{CmdListen, CmdSetAddr, SockAddr};
+        use crate::control::Request;
         use crate::rnic::{Instant, Limits};
-        use vm_memory::{ByteValued, GuestAddress, GuestMemoryMmap};
+        use vm_memory::{GuestAddress, GuestMemoryMmap};
 
         let mem = GuestMemoryMmap::<()>::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap();
         let mut rnic = Rnic::new(Limits::default(), 1500);
         let now = Instant::from_millis(1);
         let addr = CmdSetAddr { mac: [0x52, 0x54, 0, 0, 0, 1], prefix_len: 24, reserved: 0, ipv4: [10, 0, 0, 1] };
-        rnic.execute(&mem, now, Cmd::SetAddr, addr.as_slice()).unwrap();
+        rnic.execute(&mem, now, &Request::SetAddr(addr)).unwrap();
         let listen = CmdListen {
             local: SockAddr { ipv4: [0; 4], port: 7174u16.to_be_bytes(), reserved: 0.into() },
             backlog: 2.into(),
             reserved: 0.into(),
         };
-        rnic.execute(&mem, now, Cmd::Listen, listen.as_slice()).unwrap();
+        rnic.execute(&mem, now, &Request::Listen(listen)).unwrap();
         let rows = tcb_rows(&rnic);
         assert_eq!(rows.len(), 1, "one listening socket, whatever the backlog");
         assert_eq!(rows[0][1], ("state", Value::from("LISTEN")));
@@ -690,9 +691,10 @@ mod tests {
     /// A NIC whose guest set its address and made a PD, a CQ, a DMA MR and
     /// a QP (not connected).
     fn nic_with_resources(dir: &std::path::Path) -> (Arc<T3>, vm_memory::GuestMemoryMmap) {
-        use crate::abi::{Cmd, CmdCreateCq, CmdCreateQp, CmdHandle, CmdRegMr, CmdSetAddr};
+        use crate::abi::{CmdCreateCq, CmdCreateQp, CmdRegMr, CmdSetAddr};
+        use crate::control::Request;
         use crate::rnic::Instant;
-        use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemoryMmap};
+        use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
         let spec: UplinkSpec =
             format!("unix-dgram:{},{}", dir.join("u").display(), dir.join("p").display()).parse().unwrap();
@@ -704,16 +706,16 @@ mod tests {
         let now = Instant::from_millis(1);
         let mut rnic = device.rnic();
         let addr = CmdSetAddr { mac: [0x52, 0x54, 0, 0, 0, 1], prefix_len: 24, reserved: 0, ipv4: [10, 0, 0, 1] };
-        rnic.execute(&mem, now, Cmd::SetAddr, addr.as_slice()).unwrap();
+        rnic.execute(&mem, now, &Request::SetAddr(addr)).unwrap();
         let handle = |r: Vec<u8>| abi::read_struct::<abi::RespHandle>(&r).unwrap().handle.to_native();
-        let pdn = handle(rnic.execute(&mem, now, Cmd::AllocPd, CmdHandle::default().as_slice()).unwrap());
+        let pdn = handle(rnic.execute(&mem, now, &Request::AllocPd).unwrap());
         let cq = CmdCreateCq {
             ring_pbl_addr: 0x1000.into(),
             status_addr: 0x3000.into(),
             ring_npages: 1.into(),
             depth: 16.into(),
         };
-        let cqn = handle(rnic.execute(&mem, now, Cmd::CreateCq, cq.as_slice()).unwrap());
+        let cqn = handle(rnic.execute(&mem, now, &Request::CreateCq(cq)).unwrap());
         let mr = CmdRegMr {
             iova: 0x10_0000.into(),
             length: 0x1000.into(),
@@ -722,7 +724,7 @@ mod tests {
             flags: (abi::MrFlag::Dma as u32 | abi::MrFlag::UnsafeGlobalRkey as u32).into(),
             ..Default::default()
         };
-        rnic.execute(&mem, now, Cmd::RegMr, mr.as_slice()).unwrap();
+        rnic.execute(&mem, now, &Request::RegMr(mr)).unwrap();
         let qp = CmdCreateQp {
             sq_pbl_addr: 0x1100.into(),
             rq_pbl_addr: 0x1200.into(),
@@ -738,7 +740,7 @@ mod tests {
             max_recv_sge: 4.into(),
             ..Default::default()
         };
-        rnic.execute(&mem, now, Cmd::CreateQp, qp.as_slice()).unwrap();
+        rnic.execute(&mem, now, &Request::CreateQp(qp)).unwrap();
         drop(rnic);
         (device, mem)
     }

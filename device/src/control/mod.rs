@@ -1,9 +1,10 @@
 //! The control channel (docs/architecture.md §2): EtherType 0x88B5 frames
 //! between vt3.ko and vt3d. Runs the first contact and authenticates every
-//! command frame (auth.rs), runs it against the RNIC and builds the sealed
-//! response; seals events. The provisioned key comes from a file (key.rs).
+//! command frame (auth.rs), decodes it into a typed request (commands.rs),
+//! runs it against the RNIC and builds the sealed response; seals events. The provisioned key comes from a file (key.rs).
 
 mod auth;
+pub mod commands;
 pub mod key;
 
 use std::collections::VecDeque;
@@ -14,6 +15,8 @@ pub use auth::{
     header, key_from_bytes, mac, random_nonce, session_key, unseal, ChannelStats, DriverEnd, FirstContact, Key, Nonce,
     Refusal, ReplayWindow, Sealed, Session,
 };
+
+pub use commands::Request;
 
 use crate::abi::{Cmd, CtrlHdr, MsgType, Status, VT3_CTRL_VERSION, VT3_ETHERTYPE};
 use crate::rnic::{Instant, Rnic};
@@ -131,7 +134,7 @@ impl Channel {
                 return Outcome::Silent;
             }
             Ok(cmd) => {
-                let r = rnic.execute(mem, now, cmd, sealed.payload);
+                let r = Request::decode(cmd, sealed.payload).and_then(|request| rnic.execute(mem, now, &request));
                 rnic.set_driver_mac(guest);
                 if let Err(status) = r {
                     log::debug!("{} failed: {}", cmd.name(), status.name());

@@ -363,9 +363,10 @@ impl Rnic {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::abi::{Cmd, CmdArmCq, CmdCreateCq, Cqe};
+    use crate::abi::{CmdArmCq, CmdCreateCq, Cqe};
+    use crate::control::Request;
     use crate::rnic::Limits;
-    use vm_memory::{ByteValued, GuestMemoryMmap};
+    use vm_memory::GuestMemoryMmap;
 
     const NOW: Instant = Instant::from_millis_const(1);
     const PBL: u64 = 0x1000;
@@ -382,7 +383,7 @@ mod tests {
             ring_npages: 1.into(),
             depth: depth.into(),
         };
-        let resp = rnic.execute(&mem, NOW, Cmd::CreateCq, args.as_slice()).unwrap();
+        let resp = rnic.execute(&mem, NOW, &Request::CreateCq(args)).unwrap();
         let cqn = abi::read_struct::<abi::RespHandle>(&resp).unwrap().handle.to_native();
         (rnic, mem, cqn)
     }
@@ -435,7 +436,7 @@ mod tests {
         let (mut rnic, mem, cqn) = cq(16);
         let arm = |rnic: &mut Rnic, flags: ArmFlag| {
             let a = CmdArmCq { cqn: cqn.into(), flags: (flags as u32).into() };
-            rnic.execute(&mem, NOW, Cmd::ArmCq, a.as_slice()).unwrap();
+            rnic.execute(&mem, NOW, &Request::ArmCq(a)).unwrap();
         };
         rnic.post_cqe(&mem, cqn, &entry(1), false);
         assert!(events(&mut rnic).is_empty(), "not armed");

@@ -28,7 +28,8 @@ use vt3_iwarp::toe::Duration;
 
 use super::memory::StatusWord;
 use super::{Instant, Rnic};
-use crate::abi::{self, Cmd, CmdModifyQp, CqStatus, CqStatusFlag, EventType, QpState, Status};
+use crate::abi::{self, Cmd, CqStatus, CqStatusFlag, EventType, QpState, Status};
+use crate::control::Request;
 
 /// `code` of the VT3_EV_DEVICE_FATAL event vt3d sends for
 /// `vt3d ctl fault device-fatal` (`detail`: the number of QPs it ended).
@@ -120,23 +121,22 @@ fn injected(detail: String, state: Option<engine::QpState>) -> Injected {
 /// Commands a dead device still answers: the teardown a driver does after
 /// a fatal error (so rmmod and process exit work), queries, and RESET
 /// (re-probe), which brings it back. `Some(result)`: answered here.
-fn after_fatal(cmd: Cmd, payload: &[u8]) -> Option<Result<Vec<u8>, Status>> {
-    match cmd {
-        Cmd::QueryDevice
-        | Cmd::QueryPort
-        | Cmd::Reset
-        | Cmd::DestroyQp
-        | Cmd::DestroySrq
-        | Cmd::DestroyCq
-        | Cmd::DeregMr
-        | Cmd::DeallocPd => None,
+fn after_fatal(request: &Request) -> Option<Result<Vec<u8>, Status>> {
+    match request {
+        Request::QueryDevice
+        | Request::QueryPort
+        | Request::Reset
+        | Request::DestroyQp { .. }
+        | Request::DestroySrq { .. }
+        | Request::DestroyCq { .. }
+        | Request::DeregMr { .. }
+        | Request::DeallocPd { .. } => None,
         // Nothing listens or connects any more: done already.
-        Cmd::Unlisten | Cmd::Disconnect => Some(Ok(Vec::new())),
+        Request::Unlisten(_) | Request::Disconnect(_) => Some(Ok(Vec::new())),
         // Every QP is in ERROR already.
-        Cmd::ModifyQp => {
-            let to_error = abi::read_struct::<CmdModifyQp>(payload).is_some_and(|a| {
-                a.mask.to_native() == abi::ModifyMask::State as u32 && a.state.to_native() == QpState::Error as u32
-            });
+        Request::ModifyQp(a) => {
+            let to_error =
+                a.mask.to_native() == abi::ModifyMask::State as u32 && a.state.to_native() == QpState::Error as u32;
             Some(if to_error { Ok(Vec::new()) } else { Err(Status::State) })
         }
         _ => Some(Err(Status::State)),
@@ -409,11 +409,10 @@ impl Rnic {
         &mut self,
         mem: &M,
         now: Instant,
-        cmd: Cmd,
-        payload: &[u8],
+        request: &Request,
     ) -> Option<Result<Vec<u8>, Status>> {
         self.fatal?;
         self.device_fatal(mem, now);
-        after_fatal(cmd, payload)
+        after_fatal(request)
     }
 }

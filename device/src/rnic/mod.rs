@@ -29,10 +29,10 @@ use vt3_iwarp::engine::{MwType, WorkQueue};
 use vt3_iwarp::toe::FourTuple;
 
 use crate::abi::{
-    self, Cmd, CmdAllocMr, CmdAllocMw, CmdArmCq, CmdCreateCq, CmdCreateQp, CmdDoorbell, CmdHandle, CmdModifyQp,
-    CmdRegMr, CmdSetAddr, DeviceAttr, EventType, PortAttr, QpAttr, QpState, QpStatusFlag, RespHandle, Status,
-    VT3_PAGE_SIZE,
+    self, CmdAllocMr, CmdCreateCq, CmdCreateQp, CmdModifyQp, CmdRegMr, DeviceAttr, EventType, PortAttr, QpAttr,
+    QpState, QpStatusFlag, RespHandle, Status, VT3_PAGE_SIZE,
 };
+use crate::control::Request;
 use datapath::FETCH_BUDGET;
 use memory::StatusWord;
 use poll::{PollSet, PollWindow, PolledQueue, Trigger};
@@ -311,10 +311,6 @@ fn handle_reply(handle: u32) -> CmdResult {
     reply(RespHandle { handle: handle.into(), reserved: 0.into() })
 }
 
-fn args<T: ByteValued + Default>(payload: &[u8]) -> Result<T, Status> {
-    abi::read_struct(payload).ok_or(Status::Invalid)
-}
-
 fn le(v: Le32) -> u32 {
     v.to_native()
 }
@@ -560,46 +556,41 @@ impl Rnic {
 
     /// Executes one control command at time `now`; the result is the
     /// response payload (empty for commands without one) or the error status.
-    pub fn execute<M: GuestMemory>(&mut self, mem: &M, now: Instant, cmd: Cmd, payload: &[u8]) -> CmdResult {
-        if let Some(answer) = self.fatal_gate(mem, now, cmd, payload) {
+    pub fn execute<M: GuestMemory>(&mut self, mem: &M, now: Instant, request: &Request) -> CmdResult {
+        if let Some(answer) = self.fatal_gate(mem, now, request) {
             return answer;
         }
-        match cmd {
-            Cmd::QueryDevice => reply(self.device_attr()),
-            Cmd::QueryPort => reply(PortAttr {
+        match *request {
+            Request::QueryDevice => reply(self.device_attr()),
+            Request::QueryPort => reply(PortAttr {
                 max_msg_size: (1u32 << 31).into(),
                 mtu: self.mtu.into(),
                 link_up: 1.into(),
                 reserved: 0.into(),
             }),
-            Cmd::SetAddr => {
-                let a: CmdSetAddr = args(payload)?;
+            Request::SetAddr(a) => {
                 if a.prefix_len > 32 {
                     return Err(Status::Invalid);
                 }
                 self.set_addr(mem, now, GuestAddr { mac: a.mac, ipv4: a.ipv4, prefix_len: a.prefix_len })?;
                 Ok(Vec::new())
             }
-            Cmd::AllocPd => {
+            Request::AllocPd => {
                 let pdn = self.pds.insert(Pd { users: 0 }).ok_or(Status::NoResource)?;
                 handle_reply(pdn)
             }
-            Cmd::DeallocPd => {
-                let pdn = le(args::<CmdHandle>(payload)?.handle);
-                match self.pds.get(pdn) {
-                    None => Err(Status::NotFound),
-                    Some(pd) if pd.users > 0 => Err(Status::Busy),
-                    Some(_) => {
-                        self.pds.remove(pdn);
-                        Ok(Vec::new())
-                    }
+            Request::DeallocPd { pdn } => match self.pds.get(pdn) {
+                None => Err(Status::NotFound),
+                Some(pd) if pd.users > 0 => Err(Status::Busy),
+                Some(_) => {
+                    self.pds.remove(pdn);
+                    Ok(Vec::new())
                 }
-            }
-            Cmd::RegMr => self.reg_mr(mem, &args(payload)?),
-            Cmd::AllocMr => self.alloc_mr(&args(payload)?),
-            Cmd::ReregMr => self.rereg_mr(mem, &args(payload)?),
-            Cmd::DeregMr => {
-                let stag = le(args::<CmdHandle>(payload)?.handle);
+            },
+            Request::RegMr(a) => self.reg_mr(mem, &a),
+            Request::AllocMr(a) => self.alloc_mr(&a),
+            Request::ReregMr(a) => self.rereg_mr(mem, &a),
+            Request::DeregMr { stag } => {
                 let mr = self.tpt.remove_for_dereg(stag).map_err(|e| match e {
                     DeregError::NotFound => Status::NotFound,
                     DeregError::WindowsBound => Status::Busy,
@@ -608,8 +599,7 @@ impl Rnic {
                 self.pd_users(mr.pdn, false);
                 Ok(Vec::new())
             }
-            Cmd::AllocMw => {
-                let a: CmdAllocMw = args(payload)?;
+            Request::AllocMw(a) => {
                 let pdn = le(a.pdn);
                 if self.pds.get(pdn).is_none() {
                     return Err(Status::NotFound);
@@ -619,28 +609,23 @@ impl Rnic {
                 self.pd_users(pdn, true);
                 handle_reply(stag)
             }
-            Cmd::DeallocMw => {
-                let stag = le(args::<CmdHandle>(payload)?.handle);
+            Request::DeallocMw { stag } => {
                 let mw = self.tpt.remove_window(stag).ok_or(Status::NotFound)?;
                 self.pd_users(mw.pdn, false);
                 Ok(Vec::new())
             }
-            Cmd::CreateCq => self.create_cq(mem, &args(payload)?),
-            Cmd::DestroyCq => {
-                let cqn = le(args::<CmdHandle>(payload)?.handle);
-                match self.cqs.get(cqn) {
-                    None => Err(Status::NotFound),
-                    Some(cq) if cq.qp_users > 0 => Err(Status::Busy),
-                    Some(_) => {
-                        if let Some(cq) = self.cqs.remove(cqn) {
-                            self.pbl_used -= cq.ring.pages.len() as u64;
-                        }
-                        Ok(Vec::new())
+            Request::CreateCq(a) => self.create_cq(mem, &a),
+            Request::DestroyCq { cqn } => match self.cqs.get(cqn) {
+                None => Err(Status::NotFound),
+                Some(cq) if cq.qp_users > 0 => Err(Status::Busy),
+                Some(_) => {
+                    if let Some(cq) = self.cqs.remove(cqn) {
+                        self.pbl_used -= cq.ring.pages.len() as u64;
                     }
+                    Ok(Vec::new())
                 }
-            }
-            Cmd::ArmCq => {
-                let a: CmdArmCq = args(payload)?;
+            },
+            Request::ArmCq(a) => {
                 let flags = le(a.flags);
                 if flags & !(abi::ArmFlag::Next as u32 | abi::ArmFlag::Solicited as u32) != 0 {
                     return Err(Status::Invalid);
@@ -658,10 +643,9 @@ impl Rnic {
                 }
                 Ok(Vec::new())
             }
-            Cmd::CreateQp => self.create_qp(mem, &args(payload)?),
-            Cmd::ModifyQp => self.modify_qp(mem, now, &args(payload)?),
-            Cmd::QueryQp => {
-                let qpn = le(args::<CmdHandle>(payload)?.handle);
+            Request::CreateQp(a) => self.create_qp(mem, &a),
+            Request::ModifyQp(a) => self.modify_qp(mem, now, &a),
+            Request::QueryQp { qpn } => {
                 let qp = self.qps.get(qpn).ok_or(Status::NotFound)?;
                 reply(QpAttr {
                     state: (qp.state as u32).into(),
@@ -672,8 +656,7 @@ impl Rnic {
                     reserved: 0.into(),
                 })
             }
-            Cmd::DestroyQp => {
-                let qpn = le(args::<CmdHandle>(payload)?.handle);
+            Request::DestroyQp { qpn } => {
                 self.qps.get(qpn).ok_or(Status::NotFound)?;
                 // Whatever the engine produced for this QP is delivered
                 // now: its number may name a new QP soon.
@@ -696,8 +679,7 @@ impl Rnic {
                 self.polled.remove_qp(qpn);
                 Ok(Vec::new())
             }
-            Cmd::Doorbell => {
-                let db: CmdDoorbell = args(payload)?;
+            Request::Doorbell(db) => {
                 let (qpn, queues) = (le(db.qpn), le(db.queues));
                 if queues & abi::DoorbellQueue::Srq as u32 != 0 {
                     // An SRQ's doorbell names the SRQ, and nothing else.
@@ -725,24 +707,22 @@ impl Rnic {
                 }
                 Ok(Vec::new())
             }
-            Cmd::Reset => {
+            Request::Reset => {
                 self.reset();
                 Ok(Vec::new())
             }
-            Cmd::Listen => self.listen(&args(payload)?),
-            Cmd::Unlisten => self.unlisten(&args(payload)?),
-            Cmd::Connect => self.connect(now, &args(payload)?),
-            Cmd::Accept => self.accept(mem, now, &args(payload)?),
-            Cmd::Reject => self.reject(&args(payload)?),
-            Cmd::Disconnect => self.disconnect(mem, now, &args(payload)?),
-            // The first contact is the channel's, never a command of a session.
-            Cmd::Hello | Cmd::Prove => Err(Status::Invalid),
-            Cmd::CreateSrq => self.create_srq(mem, &args(payload)?),
-            Cmd::ModifySrq => self.modify_srq(&args(payload)?),
-            Cmd::QuerySrq => self.query_srq(&args(payload)?),
-            Cmd::DestroySrq => self.destroy_srq(&args(payload)?),
-            Cmd::ResizeSrq => self.resize_srq(mem, &args(payload)?),
-            Cmd::PairQp => self.pair_qp(mem, now, &args(payload)?),
+            Request::Listen(a) => self.listen(&a),
+            Request::Unlisten(a) => self.unlisten(&a),
+            Request::Connect(a) => self.connect(now, &a),
+            Request::Accept(a) => self.accept(mem, now, &a),
+            Request::Reject(a) => self.reject(&a),
+            Request::Disconnect(a) => self.disconnect(mem, now, &a),
+            Request::CreateSrq(a) => self.create_srq(mem, &a),
+            Request::ModifySrq(a) => self.modify_srq(&a),
+            Request::QuerySrq { srqn } => self.query_srq(srqn),
+            Request::DestroySrq { srqn } => self.destroy_srq(srqn),
+            Request::ResizeSrq(a) => self.resize_srq(mem, &a),
+            Request::PairQp(a) => self.pair_qp(mem, now, &a),
         }
     }
 

@@ -13,8 +13,8 @@ use super::poll::{self, End, PollWindow, PolledQueue, ProducerRing, Take, Trigge
 use super::wqe::{self, BadWqe};
 use super::{handle_reply, le, reply, CmdResult, Instant, Ring, Rnic, WorkProgress, FETCH_BUDGET};
 use crate::abi::{
-    self, CmdCreateSrq, CmdHandle, CmdModifySrq, CmdResizeSrq, EventType, QpEvent, RqWqe, SrqAttr, SrqModifyMask,
-    SrqStatus, SrqStatusFlag, Status,
+    self, CmdCreateSrq, CmdModifySrq, CmdResizeSrq, EventType, QpEvent, RqWqe, SrqAttr, SrqModifyMask, SrqStatus,
+    SrqStatusFlag, Status,
 };
 
 #[derive(Debug)]
@@ -142,8 +142,8 @@ impl Rnic {
         Ok(Vec::new())
     }
 
-    pub(super) fn query_srq(&self, a: &CmdHandle) -> CmdResult {
-        let srq = self.srqs.get(le(a.handle)).ok_or(Status::NotFound)?;
+    pub(super) fn query_srq(&self, srqn: u32) -> CmdResult {
+        let srq = self.srqs.get(srqn).ok_or(Status::NotFound)?;
         reply(SrqAttr {
             depth: srq.ring.depth.into(),
             max_sge: srq.max_sge.into(),
@@ -154,8 +154,7 @@ impl Rnic {
         })
     }
 
-    pub(super) fn destroy_srq(&mut self, a: &CmdHandle) -> CmdResult {
-        let srqn = le(a.handle);
+    pub(super) fn destroy_srq(&mut self, srqn: u32) -> CmdResult {
         let srq = self.srqs.get(srqn).ok_or(Status::NotFound)?;
         if srq.qp_users > 0 {
             return Err(Status::Busy);
