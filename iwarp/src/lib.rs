@@ -26,7 +26,7 @@
 //!
 //! No unsafe code, except where socket buffers are mappings of their own
 //! whose idle pages go back to the kernel: `toe/buffer.rs` maps them and
-//! `toe/smol.rs`'s `new_socket` lends them to smoltcp (each allowed there,
+//! `toe/smol/mod.rs`'s `new_socket` lends them to smoltcp (each allowed there,
 //! with its `// SAFETY:`).
 #![deny(unsafe_code)]
 
