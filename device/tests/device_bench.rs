@@ -41,7 +41,14 @@ fn the_short_bench_runs_and_writes_its_keys() {
         "raw_pingpong_us",
         "qp64_vs_qp1",
         "rss_per_idle_conn_kib",
+        "forward_pingpong_us",
+        "forward_1514_per_s",
     ] {
         assert!(json[key].is_number(), "{key} missing from {json}");
+    }
+    // Each measurement's spread beside its median.
+    let udp = &json["uplinks"]["udp"];
+    for key in ["write_1m_9000_mbs_min", "write_1m_9000_mbs_max", "forward_1514_per_s_min"] {
+        assert!(udp[key].is_number(), "{key} missing from {udp}");
     }
 }

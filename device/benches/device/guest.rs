@@ -96,6 +96,10 @@ pub struct Guest {
     status_next: u64,
     /// Doorbell commands sent (the status page said the queue was idle).
     pub doorbells: u64,
+    /// Plain (non-control) frames vt3d delivered, and the sequence number
+    /// of the last (octets 14..22): the forwarding anchor's.
+    pub plain_rx: u64,
+    pub plain_last: u64,
 }
 
 /// Guest RAM as QEMU's memory-backend-memfd: a shared memfd.
@@ -183,6 +187,8 @@ impl Guest {
             heap: HEAP,
             status_next: STATUS_AREA,
             doorbells: 0,
+            plain_rx: 0,
+            plain_last: 0,
         };
         for id in 0..QUEUE_SIZE {
             guest.rx.push(&guest.mem, id, BUF_LEN, true);
@@ -234,6 +240,21 @@ impl Guest {
     /// Sends one control frame on the TX ring.
     fn send_ctrl(&mut self, ctrl: &[u8]) {
         let frame = build_frame(self.mac, self.mac, ctrl);
+        self.send_frame(&frame);
+    }
+
+    /// Puts `frame` into TX buffer `id` (not yet published).
+    fn push_frame(&mut self, id: u16, frame: &[u8]) {
+        let at = self.tx.buffer(id);
+        let len = VNET_HDR + frame.len();
+        assert!(len <= self.tx.buf_len() as usize, "frame of {len} octets");
+        self.mem.write_slice(&[0u8; VNET_HDR], GuestAddress(at)).expect("vnet header");
+        self.mem.write_slice(frame, GuestAddress(at + VNET_HDR as u64)).expect("frame");
+        self.tx.push(&self.mem, id, u32::try_from(len).unwrap_or(u32::MAX), false);
+    }
+
+    /// Sends one Ethernet frame on the TX ring, waiting for a free buffer.
+    pub fn send_frame(&mut self, frame: &[u8]) {
         let id = loop {
             self.reclaim_tx();
             if let Some(id) = self.tx.take_free() {
@@ -242,15 +263,30 @@ impl Guest {
             self.poll_rx();
             std::thread::yield_now();
         };
-        let at = self.tx.buffer(id);
-        let len = VNET_HDR + frame.len();
-        assert!(len <= self.tx.buf_len() as usize, "control frame of {len} octets");
-        self.mem.write_slice(&[0u8; VNET_HDR], GuestAddress(at)).expect("vnet header");
-        self.mem.write_slice(&frame, GuestAddress(at + VNET_HDR as u64)).expect("frame");
-        self.tx.push(&self.mem, id, u32::try_from(len).unwrap_or(u32::MAX), false);
+        self.push_frame(id, frame);
         if self.tx.publish(&self.mem) {
             self.kick(1);
         }
+    }
+
+    /// Sends up to `n` copies of `frame` (sequence numbers from `seq` in
+    /// octets 14..22) in the TX buffers free now, with one publish and at
+    /// most one kick, as a driver does with a burst; returns how many.
+    pub fn send_burst(&mut self, frame: &mut [u8], seq: u64, n: usize) -> usize {
+        self.reclaim_tx();
+        let mut sent = 0;
+        while sent < n {
+            let Some(id) = self.tx.take_free() else { break };
+            if let Some(at) = frame.get_mut(14..22) {
+                at.copy_from_slice(&(seq + sent as u64).to_be_bytes());
+            }
+            self.push_frame(id, frame);
+            sent += 1;
+        }
+        if sent > 0 && self.tx.publish(&self.mem) {
+            self.kick(1);
+        }
+        sent
     }
 
     fn reclaim_tx(&mut self) {
@@ -282,7 +318,12 @@ impl Guest {
     fn take_frame(&mut self, _id: u16, len: usize, buf: &[u8]) {
         let Some(frame) = buf.get(VNET_HDR..len) else { return };
         if frame.get(12..14) != Some(&VT3_ETHERTYPE.to_be_bytes()[..]) {
-            return; // not for the driver (nothing else should come)
+            // The forwarding anchor's traffic.
+            self.plain_rx += 1;
+            if let Some(seq) = frame.get(14..22) {
+                self.plain_last = u64::from_be_bytes(seq.try_into().unwrap_or_default());
+            }
+            return;
         }
         let Some(ctrl) = frame.get(ETH_HDR..) else { return };
         let opened = self.driver.open(ctrl).expect("a frame sealed for this driver");

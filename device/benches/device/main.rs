@@ -10,8 +10,9 @@
 //!
 //! Writes `build/bench/device.json` (keys in run.rs) and prints a table.
 //! `VT3D=path` runs another vt3d binary; `VT3_BENCH_SECS` sets the seconds
-//! per measurement, `VT3_BENCH_IDLE` the idle connections of the memory
-//! measurement, `VT3_BENCH_UPLINKS` (`udp`, `unix-dgram`, comma-separated)
+//! per measurement, `VT3_BENCH_REPEATS` how often each runs (the full form
+//! 5: rows are medians with min–max), `VT3_BENCH_IDLE` the idle
+//! connections of the memory measurement, `VT3_BENCH_UPLINKS` (`udp`, `unix-dgram`, comma-separated)
 //! the uplinks measured.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
@@ -33,6 +34,9 @@ fn main() {
     let mut opts = if args.iter().any(|a| a == "--short") { run::Options::short(out) } else { run::Options::full(out) };
     if let Some(secs) = std::env::var("VT3_BENCH_SECS").ok().and_then(|s| s.parse().ok()) {
         opts.secs = secs;
+    }
+    if let Some(n) = std::env::var("VT3_BENCH_REPEATS").ok().and_then(|s| s.parse().ok()) {
+        opts.repeats = n;
     }
     if let Some(n) = std::env::var("VT3_BENCH_IDLE").ok().and_then(|s| s.parse().ok()) {
         opts.idle_conns = n;

@@ -43,6 +43,8 @@ pub struct Options {
     pub qps: usize,
     /// Idle connections of the memory measurement.
     pub idle_conns: usize,
+    /// Times each measurement runs: its row is the median, with min–max.
+    pub repeats: usize,
     pub out: PathBuf,
 }
 
@@ -55,6 +57,7 @@ impl Options {
             mtus: vec![1500, 9000, MAX_MTU],
             qps: 64,
             idle_conns: 512,
+            repeats: 5,
             out,
         }
     }
@@ -67,6 +70,7 @@ impl Options {
             mtus: vec![1500, MAX_MTU],
             qps: 64,
             idle_conns: 32,
+            repeats: 1,
             out,
         }
     }
@@ -75,6 +79,48 @@ impl Options {
 pub fn median(samples: &mut [f64]) -> f64 {
     samples.sort_by(f64::total_cmp);
     samples.get(samples.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// The repeats of one measurement.
+#[derive(Debug, Default, Clone)]
+struct Stat(Vec<f64>);
+
+impl Stat {
+    fn push(&mut self, v: f64) {
+        self.0.push(v);
+    }
+
+    fn sorted(&self) -> Vec<f64> {
+        let mut v = self.0.clone();
+        v.sort_by(f64::total_cmp);
+        v
+    }
+
+    /// The median; NaN when it was not measured.
+    fn median(&self) -> f64 {
+        median(&mut self.0.clone())
+    }
+
+    fn min(&self) -> f64 {
+        self.sorted().first().copied().unwrap_or(f64::NAN)
+    }
+
+    fn max(&self) -> f64 {
+        self.sorted().last().copied().unwrap_or(f64::NAN)
+    }
+
+    fn measured(&self) -> Option<f64> {
+        (!self.0.is_empty()).then(|| self.median())
+    }
+
+    /// `median (min–max)` in `f`'s format; `-` when not measured.
+    fn show(&self, f: &dyn Fn(f64) -> String) -> String {
+        match self.0.len() {
+            0 => "-".into(),
+            1 => f(self.median()),
+            _ => format!("{} ({}–{})", f(self.median()), f(self.min()), f(self.max())),
+        }
+    }
 }
 
 fn percentile(samples: &[f64], p: f64) -> f64 {
@@ -318,6 +364,76 @@ impl Pair {
         (p50, percentile(&samples, 0.99), rung)
     }
 
+    /// The path's own anchor: a 64-octet plain Ethernet frame A → B and
+    /// back through both vt3d processes and the uplink (no RDMA), one in
+    /// flight: round trip p50 in µs.
+    fn forward_ping_pong(&mut self, secs: f64) -> f64 {
+        let mut ab = plain_frame(MACS[0], MACS[1], 64);
+        let mut ba = plain_frame(MACS[1], MACS[0], 64);
+        let mut samples = Vec::new();
+        let start = Instant::now();
+        let mut n = 0u64;
+        while start.elapsed().as_secs_f64() < secs || n == 0 {
+            let sent = Instant::now();
+            let b0 = self.b.plain_rx;
+            while self.a.send_burst(&mut ab, n, 1) == 0 {
+                std::thread::yield_now();
+            }
+            self.await_plain(1, b0, sent);
+            let a0 = self.a.plain_rx;
+            while self.b.send_burst(&mut ba, n, 1) == 0 {
+                std::thread::yield_now();
+            }
+            self.await_plain(0, a0, sent);
+            samples.push(sent.elapsed().as_secs_f64() * 1e6);
+            n += 1;
+        }
+        median(&mut samples)
+    }
+
+    /// 1514-octet plain frames A → B for `secs`, in bursts as a driver
+    /// sends them: frames per second delivered into B's RX ring.
+    fn forward_stream(&mut self, secs: f64) -> f64 {
+        let mut frame = plain_frame(MACS[0], MACS[1], 1514);
+        let b0 = self.b.plain_rx;
+        let mut seq = 0u64;
+        let start = Instant::now();
+        while start.elapsed().as_secs_f64() < secs || self.b.plain_rx == b0 {
+            let sent = self.a.send_burst(&mut frame, seq, 64);
+            seq += sent as u64;
+            let got = self.b.poll_rx();
+            if sent == 0 && !got {
+                std::thread::yield_now();
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                self.failure("no plain frame arrived for 10 s");
+            }
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        let rate = (self.b.plain_rx - b0) as f64 / elapsed;
+        // What is still on its way is not counted, and not left behind.
+        let settle = Instant::now();
+        while settle.elapsed() < Duration::from_millis(50) {
+            self.b.poll_rx();
+            std::thread::yield_now();
+        }
+        rate
+    }
+
+    fn await_plain(&mut self, side: usize, before: u64, since: Instant) {
+        loop {
+            let g = if side == 0 { &mut self.a } else { &mut self.b };
+            g.poll_rx();
+            if g.plain_rx > before {
+                return;
+            }
+            if since.elapsed() > Duration::from_secs(10) {
+                self.failure("a plain frame of the ping-pong was lost");
+            }
+            std::thread::yield_now();
+        }
+    }
+
     /// Both vt3d processes' CPU, in % of one core, over `secs` without
     /// traffic (connections up): polling must stop when the work does.
     fn idle_cpu_percent(&self, secs: f64) -> f64 {
@@ -350,17 +466,32 @@ fn vt3d_bytes<T: vm_memory::ByteValued>(v: &T) -> &[u8] {
     v.as_slice()
 }
 
-/// What one uplink × MTU gave.
+/// A plain Ethernet frame of `len` octets (EtherType 0x88B6, the other
+/// IEEE local experimental one: neither IP nor vt3's control channel).
+fn plain_frame(src: [u8; 6], dst: [u8; 6], len: usize) -> Vec<u8> {
+    let mut f = vec![0u8; len];
+    f[..6].copy_from_slice(&dst);
+    f[6..12].copy_from_slice(&src);
+    f[12..14].copy_from_slice(&0x88b6u16.to_be_bytes());
+    f
+}
+
+/// What one uplink × MTU gave, each measurement over the repeats.
 #[derive(Debug, Default, Clone)]
 struct Row {
-    write_mbs: f64,
-    cpu_s_per_gb: f64,
-    read_mbs: Option<f64>,
+    write_mbs: Stat,
+    cpu_s_per_gb: Stat,
+    read_mbs: Stat,
     /// The many-QP WRITE: MB/s and vt3d CPU seconds per GB.
-    qps_mbs: Option<(f64, f64)>,
-    rtt_us: Option<(f64, f64)>,
-    doorbells_per_rtt: Option<f64>,
-    idle_cpu_percent: Option<f64>,
+    qps_mbs: Stat,
+    qps_cpu_s_per_gb: Stat,
+    rtt_p50_us: Stat,
+    rtt_p99_us: Stat,
+    doorbells_per_rtt: Stat,
+    idle_cpu_percent: Stat,
+    /// The forwarding anchor: plain frames through the same two vt3d.
+    forward_rtt_us: Stat,
+    forward_1514_per_s: Stat,
 }
 
 fn mbs(bytes_per_sec: f64) -> f64 {
@@ -371,9 +502,11 @@ pub fn run(opts: &Options) -> Value {
     let dir = tempfile::Builder::new().prefix("vt3-device-bench").tempdir().expect("temp dir");
     let started = Instant::now();
     println!(
-        "vt3d device benchmark: two `vt3d serve` ({}), synthetic guests over vhost-user, {} s per measurement",
+        "vt3d device benchmark: two `vt3d serve` ({}), synthetic guests over vhost-user, {} s per measurement, \
+         {} repeat(s)",
         crate::vt3d::binary().display(),
-        opts.secs
+        opts.secs,
+        opts.repeats
     );
 
     // The anchors run before and after vt3d and keep the better of the
@@ -397,21 +530,31 @@ pub fn run(opts: &Options) -> Value {
         for &mtu in &opts.mtus {
             let mut pair = Pair::start(dir.path(), u, mtu, 1024, 1 + opts.qps);
             let mut one = pair.connect(1);
-            let (rate, cpu_s_per_gb) = pair.stream(&mut one, WrOpcode::Write, opts.secs);
-            let mut row = Row { write_mbs: mbs(rate), cpu_s_per_gb, ..Row::default() };
-            if mtu == 1500 {
-                row.read_mbs = Some(mbs(pair.stream(&mut one, WrOpcode::Read, opts.secs).0));
+            let mut many = None;
+            let mut row = Row::default();
+            for _ in 0..opts.repeats.max(1) {
+                let (rate, cpu_s_per_gb) = pair.stream(&mut one, WrOpcode::Write, opts.secs);
+                row.write_mbs.push(mbs(rate));
+                row.cpu_s_per_gb.push(cpu_s_per_gb);
+                if mtu != 1500 {
+                    continue;
+                }
+                row.read_mbs.push(mbs(pair.stream(&mut one, WrOpcode::Read, opts.secs).0));
                 if let Some(qp) = one.first_mut() {
                     let (p50, p99, rung) = pair.ping_pong(qp, opts.secs);
-                    row.rtt_us = Some((p50, p99));
-                    row.doorbells_per_rtt = Some(rung);
-                    row.idle_cpu_percent = Some(pair.idle_cpu_percent(opts.secs.max(0.5)));
+                    row.rtt_p50_us.push(p50);
+                    row.rtt_p99_us.push(p99);
+                    row.doorbells_per_rtt.push(rung);
+                    row.idle_cpu_percent.push(pair.idle_cpu_percent(opts.secs.max(0.5)));
                 }
-                let mut many = pair.connect(opts.qps);
-                let (rate, cpu) = pair.stream(&mut many, WrOpcode::Write, opts.secs);
-                row.qps_mbs = Some((mbs(rate), cpu));
+                row.forward_rtt_us.push(pair.forward_ping_pong(opts.secs));
+                row.forward_1514_per_s.push(pair.forward_stream(opts.secs));
+                let many = many.get_or_insert_with(|| pair.connect(opts.qps));
+                let (rate, cpu) = pair.stream(many, WrOpcode::Write, opts.secs);
+                row.qps_mbs.push(mbs(rate));
+                row.qps_cpu_s_per_gb.push(cpu);
             }
-            println!("  {} MTU {mtu}: {:.0} MB/s", u.name(), row.write_mbs);
+            println!("  {} MTU {mtu}: {} MB/s", u.name(), row.write_mbs.show(&|v| format!("{v:.0}")));
             rows.insert((u.name(), mtu), row);
         }
     }
@@ -494,33 +637,34 @@ impl Report<'_> {
         let (rate, pp) = self.raw.get(p).copied().unwrap_or((f64::NAN, f64::NAN));
         let r1500 = row(1500);
         let ceiling = mbs(rate * payload_per_frame(1500));
-        let rtt = r1500.rtt_us.map_or(f64::NAN, |r| r.0);
-        let qp64 = r1500.qps_mbs.map_or(f64::NAN, |(m, _)| m / r1500.write_mbs);
+        let rtt = r1500.rtt_p50_us.median();
+        let forward_rtt = r1500.forward_rtt_us.median();
+        let qp64 = r1500.qps_mbs.median() / r1500.write_mbs.median();
         let max = row(self.max_mtu());
         let mut per_uplink = serde_json::Map::new();
         for &u in &self.opts.uplinks {
             let mut m = serde_json::Map::new();
+            // A measurement's median under its key, its spread beside it.
+            let mut put = |key: String, stat: &Stat| {
+                if stat.measured().is_some() {
+                    m.insert(format!("{key}_min"), json!(stat.min()));
+                    m.insert(format!("{key}_max"), json!(stat.max()));
+                    m.insert(key, json!(stat.median()));
+                }
+            };
             for &mtu in &self.opts.mtus {
                 let r = self.rows.get(&(u.name(), mtu)).cloned().unwrap_or_default();
-                m.insert(format!("write_1m_{mtu}_mbs"), json!(r.write_mbs));
-                m.insert(format!("cpu_s_per_gb_{mtu}"), json!(r.cpu_s_per_gb));
-                if let Some(v) = r.read_mbs {
-                    m.insert(format!("read_1m_{mtu}_mbs"), json!(v));
-                }
-                if let Some((v, cpu)) = r.qps_mbs {
-                    m.insert(format!("write_1m_{mtu}_{}qp_mbs", self.opts.qps), json!(v));
-                    m.insert(format!("cpu_s_per_gb_{mtu}_{}qp", self.opts.qps), json!(cpu));
-                }
-                if let Some((p50, p99)) = r.rtt_us {
-                    m.insert("rtt_64_us".into(), json!(p50));
-                    m.insert("rtt_64_p99_us".into(), json!(p99));
-                }
-                if let Some(v) = r.doorbells_per_rtt {
-                    m.insert("pingpong_doorbells_per_rtt".into(), json!(v));
-                }
-                if let Some(v) = r.idle_cpu_percent {
-                    m.insert("idle_cpu_percent".into(), json!(v));
-                }
+                put(format!("write_1m_{mtu}_mbs"), &r.write_mbs);
+                put(format!("cpu_s_per_gb_{mtu}"), &r.cpu_s_per_gb);
+                put(format!("read_1m_{mtu}_mbs"), &r.read_mbs);
+                put(format!("write_1m_{mtu}_{}qp_mbs", self.opts.qps), &r.qps_mbs);
+                put(format!("cpu_s_per_gb_{mtu}_{}qp", self.opts.qps), &r.qps_cpu_s_per_gb);
+                put("rtt_64_us".into(), &r.rtt_p50_us);
+                put("rtt_64_p99_us".into(), &r.rtt_p99_us);
+                put("pingpong_doorbells_per_rtt".into(), &r.doorbells_per_rtt);
+                put("idle_cpu_percent".into(), &r.idle_cpu_percent);
+                put("forward_pingpong_us".into(), &r.forward_rtt_us);
+                put("forward_1514_per_s".into(), &r.forward_1514_per_s);
             }
             let (rate, pp) = self.raw.get(u.name()).copied().unwrap_or((f64::NAN, f64::NAN));
             m.insert("raw_1514_per_s".into(), json!(rate));
@@ -532,24 +676,28 @@ impl Report<'_> {
             "uplink": p,
             "max_mtu": self.max_mtu(),
             "secs": self.opts.secs,
-            "write_1m_max_mtu_mbs": max.write_mbs,
+            "repeats": self.opts.repeats,
+            "write_1m_max_mtu_mbs": max.write_mbs.median(),
             "tcp_loopback_mbs": mbs(self.tcp),
-            "write_1m_1500_mbs": r1500.write_mbs,
+            "write_1m_1500_mbs": r1500.write_mbs.median(),
             "raw_1500_ceiling_mbs": ceiling,
             "rtt_64_us": rtt,
             "raw_pingpong_us": pp,
+            "forward_pingpong_us": forward_rtt,
+            "forward_1514_per_s": r1500.forward_1514_per_s.median(),
             "qp64_vs_qp1": qp64,
             "qps": self.opts.qps,
             "rss_per_idle_conn_kib": self.rss_per_conn,
             "idle_conns": self.idle,
-            "read_1m_1500_mbs": r1500.read_mbs,
-            "cpu_s_per_gb_1500": r1500.cpu_s_per_gb,
-            "pingpong_doorbells_per_rtt": r1500.doorbells_per_rtt,
-            "idle_cpu_percent": r1500.idle_cpu_percent,
+            "read_1m_1500_mbs": r1500.read_mbs.measured(),
+            "cpu_s_per_gb_1500": r1500.cpu_s_per_gb.median(),
+            "pingpong_doorbells_per_rtt": r1500.doorbells_per_rtt.measured(),
+            "idle_cpu_percent": r1500.idle_cpu_percent.measured(),
             "ratios": {
-                "max_mtu_vs_tcp_loopback": max.write_mbs / mbs(self.tcp),
-                "write_1500_vs_raw_ceiling": r1500.write_mbs / ceiling,
+                "max_mtu_vs_tcp_loopback": max.write_mbs.median() / mbs(self.tcp),
+                "write_1500_vs_raw_ceiling": r1500.write_mbs.median() / ceiling,
                 "rtt_vs_raw_pingpong": rtt / pp,
+                "rtt_vs_forward_pingpong": rtt / forward_rtt,
             },
             "uplinks": per_uplink,
         })
@@ -557,12 +705,19 @@ impl Report<'_> {
 
     fn print(&self) {
         println!(
-            "\n| measurement | {} | host anchor (same run) |",
+            "\n| measurement ({} repeat(s): median (min–max)) | {} | host anchor (same run) |",
+            self.opts.repeats,
             self.opts.uplinks.iter().map(|u| format!("vt3d over {}", u.name())).collect::<Vec<_>>().join(" | ")
         );
         println!("|---|{}---|", "---|".repeat(self.opts.uplinks.len()));
-        let cells =
-            |f: &dyn Fn(&str) -> String| self.opts.uplinks.iter().map(|u| f(u.name())).collect::<Vec<_>>().join(" | ");
+        let cells = |mtu: u32, f: &dyn Fn(&Row) -> String| {
+            self.opts
+                .uplinks
+                .iter()
+                .map(|u| self.rows.get(&(u.name(), mtu)).map_or("-".into(), f))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        };
         for &mtu in &self.opts.mtus {
             let anchor = if mtu == 1500 {
                 format!("TCP loopback 1 MiB writes: {:.0} MB/s", mbs(self.tcp))
@@ -571,60 +726,68 @@ impl Report<'_> {
             };
             println!(
                 "| RDMA WRITE 1 MiB, 1 QP, MTU {mtu} | {} | {anchor} |",
-                cells(&|u| self
-                    .rows
-                    .get(&(u, mtu))
-                    .map_or("-".into(), |r| format!("{:.0} MB/s ({:.2} CPU-s/GB)", r.write_mbs, r.cpu_s_per_gb)))
+                cells(mtu, &|r| format!(
+                    "{} MB/s ({} CPU-s/GB)",
+                    r.write_mbs.show(&|v| format!("{v:.0}")),
+                    r.cpu_s_per_gb.show(&|v| format!("{v:.2}"))
+                ))
             );
         }
         println!(
             "| RDMA READ 1 MiB, 1 QP, MTU 1500 | {} | |",
-            cells(&|u| self
-                .rows
-                .get(&(u, 1500))
-                .and_then(|r| r.read_mbs)
-                .map_or("-".into(), |m| format!("{m:.0} MB/s")))
+            cells(1500, &|r| format!("{} MB/s", r.read_mbs.show(&|v| format!("{v:.0}"))))
         );
         println!(
             "| RDMA WRITE 1 MiB, {} QPs, MTU 1500 | {} | |",
             self.opts.qps,
-            cells(&|u| self.rows.get(&(u, 1500)).and_then(|r| r.qps_mbs.map(|m| (m, r.write_mbs))).map_or(
-                "-".into(),
-                |((m, cpu), one)| format!("{m:.0} MB/s ({:.2}× 1 QP, {cpu:.2} CPU-s/GB)", m / one)
+            cells(1500, &|r| format!(
+                "{} MB/s ({:.2}× 1 QP, {} CPU-s/GB)",
+                r.qps_mbs.show(&|v| format!("{v:.0}")),
+                r.qps_mbs.median() / r.write_mbs.median(),
+                r.qps_cpu_s_per_gb.show(&|v| format!("{v:.2}"))
             ))
         );
         println!(
-            "| SEND 64 B ping-pong RTT (p50 / p99) | {} | 64 B datagram ping-pong p50: {} |",
-            cells(&|u| self
-                .rows
-                .get(&(u, 1500))
-                .and_then(|r| r.rtt_us)
-                .map_or("-".into(), |(a, b)| format!("{a:.1} / {b:.1} µs"))),
+            "| SEND 64 B ping-pong RTT p50 / p99 | {} | 64 B datagram ping-pong p50: {} |",
+            cells(1500, &|r| format!(
+                "{} / {} µs",
+                r.rtt_p50_us.show(&|v| format!("{v:.1}")),
+                r.rtt_p99_us.show(&|v| format!("{v:.0}"))
+            )),
             self.raw.iter().map(|(u, r)| format!("{u} {:.1} µs", r.1)).collect::<Vec<_>>().join(", ")
         );
         println!(
+            "| plain 64 B frame ping-pong through both vt3d (no RDMA) p50 | {} | the path's own anchor |",
+            cells(1500, &|r| format!("{} µs", r.forward_rtt_us.show(&|v| format!("{v:.1}"))))
+        );
+        println!(
+            "| plain 1514 B frames through both vt3d (no RDMA) | {} | as MB/s of 1430 B payload per frame |",
+            cells(1500, &|r| format!(
+                "{} k/s = {} MB/s",
+                r.forward_1514_per_s.show(&|v| format!("{:.0}", v / 1e3)),
+                r.forward_1514_per_s.show(&|v| format!("{:.0}", mbs(v * payload_per_frame(1500))))
+            ))
+        );
+        println!(
             "| doorbells per ping-pong round trip (of 4 posts) | {} | |",
-            cells(&|u| self
-                .rows
-                .get(&(u, 1500))
-                .and_then(|r| r.doorbells_per_rtt)
-                .map_or("-".into(), |d| format!("{d:.2}")))
+            cells(1500, &|r| r.doorbells_per_rtt.show(&|v| format!("{v:.2}")))
         );
         println!(
             "| vt3d CPU with connections up and no traffic | {} | |",
-            cells(&|u| self
-                .rows
-                .get(&(u, 1500))
-                .and_then(|r| r.idle_cpu_percent)
-                .map_or("-".into(), |c| format!("{c:.2} % of a core")))
+            cells(1500, &|r| format!("{} % of a core", r.idle_cpu_percent.show(&|v| format!("{v:.2}"))))
         );
         println!(
             "| raw datagrams, 1514 B (no vt3d) | {} | the MTU 1500 ceiling: rate × 1430 B of payload |",
-            cells(&|u| self.raw.get(u).map_or("-".into(), |r| format!(
-                "{:.0} k/s = {:.0} MB/s",
-                r.0 / 1e3,
-                mbs(r.0 * payload_per_frame(1500))
-            )))
+            self.opts
+                .uplinks
+                .iter()
+                .map(|u| self.raw.get(u.name()).map_or("-".into(), |r| format!(
+                    "{:.0} k/s = {:.0} MB/s",
+                    r.0 / 1e3,
+                    mbs(r.0 * payload_per_frame(1500))
+                )))
+                .collect::<Vec<_>>()
+                .join(" | ")
         );
         println!(
             "| vt3d RSS per idle connection | {:.1} KiB ({} connections over {}) |{} |",
@@ -647,6 +810,10 @@ impl Report<'_> {
         println!(
             "  rtt_64 / raw_pingpong             = {:.2} (goal ≤ 1.5)",
             r["rtt_vs_raw_pingpong"].as_f64().unwrap_or(f64::NAN)
+        );
+        println!(
+            "  rtt_64 / forward_pingpong         = {:.2} (RDMA's cost over the hops it cannot avoid)",
+            r["rtt_vs_forward_pingpong"].as_f64().unwrap_or(f64::NAN)
         );
         println!(
             "  qp64_vs_qp1                       = {:.2} (goal ≥ 0.9)",
