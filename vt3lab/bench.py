@@ -118,25 +118,49 @@ def run_bench(cfg: LabConfig, rundir: Path) -> None:
 
 
 def plot(out: Path) -> None:
+    """bench.png: MB/s on a log axis (every size visible, 1 KiB as well
+    as 1 MiB) over a panel of vt3/siw per tool and size."""
     if not shutil.which("gnuplot"):
         print("gnuplot missing: no PNG")
         return
-    csvf = out / "bench.csv"
-    series = []
+    csvf, ratiof = out / "bench.csv", out / "bench-ratio.csv"
+    with open(csvf, newline="") as f:
+        rows = {(r["setup"], r["tool"], int(r["bytes"])): float(r["value"]) for r in csv.DictReader(f)}
+    with open(ratiof, "w", newline="") as f:
+        w = csv.writer(f)
+        for (setup, tool, size), v in sorted(rows.items()):
+            s = rows.get(("siw", tool, size))
+            if setup == "vt3" and tool in BW_TOOLS and s:
+                w.writerow([tool, size, round(v / s, 3)])
+    series, ratios = [], []
     for tool in BW_TOOLS:
         series.append(f"'< grep \"^vt3,{tool},\" {csvf}' using 3:4 with linespoints title 'vt3 {tool}'")
         series.append(f"'< grep \"^siw,{tool},\" {csvf}' using 3:4 with linespoints dashtype 2 title 'siw {tool}'")
-    script = f"""set terminal png size 1000,600
+        ratios.append(f"'< grep \"^{tool},\" {ratiof}' using 2:3 with linespoints title '{tool}'")
+    script = f"""set terminal png size 1000,800
 set output '{out / 'bench.png'}'
 set datafile separator ','
-set logscale x 2
 set termoption noenhanced
+set multiplot layout 2,1
+set logscale x 2
 set format x '%.0b %BB'
-set xlabel 'message size'
-set ylabel 'MB/s'
-set key left top
 set grid
+set key left top
+set lmargin 10
+set size 1,0.62
+set origin 0,0.38
+set logscale y 10
+set ylabel 'MB/s (log)'
 set title 'perftest -R between two QEMU (TCG) guests: vt3 offload vs siw'
 plot {', '.join(series)}
+set size 1,0.38
+set origin 0,0
+unset logscale y
+set title ''
+set xlabel 'message size'
+set ylabel 'vt3 / siw'
+set key left top
+plot {', '.join(ratios)}, 1 with lines dashtype 3 linecolor 'black' notitle
+unset multiplot
 """
     subprocess.run(["gnuplot"], input=script, text=True, check=False)
