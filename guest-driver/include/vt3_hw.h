@@ -4,309 +4,30 @@
  * vt3d, work queue and completion queue entries, status pages.
  *
  * Single source of truth: vt3.ko and libvt3 include this file; vt3d
- * mirrors it in device/src/abi.rs, and a cargo test compiles this header
- * and compares the size and every field offset of every struct.
+ * mirrors it in device/src/abi.rs, and a cargo test
+ * (device/tests/abi_header.rs) compiles this header and compares the size
+ * and every field offset of every struct.
  *
  * All multi-byte fields are little endian. Every struct has a fixed size
  * (checked with static asserts at the end); reserved fields are zero.
  *
- * Control channel
- * ---------------
- * Ethernet frames of EtherType VT3_ETHERTYPE through the virtio-net netdev
- * vt3d backs. After the 14-byte Ethernet header comes a struct
- * vt3_ctrl_hdr, `len` bytes of payload and a MAC (below). The driver sends VT3_MSG_CMD
- * frames (destination: the netdev's own MAC) and vt3d answers each with one
- * VT3_MSG_RESP carrying the same `seq` and `opcode`, plus the response
- * payload when status is VT3_OK. vt3d sends VT3_MSG_EVENT frames on its own.
- * vt3d consumes every VT3_ETHERTYPE frame from the guest and never forwards
- * one to the uplink; it drops those arriving from the uplink; it never drops
- * its own frames to the guest (they wait while the RX ring is full).
+ * Control channel: Ethernet frames of EtherType VT3_ETHERTYPE on the
+ * virtio-net netdev vt3d backs, each a struct vt3_ctrl_hdr, `len` payload
+ * bytes and a VT3_CTRL_MAC_LEN-byte MAC. vt3.ko sends VT3_MSG_CMD; vt3d
+ * answers each with one VT3_MSG_RESP of the same seq and opcode, and sends
+ * VT3_MSG_EVENT on its own. Only vt3.ko may command and only vt3d answer:
+ * a first contact (HELLO, PROVE) proves the provisioned key on both sides
+ * and derives a session key, under which every frame carries a counter
+ * and a MAC.
  *
- * Who may drive the device (authentication)
- * -----------------------------------------
- * Threat model: any guest process may send and sniff raw frames on the NIC
- * (a packet socket needs only CAP_NET_RAW, which containers have), the
- * frames vt3.ko and vt3d exchange included, and may fill most of guest RAM
- * with data of its choice. It cannot read kernel memory or the firmware
- * configuration (root only). Guest-physical addresses are NOT secrets: they
- * cross the wire and repeat across boots. Only vt3.ko may command vt3d and
- * only vt3d may send vt3.ko responses and events, so no frame is trusted
- * for what it says; authority rests on a key that never appears on the
- * wire nor in memory a user can read:
- *
- * - Provisioned key. The launcher gives each guest a random 128-bit key
- *   K (VT3_KEY_LEN raw bytes, k0 and k1 little endian) out of band: to
- *   vt3d (`vt3d serve --key-file F`, F made 0600 if missing) and to the
- *   guest kernel through QEMU's firmware configuration device
- *   (`-fw_cfg name=VT3_FW_CFG_KEY,file=F`; libvirt: <sysinfo
- *   type='fwcfg'>), which vt3.ko reads from the qemu_fw_cfg module's
- *   sysfs file (mode 0400, root only). Without a key vt3d refuses to start
- *   and vt3.ko refuses to attach, each with a log line saying what to add,
- *   unless both are told to run unauthenticated (vt3d --insecure-no-key,
- *   vt3.ko insecure_no_key=1: K is all zeros, and any guest process can
- *   drive the device).
- * - First contact: a mutual proof of K with fresh nonces from both sides.
- *   1. vt3.ko sends VT3_CMD_HELLO (struct vt3_cmd_hello: a random driver
- *      nonce), counter 0, MAC under K.
- *   2. vt3d answers VT3_MSG_RESP HELLO (struct vt3_resp_hello: the driver
- *      nonce and a random device nonce), counter 0, MAC under K. vt3.ko
- *      takes it only for the nonce it is waiting for: vt3d proved K.
- *   3. Both derive the session key Ks (struct vt3_kdf_input, below):
- *      Ks.k0 = SipHash(K, VT3_KDF_LABEL_K0 | nonces),
- *      Ks.k1 = SipHash(K, VT3_KDF_LABEL_K1 | nonces).
- *      vt3.ko sends VT3_CMD_PROVE (struct vt3_cmd_prove: both nonces) as
- *      the first frame of the new session: counter 1, MAC under Ks.
- *   4. vt3d takes a PROVE only for a challenge it issued, not yet used and
- *      at most VT3_CHALLENGE_TTL_MS old; then, and only then, the new
- *      session replaces the old one (vt3d drops every object of the old
- *      session, as VT3_CMD_RESET) and vt3d answers under Ks.
- *   Ks never crosses the wire. A replayed HELLO gets the challenge it got
- *   before (or, once that was used, is refused); a replayed PROVE names a
- *   used challenge; a forged HELLO or PROVE fails its MAC. None of them
- *   touches the live session. vt3d counts refused HELLOs and PROVEs and
- *   takes at most a bucket of VT3_HELLO_BURST refusals, refilled at
- *   VT3_HELLO_RATE a second; past it HELLOs and PROVEs are dropped
- *   unchecked (ctrl_refused_hello_limited). Residual risk: a process that
- *   floods HELLOs delays a *new* session (probe, reload, vt3d restart)
- *   while the flood lasts; it cannot start one, learn K or Ks, or disturb
- *   a live session. Guest root (who can read K or load modules) is the
- *   kernel's equal and outside this model.
- * - Every frame of a session, both ways, carries a counter (in
- *   vt3_ctrl_hdr) and a MAC right after the `len` payload bytes:
- *   SipHash-2-4 with Ks over the header and the payload, little endian.
- *   Counters start at 1 and grow by one per frame sent in each direction;
- *   a receiver takes each counter once, within a window of
- *   VT3_CTRL_REPLAY_WINDOW below the highest it took (frames of several
- *   CPUs may overtake each other on the way). The type is covered, so a
- *   command cannot be reflected as an answer.
- * - Anything that fails these checks is refused: counted (vt3d ctl stats:
- *   ctrl_refused_*; vt3.ko: hw_counters ctrl_refused_*), never answered,
- *   and without effect on the session. A frame of another
- *   VT3_CTRL_VERSION is refused the same way, with a log line naming both
- *   versions. Control frames carry no VLAN tag: vt3d drops a frame of
- *   this EtherType under any number of tags from the uplink and the
- *   guest, and vt3.ko ignores tagged ones.
- * - When vt3d stops answering, vt3.ko declares the device lost
- *   (IB_EVENT_DEVICE_FATAL, every WR flushed, the ib_device unregistered)
- *   and keeps probing the netdev: a vt3d that is back gets a new session
- *   and a new ib_device.
- *
- * Guest memory
- * ------------
- * Rings and registered memory are described to the device by page lists:
- * a guest-physical array of __le64 page addresses (the PBL), each page
- * VT3_PAGE_SIZE long. Every address, length, index and count the guest
- * gives is validated by vt3d against guest memory and these limits.
- *
- * Rings and ordering
- * ------------------
- * SQ and RQ: rings of fixed-size WQEs, depth a power of two. Producer: the
- * provider (user QPs) or vt3.ko (kernel QPs), which writes WQE i at slot
- * i % depth and then stores the new producer index in the QP status page
- * with release semantics (smp_store_release / __atomic release). Consumer:
- * vt3d, which reads the producer index with acquire semantics, then the
- * WQEs, and publishes its consumer index (release) when a WQE's slot may be
- * reused.
- * CQ: a ring of struct vt3_cqe, depth a power of two. Producer: vt3d, which
- * writes the CQE and then the producer index in the CQ status page
- * (release). Consumer: the provider or vt3.ko, which reads the producer
- * index (acquire), the CQEs, then stores its consumer index (release). vt3d
- * never writes past consumer + depth: that is an overflow, reported with
- * VT3_CQ_F_OVERFLOW and a VT3_EV_CQ_ERROR event instead.
- * Indices are free-running 32-bit counters (wrap at 2^32); slot = index &
- * (depth - 1). They are not reset by state changes (ERROR -> IDLE keeps them).
- * For each work queue, vt3d writes CQEs in WQE order (the SQ's signaled
- * WQEs, the RQ's WQEs), and each CQE names its WQE (wqe_idx, the WQE's
- * free-running index in its queue), so a flush knows which WQEs already
- * completed. sq_cons/rq_cons count WQEs vt3d has retired (signaled or
- * not); they are published before the CQE. After a QP's error, the WQEs
- * to flush are [cons, prod) of each queue (every WQE, signaled or not).
- * A WQE's slot is free for the producer once the consumer took the CQE of
- * that WQE or of a later one of its queue (as on hardware that frees SQ
- * slots by the CQE's WQE counter), not when vt3d's consumer index passes
- * it: should the device be lost, the CQEs vt3d writes after the freeze
- * are never read (VT3_CQ_F_FROZEN), vt3d's consumer index is not
- * trusted, and what was not seen completing must still be in the ring
- * to be flushed: [index after the last CQE taken, prod).
- * MODIFY_QP ERROR -> IDLE sets cons = prod and clears VT3_QP_F_ERROR: send
- * it only after the flush. After a clean close the QP is IDLE but its
- * rings are not read again until that ERROR -> IDLE reset.
- * WQEs with unknown flag bits, an opcode above VT3_WR_READ_INV, or more SGEs or
- * inline bytes than the QP allows complete with VT3_WC_LOC_QP_OP_ERR.
- *
- * Errors: when a QP goes to ERROR, vt3d first publishes its last CQE for
- * that QP (CQ producer index), then sets VT3_QP_F_ERROR in the QP status
- * page and VT3_CQ_F_ERROR in its CQs' status pages, then sends the event.
- * A consumer that sees an error flag has therefore seen every device CQE
- * of that QP once it reads the producer index. The flags stay set until
- * the QP is destroyed (CQ: until it is destroyed).
- *
- * Doorbells
- * ---------
- * A producer stores its new index (release), issues a full barrier, then
- * reads VT3_QP_F_SQ_IDLE / VT3_QP_F_RQ_IDLE; only if set does it send
- * VT3_CMD_DOORBELL. vt3d keeps the flag clear while it reads the ring, and
- * after a queue gave it work, for a short adaptive window (at most 1 ms)
- * during which it polls the producer index itself: posts then need no
- * doorbell. vt3d sets the IDLE flag, issues a full barrier and re-reads
- * the producer index before it stops polling a queue, so a WQE posted in
- * between is never missed: of the two stores (index, flag), one side sees
- * the other's. A clear flag is only a hint to skip the doorbell; a
- * doorbell rung anyway is harmless.
- *
- * Arming
- * ------
- * VT3_CMD_ARM_CQ may be sent without waiting for its response. When vt3d
- * processes it and the CQ already holds unconsumed CQEs (prod != cons), it
- * sends VT3_EV_CQ_COMPLETION at once, so a completion written just before
- * the arm is never lost. An armed CQ produces one event, then is disarmed.
- *
- * Page lists are copied by vt3d while it executes the command: the driver
- * may free a PBL buffer once the response arrived. A DMA MR
- * (VT3_MR_DMA) is sent with iova 0 and length U64_MAX: it covers all guest
- * memory, bounds being those of guest RAM.
- *
- * Fast registration (FRMR)
- * ------------------------
- * VT3_CMD_ALLOC_MR makes an empty TPT entry of a PD for at most max_pages
- * pages (<= vt3_device_attr.max_fast_reg_pages), in the invalid state; its
- * STag (index << 8 | key) is the answer. The entry is filled by a
- * VT3_WR_REG_MR work request (struct vt3_reg_mr_wqe) on the SQ of a QP of
- * the same PD, executed in SQ order when vt3d reaches it: the entry must be
- * invalid, the WQE's STag must name it by index and carry a new key (key
- * rotation: the key differs from the entry's current one, so the old STag
- * names nothing from then on), npages <= max_pages, page_shift is
- * VT3_PAGE_SHIFT, and length fits the pages after iova's offset into the
- * first one. vt3d copies the page list (npages __le64 at pbl_addr) while it
- * executes the WQE: the driver may reuse the buffer once the WQE retired
- * (sq_cons past it; its completion, if signaled). A REG_MR that breaks a
- * rule completes with VT3_WC_LOC_QP_OP_ERR and the QP goes to ERROR, as a
- * bad WQE (docs/architecture.md §5), leaving the entry as it was.
- * VT3_WR_LOCAL_INV (invalidate_stag: a fast-reg MR of the QP's PD, current
- * key) makes the entry invalid, in SQ order; invalidating an invalid entry
- * is allowed (the verbs say so). VT3_WR_READ_INV is a READ that does the
- * same to its invalidate_stag (normally the sink's, IB_WR_RDMA_READ_WITH_INV)
- * once its last response was placed, before its completion (VT3_WC_READ);
- * an invalidate_stag it may not invalidate is refused before the READ goes
- * out (VT3_WC_LOC_QP_OP_ERR). The peer's Send with Invalidate does the
- * same on receive (the CQE has VT3_CQE_INVALIDATED and invalidated_stag),
- * but only for a fast-reg MR of the QP's PD: an STag the peer may not
- * invalidate is a TERMINATE "STag cannot be invalidated" (RFC 5040: RDMAP
- * remote operation 0/2/09 for an STag naming nothing, remote protection
- * 0/1/09 for another PD's or an ordinary MR), and that receive completes
- * with VT3_WC_REM_INV_REQ_ERR. MRs of VT3_CMD_REG_MR are never invalidated
- * by either. VT3_CMD_DEREG_MR frees a fast-reg entry in any state, named
- * by its index under any key (a REG_MR refused or flushed leaves the
- * driver's key one vt3d never took).
- *
- * Memory windows
- * --------------
- * VT3_CMD_ALLOC_MW makes an unbound window of a PD (an entry of the TPT's
- * index space; its STag is the answer); VT3_CMD_DEALLOC_MW frees it, bound
- * or not, named by index under any key. A VT3_WR_BIND_MW (struct
- * vt3_bind_mw_wqe) binds it, in SQ order, on a QP of the window's PD: the
- * WQE's type is the window's; a type 2 window must be unbound (free or
- * invalidated), a type 1 window may be rebound at any time; the key is
- * rotated (differs from the current one); for a nonzero length, mr_stag
- * names a valid MR (not a window) of the QP's PD, registered with
- * VT3_ACCESS_MW_BIND (and VT3_ACCESS_LOCAL_WRITE if the window grants
- * REMOTE_WRITE), and [addr, addr + length) lies within it. A zero-length
- * bind names no MR: it unbinds a type 1 window and binds a type 2 one to
- * nothing. A refused bind completes with VT3_WC_MW_BIND_ERR and the QP
- * goes to ERROR (a bad WQE, docs/architecture.md §5), the window as it was.
- * Only the peer reaches memory through a window's STag (as an lkey it is
- * invalid), checked as through an MR (state, PD, rights, bounds) and, for
- * type 2, only on the QP that bound it ("STag not associated with RDMAP
- * stream" otherwise: DDP 1/1/02 for a WRITE, RDMAP 0/1/03 for a READ
- * source, the codes of another PD's STag).
- * VT3_WR_LOCAL_INV and the peer's Send with Invalidate
- * invalidate a type 2 window of the QP's PD; a type 1 window cannot be
- * invalidated either way (LOCAL_INV: VT3_WC_LOC_QP_OP_ERR; the peer's:
- * TERMINATE 0/1/09, as an ordinary MR). VT3_CMD_DEREG_MR of an MR with
- * valid windows bound to it answers VT3_ERR_BUSY.
- *
- * Re-registration
- * ---------------
- * VT3_CMD_REREG_MR (ibv_rereg_mr) changes an MR of VT3_CMD_REG_MR with a
- * page list in place: its translation (iova, length and a new page list,
- * copied as REG_MR's), its PD, its rights, or several at once. The entry
- * keeps its index and its key, so lkey and rkey stay what they were.
- * vt3d executes it between two placements: an access checked before it
- * is placed through the old registration, every later one through the
- * new; when the answer arrives vt3d reads nothing of the old pages any
- * more, so the driver unpins them then. Refused: a DMA or fast-reg MR or
- * a window (INVALID), an MR with valid windows bound to it (BUSY: the
- * verbs' rule), no change or unknown bits, unknown rights, a translation
- * that does not fit its pages (INVALID), a PD that does not exist
- * (NOT_FOUND). A refused REREG_MR leaves the MR as it was.
- *
- * Shared receive queues (SRQ)
- * ---------------------------
- * VT3_CMD_CREATE_SRQ makes a ring of vt3_rq_wqe of a PD and its status
- * page (struct vt3_srq_status); QPs created with its srqn (same PD, no RQ
- * ring of their own) take their receive WQEs from it, in SRQ order: the
- * ring is one pool and whichever QP receives the next Send takes the
- * next WQE. Producer: the provider or vt3.ko, as for an RQ (prod with
- * release, then the doorbell protocol with VT3_SRQ_F_IDLE and
- * VT3_CMD_DOORBELL queues = VT3_DB_SRQ naming the srqn). vt3d copies
- * WQEs out of the ring ahead of need, at most depth beyond cons; `cons`
- * counts WQEs taken by QPs (a QP takes a WQE when the first DDP segment
- * of a Send arrives) and is published with release once taken: the slot
- * is free for the producer then, since vt3d no longer reads it. A
- * producer index more than depth ahead of cons breaks the ring: vt3d
- * reads nothing more from it, sets VT3_SRQ_F_ERROR and sends
- * VT3_EV_SRQ_ERROR (the QPs attached are not touched).
- * The limit: armed at create (limit != 0) or by MODIFY_SRQ with
- * VT3_SRQ_MODIFY_ARM, the SRQ sends VT3_EV_SRQ_LIMIT once when a QP's
- * take leaves fewer than `limit` WQEs posted and not taken (prod - cons),
- * and is disarmed (the verbs' rule; checked on takes, as siw and rxe do).
- * A receive CQE of an SRQ WQE carries the QP's qpn, VT3_CQE_SRQ, and the
- * WQE's SRQ index in wqe_idx; CQEs of one QP come in the order the QP took
- * its WQEs, not in SRQ order across QPs.
- * A QP error (or the end of a connection) does not flush or consume SRQ
- * WQEs: they stay for the other QPs. The one WQE a failing QP had taken
- * for a Send not complete yet belongs to that QP: vt3d completes it with
- * VT3_WC_WR_FLUSH_ERR (VT3_CQE_SRQ) on the QP's receive CQ before the
- * error flag, the only flush CQE vt3d ever writes (it alone knows which
- * SRQ WQE that was). Then VT3_QPE_LAST_WQE_REACHED follows the QP's error
- * event. A malformed SRQ WQE fails the QP that takes it, as a malformed RQ
- * WQE would. VT3_CMD_DESTROY_SRQ is refused (BUSY) while a QP uses it;
- * WQEs still in the SRQ then complete nowhere (the verbs' rule).
- * The consumer side (vt3.ko for kernel SRQs, libvt3 for user SRQs)
- * frees an SRQ slot for the producer only once it took the CQE of the
- * WQE in it (wqe_idx names it exactly), which is never before vt3d's
- * cons passed it: so prod - cons <= depth holds, and the consumer always
- * knows which SRQ WQEs have not completed.
- * Device lost (VT3_CQ_F_FROZEN; vt3d gone): vt3d cannot write the flush
- * CQE of the WQE a failing QP had taken, and its cons is not trusted, so
- * the consumer cannot tell a WQE a QP took from one still in the pool.
- * Every SRQ WQE whose CQE was not taken by then completes once with
- * WR_FLUSH_ERR, on the receive CQ of the first QP of the SRQ whose flush
- * runs (that QP is the completion's QP), after that CQ's CQEs up to the
- * freeze; a device CQE of an SRQ WQE met after that flush is dropped (its
- * WR completed with the flush), and WQEs posted later are flushed the
- * same way. With no QP attached they complete nowhere (as on destroy).
- * So every SRQ WR completes at most once, and exactly once unless it was
- * never taken and the SRQ is destroyed.
- * Resize (ibv_modify_srq with IBV_SRQ_MAX_WR): VT3_CMD_RESIZE_SRQ gives
- * the SRQ a new ring of a depth at least the current one; indices stay
- * free running and a WQE keeps its index, so it sits at index &
- * (depth - 1) of whichever ring is current, and a CQE's wqe_idx names the
- * same WR before and after. The driver (owner of both rings) copies every
- * WQE of [prod - old depth, prod) from the old ring to the new one before
- * it sends the command; the producer posts nothing meanwhile (libvt3
- * holds the SRQ's lock across the modify; vt3.ko writes kernel posts
- * into both rings until vt3d answered). vt3d switches between two
- * commands, so it reads WQEs it did not fetch yet, [fetched, prod), from
- * the new ring from then on; the WQEs it already fetched and the one a
- * QP holds are copies and not affected, prod, cons, the status page, the
- * limit and the QPs stay. After the answer vt3d reads nothing of the old
- * ring: the driver frees it then. A smaller depth, a bad page list, or a
- * ring of an SRQ marked broken is refused (the SRQ as it was).
- *
- * Limits: max_cqe and max_qp_wr count usable entries; rings have a depth of
- * the next power of two above. fw_ver is major << 32 | minor << 16 | sub.
- * Events are addressed to the guest MAC that proved the session.
+ * This file holds the layouts; the rules, each stated once, are in:
+ *   docs/architecture.md §2 (the control channel), §3 (objects and
+ *   memory; §3.1 rings and ordering, §3.2 doorbells and arming, §3.3 fast
+ *   registration, §3.4 shared receive queues), §4 (connections), §5
+ *   (completions, errors and the flush), §10 (errors and recovery);
+ *   docs/security.md (who may drive the device: threat model, key, first
+ *   contact, session key, counters and MACs); docs/events.md,
+ *   docs/memory-windows.md, docs/rereg-mr.md, docs/srq-resize.md.
  */
 #ifndef VT3_HW_H
 #define VT3_HW_H
@@ -321,7 +42,7 @@
 #define VT3_ETHERTYPE		0x88B5
 #define VT3_CTRL_VERSION	5
 #define VT3_CTRL_REPLAY_WINDOW	64
-/* First contact (see "Who may drive the device"). */
+/* Who may drive the device: key, first contact, replay (docs/security.md). */
 #define VT3_KEY_LEN		16
 #define VT3_NONCE_LEN		16
 #define VT3_FW_CFG_KEY		"opt/vt3/key"
@@ -386,19 +107,19 @@ enum vt3_cmd {
 	VT3_CMD_DISCONNECT = 22,	/* vt3_cmd_disconnect */
 	VT3_CMD_HELLO = 23,		/* vt3_cmd_hello -> vt3_resp_hello (under K) */
 	VT3_CMD_ALLOC_MR = 24,		/* vt3_cmd_alloc_mr -> vt3_resp_handle (stag) */
-	/* Shared receive queues (see "Shared receive queues" above): */
+	/* Shared receive queues (docs/architecture.md §3.4): */
 	VT3_CMD_CREATE_SRQ = 25,	/* vt3_cmd_create_srq -> vt3_resp_handle (srqn) */
 	VT3_CMD_MODIFY_SRQ = 26,	/* vt3_cmd_modify_srq */
 	VT3_CMD_QUERY_SRQ = 27,		/* vt3_cmd_handle (srqn) -> vt3_srq_attr */
 	VT3_CMD_DESTROY_SRQ = 28,	/* vt3_cmd_handle (srqn); BUSY while QPs use it */
 	/* vt3 extension: QPs of this device connected by modify_qp (below): */
 	VT3_CMD_PAIR_QP = 29,		/* vt3_cmd_pair_qp; then as CONNECT/ACCEPT */
-	/* Memory windows (see "Memory windows" above): */
+	/* Memory windows (docs/memory-windows.md): */
 	VT3_CMD_ALLOC_MW = 30,		/* vt3_cmd_alloc_mw -> vt3_resp_handle (stag) */
 	VT3_CMD_DEALLOC_MW = 31,	/* vt3_cmd_handle (stag, any key) */
-	/* Re-registration (see "Re-registration" above): */
+	/* Re-registration (docs/rereg-mr.md): */
 	VT3_CMD_REREG_MR = 32,		/* vt3_cmd_rereg_mr */
-	/* SRQ resize (see "Shared receive queues" above): */
+	/* SRQ resize (docs/srq-resize.md): */
 	VT3_CMD_RESIZE_SRQ = 33,	/* vt3_cmd_resize_srq */
 	/* First contact, step 3: the new session's first frame: */
 	VT3_CMD_PROVE = 34,		/* vt3_cmd_prove (under Ks) */
@@ -462,7 +183,7 @@ struct vt3_cmd_set_addr {
 	__be32	ipv4;
 };
 
-/* First contact, step 1 (frame counter 0, MAC under K). */
+/* First contact, step 1 (frame counter 0, MAC under K; docs/security.md). */
 struct vt3_cmd_hello {
 	__u8	driver_nonce[VT3_NONCE_LEN];
 };
@@ -531,7 +252,10 @@ struct vt3_cmd_reg_mr {
 	__le32	reserved;
 };
 
-/* An empty fast-reg MR (state invalid) of pdn for up to max_pages pages. */
+/*
+ * Fast registration: an empty fast-reg MR (state invalid) of pdn for up
+ * to max_pages pages (docs/architecture.md §3.3).
+ */
 struct vt3_cmd_alloc_mr {
 	__le32	pdn;
 	__le32	max_pages;
@@ -542,7 +266,7 @@ enum vt3_mw_type {
 	VT3_MW_TYPE_2 = 2,		/* bound to the posting QP (IB's type 2B) */
 };
 
-/* What VT3_CMD_REREG_MR changes. */
+/* Re-registration: what VT3_CMD_REREG_MR changes (docs/rereg-mr.md). */
 enum vt3_rereg_change {
 	VT3_REREG_TRANSLATION = 1 << 0,	/* iova, length, the page list */
 	VT3_REREG_PD = 1 << 1,		/* pdn */
@@ -566,7 +290,7 @@ struct vt3_cmd_rereg_mr {
 	__le32	page_offset;
 };
 
-/* An unbound memory window of pdn. */
+/* Memory windows: an unbound window of pdn (docs/memory-windows.md). */
 struct vt3_cmd_alloc_mw {
 	__le32	pdn;
 	__le32	mw_type;		/* enum vt3_mw_type */
@@ -770,24 +494,11 @@ struct vt3_cmd_reject {
 };
 
 /*
- * PAIR_QP, a vt3 extension for test suites and one-VM setups (rdma-core's
- * tests/ connect two RC QPs of one device by ibv_modify_qp, without a CM):
- * user QP qpn, whose RTR named peer_qpn (IB_QP_DEST_QPN), moves to RTS and
- * asks for a connection to that QP of this device. Once both QPs asked for
- * each other, vt3d connects them inside its TOE loopback exactly as an
- * rdma_cm loopback connection (TCP and MPA, no private data): the QP that
- * asked first listens on its port and gets VT3_EV_ESTABLISHED (conn_id 0)
- * when it accepted; the second connects from its port and gets
- * VT3_EV_CONNECT_REPLY (status 0 or an errno). From then on it is a
- * connection like any other (DISCONNECT, the VT3_EV_QP events). Should the
- * attempt end before the first QP accepted (the second destroyed or moved
- * to ERROR, the first moved to ERROR), the first gets VT3_QPE_RESET and
- * goes to ERROR. A request holds while the QP stays IDLE: a MODIFY_QP of
- * its state drops it; asking again replaces it. Ports are the driver's,
- * reserved in the guest's own TCP stack as for CONNECT.
- * Refused: INVALID (a kernel QP on either side, qpn == peer_qpn, port 0),
- * NOT_FOUND (either QP), STATE (no address yet; either QP is not IDLE, is
- * in a connection or its attempt, or is spent), BUSY (the TOE holds the port).
+ * PAIR_QP, a vt3 extension (rdma-core's tests/ connect two RC QPs of one
+ * device by ibv_modify_qp, without a CM): user QP qpn asks, from its own
+ * port, for a loopback connection to QP peer_qpn of this device, made once
+ * both asked for each other. Events, lifetime and refusals:
+ * docs/architecture.md §4 ("Loopback").
  */
 struct vt3_cmd_pair_qp {
 	__le32	qpn;
@@ -1018,6 +729,7 @@ struct vt3_cqe {
 
 /* ------------------------------------------------------------------ */
 /* Status pages (one per QP and per CQ, in guest memory)               */
+/* Rings and ordering, doorbells: docs/architecture.md §3.1, §3.2.     */
 
 enum vt3_qp_status_flags {
 	VT3_QP_F_ERROR = 1 << 0,	/* set by vt3d or vt3.ko: QP is in error */
