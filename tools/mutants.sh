@@ -430,7 +430,7 @@ REPLACEMENT[no-pair]='            Some(PairRequest { peer: asked, port: listen_p
 REASON[no-pair]='FAIL pair: no completion of WR 1'
 CASES[no-pair]=modify-connect
 
-FILE[toe-due-timers-only]=iwarp/src/toe/smol.rs
+FILE[toe-due-timers-only]=iwarp/src/toe/smol/mod.rs
 ANCHOR[toe-due-timers-only]='        let at = match (self.iface.poll_at(now, &entry.set), release_at) {'
 REPLACEMENT[toe-due-timers-only]='        let at = match (self.iface.poll_at(now, &entry.set).filter(|&at| at <= now), release_at) { // MUTANT'
 REASON[toe-due-timers-only]='timeout +[a-z-]+ +FAIL'
@@ -579,7 +579,7 @@ ALL_MUTANTS+=(srq-resize-old-mask ksrq-resize-drops-slots)
 ALL_MUTANTS+=(srq-lost-late-ignored)
 # The import path (provider/import.c, guest-driver/vt3_import.c).
 ALL_MUTANTS+=(unimport-deregs import-pd-unchecked import-ctx-unchecked)
-# The TOE's timer queue (iwarp/src/toe/smol.rs).
+# The TOE's timer queue (iwarp/src/toe/smol/mod.rs).
 ALL_MUTANTS+=(toe-due-timers-only)
 # The udp uplink's GSO (device/src/uplink/gso.rs).
 ALL_MUTANTS+=(gso-segment-size)
