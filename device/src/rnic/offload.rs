@@ -13,7 +13,7 @@ use vt3_iwarp::engine::{
     self, ConnId, ConnectFailure, ConnectParams, ConnectRequest, Engine, EngineConfig, EngineError, Event, EventKind,
     Io, QpConfig, WcStatus, WorkQueue,
 };
-use vt3_iwarp::toe::{CloseReason, Duration, FourTuple, SmolToe, TcpConfig, TcpError};
+use vt3_iwarp::toe::{self, CloseReason, Duration, FourTuple, SmolToe, TcpConfig, TcpError};
 use vt3_iwarp::wire::terminate::TermCode;
 
 use super::memory::GuestRam;
@@ -25,8 +25,6 @@ use crate::abi::{
     QpEvent, QpState, SockAddr, Status, VT3_MAX_PRIVATE_DATA,
 };
 
-/// The TOE's largest accept backlog per port.
-const MAX_BACKLOG: usize = 128;
 /// Listening ports per guest (each holds up to a backlog of sockets).
 const MAX_LISTENERS: usize = 32;
 /// Smallest TCP socket buffer (so window) of an offloaded connection.
@@ -105,7 +103,7 @@ impl Offload {
         tcp.buffer_budget = 2 * BUDGET_WINDOWS * window;
         let max_qps = usize::try_from(max_qp).unwrap_or(usize::MAX);
         // A connection per QP, and on every listening port its backlog.
-        tcp.max_sockets = max_qps.saturating_add(MAX_LISTENERS * MAX_BACKLOG);
+        tcp.max_sockets = max_qps.saturating_add(MAX_LISTENERS * toe::MAX_BACKLOG);
         tcp.max_burst = TOE_BURST;
         tcp.ack_delay = Some(ACK_DELAY);
         // Initial sequence numbers and ports differ from run to run.
@@ -448,7 +446,7 @@ impl Rnic {
         if offload.listening.len() >= MAX_LISTENERS {
             return Err(Status::NoResource);
         }
-        let backlog = usize::try_from(le(a.backlog)).unwrap_or(MAX_BACKLOG).clamp(1, MAX_BACKLOG);
+        let backlog = usize::try_from(le(a.backlog)).unwrap_or(toe::MAX_BACKLOG).clamp(1, toe::MAX_BACKLOG);
         offload.engine.listen(port, backlog).map_err(status)?;
         offload.listening.insert(port);
         Ok(Vec::new())

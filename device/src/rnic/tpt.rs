@@ -5,7 +5,7 @@
 //!
 //! Fast-reg MRs (VT3_CMD_ALLOC_MR) start empty and invalid; the SQ's
 //! REG_MR fills one under a rotated key, LOCAL_INV and the peer's Send
-//! with Invalidate empty it again (`vt3_hw.h`, "Fast registration"). Only
+//! with Invalidate empty it again (docs/architecture.md §3.3). Only
 //! they may be invalidated by the QP or its peer.
 //!
 //! Memory windows (VT3_CMD_ALLOC_MW) are entries of the same index space:
@@ -23,13 +23,9 @@ use crate::abi::{VT3_PAGE_SHIFT, VT3_PAGE_SIZE};
 
 use super::table::Table;
 
-/// Access rights (the `enum vt3_access` bits).
-pub type Access = u32;
-pub const LOCAL_WRITE: Access = 1;
-pub const REMOTE_WRITE: Access = 2;
-pub const REMOTE_READ: Access = 4;
-pub const MW_BIND: Access = 8;
-pub const ALL_ACCESS: Access = LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | MW_BIND;
+/// Access rights (the `enum vt3_access` bits) and why an access was
+/// refused: the engine's own, as the TPT answers the engine.
+pub use vt3_iwarp::engine::{Access, AccessError, ALL_ACCESS, LOCAL_WRITE, MW_BIND, REMOTE_READ, REMOTE_WRITE};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Backing {
@@ -105,46 +101,6 @@ impl Mr {
             (_, Some(max_pages)) => u64::from(max_pages),
             (Backing::Pages { pages, .. }, None) => pages.len() as u64,
             (Backing::Dma, None) => 0,
-        }
-    }
-}
-
-/// Why an access was refused (mapped to TERMINATE codes by the engine and
-/// to error completions locally).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum AccessError {
-    #[error("invalid STag")]
-    InvalidStag,
-    #[error("STag belongs to another protection domain")]
-    WrongPd,
-    #[error("access rights violation")]
-    Rights,
-    #[error("base or bounds violation")]
-    Bounds,
-    #[error("STag is bound to another queue pair")]
-    WrongQp,
-}
-
-impl From<AccessError> for engine::AccessError {
-    fn from(e: AccessError) -> Self {
-        match e {
-            AccessError::InvalidStag => Self::InvalidStag,
-            AccessError::WrongPd => Self::WrongPd,
-            AccessError::Rights => Self::Rights,
-            AccessError::Bounds => Self::Bounds,
-            AccessError::WrongQp => Self::WrongQp,
-        }
-    }
-}
-
-impl From<engine::AccessError> for AccessError {
-    fn from(e: engine::AccessError) -> Self {
-        match e {
-            engine::AccessError::InvalidStag => Self::InvalidStag,
-            engine::AccessError::WrongPd => Self::WrongPd,
-            engine::AccessError::Rights => Self::Rights,
-            engine::AccessError::Bounds => Self::Bounds,
-            engine::AccessError::WrongQp => Self::WrongQp,
         }
     }
 }
@@ -358,7 +314,7 @@ impl Tpt {
     pub fn invalidatable(&self, stag: u32, pdn: u32) -> Result<(), AccessError> {
         let mr = self.get(stag).ok_or(AccessError::InvalidStag)?;
         if let Some(window) = mr.window {
-            return Ok(check_window_invalidate(&mr.window_view(window, (stag & 0xff) as u8), pdn)?);
+            return check_window_invalidate(&mr.window_view(window, (stag & 0xff) as u8), pdn);
         }
         if mr.pdn != pdn {
             return Err(AccessError::WrongPd);
@@ -489,19 +445,19 @@ impl MemoryRegions for Tpt {
         access: engine::Access,
         segment: &mut dyn FnMut(u64, u64),
     ) -> Result<(), engine::AccessError> {
-        Tpt::translate(self, stag, owner, iova, len, access, segment).map_err(Into::into)
+        Tpt::translate(self, stag, owner, iova, len, access, segment)
     }
 
     fn invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), engine::AccessError> {
-        self.invalidate_by_wr(stag, pdn).map_err(Into::into)
+        self.invalidate_by_wr(stag, pdn)
     }
 
     fn local_invalidate(&mut self, stag: u32, pdn: u32) -> Result<(), engine::AccessError> {
-        self.invalidate_by_wr(stag, pdn).map_err(Into::into)
+        self.invalidate_by_wr(stag, pdn)
     }
 
     fn invalidatable(&self, stag: u32, pdn: u32) -> Result<(), engine::AccessError> {
-        Tpt::invalidatable(self, stag, pdn).map_err(Into::into)
+        Tpt::invalidatable(self, stag, pdn)
     }
 
     fn fast_register(&mut self, pdn: u32, reg: &FastReg, memory: &dyn engine::GuestMemory) -> Result<(), FastRegError> {

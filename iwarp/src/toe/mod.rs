@@ -30,7 +30,7 @@ mod smol;
 
 pub use buffer::BufferError;
 pub use port::{FaultCounters, MAX_DELAYED_FRAMES};
-pub use smol::SmolToe;
+pub use smol::{SmolToe, MAX_BACKLOG};
 pub use smoltcp::time::{Duration, Instant};
 
 /// An Ethernet MAC address.
