@@ -435,14 +435,29 @@ impl Rnic {
         }
         let progress: std::collections::BTreeMap<u32, watchdog::QpProgress> = looked.iter().copied().collect();
         for stall in self.watchdog.look(now, looked) {
+            // What decides who moves next: the IDLE flags the guest reads
+            // before it rings, and vt3d's own polling of the queues.
+            let qp = self.qps.get(stall.qpn);
+            let flags = qp.and_then(|qp| {
+                memory::StatusWord::at(qp.status_addr, std::mem::offset_of!(abi::QpStatus, flags))
+                    .load(mem, Ordering::Acquire)
+            });
+            let polled: Vec<_> =
+                self.polled.queues().iter().filter(|q| matches!(q, PolledQueue::Qp(n, _) if *n == stall.qpn)).collect();
             log::warn!(
-                "stall: QP {} has waited {} ms for {}, nothing moved: {:?}; engine {:?}; TCB {:?}",
+                "stall: QP {} has waited {} ms for {}, nothing moved: {:?}; engine {:?}; TCB {:?}; \
+                 status flags {:?}; polled {:?}; sq window {:?}; rq window {:?}; doorbells {}",
                 stall.qpn,
                 stall.for_ms,
                 stall.waiting_for,
                 progress.get(&stall.qpn),
                 engine.qp_info(stall.qpn),
                 engine.tcb(stall.qpn),
+                flags.map(|f| format!("{f:#x}")),
+                polled,
+                qp.map(|qp| qp.sq_poll),
+                qp.map(|qp| qp.rq_poll),
+                self.doorbells,
             );
         }
     }
