@@ -391,14 +391,10 @@ impl Pair {
         while start.elapsed().as_secs_f64() < secs || n == 0 {
             let sent = Instant::now();
             let b0 = self.b.plain_rx;
-            while self.a.send_burst(&mut ab, n, 1) == 0 {
-                std::thread::yield_now();
-            }
+            self.send_plain(0, &mut ab, n, sent);
             self.await_plain(1, b0, sent);
             let a0 = self.a.plain_rx;
-            while self.b.send_burst(&mut ba, n, 1) == 0 {
-                std::thread::yield_now();
-            }
+            self.send_plain(1, &mut ba, n, sent);
             self.await_plain(0, a0, sent);
             samples.push(sent.elapsed().as_secs_f64() * 1e6);
             n += 1;
@@ -433,6 +429,21 @@ impl Pair {
             std::thread::yield_now();
         }
         rate
+    }
+
+    /// Sends one plain frame from `side`, waiting for a TX buffer (at most
+    /// 10 s: a vt3d that stopped reading the ring fails the run).
+    fn send_plain(&mut self, side: usize, frame: &mut [u8], seq: u64, since: Instant) {
+        loop {
+            let g = if side == 0 { &mut self.a } else { &mut self.b };
+            if g.send_burst(frame, seq, 1) == 1 {
+                return;
+            }
+            if since.elapsed() > Duration::from_secs(10) {
+                self.failure("no TX buffer came back for 10 s");
+            }
+            std::thread::yield_now();
+        }
     }
 
     fn await_plain(&mut self, side: usize, before: u64, since: Instant) {
