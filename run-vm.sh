@@ -472,7 +472,7 @@ cmd_shell() {
 	[ "$("$QEMU" --version | sed -n 's/^QEMU emulator version \([0-9]*\)\..*/\1/p')" -lt 8 ] && intx=,vectors=0
 	# --foreground: QEMU owns the terminal (in the background it would stop at
 	# its first tcsetattr, SIGTTOU).
-	timeout --foreground 14400 "$QEMU" -accel "$ACCEL" -M q35 -smp 1 -m 512M -nographic \
+	timeout --foreground 14400 "$QEMU" -accel "$ACCEL" -M q35 -smp 1,maxcpus=2 -m 512M -nographic \
 		-no-reboot -kernel "$IMAGES/vmlinux" -initrd "$IMAGES/initramfs-vt3.cpio" \
 		-append "console=ttyS0 panic=-1 no_timer_check vt3.name=shell vt3.ip=10.77.0.1/24 vt3.driver=1 vt3.shell=1 vt3.agent=none" \
 		-object memory-backend-memfd,id=mem,size=512M,share=on -numa node,memdev=mem \

@@ -139,6 +139,12 @@ class Guest:
         self.agent_path = workdir / f"{name}.agent"
         self.qmp_path = workdir / f"{name}.qmp"
         self.kernel_args = kernel_args
+        # One vCPU, but room for two: only then does TCG make the guest's
+        # locked instructions host atomics and its fences host fences
+        # (QEMU 7.2: CF_PARALLEL for maxcpus > 1), which vt3d's status
+        # page words and the doorbell hand-off need (tests/system/
+        # test_platform.py shows both settings).
+        self.max_cpus = 2
         self._lines: "queue.Queue[str | None]" = queue.Queue()
         self._seq = 0
         self.sock: socket.socket | None = None
@@ -150,7 +156,7 @@ class Guest:
 
     def qemu_argv(self) -> list[str]:
         c = self.cfg
-        args = [c.qemu, "-accel", c.accel, "-M", "q35", "-smp", "1", "-m", c.memory,
+        args = [c.qemu, "-accel", c.accel, "-M", "q35", "-smp", f"1,maxcpus={self.max_cpus}", "-m", c.memory,
                 "-display", "none", "-monitor", "none", "-no-reboot", "-nodefaults",
                 "-kernel", str(c.kernel), "-initrd", str(c.initrd),
                 # no_timer_check: under TCG on a loaded host the kernel's
