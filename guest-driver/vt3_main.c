@@ -31,6 +31,7 @@
 #include <linux/iommu.h>
 #include <linux/module.h>
 #include <linux/rtnetlink.h>
+#include <linux/string.h>
 #include <net/addrconf.h>
 #include <rdma/iw_cm.h>
 #include <rdma/rdma_netlink.h>
@@ -271,6 +272,28 @@ static struct vt3_dev *vt3_dev_create(struct net_device *netdev)
  * it. @name is the ib name (a "%d" pattern allowed). Caller holds
  * vt3_attach_lock and loaded the key (vt3_probe_netdev()).
  */
+/*
+ * Under QEMU's TCG, a machine of one possible CPU gets plain loads and
+ * stores for this guest's locked instructions (and QEMU 7.2 no mfence):
+ * the fences of the doorbell hand-off then order nothing against vt3d,
+ * and a queue can stall with a WQE posted (docs/user-guide.md, "Under
+ * TCG"). Nothing here can mend that: say what the machine needs.
+ */
+static void vt3_check_machine(struct vt3_dev *dev)
+{
+#ifdef CONFIG_X86
+	u32 eax, sig[3];
+
+	if (num_possible_cpus() > 1 || !boot_cpu_has(X86_FEATURE_HYPERVISOR))
+		return;
+	cpuid(0x40000000, &eax, &sig[0], &sig[1], &sig[2]);
+	if (memcmp(sig, "TCGTCGTCGTCG", sizeof(sig)))
+		return;
+	ibdev_warn(&dev->ibdev,
+		   "QEMU TCG with one possible CPU does not make this guest's atomics atomic against vt3d: doorbells can be lost; give the machine maxcpus=2 or more (-smp 1,maxcpus=2)\n");
+#endif
+}
+
 static int vt3_attach(struct net_device *netdev, const char *name,
 		      unsigned int tries)
 {
@@ -331,6 +354,7 @@ static int vt3_attach(struct net_device *netdev, const char *name,
 	ibdev_info(&dev->ibdev, "vt3 RNIC on %s: %u QPs, %u CQs, %u MRs\n",
 		   netdev->name, dev->lim.max_qp, dev->lim.max_cq,
 		   dev->lim.max_mr);
+	vt3_check_machine(dev);
 	if (vt3_reprobe_stop(netdev))
 		ibdev_info(&dev->ibdev, "vt3d is back on %s\n", netdev->name);
 	return 0;
