@@ -99,7 +99,7 @@ struct vt3_ctrl {
 	atomic64_t refused[VT3_REFUSED_MAX];
 	spinlock_t lock;		/* the fields below */
 	/*
-	 * The session key Ks (vt3_hw.h "Who may drive the device"): set by
+	 * The session key Ks (docs/security.md): set by
 	 * the first contact, under cmd_lock too, before any frame of the
 	 * session is sent or taken, and fixed once it is proven. The
 	 * sender reads it without the lock: nothing else sends meanwhile.
@@ -195,7 +195,7 @@ struct vt3_mr {
 	int ib_access;			/* user MRs: to pin a new range alike */
 };
 
-/* A memory window: all its state is vt3d's (vt3_hw.h "Memory windows"). */
+/* A memory window: all its state is vt3d's (docs/memory-windows.md). */
 struct vt3_mw {
 	struct ib_mw ibmw;
 };

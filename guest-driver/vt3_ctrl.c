@@ -12,10 +12,10 @@
  * CQ events are handled in the RX softirq; connection and QP events go to
  * process context in arrival order (vt3_cm.c).
  *
- * A session starts with the first contact (vt3_hw.h "Who may drive the
- * device"): a HELLO and its answer under the provisioned key K, then a
- * PROVE under the session key Ks derived from both nonces. K comes from
- * the firmware configuration (QEMU -fw_cfg name=opt/vt3/key), read once.
+ * A session starts with the first contact (docs/security.md): a HELLO
+ * and its answer under the provisioned key K, then a PROVE under the
+ * session key Ks derived from both nonces. K comes from the firmware
+ * configuration (QEMU -fw_cfg name=opt/vt3/key), read once.
  */
 #include <linux/etherdevice.h>
 #include <linux/fs.h>
@@ -744,7 +744,7 @@ void vt3_key_wipe(void)
 }
 
 /* ------------------------------------------------------------------ */
-/* First contact (vt3_hw.h "Who may drive the device")                 */
+/* First contact (docs/security.md)                                   */
 
 /*
  * Steps 1 and 2: a HELLO with a fresh nonce, counter 0, MAC under K, and

@@ -366,7 +366,7 @@ struct ib_mr *vt3_reg_user_mr(struct ib_pd *ibpd, u64 start, u64 length,
 }
 
 /*
- * ibv_rereg_mr (vt3_hw.h "Re-registration"): the TPT entry changes in
+ * ibv_rereg_mr (docs/rereg-mr.md): the TPT entry changes in
  * place and lkey/rkey stay. A new range is pinned before the command and
  * the old one unpinned only once vt3d answered: until then it may still
  * place data there. NULL tells the core the MR was changed in place.
@@ -443,7 +443,7 @@ struct ib_mr *vt3_rereg_user_mr(struct ib_mr *ibmr, int flags, u64 start,
 }
 
 /*
- * Fast registration (vt3_hw.h "Fast registration"): an empty, invalid TPT
+ * Fast registration (docs/architecture.md §3.3): an empty, invalid TPT
  * entry of the PD for up to @max_num_sg pages, filled by IB_WR_REG_MR
  * from the page list map_mr_sg builds here.
  */
@@ -530,7 +530,7 @@ int vt3_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 
 	err = vt3_cmd_handle(dev, VT3_CMD_DEREG_MR, ibmr->lkey);
 	/*
-	 * Memory windows are bound to it (vt3_hw.h "Memory windows"): the
+	 * Memory windows are bound to it (docs/memory-windows.md): the
 	 * verbs refuse, and the MR stays whole (rxe does the same).
 	 */
 	if (err == -EBUSY)
@@ -549,7 +549,7 @@ int vt3_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 }
 
 /*
- * Memory windows (vt3_hw.h "Memory windows"): an unbound TPT entry of the
+ * Memory windows (docs/memory-windows.md): an unbound TPT entry of the
  * PD. Binds are work requests (libvt3 posts them), so the window's
  * current key is known only to the application; DEALLOC_MW names the
  * index and vt3d takes any key.

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * vt3 shared receive queues (vt3_hw.h, "Shared receive queues"): the
+ * vt3 shared receive queues (docs/architecture.md §3.4): the
  * kernel allocates the ring of vt3_rq_wqe and the vt3_srq_status page and
  * hands them to vt3d; the producer is the provider (user SRQs, through
  * mmap; its doorbell is a zero-WR post_srq_recv) or this driver (kernel
@@ -199,7 +199,7 @@ int vt3_destroy_srq(struct ib_srq *ibsrq, struct ib_udata *udata)
 }
 
 /*
- * IB_SRQ_MAX_WR (resize; vt3_hw.h, "Shared receive queues"): a new ring
+ * IB_SRQ_MAX_WR (resize; docs/architecture.md §3.4): a new ring
  * of the next power of two, never a smaller one (a request the ring
  * already holds succeeds and changes nothing); fewer than the WRs posted
  * and not completed is EINVAL (for a user SRQ vt3.ko knows only those

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0 OR Linux-OpenIB
 /*
- * vt3-mwtest: memory windows (vt3_hw.h "Memory windows") over real
+ * vt3-mwtest: memory windows (docs/memory-windows.md) over real
  * connections. librdmacm + libibverbs.
  *
  *   vt3-mwtest owner [--port P] [--timeout S] [-v]

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0 OR Linux-OpenIB
 /*
- * vt3-rereg: ibv_rereg_mr on vt3 (vt3_hw.h "Re-registration"). Two RC QPs
+ * vt3-rereg: ibv_rereg_mr on vt3 (docs/rereg-mr.md). Two RC QPs
  * of one device paired by ibv_modify_qp (docs/modify-connect.md), each in
  * a user context of its own: a WRITEs into b's MR, b re-registers it.
  *

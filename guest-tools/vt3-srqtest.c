@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0 OR Linux-OpenIB
 /*
  * vt3-srqtest: shared receive queue conformance over two real connections
- * (vt3_hw.h "Shared receive queues", docs/events.md). librdmacm + libibverbs.
+ * (docs/architecture.md §3.4, docs/events.md). librdmacm + libibverbs.
  *
  *   vt3-srqtest srq  [--port P] [--timeout S] [--fault-wait S] [--lost|--lost-errored] [-v]
  *   vt3-srqtest peer --server IP [--port P] [--timeout S]
@@ -47,7 +47,7 @@
  *                exactly once unless still posted at the destroy
  * With --lost, after "shared" the srq side posts more, prints
  * "READY-LOST <qpn1> <qpn2>" and the host makes its device fatal (vt3d
- * ctl fault device-fatal): the device-loss rule of vt3_hw.h, checked as
+ * ctl fault device-fatal): the device-loss rule of docs/architecture.md §10, checked as
  *  lost-events   QP_LAST_WQE_REACHED on both QPs and DEVICE_FATAL
  *  lost-post     a post after the loss is taken
  *  lost-flush    every SRQ WR completes once, IBV_WC_WR_FLUSH_ERR, all on

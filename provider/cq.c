@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0 OR Linux-OpenIB
 /*
  * libvt3 completions: CQEs are read from the mapped ring between our
- * consumer index and vt3d's producer index (vt3_hw.h, "Rings and
- * ordering"), and QPs in error are flushed here (docs/architecture.md
- * §5).
+ * consumer index and vt3d's producer index (docs/architecture.md §3.1),
+ * and QPs in error are flushed here (docs/architecture.md §5).
  *
  * vt3d never writes flush CQEs: once a QP is in error, every WR it has
  * not retired completes here, once, with IBV_WC_WR_FLUSH_ERR: every

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0 OR Linux-OpenIB
 /*
- * libvt3 send and receive (vt3_hw.h: "Rings and ordering", "Doorbells").
+ * libvt3 send and receive (docs/architecture.md §3.1, §3.2).
  *
  * A WQE is built on the stack and checked, copied into the next ring slot
  * and remembered in the queue's shadow (wr_id, whether a completion is
@@ -10,9 +10,9 @@
  * went idle on that queue. A busy queue costs no system call.
  *
  * A slot is free again once poll_cq took the CQE of its WQE or of a later
- * one of the queue (vt3_hw.h: vt3d's consumer index is not trusted after
- * a device loss, so what was not seen completing stays in the ring and
- * the shadow to be flushed). A QP in error takes WRs too, as the verbs (and
+ * one of the queue (docs/architecture.md §10: vt3d's consumer index is
+ * not trusted after a device loss, so what was not seen completing stays
+ * in the ring and the shadow to be flushed). A QP in error takes WRs too, as the verbs (and
  * ib_drain_qp-style teardown) expect: they go into the ring and the shadow
  * like any other, vt3d no longer looks at them, and poll_cq completes them
  * with IBV_WC_WR_FLUSH_ERR after the device's CQEs (cq.c); there the flush
@@ -112,7 +112,7 @@ void vt3_wq_cleanup(struct vt3_wq *wq)
 
 /*
  * Whether the QP is in error for this queue. On first sight it notes what
- * to flush and from when (vt3_hw.h, "Errors"): vt3d publishes its consumer
+ * to flush and from when (docs/architecture.md §5): vt3d publishes its consumer
  * indices, then its last CQE of the QP, then the error flag, and retires
  * nothing afterwards. Read after the flag (acquire), the consumer index
  * starts the WQEs to flush and the CQ producer index is past every device

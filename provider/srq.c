@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0 OR Linux-OpenIB
 /*
- * libvt3 shared receive queues (vt3_hw.h, "Shared receive queues").
+ * libvt3 shared receive queues (docs/architecture.md §3.4).
  *
  * vt3.ko allocates the ring of vt3_rq_wqe and the vt3_srq_status page;
  * we map both and produce into the ring as into an RQ: the producer index
@@ -120,7 +120,7 @@ int vt3_destroy_srq(struct ibv_srq *ibsrq)
 }
 
 /*
- * IBV_SRQ_MAX_WR (resize; vt3_hw.h, "Shared receive queues"): under the
+ * IBV_SRQ_MAX_WR (resize; docs/architecture.md §3.4): under the
  * SRQ's lock, so no post or completion runs meanwhile. vt3.ko copies the
  * WQEs into a new ring and says where it is through resp; the slots move
  * to their index in a table of the new depth, allocated before, so

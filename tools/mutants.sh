@@ -102,7 +102,7 @@
 #                  on the wire no longer hold one frame each (the udp pair)
 #   hello-key-unchecked  vt3d answers a HELLO without checking its MAC
 #                  under the provisioned key: a guest process that
-#                  guesses gets challenges (vt3_hw.h, first contact)
+#                  guesses gets challenges (docs/security.md, first contact)
 #   hello-unproven  vt3d lets a HELLO alone end the live session (as v4
 #                  did) and forgets the nonces it has seen: a sniffed
 #                  HELLO replayed knocks the real driver's session over

@@ -15,7 +15,7 @@ from .guest import Nic
 from .proc import Process, wait_for
 
 RNIC_OBJECTS = ("pd", "mr", "cq", "qp", "srq")
-# guest-driver/include/vt3_hw.h, "Who may drive the device": VT3_KEY_LEN.
+# guest-driver/include/docs/security.md: VT3_KEY_LEN.
 KEY_LEN = 16
 INSECURE = "--insecure-no-key"
 

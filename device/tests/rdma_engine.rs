@@ -1442,9 +1442,9 @@ fn a_connection_between_two_qps_of_one_device_stays_inside_it() {
     assert_eq!(s.sim.wire.stats.sent, on_wire, "nothing went on the wire");
 }
 
-/// Fast registration through the guest's rings (`vt3_hw.h`, "Fast
-/// registration"): ALLOC_MR, a REG_MR WQE with a rotated key, the peer's
-/// WRITE through the new STag, its Send with Invalidate reported in the
+/// Fast registration through the guest's rings (docs/architecture.md
+/// §3.3): ALLOC_MR, a REG_MR WQE with a rotated key, the peer's WRITE
+/// through the new STag, its Send with Invalidate reported in the
 /// receive CQE, and the next access a TERMINATE with the exact codes.
 #[test]
 fn fast_registration_through_the_rings() {

@@ -1,5 +1,5 @@
-//! `vt3d serve` and the provisioned key (vt3_hw.h, "Who may drive the
-//! device"): no key, no device, unless told to run unauthenticated.
+//! `vt3d serve` and the provisioned key (docs/security.md): no key, no
+//! device, unless told to run unauthenticated.
 
 #![allow(clippy::unwrap_used)]
 

@@ -35,7 +35,7 @@
  *                 below vt3d's refusal rate (VT3_HELLO_RATE), so that each
  *                 is checked rather than dropped as over the limit, and the
  *                 counts say which refusal counter each must move (want_*:
- *                 the rules of vt3_hw.h, "Who may drive the device").
+ *                 the rules of docs/security.md).
  *     --frames FILE  a saved capture, for --spray to copy.
  *     --as-nobody  first drops to uid/gid 65534 with CAP_NET_RAW only (in
  *                 the bounding set too), then tries to read the key from
@@ -670,7 +670,7 @@ static int same_control(const unsigned char *f, size_t n, const struct frame *g)
 
 /*
  * What vt3d must make of a frame from the guest while the driver has a
- * session (vt3_hw.h, "Who may drive the device"; vt3d refuses HELLOs and
+ * session (docs/security.md; vt3d refuses HELLOs and
  * PROVEs before it runs out of tokens: this tool paces them). Returns the
  * refusal counter it must move; *@bucketed: whether it is a HELLO or PROVE
  * that costs vt3d a token of its refusal bucket.

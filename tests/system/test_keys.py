@@ -1,8 +1,8 @@
-"""The launcher's side of the guest key (guest-driver/include/vt3_hw.h,
-"Who may drive the device"): each vt3d and the guest behind it get the
-same file of 16 random bytes, mode 0600 (vt3d --key-file, QEMU -fw_cfg
-name=opt/vt3/key), every guest its own; a restarted vt3d keeps its key;
-in the guest the key is where vt3.ko reads it, for root only."""
+"""The launcher's side of the guest key (docs/security.md): each vt3d
+and the guest behind it get the same file of 16 random bytes, mode 0600
+(vt3d --key-file, QEMU -fw_cfg name=opt/vt3/key), every guest its own; a
+restarted vt3d keeps its key; in the guest the key is where vt3.ko reads
+it, for root only."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Memory windows (vt3_hw.h "Memory windows"): vt3-mwtest between two
+"""Memory windows (docs/memory-windows.md): vt3-mwtest between two
 guests. The owner (guest a, vt3) binds type 1 and type 2 windows over an
 MR that grants no remote access of its own; the peer (guest b: vt3, or
 siw, which needs no MW support to use an rkey) WRITEs and READs through

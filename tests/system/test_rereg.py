@@ -1,4 +1,4 @@
-"""ibv_rereg_mr (vt3_hw.h "Re-registration"): vt3-rereg on two QPs of one
+"""ibv_rereg_mr (docs/rereg-mr.md): vt3-rereg on two QPs of one
 vt3 guest paired by ibv_modify_qp. The peer's WRITEs land in the new
 translation and are refused at the old addresses, after the rights were
 narrowed and in another PD; an MR with a bound window is EBUSY. vt3d's

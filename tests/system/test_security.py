@@ -1,6 +1,6 @@
-"""Only vt3.ko drives vt3d, and only vt3d talks to vt3.ko (vt3_hw.h, "Who
-may drive the device"): an attacker with a packet socket in the guest and
-one on the wire, against the real driver moving data.
+"""Only vt3.ko drives vt3d, and only vt3d talks to vt3.ko (docs/security.md):
+an attacker with a packet socket in the guest and one on the wire, against
+the real driver moving data.
 
 Issue 25's attacker (v4): a process with only a packet socket sniffed the
 HELLO, sprayed key records over half of RAM, guessed HELLOs unlimited,

@@ -1,4 +1,4 @@
-"""Shared receive queues (vt3_hw.h "Shared receive queues", docs/events.md):
+"""Shared receive queues (docs/architecture.md §3.4, docs/events.md):
 vt3-srqtest's conformance run of a user SRQ under two QPs, with an RST on
 one of them injected from the host, and the kernel SRQ scenario of
 vt3_ktest.ko."""

@@ -481,7 +481,7 @@ impl Guest {
         self.mem.read_obj(GuestAddress(qp.status)).expect("QP status page")
     }
 
-    /// libvt3's doorbell rule (vt3_hw.h "Doorbells"): publish the producer
+    /// libvt3's doorbell rule (docs/architecture.md §3.2): publish the producer
     /// index, full barrier, ring only if vt3d said the queue is idle.
     fn ring_doorbell(&mut self, qp: &QpRings, queue: DoorbellQueue) {
         let (field, prod, idle) = match queue {

@@ -1,4 +1,4 @@
-//! Who may drive the device (vt3_hw.h, "Who may drive the device"): the
+//! Who may drive the device (docs/security.md): the
 //! first contact that proves both ends hold the provisioned key, the
 //! session key it derives, and the counter and MAC every control frame
 //! carries both ways. Any guest process can send and sniff raw frames and
@@ -322,7 +322,7 @@ struct Challenge {
 /// whoever lacks the key).
 const RECENT_CHALLENGES: usize = 64;
 
-/// The device's side of the first contact (vt3_hw.h, steps 1-4). It never
+/// The device's side of the first contact (docs/security.md, steps 1-4). It never
 /// touches a live session: it hands the channel a new one only for a
 /// PROVE of a challenge it issued.
 #[derive(Debug)]

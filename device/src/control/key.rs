@@ -1,4 +1,4 @@
-//! The provisioned key (vt3_hw.h, "Who may drive the device"): a file of
+//! The provisioned key (docs/security.md): a file of
 //! `VT3_KEY_LEN` random bytes that the launcher gives vt3d
 //! (`--key-file`) and the guest kernel (QEMU `-fw_cfg name=opt/vt3/key`).
 

@@ -716,7 +716,7 @@ mod lost_reply {
     }
 }
 
-/// The first contact (vt3_hw.h, steps 1-4) against an attacker who sniffs
+/// The first contact (docs/security.md, steps 1-4) against an attacker who sniffs
 /// every frame, replays and changes them, and floods: only a driver that
 /// holds the provisioned key starts a session, and nothing short of a
 /// proven one touches the live session.

@@ -2,7 +2,7 @@
 //! on doorbells (with the doorbell-suppression protocol of `vt3_hw.h`),
 //! completions written as CQEs, and QP states published in status pages.
 //!
-//! Ordering (`vt3_hw.h`, "Rings and ordering"): producer indices are read
+//! Ordering (docs/architecture.md §3.1): producer indices are read
 //! with acquire before the WQEs they cover; a consumer index is published
 //! with release once its slot may be reused; a CQE is written before the
 //! CQ producer index (release).

@@ -1,5 +1,5 @@
 //! VT3_CMD_REREG_MR (`ibv_rereg_mr`): an MR's translation, PD or rights
-//! changed in place, its STag kept (`vt3_hw.h`, "Re-registration"). The
+//! changed in place, its STag kept (docs/rereg-mr.md). The
 //! rules are the engine's (`vt3_iwarp::engine::check_rereg`), applied by
 //! the TPT; here the command is decoded, the new page list read and the
 //! budgets (page-list entries, PD users) moved from the old to the new.

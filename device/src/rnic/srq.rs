@@ -1,4 +1,4 @@
-//! Shared receive queues (`vt3_hw.h`, "Shared receive queues"): the
+//! Shared receive queues (docs/architecture.md §3.4): the
 //! commands, the ring fetch into the engine's pool (the doorbell protocol
 //! of an RQ, with VT3_SRQ_F_IDLE), and what follows the QPs' takes: the
 //! consumer index and the limit event.
@@ -109,7 +109,7 @@ impl Rnic {
         Ok(Vec::new())
     }
 
-    /// VT3_CMD_RESIZE_SRQ (`vt3_hw.h`, "Shared receive queues"): the ring
+    /// VT3_CMD_RESIZE_SRQ (docs/architecture.md §3.4): the ring
     /// becomes the new one, checked as at create, of a depth not below the
     /// current one. Indices keep running, so the WQEs not fetched yet are
     /// read from the new ring at their index (the driver copied them

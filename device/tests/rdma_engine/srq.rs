@@ -1,6 +1,6 @@
 //! Shared receive queues through the control channel and the rings: two
 //! QPs of one guest sharing an SRQ, the limit event, the flush rules on a
-//! QP error (`vt3_hw.h`, "Shared receive queues"), and hostile input.
+//! QP error (docs/architecture.md §3.4), and hostile input.
 
 use super::*;
 

@@ -1,4 +1,4 @@
-//! SRQ resize (VT3_CMD_RESIZE_SRQ, `vt3_hw.h` "Shared receive queues"):
+//! SRQ resize (VT3_CMD_RESIZE_SRQ, docs/architecture.md §3.4):
 //! the WQEs posted, fetched or taken before it complete once, in order,
 //! after it; the old ring is not read again; hostile resizes are refused
 //! and leave the SRQ as it was.

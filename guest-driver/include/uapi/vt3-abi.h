@@ -98,7 +98,7 @@ struct vt3_create_srq_resp {
  * copy_to_user) before vt3d switches to the new ring; the command's
  * result says whether it did. Without IBV_SRQ_MAX_WR the request is
  * empty or zeroes. vt3.ko copies the WQEs into the new ring itself
- * (vt3_hw.h, "Shared receive queues"); the provider must not post
+ * (docs/architecture.md §3.4); the provider must not post
  * until the command returned, then maps the new ring and unmaps the old.
  */
 struct vt3_modify_srq_req {
