@@ -90,6 +90,11 @@ macro_rules! abi_enums {
     };
 }
 
+// Two of these have a twin in vt3-iwarp's engine (`QpState`, `MwType`):
+// these are the wire's, their values checked against vt3_hw.h and written
+// into guest memory; the engine's are its own state (the crate knows
+// nothing of vt3_hw.h). rnic converts at the boundary: QP states by a
+// match (`rnic::offload`), window types from the wire (`MwType::from_wire`).
 abi_enums! {
     pub enum MsgType: u8 {
         Cmd = "VT3_MSG_CMD" = 1,
