@@ -280,10 +280,6 @@ fn private_data(pd: &PrivateData, len: u16) -> Result<&[u8], Status> {
     Ok(pd.get(len))
 }
 
-fn is_unicast(mac: [u8; 6]) -> bool {
-    mac[0] & 1 == 0 && mac != [0; 6]
-}
-
 /// Fields of a connection event.
 struct Cm<'a> {
     conn_id: u32,
@@ -474,7 +470,7 @@ impl Rnic {
         }
         let local_port = offload.local_port(&a.local)?;
         let remote = offload.remote(&a.remote, local_port)?;
-        if !is_unicast(a.next_hop) {
+        if !vt3_iwarp::toe::frame::is_unicast(a.next_hop) {
             return Err(Status::Invalid);
         }
         // To our own address the TOE loops the connection back inside

@@ -1,38 +1,27 @@
-//! Just enough Ethernet/IPv4/TCP header parsing for demux (`wants`) and
-//! for observing the TCB state on the frames going through the TOE. Never
-//! panics; checksums are smoltcp's business, but for the split fault's
-//! frames ([`split_segment`]).
+//! Ethernet/IPv4/TCP headers for demux (`wants`) and for observing the
+//! TCB state on the frames going through the TOE, read and written with
+//! `smoltcp::wire`. Never panics; checksums are smoltcp's business, but
+//! for the split fault's frames ([`split_segment`]).
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 
+use smoltcp::wire::{
+    ArpOperation, ArpPacket, ArpRepr, EthernetAddress, EthernetFrame, EthernetProtocol, EthernetRepr, IpProtocol,
+    Ipv4Packet, TcpOption, TcpPacket,
+};
+
 use super::{FourTuple, MacAddr};
 
-pub const ETHERNET_HEADER_LEN: usize = 14;
-pub const ETHERTYPE_IPV4: u16 = 0x0800;
-pub const ETHERTYPE_ARP: u16 = 0x0806;
-pub const IP_PROTOCOL_TCP: u8 = 6;
+pub const ETHERNET_HEADER_LEN: usize = smoltcp::wire::ETHERNET_HEADER_LEN;
 
-/// TCP flags.
+/// TCP flags, as [`Segment::flags`] holds them (the header's bit values).
 pub mod flags {
     pub const FIN: u8 = 0x01;
     pub const SYN: u8 = 0x02;
     pub const RST: u8 = 0x04;
+    pub const PSH: u8 = 0x08;
     pub const ACK: u8 = 0x10;
-}
-
-fn be16(bytes: &[u8], at: usize) -> Option<u16> {
-    let b = bytes.get(at..at + 2)?;
-    Some(u16::from_be_bytes([*b.first()?, *b.get(1)?]))
-}
-
-fn be32(bytes: &[u8], at: usize) -> Option<u32> {
-    let b = bytes.get(at..at + 4)?;
-    <[u8; 4]>::try_from(b).ok().map(u32::from_be_bytes)
-}
-
-fn ipv4(bytes: &[u8], at: usize) -> Option<Ipv4Addr> {
-    let b = bytes.get(at..at + 4)?;
-    <[u8; 4]>::try_from(b).ok().map(Ipv4Addr::from)
+    pub const URG: u8 = 0x20;
 }
 
 /// The fields of one TCP segment in an Ethernet frame.
@@ -76,127 +65,107 @@ impl Segment {
 
 /// A unicast, non-zero MAC address.
 pub fn is_unicast(mac: MacAddr) -> bool {
-    mac[0] & 1 == 0 && mac != [0; 6]
+    EthernetAddress(mac).is_unicast() && mac != [0; 6]
 }
 
-/// The EtherType of a frame.
-pub fn ethertype(frame: &[u8]) -> Option<u16> {
-    be16(frame, 12)
+/// The bits of [`flags`] a TCP header has set.
+fn tcp_flags<T: AsRef<[u8]>>(tcp: &TcpPacket<T>) -> u8 {
+    [
+        (tcp.fin(), flags::FIN),
+        (tcp.syn(), flags::SYN),
+        (tcp.rst(), flags::RST),
+        (tcp.psh(), flags::PSH),
+        (tcp.ack(), flags::ACK),
+        (tcp.urg(), flags::URG),
+    ]
+    .iter()
+    .filter(|(set, _)| *set)
+    .fold(0, |bits, (_, bit)| bits | bit)
+}
+
+/// An IPv4 packet that is whole (no fragment) and carries TCP.
+fn ipv4_tcp(bytes: &[u8]) -> Option<Ipv4Packet<&[u8]>> {
+    let ip = Ipv4Packet::new_checked(bytes).ok()?;
+    let whole = !ip.more_frags() && ip.frag_offset() == 0;
+    (ip.version() == 4 && whole && ip.next_header() == IpProtocol::Tcp).then_some(ip)
 }
 
 /// Parses an unfragmented IPv4/TCP segment in an Ethernet II frame.
 pub fn parse(frame: &[u8]) -> Option<Segment> {
-    if ethertype(frame)? != ETHERTYPE_IPV4 {
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    if eth.ethertype() != EthernetProtocol::Ipv4 {
         return None;
     }
-    let dst_mac = <MacAddr>::try_from(frame.get(0..6)?).ok()?;
-    let src_mac = <MacAddr>::try_from(frame.get(6..12)?).ok()?;
-    let ip = frame.get(ETHERNET_HEADER_LEN..)?;
-    let version_ihl = *ip.first()?;
-    if version_ihl >> 4 != 4 {
-        return None;
-    }
-    let ihl = usize::from(version_ihl & 0x0f) * 4;
-    let total_len = usize::from(be16(ip, 2)?);
-    let fragment = be16(ip, 6)?;
-    if ihl < 20 || total_len < ihl || total_len > ip.len() || fragment & 0x3fff != 0 {
-        return None;
-    }
-    if *ip.get(9)? != IP_PROTOCOL_TCP {
-        return None;
-    }
-    let src_ip = ipv4(ip, 12)?;
-    let dst_ip = ipv4(ip, 16)?;
-    let tcp = ip.get(ihl..total_len)?;
-    let data_offset = usize::from(*tcp.get(12)? >> 4) * 4;
-    if data_offset < 20 || data_offset > tcp.len() {
-        return None;
-    }
-    let flags = *tcp.get(13)?;
+    let ip = ipv4_tcp(eth.payload())?;
+    let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
     let mut segment = Segment {
-        dst_mac,
-        src_mac,
-        src: SocketAddrV4::new(src_ip, be16(tcp, 0)?),
-        dst: SocketAddrV4::new(dst_ip, be16(tcp, 2)?),
-        seq: be32(tcp, 4)?,
-        ack: be32(tcp, 8)?,
-        flags,
-        window: be16(tcp, 14)?,
-        payload_len: tcp.len() - data_offset,
+        dst_mac: eth.dst_addr().0,
+        src_mac: eth.src_addr().0,
+        src: SocketAddrV4::new(ip.src_addr(), tcp.src_port()),
+        dst: SocketAddrV4::new(ip.dst_addr(), tcp.dst_port()),
+        // The header's bits, whatever smoltcp's signed arithmetic type.
+        seq: tcp.seq_number().0 as u32,
+        ack: tcp.ack_number().0 as u32,
+        flags: tcp_flags(&tcp),
+        window: tcp.window_len(),
+        payload_len: tcp.payload().len(),
         mss: None,
         wscale: None,
     };
-    if flags & flags::SYN != 0 {
-        parse_options(tcp.get(20..data_offset)?, &mut segment);
+    if tcp.syn() {
+        let mut options = tcp.options();
+        while let Ok((rest, option)) = TcpOption::parse(options) {
+            match option {
+                TcpOption::EndOfList => break,
+                TcpOption::MaxSegmentSize(mss) => segment.mss = Some(mss),
+                TcpOption::WindowScale(shift) => segment.wscale = Some(shift.min(14)),
+                _ => {}
+            }
+            options = rest;
+        }
     }
     Some(segment)
 }
 
-fn parse_options(mut options: &[u8], segment: &mut Segment) {
-    while let Some((&kind, rest)) = options.split_first() {
-        match kind {
-            0 => return,
-            1 => options = rest,
-            _ => {
-                let Some(&len) = rest.first() else { return };
-                let len = usize::from(len);
-                if len < 2 {
-                    return;
-                }
-                let Some(body) = options.get(2..len) else {
-                    return;
-                };
-                match (kind, body) {
-                    (2, &[hi, lo]) => segment.mss = Some(u16::from_be_bytes([hi, lo])),
-                    (3, &[shift]) => segment.wscale = Some(shift.min(14)),
-                    _ => {}
-                }
-                options = options.get(len..).unwrap_or(&[]);
-            }
-        }
-    }
-}
-
 /// (source, destination) of a bare IPv4/TCP packet (no Ethernet header).
 pub fn ip_tcp_endpoints(packet: &[u8]) -> Option<(SocketAddrV4, SocketAddrV4)> {
-    let version_ihl = *packet.first()?;
-    if version_ihl >> 4 != 4 || *packet.get(9)? != IP_PROTOCOL_TCP {
-        return None;
-    }
-    let tcp = packet.get(usize::from(version_ihl & 0x0f) * 4..)?;
-    let src = SocketAddrV4::new(ipv4(packet, 12)?, be16(tcp, 0)?);
-    let dst = SocketAddrV4::new(ipv4(packet, 16)?, be16(tcp, 2)?);
-    Some((src, dst))
+    let ip = ipv4_tcp(packet)?;
+    let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
+    Some((SocketAddrV4::new(ip.src_addr(), tcp.src_port()), SocketAddrV4::new(ip.dst_addr(), tcp.dst_port())))
 }
 
-/// Writes an Ethernet II header for IPv4 into `header` (14 octets).
+/// Writes an Ethernet II header for IPv4 into `header` (14 octets; a
+/// shorter one is left alone).
 pub fn write_ethernet_header(header: &mut [u8], dst: MacAddr, src: MacAddr) {
-    let mut bytes = [0u8; ETHERNET_HEADER_LEN];
-    bytes[..6].copy_from_slice(&dst);
-    bytes[6..12].copy_from_slice(&src);
-    bytes[12..].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+    let repr = EthernetRepr {
+        src_addr: EthernetAddress(src),
+        dst_addr: EthernetAddress(dst),
+        ethertype: EthernetProtocol::Ipv4,
+    };
     if let Some(target) = header.get_mut(..ETHERNET_HEADER_LEN) {
-        target.copy_from_slice(&bytes);
+        repr.emit(&mut EthernetFrame::new_unchecked(target));
     }
 }
 
 /// An ARP reply `from_ip is-at from_mac` to `to_mac` (tests: a frame the
 /// TOE must leave to the guest).
 pub fn arp_reply(to_mac: MacAddr, to_ip: Ipv4Addr, from_mac: MacAddr, from_ip: Ipv4Addr) -> [u8; 42] {
-    let mut frame = [0u8; 42];
-    let mut put = |at: usize, bytes: &[u8]| {
-        if let Some(target) = frame.get_mut(at..at + bytes.len()) {
-            target.copy_from_slice(bytes);
-        }
+    let arp = ArpRepr::EthernetIpv4 {
+        operation: ArpOperation::Reply,
+        source_hardware_addr: EthernetAddress(from_mac),
+        source_protocol_addr: from_ip,
+        target_hardware_addr: EthernetAddress(to_mac),
+        target_protocol_addr: to_ip,
     };
-    put(0, &to_mac);
-    put(6, &from_mac);
-    put(12, &ETHERTYPE_ARP.to_be_bytes());
-    put(14, &[0, 1, 8, 0, 6, 4, 0, 2]); // Ethernet, IPv4, lengths, reply
-    put(22, &from_mac);
-    put(28, &from_ip.octets());
-    put(32, &to_mac);
-    put(38, &to_ip.octets());
+    let eth = EthernetRepr {
+        src_addr: EthernetAddress(from_mac),
+        dst_addr: EthernetAddress(to_mac),
+        ethertype: EthernetProtocol::Arp,
+    };
+    let mut frame = [0u8; 42];
+    let mut packet = EthernetFrame::new_unchecked(frame.as_mut_slice());
+    eth.emit(&mut packet);
+    arp.emit(&mut ArpPacket::new_unchecked(packet.payload_mut()));
     frame
 }
 
@@ -289,7 +258,7 @@ mod tests {
             hop_limit: 64,
         };
         let mut frame = vec![0u8; ETHERNET_HEADER_LEN + ip.buffer_len() + tcp.buffer_len()];
-        frame[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+        frame[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
         let mut packet = Ipv4Packet::new_unchecked(&mut frame[ETHERNET_HEADER_LEN..]);
         ip.emit(&mut packet, &smoltcp::phy::ChecksumCapabilities::default());
         let mut segment = TcpPacket::new_unchecked(packet.payload_mut());
