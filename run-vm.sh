@@ -455,9 +455,9 @@ cmd_shell() {
 	prepare
 	local dir
 	dir=$(mktemp -d "${TMPDIR:-/tmp}/vt3-shell.XXXXXX")
-	# The guest's key (guest-driver/include/vt3_hw.h, "Who may drive the
-	# device"): 16 random bytes, 0600, for vt3d (--key-file) and for the
-	# guest (-fw_cfg, which QEMU reads at its start: made here, first).
+	# The guest's key (docs/security.md): 16 random bytes, 0600, for vt3d
+	# (--key-file) and for the guest (-fw_cfg, which QEMU reads at its
+	# start: made here, first).
 	(umask 077 && head -c 16 /dev/urandom >"$dir/vt3a.key") || die "could not write $dir/vt3a.key"
 	"$VT3D" serve --socket "$dir/vt3a.vhost" --uplink "unix-dgram:$dir/vt3a.up,$dir/peer.dgram" \
 		--mac 52:54:00:77:00:01 --mgmt "$dir/vt3a.mgmt" --key-file "$dir/vt3a.key" >"$dir/vt3a.vt3d.log" 2>&1 &
