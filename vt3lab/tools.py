@@ -51,13 +51,16 @@ def rping_between(server: Guest, client: Guest, pings: int, verify: bool = True,
     two blocks of stdout, it would split a ping line in two.) Returns the
     client's output."""
     v = "-V" if verify else ""
-    server.spawn(f"rping -s -a {server.ip} -p {port} -C {pings} {v} -v 2> /tmp/rping-srv.err", "rping-srv", 900)
+    # The server outlives the client's bound: a client that hangs is
+    # killed (124) with the server still there to be looked at.
+    server.spawn(f"rping -s -a {server.ip} -p {port} -C {pings} {v} -v 2> /tmp/rping-srv.err", "rping-srv", 960)
     wait_rdma_listen(server, port)
     c = client.run(f"rping -c -a {server.ip} -p {port} -C {pings} {v} -v 2> /tmp/rping-cli.err", 900)
-    # A client that failed or was killed: both ends' TCP and QPs as they
-    # are now, before the server is reaped (a fixture's dump comes later,
-    # after the test's own clean-up): was anything in flight?
-    stuck = "" if c.rc == 0 else "\n".join(
+    # A client that failed, was killed or ended early: both ends' TCP and
+    # QPs as they are now, before the server is reaped (a fixture's dump
+    # comes later, after the test's own clean-up): was anything in flight?
+    done = c.rc == 0 and ping_numbers(c.out, "") == list(range(pings))
+    stuck = "" if done else "\n".join(
         f"=== {g.name}:\n" + g.run("ss -tino; grep ^Tcp: /proc/net/snmp; rdma res show qp", 20).out
         for g in (client, server))
     c_err = client.check("cat /tmp/rping-cli.err", 10)
@@ -72,7 +75,7 @@ def rping_between(server: Guest, client: Guest, pings: int, verify: bool = True,
             f"rping {who} on {g.name}: exit {r.rc}:\n{tail(r.out, 5)}\n{err}{stuck}"
         seen = ping_numbers(r.out, prefix)
         assert seen == list(range(pings)), \
-            f"rping {who} printed {len(seen)} pings, want 0..{pings - 1} in order:\n{tail(r.out, 5)}"
+            f"rping {who} printed {len(seen)} pings, want 0..{pings - 1} in order:\n{tail(r.out, 5)}\n{err}{stuck}"
         assert lines == RPING_CLEAN_END[who], f"rping {who}'s stderr:\n{tail(err)}"
     return c.out
 
