@@ -139,12 +139,12 @@ class Guest:
         self.agent_path = workdir / f"{name}.agent"
         self.qmp_path = workdir / f"{name}.qmp"
         self.kernel_args = kernel_args
-        # One vCPU, but room for two: only then does TCG make the guest's
-        # locked instructions host atomics and its fences host fences
-        # (QEMU 7.2: CF_PARALLEL for maxcpus > 1), which vt3d's status
-        # page words and the doorbell hand-off need (tests/system/
-        # test_platform.py shows both settings).
-        self.max_cpus = 2
+        # Room for one CPU. Under TCG only maxcpus > 1 makes the guest's
+        # locked instructions host atomics and its fences host fences,
+        # which the doorbell hand-off needs (tests/system/test_platform.py),
+        # but with 2 the siw cases fail at once (docs/field-notes.md): the
+        # lab keeps 1 until that is understood.
+        self.max_cpus = 1
         self._lines: "queue.Queue[str | None]" = queue.Queue()
         self._seq = 0
         self.sock: socket.socket | None = None
