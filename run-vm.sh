@@ -474,7 +474,7 @@ cmd_shell() {
 	# its first tcsetattr, SIGTTOU).
 	timeout --foreground 14400 "$QEMU" -accel "$ACCEL" -M q35 -smp 1,maxcpus=2 -m 512M -nographic \
 		-no-reboot -kernel "$IMAGES/vmlinux" -initrd "$IMAGES/initramfs-vt3.cpio" \
-		-append "console=ttyS0 panic=-1 no_timer_check vt3.name=shell vt3.ip=10.77.0.1/24 vt3.driver=1 vt3.shell=1 vt3.agent=none" \
+		-append "console=ttyS0 panic=-1 no_timer_check tsc=reliable vt3.name=shell vt3.ip=10.77.0.1/24 vt3.driver=1 vt3.shell=1 vt3.agent=none" \
 		-object memory-backend-memfd,id=mem,size=512M,share=on -numa node,memdev=mem \
 		-chardev "socket,id=vhost,path=$dir/vt3a.vhost" -netdev vhost-user,id=n0,chardev=vhost \
 		-device "virtio-net-pci,netdev=n0,mac=52:54:00:77:00:01,romfile=$intx" \

@@ -59,7 +59,7 @@ class DistroGuest(Guest):
 
     def qemu_argv(self) -> list[str]:
         args = super().qemu_argv()
-        args[args.index("-append") + 1] = "console=ttyS0 root=/dev/vda rw panic=-1 loglevel=5"
+        args[args.index("-append") + 1] = "console=ttyS0 root=/dev/vda rw panic=-1 loglevel=5 tsc=reliable"
         return args + ["-drive", f"file={self.disk},format=qcow2,if=virtio,snapshot=on"]
 
     def wait_ready(self, timeout: float | None = None) -> None:

@@ -139,12 +139,12 @@ class Guest:
         self.agent_path = workdir / f"{name}.agent"
         self.qmp_path = workdir / f"{name}.qmp"
         self.kernel_args = kernel_args
-        # Room for one CPU. Under TCG only maxcpus > 1 makes the guest's
-        # locked instructions host atomics and its fences host fences,
-        # which the doorbell hand-off needs (tests/system/test_platform.py),
-        # but with 2 the siw cases fail at once (docs/field-notes.md): the
-        # lab keeps 1 until that is understood.
-        self.max_cpus = 1
+        # One vCPU with room for a second: under TCG only maxcpus > 1
+        # makes the guest's locked instructions host atomics and its
+        # fences host fences, which the doorbell hand-off with vt3d (and
+        # virtio's own with any vhost-user backend) needs
+        # (tests/system/test_platform.py).
+        self.max_cpus = 2
         self._lines: "queue.Queue[str | None]" = queue.Queue()
         self._seq = 0
         self.sock: socket.socket | None = None
@@ -161,7 +161,11 @@ class Guest:
                 "-kernel", str(c.kernel), "-initrd", str(c.initrd),
                 # no_timer_check: under TCG on a loaded host the kernel's
                 # IO-APIC timer check can fail and panic the boot.
-                "-append", f"console=ttyS0 panic=-1 loglevel=5 no_timer_check vt3.name={self.name} "
+                # tsc=reliable: with room for a second CPU, the kernel
+                # trusts no TSC of a non-Intel CPU (QEMU's default model)
+                # and falls back to the HPET, an MMIO exit per clock read
+                # under TCG: gettimeofday turns slow and noisy.
+                "-append", f"console=ttyS0 panic=-1 loglevel=5 no_timer_check tsc=reliable vt3.name={self.name} "
                            f"vt3.ip={self.ip}/24 {self.kernel_args}".strip(),
                 *self.console_args(),
                 "-chardev", f"socket,id=agent,path={self.agent_path},server=on,wait=off",
