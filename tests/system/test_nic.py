@@ -1,11 +1,11 @@
 """The Ethernet function: vt3d as a NIC between a vt3 guest (a) and a
-plain QEMU guest (b)."""
+plain QEMU guest (b), and carrying another RNIC's iWARP (siw)."""
 
 import re
 
 import pytest
 
-from helpers import A_IP, B_IP, rping_between
+from helpers import A_IP, B_IP, rping_between, wait_rdma_listen
 from vt3lab import KMOD
 from vt3lab.setups import wait_device
 
@@ -56,23 +56,25 @@ def test_nic_tcp(vt3_plain):
     b.run("rm -f /tmp/blob", 10)
 
 
-def test_siw_over_vt3(vt3_plain):
-    """siw on both guests, one behind vt3d (vt3.ko unloaded there): rping and ib_write_bw -R"""
-    a, b = vt3_plain.a, vt3_plain.b
+def test_siw_over_vt3(vt3_pair):
+    """siw behind vt3d (vt3.ko unloaded there) as the client of a vt3 server: rping and ib_write_bw -R"""
+    # The server is vt3, not siw: a siw server loses a first FPDU that
+    # comes before siw_accept hands the socket to the QP (it sits unread
+    # in the socket for good), and a siw client is quick enough to hit
+    # that about once in 60 connections on a loaded host
+    # (docs/field-notes.md, "siw's accept race").
+    a, b = vt3_pair.a, vt3_pair.b
     a.check("rmmod vt3", 60)
     try:
-        for g in (a, b):
-            g.check("rdma link add siw0 type siw netdev eth0 && ibv_devices | grep -qw siw0", 30)
+        a.check("rdma link add siw0 type siw netdev eth0 && ibv_devices | grep -qw siw0", 30)
         rping_between(b, a, 10, verify=False)
-        b.spawn("ib_write_bw -d siw0 -R -s 65536 -n 200", "bw-srv", 300)
-        from helpers import wait_rdma_listen
+        b.spawn("ib_write_bw -d vt3_0 -R -s 65536 -n 200", "bw-srv", 300)
         wait_rdma_listen(b)
         out = a.check(f"ib_write_bw -d siw0 -R -s 65536 -n 200 {B_IP}", 300)
         assert re.search(r"^ *65536 +200 ", out, re.M), f"ib_write_bw printed no result line:\n{out}"
         assert b.join("bw-srv", 60).rc == 0
     finally:
-        for g in (a, b):
-            g.run("rdma link del siw0", 30)
+        a.run("rdma link del siw0", 30)
         a.check(f"insmod {KMOD}/vt3.ko", 60)
         wait_device(a)
 
