@@ -1082,7 +1082,7 @@ fn a_shorter_tcp_timeout_applies_to_new_engines() {
     assert_eq!(sim.a.rnic.tcp_timeout(), Duration::from_secs(3));
     let now = sim.now;
     sim.a.set_addr(now, IPS[0].octets()).unwrap();
-    let toe = sim.a.rnic.offload().unwrap().engine().toe().config();
+    let toe = sim.a.rnic.offload().unwrap().engine().toe().tcp().config();
     assert_eq!((toe.timeout, toe.keep_alive), (Some(Duration::from_secs(3)), Some(Duration::from_secs(1))));
 }
 

@@ -5,7 +5,7 @@
 use super::event::{ConnectFailure, EventKind};
 use super::qp::{connect_failed, local_terminate, set_state, Phase, QpState};
 use super::{woken, Engine, EngineError};
-use crate::toe::{CloseReason, Duration, Instant, Split, Transport};
+use crate::toe::{CloseReason, Duration, Instant, Link, LinkFault, SocketId, Split, Transport};
 use crate::wire::terminate::TermCode;
 
 /// Fault injection (`vt3d ctl fault …`), on one QP's connection.
@@ -100,15 +100,15 @@ impl<T: Transport> Engine<T> {
                 }
                 set_state(qp, &mut self.out, QpState::Closing);
             }
-            Fault::Blackhole(on) => self.toe.set_blackhole(sock, on),
+            Fault::Blackhole(on) => link_fault(&mut self.toe, now, qpn, sock, LinkFault::Blackhole(on))?,
             Fault::Drop { percent, seed } => {
                 if percent > 100 {
                     return Err(EngineError::Config("drop percentage above 100"));
                 }
-                self.toe.set_drop(sock, percent, seed);
+                link_fault(&mut self.toe, now, qpn, sock, LinkFault::Drop { percent, seed })?;
             }
-            Fault::Delay(delay) => self.toe.set_delay(sock, delay),
-            Fault::Split(split) => self.toe.set_split(sock, split),
+            Fault::Delay(delay) => link_fault(&mut self.toe, now, qpn, sock, LinkFault::Delay(delay))?,
+            Fault::Split(split) => link_fault(&mut self.toe, now, qpn, sock, LinkFault::Split(split))?,
             Fault::CorruptCrc => {
                 let stream = qp
                     .conn
@@ -133,4 +133,16 @@ impl<T: Transport> Engine<T> {
         }
         Ok(())
     }
+}
+
+/// A fault on the frames of `qpn`'s connection (`sock`), set on the link.
+fn link_fault<T: Transport>(
+    link: &mut Link<T>,
+    now: Instant,
+    qpn: u32,
+    sock: SocketId,
+    fault: LinkFault,
+) -> Result<(), EngineError> {
+    link.set_fault(now, sock, fault)
+        .map_err(|_| EngineError::FaultNotApplicable { qpn, what: "the connection has no 4-tuple yet" })
 }

@@ -67,7 +67,7 @@ pub use wr::{
 };
 
 use crate::negotiation::{self, Negotiated};
-use crate::toe::{CloseReason, Duration, FourTuple, Instant, LinkStatus, SocketId, TcbInfo, TcpError, Transport};
+use crate::toe::{CloseReason, Duration, FourTuple, Instant, Link, LinkStatus, SocketId, TcbInfo, TcpError, Transport};
 use crate::wire::mpa;
 use cm::Pending;
 use qp::{
@@ -248,7 +248,9 @@ impl Outputs {
 
 /// The engine: QPs and listening ports over a TOE.
 pub struct Engine<T: Transport> {
-    toe: T,
+    /// The TCP behind the link that loops our own frames back and
+    /// injects faults (`toe/link.rs`).
+    toe: Link<T>,
     config: EngineConfig,
     qps: BTreeMap<u32, Qp>,
     srqs: BTreeMap<u32, Srq>,
@@ -283,7 +285,7 @@ impl<T: Transport> core::fmt::Debug for Engine<T> {
 impl<T: Transport> Engine<T> {
     pub fn new(toe: T, config: EngineConfig) -> Self {
         Engine {
-            toe,
+            toe: Link::new(toe),
             config,
             qps: BTreeMap::new(),
             srqs: BTreeMap::new(),
@@ -296,11 +298,11 @@ impl<T: Transport> Engine<T> {
         }
     }
 
-    pub fn toe(&self) -> &T {
+    pub fn toe(&self) -> &Link<T> {
         &self.toe
     }
 
-    pub fn toe_mut(&mut self) -> &mut T {
+    pub fn toe_mut(&mut self) -> &mut Link<T> {
         &mut self.toe
     }
 

@@ -7,8 +7,10 @@
 //! dumped, [`TcbInfo`]) and exposes byte streams to the engine.
 //!
 //! [`Transport`] is our own trait so that the stack can be replaced;
-//! [`SmolToe`] implements it with smoltcp. Time is always injected by the
-//! caller ([`Instant`]), so tests are deterministic.
+//! [`SmolToe`] implements it with smoltcp. The engine drives it through a
+//! [`Link`], which loops frames for our own MAC back in and injects faults
+//! on a connection's frames. Time is always injected by the caller
+//! ([`Instant`]), so tests are deterministic.
 //!
 //! What the TOE does **not** do: answer ARP for the guest's address (the
 //! guest kernel does), route (every peer is reached through the L2 next hop
@@ -24,12 +26,13 @@ use thiserror::Error;
 #[allow(unsafe_code)]
 mod buffer;
 pub mod frame;
+mod link;
 mod observed;
 mod port;
 mod smol;
 
 pub use buffer::BufferError;
-pub use port::{FaultCounters, MAX_DELAYED_FRAMES};
+pub use link::{FaultCounters, Link, LinkFault, MAX_DELAYED_FRAMES, MAX_LOOPED_FRAMES};
 pub use smol::{SmolToe, MAX_BACKLOG};
 pub use smoltcp::time::{Duration, Instant};
 
@@ -218,7 +221,7 @@ pub struct TcbInfo {
     pub split: Option<Split>,
 }
 
-/// Fault injection ([`Transport::set_split`]): each data segment a
+/// Fault injection ([`LinkFault::Split`]): each data segment a
 /// connection sends leaves as two, the last `tail` octets of its payload
 /// `hold` after the rest, as a sender that segments differently would
 /// send them. With a `tail` of 1 to 3, an FPDU's CRC, which ends a
@@ -358,6 +361,9 @@ pub enum TcpError {
 /// The TCP stack as the engine sees it. Everything is driven by the
 /// caller: frames in, frames out, time injected.
 pub trait Transport {
+    /// Our MAC address: frames to it come back in ([`Link`]).
+    fn mac(&self) -> MacAddr;
+
     /// Should the device hand this uplink frame to the TOE? True only for
     /// IPv4/TCP to our MAC and IP on an offloaded 4-tuple or a listening port.
     fn wants(&self, frame: &[u8]) -> bool;
@@ -414,10 +420,6 @@ pub trait Transport {
     /// Octets received in order and not read yet (0 for an unknown id).
     fn recv_queue(&self, id: SocketId) -> usize;
 
-    /// Frames sent to our own address and taken back in so far (a
-    /// loopback connection): the engine reads what they brought.
-    fn looped_in(&self) -> u64;
-
     /// Free octets in the send buffer (0 once our FIN is queued).
     fn send_space(&self, id: SocketId) -> usize;
 
@@ -447,24 +449,6 @@ pub trait Transport {
 
     /// Every TCB, listening slots included.
     fn for_each_tcb(&self, f: &mut dyn FnMut(&TcbInfo));
-
-    /// Fault injection: silently drop every frame of this connection, both
-    /// ways (the peer and we eventually time out).
-    fn set_blackhole(&mut self, id: SocketId, on: bool);
-
-    /// Fault injection: drop `percent` % of this connection's frames, both
-    /// ways, with a PRNG seeded by `seed` (the same seed drops the same
-    /// frames of the same traffic); 0 stops it.
-    fn set_drop(&mut self, id: SocketId, percent: u8, seed: u64);
-
-    /// Fault injection: hold every frame this connection sends for
-    /// `delay` (data and ACKs alike, so the RTT grows by `delay` both
-    /// ways); `None` stops it (frames already held still wait their time).
-    fn set_delay(&mut self, id: SocketId, delay: Option<Duration>);
-
-    /// Fault injection: cut each data segment this connection sends in
-    /// two ([`Split`]); `None` stops it.
-    fn set_split(&mut self, id: SocketId, split: Option<Split>);
 }
 
 #[cfg(test)]

@@ -12,9 +12,9 @@ const MAC_B: MacAddr = [0x52, 0x54, 0, 0, 0, 2];
 const IP_A: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const IP_B: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
 
-struct Pair {
-    a: SmolToe,
-    b: SmolToe,
+struct Pair<T = SmolToe> {
+    a: T,
+    b: T,
     now: Instant,
     /// Frames in flight: (to_b, frame).
     wire: VecDeque<(bool, Vec<u8>)>,
@@ -34,7 +34,24 @@ impl Pair {
             strays: 0,
         }
     }
+}
 
+impl Pair<Link<SmolToe>> {
+    /// Two stacks, each behind its link (`link.rs`: loopback, faults).
+    fn linked(config: impl Fn(TcpConfig) -> TcpConfig) -> Self {
+        let pair = Pair::new(config);
+        Pair {
+            a: Link::new(pair.a),
+            b: Link::new(pair.b),
+            now: pair.now,
+            wire: pair.wire,
+            drop_all: pair.drop_all,
+            strays: pair.strays,
+        }
+    }
+}
+
+impl<T: Transport> Pair<T> {
     /// Runs both stacks until the wire is quiet, advancing time to timers
     /// only when `advance` is set.
     fn settle(&mut self, advance: bool, limit: Duration) {
@@ -70,7 +87,7 @@ impl Pair {
     }
 }
 
-fn read_all(toe: &mut SmolToe, id: SocketId) -> Vec<u8> {
+fn read_all(toe: &mut impl Transport, id: SocketId) -> Vec<u8> {
     let mut got = Vec::new();
     toe.recv(id, &mut |data| {
         got.extend_from_slice(data);
@@ -129,7 +146,7 @@ fn connect_transfer_and_graceful_close() {
 
 #[test]
 fn reset_timeout_and_backlog() {
-    let mut pair = Pair::new(|mut c| {
+    let mut pair = Pair::linked(|mut c| {
         c.timeout = Some(Duration::from_secs(5));
         c
     });
@@ -155,12 +172,20 @@ fn reset_timeout_and_backlog() {
     assert_eq!(pair.b.status(b0), Some(LinkStatus::Closed(CloseReason::Aborted)));
     assert_eq!(pair.a.status(ids[0]), Some(LinkStatus::Closed(CloseReason::Reset)));
 
-    // Blackhole: data outstanding, nothing comes back: timeout.
-    pair.a.set_blackhole(ids[1], true);
+    // Blackhole on the link: data outstanding, nothing comes back: timeout.
+    pair.a.set_fault(pair.now, ids[1], LinkFault::Blackhole(true)).unwrap();
+    assert!(pair.a.tcb(ids[1]).unwrap().blackholed);
     pair.a.send_slice(ids[1], b"hello").unwrap();
     pair.settle(true, Duration::from_secs(30));
     assert_eq!(pair.a.status(ids[1]), Some(LinkStatus::Closed(CloseReason::Timeout)));
     assert!(pair.a.tcb(ids[1]).unwrap().retransmits > 0);
+    assert!(pair.a.fault_counters().dropped > 0);
+    // The connection's faults end when the engine releases it.
+    pair.a.release(ids[1]);
+    assert_eq!(
+        pair.a.set_fault(pair.now, SocketId { index: 999, generation: 0 }, LinkFault::Blackhole(true)),
+        Err(TcpError::NoSocket)
+    );
     let _ = b1;
 }
 
@@ -247,7 +272,7 @@ fn more_peers_than_neighbour_cache_entries() {
 
 /// Runs one stack alone until it has nothing to do (advancing time to
 /// its timers up to `limit`); every frame it sends to the wire is kept.
-fn settle_alone(toe: &mut SmolToe, now: &mut Instant, limit: Duration, wire: &mut Vec<Vec<u8>>) {
+fn settle_alone(toe: &mut impl Transport, now: &mut Instant, limit: Duration, wire: &mut Vec<Vec<u8>>) {
     let end = *now + limit;
     loop {
         toe.egress(*now, &mut |f| wire.push(f.to_vec()));
@@ -259,16 +284,22 @@ fn settle_alone(toe: &mut SmolToe, now: &mut Instant, limit: Duration, wire: &mu
     }
 }
 
-#[test]
-fn a_connection_to_our_own_address_never_touches_the_wire() {
-    let now = Instant::from_millis(1000);
-    let mut toe = SmolToe::new(TcpConfig::new(MAC_A, IP_A), now).unwrap();
-    let mut now = now;
+/// One stack behind its link, with a connection from its own address to
+/// itself: (stack, now, frames that reached the wire, active end, passive end).
+fn looped_connection(config: TcpConfig) -> (Link<SmolToe>, Instant, Vec<Vec<u8>>, SocketId, SocketId) {
+    let mut now = Instant::from_millis(1000);
+    let mut toe = Link::new(SmolToe::new(config, now).unwrap());
     let mut wire = Vec::new();
     toe.listen(4791, 4).unwrap();
-    let a = toe.connect(now, 40000, SocketAddrV4::new(IP_A, 4791), MAC_A).unwrap();
+    let a = toe.connect(now, 40000, SocketAddrV4::new(config.ip, 4791), config.mac).unwrap();
     settle_alone(&mut toe, &mut now, Duration::ZERO, &mut wire);
     let b = toe.accept(4791).unwrap();
+    (toe, now, wire, a, b)
+}
+
+#[test]
+fn a_connection_to_our_own_address_never_touches_the_wire() {
+    let (mut toe, mut now, mut wire, a, b) = looped_connection(TcpConfig::new(MAC_A, IP_A));
     assert_eq!(toe.status(a), Some(LinkStatus::Established));
     assert_eq!(toe.status(b), Some(LinkStatus::Established));
 
@@ -291,6 +322,22 @@ fn a_connection_to_our_own_address_never_touches_the_wire() {
     assert_eq!(toe.status(b), Some(LinkStatus::Closed(CloseReason::Graceful)));
     assert!(wire.is_empty(), "{} frames reached the wire", wire.len());
     assert_eq!(toe.fault_counters().loop_overflow, 0);
+}
+
+#[test]
+fn the_link_faults_a_connection_to_our_own_address_too() {
+    // Looped frames pass the link like any other: a blackholed loopback
+    // connection times out, and not one frame reaches the wire.
+    let mut config = TcpConfig::new(MAC_A, IP_A);
+    config.timeout = Some(Duration::from_secs(5));
+    let (mut toe, mut now, mut wire, a, b) = looped_connection(config);
+    toe.set_fault(now, a, LinkFault::Blackhole(true)).unwrap();
+    toe.send_slice(a, b"hello").unwrap();
+    settle_alone(&mut toe, &mut now, Duration::from_secs(30), &mut wire);
+    assert!(read_all(&mut toe, b).is_empty());
+    assert_eq!(toe.status(a), Some(LinkStatus::Closed(CloseReason::Timeout)));
+    assert!(toe.fault_counters().dropped > 0);
+    assert!(wire.is_empty(), "{} frames reached the wire", wire.len());
 }
 
 #[test]

@@ -9,7 +9,7 @@ use super::*;
 const PAIRS: u32 = 8;
 
 fn resident(sim: &Sim<Node, Node>) -> (usize, usize) {
-    (sim.a.engine.toe().resident_buffer_pages(), sim.b.engine.toe().resident_buffer_pages())
+    (sim.a.engine.toe().tcp().resident_buffer_pages(), sim.b.engine.toe().tcp().resident_buffer_pages())
 }
 
 #[test]

@@ -23,7 +23,7 @@ mod rts {
         assert_eq!(states(&b), vec![(QpState::Rts, QpState::Closing), (QpState::Closing, QpState::Idle)]);
         // TIME-WAIT passes, sockets are freed.
         settle(&mut sim, 60);
-        assert_eq!(sim.a.engine.toe().socket_count(), 0);
+        assert_eq!(sim.a.engine.toe().tcp().socket_count(), 0);
     }
 
     #[test]
@@ -75,7 +75,7 @@ mod rts {
         assert_eq!(others(&sim.b.qp_events(2)), vec![EventKind::Timeout]);
         assert_eq!(sim.a.state(1), Some(QpState::Error));
         assert_eq!(sim.b.state(2), Some(QpState::Error));
-        let timeout = sim.a.engine.toe().config().timeout.unwrap();
+        let timeout = sim.a.engine.toe().tcp().config().timeout.unwrap();
         assert!(sim.now >= cut_at + timeout);
         // The SEND completed into the TCP buffer before the wire died; the
         // receive never completed; nothing else came out.

@@ -47,10 +47,10 @@ use super::frame::ETHERNET_HEADER_LEN;
 
 use super::frame::{self, flags, Segment};
 use super::observed::Observed;
-use super::port::{send_out, DelayQueue, FaultCounters, LoopQueue, Port, TxPath};
+use super::port::{Port, TxPath};
 use super::{
-    CloseReason, Duration, FourTuple, Instant, LinkStatus, MacAddr, SocketId, Split, TcbInfo, TcpConfig, TcpError,
-    TcpState, Transport,
+    CloseReason, Duration, FourTuple, Instant, LinkStatus, MacAddr, SocketId, TcbInfo, TcpConfig, TcpError, TcpState,
+    Transport,
 };
 
 mod transport;
@@ -94,17 +94,6 @@ pub(super) struct Entry {
     state: TcpState,
     close_reason: Option<CloseReason>,
     pub(super) observed: Observed,
-    blackhole: bool,
-    /// Fault injection: drop this percentage of the connection's frames,
-    /// both ways, drawing from `rng` (seeded, so runs repeat).
-    drop_percent: u8,
-    rng: u64,
-    /// Fault injection: hold every frame the connection sends this long.
-    pub(super) delay: Option<Duration>,
-    /// Fault injection: cut each data segment the connection sends in two.
-    pub(super) split: Option<Split>,
-    /// The split fault's last frame leaves then: later ones wait for it.
-    pub(super) split_until: Instant,
     /// Where our frames for this connection go.
     pub(super) next_hop: MacAddr,
     /// Octets of its receive and send buffers (of the TOE's budget).
@@ -180,29 +169,7 @@ impl Entry {
         }
         self.release_at
     }
-
-    /// Whether fault injection drops the next frame of this connection.
-    pub(super) fn drops(&mut self) -> bool {
-        if self.blackhole {
-            return true;
-        }
-        if self.drop_percent == 0 {
-            return false;
-        }
-        // xorshift64*: deterministic for a seed, cheap, good enough.
-        let mut x = self.rng;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.rng = x;
-        let draw = x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32;
-        draw % 100 < u64::from(self.drop_percent)
-    }
 }
-
-/// Looped frames taken back in per call of `ingress`/`egress`; the rest
-/// waits for the next (`poll_at` says now).
-const LOOPED_PER_CALL: usize = 256;
 
 #[derive(Debug, Default)]
 pub(super) struct Slot {
@@ -236,9 +203,6 @@ pub struct SmolToe {
     listeners: HashMap<u16, Listener>,
     /// One outgoing frame being built.
     scratch: Vec<u8>,
-    delayed: DelayQueue,
-    faults: FaultCounters,
-    looped: LoopQueue,
     /// Frames the uplink takes from egress ([`Transport::set_egress_room`]).
     egress_room: usize,
     /// Octets of socket buffers the sockets hold ([`TcpConfig::buffer_budget`]).
@@ -323,8 +287,6 @@ impl SmolToe {
         iface_config.random_seed = config.seed;
         let mut slots = Vec::new();
         let by_tuple = HashMap::new();
-        let mut delayed = DelayQueue::default();
-        let mut faults = FaultCounters::default();
         let mut sink = |_: &[u8]| {};
         let mut port = Port {
             rx: None,
@@ -333,8 +295,6 @@ impl SmolToe {
                 uplink: &mut sink,
                 slots: &mut slots,
                 by_tuple: &by_tuple,
-                delayed: &mut delayed,
-                faults: &mut faults,
                 budget: 0,
                 mtu: config.mtu,
                 our_mac: config.mac,
@@ -355,9 +315,6 @@ impl SmolToe {
             by_tuple,
             listeners: HashMap::new(),
             scratch,
-            delayed,
-            faults,
-            looped: LoopQueue::default(),
             egress_room: usize::MAX,
             reserved: 0,
             timers: BTreeSet::new(),
@@ -369,11 +326,6 @@ impl SmolToe {
 
     pub fn config(&self) -> &TcpConfig {
         &self.config
-    }
-
-    /// What fault injection did so far.
-    pub fn fault_counters(&self) -> FaultCounters {
-        FaultCounters { loop_overflow: self.looped.overflow, ..self.faults }
     }
 
     /// Sockets in the table, listening slots included.
@@ -490,12 +442,6 @@ impl SmolToe {
             state,
             close_reason: None,
             observed: Observed::default(),
-            blackhole: false,
-            drop_percent: 0,
-            rng: 1,
-            delay: None,
-            split: None,
-            split_until: self.now,
             next_hop,
             buffers,
         };
@@ -600,9 +546,7 @@ impl SmolToe {
             Some(entry) => std::mem::replace(&mut entry.set, SocketSet::new(Vec::new())),
             None => SocketSet::new(Vec::new()),
         };
-        let SmolToe { iface, slots, by_tuple, scratch, delayed, faults, looped, .. } = self;
-        let mut out = |frame: &[u8]| send_out(frame, our_mac, looped, uplink);
-        let uplink: &mut dyn FnMut(&[u8]) = &mut out;
+        let SmolToe { iface, slots, by_tuple, scratch, .. } = self;
         let mut port = Port {
             rx: rx.map(|(packet, _)| packet),
             tx: TxPath {
@@ -610,8 +554,6 @@ impl SmolToe {
                 uplink,
                 slots,
                 by_tuple,
-                delayed,
-                faults,
                 budget,
                 mtu,
                 our_mac,
@@ -700,10 +642,6 @@ impl SmolToe {
             let Some(entry) = self.entry_mut(id) else {
                 return;
             };
-            if entry.drops() {
-                self.faults.dropped += 1;
-                return;
-            }
             // A SYN (no ACK) for a tuple we track is a duplicate or a
             // reuse during TIME-WAIT: never let a second listener take it.
             if segment.has(flags::SYN) && !segment.has(flags::ACK) && entry.state != TcpState::SynSent {
@@ -721,24 +659,6 @@ impl SmolToe {
         self.after_ingress(&segment, target);
         if let Some(index) = target {
             self.touch(index);
-        }
-    }
-
-    /// Takes back in what we sent to our own MAC, and lets TCP answer it,
-    /// a bounded number of frames per call (`poll_at` says when more wait).
-    fn take_looped(&mut self, now: Instant, uplink: &mut dyn FnMut(&[u8])) {
-        let mut taken = 0;
-        while !self.looped.frames.is_empty() && taken < LOOPED_PER_CALL {
-            while let Some(frame) = self.looped.frames.pop_front() {
-                self.take_in(now, &frame, uplink);
-                self.looped.taken += 1;
-                taken += 1;
-                if taken == LOOPED_PER_CALL {
-                    break;
-                }
-            }
-            let sent = self.poll_due(now, uplink, self.burst());
-            self.egress_room = self.egress_room.saturating_sub(sent);
         }
     }
 

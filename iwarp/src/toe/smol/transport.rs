@@ -1,32 +1,26 @@
 //! [`Transport`] for [`SmolToe`]: what the engine calls (listen, connect,
-//! accept, send, receive, close, TCB views and the per-connection fault
-//! settings); the socket table and the polling it drives are in `mod.rs`.
+//! accept, send, receive, close, TCB views); the socket table and the
+//! polling it drives are in `mod.rs`.
 
 use super::*;
 
 impl Transport for SmolToe {
+    fn mac(&self) -> MacAddr {
+        self.config.mac
+    }
+
     fn wants(&self, frame: &[u8]) -> bool {
         frame::parse(frame).is_some_and(|segment| self.wants_segment(&segment))
     }
 
     fn ingress(&mut self, now: Instant, frame: &[u8], uplink: &mut dyn FnMut(&[u8])) {
         self.take_in(now, frame, uplink);
-        self.take_looped(now, uplink);
     }
 
     fn egress(&mut self, now: Instant, uplink: &mut dyn FnMut(&[u8])) {
-        // Delayed frames whose time has come go first (they are older).
-        while let Some(entry) = self.delayed.frames.first_entry() {
-            if entry.key().0 > now {
-                break;
-            }
-            let frame = entry.remove();
-            send_out(&frame, self.config.mac, &mut self.looped, uplink);
-        }
         self.now = now;
         let sent = self.poll_due(now, uplink, self.burst().min(self.egress_room));
         self.egress_room = self.egress_room.saturating_sub(sent);
-        self.take_looped(now, uplink);
     }
 
     fn take_ready(&mut self, f: &mut dyn FnMut(SocketId)) {
@@ -39,15 +33,8 @@ impl Transport for SmolToe {
         self.egress_room = frames;
     }
 
-    fn poll_at(&mut self, now: Instant) -> Option<Instant> {
-        if !self.looped.frames.is_empty() {
-            return Some(now);
-        }
-        let at = self.timers.first().map(|&(at, _)| at);
-        match (at, self.delayed.frames.keys().next().map(|k| k.0)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+    fn poll_at(&mut self, _now: Instant) -> Option<Instant> {
+        self.timers.first().map(|&(at, _)| at)
     }
 
     fn listen(&mut self, port: u16, backlog: usize) -> Result<(), TcpError> {
@@ -207,10 +194,6 @@ impl Transport for SmolToe {
         Ok(total)
     }
 
-    fn looped_in(&self) -> u64 {
-        self.looped.taken
-    }
-
     fn recv_queue(&self, id: SocketId) -> usize {
         self.socket(id).map_or(0, |socket| socket.recv_queue())
     }
@@ -288,10 +271,6 @@ impl Transport for SmolToe {
             return;
         };
         entry.released = true;
-        entry.blackhole = false;
-        entry.drop_percent = 0;
-        entry.delay = None;
-        entry.split = None;
         self.touch(id.index);
     }
 
@@ -336,10 +315,11 @@ impl Transport for SmolToe {
             send_queue: socket.send_queue(),
             recv_queue: socket.recv_queue(),
             close_reason: entry.close_reason,
-            blackholed: entry.blackhole,
-            drop_percent: entry.drop_percent,
-            delay: entry.delay,
-            split: entry.split,
+            // The link's faults: filled in by the link (link.rs).
+            blackholed: false,
+            drop_percent: 0,
+            delay: None,
+            split: None,
         })
     }
 
@@ -351,33 +331,6 @@ impl Transport for SmolToe {
             if let Some(tcb) = self.tcb(self.id_of(index)) {
                 f(&tcb);
             }
-        }
-    }
-
-    fn set_blackhole(&mut self, id: SocketId, on: bool) {
-        if let Some(entry) = self.entry_mut(id) {
-            entry.blackhole = on;
-        }
-    }
-
-    fn set_drop(&mut self, id: SocketId, percent: u8, seed: u64) {
-        if let Some(entry) = self.entry_mut(id) {
-            entry.drop_percent = percent.min(100);
-            // xorshift needs a non-zero state; mix the seed so that small
-            // seeds differ from the first draw on.
-            entry.rng = (seed ^ 0x9e37_79b9_7f4a_7c15).max(1);
-        }
-    }
-
-    fn set_delay(&mut self, id: SocketId, delay: Option<Duration>) {
-        if let Some(entry) = self.entry_mut(id) {
-            entry.delay = delay.filter(|d| *d > Duration::ZERO);
-        }
-    }
-
-    fn set_split(&mut self, id: SocketId, split: Option<Split>) {
-        if let Some(entry) = self.entry_mut(id) {
-            entry.split = split.filter(|s| s.tail > 0);
         }
     }
 }
