@@ -95,3 +95,14 @@ def test_one_cpu_guest_atomics(one_cpu_vt3, host_litmus):
     assert r["adds"][2] > 0 and r["rc"] == (1,), f"no add lost with maxcpus=1: {r}"
     # vt3.ko told the user so.
     assert ONE_CPU_WARNING in one_cpu_vt3.a.check("dmesg", 10)
+
+
+@pytest.mark.qemu10
+def test_guest_clock(single_vt3):
+    """the lab's guest (maxcpus=2) keeps the TSC as its clock: without tsc=reliable its kernel drops the TSC of QEMU's AMD model for the HPET, and perftest's calibration fails"""  # noqa: E501
+    a = single_vt3.a
+    source = a.check("cat /sys/devices/system/clocksource/clocksource0/current_clocksource", 10).strip()
+    if source != "tsc":
+        log = a.run("dmesg | grep -iE 'tsc|clocksource'", 10).out
+        raise AssertionError(f"the guest's clocksource is {source}, not tsc:\n{log}")
+    assert "tsc=reliable" in a.check("cat /proc/cmdline", 10).split()
