@@ -36,6 +36,7 @@ use vt3d::abi::{
 use vt3d::control::Request;
 use vt3d::rnic::wqe::{self, WqeLimits};
 use vt3d::rnic::{Counts, Limits, Rnic};
+use vt3d::testing::{CqRing, GuestRam, Layout, QpCaps};
 
 // ---------------------------------------------------------------------------
 // Input decoding
@@ -134,6 +135,12 @@ const STATUS_END: u64 = 0x6000;
 /// Ring and buffer pages from here to the end (wrapping around).
 const PAGES: u64 = 0x6000;
 const PAGE: u64 = VT3_PAGE_SIZE;
+
+/// The guest's RAM laid out as above, every area wrapping around.
+fn layout() -> Layout {
+    Layout { size: MEM, pbl: PBL..PBL_END, status: STATUS..STATUS_END, pages: PAGES..MEM, wrap: true }
+}
+
 /// Listening port of the templates.
 const PORT: u16 = 7174;
 
@@ -201,12 +208,9 @@ struct SrqInfo {
 
 pub struct Guest {
     pub rnic: Rnic,
-    pub mem: GuestMemoryMmap,
+    pub ram: GuestRam,
     index: usize,
     next_poll: Option<Instant>,
-    next_pbl: u64,
-    next_page: u64,
-    next_status: u64,
     pds: Vec<u32>,
     mrs: Vec<MrInfo>,
     cqs: Vec<CqInfo>,
@@ -232,7 +236,7 @@ impl Endpoint for Guest {
     }
 
     fn poll(&mut self, now: Instant, tx: &mut dyn FnMut(&[u8])) {
-        self.next_poll = self.rnic.service(now, &self.mem, tx);
+        self.next_poll = self.rnic.service(now, &self.ram.mem, tx);
         self.take_events();
     }
 
@@ -245,12 +249,9 @@ impl Guest {
     pub fn new(index: usize) -> Self {
         Self {
             rnic: Rnic::new(limits(), 1500),
-            mem: GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM as usize)]).unwrap(),
+            ram: GuestRam::anonymous(layout()),
             index,
             next_poll: None,
-            next_pbl: PBL,
-            next_page: PAGES,
-            next_status: STATUS,
             pds: Vec::new(),
             mrs: Vec::new(),
             cqs: Vec::new(),
@@ -264,29 +265,7 @@ impl Guest {
 
     /// `n` fresh pages (wrapping around guest RAM) and their page list.
     fn pages(&mut self, n: u32) -> u64 {
-        let n = u64::from(n.max(1));
-        if self.next_pbl + n * 8 > PBL_END {
-            self.next_pbl = PBL;
-        }
-        let pbl = self.next_pbl;
-        for i in 0..n {
-            if self.next_page + PAGE > MEM {
-                self.next_page = PAGES;
-            }
-            self.mem.write_obj(self.next_page.to_le(), GuestAddress(pbl + i * 8)).unwrap();
-            self.next_page += PAGE;
-        }
-        self.next_pbl += n * 8;
-        pbl
-    }
-
-    fn status_page(&mut self) -> u64 {
-        if self.next_status + 64 > STATUS_END {
-            self.next_status = STATUS;
-        }
-        let at = self.next_status;
-        self.next_status += 64;
-        at
+        self.ram.pages(n).0
     }
 
     fn qpns(&self) -> Vec<u32> {
@@ -305,18 +284,10 @@ impl Guest {
         self.mrs.iter().map(|m| m.stag).collect()
     }
 
-    /// The page list at `pbl` as far as it is readable (at most 64 pages).
-    fn read_pbl(&self, pbl: u64, npages: u32) -> Vec<u64> {
-        (0..u64::from(npages.min(64)))
-            .map_while(|i| self.mem.read_obj::<u64>(GuestAddress(pbl.wrapping_add(i * 8))).ok())
-            .map(u64::from_le)
-            .collect()
-    }
-
     /// Runs one command after authentication, as `control::handle_frame`
     /// does, and checks what came back.
     pub fn execute(&mut self, now: Instant, cmd: Cmd, payload: &[u8]) -> Result<Vec<u8>, Status> {
-        let result = Request::decode(cmd, payload).and_then(|request| self.rnic.execute(&self.mem, now, &request));
+        let result = Request::decode(cmd, payload).and_then(|request| self.rnic.execute(&self.ram.mem, now, &request));
         if let Ok(resp) = &result {
             let expected = match cmd {
                 Cmd::QueryDevice => std::mem::size_of::<DeviceAttr>(),
@@ -371,19 +342,19 @@ impl Guest {
                     cqn: handle.unwrap(),
                     status: a.status_addr.to_native(),
                     depth: a.depth.to_native(),
-                    ring: self.read_pbl(a.ring_pbl_addr.to_native(), a.ring_npages.to_native()),
+                    ring: self.ram.read_pbl(a.ring_pbl_addr.to_native(), a.ring_npages.to_native()),
                 });
             }
             Cmd::DestroyCq => self.cqs.retain(|c| Some(c.cqn) != arg),
             Cmd::CreateQp => {
                 let a: CmdCreateQp = abi::read_struct(payload).unwrap();
                 let status = a.status_addr.to_native();
-                let st: QpStatus = self.mem.read_obj(GuestAddress(status)).unwrap();
+                let st: QpStatus = self.ram.mem.read_obj(GuestAddress(status)).unwrap();
                 self.qps.push(QpInfo {
                     qpn: handle.unwrap(),
                     status,
-                    sq: self.read_pbl(a.sq_pbl_addr.to_native(), a.sq_npages.to_native()),
-                    rq: self.read_pbl(a.rq_pbl_addr.to_native(), a.rq_npages.to_native()),
+                    sq: self.ram.read_pbl(a.sq_pbl_addr.to_native(), a.sq_npages.to_native()),
+                    rq: self.ram.read_pbl(a.rq_pbl_addr.to_native(), a.rq_npages.to_native()),
                     sq_depth: a.sq_depth.to_native(),
                     rq_depth: a.rq_depth.to_native(),
                     limits: WqeLimits {
@@ -403,12 +374,12 @@ impl Guest {
             Cmd::CreateSrq => {
                 let a: abi::CmdCreateSrq = abi::read_struct(payload).unwrap();
                 let status = a.status_addr.to_native();
-                let st: abi::SrqStatus = self.mem.read_obj(GuestAddress(status)).unwrap();
+                let st: abi::SrqStatus = self.ram.mem.read_obj(GuestAddress(status)).unwrap();
                 self.srqs.push(SrqInfo {
                     srqn: handle.unwrap(),
                     status,
                     depth: a.depth.to_native(),
-                    ring: self.read_pbl(a.ring_pbl_addr.to_native(), a.ring_npages.to_native()),
+                    ring: self.ram.read_pbl(a.ring_pbl_addr.to_native(), a.ring_npages.to_native()),
                     max_sge: a.max_sge.to_native(),
                     prod: st.prod.to_native(),
                 });
@@ -418,7 +389,7 @@ impl Guest {
             // the device must cope with whatever the new ring holds).
             Cmd::ResizeSrq => {
                 let a: abi::CmdResizeSrq = abi::read_struct(payload).unwrap();
-                let ring = self.read_pbl(a.ring_pbl_addr.to_native(), a.ring_npages.to_native());
+                let ring = self.ram.read_pbl(a.ring_pbl_addr.to_native(), a.ring_npages.to_native());
                 if let Some(srq) = self.srqs.iter_mut().find(|s| s.srqn == a.srqn.to_native()) {
                     srq.depth = a.depth.to_native();
                     srq.ring = ring;
@@ -483,7 +454,7 @@ impl Guest {
         // A PBL entry may repeat a page: 64 entries naming one page.
         let budget = self.rnic.limits().pbl_budget as u32;
         for i in 0..u64::from(budget) {
-            self.mem.write_obj(PAGES.to_le(), GuestAddress(PBL + i * 8)).unwrap();
+            self.ram.mem.write_obj(PAGES.to_le(), GuestAddress(PBL + i * 8)).unwrap();
         }
         let pd = self.execute(now, Cmd::AllocPd, &[]).expect("a PD after teardown");
         let pdn = abi::read_struct::<RespHandle>(&pd).unwrap().handle.to_native();
@@ -551,7 +522,7 @@ impl World {
                 g.qps
                     .iter()
                     .map(|q| {
-                        g.mem.read_obj::<QpStatus>(GuestAddress(q.status)).map_or(u32::MAX, |s| s.state.to_native())
+                        g.ram.mem.read_obj::<QpStatus>(GuestAddress(q.status)).map_or(u32::MAX, |s| s.state.to_native())
                     })
                     .collect()
             })
@@ -649,15 +620,7 @@ impl World {
             Cmd::DeregMr => handle(pick(input, &g.stags())),
             Cmd::CreateCq => {
                 let depth = 2u32 << (input.u8() % 7);
-                let npages = (depth * 32).div_ceil(PAGE as u32);
-                let pbl = g.pages(npages);
-                let status = g.status_page();
-                as_bytes(&CmdCreateCq {
-                    ring_pbl_addr: pbl.into(),
-                    status_addr: status.into(),
-                    ring_npages: npages.into(),
-                    depth: depth.into(),
-                })
+                as_bytes(&g.ram.new_cq(depth).0)
             }
             Cmd::DestroyCq => handle(pick(input, &g.cqns())),
             Cmd::ArmCq => {
@@ -673,7 +636,7 @@ impl World {
                 let rq_npages = (rq_depth * VT3_WQE_SIZE as u32).div_ceil(PAGE as u32);
                 let sq_pbl = g.pages(sq_npages);
                 let rq_pbl = g.pages(rq_npages);
-                let status = g.status_page();
+                let status = g.ram.status_page();
                 let sizes = input.u8();
                 let qp = CmdCreateQp {
                     sq_pbl_addr: sq_pbl.into(),
@@ -737,7 +700,7 @@ impl World {
                 let depth = 2u32 << (input.u8() % 5);
                 let npages = (depth * VT3_WQE_SIZE as u32).div_ceil(PAGE as u32);
                 let pbl = g.pages(npages);
-                let status = g.status_page();
+                let status = g.ram.status_page();
                 as_bytes(&abi::CmdCreateSrq {
                     ring_pbl_addr: pbl.into(),
                     status_addr: status.into(),
@@ -888,10 +851,10 @@ impl World {
             }
             let byte = u64::from(srq.prod & srq.depth.wrapping_sub(1)) * VT3_WQE_SIZE as u64;
             if let Some(page) = srq.ring.get((byte / PAGE) as usize) {
-                let _ = g.mem.write_slice(&bytes, GuestAddress(page + byte % PAGE));
+                let _ = g.ram.mem.write_slice(&bytes, GuestAddress(page + byte % PAGE));
             }
             srq.prod = srq.prod.wrapping_add(1);
-            let _ = g.mem.write_obj(srq.prod.to_le(), GuestAddress(srq.status));
+            let _ = g.ram.mem.write_obj(srq.prod.to_le(), GuestAddress(srq.status));
             if mode & 4 == 0 {
                 let db = CmdDoorbell { qpn: srqn.into(), queues: (abi::DoorbellQueue::Srq as u32).into() };
                 let _ = self.execute(i, Cmd::Doorbell, db.as_slice());
@@ -902,13 +865,13 @@ impl World {
             if send { (&qp.sq, qp.sq_depth, &mut qp.sq_prod) } else { (&qp.rq, qp.rq_depth, &mut qp.rq_prod) };
         let byte = u64::from(*prod & depth.wrapping_sub(1)) * VT3_WQE_SIZE as u64;
         if let Some(page) = pages.get((byte / PAGE) as usize) {
-            let _ = g.mem.write_slice(&bytes, GuestAddress(page + byte % PAGE));
+            let _ = g.ram.mem.write_slice(&bytes, GuestAddress(page + byte % PAGE));
         }
         *prod = prod.wrapping_add(1);
         let (status, value) = (qp.status, *prod);
         let field =
             if send { std::mem::offset_of!(QpStatus, sq_prod) } else { std::mem::offset_of!(QpStatus, rq_prod) };
-        let _ = g.mem.write_obj(value.to_le(), GuestAddress(status + field as u64));
+        let _ = g.ram.mem.write_obj(value.to_le(), GuestAddress(status + field as u64));
         if mode & 4 == 0 {
             let queues = if send { abi::DoorbellQueue::Sq } else { abi::DoorbellQueue::Rq } as u32;
             let db = CmdDoorbell { qpn: qpn.into(), queues: queues.into() };
@@ -943,7 +906,7 @@ impl World {
             let Some(cq) = g.cqs.iter().find(|c| c.cqn == cqn) else { return };
             cq.status + (u64::from(which) % 3) * 4 // prod, cons, flags
         };
-        let _ = g.mem.write_obj(value.to_le(), GuestAddress(addr));
+        let _ = g.ram.mem.write_obj(value.to_le(), GuestAddress(addr));
     }
 
     /// Reaps the CQEs of a CQ as libvt3's poll_cq does. With `strict`
@@ -954,14 +917,14 @@ impl World {
         let g = self.guest(i);
         let cqn = pick(input, &g.cqns());
         let Some(cq) = g.cqs.iter().find(|c| c.cqn == cqn).cloned() else { return };
-        let Ok(st) = g.mem.read_obj::<CqStatus>(GuestAddress(cq.status)) else { return };
+        let Ok(st) = g.ram.mem.read_obj::<CqStatus>(GuestAddress(cq.status)) else { return };
         let (prod, cons) = (st.prod.to_native(), st.cons.to_native());
         let waiting = prod.wrapping_sub(cons).min(cq.depth);
         if strict {
             for k in 0..waiting {
                 let byte = u64::from(cons.wrapping_add(k) & (cq.depth - 1)) * 32;
                 let Some(page) = cq.ring.get((byte / PAGE) as usize) else { continue };
-                let e: Cqe = g.mem.read_obj(GuestAddress(page + byte % PAGE)).unwrap();
+                let e: Cqe = g.ram.mem.read_obj(GuestAddress(page + byte % PAGE)).unwrap();
                 assert!(abi::WcOpcode::try_from(e.opcode).is_ok(), "CQE opcode {}", e.opcode);
                 assert!(abi::WcStatus::try_from(e.status).is_ok(), "CQE status {}", e.status);
                 assert_eq!(e.flags & !3, 0, "CQE flags {:#x}", e.flags);
@@ -969,7 +932,7 @@ impl World {
             }
         }
         g.cqes += u64::from(waiting);
-        let _ = g.mem.write_obj(prod.to_le(), GuestAddress(cq.status + 4));
+        let _ = g.ram.mem.write_obj(prod.to_le(), GuestAddress(cq.status + 4));
     }
 
     /// Interprets the input as a sequence of operations on both guests.
@@ -1018,61 +981,24 @@ impl World {
             let pdn = w.handle(i, Cmd::AllocPd, &[]);
             // Local write only, everything, remote read only, nothing.
             let rw = Access::LocalWrite as u32 | Access::RemoteWrite as u32 | Access::RemoteRead as u32;
-            for (n, access) in [(4u32, Access::LocalWrite as u32), (4, rw), (2, Access::RemoteRead as u32), (2, 0)] {
-                let g = w.guest(i);
-                let pbl = g.pages(n);
-                let first = g.read_pbl(pbl, 1)[0];
-                let a = CmdRegMr {
-                    iova: (0x7f00_0000_0000 + first).into(),
-                    length: (u64::from(n) * PAGE).into(),
-                    pbl_addr: pbl.into(),
-                    npages: n.into(),
-                    pdn: pdn.into(),
-                    access: access.into(),
-                    ..Default::default()
-                };
+            for (n, access) in [(4u64, Access::LocalWrite as u32), (4, rw), (2, Access::RemoteRead as u32), (2, 0)] {
+                let (a, mr) = w.guest(i).ram.new_mr(pdn, n * PAGE, access);
                 w.handle(i, Cmd::RegMr, a.as_slice());
                 if access & (Access::LocalWrite as u32 | Access::RemoteWrite as u32) == 0 {
-                    protected.push((i, first, u64::from(n) * PAGE));
+                    protected.push((i, mr.guest, n * PAGE));
                 }
             }
             let mut cq = || {
-                let g = w.guest(i);
-                let pbl = g.pages(1);
-                let status = g.status_page();
-                let a = CmdCreateCq {
-                    ring_pbl_addr: pbl.into(),
-                    status_addr: status.into(),
-                    ring_npages: 1.into(),
-                    depth: 16.into(),
-                };
-                w.handle(i, Cmd::CreateCq, a.as_slice())
+                let (a, cq) = w.guest(i).ram.new_cq(16);
+                CqRing { cqn: w.handle(i, Cmd::CreateCq, a.as_slice()), ..cq }
             };
             let (scq, rcq) = (cq(), cq());
-            let g = w.guest(i);
-            let (sq, rq, status) = (g.pages(1), g.pages(1), g.status_page());
-            let a = CmdCreateQp {
-                sq_pbl_addr: sq.into(),
-                rq_pbl_addr: rq.into(),
-                status_addr: status.into(),
-                sq_npages: 1.into(),
-                rq_npages: 1.into(),
-                sq_depth: 16.into(),
-                rq_depth: 16.into(),
-                pdn: pdn.into(),
-                send_cqn: scq.into(),
-                recv_cqn: rcq.into(),
-                max_send_sge: 4.into(),
-                max_recv_sge: 4.into(),
-                max_inline: 64.into(),
-                flags: 0.into(),
-                srqn: 0.into(),
-            };
+            let (a, _) = w.guest(i).ram.new_qp(pdn, scq, rcq, QpCaps::default(), 0);
             w.handle(i, Cmd::CreateQp, a.as_slice());
             // Page lists and unused RAM: nothing of the device's.
             let g = w.guest(i);
             protected.push((i, PBL, PBL_END - PBL));
-            protected.push((i, g.next_page, MEM - g.next_page));
+            protected.push((i, g.ram.next_page(), MEM - g.ram.next_page()));
         }
         let local = SockAddr { ipv4: [0; 4], port: PORT.to_be_bytes(), reserved: 0.into() };
         w.execute(1, Cmd::Listen, CmdListen { local, backlog: 4.into(), reserved: 0.into() }.as_slice()).unwrap();
@@ -1097,7 +1023,7 @@ impl World {
         };
         w.execute(1, Cmd::Accept, accept.as_slice()).unwrap();
         let rts = |g: &Guest| {
-            let st: QpStatus = g.mem.read_obj(GuestAddress(g.qps[0].status)).unwrap();
+            let st: QpStatus = g.ram.mem.read_obj(GuestAddress(g.qps[0].status)).unwrap();
             st.state.to_native() == QpState::Rts as u32
         };
         assert!(w.sim.run_until(Duration::from_secs(2), |sim| rts(&sim.a) && rts(&sim.b)), "not established");
@@ -1299,7 +1225,7 @@ pub fn wqe(data: &[u8]) {
             .iter()
             .map(|&(i, at, len)| {
                 let mut buf = vec![0u8; len as usize];
-                w.guest(i).mem.read_slice(&mut buf, GuestAddress(at)).unwrap();
+                w.guest(i).ram.mem.read_slice(&mut buf, GuestAddress(at)).unwrap();
                 buf
             })
             .collect()

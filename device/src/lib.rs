@@ -15,6 +15,8 @@
 //! - [`mgmt`]: the management socket behind `vt3d ctl`.
 //! - [`capture`]: the pcapng capture of the uplink.
 //! - [`config`]: command line and configuration.
+//! - `testing` (feature `test-utils`): the synthetic guest of the tests,
+//!   fuzz targets and device bench.
 
 pub mod abi;
 pub mod capture;
@@ -24,6 +26,8 @@ pub mod mgmt;
 pub mod nic;
 pub mod rnic;
 pub mod t3;
+#[cfg(feature = "test-utils")]
+pub mod testing;
 pub mod uplink;
 pub mod vhost;
 

@@ -7,385 +7,32 @@
 
 #![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
-use std::collections::VecDeque;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::Ordering;
 
-use vm_memory::{ByteValued, Bytes, GuestAddress, GuestMemoryMmap, Le32};
-use vt3_iwarp::sim::{Endpoint, Sim, WireConfig, IPS, MACS};
+use vm_memory::{ByteValued, Bytes, GuestAddress, Le32};
+use vt3_iwarp::sim::{Sim, WireConfig, IPS, MACS};
 use vt3_iwarp::toe::{Duration, Instant};
 use vt3d::abi::*;
-use vt3d::control::{build_frame, Channel, DriverEnd, Outcome};
 use vt3d::rnic::poll::MAX_WINDOW;
 use vt3d::rnic::{Limits, Rnic};
+use vt3d::testing::{self, private_data as pd_bytes, rdma_wqe, send_wqe, sockaddr, CqRing, Local, Mr, QpRings};
 
 #[path = "rdma_engine/pair.rs"]
 mod pair;
 #[path = "rdma_engine/srq.rs"]
 mod srq;
 
-const MEM: usize = 8 << 20;
-const PBL: u64 = 0x10_0000;
-const STATUS: u64 = 0x1f_0000;
-const PAGES: u64 = 0x20_0000;
 const PORT: u16 = 7174;
 const PAGE: u64 = VT3_PAGE_SIZE;
+const MEM: usize = 8 << 20;
 
-/// A CQ as the provider sees it.
-#[derive(Debug, Clone, Copy)]
-struct CqRing {
-    cqn: u32,
-    ring: u64,
-    status: u64,
-    depth: u32,
-    cons: u32,
-}
+/// One guest of the simulation: vt3.ko and libvt3 over an RNIC in this
+/// process (vt3d's testing::Guest).
+type Guest = testing::Guest<Local>;
 
-/// A QP as the provider sees it.
-#[derive(Debug, Clone, Copy)]
-struct QpRings {
-    qpn: u32,
-    status: u64,
-    sq: u64,
-    rq: u64,
-    depth: u32,
-    sq_prod: u32,
-    rq_prod: u32,
-    scq: CqRing,
-    rcq: CqRing,
-}
-
-/// A registered buffer.
-#[derive(Debug, Clone, Copy)]
-struct Mr {
-    stag: u32,
-    iova: u64,
-    guest: u64,
-}
-
-/// One guest: its memory, its RNIC, and what vt3.ko and libvt3 would do.
-struct Guest {
-    chan: Channel,
-    end: DriverEnd,
-    rnic: Rnic,
-    mem: GuestMemoryMmap,
-    mac: [u8; 6],
-    /// Events received, in order: (type, payload).
-    events: Vec<(EventType, Vec<u8>)>,
-    frames: VecDeque<Vec<u8>>,
-    next_poll: Option<Instant>,
-    next_pbl: u64,
-    next_page: u64,
-    next_status: u64,
-    doorbells: u32,
-    /// Commands that got no response (`Outcome::Silent`): a doorbell
-    /// that went well, or a command muted or whose reply was lost.
-    silent: u32,
-}
-
-impl Endpoint for Guest {
-    fn wants(&self, frame: &[u8]) -> bool {
-        self.rnic.wants(frame)
-    }
-
-    fn receive(&mut self, now: Instant, frame: &[u8], tx: &mut dyn FnMut(&[u8])) {
-        if self.rnic.wants(frame) {
-            self.rnic.receive(now, frame, tx);
-        }
-    }
-
-    fn poll(&mut self, now: Instant, tx: &mut dyn FnMut(&[u8])) {
-        // vt3d's worker also looks at polled queues until their windows end.
-        self.next_poll = match (self.rnic.service(now, &self.mem, tx), self.rnic.poll_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        self.chan.take_events(&mut self.rnic, &mut self.frames, usize::MAX);
-        while let Some(f) = self.frames.pop_front() {
-            self.record_event(&f);
-        }
-    }
-
-    fn poll_at(&mut self, _now: Instant) -> Option<Instant> {
-        self.next_poll
-    }
-}
-
-fn sockaddr(ip: [u8; 4], port: u16) -> SockAddr {
-    SockAddr { ipv4: ip, port: port.to_be_bytes(), reserved: 0.into() }
-}
-
-fn pd_bytes(data: &[u8]) -> PrivateData {
-    let mut pd = PrivateData::default();
-    pd.0[..data.len()].copy_from_slice(data);
-    pd
-}
-
-impl Guest {
-    fn new(index: usize) -> Self {
-        let key = [index as u64 + 1, 0x5eed];
-        let mut guest = Self {
-            chan: Channel::new(key, std::sync::Arc::default()),
-            end: DriverEnd::new(key),
-            rnic: Rnic::new(Limits::default(), 1500),
-            mem: GuestMemoryMmap::from_ranges(&[(GuestAddress(0), MEM)]).unwrap(),
-            mac: MACS[index],
-            events: Vec::new(),
-            frames: VecDeque::new(),
-            next_poll: None,
-            next_pbl: PBL,
-            next_page: PAGES,
-            next_status: STATUS,
-            doorbells: 0,
-            silent: 0,
-        };
-        let Guest { end, chan, rnic, mem, mac, .. } = &mut guest;
-        end.handshake(|ctrl| {
-            match chan.handle_frame(rnic, mem, &build_frame(*mac, *mac, &ctrl), Instant::from_millis(0)) {
-                Outcome::Reply(resp) => Some(resp[14..].to_vec()),
-                _ => None,
-            }
-        })
-        .expect("first contact refused");
-        guest
-    }
-
-    fn record_event(&mut self, frame: &[u8]) {
-        assert_eq!(&frame[..6], &self.mac, "events go to the driver's MAC");
-        let ev = self.end.open(&frame[14..]).expect("an event sealed for the driver");
-        assert_eq!(ev.hdr.r#type, MsgType::Event as u8);
-        let (kind, body) = (EventType::try_from(ev.hdr.opcode.to_native()).unwrap(), ev.payload.to_vec());
-        self.events.push((kind, body));
-    }
-
-    /// Sends a command as vt3.ko does; returns the response payload.
-    fn cmd<T: ByteValued>(&mut self, now: Instant, cmd: Cmd, args: &T) -> Result<Vec<u8>, Status> {
-        self.raw(now, cmd, args.as_slice())
-    }
-
-    fn raw(&mut self, now: Instant, cmd: Cmd, args: &[u8]) -> Result<Vec<u8>, Status> {
-        let (seq, ctrl) = self.end.command(cmd as u16, args);
-        let frame = build_frame(self.mac, self.mac, &ctrl);
-        let frames = match self.chan.handle_frame(&mut self.rnic, &self.mem, &frame, now) {
-            Outcome::Reply(frame) => {
-                let mut frames = vec![frame];
-                let mut events = VecDeque::new();
-                self.chan.take_events(&mut self.rnic, &mut events, usize::MAX);
-                frames.extend(events);
-                frames
-            }
-            Outcome::Silent => {
-                self.silent += 1;
-                return Ok(Vec::new());
-            }
-            Outcome::Refused(why) => panic!("command refused: {why:?}"),
-        };
-        let resp = self.end.open(&frames[0][14..]).expect("a response sealed for the driver");
-        assert_eq!(resp.hdr.seq.to_native(), seq);
-        let (status, body) = (resp.hdr.status.to_native(), resp.payload.to_vec());
-        for f in &frames[1..] {
-            self.record_event(f);
-        }
-        match Status::try_from(status).unwrap() {
-            Status::Ok => Ok(body),
-            s => Err(s),
-        }
-    }
-
-    fn handle<T: ByteValued>(&mut self, now: Instant, cmd: Cmd, args: &T) -> u32 {
-        let body = self.cmd(now, cmd, args).unwrap();
-        read_struct::<RespHandle>(&body).unwrap().handle.to_native()
-    }
-
-    /// `n` contiguous fresh pages and their page list.
-    fn pages(&mut self, n: u32) -> (u64, u64) {
-        let (pbl, first) = (self.next_pbl, self.next_page);
-        for i in 0..u64::from(n) {
-            self.mem.write_obj((first + i * PAGE).to_le(), GuestAddress(pbl + i * 8)).unwrap();
-        }
-        self.next_pbl += u64::from(n) * 8;
-        self.next_page += u64::from(n) * PAGE;
-        (pbl, first)
-    }
-
-    fn status_page(&mut self) -> u64 {
-        let at = self.next_status;
-        self.next_status += 64;
-        at
-    }
-
-    fn set_addr(&mut self, now: Instant, ip: [u8; 4]) -> Result<Vec<u8>, Status> {
-        let a = CmdSetAddr { mac: self.mac, prefix_len: 24, reserved: 0, ipv4: ip };
-        self.cmd(now, Cmd::SetAddr, &a)
-    }
-
-    fn cq(&mut self, now: Instant, depth: u32) -> CqRing {
-        let npages = (depth * 32).div_ceil(PAGE as u32);
-        let (pbl, ring) = self.pages(npages);
-        let status = self.status_page();
-        let a = CmdCreateCq {
-            ring_pbl_addr: pbl.into(),
-            status_addr: status.into(),
-            ring_npages: npages.into(),
-            depth: depth.into(),
-        };
-        let cqn = self.handle(now, Cmd::CreateCq, &a);
-        CqRing { cqn, ring, status, depth, cons: 0 }
-    }
-
-    fn qp(&mut self, now: Instant, pdn: u32, scq: CqRing, rcq: CqRing, depth: u32) -> QpRings {
-        let npages = (depth * 128).div_ceil(PAGE as u32);
-        let (sq_pbl, sq) = self.pages(npages);
-        let (rq_pbl, rq) = self.pages(npages);
-        let status = self.status_page();
-        let a = CmdCreateQp {
-            sq_pbl_addr: sq_pbl.into(),
-            rq_pbl_addr: rq_pbl.into(),
-            status_addr: status.into(),
-            sq_npages: npages.into(),
-            rq_npages: npages.into(),
-            sq_depth: depth.into(),
-            rq_depth: depth.into(),
-            pdn: pdn.into(),
-            send_cqn: scq.cqn.into(),
-            recv_cqn: rcq.cqn.into(),
-            max_send_sge: 4.into(),
-            max_recv_sge: 4.into(),
-            max_inline: 64.into(),
-            flags: 0.into(),
-            srqn: 0.into(),
-        };
-        let qpn = self.handle(now, Cmd::CreateQp, &a);
-        QpRings { qpn, status, sq, rq, depth, sq_prod: 0, rq_prod: 0, scq, rcq }
-    }
-
-    fn mr(&mut self, now: Instant, pdn: u32, len: u64, access: u32) -> Mr {
-        let npages = len.div_ceil(PAGE) as u32;
-        let (pbl, guest) = self.pages(npages);
-        let iova = 0x7f00_0000_0000 + guest;
-        let a = CmdRegMr {
-            iova: iova.into(),
-            length: len.into(),
-            pbl_addr: pbl.into(),
-            npages: npages.into(),
-            pdn: pdn.into(),
-            access: access.into(),
-            flags: 0.into(),
-            page_offset: 0.into(),
-            reserved: 0.into(),
-        };
-        let stag = self.handle(now, Cmd::RegMr, &a);
-        Mr { stag, iova, guest }
-    }
-
-    fn qp_status(&self, qp: &QpRings) -> QpStatus {
-        self.mem.read_obj(GuestAddress(qp.status)).unwrap()
-    }
-
-    fn cq_status(&self, cq: &CqRing) -> CqStatus {
-        self.mem.read_obj(GuestAddress(cq.status)).unwrap()
-    }
-
-    /// libvt3's doorbell rule: publish the producer index, full barrier,
-    /// ring only if vt3d said it is idle on that queue.
-    fn ring_doorbell(&mut self, now: Instant, qp: &QpRings, queue: DoorbellQueue) {
-        let (field, prod, idle) = match queue {
-            DoorbellQueue::Sq => (0, qp.sq_prod, QpStatusFlag::SqIdle),
-            DoorbellQueue::Rq => (4, qp.rq_prod, QpStatusFlag::RqIdle),
-            DoorbellQueue::Srq => unreachable!("an SRQ has its own doorbell"),
-        };
-        self.mem.store(prod.to_le(), GuestAddress(qp.status + field), Ordering::Release).unwrap();
-        fence(Ordering::SeqCst);
-        if self.qp_status(qp).flags.to_native() & idle as u32 != 0 {
-            self.doorbells += 1;
-            let db = CmdDoorbell { qpn: qp.qpn.into(), queues: (queue as u32).into() };
-            self.cmd(now, Cmd::Doorbell, &db).unwrap();
-        }
-    }
-
-    fn post_send_wqe(&mut self, now: Instant, qp: &mut QpRings, wqe: &SqWqe) {
-        let slot = u64::from(qp.sq_prod & (qp.depth - 1));
-        self.mem.write_obj(*wqe, GuestAddress(qp.sq + slot * 128)).unwrap();
-        qp.sq_prod = qp.sq_prod.wrapping_add(1);
-        self.ring_doorbell(now, qp, DoorbellQueue::Sq);
-    }
-
-    fn post_recv(&mut self, now: Instant, qp: &mut QpRings, wr_id: u64, mr: &Mr, offset: u64, len: u32) {
-        let mut wqe = RqWqe { wr_id: wr_id.into(), num_sge: 1, ..Default::default() };
-        wqe.sge[0] = Sge { addr: (mr.iova + offset).into(), length: len.into(), lkey: mr.stag.into() };
-        let slot = u64::from(qp.rq_prod & (qp.depth - 1));
-        self.mem.write_obj(wqe, GuestAddress(qp.rq + slot * 128)).unwrap();
-        qp.rq_prod = qp.rq_prod.wrapping_add(1);
-        self.ring_doorbell(now, qp, DoorbellQueue::Rq);
-    }
-
-    /// Reaps every CQE the device wrote (as libvt3's poll_cq).
-    fn poll_cq(&mut self, cq: &mut CqRing) -> Vec<Cqe> {
-        let prod = self.mem.load::<u32>(GuestAddress(cq.status), Ordering::Acquire).unwrap();
-        let mut out = Vec::new();
-        while cq.cons != u32::from_le(prod) {
-            let slot = u64::from(cq.cons & (cq.depth - 1));
-            out.push(self.mem.read_obj(GuestAddress(cq.ring + slot * 32)).unwrap());
-            cq.cons = cq.cons.wrapping_add(1);
-        }
-        self.mem.store(cq.cons.to_le(), GuestAddress(cq.status + 4), Ordering::Release).unwrap();
-        out
-    }
-
-    fn take_events(&mut self) -> Vec<(EventType, Vec<u8>)> {
-        std::mem::take(&mut self.events)
-    }
-
-    fn has_event(&self, ty: EventType) -> bool {
-        self.events.iter().any(|(t, _)| *t == ty)
-    }
-
-    fn cm_event(&self, ty: EventType) -> Option<EventCm> {
-        self.events.iter().find(|(t, _)| *t == ty).map(|(_, b)| read_struct(b).unwrap())
-    }
-
-    fn qp_events(&self) -> Vec<(u32, u32, u32)> {
-        self.events
-            .iter()
-            .filter(|(t, _)| *t == EventType::Qp)
-            .map(|(_, b)| {
-                let e: Event = read_struct(b).unwrap();
-                (e.handle.to_native(), e.code.to_native(), e.detail.to_native())
-            })
-            .collect()
-    }
-
-    fn write_bytes(&self, addr: u64, data: &[u8]) {
-        self.mem.write_slice(data, GuestAddress(addr)).unwrap();
-    }
-
-    fn read_bytes(&self, addr: u64, len: usize) -> Vec<u8> {
-        let mut v = vec![0; len];
-        self.mem.read_slice(&mut v, GuestAddress(addr)).unwrap();
-        v
-    }
-}
-
-fn send_wqe(wr_id: u64, opcode: WrOpcode, signaled: bool, sges: &[(Mr, u64, u32)]) -> SqWqe {
-    let mut w = SqWqe {
-        wr_id: wr_id.into(),
-        opcode: opcode as u8,
-        flags: if signaled { WqeFlag::Signaled as u8 } else { 0 },
-        num_sge: sges.len() as u8,
-        ..Default::default()
-    };
-    for (i, (mr, offset, len)) in sges.iter().enumerate() {
-        let sge = Sge { addr: (mr.iova + offset).into(), length: (*len).into(), lkey: mr.stag.into() };
-        w.as_mut_slice()[64 + i * 16..80 + i * 16].copy_from_slice(sge.as_slice());
-    }
-    w
-}
-
-fn rdma_wqe(wr_id: u64, opcode: WrOpcode, local: (Mr, u64, u32), remote: &Mr, remote_offset: u64) -> SqWqe {
-    SqWqe {
-        remote_addr: (remote.iova + remote_offset).into(),
-        remote_stag: remote.stag.into(),
-        ..send_wqe(wr_id, opcode, true, &[local])
-    }
+/// Guest `index` with the default limits, after first contact.
+fn guest(index: usize) -> Guest {
+    Guest::local(index, Rnic::new(Limits::default(), 1500))
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -404,16 +51,16 @@ struct Setup {
 }
 
 fn setup(recv_cq_depth: u32) -> Setup {
-    let mut sim = Sim::new(Guest::new(0), Guest::new(1), WireConfig::default());
+    let mut sim = Sim::new(guest(0), guest(1), WireConfig::default());
     let now = sim.now;
     let make = |g: &mut Guest, ip: [u8; 4]| {
-        g.set_addr(now, ip).unwrap();
-        let pdn = g.handle(now, Cmd::AllocPd, &CmdHandle::default());
-        let scq = g.cq(now, 64);
-        let rcq = g.cq(now, recv_cq_depth);
-        let qp = g.qp(now, pdn, scq, rcq, 16);
-        let local = g.mr(now, pdn, 64 * 1024, Access::LocalWrite as u32);
-        let exposed = g.mr(now, pdn, 64 * 1024, ALL);
+        g.at(now).set_addr(ip).unwrap();
+        let pdn = g.at(now).handle(Cmd::AllocPd, &CmdHandle::default());
+        let scq = g.at(now).cq(64);
+        let rcq = g.at(now).cq(recv_cq_depth);
+        let qp = g.at(now).qp(pdn, scq, rcq, 16);
+        let local = g.at(now).mr(pdn, 64 * 1024, Access::LocalWrite as u32);
+        let exposed = g.at(now).mr(pdn, 64 * 1024, ALL);
         (qp, (local, exposed))
     };
     let (qa, bufs_a) = make(&mut sim.a, IPS[0].octets());
@@ -421,42 +68,24 @@ fn setup(recv_cq_depth: u32) -> Setup {
     Setup { sim, qa, qb, bufs: [bufs_a, bufs_b] }
 }
 
+/// CONNECT from `qp` to guest b's listener.
 fn connect_args(qp: &QpRings, local_port: u16, pd: &[u8]) -> CmdConnect {
-    CmdConnect {
-        local: sockaddr([0; 4], local_port),
-        remote: sockaddr(IPS[1].octets(), PORT),
-        next_hop: MACS[1],
-        pd_len: (pd.len() as u16).into(),
-        qpn: qp.qpn.into(),
-        ird: 8.into(),
-        ord: 8.into(),
-        reserved: 0.into(),
-        private_data: pd_bytes(pd),
-    }
+    testing::connect_args(qp.qpn, local_port, sockaddr(IPS[1].octets(), PORT), MACS[1], pd)
 }
 
 fn accept_args(conn_id: Le32, qpn: u32, pd: &[u8]) -> CmdAccept {
-    CmdAccept {
-        conn_id,
-        qpn: qpn.into(),
-        ird: 8.into(),
-        ord: 8.into(),
-        pd_len: (pd.len() as u16).into(),
-        reserved0: 0.into(),
-        reserved1: 0.into(),
-        private_data: pd_bytes(pd),
-    }
+    testing::accept_args(conn_id.to_native(), qpn, pd)
 }
 
 fn listen_args(port: u16) -> CmdListen {
-    CmdListen { local: sockaddr([0; 4], port), backlog: 8.into(), reserved: 0.into() }
+    testing::listen_args(port, 8)
 }
 
 /// LISTEN, CONNECT, CONNECT_REQUEST, ACCEPT, ESTABLISHED / CONNECT_REPLY.
 fn connect(s: &mut Setup) {
     let now = s.sim.now;
-    s.sim.b.cmd(now, Cmd::Listen, &listen_args(PORT)).unwrap();
-    s.sim.a.cmd(now, Cmd::Connect, &connect_args(&s.qa, 40_001, b"hello from a")).unwrap();
+    s.sim.b.at(now).cmd(Cmd::Listen, &listen_args(PORT)).unwrap();
+    s.sim.a.at(now).cmd(Cmd::Connect, &connect_args(&s.qa, 40_001, b"hello from a")).unwrap();
     assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.b.has_event(EventType::ConnectRequest)));
     let req = s.sim.b.cm_event(EventType::ConnectRequest).unwrap();
     assert_ne!(req.conn_id.to_native(), 0);
@@ -467,7 +96,7 @@ fn connect(s: &mut Setup) {
 
     let accept = accept_args(req.conn_id, s.qb.qpn, b"hi, a");
     let now = s.sim.now;
-    s.sim.b.cmd(now, Cmd::Accept, &accept).unwrap();
+    s.sim.b.at(now).cmd(Cmd::Accept, &accept).unwrap();
     let est = s.sim.b.cm_event(EventType::Established).expect("ESTABLISHED follows ACCEPT's response");
     assert_eq!((est.qpn.to_native(), est.conn_id, est.status.to_native()), (s.qb.qpn, req.conn_id, 0));
     assert_eq!(s.sim.b.qp_status(&s.qb).state.to_native(), QpState::Rts as u32);
@@ -489,7 +118,7 @@ fn connect_transfer_and_close_gracefully() {
     let now = s.sim.now;
     // Receives posted before the connection exists.
     for i in 0..4 {
-        s.sim.b.post_recv(now, &mut s.qb, 100 + i, &b_local, i * 4096, 4096);
+        s.sim.b.at(now).post_recv(&mut s.qb, 100 + i, &b_local, i * 4096, 4096);
     }
     // The first receive finds the device idle and rings; the device then
     // polls the RQ for a window, so the next three need no doorbell.
@@ -499,13 +128,12 @@ fn connect_transfer_and_close_gracefully() {
 
     // SEND into a posted receive.
     let data = pattern(3000, 1);
-    s.sim.a.write_bytes(a_local.guest, &data);
+    s.sim.a.ram.write_bytes(a_local.guest, &data);
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(
-        now,
-        &mut s.qa,
-        &send_wqe(1, WrOpcode::Send, true, &[(a_local, 0, 1000), (a_local, 1000, 2000)]),
-    );
+    s.sim
+        .a
+        .at(now)
+        .post_send(&mut s.qa, &send_wqe(1, WrOpcode::Send, true, &[(a_local, 0, 1000), (a_local, 1000, 2000)]));
     assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.cq_status(&s.qb.rcq).prod.to_native() == 1));
     let mut rcq = s.qb.rcq;
     let cqes = s.sim.b.poll_cq(&mut rcq);
@@ -514,7 +142,7 @@ fn connect_transfer_and_close_gracefully() {
     assert_eq!((c.wr_id.to_native(), c.qpn.to_native(), c.opcode, c.status), (100, s.qb.qpn, WcOpcode::Recv as u8, 0));
     assert_eq!(c.wqe_idx.to_native(), 0, "a CQE names its WQE: the RQ's first");
     assert_eq!(c.byte_len.to_native(), 3000);
-    assert_eq!(s.sim.b.read_bytes(b_local.guest, 3000), data);
+    assert_eq!(s.sim.b.ram.read_bytes(b_local.guest, 3000), data);
     assert_eq!(s.sim.b.qp_status(&s.qb).rq_cons.to_native(), 1);
     let mut scq = s.qa.scq;
     let cqes = s.sim.a.poll_cq(&mut scq);
@@ -525,10 +153,10 @@ fn connect_transfer_and_close_gracefully() {
 
     // RDMA WRITE into b's exposed buffer, READ it back into a.
     let write = pattern(20_000, 7);
-    s.sim.a.write_bytes(a_local.guest + 8192, &write);
+    s.sim.a.ram.write_bytes(a_local.guest + 8192, &write);
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(now, &mut s.qa, &rdma_wqe(2, WrOpcode::Write, (a_local, 8192, 20_000), &b_exposed, 100));
-    s.sim.a.post_send_wqe(now, &mut s.qa, &rdma_wqe(3, WrOpcode::Read, (a_local, 32_768, 20_000), &b_exposed, 100));
+    s.sim.a.at(now).post_send(&mut s.qa, &rdma_wqe(2, WrOpcode::Write, (a_local, 8192, 20_000), &b_exposed, 100));
+    s.sim.a.at(now).post_send(&mut s.qa, &rdma_wqe(3, WrOpcode::Read, (a_local, 32_768, 20_000), &b_exposed, 100));
     assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.a.cq_status(&s.qa.scq).prod.to_native() == 3));
     let cqes = s.sim.a.poll_cq(&mut scq);
     let got: Vec<(u64, u8, u8, u32, u32)> = cqes
@@ -536,27 +164,27 @@ fn connect_transfer_and_close_gracefully() {
         .map(|c| (c.wr_id.to_native(), c.opcode, c.status, c.byte_len.to_native(), c.wqe_idx.to_native()))
         .collect();
     assert_eq!(got, vec![(2, WcOpcode::Write as u8, 0, 20_000, 1), (3, WcOpcode::Read as u8, 0, 20_000, 2)]);
-    assert_eq!(s.sim.b.read_bytes(b_exposed.guest + 100, 20_000), write);
-    assert_eq!(s.sim.a.read_bytes(a_local.guest + 32_768, 20_000), write);
+    assert_eq!(s.sim.b.ram.read_bytes(b_exposed.guest + 100, 20_000), write);
+    assert_eq!(s.sim.a.ram.read_bytes(a_local.guest + 32_768, 20_000), write);
     // b's side of a WRITE or READ writes no CQE.
     assert!(s.sim.b.poll_cq(&mut rcq).is_empty());
 
     // b READs a's exposed buffer too (the other direction).
-    s.sim.a.write_bytes(a_exposed.guest, b"exposed by a");
+    s.sim.a.ram.write_bytes(a_exposed.guest, b"exposed by a");
     let now = s.sim.now;
-    s.sim.b.post_send_wqe(now, &mut s.qb, &rdma_wqe(50, WrOpcode::Read, (b_local, 60_000, 12), &a_exposed, 0));
+    s.sim.b.at(now).post_send(&mut s.qb, &rdma_wqe(50, WrOpcode::Read, (b_local, 60_000, 12), &a_exposed, 0));
     assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.cq_status(&s.qb.scq).prod.to_native() == 1));
-    assert_eq!(s.sim.b.read_bytes(b_local.guest + 60_000, 12), b"exposed by a");
+    assert_eq!(s.sim.b.ram.read_bytes(b_local.guest + 60_000, 12), b"exposed by a");
 
     // An unsignaled SEND: no CQE on a, but its slot is retired; an armed
     // receive CQ raises one event.
     let mut arm = CmdArmCq { cqn: rcq.cqn.into(), flags: (ArmFlag::Next as u32).into() };
     let now = s.sim.now;
-    s.sim.b.cmd(now, Cmd::ArmCq, &arm).unwrap();
+    s.sim.b.at(now).cmd(Cmd::ArmCq, &arm).unwrap();
     assert!(!s.sim.b.has_event(EventType::CqCompletion));
-    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(4, WrOpcode::Send, false, &[(a_local, 0, 10)]));
+    s.sim.a.at(now).post_send(&mut s.qa, &send_wqe(4, WrOpcode::Send, false, &[(a_local, 0, 10)]));
     assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.has_event(EventType::CqCompletion)));
-    let ev: Event = read_struct(&s.sim.b.events[0].1).unwrap();
+    let ev: Event = read_struct(&s.sim.b.events.get(0).unwrap().1).unwrap();
     assert_eq!(ev.handle.to_native(), rcq.cqn);
     assert_eq!(s.sim.b.poll_cq(&mut rcq).len(), 1);
     assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.a.qp_status(&s.qa).sq_cons.to_native() == 4));
@@ -565,11 +193,11 @@ fn connect_transfer_and_close_gracefully() {
     arm.flags = (ArmFlag::Solicited as u32).into();
     s.sim.b.take_events();
     let now = s.sim.now;
-    s.sim.b.cmd(now, Cmd::ArmCq, &arm).unwrap();
-    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(5, WrOpcode::Send, true, &[(a_local, 0, 10)]));
+    s.sim.b.at(now).cmd(Cmd::ArmCq, &arm).unwrap();
+    s.sim.a.at(now).post_send(&mut s.qa, &send_wqe(5, WrOpcode::Send, true, &[(a_local, 0, 10)]));
     s.sim.run_for(Duration::from_millis(50));
     assert!(!s.sim.b.has_event(EventType::CqCompletion), "not solicited");
-    s.sim.a.post_send_wqe(s.sim.now, &mut s.qa, &send_wqe(6, WrOpcode::SendSe, true, &[(a_local, 0, 10)]));
+    s.sim.a.at(s.sim.now).post_send(&mut s.qa, &send_wqe(6, WrOpcode::SendSe, true, &[(a_local, 0, 10)]));
     assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.has_event(EventType::CqCompletion)));
     let cqes = s.sim.b.poll_cq(&mut rcq);
     assert_eq!(cqes.last().unwrap().flags & CqeFlag::Solicited as u8, CqeFlag::Solicited as u8);
@@ -579,9 +207,9 @@ fn connect_transfer_and_close_gracefully() {
     s.sim.a.take_events();
     s.sim.b.take_events();
     let now = s.sim.now;
-    s.sim.b.post_recv(now, &mut s.qb, 200, &b_local, 0, 4096);
-    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(7, WrOpcode::Send, true, &[(a_local, 0, 100)]));
-    s.sim.a.cmd(now, Cmd::Disconnect, &CmdDisconnect { qpn: s.qa.qpn.into(), abort: 0.into() }).unwrap();
+    s.sim.b.at(now).post_recv(&mut s.qb, 200, &b_local, 0, 4096);
+    s.sim.a.at(now).post_send(&mut s.qa, &send_wqe(7, WrOpcode::Send, true, &[(a_local, 0, 100)]));
+    s.sim.a.at(now).cmd(Cmd::Disconnect, &CmdDisconnect { qpn: s.qa.qpn.into(), abort: 0.into() }).unwrap();
     assert!(s.sim.run_until(Duration::from_secs(5), |sim| {
         sim.a.qp_status(&s.qa).state.to_native() == QpState::Idle as u32
             && sim.b.qp_status(&s.qb).state.to_native() == QpState::Idle as u32
@@ -608,10 +236,10 @@ fn a_closed_qp_leaves_its_leftovers_to_the_provider() {
     let mut s = setup(16);
     let (b_local, _) = s.bufs[1];
     let now = s.sim.now;
-    s.sim.b.post_recv(now, &mut s.qb, 1, &b_local, 0, 4096);
+    s.sim.b.at(now).post_recv(&mut s.qb, 1, &b_local, 0, 4096);
     connect(&mut s);
     let now = s.sim.now;
-    s.sim.b.cmd(now, Cmd::Disconnect, &CmdDisconnect { qpn: s.qb.qpn.into(), abort: 0.into() }).unwrap();
+    s.sim.b.at(now).cmd(Cmd::Disconnect, &CmdDisconnect { qpn: s.qb.qpn.into(), abort: 0.into() }).unwrap();
     assert!(s
         .sim
         .run_until(Duration::from_secs(5), |sim| { sim.b.qp_status(&s.qb).state.to_native() == QpState::Idle as u32 }));
@@ -624,28 +252,28 @@ fn a_closed_qp_leaves_its_leftovers_to_the_provider() {
         .run_until(Duration::from_secs(5), |sim| { sim.a.qp_status(&s.qa).state.to_native() == QpState::Idle as u32 }));
     let now = s.sim.now;
     assert_eq!(
-        s.sim.a.cmd(now, Cmd::Disconnect, &CmdDisconnect { qpn: s.qa.qpn.into(), abort: 0.into() }),
+        s.sim.a.at(now).cmd(Cmd::Disconnect, &CmdDisconnect { qpn: s.qa.qpn.into(), abort: 0.into() }),
         Ok(Vec::new())
     );
     assert_eq!(s.sim.a.qp_status(&s.qa).state.to_native(), QpState::Idle as u32);
     // Posting to the closed QP: nothing is fetched (the provider flushes it).
     let now = s.sim.now;
-    s.sim.b.post_recv(now, &mut s.qb, 2, &b_local, 0, 4096);
-    let info = s.sim.b.rnic.offload().unwrap().engine().qp_info(s.qb.qpn).unwrap();
+    s.sim.b.at(now).post_recv(&mut s.qb, 2, &b_local, 0, 4096);
+    let info = s.sim.b.dev.rnic.offload().unwrap().engine().qp_info(s.qb.qpn).unwrap();
     assert_eq!(info.rq_posted, 0);
-    assert_eq!(s.sim.b.cmd(now, Cmd::Connect, &connect_args(&s.qb, 40_009, b"")), Err(Status::State));
+    assert_eq!(s.sim.b.at(now).cmd(Cmd::Connect, &connect_args(&s.qb, 40_009, b"")), Err(Status::State));
     let modify = |state: QpState| CmdModifyQp {
         qpn: s.qb.qpn.into(),
         mask: (ModifyMask::State as u32).into(),
         state: (state as u32).into(),
         ..Default::default()
     };
-    s.sim.b.cmd(now, Cmd::ModifyQp, &modify(QpState::Error)).unwrap();
-    s.sim.b.cmd(now, Cmd::ModifyQp, &modify(QpState::Idle)).unwrap();
+    s.sim.b.at(now).cmd(Cmd::ModifyQp, &modify(QpState::Error)).unwrap();
+    s.sim.b.at(now).cmd(Cmd::ModifyQp, &modify(QpState::Idle)).unwrap();
     let st = s.sim.b.qp_status(&s.qb);
     assert_eq!((st.rq_cons.to_native(), st.rq_prod.to_native()), (2, 2), "reset: all flushed");
-    s.sim.b.post_recv(now, &mut s.qb, 3, &b_local, 0, 4096);
-    let info = s.sim.b.rnic.offload().unwrap().engine().qp_info(s.qb.qpn).unwrap();
+    s.sim.b.at(now).post_recv(&mut s.qb, 3, &b_local, 0, 4096);
+    let info = s.sim.b.dev.rnic.offload().unwrap().engine().qp_info(s.qb.qpn).unwrap();
     assert_eq!(info.rq_posted, 1, "reusable");
 }
 
@@ -654,10 +282,10 @@ fn abortive_disconnect_resets_the_peer() {
     let mut s = setup(16);
     let (b_local, _) = s.bufs[1];
     let now = s.sim.now;
-    s.sim.b.post_recv(now, &mut s.qb, 1, &b_local, 0, 4096);
+    s.sim.b.at(now).post_recv(&mut s.qb, 1, &b_local, 0, 4096);
     connect(&mut s);
     let now = s.sim.now;
-    s.sim.a.cmd(now, Cmd::Disconnect, &CmdDisconnect { qpn: s.qa.qpn.into(), abort: 1.into() }).unwrap();
+    s.sim.a.at(now).cmd(Cmd::Disconnect, &CmdDisconnect { qpn: s.qa.qpn.into(), abort: 1.into() }).unwrap();
     // The local side knows at once.
     let st = s.sim.a.qp_status(&s.qa);
     assert_eq!(st.state.to_native(), QpState::Error as u32);
@@ -684,7 +312,7 @@ fn abortive_disconnect_resets_the_peer() {
         ..Default::default()
     };
     let now = s.sim.now;
-    s.sim.b.cmd(now, Cmd::ModifyQp, &to_idle).unwrap();
+    s.sim.b.at(now).cmd(Cmd::ModifyQp, &to_idle).unwrap();
     let st = s.sim.b.qp_status(&s.qb);
     assert_eq!((st.state.to_native(), st.rq_cons.to_native()), (QpState::Idle as u32, 1));
     assert_eq!(st.flags.to_native() & QpStatusFlag::Error as u32, 0);
@@ -696,13 +324,13 @@ fn a_malformed_wqe_fails_in_order() {
     let (a_local, _) = s.bufs[0];
     let (b_local, _) = s.bufs[1];
     let now = s.sim.now;
-    s.sim.b.post_recv(now, &mut s.qb, 1, &b_local, 0, 4096);
+    s.sim.b.at(now).post_recv(&mut s.qb, 1, &b_local, 0, 4096);
     connect(&mut s);
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(10, WrOpcode::Send, true, &[(a_local, 0, 64)]));
+    s.sim.a.at(now).post_send(&mut s.qa, &send_wqe(10, WrOpcode::Send, true, &[(a_local, 0, 64)]));
     let mut bad = send_wqe(11, WrOpcode::Send, true, &[]);
     bad.opcode = 10; // one past VT3_WR_BIND_MW: no such opcode
-    s.sim.a.post_send_wqe(now, &mut s.qa, &bad);
+    s.sim.a.at(now).post_send(&mut s.qa, &bad);
     assert!(s
         .sim
         .run_until(Duration::from_secs(3), |sim| !sim.a.qp_events().is_empty() && !sim.b.qp_events().is_empty()));
@@ -725,12 +353,12 @@ fn cq_overflow_is_reported_not_wrapped() {
     let (b_local, _) = s.bufs[1];
     let now = s.sim.now;
     for i in 0..4 {
-        s.sim.b.post_recv(now, &mut s.qb, i, &b_local, i * 4096, 4096);
+        s.sim.b.at(now).post_recv(&mut s.qb, i, &b_local, i * 4096, 4096);
     }
     connect(&mut s);
     let now = s.sim.now;
     for i in 0..3 {
-        s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(i, WrOpcode::Send, true, &[(a_local, 0, 8)]));
+        s.sim.a.at(now).post_send(&mut s.qa, &send_wqe(i, WrOpcode::Send, true, &[(a_local, 0, 8)]));
     }
     assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.has_event(EventType::CqError)));
     let st = s.sim.b.cq_status(&s.qb.rcq);
@@ -749,7 +377,7 @@ fn refused_and_rejected_connections() {
     // Nobody listens: the SYN goes to b's guest kernel (not simulated
     // here, so unanswered) and the TCP handshake times out.
     let now = s.sim.now;
-    s.sim.a.cmd(now, Cmd::Connect, &connect_args(&s.qa, 40_002, b"")).unwrap();
+    s.sim.a.at(now).cmd(Cmd::Connect, &connect_args(&s.qa, 40_002, b"")).unwrap();
     assert!(s.sim.run_until(Duration::from_secs(120), |sim| sim.a.has_event(EventType::ConnectReply)));
     let reply = s.sim.a.cm_event(EventType::ConnectReply).unwrap();
     assert_eq!(reply.status.to_native(), 110, "ETIMEDOUT");
@@ -758,39 +386,39 @@ fn refused_and_rejected_connections() {
     // A second QP, and a listener that rejects.
     let now = s.sim.now;
     let (scq, rcq) = (s.qa.scq, s.qa.rcq);
-    let qa2 = s.sim.a.qp(now, 1, scq, rcq, 16);
+    let qa2 = s.sim.a.at(now).qp(1, scq, rcq, 16);
     s.sim.a.take_events();
-    s.sim.b.cmd(now, Cmd::Listen, &listen_args(PORT)).unwrap();
-    assert_eq!(s.sim.b.cmd(now, Cmd::Listen, &listen_args(PORT)), Err(Status::Busy));
-    s.sim.a.cmd(now, Cmd::Connect, &connect_args(&qa2, 40_003, b"knock")).unwrap();
+    s.sim.b.at(now).cmd(Cmd::Listen, &listen_args(PORT)).unwrap();
+    assert_eq!(s.sim.b.at(now).cmd(Cmd::Listen, &listen_args(PORT)), Err(Status::Busy));
+    s.sim.a.at(now).cmd(Cmd::Connect, &connect_args(&qa2, 40_003, b"knock")).unwrap();
     assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.b.has_event(EventType::ConnectRequest)));
     let req = s.sim.b.cm_event(EventType::ConnectRequest).unwrap();
     let reject =
         CmdReject { conn_id: req.conn_id, pd_len: 4.into(), reserved: 0.into(), private_data: pd_bytes(b"nope") };
     let now = s.sim.now;
-    s.sim.b.cmd(now, Cmd::Reject, &reject).unwrap();
-    assert_eq!(s.sim.b.cmd(now, Cmd::Reject, &reject), Err(Status::NotFound), "answered already");
+    s.sim.b.at(now).cmd(Cmd::Reject, &reject).unwrap();
+    assert_eq!(s.sim.b.at(now).cmd(Cmd::Reject, &reject), Err(Status::NotFound), "answered already");
     assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.a.has_event(EventType::ConnectReply)));
     let reply = s.sim.a.cm_event(EventType::ConnectReply).unwrap();
     assert_eq!((reply.qpn.to_native(), reply.status.to_native()), (qa2.qpn, 111), "ECONNREFUSED");
     assert_eq!(reply.private_data.get(reply.pd_len.to_native()), b"nope");
-    s.sim.b.cmd(now, Cmd::Unlisten, &listen_args(PORT)).unwrap();
-    assert_eq!(s.sim.b.cmd(now, Cmd::Unlisten, &listen_args(PORT)), Err(Status::NotFound));
+    s.sim.b.at(now).cmd(Cmd::Unlisten, &listen_args(PORT)).unwrap();
+    assert_eq!(s.sim.b.at(now).cmd(Cmd::Unlisten, &listen_args(PORT)), Err(Status::NotFound));
 }
 
 #[test]
 fn connection_commands_are_validated() {
-    let mut g = Guest::new(0);
+    let mut g = guest(0);
     let now = Instant::from_millis(1);
-    let pdn = g.handle(now, Cmd::AllocPd, &CmdHandle::default());
-    let cq = g.cq(now, 16);
-    let qp = g.qp(now, pdn, cq, cq, 16);
+    let pdn = g.at(now).handle(Cmd::AllocPd, &CmdHandle::default());
+    let cq = g.at(now).cq(16);
+    let qp = g.at(now).qp(pdn, cq, cq, 16);
     // Before SET_ADDR there is no TOE.
-    assert_eq!(g.cmd(now, Cmd::Listen, &listen_args(PORT)), Err(Status::State));
-    assert_eq!(g.cmd(now, Cmd::Connect, &connect_args(&qp, 1, b"")), Err(Status::State));
-    assert_eq!(g.set_addr(now, [224, 0, 0, 1]), Err(Status::Invalid), "not unicast");
-    g.set_addr(now, IPS[0].octets()).unwrap();
-    g.set_addr(now, IPS[0].octets()).unwrap();
+    assert_eq!(g.at(now).cmd(Cmd::Listen, &listen_args(PORT)), Err(Status::State));
+    assert_eq!(g.at(now).cmd(Cmd::Connect, &connect_args(&qp, 1, b"")), Err(Status::State));
+    assert_eq!(g.at(now).set_addr([224, 0, 0, 1]), Err(Status::Invalid), "not unicast");
+    g.at(now).set_addr(IPS[0].octets()).unwrap();
+    g.at(now).set_addr(IPS[0].octets()).unwrap();
 
     let good = connect_args(&qp, 40_000, b"pd");
     let mut bad_remote_ip = good;
@@ -815,37 +443,40 @@ fn connection_commands_are_validated() {
         (foreign_local, Status::Invalid),
     ];
     for (args, want) in cases {
-        assert_eq!(g.cmd(now, Cmd::Connect, &args), Err(want), "{args:?}");
+        assert_eq!(g.at(now).cmd(Cmd::Connect, &args), Err(want), "{args:?}");
     }
     let accept = CmdAccept { conn_id: 1.into(), qpn: qp.qpn.into(), ..Default::default() };
-    assert_eq!(g.cmd(now, Cmd::Accept, &accept), Err(Status::NotFound), "unknown conn_id");
-    assert_eq!(g.cmd(now, Cmd::Accept, &CmdAccept { pd_len: 600.into(), ..accept }), Err(Status::Invalid));
+    assert_eq!(g.at(now).cmd(Cmd::Accept, &accept), Err(Status::NotFound), "unknown conn_id");
+    assert_eq!(g.at(now).cmd(Cmd::Accept, &CmdAccept { pd_len: 600.into(), ..accept }), Err(Status::Invalid));
     let reject = CmdReject { conn_id: 7.into(), ..Default::default() };
-    assert_eq!(g.cmd(now, Cmd::Reject, &reject), Err(Status::NotFound));
-    assert_eq!(g.cmd(now, Cmd::Listen, &listen_args(0)), Err(Status::Invalid));
-    assert_eq!(g.cmd(now, Cmd::Unlisten, &listen_args(5)), Err(Status::NotFound));
+    assert_eq!(g.at(now).cmd(Cmd::Reject, &reject), Err(Status::NotFound));
+    assert_eq!(g.at(now).cmd(Cmd::Listen, &listen_args(0)), Err(Status::Invalid));
+    assert_eq!(g.at(now).cmd(Cmd::Unlisten, &listen_args(5)), Err(Status::NotFound));
     let disconnect = |abort: u32| CmdDisconnect { qpn: qp.qpn.into(), abort: abort.into() };
-    assert_eq!(g.cmd(now, Cmd::Disconnect, &disconnect(2)), Err(Status::Invalid));
-    assert_eq!(g.cmd(now, Cmd::Disconnect, &disconnect(0)), Err(Status::State), "not connected");
-    assert_eq!(g.cmd(now, Cmd::Disconnect, &CmdDisconnect { qpn: 77.into(), abort: 0.into() }), Err(Status::NotFound));
+    assert_eq!(g.at(now).cmd(Cmd::Disconnect, &disconnect(2)), Err(Status::Invalid));
+    assert_eq!(g.at(now).cmd(Cmd::Disconnect, &disconnect(0)), Err(Status::State), "not connected");
+    assert_eq!(
+        g.at(now).cmd(Cmd::Disconnect, &CmdDisconnect { qpn: 77.into(), abort: 0.into() }),
+        Err(Status::NotFound)
+    );
     let db = CmdDoorbell { qpn: qp.qpn.into(), queues: 8.into() };
-    assert_eq!(g.cmd(now, Cmd::Doorbell, &db), Err(Status::Invalid));
+    assert_eq!(g.at(now).cmd(Cmd::Doorbell, &db), Err(Status::Invalid));
 
     // A good CONNECT takes the QP; a second one finds it busy.
-    g.cmd(now, Cmd::Connect, &good).unwrap();
-    assert_eq!(g.cmd(now, Cmd::Connect, &good), Err(Status::State));
+    g.at(now).cmd(Cmd::Connect, &good).unwrap();
+    assert_eq!(g.at(now).cmd(Cmd::Connect, &good), Err(Status::State));
     // Destroying it mid-connect is fine; the TOE forgets the connection.
-    g.cmd(now, Cmd::DestroyQp, &CmdHandle { handle: qp.qpn.into(), reserved: 0.into() }).unwrap();
+    g.at(now).cmd(Cmd::DestroyQp, &CmdHandle { handle: qp.qpn.into(), reserved: 0.into() }).unwrap();
     let mut uplink = Vec::new();
-    g.rnic.service(now, &g.mem, &mut |f| uplink.push(f.to_vec()));
+    g.dev.rnic.service(now, &g.ram.mem, &mut |f| uplink.push(f.to_vec()));
     let mut tcbs = 0;
-    g.rnic.offload().unwrap().engine().for_each_tcb(&mut |_| tcbs += 1);
+    g.dev.rnic.offload().unwrap().engine().for_each_tcb(&mut |_| tcbs += 1);
     assert_eq!(tcbs, 0);
     // A changed address starts a new engine; 0.0.0.0 stops it.
-    g.set_addr(now, [10, 33, 0, 9]).unwrap();
-    assert_eq!(g.rnic.offload().unwrap().ip().octets(), [10, 33, 0, 9]);
-    g.set_addr(now, [0; 4]).unwrap();
-    assert!(g.rnic.offload().is_none());
+    g.at(now).set_addr([10, 33, 0, 9]).unwrap();
+    assert_eq!(g.dev.rnic.offload().unwrap().ip().octets(), [10, 33, 0, 9]);
+    g.at(now).set_addr([0; 4]).unwrap();
+    assert!(g.dev.rnic.offload().is_none());
 }
 
 /// Random connection commands against a live engine: responses only.
@@ -854,12 +485,12 @@ fn connection_commands_are_validated() {
 /// engine still serves well-formed commands with its books in order.
 #[test]
 fn random_connection_commands_never_panic() {
-    let mut g = Guest::new(0);
+    let mut g = guest(0);
     let now = Instant::from_millis(1);
-    g.set_addr(now, IPS[0].octets()).unwrap();
-    let pdn = g.handle(now, Cmd::AllocPd, &CmdHandle::default());
-    let cq = g.cq(now, 16);
-    let qp = g.qp(now, pdn, cq, cq, 16);
+    g.at(now).set_addr(IPS[0].octets()).unwrap();
+    let pdn = g.at(now).handle(Cmd::AllocPd, &CmdHandle::default());
+    let cq = g.at(now).cq(16);
+    let qp = g.at(now).qp(pdn, cq, cq, 16);
     let mut x = 0x853c_49e6_748f_ea9bu64;
     let mut next = || {
         x ^= x << 13;
@@ -880,9 +511,9 @@ fn random_connection_commands_never_panic() {
         body[1..4].fill(0);
         let cmd = cmds[(next() % cmds.len() as u64) as usize];
         let len = (next() % 560) as usize;
-        let silent = g.silent;
-        let r = g.raw(Instant::from_millis(1 + i as i64), cmd, &body[..len]);
-        if g.silent != silent {
+        let silent = g.dev.silent;
+        let r = g.at(Instant::from_millis(1 + i as i64)).raw(cmd, &body[..len]);
+        if g.dev.silent != silent {
             // Only a good doorbell goes unanswered: one on the QP, for
             // its SQ or RQ.
             let db = read_struct::<CmdDoorbell>(&body[..len]).filter(|_| cmd == Cmd::Doorbell);
@@ -897,19 +528,19 @@ fn random_connection_commands_never_panic() {
             );
         }
         let mut sink = |_: &[u8]| {};
-        g.rnic.service(Instant::from_millis(1 + i as i64), &g.mem, &mut sink);
+        g.dev.rnic.service(Instant::from_millis(1 + i as i64), &g.ram.mem, &mut sink);
     }
     assert!(!listening.is_empty(), "no random LISTEN got through to the engine");
     // The same engine, its listeners as the responses said: each one ends
     // once, and a well-formed LISTEN and CONNECT are served.
     let now = Instant::from_millis(3001);
-    assert_eq!(g.rnic.offload().unwrap().ip(), IPS[0]);
+    assert_eq!(g.dev.rnic.offload().unwrap().ip(), IPS[0]);
     for port in listening {
-        assert_eq!(g.cmd(now, Cmd::Unlisten, &listen_args(port)), Ok(Vec::new()), "port {port}");
-        assert_eq!(g.cmd(now, Cmd::Unlisten, &listen_args(port)), Err(Status::NotFound), "port {port}");
+        assert_eq!(g.at(now).cmd(Cmd::Unlisten, &listen_args(port)), Ok(Vec::new()), "port {port}");
+        assert_eq!(g.at(now).cmd(Cmd::Unlisten, &listen_args(port)), Err(Status::NotFound), "port {port}");
     }
-    assert_eq!(g.cmd(now, Cmd::Listen, &listen_args(PORT)), Ok(Vec::new()));
-    assert_eq!(g.cmd(now, Cmd::Connect, &connect_args(&qp, 40_000, b"pd")), Ok(Vec::new()));
+    assert_eq!(g.at(now).cmd(Cmd::Listen, &listen_args(PORT)), Ok(Vec::new()));
+    assert_eq!(g.at(now).cmd(Cmd::Connect, &connect_args(&qp, 40_000, b"pd")), Ok(Vec::new()));
 }
 
 /// When a guest goes away (vhost-user disconnect), its peers are reset at
@@ -920,8 +551,8 @@ fn a_vanished_guest_resets_its_peers() {
     connect(&mut s);
     let now = s.sim.now;
     let Sim { a, wire, .. } = &mut s.sim;
-    a.rnic.abort_connections(now, &mut |frame| wire.send(now, 1, frame));
-    a.rnic.reset();
+    a.dev.rnic.abort_connections(now, &mut |frame| wire.send(now, 1, frame));
+    a.dev.rnic.reset();
     assert!(s.sim.run_until(Duration::from_secs(1), |sim| !sim.b.qp_events().is_empty()));
     assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::Reset as u32, 0)]);
 }
@@ -935,16 +566,16 @@ fn an_address_change_ends_connections() {
     connect(&mut s);
     let now = s.sim.now;
     let (scq, rcq) = (s.qa.scq, s.qa.rcq);
-    let mut idle = s.sim.a.qp(now, 1, scq, rcq, 16);
+    let mut idle = s.sim.a.at(now).qp(1, scq, rcq, 16);
     let (a_local, _) = s.bufs[0];
-    s.sim.a.post_recv(now, &mut idle, 5, &a_local, 0, 64);
-    s.sim.a.set_addr(now, [10, 33, 0, 77]).unwrap();
+    s.sim.a.at(now).post_recv(&mut idle, 5, &a_local, 0, 64);
+    s.sim.a.at(now).set_addr([10, 33, 0, 77]).unwrap();
     assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, QpEvent::Reset as u32, 0)]);
     let st = s.sim.a.qp_status(&s.qa);
     assert_eq!(st.state.to_native(), QpState::Error as u32);
     assert_ne!(st.flags.to_native() & QpStatusFlag::Error as u32, 0);
     assert_eq!(s.sim.a.qp_status(&idle).state.to_native(), QpState::Idle as u32);
-    let info = s.sim.a.rnic.offload().unwrap().engine().qp_info(idle.qpn).unwrap();
+    let info = s.sim.a.dev.rnic.offload().unwrap().engine().qp_info(idle.qpn).unwrap();
     assert_eq!(info.rq_posted, 1, "the posted receive was fetched again");
 }
 
@@ -968,11 +599,11 @@ fn injected_rst_is_a_reset_on_both_ends() {
     let (a_local, _) = s.bufs[0];
     let (b_local, _) = s.bufs[1];
     let now = s.sim.now;
-    s.sim.a.post_recv(now, &mut s.qa, 1, &a_local, 0, 4096);
-    s.sim.b.post_recv(now, &mut s.qb, 2, &b_local, 0, 4096);
+    s.sim.a.at(now).post_recv(&mut s.qa, 1, &a_local, 0, 4096);
+    s.sim.b.at(now).post_recv(&mut s.qb, 2, &b_local, 0, 4096);
     connect(&mut s);
     let now = s.sim.now;
-    let done = s.sim.a.rnic.inject(now, s.qa.qpn, Fault::SendRst).unwrap();
+    let done = s.sim.a.dev.rnic.inject(now, s.qa.qpn, Fault::SendRst).unwrap();
     assert_eq!(done.state, Some("ERROR"));
     assert!(done.detail.contains(&format!("RST sent to {}:{PORT}", IPS[1])), "{}", done.detail);
     assert!(s
@@ -989,13 +620,13 @@ fn injected_rst_is_a_reset_on_both_ends() {
     s.sim.run_for(Duration::from_secs(2));
     let (mut ra, mut rb) = (s.qa.rcq, s.qb.rcq);
     assert!(s.sim.a.poll_cq(&mut ra).is_empty() && s.sim.b.poll_cq(&mut rb).is_empty());
-    assert_eq!(s.sim.a.rnic.fault_stats().rst, 1);
+    assert_eq!(s.sim.a.dev.rnic.fault_stats().rst, 1);
     // Refusals name the problem and are counted.
     let now = s.sim.now;
-    let err = s.sim.a.rnic.inject(now, s.qa.qpn, Fault::SendRst).unwrap_err();
+    let err = s.sim.a.dev.rnic.inject(now, s.qa.qpn, Fault::SendRst).unwrap_err();
     assert!(err.contains("not connected"), "{err}");
-    assert_eq!(s.sim.a.rnic.inject(now, 999, Fault::SendFin).unwrap_err(), "no QP 999");
-    assert_eq!(s.sim.a.rnic.fault_stats().refused, 2);
+    assert_eq!(s.sim.a.dev.rnic.inject(now, 999, Fault::SendFin).unwrap_err(), "no QP 999");
+    assert_eq!(s.sim.a.dev.rnic.fault_stats().refused, 2);
 }
 
 #[test]
@@ -1005,7 +636,7 @@ fn injected_terminate_and_crc_report_terminate_events() {
     connect(&mut s);
     let now = s.sim.now;
     let code = TermCode::registered_code(1, 2, 0x01).unwrap();
-    let done = s.sim.a.rnic.inject(now, s.qa.qpn, Fault::Terminate(code)).unwrap();
+    let done = s.sim.a.dev.rnic.inject(now, s.qa.qpn, Fault::Terminate(code)).unwrap();
     assert!(done.detail.contains("detail 0x1201"), "{}", done.detail);
     let qa = s.qa;
     assert!(s.sim.run_until(Duration::from_secs(5), |sim| !sim.b.qp_events().is_empty() && qp_error_flag(&sim.a, &qa)));
@@ -1017,12 +648,12 @@ fn injected_terminate_and_crc_report_terminate_events() {
     let (a_local, _) = s.bufs[0];
     let (b_local, _) = s.bufs[1];
     let now = s.sim.now;
-    s.sim.b.post_recv(now, &mut s.qb, 1, &b_local, 0, 4096);
+    s.sim.b.at(now).post_recv(&mut s.qb, 1, &b_local, 0, 4096);
     connect(&mut s);
     let now = s.sim.now;
-    s.sim.a.rnic.inject(now, s.qa.qpn, Fault::CorruptCrc).unwrap();
+    s.sim.a.dev.rnic.inject(now, s.qa.qpn, Fault::CorruptCrc).unwrap();
     let wqe = send_wqe(7, WrOpcode::Send, true, &[(a_local, 0, 100)]);
-    s.sim.a.post_send_wqe(now, &mut s.qa, &wqe);
+    s.sim.a.at(now).post_send(&mut s.qa, &wqe);
     assert!(s.sim.run_until(Duration::from_secs(5), |sim| !sim.a.qp_events().is_empty()));
     assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::TerminateSent as u32, 0x2002)]);
     assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, QpEvent::TerminateReceived as u32, 0x2002)]);
@@ -1036,24 +667,24 @@ fn an_invalidated_stag_fails_the_peers_write() {
     let (a_local, _) = s.bufs[0];
     let (_, b_exposed) = s.bufs[1];
     connect(&mut s);
-    let done = s.sim.b.rnic.invalidate_stag(b_exposed.stag).unwrap();
+    let done = s.sim.b.dev.rnic.invalidate_stag(b_exposed.stag).unwrap();
     assert!(done.detail.contains("invalidated"), "{}", done.detail);
-    assert!(!s.sim.b.rnic.tpt().get(b_exposed.stag).unwrap().valid);
-    assert!(s.sim.b.rnic.invalidate_stag(b_exposed.stag).unwrap_err().contains("invalid already"));
-    assert!(s.sim.b.rnic.invalidate_stag(0xdead_beef).unwrap_err().contains("no MR"));
-    let before = s.sim.b.read_bytes(b_exposed.guest, 64);
-    s.sim.a.write_bytes(a_local.guest, &pattern(64, 3));
+    assert!(!s.sim.b.dev.rnic.tpt().get(b_exposed.stag).unwrap().valid);
+    assert!(s.sim.b.dev.rnic.invalidate_stag(b_exposed.stag).unwrap_err().contains("invalid already"));
+    assert!(s.sim.b.dev.rnic.invalidate_stag(0xdead_beef).unwrap_err().contains("no MR"));
+    let before = s.sim.b.ram.read_bytes(b_exposed.guest, 64);
+    s.sim.a.ram.write_bytes(a_local.guest, &pattern(64, 3));
     let now = s.sim.now;
     let wqe = rdma_wqe(9, WrOpcode::Write, (a_local, 0, 64), &b_exposed, 0);
-    s.sim.a.post_send_wqe(now, &mut s.qa, &wqe);
+    s.sim.a.at(now).post_send(&mut s.qa, &wqe);
     assert!(s
         .sim
         .run_until(Duration::from_secs(5), |sim| !sim.a.qp_events().is_empty() && !sim.b.qp_events().is_empty()));
     // DDP tagged buffer error, invalid STag: QP_ACCESS_ERR on both sides.
     assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::TerminateSent as u32, 0x1100)]);
     assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, QpEvent::TerminateReceived as u32, 0x1100)]);
-    assert_eq!(s.sim.b.read_bytes(b_exposed.guest, 64), before, "nothing placed");
-    assert_eq!(s.sim.b.rnic.fault_stats().invalidate_stag, 1);
+    assert_eq!(s.sim.b.ram.read_bytes(b_exposed.guest, 64), before, "nothing placed");
+    assert_eq!(s.sim.b.dev.rnic.fault_stats().invalidate_stag, 1);
 }
 
 #[test]
@@ -1061,9 +692,9 @@ fn blackhole_times_out_within_the_tcp_timeout() {
     let mut s = setup(16);
     connect(&mut s);
     // setup() started the engines with the default (15 s) timeout.
-    assert_eq!(s.sim.a.rnic.tcp_timeout(), Duration::from_secs(15));
+    assert_eq!(s.sim.a.dev.rnic.tcp_timeout(), Duration::from_secs(15));
     let now = s.sim.now;
-    s.sim.a.rnic.inject(now, s.qa.qpn, Fault::Blackhole(true)).unwrap();
+    s.sim.a.dev.rnic.inject(now, s.qa.qpn, Fault::Blackhole(true)).unwrap();
     let start = s.sim.now;
     assert!(s
         .sim
@@ -1077,12 +708,12 @@ fn blackhole_times_out_within_the_tcp_timeout() {
 
 #[test]
 fn a_shorter_tcp_timeout_applies_to_new_engines() {
-    let mut sim = Sim::new(Guest::new(0), Guest::new(1), WireConfig::default());
-    sim.a.rnic.set_tcp_timeout(Duration::from_secs(3));
-    assert_eq!(sim.a.rnic.tcp_timeout(), Duration::from_secs(3));
+    let mut sim = Sim::new(guest(0), guest(1), WireConfig::default());
+    sim.a.dev.rnic.set_tcp_timeout(Duration::from_secs(3));
+    assert_eq!(sim.a.dev.rnic.tcp_timeout(), Duration::from_secs(3));
     let now = sim.now;
-    sim.a.set_addr(now, IPS[0].octets()).unwrap();
-    let toe = sim.a.rnic.offload().unwrap().engine().toe().tcp().config();
+    sim.a.at(now).set_addr(IPS[0].octets()).unwrap();
+    let toe = sim.a.dev.rnic.offload().unwrap().engine().toe().tcp().config();
     assert_eq!((toe.timeout, toe.keep_alive), (Some(Duration::from_secs(3)), Some(Duration::from_secs(1))));
 }
 
@@ -1092,23 +723,23 @@ fn device_fatal_flags_everything_and_refuses_commands_until_reset() {
     let (a_local, _) = s.bufs[0];
     let (b_local, _) = s.bufs[1];
     let now = s.sim.now;
-    s.sim.a.post_recv(now, &mut s.qa, 1, &a_local, 0, 4096);
-    s.sim.b.post_recv(now, &mut s.qb, 2, &b_local, 0, 4096);
+    s.sim.a.at(now).post_recv(&mut s.qa, 1, &a_local, 0, 4096);
+    s.sim.b.at(now).post_recv(&mut s.qb, 2, &b_local, 0, 4096);
     connect(&mut s);
     // A SEND from B completes on A before the fatal error: that CQE stays.
     let now = s.sim.now;
     let wqe = send_wqe(5, WrOpcode::Send, true, &[(b_local, 0, 10)]);
-    s.sim.b.post_send_wqe(now, &mut s.qb, &wqe);
+    s.sim.b.at(now).post_send(&mut s.qb, &wqe);
     let rcq_status = s.qa.rcq.status;
     assert!(s.sim.run_until(Duration::from_secs(2), |sim| u32::from_le(
-        sim.a.mem.load::<u32>(GuestAddress(rcq_status), Ordering::Acquire).unwrap()
+        sim.a.ram.mem.load::<u32>(GuestAddress(rcq_status), Ordering::Acquire).unwrap()
     ) == 1));
-    let done = s.sim.a.rnic.request_device_fatal().unwrap();
+    let done = s.sim.a.dev.rnic.request_device_fatal().unwrap();
     assert!(done.detail.contains("1 QPs -> ERROR"), "{}", done.detail);
-    assert_eq!(s.sim.a.rnic.fatal(), Some(Fatal::Pending));
-    assert!(s.sim.a.rnic.request_device_fatal().is_err(), "once");
+    assert_eq!(s.sim.a.dev.rnic.fatal(), Some(Fatal::Pending));
+    assert!(s.sim.a.dev.rnic.request_device_fatal().is_err(), "once");
     s.sim.run_for(Duration::from_millis(10));
-    assert_eq!(s.sim.a.rnic.fatal(), Some(Fatal::Dead));
+    assert_eq!(s.sim.a.dev.rnic.fatal(), Some(Fatal::Dead));
     // The event: DEVICE_FATAL, code 1 (injected), detail: QPs ended; no QP events.
     let fatal: Vec<Event> = s
         .sim
@@ -1135,24 +766,24 @@ fn device_fatal_flags_everything_and_refuses_commands_until_reset() {
     assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::Reset as u32, 0)]);
     // Commands fail with STATE, teardown works, RESET brings it back.
     let now = s.sim.now;
-    assert_eq!(s.sim.a.cmd(now, Cmd::AllocPd, &CmdHandle::default()), Err(Status::State));
+    assert_eq!(s.sim.a.at(now).cmd(Cmd::AllocPd, &CmdHandle::default()), Err(Status::State));
     let db = CmdDoorbell { qpn: s.qa.qpn.into(), queues: (DoorbellQueue::Rq as u32).into() };
-    assert_eq!(s.sim.a.cmd(now, Cmd::Doorbell, &db), Err(Status::State));
-    assert!(s.sim.a.cmd(now, Cmd::QueryDevice, &CmdHandle::default()).is_ok());
+    assert_eq!(s.sim.a.at(now).cmd(Cmd::Doorbell, &db), Err(Status::State));
+    assert!(s.sim.a.at(now).cmd(Cmd::QueryDevice, &CmdHandle::default()).is_ok());
     let to_error = CmdModifyQp {
         qpn: s.qa.qpn.into(),
         mask: (ModifyMask::State as u32).into(),
         state: (QpState::Error as u32).into(),
         ..Default::default()
     };
-    assert!(s.sim.a.cmd(now, Cmd::ModifyQp, &to_error).is_ok());
+    assert!(s.sim.a.at(now).cmd(Cmd::ModifyQp, &to_error).is_ok());
     let to_idle = CmdModifyQp { state: (QpState::Idle as u32).into(), ..to_error };
-    assert_eq!(s.sim.a.cmd(now, Cmd::ModifyQp, &to_idle), Err(Status::State));
-    assert!(s.sim.a.rnic.inject(now, s.qa.qpn, Fault::SendRst).unwrap_err().contains("fatal"));
-    s.sim.a.cmd(now, Cmd::DestroyQp, &CmdHandle { handle: s.qa.qpn.into(), reserved: 0.into() }).unwrap();
-    s.sim.a.cmd(now, Cmd::Reset, &CmdHandle::default()).unwrap();
-    assert_eq!(s.sim.a.rnic.fatal(), None);
-    assert!(s.sim.a.cmd(now, Cmd::AllocPd, &CmdHandle::default()).is_ok());
+    assert_eq!(s.sim.a.at(now).cmd(Cmd::ModifyQp, &to_idle), Err(Status::State));
+    assert!(s.sim.a.dev.rnic.inject(now, s.qa.qpn, Fault::SendRst).unwrap_err().contains("fatal"));
+    s.sim.a.at(now).cmd(Cmd::DestroyQp, &CmdHandle { handle: s.qa.qpn.into(), reserved: 0.into() }).unwrap();
+    s.sim.a.at(now).cmd(Cmd::Reset, &CmdHandle::default()).unwrap();
+    assert_eq!(s.sim.a.dev.rnic.fatal(), None);
+    assert!(s.sim.a.at(now).cmd(Cmd::AllocPd, &CmdHandle::default()).is_ok());
 }
 
 #[test]
@@ -1162,7 +793,7 @@ fn an_impossible_producer_index_moves_the_qp_to_error() {
     let now = s.sim.now;
     // One write by the guest: the SQ producer index a ring and more ahead.
     s.qa.sq_prod = s.qa.sq_prod.wrapping_add(s.qa.depth + 1);
-    s.sim.a.ring_doorbell(now, &s.qa, DoorbellQueue::Sq);
+    s.sim.a.at(now).ring_doorbell(&s.qa, DoorbellQueue::Sq);
     assert!(s.sim.run_until(Duration::from_secs(3), |sim| {
         sim.a.qp_status(&s.qa).state.to_native() == QpState::Error as u32
     }));
@@ -1171,7 +802,7 @@ fn an_impossible_producer_index_moves_the_qp_to_error() {
     assert!(s.sim.a.poll_cq(&mut scq).is_empty(), "no completion for garbage");
     assert!(s.sim.a.qp_events().contains(&(s.qa.qpn, QpEvent::BadWqe as u32, WcStatus::LocQpOpErr as u32)));
     assert!(qp_error_flag(&s.sim.a, &s.qa));
-    assert_eq!(s.sim.a.rnic.ring_stats()[0], ("qp_ring_errors", 1));
+    assert_eq!(s.sim.a.dev.rnic.ring_stats()[0], ("qp_ring_errors", 1));
     // The peer learns the connection is gone.
     assert!(s.sim.run_until(Duration::from_secs(3), |sim| !sim.b.qp_events().is_empty()));
 }
@@ -1181,27 +812,30 @@ fn a_deep_ring_is_fetched_over_several_passes() {
     let mut s = setup(16);
     let now = s.sim.now;
     let g = &mut s.sim.a;
-    let pdn = g.handle(now, Cmd::AllocPd, &CmdHandle::default());
-    let (scq, rcq) = (g.cq(now, 512), g.cq(now, 16));
-    let mut qp = g.qp(now, pdn, scq, rcq, 512);
+    let pdn = g.at(now).handle(Cmd::AllocPd, &CmdHandle::default());
+    let (scq, rcq) = (g.at(now).cq(512), g.at(now).cq(16));
+    let mut qp = g.at(now).qp(pdn, scq, rcq, 512);
     // 300 WQEs behind one doorbell (an IDLE QP takes them and waits).
     for i in 0..300u32 {
         let slot = u64::from(qp.sq_prod & (qp.depth - 1));
-        g.mem.write_obj(send_wqe(u64::from(i), WrOpcode::Send, false, &[]), GuestAddress(qp.sq + slot * 128)).unwrap();
+        g.ram
+            .mem
+            .write_obj(send_wqe(u64::from(i), WrOpcode::Send, false, &[]), GuestAddress(qp.sq + slot * 128))
+            .unwrap();
         qp.sq_prod += 1;
     }
-    g.ring_doorbell(now, &qp, DoorbellQueue::Sq);
-    let fetched = |g: &Guest| g.rnic.qps().get(qp.qpn).unwrap().sq_work.fetched;
+    g.at(now).ring_doorbell(&qp, DoorbellQueue::Sq);
+    let fetched = |g: &Guest| g.dev.rnic.qps().get(qp.qpn).unwrap().sq_work.fetched;
     assert_eq!(fetched(g), 128, "one budget per doorbell");
     assert_eq!(g.qp_status(&qp).flags.to_native() & QpStatusFlag::SqIdle as u32, 0, "not idle: no doorbell needed");
     let mut tx = |_: &[u8]| {};
-    assert_eq!(g.rnic.service(now, &g.mem, &mut tx), Some(now), "more to fetch: run again at once");
+    assert_eq!(g.dev.rnic.service(now, &g.ram.mem, &mut tx), Some(now), "more to fetch: run again at once");
     assert_eq!(fetched(g), 256);
-    g.rnic.service(now, &g.mem, &mut tx);
+    g.dev.rnic.service(now, &g.ram.mem, &mut tx);
     assert_eq!(fetched(g), 300);
     assert_eq!(g.qp_status(&qp).flags.to_native() & QpStatusFlag::SqIdle as u32, 0, "polled after the work");
-    assert!(g.rnic.poll_deadline().is_some_and(|end| end <= now + MAX_WINDOW));
-    g.rnic.service(now + MAX_WINDOW, &g.mem, &mut tx);
+    assert!(g.dev.rnic.poll_deadline().is_some_and(|end| end <= now + MAX_WINDOW));
+    g.dev.rnic.service(now + MAX_WINDOW, &g.ram.mem, &mut tx);
     assert_ne!(g.qp_status(&qp).flags.to_native() & QpStatusFlag::SqIdle as u32, 0, "idle once the window ended");
     assert_eq!(g.doorbells, 1);
 }
@@ -1215,41 +849,41 @@ fn a_busy_queue_is_polled_without_doorbells_until_its_window_ends() {
     let mut s = setup(16);
     let t0 = s.sim.now;
     let g = &mut s.sim.a;
-    let pdn = g.handle(t0, Cmd::AllocPd, &CmdHandle::default());
-    let (scq, rcq) = (g.cq(t0, 64), g.cq(t0, 16));
-    let mut qp = g.qp(t0, pdn, scq, rcq, 64);
+    let pdn = g.at(t0).handle(Cmd::AllocPd, &CmdHandle::default());
+    let (scq, rcq) = (g.at(t0).cq(64), g.at(t0).cq(16));
+    let mut qp = g.at(t0).qp(pdn, scq, rcq, 64);
     let mut tx = |_: &[u8]| {};
     let qpn = qp.qpn;
-    let fetched = |g: &Guest| g.rnic.qps().get(qpn).unwrap().sq_work.fetched;
-    let stat = |g: &Guest, name: &str| g.rnic.ring_stats().iter().find(|(k, _)| *k == name).unwrap().1;
+    let fetched = |g: &Guest| g.dev.rnic.qps().get(qpn).unwrap().sq_work.fetched;
+    let stat = |g: &Guest, name: &str| g.dev.rnic.ring_stats().iter().find(|(k, _)| *k == name).unwrap().1;
     let sq_idle = |g: &Guest, qp: &QpRings| g.qp_status(qp).flags.to_native() & QpStatusFlag::SqIdle as u32 != 0;
     // An IDLE QP takes sends and holds them until it is connected.
-    g.post_send_wqe(t0, &mut qp, &send_wqe(0, WrOpcode::Send, false, &[]));
+    g.at(t0).post_send(&mut qp, &send_wqe(0, WrOpcode::Send, false, &[]));
     assert_eq!((g.doorbells, fetched(g)), (1, 1));
     assert!(!sq_idle(g, &qp), "polled after the work");
     // Ten more, 40 µs apart (within every window): found by polling.
     let mut t = t0;
     for i in 1..=10u64 {
         t += Duration::from_micros(40);
-        g.post_send_wqe(t, &mut qp, &send_wqe(i, WrOpcode::Send, false, &[]));
+        g.at(t).post_send(&mut qp, &send_wqe(i, WrOpcode::Send, false, &[]));
         assert_eq!(fetched(g), i as u32, "no doorbell: taken at the next look");
-        assert!(g.rnic.poll_queues(t, &g.mem), "the look finds it");
+        assert!(g.dev.rnic.poll_queues(t, &g.ram.mem), "the look finds it");
         assert_eq!(fetched(g), i as u32 + 1);
     }
     assert_eq!(g.doorbells, 1, "one doorbell for eleven WQEs");
     assert_eq!((stat(g, "poll_finds"), stat(g, "polled_queues")), (10, 1));
     // Nothing more: the window ends, and then the queue is handed back to
     // the doorbells.
-    g.rnic.service(t, &g.mem, &mut tx);
-    let end = g.rnic.poll_deadline().unwrap();
+    g.dev.rnic.service(t, &g.ram.mem, &mut tx);
+    let end = g.dev.rnic.poll_deadline().unwrap();
     assert!(end > t && end <= t + MAX_WINDOW, "window end {end} after the last find at {t}");
-    assert!(!g.rnic.poll_queues(end - Duration::from_micros(1), &g.mem));
+    assert!(!g.dev.rnic.poll_queues(end - Duration::from_micros(1), &g.ram.mem));
     assert!(!sq_idle(g, &qp), "still polled inside the window");
-    assert!(!g.rnic.poll_queues(end, &g.mem));
+    assert!(!g.dev.rnic.poll_queues(end, &g.ram.mem));
     assert!(sq_idle(g, &qp), "handed back at the window's end");
-    assert!(!g.rnic.polling());
+    assert!(!g.dev.rnic.polling());
     assert_eq!(stat(g, "polled_queues"), 0);
-    g.post_send_wqe(end, &mut qp, &send_wqe(11, WrOpcode::Send, false, &[]));
+    g.at(end).post_send(&mut qp, &send_wqe(11, WrOpcode::Send, false, &[]));
     assert_eq!((g.doorbells, fetched(g)), (2, 12), "idle again: the next post rings and is taken at once");
 }
 
@@ -1259,17 +893,17 @@ fn without_polling_every_post_rings_its_doorbell() {
     let mut s = setup(16);
     let t0 = s.sim.now;
     let g = &mut s.sim.a;
-    g.rnic.set_poll_queues(0);
-    let pdn = g.handle(t0, Cmd::AllocPd, &CmdHandle::default());
-    let (scq, rcq) = (g.cq(t0, 64), g.cq(t0, 16));
-    let mut qp = g.qp(t0, pdn, scq, rcq, 64);
+    g.dev.rnic.set_poll_queues(0);
+    let pdn = g.at(t0).handle(Cmd::AllocPd, &CmdHandle::default());
+    let (scq, rcq) = (g.at(t0).cq(64), g.at(t0).cq(16));
+    let mut qp = g.at(t0).qp(pdn, scq, rcq, 64);
     for i in 0..5u64 {
-        g.post_send_wqe(t0, &mut qp, &send_wqe(i, WrOpcode::Send, false, &[]));
+        g.at(t0).post_send(&mut qp, &send_wqe(i, WrOpcode::Send, false, &[]));
         assert_ne!(g.qp_status(&qp).flags.to_native() & QpStatusFlag::SqIdle as u32, 0, "idle after each fetch");
     }
     assert_eq!(g.doorbells, 5);
-    assert_eq!(g.rnic.qps().get(qp.qpn).unwrap().sq_work.fetched, 5);
-    assert!(!g.rnic.polling());
+    assert_eq!(g.dev.rnic.qps().get(qp.qpn).unwrap().sq_work.fetched, 5);
+    assert!(!g.dev.rnic.polling());
 }
 
 #[test]
@@ -1278,18 +912,18 @@ fn a_malformed_receive_wqe_fails_in_order_with_its_own_status() {
     let (a_local, _) = s.bufs[0];
     let (b_local, _) = s.bufs[1];
     let now = s.sim.now;
-    s.sim.b.post_recv(now, &mut s.qb, 1, &b_local, 0, 4096);
+    s.sim.b.at(now).post_recv(&mut s.qb, 1, &b_local, 0, 4096);
     // Five SGEs on a QP that allows four.
     let slot = u64::from(s.qb.rq_prod & (s.qb.depth - 1));
     let bad = RqWqe { wr_id: 2.into(), num_sge: 5, ..Default::default() };
-    s.sim.b.mem.write_obj(bad, GuestAddress(s.qb.rq + slot * 128)).unwrap();
+    s.sim.b.ram.mem.write_obj(bad, GuestAddress(s.qb.rq + slot * 128)).unwrap();
     s.qb.rq_prod += 1;
-    s.sim.b.ring_doorbell(now, &s.qb, DoorbellQueue::Rq);
+    s.sim.b.at(now).ring_doorbell(&s.qb, DoorbellQueue::Rq);
     connect(&mut s);
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(10, WrOpcode::Send, true, &[(a_local, 0, 64)]));
+    s.sim.a.at(now).post_send(&mut s.qa, &send_wqe(10, WrOpcode::Send, true, &[(a_local, 0, 64)]));
     // A zero-length SEND must not complete the malformed WQE successfully.
-    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(11, WrOpcode::Send, true, &[]));
+    s.sim.a.at(now).post_send(&mut s.qa, &send_wqe(11, WrOpcode::Send, true, &[]));
     assert!(s.sim.run_until(Duration::from_secs(5), |sim| {
         sim.b.qp_status(&s.qb).state.to_native() == QpState::Error as u32
     }));
@@ -1314,14 +948,14 @@ fn a_receive_posted_before_its_doorbell_arrives_takes_the_send() {
     let mut wqe = RqWqe { wr_id: 7.into(), num_sge: 1, ..Default::default() };
     wqe.sge[0] = Sge { addr: b_local.iova.into(), length: 4096.into(), lkey: b_local.stag.into() };
     let slot = u64::from(s.qb.rq_prod & (s.qb.depth - 1));
-    g.mem.write_obj(wqe, GuestAddress(s.qb.rq + slot * 128)).unwrap();
+    g.ram.mem.write_obj(wqe, GuestAddress(s.qb.rq + slot * 128)).unwrap();
     s.qb.rq_prod += 1;
-    g.mem.store(s.qb.rq_prod.to_le(), GuestAddress(s.qb.status + 4), Ordering::Release).unwrap();
+    g.ram.mem.store(s.qb.rq_prod.to_le(), GuestAddress(s.qb.status + 4), Ordering::Release).unwrap();
     assert_ne!(g.qp_status(&s.qb).flags.to_native() & QpStatusFlag::RqIdle as u32, 0, "the doorbell is owed");
     let data = pattern(100, 3);
-    s.sim.a.write_bytes(a_local.guest, &data);
+    s.sim.a.ram.write_bytes(a_local.guest, &data);
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(1, WrOpcode::Send, true, &[(a_local, 0, 100)]));
+    s.sim.a.at(now).post_send(&mut s.qa, &send_wqe(1, WrOpcode::Send, true, &[(a_local, 0, 100)]));
     assert!(s.sim.run_until(Duration::from_secs(1), |sim| {
         sim.b.cq_status(&s.qb.rcq).prod.to_native() == 1
             || sim.b.qp_status(&s.qb).state.to_native() == QpState::Error as u32
@@ -1330,14 +964,14 @@ fn a_receive_posted_before_its_doorbell_arrives_takes_the_send() {
     let got: Vec<(u64, u8, u32)> =
         s.sim.b.poll_cq(&mut rcq).iter().map(|c| (c.wr_id.to_native(), c.status, c.byte_len.to_native())).collect();
     assert_eq!(got, vec![(7, 0, 100)], "placed in the receive the guest had posted");
-    assert_eq!(s.sim.b.read_bytes(b_local.guest, 100), data);
+    assert_eq!(s.sim.b.ram.read_bytes(b_local.guest, 100), data);
     assert_eq!(s.sim.b.qp_status(&s.qb).state.to_native(), QpState::Rts as u32);
     assert!(s.sim.b.qp_events().is_empty() && s.sim.a.qp_events().is_empty());
 
     // With no receive posted at all, a SEND is still the DDP error it is
     // (untagged, MSN with no buffer), not waited for.
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(2, WrOpcode::Send, true, &[(a_local, 0, 100)]));
+    s.sim.a.at(now).post_send(&mut s.qa, &send_wqe(2, WrOpcode::Send, true, &[(a_local, 0, 100)]));
     assert!(s.sim.run_until(Duration::from_secs(3), |sim| !sim.a.qp_events().is_empty()));
     assert_eq!(s.sim.a.qp_events()[0], (s.qa.qpn, QpEvent::TerminateReceived as u32, 0x1202));
     assert!(s.sim.run_until(Duration::from_secs(3), |sim| {
@@ -1356,7 +990,7 @@ fn a_send_whose_receive_waits_behind_a_late_doorbell_is_placed_though_the_rq_ran
     let (b_local, _) = s.bufs[1];
     connect(&mut s);
     let now = s.sim.now;
-    s.sim.b.post_recv(now, &mut s.qb, 1, &b_local, 0, 4096);
+    s.sim.b.at(now).post_recv(&mut s.qb, 1, &b_local, 0, 4096);
     // Its doorbell is read: vt3d holds that one receive.
     let _ = s.sim.run_until(Duration::from_millis(50), |_| false);
     // The second receive: in b's ring and status page, its doorbell owed.
@@ -1364,14 +998,14 @@ fn a_send_whose_receive_waits_behind_a_late_doorbell_is_placed_though_the_rq_ran
     let mut wqe = RqWqe { wr_id: 2.into(), num_sge: 1, ..Default::default() };
     wqe.sge[0] = Sge { addr: (b_local.iova + 4096).into(), length: 4096.into(), lkey: b_local.stag.into() };
     let slot = u64::from(s.qb.rq_prod & (s.qb.depth - 1));
-    g.mem.write_obj(wqe, GuestAddress(s.qb.rq + slot * 128)).unwrap();
+    g.ram.mem.write_obj(wqe, GuestAddress(s.qb.rq + slot * 128)).unwrap();
     s.qb.rq_prod += 1;
-    g.mem.store(s.qb.rq_prod.to_le(), GuestAddress(s.qb.status + 4), Ordering::Release).unwrap();
+    g.ram.mem.store(s.qb.rq_prod.to_le(), GuestAddress(s.qb.status + 4), Ordering::Release).unwrap();
     let data = pattern(200, 5);
-    s.sim.a.write_bytes(a_local.guest, &data);
+    s.sim.a.ram.write_bytes(a_local.guest, &data);
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(1, WrOpcode::Send, true, &[(a_local, 0, 100)]));
-    s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(2, WrOpcode::Send, true, &[(a_local, 100, 100)]));
+    s.sim.a.at(now).post_send(&mut s.qa, &send_wqe(1, WrOpcode::Send, true, &[(a_local, 0, 100)]));
+    s.sim.a.at(now).post_send(&mut s.qa, &send_wqe(2, WrOpcode::Send, true, &[(a_local, 100, 100)]));
     assert!(s.sim.run_until(Duration::from_secs(1), |sim| {
         sim.b.cq_status(&s.qb.rcq).prod.to_native() == 2
             || sim.b.qp_status(&s.qb).state.to_native() == QpState::Error as u32
@@ -1390,44 +1024,44 @@ fn a_connection_between_two_qps_of_one_device_stays_inside_it() {
     let now = s.sim.now;
     let on_wire = s.sim.wire.stats.sent;
     let g = &mut s.sim.a;
-    let pdn = g.handle(now, Cmd::AllocPd, &CmdHandle::default());
-    let (cq1, cq2) = (g.cq(now, 64), g.cq(now, 64));
-    let mut client = g.qp(now, pdn, cq1, cq1, 16);
-    let mut server = g.qp(now, pdn, cq2, cq2, 16);
-    let src = g.mr(now, pdn, 64 * 1024, Access::LocalWrite as u32);
-    let sink = g.mr(now, pdn, 64 * 1024, ALL);
-    g.post_recv(now, &mut server, 77, &sink, 0, 8192);
-    g.post_recv(now, &mut server, 78, &sink, 20_000, 8192);
-    g.cmd(now, Cmd::Listen, &listen_args(PORT)).unwrap();
+    let pdn = g.at(now).handle(Cmd::AllocPd, &CmdHandle::default());
+    let (cq1, cq2) = (g.at(now).cq(64), g.at(now).cq(64));
+    let mut client = g.at(now).qp(pdn, cq1, cq1, 16);
+    let mut server = g.at(now).qp(pdn, cq2, cq2, 16);
+    let src = g.at(now).mr(pdn, 64 * 1024, Access::LocalWrite as u32);
+    let sink = g.at(now).mr(pdn, 64 * 1024, ALL);
+    g.at(now).post_recv(&mut server, 77, &sink, 0, 8192);
+    g.at(now).post_recv(&mut server, 78, &sink, 20_000, 8192);
+    g.at(now).cmd(Cmd::Listen, &listen_args(PORT)).unwrap();
     let own = IPS[0].octets();
     let mut args = connect_args(&client, 40_100, b"to myself");
     args.remote = sockaddr(own, PORT);
     args.next_hop = MACS[0];
-    g.cmd(now, Cmd::Connect, &args).unwrap();
+    g.at(now).cmd(Cmd::Connect, &args).unwrap();
     assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.a.has_event(EventType::ConnectRequest)));
     let req = s.sim.a.cm_event(EventType::ConnectRequest).unwrap();
     assert_eq!(req.private_data.get(req.pd_len.to_native()), b"to myself");
     assert_eq!((req.remote.ipv4, u16::from_be_bytes(req.remote.port)), (own, 40_100));
     let accept = accept_args(req.conn_id, server.qpn, b"");
     let now = s.sim.now;
-    s.sim.a.cmd(now, Cmd::Accept, &accept).unwrap();
+    s.sim.a.at(now).cmd(Cmd::Accept, &accept).unwrap();
     assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.a.has_event(EventType::ConnectReply)));
     assert_eq!(s.sim.a.cm_event(EventType::ConnectReply).unwrap().status.to_native(), 0);
 
     // SENDs and an RDMA WRITE, QP to QP inside the one device.
     let data = pattern(6000, 9);
-    s.sim.a.write_bytes(src.guest, &data);
+    s.sim.a.ram.write_bytes(src.guest, &data);
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(now, &mut client, &send_wqe(1, WrOpcode::Send, true, &[(src, 0, 6000)]));
+    s.sim.a.at(now).post_send(&mut client, &send_wqe(1, WrOpcode::Send, true, &[(src, 0, 6000)]));
     assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.a.cq_status(&cq2).prod.to_native() == 1));
     // Once the connection is up, one pass of the device takes a SEND to
     // its receive: what comes back in is read at once, not at a timer.
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(now, &mut client, &send_wqe(2, WrOpcode::Send, true, &[(src, 0, 6000)]));
+    s.sim.a.at(now).post_send(&mut client, &send_wqe(2, WrOpcode::Send, true, &[(src, 0, 6000)]));
     let g = &mut s.sim.a;
-    g.rnic.service(now, &g.mem, &mut |_| panic!("a frame for the wire"));
+    g.dev.rnic.service(now, &g.ram.mem, &mut |_| panic!("a frame for the wire"));
     assert_eq!(g.cq_status(&cq2).prod.to_native(), 2, "received in the same pass");
-    s.sim.a.post_send_wqe(now, &mut client, &rdma_wqe(3, WrOpcode::Write, (src, 0, 6000), &sink, 40_000));
+    s.sim.a.at(now).post_send(&mut client, &rdma_wqe(3, WrOpcode::Write, (src, 0, 6000), &sink, 40_000));
     assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.a.cq_status(&cq1).prod.to_native() == 3));
     let mut ccq = client.scq;
     let got: Vec<(u64, u8)> = s.sim.a.poll_cq(&mut ccq).iter().map(|c| (c.wr_id.to_native(), c.status)).collect();
@@ -1437,7 +1071,7 @@ fn a_connection_between_two_qps_of_one_device_stays_inside_it() {
         s.sim.a.poll_cq(&mut scq).iter().map(|c| (c.wr_id.to_native(), c.status, c.byte_len.to_native())).collect();
     assert_eq!(got, vec![(77, 0, 6000), (78, 0, 6000)]);
     for at in [0, 20_000, 40_000] {
-        assert_eq!(s.sim.a.read_bytes(sink.guest + at, 6000), data);
+        assert_eq!(s.sim.a.ram.read_bytes(sink.guest + at, 6000), data);
     }
     assert_eq!(s.sim.wire.stats.sent, on_wire, "nothing went on the wire");
 }
@@ -1453,20 +1087,20 @@ fn fast_registration_through_the_rings() {
     let (a_local, _) = s.bufs[0];
     let (b_local, _) = s.bufs[1];
     let now = s.sim.now;
-    let pdn = s.sim.b.rnic.qps().get(s.qb.qpn).unwrap().pdn;
+    let pdn = s.sim.b.dev.rnic.qps().get(s.qb.qpn).unwrap().pdn;
     let alloc = |max_pages: u32, pdn: u32| CmdAllocMr { pdn: pdn.into(), max_pages: max_pages.into() };
     // Limits: at least one page, at most max_fast_reg_pages, a real PD.
-    let max = s.sim.b.rnic.device_attr().max_fast_reg_pages.to_native();
+    let max = s.sim.b.dev.rnic.device_attr().max_fast_reg_pages.to_native();
     assert_eq!(max, Limits::default().max_fast_reg_pages);
-    assert_eq!(s.sim.b.cmd(now, Cmd::AllocMr, &alloc(0, pdn)), Err(Status::Invalid));
-    assert_eq!(s.sim.b.cmd(now, Cmd::AllocMr, &alloc(max + 1, pdn)), Err(Status::Invalid));
-    assert_eq!(s.sim.b.cmd(now, Cmd::AllocMr, &alloc(4, 999)), Err(Status::NotFound));
-    let mrs = s.sim.b.rnic.counts().mr;
-    let old = s.sim.b.handle(now, Cmd::AllocMr, &alloc(4, pdn));
-    assert!(!s.sim.b.rnic.tpt().get(old).unwrap().valid, "allocated invalid");
+    assert_eq!(s.sim.b.at(now).cmd(Cmd::AllocMr, &alloc(0, pdn)), Err(Status::Invalid));
+    assert_eq!(s.sim.b.at(now).cmd(Cmd::AllocMr, &alloc(max + 1, pdn)), Err(Status::Invalid));
+    assert_eq!(s.sim.b.at(now).cmd(Cmd::AllocMr, &alloc(4, 999)), Err(Status::NotFound));
+    let mrs = s.sim.b.dev.rnic.counts().mr;
+    let old = s.sim.b.at(now).handle(Cmd::AllocMr, &alloc(4, pdn));
+    assert!(!s.sim.b.dev.rnic.tpt().get(old).unwrap().valid, "allocated invalid");
 
     // REG_MR over 3 fresh pages, iova 0x40 into the first.
-    let (pbl, guest) = s.sim.b.pages(3);
+    let (pbl, guest) = s.sim.b.ram.pages(3);
     let stag = old & !0xff | (old + 1) & 0xff;
     let iova = 0x5500_0000_0040u64;
     let reg = RegMrWqe {
@@ -1482,28 +1116,28 @@ fn fast_registration_through_the_rings() {
         page_shift: VT3_PAGE_SHIFT.into(),
         ..Default::default()
     };
-    s.sim.b.post_send_wqe(now, &mut s.qb, &read_struct::<SqWqe>(reg.as_slice()).unwrap());
+    s.sim.b.at(now).post_send(&mut s.qb, &read_struct::<SqWqe>(reg.as_slice()).unwrap());
     // The page list may be reused once the WQE retired: scribble on it.
     assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.cq_status(&s.qb.scq).prod.to_native() == 1));
-    s.sim.b.write_bytes(pbl, &[0xff; 24]);
+    s.sim.b.ram.write_bytes(pbl, &[0xff; 24]);
     let mut bscq = s.qb.scq;
     let c = s.sim.b.poll_cq(&mut bscq)[0];
     assert_eq!((c.wr_id.to_native(), c.opcode, c.status), (70, WcOpcode::RegMr as u8, WcStatus::Success as u8));
-    assert!(s.sim.b.rnic.tpt().get(old).is_none(), "the old key names nothing");
+    assert!(s.sim.b.dev.rnic.tpt().get(old).is_none(), "the old key names nothing");
 
     // The peer WRITEs through it, across the page boundary.
     let remote = Mr { stag, iova, guest: guest + 0x40 };
     let data = pattern(6000, 9);
-    s.sim.a.write_bytes(a_local.guest, &data);
+    s.sim.a.ram.write_bytes(a_local.guest, &data);
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(now, &mut s.qa, &rdma_wqe(1, WrOpcode::Write, (a_local, 0, 6000), &remote, 8));
+    s.sim.a.at(now).post_send(&mut s.qa, &rdma_wqe(1, WrOpcode::Write, (a_local, 0, 6000), &remote, 8));
     // Then a Send with Invalidate of it.
-    s.sim.b.post_recv(now, &mut s.qb, 300, &b_local, 0, 4096);
+    s.sim.b.at(now).post_recv(&mut s.qb, 300, &b_local, 0, 4096);
     let mut inv = send_wqe(2, WrOpcode::SendInv, true, &[(a_local, 0, 16)]);
     inv.invalidate_stag = stag.into();
-    s.sim.a.post_send_wqe(now, &mut s.qa, &inv);
+    s.sim.a.at(now).post_send(&mut s.qa, &inv);
     assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.cq_status(&s.qb.rcq).prod.to_native() == 1));
-    assert_eq!(s.sim.b.read_bytes(guest + 0x48, 6000), data);
+    assert_eq!(s.sim.b.ram.read_bytes(guest + 0x48, 6000), data);
     let mut brcq = s.qb.rcq;
     let c = s.sim.b.poll_cq(&mut brcq)[0];
     assert_eq!((c.wr_id.to_native(), c.status, c.byte_len.to_native()), (300, 0, 16));
@@ -1511,11 +1145,11 @@ fn fast_registration_through_the_rings() {
         (c.flags & CqeFlag::Invalidated as u8, c.invalidated_stag.to_native()),
         (CqeFlag::Invalidated as u8, stag)
     );
-    assert!(!s.sim.b.rnic.tpt().get(stag).unwrap().valid);
+    assert!(!s.sim.b.dev.rnic.tpt().get(stag).unwrap().valid);
 
     // The next WRITE through it: TERMINATE DDP 1/1/00 (invalid STag).
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(now, &mut s.qa, &rdma_wqe(3, WrOpcode::Write, (a_local, 0, 100), &remote, 0));
+    s.sim.a.at(now).post_send(&mut s.qa, &rdma_wqe(3, WrOpcode::Write, (a_local, 0, 100), &remote, 0));
     assert!(s
         .sim
         .run_until(Duration::from_secs(2), |sim| !sim.b.qp_events().is_empty() && !sim.a.qp_events().is_empty()));
@@ -1525,10 +1159,10 @@ fn fast_registration_through_the_rings() {
 
     // DEREG_MR frees the fast-reg entry (and the PD again once it is gone).
     let now = s.sim.now;
-    s.sim.b.cmd(now, Cmd::DeregMr, &CmdHandle { handle: stag.into(), reserved: 0.into() }).unwrap();
-    assert_eq!(s.sim.b.rnic.counts().mr, mrs);
+    s.sim.b.at(now).cmd(Cmd::DeregMr, &CmdHandle { handle: stag.into(), reserved: 0.into() }).unwrap();
+    assert_eq!(s.sim.b.dev.rnic.counts().mr, mrs);
     assert_eq!(
-        s.sim.b.cmd(now, Cmd::DeregMr, &CmdHandle { handle: stag.into(), reserved: 0.into() }),
+        s.sim.b.at(now).cmd(Cmd::DeregMr, &CmdHandle { handle: stag.into(), reserved: 0.into() }),
         Err(Status::NotFound)
     );
 }
@@ -1553,9 +1187,9 @@ fn hostile_fast_registrations_are_local_errors() {
         let mut s = setup(16);
         connect(&mut s);
         let now = s.sim.now;
-        let pdn = s.sim.b.rnic.qps().get(s.qb.qpn).unwrap().pdn;
-        let old = s.sim.b.handle(now, Cmd::AllocMr, &CmdAllocMr { pdn: pdn.into(), max_pages: 2.into() });
-        let (pbl, _) = s.sim.b.pages(2);
+        let pdn = s.sim.b.dev.rnic.qps().get(s.qb.qpn).unwrap().pdn;
+        let old = s.sim.b.at(now).handle(Cmd::AllocMr, &CmdAllocMr { pdn: pdn.into(), max_pages: 2.into() });
+        let (pbl, _) = s.sim.b.ram.pages(2);
         let good = RegMrWqe {
             wr_id: 9.into(),
             opcode: WrOpcode::RegMr as u8,
@@ -1567,7 +1201,7 @@ fn hostile_fast_registrations_are_local_errors() {
             page_shift: VT3_PAGE_SHIFT.into(),
             ..Default::default()
         };
-        s.sim.b.post_send_wqe(now, &mut s.qb, &read_struct::<SqWqe>(bad(good).as_slice()).unwrap());
+        s.sim.b.at(now).post_send(&mut s.qb, &read_struct::<SqWqe>(bad(good).as_slice()).unwrap());
         assert!(
             s.sim.run_until(Duration::from_secs(1), |sim| sim.b.cq_status(&s.qb.scq).prod.to_native() == 1),
             "{what}"
@@ -1584,7 +1218,7 @@ fn hostile_fast_registrations_are_local_errors() {
                 == QpState::Error as u32),
             "{what}"
         );
-        let mr = s.sim.b.rnic.tpt().get(old).expect("the key did not change");
+        let mr = s.sim.b.dev.rnic.tpt().get(old).expect("the key did not change");
         assert!(!mr.valid, "{what}");
     }
     // LOCAL_INV of an ordinary MR.
@@ -1594,12 +1228,12 @@ fn hostile_fast_registrations_are_local_errors() {
     let mut inv = send_wqe(5, WrOpcode::LocalInv, true, &[]);
     inv.invalidate_stag = b_exposed.stag.into();
     let now = s.sim.now;
-    s.sim.b.post_send_wqe(now, &mut s.qb, &inv);
+    s.sim.b.at(now).post_send(&mut s.qb, &inv);
     assert!(s.sim.run_until(Duration::from_secs(1), |sim| sim.b.cq_status(&s.qb.scq).prod.to_native() == 1));
     let mut scq = s.qb.scq;
     let c = s.sim.b.poll_cq(&mut scq)[0];
     assert_eq!((c.opcode, c.status), (WcOpcode::LocalInv as u8, WcStatus::LocQpOpErr as u8));
-    assert!(s.sim.b.rnic.tpt().get(b_exposed.stag).unwrap().valid, "ordinary MRs are never invalidated by the QP");
+    assert!(s.sim.b.dev.rnic.tpt().get(b_exposed.stag).unwrap().valid, "ordinary MRs are never invalidated by the QP");
 }
 
 /// The progress watchdog (`rnic.stalls`): a connected QP whose posted
@@ -1609,7 +1243,7 @@ mod watchdog {
     use super::*;
 
     fn stalls(g: &Guest) -> u64 {
-        g.rnic.ring_stats().iter().find(|(k, _)| *k == "stalls").unwrap().1
+        g.dev.rnic.ring_stats().iter().find(|(k, _)| *k == "stalls").unwrap().1
     }
 
     /// A connected pair, b with a receive posted for a's SEND.
@@ -1617,7 +1251,7 @@ mod watchdog {
         let mut s = setup(16);
         let (b_local, _) = s.bufs[1];
         let now = s.sim.now;
-        s.sim.b.post_recv(now, &mut s.qb, 1, &b_local, 0, 4096);
+        s.sim.b.at(now).post_recv(&mut s.qb, 1, &b_local, 0, 4096);
         connect(&mut s);
         s
     }
@@ -1626,8 +1260,8 @@ mod watchdog {
     fn watch(s: &mut Setup, secs: u64) {
         s.sim.run_until(Duration::from_secs(secs), |sim| {
             let now = sim.now;
-            sim.a.rnic.watch_progress(&sim.a.mem, now);
-            sim.b.rnic.watch_progress(&sim.b.mem, now);
+            sim.a.dev.rnic.watch_progress(&sim.a.ram.mem, now);
+            sim.b.dev.rnic.watch_progress(&sim.b.ram.mem, now);
             false
         });
     }
@@ -1647,10 +1281,10 @@ mod watchdog {
         let (a_local, _) = s.bufs[0];
         s.sim.wire.cut = [true, true];
         let now = s.sim.now;
-        s.sim.a.post_send_wqe(now, &mut s.qa, &send_wqe(7, WrOpcode::Send, true, &[(a_local, 0, 1000)]));
+        s.sim.a.at(now).post_send(&mut s.qa, &send_wqe(7, WrOpcode::Send, true, &[(a_local, 0, 1000)]));
         // Retransmissions at about 1, 3 and 7 s; then quiet past 15 s.
         watch(&mut s, 15);
-        let tcb = s.sim.a.rnic.offload().unwrap().engine().tcb(s.qa.qpn).unwrap();
+        let tcb = s.sim.a.dev.rnic.offload().unwrap().engine().tcb(s.qa.qpn).unwrap();
         assert!(tcb.retransmits == 3 && tcb.snd_una != tcb.snd_nxt, "retransmitting, backed off: {tcb:?}");
         assert_eq!((stalls(&s.sim.a), stalls(&s.sim.b)), (0, 0));
     }
@@ -1658,13 +1292,13 @@ mod watchdog {
     #[test]
     fn a_send_vt3d_never_takes_is_one_stall() {
         let mut s = connected_pair();
-        s.sim.a.rnic.set_poll_queues(0);
+        s.sim.a.dev.rnic.set_poll_queues(0);
         // Written and published, but the doorbell is never rung.
         let qa = &mut s.qa;
         let slot = u64::from(qa.sq_prod & (qa.depth - 1));
-        s.sim.a.mem.write_obj(send_wqe(7, WrOpcode::Send, true, &[]), GuestAddress(qa.sq + slot * 128)).unwrap();
+        s.sim.a.ram.mem.write_obj(send_wqe(7, WrOpcode::Send, true, &[]), GuestAddress(qa.sq + slot * 128)).unwrap();
         qa.sq_prod += 1;
-        s.sim.a.mem.store(qa.sq_prod, GuestAddress(qa.status), Ordering::Release).unwrap();
+        s.sim.a.ram.mem.store(qa.sq_prod, GuestAddress(qa.status), Ordering::Release).unwrap();
         watch(&mut s, 4);
         assert_eq!(stalls(&s.sim.a), 0, "not yet: STALL_AFTER is 5 s");
         watch(&mut s, 20);

@@ -8,7 +8,9 @@ use serde_json::{json, Value};
 use vt3d::abi::{Access, Cmd, EventCm, EventType, WcStatus, WrOpcode};
 
 use crate::anchors;
-use crate::guest::{accept_args, connect_args, listen_args, rdma_wqe, sq_wqe, CqRing, Guest, Mr, QpRings};
+use vt3d::testing::{accept_args, connect_args, listen_args, rdma_wqe, sockaddr, CqRing, Mr, QpRings};
+
+use crate::guest::{self, sq_wqe, Frames, Guest};
 use crate::vt3d::{UplinkKind, Vt3d};
 
 const MACS: [[u8; 6]; 2] = [[0x52, 0x54, 0, 0xb3, 0, 1], [0x52, 0x54, 0, 0xb3, 0, 2]];
@@ -152,8 +154,8 @@ impl Pair {
         // A memfd: pages no QP uses are never allocated.
         let ram = GUEST_BASE_BYTES + qps * QP_GUEST_BYTES;
         let boot = |i: usize| {
-            let mut g = Guest::boot(&procs[i].socket, MACS[i], IPS[i], ram, procs[i].key);
-            g.set_addr();
+            let mut g = guest::boot(&procs[i].socket, MACS[i], IPS[i], ram, procs[i].key);
+            g.set_addr(IPS[i]).expect("SET_ADDR");
             let pd = g.pd();
             let scq = g.cq(cq_depth);
             let rcq = g.cq(cq_depth);
@@ -162,7 +164,7 @@ impl Pair {
         };
         let (a, pa, sa, ra, ma) = boot(0);
         let (mut b, pb, sb, rb, mb) = boot(1);
-        b.cmd(Cmd::Listen, vt3d_bytes(&listen_args(PORT))).expect("LISTEN");
+        b.cmd(Cmd::Listen, &listen_args(PORT, 128)).expect("LISTEN");
         Self {
             a,
             b,
@@ -205,12 +207,12 @@ impl Pair {
             let mut pending = Vec::new();
             let mut b_qps = Vec::new();
             for _ in 0..wave {
-                let qa = self.a.qp(self.pd[0], &self.scq[0], &self.rcq[0], QP_DEPTH);
-                let qb = self.b.qp(self.pd[1], &self.scq[1], &self.rcq[1], QP_DEPTH);
+                let qa = self.a.qp(self.pd[0], self.scq[0], self.rcq[0], QP_DEPTH);
+                let qb = self.b.qp(self.pd[1], self.scq[1], self.rcq[1], QP_DEPTH);
                 let port = self.next_port;
                 self.next_port += 1;
-                let args = connect_args(qa.qpn, port, &self.b, PORT);
-                self.a.cmd(Cmd::Connect, vt3d_bytes(&args)).expect("CONNECT");
+                let args = connect_args(qa.qpn, port, sockaddr(self.b.ip, PORT), self.b.mac, b"");
+                self.a.cmd(Cmd::Connect, &args).expect("CONNECT");
                 pending.push(qa);
                 b_qps.push(qb);
             }
@@ -219,18 +221,18 @@ impl Pair {
             let start = Instant::now();
             while replies.len() < wave {
                 let mut progress = self.b.poll_rx() | self.a.poll_rx();
-                while let Some(body) = self.b.take_event(EventType::ConnectRequest) {
+                while let Some(body) = self.b.events.take(EventType::ConnectRequest) {
                     let req: EventCm = vt3d::abi::read_struct(&body).expect("a CONNECT_REQUEST");
                     let qb = b_qps.pop().unwrap_or_else(|| self.failure("more requests than connects"));
                     self.b
-                        .cmd(Cmd::Accept, vt3d_bytes(&accept_args(req.conn_id.to_native(), qb.qpn)))
+                        .cmd(Cmd::Accept, &accept_args(req.conn_id.to_native(), qb.qpn, b""))
                         .unwrap_or_else(|s| self.failure(&format!("ACCEPT: {}", s.name())));
                     let port = u16::from_be_bytes(req.remote.port);
                     accepted.insert(u32::from(port), qb);
                     progress = true;
                 }
-                while self.b.take_event(EventType::Established).is_some() {}
-                while let Some(body) = self.a.take_event(EventType::ConnectReply) {
+                while self.b.events.take(EventType::Established).is_some() {}
+                while let Some(body) = self.a.events.take(EventType::ConnectReply) {
                     let reply: EventCm = vt3d::abi::read_struct(&body).expect("a CONNECT_REPLY");
                     if reply.status.to_native() != 0 {
                         self.failure(&format!("connection refused: status {}", reply.status.to_native()));
@@ -264,7 +266,7 @@ impl Pair {
         let mut posted = 0u64;
         let post = |guest: &mut Guest, qa: &mut QpRings, n: u64| {
             let slot = n % slots;
-            guest.post_send(qa, &rdma_wqe(n, opcode, &local, slot * MIB, len, &remote, slot * MIB));
+            guest.post_send(qa, &rdma_wqe(n, opcode, (local, slot * MIB, len), &remote, slot * MIB));
         };
         for (qa, _) in qps.iter_mut() {
             for _ in 0..IN_FLIGHT {
@@ -280,7 +282,7 @@ impl Pair {
         // At least one WR, however short the run (a debug vt3d in CI).
         while start.elapsed().as_secs_f64() < secs || done == 0 {
             cqes.clear();
-            if self.a.poll_cq(&mut self.scq[0], &mut cqes) == 0 {
+            if self.a.ram.reap(&mut self.scq[0], &mut cqes) == 0 {
                 self.a.poll_rx();
                 if last.elapsed() > Duration::from_secs(10) {
                     self.failure("no completion for 10 s");
@@ -316,14 +318,15 @@ impl Pair {
     fn drain(&mut self, qps: &[(QpRings, QpRings)]) {
         let start = Instant::now();
         let mut cqes = Vec::new();
-        while qps.iter().any(|(qa, _)| qa.sq_outstanding(&self.a) > 0) && start.elapsed() < Duration::from_secs(10) {
+        while qps.iter().any(|(qa, _)| qa.sq_outstanding(&self.a.ram) > 0) && start.elapsed() < Duration::from_secs(10)
+        {
             cqes.clear();
-            self.a.poll_cq(&mut self.scq[0], &mut cqes);
+            self.a.ram.reap(&mut self.scq[0], &mut cqes);
             self.a.poll_rx();
             std::thread::sleep(Duration::from_micros(50));
         }
         cqes.clear();
-        self.a.poll_cq(&mut self.scq[0], &mut cqes);
+        self.a.ram.reap(&mut self.scq[0], &mut cqes);
     }
 
     /// 64-octet SEND ping-pong on one connection: (median, p99) round
@@ -370,7 +373,7 @@ impl Pair {
             for side in 0..2 {
                 cqes.clear();
                 let g = if side == 0 { &mut self.a } else { &mut self.b };
-                g.poll_cq(&mut self.scq[side], &mut cqes);
+                g.ram.reap(&mut self.scq[side], &mut cqes);
             }
             n += 1;
         }
@@ -390,10 +393,10 @@ impl Pair {
         let mut n = 0u64;
         while start.elapsed().as_secs_f64() < secs || n == 0 {
             let sent = Instant::now();
-            let b0 = self.b.plain_rx;
+            let b0 = self.b.dev.plain_rx;
             self.send_plain(0, &mut ab, n, sent);
             self.await_plain(1, b0, sent);
-            let a0 = self.a.plain_rx;
+            let a0 = self.a.dev.plain_rx;
             self.send_plain(1, &mut ba, n, sent);
             self.await_plain(0, a0, sent);
             samples.push(sent.elapsed().as_secs_f64() * 1e6);
@@ -406,10 +409,10 @@ impl Pair {
     /// sends them: frames per second delivered into B's RX ring.
     fn forward_stream(&mut self, secs: f64) -> f64 {
         let mut frame = plain_frame(MACS[0], MACS[1], 1514);
-        let b0 = self.b.plain_rx;
+        let b0 = self.b.dev.plain_rx;
         let mut seq = 0u64;
         let start = Instant::now();
-        while start.elapsed().as_secs_f64() < secs || self.b.plain_rx == b0 {
+        while start.elapsed().as_secs_f64() < secs || self.b.dev.plain_rx == b0 {
             let sent = self.a.send_burst(&mut frame, seq, 64);
             seq += sent as u64;
             let got = self.b.poll_rx();
@@ -421,7 +424,7 @@ impl Pair {
             }
         }
         let elapsed = start.elapsed().as_secs_f64();
-        let rate = (self.b.plain_rx - b0) as f64 / elapsed;
+        let rate = (self.b.dev.plain_rx - b0) as f64 / elapsed;
         // What is still on its way is not counted, and not left behind.
         let settle = Instant::now();
         while settle.elapsed() < Duration::from_millis(50) {
@@ -450,7 +453,7 @@ impl Pair {
         loop {
             let g = if side == 0 { &mut self.a } else { &mut self.b };
             g.poll_rx();
-            if g.plain_rx > before {
+            if g.dev.plain_rx > before {
                 return;
             }
             if since.elapsed() > Duration::from_secs(10) {
@@ -474,7 +477,7 @@ impl Pair {
         let mut cqes = Vec::new();
         loop {
             let g = if side == 0 { &mut self.a } else { &mut self.b };
-            if g.poll_cq(&mut self.rcq[side], &mut cqes) > 0 {
+            if g.ram.reap(&mut self.rcq[side], &mut cqes) > 0 {
                 if cqes.iter().any(|c| c.status != WcStatus::Success as u8) {
                     self.failure("a receive completed in error");
                 }
@@ -486,10 +489,6 @@ impl Pair {
             std::thread::yield_now();
         }
     }
-}
-
-fn vt3d_bytes<T: vm_memory::ByteValued>(v: &T) -> &[u8] {
-    v.as_slice()
 }
 
 /// A plain Ethernet frame of `len` octets (EtherType 0x88B6, the other

@@ -9,11 +9,11 @@ const PORT_2: u16 = 50_002;
 
 /// A second QP on guest a, in a PD of its own, with its two buffers.
 fn second_qp(g: &mut Guest, now: Instant) -> (QpRings, Mr, Mr) {
-    let pdn = g.handle(now, Cmd::AllocPd, &CmdHandle::default());
-    let (scq, rcq) = (g.cq(now, 64), g.cq(now, 16));
-    let qp = g.qp(now, pdn, scq, rcq, 16);
-    let local = g.mr(now, pdn, 64 * 1024, Access::LocalWrite as u32);
-    let exposed = g.mr(now, pdn, 64 * 1024, ALL);
+    let pdn = g.at(now).handle(Cmd::AllocPd, &CmdHandle::default());
+    let (scq, rcq) = (g.at(now).cq(64), g.at(now).cq(16));
+    let qp = g.at(now).qp(pdn, scq, rcq, 16);
+    let local = g.at(now).mr(pdn, 64 * 1024, Access::LocalWrite as u32);
+    let exposed = g.at(now).mr(pdn, 64 * 1024, ALL);
     (qp, local, exposed)
 }
 
@@ -46,18 +46,18 @@ fn paired_qps_connect_in_the_loopback_and_move_data_both_ways() {
     let (mut q2, q2_local, q2_exposed) = second_qp(&mut s.sim.a, now);
     let mut q1 = s.qa;
     // Work posted before the pair is up waits for it.
-    s.sim.a.post_recv(now, &mut q2, 10, &q2_local, 0, 4096);
-    s.sim.a.write_bytes(q1_local.guest, b"paired by modify_qp");
-    s.sim.a.post_send_wqe(now, &mut q1, &send_wqe(1, WrOpcode::Send, true, &[(q1_local, 0, 19)]));
+    s.sim.a.at(now).post_recv(&mut q2, 10, &q2_local, 0, 4096);
+    s.sim.a.ram.write_bytes(q1_local.guest, b"paired by modify_qp");
+    s.sim.a.at(now).post_send(&mut q1, &send_wqe(1, WrOpcode::Send, true, &[(q1_local, 0, 19)]));
 
-    s.sim.a.cmd(now, Cmd::PairQp, &pair(q1.qpn, q2.qpn, PORT_1)).unwrap();
+    s.sim.a.at(now).cmd(Cmd::PairQp, &pair(q1.qpn, q2.qpn, PORT_1)).unwrap();
     s.sim.run_for(Duration::from_millis(50));
     assert!(s.sim.a.events.is_empty(), "one side asked: nothing happens");
     assert_eq!(state(&s.sim.a, &q1), QpState::Idle as u32);
     assert_eq!(s.sim.a.cq_status(&q1.scq).prod.to_native(), 0, "the SEND waits, neither lost nor failed");
 
     let now = s.sim.now;
-    s.sim.a.cmd(now, Cmd::PairQp, &pair(q2.qpn, q1.qpn, PORT_2)).unwrap();
+    s.sim.a.at(now).cmd(Cmd::PairQp, &pair(q2.qpn, q1.qpn, PORT_2)).unwrap();
     assert!(s.sim.run_until(Duration::from_secs(2), |sim| {
         sim.a.has_event(EventType::ConnectReply) && sim.a.has_event(EventType::Established)
     }));
@@ -78,27 +78,27 @@ fn paired_qps_connect_in_the_loopback_and_move_data_both_ways() {
     let mut q2_rcq = q2.rcq;
     let c = s.sim.a.poll_cq(&mut q2_rcq)[0];
     assert_eq!((c.wr_id.to_native(), c.qpn.to_native(), c.status, c.byte_len.to_native()), (10, q2.qpn, 0, 19));
-    assert_eq!(s.sim.a.read_bytes(q2_local.guest, 19), b"paired by modify_qp");
+    assert_eq!(s.sim.a.ram.read_bytes(q2_local.guest, 19), b"paired by modify_qp");
 
     // WRITE q2 -> q1, READ q1 <- q2: each through the other's PD and STags.
     let data = pattern(10_000, 3);
-    s.sim.a.write_bytes(q2_local.guest + 8192, &data);
+    s.sim.a.ram.write_bytes(q2_local.guest + 8192, &data);
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(now, &mut q2, &rdma_wqe(20, WrOpcode::Write, (q2_local, 8192, 10_000), &q1_exposed, 64));
-    s.sim.a.write_bytes(q2_exposed.guest + 4, b"read me back");
-    s.sim.a.post_send_wqe(now, &mut q1, &rdma_wqe(2, WrOpcode::Read, (q1_local, 4096, 12), &q2_exposed, 4));
+    s.sim.a.at(now).post_send(&mut q2, &rdma_wqe(20, WrOpcode::Write, (q2_local, 8192, 10_000), &q1_exposed, 64));
+    s.sim.a.ram.write_bytes(q2_exposed.guest + 4, b"read me back");
+    s.sim.a.at(now).post_send(&mut q1, &rdma_wqe(2, WrOpcode::Read, (q1_local, 4096, 12), &q2_exposed, 4));
     assert!(s.sim.run_until(Duration::from_secs(1), |sim| {
         sim.a.cq_status(&q2.scq).prod.to_native() == 1 && sim.a.cq_status(&q1.scq).prod.to_native() == 2
     }));
-    assert_eq!(s.sim.a.read_bytes(q1_exposed.guest + 64, 10_000), data);
-    assert_eq!(s.sim.a.read_bytes(q1_local.guest + 4096, 12), b"read me back");
+    assert_eq!(s.sim.a.ram.read_bytes(q1_exposed.guest + 64, 10_000), data);
+    assert_eq!(s.sim.a.ram.read_bytes(q1_local.guest + 4096, 12), b"read me back");
     let mut q1_scq = q1.scq;
     let ops: Vec<(u64, u8, u8)> =
         s.sim.a.poll_cq(&mut q1_scq).iter().map(|c| (c.wr_id.to_native(), c.opcode, c.status)).collect();
     assert_eq!(ops, vec![(1, WcOpcode::Send as u8, 0), (2, WcOpcode::Read as u8, 0)]);
     // A WRITE beyond q1's exposed buffer: the TPT check applies unchanged.
     let now = s.sim.now;
-    s.sim.a.post_send_wqe(now, &mut q2, &rdma_wqe(21, WrOpcode::Write, (q2_local, 0, 4096), &q1_exposed, 62 * 1024));
+    s.sim.a.at(now).post_send(&mut q2, &rdma_wqe(21, WrOpcode::Write, (q2_local, 0, 4096), &q1_exposed, 62 * 1024));
     assert!(s.sim.run_until(Duration::from_secs(1), |sim| state(&sim.a, &q2) == QpState::Error as u32));
     let terminate = s.sim.a.qp_events();
     assert_eq!(terminate.len(), 2, "{terminate:?}");
@@ -112,13 +112,13 @@ fn destroying_one_paired_qp_resets_the_other_once() {
     let now = s.sim.now;
     let (q2, _, _) = second_qp(&mut s.sim.a, now);
     let q1 = s.qa;
-    s.sim.a.cmd(now, Cmd::PairQp, &pair(q2.qpn, q1.qpn, PORT_2)).unwrap();
-    s.sim.a.cmd(now, Cmd::PairQp, &pair(q1.qpn, q2.qpn, PORT_1)).unwrap();
+    s.sim.a.at(now).cmd(Cmd::PairQp, &pair(q2.qpn, q1.qpn, PORT_2)).unwrap();
+    s.sim.a.at(now).cmd(Cmd::PairQp, &pair(q1.qpn, q2.qpn, PORT_1)).unwrap();
     assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.a.has_event(EventType::ConnectReply)));
     assert_eq!(state(&s.sim.a, &q1), QpState::Rts as u32);
     s.sim.a.take_events();
     let now = s.sim.now;
-    s.sim.a.cmd(now, Cmd::DestroyQp, &CmdHandle { handle: q1.qpn.into(), reserved: 0.into() }).unwrap();
+    s.sim.a.at(now).cmd(Cmd::DestroyQp, &CmdHandle { handle: q1.qpn.into(), reserved: 0.into() }).unwrap();
     s.sim.run_for(Duration::from_secs(1));
     assert_eq!(s.sim.a.qp_events(), vec![(q2.qpn, QpEvent::Reset as u32, 0)]);
     assert_eq!(state(&s.sim.a, &q2), QpState::Error as u32);
@@ -134,9 +134,9 @@ fn a_pair_that_never_connected_fails_on_both_sides_once() {
     let now = s.sim.now;
     let (q2, _, _) = second_qp(&mut s.sim.a, now);
     let q1 = s.qa;
-    s.sim.a.cmd(now, Cmd::PairQp, &pair(q1.qpn, q2.qpn, PORT_1)).unwrap();
-    s.sim.a.cmd(now, Cmd::PairQp, &pair(q2.qpn, q1.qpn, PORT_2)).unwrap();
-    s.sim.a.cmd(now, Cmd::DestroyQp, &CmdHandle { handle: q2.qpn.into(), reserved: 0.into() }).unwrap();
+    s.sim.a.at(now).cmd(Cmd::PairQp, &pair(q1.qpn, q2.qpn, PORT_1)).unwrap();
+    s.sim.a.at(now).cmd(Cmd::PairQp, &pair(q2.qpn, q1.qpn, PORT_2)).unwrap();
+    s.sim.a.at(now).cmd(Cmd::DestroyQp, &CmdHandle { handle: q2.qpn.into(), reserved: 0.into() }).unwrap();
     s.sim.run_for(Duration::from_secs(1));
     assert_eq!(s.sim.a.qp_events(), vec![(q1.qpn, QpEvent::Reset as u32, 0)]);
     assert!(cm_events(&s.sim.a, EventType::Established).is_empty());
@@ -147,9 +147,9 @@ fn a_pair_that_never_connected_fails_on_both_sides_once() {
     let now = s.sim.now;
     let (q2, _, _) = second_qp(&mut s.sim.a, now);
     let q1 = s.qa;
-    s.sim.a.cmd(now, Cmd::PairQp, &pair(q1.qpn, q2.qpn, PORT_1)).unwrap();
-    s.sim.a.cmd(now, Cmd::PairQp, &pair(q2.qpn, q1.qpn, PORT_2)).unwrap();
-    s.sim.a.cmd(now, Cmd::ModifyQp, &modify_state(q1.qpn, QpState::Error)).unwrap();
+    s.sim.a.at(now).cmd(Cmd::PairQp, &pair(q1.qpn, q2.qpn, PORT_1)).unwrap();
+    s.sim.a.at(now).cmd(Cmd::PairQp, &pair(q2.qpn, q1.qpn, PORT_2)).unwrap();
+    s.sim.a.at(now).cmd(Cmd::ModifyQp, &modify_state(q1.qpn, QpState::Error)).unwrap();
     s.sim.run_for(Duration::from_secs(1));
     let replies = cm_events(&s.sim.a, EventType::ConnectReply);
     assert_eq!(replies.len(), 1);
@@ -168,28 +168,28 @@ fn a_request_holds_while_the_qp_stays_idle_and_can_be_replaced() {
     let (q3, _, _) = second_qp(&mut s.sim.a, now);
     let q1 = s.qa;
     // q1 asks for q2, then for q3 instead: q2 asking back pairs nothing.
-    s.sim.a.cmd(now, Cmd::PairQp, &pair(q1.qpn, q2.qpn, PORT_1)).unwrap();
-    s.sim.a.cmd(now, Cmd::PairQp, &pair(q1.qpn, q3.qpn, PORT_1)).unwrap();
-    s.sim.a.cmd(now, Cmd::PairQp, &pair(q2.qpn, q1.qpn, PORT_2)).unwrap();
+    s.sim.a.at(now).cmd(Cmd::PairQp, &pair(q1.qpn, q2.qpn, PORT_1)).unwrap();
+    s.sim.a.at(now).cmd(Cmd::PairQp, &pair(q1.qpn, q3.qpn, PORT_1)).unwrap();
+    s.sim.a.at(now).cmd(Cmd::PairQp, &pair(q2.qpn, q1.qpn, PORT_2)).unwrap();
     s.sim.run_for(Duration::from_millis(200));
     assert!(s.sim.a.events.is_empty(), "{:?}", s.sim.a.events);
     // A state change drops a request: q2's, here.
-    s.sim.a.cmd(now, Cmd::ModifyQp, &modify_state(q2.qpn, QpState::Error)).unwrap();
-    s.sim.a.cmd(now, Cmd::ModifyQp, &modify_state(q2.qpn, QpState::Idle)).unwrap();
-    s.sim.a.cmd(now, Cmd::PairQp, &pair(q1.qpn, q2.qpn, PORT_1)).unwrap();
+    s.sim.a.at(now).cmd(Cmd::ModifyQp, &modify_state(q2.qpn, QpState::Error)).unwrap();
+    s.sim.a.at(now).cmd(Cmd::ModifyQp, &modify_state(q2.qpn, QpState::Idle)).unwrap();
+    s.sim.a.at(now).cmd(Cmd::PairQp, &pair(q1.qpn, q2.qpn, PORT_1)).unwrap();
     s.sim.run_for(Duration::from_millis(200));
     assert!(s.sim.a.events.is_empty(), "{:?}", s.sim.a.events);
     // q3 asks back for q1: connected.
     let now = s.sim.now;
-    s.sim.a.cmd(now, Cmd::PairQp, &pair(q1.qpn, q3.qpn, PORT_1)).unwrap();
-    s.sim.a.cmd(now, Cmd::PairQp, &pair(q3.qpn, q1.qpn, 50_003)).unwrap();
+    s.sim.a.at(now).cmd(Cmd::PairQp, &pair(q1.qpn, q3.qpn, PORT_1)).unwrap();
+    s.sim.a.at(now).cmd(Cmd::PairQp, &pair(q3.qpn, q1.qpn, 50_003)).unwrap();
     assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.a.has_event(EventType::ConnectReply)));
     assert_eq!(state(&s.sim.a, &q1), QpState::Rts as u32);
     assert_eq!(state(&s.sim.a, &q3), QpState::Rts as u32);
     // Connected QPs take no other pair (nor ask again).
     let now = s.sim.now;
-    assert_eq!(s.sim.a.cmd(now, Cmd::PairQp, &pair(q2.qpn, q1.qpn, PORT_2)), Err(Status::State));
-    assert_eq!(s.sim.a.cmd(now, Cmd::PairQp, &pair(q1.qpn, q3.qpn, PORT_1)), Err(Status::State));
+    assert_eq!(s.sim.a.at(now).cmd(Cmd::PairQp, &pair(q2.qpn, q1.qpn, PORT_2)), Err(Status::State));
+    assert_eq!(s.sim.a.at(now).cmd(Cmd::PairQp, &pair(q1.qpn, q3.qpn, PORT_1)), Err(Status::State));
 }
 
 #[test]
@@ -199,17 +199,17 @@ fn pair_requests_are_validated() {
     let (q2, _, _) = second_qp(&mut s.sim.a, now);
     let q1 = s.qa;
     let a = &mut s.sim.a;
-    assert_eq!(a.cmd(now, Cmd::PairQp, &pair(q1.qpn, q1.qpn, PORT_1)), Err(Status::Invalid), "itself");
-    assert_eq!(a.cmd(now, Cmd::PairQp, &pair(q1.qpn, q2.qpn, 0)), Err(Status::Invalid), "port 0");
-    assert_eq!(a.cmd(now, Cmd::PairQp, &pair(q1.qpn, 999, PORT_1)), Err(Status::NotFound), "no such peer");
-    assert_eq!(a.cmd(now, Cmd::PairQp, &pair(999, q1.qpn, PORT_1)), Err(Status::NotFound), "no such QP");
+    assert_eq!(a.at(now).cmd(Cmd::PairQp, &pair(q1.qpn, q1.qpn, PORT_1)), Err(Status::Invalid), "itself");
+    assert_eq!(a.at(now).cmd(Cmd::PairQp, &pair(q1.qpn, q2.qpn, 0)), Err(Status::Invalid), "port 0");
+    assert_eq!(a.at(now).cmd(Cmd::PairQp, &pair(q1.qpn, 999, PORT_1)), Err(Status::NotFound), "no such peer");
+    assert_eq!(a.at(now).cmd(Cmd::PairQp, &pair(999, q1.qpn, PORT_1)), Err(Status::NotFound), "no such QP");
     // A kernel QP, on either side.
-    let pdn = a.handle(now, Cmd::AllocPd, &CmdHandle::default());
+    let pdn = a.at(now).handle(Cmd::AllocPd, &CmdHandle::default());
     let kernel = {
-        let cq = a.cq(now, 16);
-        let (sq_pbl, _) = a.pages(4);
-        let (rq_pbl, _) = a.pages(4);
-        let status = a.status_page();
+        let cq = a.at(now).cq(16);
+        let (sq_pbl, _) = a.ram.pages(4);
+        let (rq_pbl, _) = a.ram.pages(4);
+        let status = a.ram.status_page();
         let args = CmdCreateQp {
             sq_pbl_addr: sq_pbl.into(),
             rq_pbl_addr: rq_pbl.into(),
@@ -227,22 +227,22 @@ fn pair_requests_are_validated() {
             flags: (QpFlag::Kernel as u32).into(),
             srqn: 0.into(),
         };
-        a.handle(now, Cmd::CreateQp, &args)
+        a.at(now).handle(Cmd::CreateQp, &args)
     };
-    assert_eq!(a.cmd(now, Cmd::PairQp, &pair(kernel, q1.qpn, PORT_1)), Err(Status::Invalid), "kernel QP");
-    assert_eq!(a.cmd(now, Cmd::PairQp, &pair(q1.qpn, kernel, PORT_1)), Err(Status::Invalid), "kernel peer");
+    assert_eq!(a.at(now).cmd(Cmd::PairQp, &pair(kernel, q1.qpn, PORT_1)), Err(Status::Invalid), "kernel QP");
+    assert_eq!(a.at(now).cmd(Cmd::PairQp, &pair(q1.qpn, kernel, PORT_1)), Err(Status::Invalid), "kernel peer");
     // A QP in a CM connection (and its peer on b) takes no pair.
     connect(&mut s);
     let now = s.sim.now;
-    assert_eq!(s.sim.a.cmd(now, Cmd::PairQp, &pair(q2.qpn, q1.qpn, PORT_2)), Err(Status::State), "peer connected");
-    assert_eq!(s.sim.a.cmd(now, Cmd::PairQp, &pair(q1.qpn, q2.qpn, PORT_1)), Err(Status::State), "QP connected");
+    assert_eq!(s.sim.a.at(now).cmd(Cmd::PairQp, &pair(q2.qpn, q1.qpn, PORT_2)), Err(Status::State), "peer connected");
+    assert_eq!(s.sim.a.at(now).cmd(Cmd::PairQp, &pair(q1.qpn, q2.qpn, PORT_1)), Err(Status::State), "QP connected");
     // No address, no engine: nothing to pair in.
-    let mut g = Guest::new(0);
+    let mut g = guest(0);
     let now = Instant::from_millis(0);
-    let pdn = g.handle(now, Cmd::AllocPd, &CmdHandle::default());
-    let cq = g.cq(now, 16);
-    let (x, y) = (g.qp(now, pdn, cq, cq, 16), g.qp(now, pdn, cq, cq, 16));
-    assert_eq!(g.cmd(now, Cmd::PairQp, &pair(x.qpn, y.qpn, PORT_1)), Err(Status::State), "no address");
+    let pdn = g.at(now).handle(Cmd::AllocPd, &CmdHandle::default());
+    let cq = g.at(now).cq(16);
+    let (x, y) = (g.at(now).qp(pdn, cq, cq, 16), g.at(now).qp(pdn, cq, cq, 16));
+    assert_eq!(g.at(now).cmd(Cmd::PairQp, &pair(x.qpn, y.qpn, PORT_1)), Err(Status::State), "no address");
     // Two pairs may not listen on one port.
     let mut s = setup(16);
     let now = s.sim.now;
@@ -250,8 +250,8 @@ fn pair_requests_are_validated() {
     let (q3, _, _) = second_qp(&mut s.sim.a, now);
     let (q4, _, _) = second_qp(&mut s.sim.a, now);
     let q1 = s.qa;
-    s.sim.a.cmd(now, Cmd::PairQp, &pair(q1.qpn, q2.qpn, PORT_1)).unwrap();
-    s.sim.a.cmd(now, Cmd::PairQp, &pair(q2.qpn, q1.qpn, PORT_2)).unwrap();
-    s.sim.a.cmd(now, Cmd::PairQp, &pair(q3.qpn, q4.qpn, PORT_1)).unwrap();
-    assert_eq!(s.sim.a.cmd(now, Cmd::PairQp, &pair(q4.qpn, q3.qpn, 50_004)), Err(Status::Busy), "port taken");
+    s.sim.a.at(now).cmd(Cmd::PairQp, &pair(q1.qpn, q2.qpn, PORT_1)).unwrap();
+    s.sim.a.at(now).cmd(Cmd::PairQp, &pair(q2.qpn, q1.qpn, PORT_2)).unwrap();
+    s.sim.a.at(now).cmd(Cmd::PairQp, &pair(q3.qpn, q4.qpn, PORT_1)).unwrap();
+    assert_eq!(s.sim.a.at(now).cmd(Cmd::PairQp, &pair(q4.qpn, q3.qpn, 50_004)), Err(Status::Busy), "port taken");
 }

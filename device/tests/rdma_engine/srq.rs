@@ -4,95 +4,24 @@
 
 use super::*;
 
-/// An SRQ as the provider sees it.
-#[derive(Debug, Clone, Copy)]
-struct SrqRing {
-    srqn: u32,
-    ring: u64,
-    status: u64,
-    depth: u32,
-    prod: u32,
-}
+use vt3d::testing::{recv_wqe, QpCaps, SrqRing};
 
-impl Guest {
-    fn srq(&mut self, now: Instant, pdn: u32, depth: u32, limit: u32) -> SrqRing {
-        let npages = (depth * 128).div_ceil(PAGE as u32);
-        let (pbl, ring) = self.pages(npages);
-        let status = self.status_page();
-        let a = CmdCreateSrq {
-            ring_pbl_addr: pbl.into(),
-            status_addr: status.into(),
-            ring_npages: npages.into(),
-            depth: depth.into(),
-            pdn: pdn.into(),
-            max_sge: 4.into(),
-            limit: limit.into(),
-            reserved: 0.into(),
-        };
-        let srqn = self.handle(now, Cmd::CreateSrq, &a);
-        SrqRing { srqn, ring, status, depth, prod: 0 }
+/// CREATE_QP's arguments for a QP of 16 SQ entries (one page at `sq`)
+/// whose receives come from SRQ `srqn`.
+fn srq_qp_args(pdn: u32, scq: &CqRing, rcq: &CqRing, sq: (u64, u64, u32), status: u64, srqn: u32) -> CmdCreateQp {
+    CmdCreateQp {
+        sq_pbl_addr: sq.0.into(),
+        status_addr: status.into(),
+        sq_npages: sq.2.into(),
+        sq_depth: 16.into(),
+        pdn: pdn.into(),
+        send_cqn: scq.cqn.into(),
+        recv_cqn: rcq.cqn.into(),
+        max_send_sge: 4.into(),
+        max_inline: 64.into(),
+        srqn: srqn.into(),
+        ..Default::default()
     }
-
-    fn srq_qp_args(pdn: u32, scq: &CqRing, rcq: &CqRing, sq: (u64, u64, u32), status: u64, srqn: u32) -> CmdCreateQp {
-        CmdCreateQp {
-            sq_pbl_addr: sq.0.into(),
-            status_addr: status.into(),
-            sq_npages: sq.2.into(),
-            sq_depth: 16.into(),
-            pdn: pdn.into(),
-            send_cqn: scq.cqn.into(),
-            recv_cqn: rcq.cqn.into(),
-            max_send_sge: 4.into(),
-            max_inline: 64.into(),
-            srqn: srqn.into(),
-            ..Default::default()
-        }
-    }
-
-    /// A QP of 16 SQ entries whose receives come from `srq`.
-    fn srq_qp(&mut self, now: Instant, pdn: u32, scq: CqRing, rcq: CqRing, srq: &SrqRing) -> QpRings {
-        let (sq_pbl, sq) = self.pages(1);
-        let status = self.status_page();
-        let a = Self::srq_qp_args(pdn, &scq, &rcq, (sq_pbl, sq, 1), status, srq.srqn);
-        let qpn = self.handle(now, Cmd::CreateQp, &a);
-        QpRings { qpn, status, sq, rq: 0, depth: 16, sq_prod: 0, rq_prod: 0, scq, rcq }
-    }
-
-    fn srq_status(&self, srq: &SrqRing) -> SrqStatus {
-        self.mem.read_obj(GuestAddress(srq.status)).unwrap()
-    }
-
-    /// As libvt3 would: the WQE, the producer index (release), a full
-    /// barrier, the doorbell only if vt3d is idle on the SRQ.
-    fn post_srq(&mut self, now: Instant, srq: &mut SrqRing, wqe: RqWqe) {
-        let slot = u64::from(srq.prod & (srq.depth - 1));
-        self.mem.write_obj(wqe, GuestAddress(srq.ring + slot * 128)).unwrap();
-        srq.prod = srq.prod.wrapping_add(1);
-        self.srq_doorbell(now, srq);
-    }
-
-    fn srq_doorbell(&mut self, now: Instant, srq: &SrqRing) {
-        self.mem.store(srq.prod.to_le(), GuestAddress(srq.status), Ordering::Release).unwrap();
-        fence(Ordering::SeqCst);
-        if self.srq_status(srq).flags.to_native() & SrqStatusFlag::Idle as u32 != 0 {
-            let db = CmdDoorbell { qpn: srq.srqn.into(), queues: (DoorbellQueue::Srq as u32).into() };
-            self.cmd(now, Cmd::Doorbell, &db).unwrap();
-        }
-    }
-
-    fn srq_events(&self, ty: EventType) -> Vec<u32> {
-        self.events
-            .iter()
-            .filter(|(t, _)| *t == ty)
-            .map(|(_, b)| read_struct::<Event>(b).unwrap().handle.to_native())
-            .collect()
-    }
-}
-
-fn recv_wqe(wr_id: u64, mr: &Mr, offset: u64, len: u32) -> RqWqe {
-    let mut wqe = RqWqe { wr_id: wr_id.into(), num_sge: 1, ..Default::default() };
-    wqe.sge[0] = Sge { addr: (mr.iova + offset).into(), length: len.into(), lkey: mr.stag.into() };
-    wqe
 }
 
 /// Guest a with two QPs; guest b with two QPs sharing one SRQ and one
@@ -109,37 +38,37 @@ struct SrqSetup {
 }
 
 fn srq_setup(limit: u32) -> SrqSetup {
-    let mut sim = Sim::new(Guest::new(0), Guest::new(1), WireConfig::default());
+    let mut sim = Sim::new(guest(0), guest(1), WireConfig::default());
     let now = sim.now;
     let a = &mut sim.a;
-    a.set_addr(now, IPS[0].octets()).unwrap();
-    let pdn = a.handle(now, Cmd::AllocPd, &CmdHandle::default());
+    a.at(now).set_addr(IPS[0].octets()).unwrap();
+    let pdn = a.at(now).handle(Cmd::AllocPd, &CmdHandle::default());
     let qa = [0, 1].map(|_| {
-        let (scq, rcq) = (a.cq(now, 64), a.cq(now, 64));
-        a.qp(now, pdn, scq, rcq, 16)
+        let (scq, rcq) = (a.at(now).cq(64), a.at(now).cq(64));
+        a.at(now).qp(pdn, scq, rcq, 16)
     });
-    let a_buf = a.mr(now, pdn, 256 * 1024, Access::LocalWrite as u32);
+    let a_buf = a.at(now).mr(pdn, 256 * 1024, Access::LocalWrite as u32);
     let b = &mut sim.b;
-    b.set_addr(now, IPS[1].octets()).unwrap();
-    let b_pdn = b.handle(now, Cmd::AllocPd, &CmdHandle::default());
-    let srq = b.srq(now, b_pdn, 8, limit);
-    let rcq = b.cq(now, 64);
+    b.at(now).set_addr(IPS[1].octets()).unwrap();
+    let b_pdn = b.at(now).handle(Cmd::AllocPd, &CmdHandle::default());
+    let srq = b.at(now).srq(b_pdn, 8, limit);
+    let rcq = b.at(now).cq(64);
     let qb = [0, 1].map(|_| {
-        let scq = b.cq(now, 64);
-        b.srq_qp(now, b_pdn, scq, rcq, &srq)
+        let scq = b.at(now).cq(64);
+        b.qp_with(b_pdn, scq, rcq, QpCaps { depth: 16, ..QpCaps::default() }, srq.srqn)
     });
-    let b_buf = b.mr(now, b_pdn, 8 * 64 * 1024, Access::LocalWrite as u32);
+    let b_buf = b.at(now).mr(b_pdn, 8 * 64 * 1024, Access::LocalWrite as u32);
     let mut s = SrqSetup { sim, qa, qb, srq, rcq, a_buf, b_buf, b_pdn };
     let now = s.sim.now;
-    s.sim.b.cmd(now, Cmd::Listen, &listen_args(PORT)).unwrap();
+    s.sim.b.at(now).cmd(Cmd::Listen, &listen_args(PORT)).unwrap();
     for i in 0..2 {
         let now = s.sim.now;
-        s.sim.a.cmd(now, Cmd::Connect, &connect_args(&s.qa[i], 40_001 + i as u16, b"")).unwrap();
+        s.sim.a.at(now).cmd(Cmd::Connect, &connect_args(&s.qa[i], 40_001 + i as u16, b"")).unwrap();
         assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.b.has_event(EventType::ConnectRequest)));
         let req = s.sim.b.cm_event(EventType::ConnectRequest).unwrap();
         s.sim.b.take_events();
         let now = s.sim.now;
-        s.sim.b.cmd(now, Cmd::Accept, &accept_args(req.conn_id, s.qb[i].qpn, b"")).unwrap();
+        s.sim.b.at(now).cmd(Cmd::Accept, &accept_args(req.conn_id, s.qb[i].qpn, b"")).unwrap();
         assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.a.has_event(EventType::ConnectReply)));
         s.sim.a.take_events();
         s.sim.b.take_events();
@@ -154,7 +83,7 @@ impl SrqSetup {
             let i = self.srq.prod;
             let now = self.sim.now;
             let wqe = recv_wqe(100 + u64::from(i), &self.b_buf, u64::from(i % 8) * 65536, 65536);
-            self.sim.b.post_srq(now, &mut self.srq, wqe);
+            self.sim.b.at(now).post_srq(&mut self.srq, &wqe);
         }
     }
 
@@ -162,7 +91,7 @@ impl SrqSetup {
     fn send(&mut self, i: usize, wr_id: u64, len: u32) {
         let now = self.sim.now;
         let wqe = send_wqe(wr_id, WrOpcode::Send, true, &[(self.a_buf, 0, len)]);
-        self.sim.a.post_send_wqe(now, &mut self.qa[i], &wqe);
+        self.sim.a.at(now).post_send(&mut self.qa[i], &wqe);
     }
 
     /// Sends on QP `i` and waits for b's CQE.
@@ -194,14 +123,14 @@ fn two_qps_take_from_one_srq_in_order() {
     assert_eq!(got, vec![(q0, 100, 0, 0, SRQ_FLAG), (q1, 101, 1, 0, SRQ_FLAG), (q0, 102, 2, 0, SRQ_FLAG)]);
     let st = s.sim.b.srq_status(&s.srq);
     assert_eq!((st.prod.to_native(), st.cons.to_native()), (4, 3), "cons counts the WQEs taken");
-    assert_eq!(s.sim.b.read_bytes(s.b_buf.guest + 65536, 3000), s.sim.a.read_bytes(s.a_buf.guest, 3000));
+    assert_eq!(s.sim.b.ram.read_bytes(s.b_buf.guest + 65536, 3000), s.sim.a.ram.read_bytes(s.a_buf.guest, 3000));
     // The QPs have no RQ of their own.
     let qp = read_struct::<QpAttr>(
-        &s.sim.b.cmd(s.sim.now, Cmd::QueryQp, &CmdHandle { handle: q0.into(), reserved: 0.into() }).unwrap(),
+        &s.sim.b.at(s.sim.now).cmd(Cmd::QueryQp, &CmdHandle { handle: q0.into(), reserved: 0.into() }).unwrap(),
     )
     .unwrap();
     assert_eq!(qp.rq_depth.to_native(), 0);
-    assert!(s.sim.b.srq_events(EventType::SrqLimit).is_empty(), "not armed");
+    assert!(s.sim.b.events.handles(EventType::SrqLimit).is_empty(), "not armed");
 }
 
 #[test]
@@ -211,7 +140,7 @@ fn the_limit_event_fires_once_per_arm() {
     let now = s.sim.now;
     let query = |g: &mut Guest, srqn: u32| {
         read_struct::<SrqAttr>(
-            &g.cmd(now, Cmd::QuerySrq, &CmdHandle { handle: srqn.into(), reserved: 0.into() }).unwrap(),
+            &g.at(now).cmd(Cmd::QuerySrq, &CmdHandle { handle: srqn.into(), reserved: 0.into() }).unwrap(),
         )
         .unwrap()
     };
@@ -221,11 +150,11 @@ fn the_limit_event_fires_once_per_arm() {
         (8, 3, 1, 2)
     );
     s.send_and_reap(0, 100); // 3 left: not below the limit
-    assert!(s.sim.b.srq_events(EventType::SrqLimit).is_empty());
+    assert!(s.sim.b.events.handles(EventType::SrqLimit).is_empty());
     s.send_and_reap(1, 100); // 2 left
-    assert_eq!(s.sim.b.srq_events(EventType::SrqLimit), vec![s.srq.srqn]);
+    assert_eq!(s.sim.b.events.handles(EventType::SrqLimit), vec![s.srq.srqn]);
     s.send_and_reap(0, 100); // 1 left: disarmed, no second event
-    assert_eq!(s.sim.b.srq_events(EventType::SrqLimit).len(), 1);
+    assert_eq!(s.sim.b.events.handles(EventType::SrqLimit).len(), 1);
     assert_eq!(query(&mut s.sim.b, s.srq.srqn).armed.to_native(), 0);
     // Re-armed (as ibv_modify_srq(IBV_SRQ_LIMIT)) and refilled: once more.
     let arm = CmdModifySrq {
@@ -235,21 +164,21 @@ fn the_limit_event_fires_once_per_arm() {
         reserved: 0.into(),
     };
     let now = s.sim.now;
-    s.sim.b.cmd(now, Cmd::ModifySrq, &arm).unwrap();
+    s.sim.b.at(now).cmd(Cmd::ModifySrq, &arm).unwrap();
     s.post(4); // 5 posted, not taken
     for i in [1, 0, 1] {
         s.send_and_reap(i, 100);
     }
-    assert_eq!(s.sim.b.srq_events(EventType::SrqLimit), vec![s.srq.srqn, s.srq.srqn]);
+    assert_eq!(s.sim.b.events.handles(EventType::SrqLimit), vec![s.srq.srqn, s.srq.srqn]);
     // Arming without a limit, a limit above the depth, unknown bits: refused.
     let now = s.sim.now;
     for (mask, limit) in [(SrqModifyMask::Arm as u32, 0), (SrqModifyMask::Limit as u32, 9), (4, 1)] {
         let m = CmdModifySrq { mask: mask.into(), limit: limit.into(), ..arm };
         if mask == SrqModifyMask::Arm as u32 {
             let clear = CmdModifySrq { mask: (SrqModifyMask::Limit as u32).into(), limit: 0.into(), ..arm };
-            s.sim.b.cmd(now, Cmd::ModifySrq, &clear).unwrap();
+            s.sim.b.at(now).cmd(Cmd::ModifySrq, &clear).unwrap();
         }
-        assert_eq!(s.sim.b.cmd(now, Cmd::ModifySrq, &m), Err(Status::Invalid), "{mask} {limit}");
+        assert_eq!(s.sim.b.at(now).cmd(Cmd::ModifySrq, &m), Err(Status::Invalid), "{mask} {limit}");
     }
 }
 
@@ -261,7 +190,7 @@ fn a_qp_error_leaves_the_srq_to_the_other_qp() {
     assert_eq!(summary(&s.send_and_reap(0, 100)), (q0, 100, 0, 0, SRQ_FLAG));
     // b's QP 0 fails (reset by its peer): no SRQ WQE is flushed or taken.
     let now = s.sim.now;
-    s.sim.a.cmd(now, Cmd::Disconnect, &CmdDisconnect { qpn: s.qa[0].qpn.into(), abort: 1.into() }).unwrap();
+    s.sim.a.at(now).cmd(Cmd::Disconnect, &CmdDisconnect { qpn: s.qa[0].qpn.into(), abort: 1.into() }).unwrap();
     assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.b.qp_events().len() >= 2));
     assert_eq!(
         s.sim.b.qp_events(),
@@ -282,8 +211,8 @@ fn a_qp_error_leaves_the_srq_to_the_other_qp() {
         ..Default::default()
     };
     let now = s.sim.now;
-    s.sim.b.cmd(now, Cmd::ModifyQp, &to(QpState::Error)).unwrap();
-    s.sim.b.cmd(now, Cmd::ModifyQp, &to(QpState::Error)).unwrap();
+    s.sim.b.at(now).cmd(Cmd::ModifyQp, &to(QpState::Error)).unwrap();
+    s.sim.b.at(now).cmd(Cmd::ModifyQp, &to(QpState::Error)).unwrap();
     let last: Vec<_> = s.sim.b.qp_events().into_iter().filter(|e| e.1 == QpEvent::LastWqeReached as u32).collect();
     assert_eq!(last, vec![(q1, QpEvent::LastWqeReached as u32, 0)]);
     assert_eq!(s.sim.b.srq_status(&s.srq).cons.to_native(), 2, "two WQEs still posted for QPs to come");
@@ -305,7 +234,7 @@ fn the_wqe_of_a_message_cut_short_is_flushed_on_its_own_qp() {
         state: (QpState::Error as u32).into(),
         ..Default::default()
     };
-    s.sim.b.cmd(now, Cmd::ModifyQp, &abort).unwrap();
+    s.sim.b.at(now).cmd(Cmd::ModifyQp, &abort).unwrap();
     // The taken WQE completes once, flushed, on QP 0, before the error flag.
     let mut rcq = s.rcq;
     let cqes = s.sim.b.poll_cq(&mut rcq);
@@ -323,7 +252,7 @@ fn a_malformed_srq_wqe_fails_the_qp_that_takes_it() {
     let mut s = srq_setup(0);
     let now = s.sim.now;
     let bad = RqWqe { num_sge: 5, ..recv_wqe(100, &s.b_buf, 0, 4096) };
-    s.sim.b.post_srq(now, &mut s.srq, bad);
+    s.sim.b.at(now).post_srq(&mut s.srq, &bad);
     s.post(1);
     let q0 = s.qb[0].qpn;
     let c = s.send_and_reap(0, 100);
@@ -347,14 +276,14 @@ fn an_srq_with_qps_is_not_destroyed() {
     let now = s.sim.now;
     let h = |n: u32| CmdHandle { handle: n.into(), reserved: 0.into() };
     let srqn = s.srq.srqn;
-    assert_eq!(s.sim.b.cmd(now, Cmd::DestroySrq, &h(srqn)), Err(Status::Busy));
-    assert_eq!(s.sim.b.cmd(now, Cmd::DeallocPd, &h(s.b_pdn)), Err(Status::Busy));
-    s.sim.b.cmd(now, Cmd::DestroyQp, &h(s.qb[0].qpn)).unwrap();
-    assert_eq!(s.sim.b.cmd(now, Cmd::DestroySrq, &h(srqn)), Err(Status::Busy), "one QP left");
-    s.sim.b.cmd(now, Cmd::DestroyQp, &h(s.qb[1].qpn)).unwrap();
-    s.sim.b.cmd(now, Cmd::DestroySrq, &h(srqn)).unwrap();
-    assert_eq!(s.sim.b.cmd(now, Cmd::DestroySrq, &h(srqn)), Err(Status::NotFound));
-    assert_eq!(s.sim.b.cmd(now, Cmd::QuerySrq, &h(srqn)), Err(Status::NotFound));
+    assert_eq!(s.sim.b.at(now).cmd(Cmd::DestroySrq, &h(srqn)), Err(Status::Busy));
+    assert_eq!(s.sim.b.at(now).cmd(Cmd::DeallocPd, &h(s.b_pdn)), Err(Status::Busy));
+    s.sim.b.at(now).cmd(Cmd::DestroyQp, &h(s.qb[0].qpn)).unwrap();
+    assert_eq!(s.sim.b.at(now).cmd(Cmd::DestroySrq, &h(srqn)), Err(Status::Busy), "one QP left");
+    s.sim.b.at(now).cmd(Cmd::DestroyQp, &h(s.qb[1].qpn)).unwrap();
+    s.sim.b.at(now).cmd(Cmd::DestroySrq, &h(srqn)).unwrap();
+    assert_eq!(s.sim.b.at(now).cmd(Cmd::DestroySrq, &h(srqn)), Err(Status::NotFound));
+    assert_eq!(s.sim.b.at(now).cmd(Cmd::QuerySrq, &h(srqn)), Err(Status::NotFound));
 }
 
 #[test]
@@ -362,8 +291,8 @@ fn hostile_srq_input_is_refused() {
     let mut s = srq_setup(0);
     let now = s.sim.now;
     let b = &mut s.sim.b;
-    let (pbl, _) = b.pages(1);
-    let status = b.status_page();
+    let (pbl, _) = b.ram.pages(1);
+    let status = b.ram.status_page();
     let good = CmdCreateSrq {
         ring_pbl_addr: pbl.into(),
         status_addr: status.into(),
@@ -386,40 +315,40 @@ fn hostile_srq_input_is_refused() {
         (CmdCreateSrq { ring_pbl_addr: (MEM as u64 - 4).into(), ..good }, Status::BadAddress),
     ];
     for (args, want) in cases {
-        assert_eq!(b.cmd(now, Cmd::CreateSrq, &args), Err(want), "{args:?}");
+        assert_eq!(b.at(now).cmd(Cmd::CreateSrq, &args), Err(want), "{args:?}");
     }
     // A QP of an SRQ: same PD, and no RQ ring of its own.
-    let other_pd = b.handle(now, Cmd::AllocPd, &CmdHandle::default());
-    let (scq, rcq) = (b.cq(now, 16), b.cq(now, 16));
-    let (sq_pbl, sq) = b.pages(1);
-    let qstatus = b.status_page();
-    let qp = Guest::srq_qp_args(s.b_pdn, &scq, &rcq, (sq_pbl, sq, 1), qstatus, s.srq.srqn);
+    let other_pd = b.at(now).handle(Cmd::AllocPd, &CmdHandle::default());
+    let (scq, rcq) = (b.at(now).cq(16), b.at(now).cq(16));
+    let (sq_pbl, sq) = b.ram.pages(1);
+    let qstatus = b.ram.status_page();
+    let qp = srq_qp_args(s.b_pdn, &scq, &rcq, (sq_pbl, sq, 1), qstatus, s.srq.srqn);
     for (args, want) in [
         (CmdCreateQp { pdn: other_pd.into(), ..qp }, Status::Invalid),
         (CmdCreateQp { rq_depth: 16.into(), ..qp }, Status::Invalid),
         (CmdCreateQp { srqn: 99.into(), ..qp }, Status::NotFound),
     ] {
-        assert_eq!(b.cmd(now, Cmd::CreateQp, &args), Err(want));
+        assert_eq!(b.at(now).cmd(Cmd::CreateQp, &args), Err(want));
     }
     let db = |srqn: u32, queues: u32| CmdDoorbell { qpn: srqn.into(), queues: queues.into() };
-    assert_eq!(b.cmd(now, Cmd::Doorbell, &db(99, DoorbellQueue::Srq as u32)), Err(Status::NotFound));
-    assert_eq!(b.cmd(now, Cmd::Doorbell, &db(s.srq.srqn, DoorbellQueue::Srq as u32 | 1)), Err(Status::Invalid));
+    assert_eq!(b.at(now).cmd(Cmd::Doorbell, &db(99, DoorbellQueue::Srq as u32)), Err(Status::NotFound));
+    assert_eq!(b.at(now).cmd(Cmd::Doorbell, &db(s.srq.srqn, DoorbellQueue::Srq as u32 | 1)), Err(Status::Invalid));
     // A producer index a ring and more ahead: the SRQ is broken, once,
     // nothing is read, and its QPs live on.
     s.srq.prod = s.srq.prod.wrapping_add(s.srq.depth + 1);
-    s.sim.b.srq_doorbell(now, &s.srq);
+    s.sim.b.at(now).srq_doorbell(&s.srq);
     // A doorbell has no answer: the event goes out with the next pass.
     s.sim.run_for(Duration::from_millis(1));
     let st = s.sim.b.srq_status(&s.srq);
     assert_eq!(st.cons.to_native(), 0);
     assert_ne!(st.flags.to_native() & SrqStatusFlag::Error as u32, 0);
-    assert_eq!(s.sim.b.srq_events(EventType::SrqError), vec![s.srq.srqn]);
-    assert_eq!(s.sim.b.rnic.offload().unwrap().engine().srq_pooled(s.srq.srqn), Some(0));
+    assert_eq!(s.sim.b.events.handles(EventType::SrqError), vec![s.srq.srqn]);
+    assert_eq!(s.sim.b.dev.rnic.offload().unwrap().engine().srq_pooled(s.srq.srqn), Some(0));
     let db = CmdDoorbell { qpn: s.srq.srqn.into(), queues: (DoorbellQueue::Srq as u32).into() };
-    s.sim.b.cmd(now, Cmd::Doorbell, &db).unwrap();
+    s.sim.b.at(now).cmd(Cmd::Doorbell, &db).unwrap();
     s.sim.run_for(Duration::from_millis(1));
-    assert_eq!(s.sim.b.srq_events(EventType::SrqError).len(), 1, "reported once");
-    assert_eq!(s.sim.b.rnic.ring_stats()[2], ("srq_ring_errors", 1));
+    assert_eq!(s.sim.b.events.handles(EventType::SrqError).len(), 1, "reported once");
+    assert_eq!(s.sim.b.dev.rnic.ring_stats()[2], ("srq_ring_errors", 1));
     assert_eq!(s.sim.b.qp_status(&s.qb[0]).state.to_native(), QpState::Rts as u32);
 }
 
@@ -432,14 +361,14 @@ fn an_address_change_does_not_lose_a_taken_srq_wqe() {
     assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.b.srq_status(&s.srq).cons.to_native() == 1));
     // A new address: a new engine; QP 0's message will never finish.
     let now = s.sim.now;
-    s.sim.b.set_addr(now, [10, 9, 9, 9]).unwrap();
+    s.sim.b.at(now).set_addr([10, 9, 9, 9]).unwrap();
     let mut rcq = s.rcq;
     let cqes = s.sim.b.poll_cq(&mut rcq);
     assert_eq!(cqes.iter().map(summary).collect::<Vec<_>>(), vec![(q0, 100, 0, WcStatus::WrFlushErr as u8, SRQ_FLAG)]);
     assert!(qp_error_flag(&s.sim.b, &s.qb[0]) && qp_error_flag(&s.sim.b, &s.qb[1]));
     // The WQE not taken is fetched again by the new engine, still posted.
     assert_eq!(s.sim.b.srq_status(&s.srq).cons.to_native(), 1);
-    assert_eq!(s.sim.b.rnic.offload().unwrap().engine().srq_pooled(s.srq.srqn), Some(1));
+    assert_eq!(s.sim.b.dev.rnic.offload().unwrap().engine().srq_pooled(s.srq.srqn), Some(1));
 }
 
 #[path = "srq_resize.rs"]
@@ -460,10 +389,10 @@ fn an_srq_that_runs_dry_in_mid_pass_is_read_again() {
     // The second WQE and the producer index, but no doorbell yet.
     let slot = u64::from(s.srq.prod & (s.srq.depth - 1));
     let wqe = recv_wqe(101, &s.b_buf, 65536, 65536);
-    s.sim.b.mem.write_obj(wqe, GuestAddress(s.srq.ring + slot * 128)).unwrap();
+    s.sim.b.ram.mem.write_obj(wqe, GuestAddress(s.srq.ring + slot * 128)).unwrap();
     s.srq.prod += 1;
-    s.sim.b.mem.store(s.srq.prod.to_le(), GuestAddress(s.srq.status), Ordering::Release).unwrap();
-    assert_eq!(s.sim.b.rnic.offload().unwrap().engine().srq_pooled(s.srq.srqn), Some(1));
+    s.sim.b.ram.mem.store(s.srq.prod.to_le(), GuestAddress(s.srq.status), Ordering::Release).unwrap();
+    assert_eq!(s.sim.b.dev.rnic.offload().unwrap().engine().srq_pooled(s.srq.srqn), Some(1));
     s.send(0, 1, 100);
     s.send(0, 2, 100);
     let rcq = s.rcq;
