@@ -467,7 +467,7 @@ REPLACEMENT[cq-ex-byte-len]='	return vt3_cq_of_ex(cqx)->cur.byte_len + 1; /* MUT
 REASON[cq-ex-byte-len]='FAIL batch: [1-9][0-9]* wrong'
 CASES[cq-ex-byte-len]=qpex
 
-FILE[rereg-keeps-pages]=device/src/rnic/tpt.rs
+FILE[rereg-keeps-pages]=iwarp/src/tpt.rs
 ANCHOR[rereg-keeps-pages]='            Some(backing) if rereg.change & REREG_TRANSLATION != 0 => Some(std::mem::replace(&mut mr.backing, backing)),'
 REPLACEMENT[rereg-keeps-pages]='            Some(backing) if rereg.change & REREG_TRANSLATION != 0 => Some(backing), // MUTANT: the old pages stay'
 REASON[rereg-keeps-pages]='FAIL new-range'

@@ -41,9 +41,10 @@ use vt3_iwarp::engine::{
     ConnectParams, Engine, EngineConfig, EventKind, Io, QpConfig, QpState, RecvWr, SendOpcode, SendWr, Sge, SgeList,
     WcStatus, LOCAL_WRITE, REMOTE_READ, REMOTE_WRITE,
 };
-use vt3_iwarp::mock::{MockMemory, MockRegions};
+use vt3_iwarp::mock::MockMemory;
 use vt3_iwarp::sim::{IPS, MACS, PORT};
 use vt3_iwarp::toe::{Instant, SmolToe, TcpConfig};
+use vt3_iwarp::tpt::Tpt;
 
 /// One Ethernet frame per datagram, non-blocking.
 trait Link: Send {
@@ -143,7 +144,7 @@ impl Uplink {
 struct Side {
     engine: Engine<SmolToe>,
     memory: MockMemory,
-    regions: MockRegions,
+    regions: Tpt,
     link: Box<dyn Link>,
     clock: StdInstant,
     buf: Vec<u8>,
@@ -178,7 +179,7 @@ impl Side {
         Side {
             engine: Engine::new(toe, EngineConfig::default()),
             memory: MockMemory::new(4 * MIB as usize),
-            regions: MockRegions::new(),
+            regions: Tpt::for_tests(),
             link,
             clock,
             buf: vec![0; 65_536],

@@ -18,8 +18,10 @@
 //!   send and receive paths, the QP state machine and its events, work
 //!   requests in and completions out. Guest memory and the TPT come in
 //!   through [`engine::GuestMemory`] and [`engine::MemoryRegions`].
-//! * [`mock`] and [`sim`]: an in-memory guest, TPT and wire for tests,
-//!   fuzzing and benchmarks.
+//! * [`tpt`]: the Translation and Protection Table vt3d keeps per device
+//!   (over the handle [`table`]), the engine's [`engine::MemoryRegions`].
+//! * [`mock`] and [`sim`]: an in-memory guest and wire for tests, fuzzing
+//!   and benchmarks (feature `test-utils`).
 //!
 //! Nothing here panics on any network input, and every buffer that network
 //! input can fill is bounded.
@@ -38,5 +40,7 @@ pub mod negotiation;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod sim;
 pub mod stream;
+pub mod table;
 pub mod toe;
+pub mod tpt;
 pub mod wire;

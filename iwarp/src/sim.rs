@@ -12,10 +12,11 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use crate::engine::{Completion, ConnId, ConnectParams, Engine, EngineConfig, Event, EventKind, Io, QpConfig, QpState};
-use crate::mock::{MockMemory, MockRegions};
+use crate::mock::MockMemory;
 use crate::negotiation::{self, Initiator, InitiatorEvent, Negotiated};
 use crate::stream::{emit_fpdu, FpduDeframer};
 use crate::toe::{Duration, Instant, LinkStatus, MacAddr, SmolToe, SocketId, TcpConfig, Transport};
+use crate::tpt::Tpt;
 use crate::wire::mpa::{fpdu_len, MAX_FRAME_LEN};
 
 /// SplitMix64: small, seeded, good enough for fault injection.
@@ -251,7 +252,7 @@ pub const PORT: u16 = 7174;
 pub struct Node {
     pub engine: Engine<SmolToe>,
     pub memory: MockMemory,
-    pub regions: MockRegions,
+    pub regions: Tpt,
     pub index: usize,
     /// Everything the engine produced, in order.
     pub completions: Vec<Completion>,
@@ -291,7 +292,7 @@ impl Node {
         Node {
             engine: Engine::new(toe, config.engine),
             memory: MockMemory::new(config.memory),
-            regions: MockRegions::new(),
+            regions: Tpt::for_tests(),
             index,
             completions: Vec::new(),
             events: Vec::new(),

@@ -51,7 +51,7 @@ fn setup(ird: u16, max_rx_ulpdu: u16) -> Hostile {
     let b = &mut sim.b;
     let all = LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ;
     let old = b.regions.register_contiguous(PD, all, STALE, STALE, 4096);
-    b.regions.deregister(old);
+    b.regions.remove(old);
     let regions = Regions {
         rw: b.regions.register_contiguous(PD, all, RW, RW, 8192),
         ro: b.regions.register_contiguous(PD, REMOTE_READ, RO, RO, 4096),

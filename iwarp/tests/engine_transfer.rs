@@ -178,8 +178,8 @@ fn inline_invalidate_solicited_unsignaled_and_zero_length() {
     let plain = arenas[1].register(&mut sim.b, ALL, 4096, None, 0);
     // The peer may invalidate fast-reg MRs only (RFC 5040 as the verbs
     // restrict it): make the target one.
-    let mr = sim.b.regions.deregister(plain.stag).unwrap();
-    let target = Buf { stag: sim.b.regions.register(vt3_iwarp::mock::MockMr { fast_reg: Some(1), ..mr }), ..plain };
+    let mr = sim.b.regions.remove(plain.stag).unwrap();
+    let target = Buf { stag: sim.b.regions.register(vt3_iwarp::tpt::Mr { fast_reg: Some(1), ..mr }), ..plain };
     let src = arenas[0].register(&mut sim.a, ALL, 4096, None, 0);
     fill_buf(&mut sim.a, &src, 0, &[0x11; 4096]);
     for i in 0..6 {

@@ -17,8 +17,7 @@ mod pairing;
 pub mod poll;
 mod rereg;
 pub mod srq;
-pub mod table;
-pub mod tpt;
+pub use vt3_iwarp::{table, tpt};
 pub mod watchdog;
 pub mod wqe;
 
@@ -40,6 +39,9 @@ use poll::{PollSet, PollWindow, PolledQueue, Trigger};
 use srq::Srq;
 use table::Table;
 use tpt::{Backing, DeregError, Mr, Tpt, ALL_ACCESS};
+
+// The TPT (vt3-iwarp's) pages its regions as the ABI does.
+const _: () = assert!(VT3_PAGE_SIZE == vt3_iwarp::engine::PAGE_SIZE);
 use vm_memory::ByteValued;
 
 pub use offload::Offload;

@@ -1,6 +1,6 @@
 //! What the engine needs from the device to move data: the TPT (STag
 //! lookup with PD, rights and bounds checks and page-list translation) and
-//! guest memory. The device implements both (`device/src/rnic/tpt.rs::Tpt`
+//! guest memory. The device implements both (`crate::tpt::Tpt`
 //! and vm-memory); tests use [`crate::mock`].
 
 use thiserror::Error;
@@ -43,7 +43,7 @@ pub enum AccessError {
     WrongQp,
 }
 
-/// The TPT. `device/src/rnic/tpt.rs::Tpt::translate` has this signature
+/// The TPT. `crate::tpt::Tpt::translate` has this signature
 /// already (its `AccessError` maps one to one).
 pub trait MemoryRegions {
     /// Checks an access of `len` octets at `iova` through `stag` by

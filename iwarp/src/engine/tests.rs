@@ -6,9 +6,10 @@
 use std::net::SocketAddrV4;
 
 use super::*;
-use crate::mock::{MockMemory, MockRegions};
+use crate::mock::MockMemory;
 use crate::sim::{Node, NodeConfig, RawPeer, Sim, WireConfig, IPS, MACS, PORT};
 use crate::toe::TcpConfig;
+use crate::tpt::Tpt;
 use crate::wire::terminate::{ErrorClass, TermCode};
 
 const PD: u32 = 3;

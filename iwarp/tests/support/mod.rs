@@ -3,8 +3,9 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::indexing_slicing, clippy::cast_possible_truncation)]
 
 use vt3_iwarp::engine::{Access, RecvWr, SendOpcode, SendWr, Sge, SgeList};
-use vt3_iwarp::mock::{MockRegions, PAGE_SIZE};
+use vt3_iwarp::mock::PAGE_SIZE;
 use vt3_iwarp::sim::{Node, Rng};
+use vt3_iwarp::tpt::Tpt;
 
 pub const PD: u32 = 7;
 
@@ -65,7 +66,7 @@ pub fn read_buf(node: &Node, buf: &Buf, offset: u64, len: u64) -> Vec<u8> {
     read_mr(&node.regions, &node.memory, buf.stag, buf.iova + offset, len)
 }
 
-pub fn read_mr(regions: &MockRegions, memory: &vt3_iwarp::mock::MockMemory, stag: u32, iova: u64, len: u64) -> Vec<u8> {
+pub fn read_mr(regions: &Tpt, memory: &vt3_iwarp::mock::MockMemory, stag: u32, iova: u64, len: u64) -> Vec<u8> {
     let mr = regions.get(stag).unwrap();
     let mut out = Vec::with_capacity(len as usize);
     for (addr, n) in mr.ranges(iova, len) {

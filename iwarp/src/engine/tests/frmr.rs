@@ -4,6 +4,7 @@
 //! the fast-reg MRs (QP 2); A is the peer (QP 1). Both in PD [`PD`].
 
 use super::*;
+use crate::tpt::Backing;
 
 const ALL: Access = LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ;
 /// Where B's page lists live in its memory.
@@ -81,7 +82,11 @@ fn the_peer_writes_and_reads_through_a_fast_registered_stag() {
     let mut sim = pair();
     let (old, stag) = registered(&mut sim, ALL);
     let mr = sim.b.regions.get(stag).unwrap();
-    assert_eq!((mr.iova, mr.length, mr.page_offset, mr.valid), (IOVA, LEN, 0x100, true));
+    let page_offset = match &mr.backing {
+        Backing::Pages { page_offset, .. } => *page_offset,
+        Backing::Dma => panic!("a fast-registered MR has pages"),
+    };
+    assert_eq!((mr.iova, mr.length, page_offset, mr.valid), (IOVA, LEN, 0x100, true));
     assert!(sim.b.regions.get(old).is_none(), "the key rotated: the old STag names nothing");
     // A WRITEs 9000 octets across all three pages, then READs them back.
     let data: Vec<u8> = (0..9000u32).map(|i| (i * 7 % 251) as u8).collect();
@@ -220,7 +225,7 @@ fn remote_invalidation_rules() {
     for (what, target, error, sent) in cases {
         let mut sim = pair();
         let stag = target(&mut sim);
-        let valid_before = sim.b.regions.iter().map(|(s, mr)| (s, mr.valid)).collect::<Vec<_>>();
+        let valid_before = sim.b.regions.iter_stags().map(|(s, mr)| (s, mr.valid)).collect::<Vec<_>>();
         let (rstag, riova) = registered_buffer(&mut sim.b, 4096);
         let sges = SgeList::single(Sge { addr: riova, length: 4096, lkey: rstag });
         sim.b.engine.post_recv(2, RecvWr { wr_id: 7, sges }).unwrap();
@@ -335,7 +340,7 @@ fn refused_registrations_and_invalidations_are_local_errors() {
         write_pbl(&mut sim.b, PBL, &PAGES);
         let wr = case(&mut sim);
         let opcode = wr.opcode.wc_opcode();
-        let tpt_before: Vec<_> = sim.b.regions.iter().map(|(s, mr)| (s, mr.clone())).collect();
+        let tpt_before: Vec<_> = sim.b.regions.iter_stags().map(|(s, mr)| (s, mr.clone())).collect();
         sim.b.engine.post_send(2, wr).unwrap();
         settle(&mut sim, 2);
         assert_eq!(results(&sim.b, 2), vec![(9, opcode, WcStatus::LocQpOpErr)], "{what}");
@@ -353,7 +358,7 @@ fn refused_registrations_and_invalidations_are_local_errors() {
             }],
             "{what}"
         );
-        let tpt_after: Vec<_> = sim.b.regions.iter().map(|(s, mr)| (s, mr.clone())).collect();
+        let tpt_after: Vec<_> = sim.b.regions.iter_stags().map(|(s, mr)| (s, mr.clone())).collect();
         assert_eq!(tpt_after, tpt_before, "{what}: the TPT is unchanged");
     }
 }

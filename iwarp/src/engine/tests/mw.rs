@@ -4,7 +4,7 @@
 //! invalidate which type. Both in PD [`PD`] unless a test says otherwise.
 
 use super::*;
-use crate::mock::MockMr;
+use crate::tpt::Mr;
 
 /// B's MR: 8 KiB at IOVA [`MR_IOVA`], contiguous guest memory at [`MR_GUEST`].
 const MR_IOVA: u64 = 0x5000_0000;
@@ -127,7 +127,7 @@ fn every_refused_bind_completes_with_mw_bind_err_and_errors_the_qp() {
         let mr = mr(&mut sim.b, LOCAL_WRITE | MW_BIND);
         let mw = sim.b.regions.alloc_window(PD, MwType::Two);
         let bind = make(&mut sim.b, mr, mw);
-        let tpt = |n: &Node| -> Vec<(u32, MockMr)> { n.regions.iter().map(|(s, e)| (s, e.clone())).collect() };
+        let tpt = |n: &Node| -> Vec<(u32, Mr)> { n.regions.iter_stags().map(|(s, e)| (s, e.clone())).collect() };
         let before = tpt(&sim.b);
         assert_eq!(post_bind(&mut sim, bind), WcStatus::MwBindErr, "{name}");
         assert_eq!(sim.b.state(2), Some(QpState::Error), "{name}");

@@ -286,7 +286,7 @@ mod error {
         sim.a.engine.create_qp(9, tiny).unwrap();
         sim.a.engine.post_send(9, SendWr::new(1, SendOpcode::Send)).unwrap();
         assert_eq!(sim.a.engine.post_send(9, SendWr::new(2, SendOpcode::Send)), Err(EngineError::QueueFull));
-        let _ = (MockMemory::new(0), MockRegions::new());
+        let _ = (MockMemory::new(0), Tpt::for_tests());
     }
 }
 

@@ -5,7 +5,7 @@
 //! TERMINATE. An MR with a window bound to it is not re-registered.
 
 use super::*;
-use crate::mock::MockMr;
+use crate::tpt::Mr;
 
 const OLD_IOVA: u64 = 0x5000_0000;
 const OLD_GUEST: u64 = 0x4_0000;
@@ -35,7 +35,7 @@ fn writes_land_in_the_new_translation_and_not_in_the_old() {
     assert_eq!(sim.b.memory.slice(OLD_GUEST + 0x10, 100), &pattern(100)[..]);
 
     let rereg = change(REREG_TRANSLATION, 0, 0);
-    sim.b.regions.rereg(mr, &rereg, NEW_PAGES.to_vec()).unwrap();
+    sim.b.regions.rereg_pages(mr, &rereg, NEW_PAGES.to_vec()).unwrap();
     let entry = sim.b.regions.get(mr).expect("the STag keeps naming it");
     assert_eq!((entry.iova, entry.length, entry.access, entry.pdn), (NEW_IOVA, LEN, LOCAL_WRITE | REMOTE_WRITE, PD));
     let before = sim.b.memory.clone();
@@ -70,7 +70,7 @@ fn narrowed_rights_and_another_pd_refuse_the_peer() {
         let mr = b_mr(&mut sim, LOCAL_WRITE | REMOTE_WRITE);
         a_writes_in(&mut sim, (1, PD), mr, OLD_IOVA, 8);
         assert_eq!(results(&sim.a, 1), vec![(1, WcOpcode::Write, WcStatus::Success)], "{what}");
-        sim.b.regions.rereg(mr, &change(what, pdn, access), Vec::new()).unwrap();
+        sim.b.regions.rereg_pages(mr, &change(what, pdn, access), Vec::new()).unwrap();
         let before = sim.b.memory.clone();
         a_writes_in(&mut sim, (1, PD), mr, OLD_IOVA, 8);
         refused(&sim, 1, 2, ProtocolError::WriteAccess(error), sent);
@@ -80,7 +80,7 @@ fn narrowed_rights_and_another_pd_refuse_the_peer() {
     // Widened again (on a fresh pair: the first QP is in error), it works.
     let mut sim = pair();
     let mr = b_mr(&mut sim, LOCAL_WRITE);
-    sim.b.regions.rereg(mr, &change(REREG_ACCESS, 0, LOCAL_WRITE | REMOTE_WRITE), Vec::new()).unwrap();
+    sim.b.regions.rereg_pages(mr, &change(REREG_ACCESS, 0, LOCAL_WRITE | REMOTE_WRITE), Vec::new()).unwrap();
     a_writes_in(&mut sim, (1, PD), mr, OLD_IOVA, 8);
     assert_eq!(results(&sim.a, 1), vec![(1, WcOpcode::Write, WcStatus::Success)]);
     assert_eq!(sim.b.memory.slice(OLD_GUEST, 8), &pattern(8)[..]);
@@ -104,20 +104,20 @@ fn a_window_bound_to_the_mr_refuses_every_rereg() {
     sim.b.engine.post_send(2, wr).unwrap();
     settle(&mut sim, 1);
     assert_eq!(results(&sim.b, 2), vec![(9, WcOpcode::BindMw, WcStatus::Success)]);
-    let tpt = |n: &Node| -> Vec<(u32, MockMr)> { n.regions.iter().map(|(s, e)| (s, e.clone())).collect() };
+    let tpt = |n: &Node| -> Vec<(u32, Mr)> { n.regions.iter_stags().map(|(s, e)| (s, e.clone())).collect() };
     let before = tpt(&sim.b);
     for what in [REREG_TRANSLATION, REREG_PD, REREG_ACCESS] {
-        let got = sim.b.regions.rereg(mr, &change(what, PD + 1, LOCAL_WRITE), NEW_PAGES.to_vec());
+        let got = sim.b.regions.rereg_pages(mr, &change(what, PD + 1, LOCAL_WRITE), NEW_PAGES.to_vec());
         assert_eq!(got, Err(ReregError::WindowsBound(1)), "{what}");
     }
     assert_eq!(tpt(&sim.b), before);
     // Not an MR: the window itself, a stale key.
     assert_eq!(
-        sim.b.regions.rereg(bind.mw_stag, &change(REREG_PD, PD, 0), Vec::new()),
+        sim.b.regions.rereg_pages(bind.mw_stag, &change(REREG_PD, PD, 0), Vec::new()),
         Err(ReregError::Kind("window"))
     );
     assert_eq!(
-        sim.b.regions.rereg(mr ^ 0x40, &change(REREG_PD, PD, 0), Vec::new()),
+        sim.b.regions.rereg_pages(mr ^ 0x40, &change(REREG_PD, PD, 0), Vec::new()),
         Err(ReregError::NoSuchMr(mr ^ 0x40))
     );
     // Once the window is invalidated, the MR is re-registered.
@@ -125,5 +125,5 @@ fn a_window_bound_to_the_mr_refuses_every_rereg() {
     inv.invalidate_stag = bind.mw_stag;
     sim.b.engine.post_send(2, inv).unwrap();
     settle(&mut sim, 1);
-    sim.b.regions.rereg(mr, &change(REREG_ACCESS, PD, LOCAL_WRITE), Vec::new()).unwrap();
+    sim.b.regions.rereg_pages(mr, &change(REREG_ACCESS, PD, LOCAL_WRITE), Vec::new()).unwrap();
 }

@@ -1,7 +1,8 @@
 //! The Translation and Protection Table: memory regions named by STags
 //! (index << 8 | key), checked on every access for state, key, PD, rights
 //! and bounds, and translated through their page lists. The iWARP engine
-//! reaches guest memory only through it ([`MemoryRegions`]).
+//! reaches guest memory only through it ([`MemoryRegions`]): vt3d's RNIC
+//! keeps one per device, and the engine's tests use the same one.
 //!
 //! Fast-reg MRs (VT3_CMD_ALLOC_MR) start empty and invalid; the SQ's
 //! REG_MR fills one under a rotated key, LOCAL_INV and the peer's Send
@@ -13,19 +14,18 @@
 //! the peer through their own STag, checked by the engine's window rules
 //! (`vt3_iwarp::engine::check_bind`, `check_window_access`).
 
-use vt3_iwarp::engine::{
+use crate::engine::{
     self, bound_state, check_bind, check_rereg, check_window_access, check_window_invalidate, reregistered, BindError,
     FastReg, FastRegError, MemoryRegions, MwBind, MwType, Owner, RegionKind, RegionView, Registration, Rereg,
     ReregError, Window, WindowView, REREG_TRANSLATION,
 };
 
-use crate::abi::{VT3_PAGE_SHIFT, VT3_PAGE_SIZE};
-
-use super::table::Table;
+use crate::engine::PAGE_SIZE;
+use crate::table::Table;
 
 /// Access rights (the `enum vt3_access` bits) and why an access was
 /// refused: the engine's own, as the TPT answers the engine.
-pub use vt3_iwarp::engine::{Access, AccessError, ALL_ACCESS, LOCAL_WRITE, MW_BIND, REMOTE_READ, REMOTE_WRITE};
+pub use crate::engine::{Access, AccessError, ALL_ACCESS, LOCAL_WRITE, MW_BIND, REMOTE_READ, REMOTE_WRITE};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Backing {
@@ -150,7 +150,7 @@ impl Tpt {
         self.entries.get(self.index_of(stag)?)
     }
 
-    fn get_mut(&mut self, stag: u32) -> Option<&mut Mr> {
+    pub(crate) fn get_mut(&mut self, stag: u32) -> Option<&mut Mr> {
         let index = self.index_of(stag)?;
         self.entries.get_mut(index)
     }
@@ -272,10 +272,10 @@ impl Tpt {
                 let stop = end + page_offset;
                 while pos < stop {
                     let page = pages
-                        .get(usize::try_from(pos >> VT3_PAGE_SHIFT).map_err(|_| AccessError::Bounds)?)
+                        .get(usize::try_from(pos / PAGE_SIZE).map_err(|_| AccessError::Bounds)?)
                         .ok_or(AccessError::Bounds)?;
-                    let in_page = pos & (VT3_PAGE_SIZE - 1);
-                    let take = (VT3_PAGE_SIZE - in_page).min(stop - pos);
+                    let in_page = pos % PAGE_SIZE;
+                    let take = (PAGE_SIZE - in_page).min(stop - pos);
                     segment(page + in_page, take);
                     pos += take;
                 }
@@ -364,7 +364,7 @@ impl Tpt {
             mr.length = 0;
             return Err(e);
         }
-        mr.backing = Backing::Pages { pages, page_offset: reg.iova % VT3_PAGE_SIZE };
+        mr.backing = Backing::Pages { pages, page_offset: reg.iova % PAGE_SIZE };
         mr.iova = reg.iova;
         mr.length = reg.length;
         mr.access = reg.access;
