@@ -32,6 +32,7 @@
 #                                      /tmp/vt3-lab-UID) is its run directory
 #   ./run-vm.sh down [--dir DIR]       stops the lab, and everything it started
 #   ./run-vm.sh [OPTIONS] shell        an interactive guest with a vt3 NIC
+#                                      (its console here; Ctrl-] leaves)
 #
 # Options:
 #   --qemu PATH    QEMU binary (default: $VT3_QEMU, else qemu-system-x86_64)
@@ -451,40 +452,10 @@ cmd_soak() {
 	[ "$rc" -eq 0 ] && [ "$2" -eq 0 ] && [ "$1" -gt 0 ]
 }
 
-cmd_shell() {
-	prepare
-	local dir
-	dir=$(mktemp -d "${TMPDIR:-/tmp}/vt3-shell.XXXXXX")
-	# The guest's key (docs/security.md): 16 random bytes, 0600, for vt3d
-	# (--key-file) and for the guest (-fw_cfg, which QEMU reads at its
-	# start: made here, first).
-	(umask 077 && head -c 16 /dev/urandom >"$dir/vt3a.key") || die "could not write $dir/vt3a.key"
-	"$VT3D" serve --socket "$dir/vt3a.vhost" --uplink "unix-dgram:$dir/vt3a.up,$dir/peer.dgram" \
-		--mac 52:54:00:77:00:01 --mgmt "$dir/vt3a.mgmt" --key-file "$dir/vt3a.key" >"$dir/vt3a.vt3d.log" 2>&1 &
-	local vt3d=$!
-	# Expanded now: the trap runs at the script's exit, when this
-	# function's locals are gone (it left vt3d running and the key behind).
-	# shellcheck disable=SC2064
-	trap "kill $vt3d 2>/dev/null; wait $vt3d 2>/dev/null; rm -rf '$dir'" EXIT
-	for _ in $(seq 100); do [ -S "$dir/vt3a.vhost" ] && break; sleep 0.1; done
-	log "interactive guest (vt3 NIC, 10.77.0.1, vt3.ko loaded); quit with Ctrl-A X; vt3d ctl --mgmt $dir/vt3a.mgmt"
-	local intx=
-	[ "$("$QEMU" --version | sed -n 's/^QEMU emulator version \([0-9]*\)\..*/\1/p')" -lt 8 ] && intx=,vectors=0
-	# --foreground: QEMU owns the terminal (in the background it would stop at
-	# its first tcsetattr, SIGTTOU).
-	timeout --foreground 14400 "$QEMU" -accel "$ACCEL" -M q35 -smp 1,maxcpus=2 -m 512M -nographic \
-		-no-reboot -kernel "$IMAGES/vmlinux" -initrd "$IMAGES/initramfs-vt3.cpio" \
-		-append "console=ttyS0 panic=-1 no_timer_check tsc=reliable vt3.name=shell vt3.ip=10.77.0.1/24 vt3.driver=1 vt3.shell=1 vt3.agent=none" \
-		-object memory-backend-memfd,id=mem,size=512M,share=on -numa node,memdev=mem \
-		-chardev "socket,id=vhost,path=$dir/vt3a.vhost" -netdev vhost-user,id=n0,chardev=vhost \
-		-device "virtio-net-pci,netdev=n0,mac=52:54:00:77:00:01,romfile=$intx" \
-		-fw_cfg "name=opt/vt3/key,file=$dir/vt3a.key"
-}
-
 vt3lab() {
 	prepare
 	local keep=()
-	case $1 in demo | bench) [ "$KEEP" = 0 ] || keep=(--keep) ;; esac
+	case $1 in demo | bench | shell) [ "$KEEP" = 0 ] || keep=(--keep) ;; esac
 	(cd "$ROOT" && exec "$PYTHON" -m vt3lab "$@" "${keep[@]}")
 }
 
@@ -527,7 +498,7 @@ main() {
 	bench) cmd_bench "$@" ;;
 	up) vt3lab up "$@" ;;
 	down) (cd "$ROOT" && exec "$PYTHON" -m vt3lab down "$@") ;;
-	shell) cmd_shell ;;
+	shell) vt3lab shell ;;
 	*) die "unknown command '$cmd' (demo, test, list, check, soak, mutants, bench, up, down, shell)" ;;
 	esac
 }

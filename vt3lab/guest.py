@@ -117,15 +117,21 @@ class LabConfig:
     memory: str = "512M"
     boot_timeout: float = 240
     lifetime: float = 3600
+    # Added to every guest's QEMU command line and kernel command line
+    # (a suite's own devices, disks, kernel parameters).
+    qemu_args: tuple[str, ...] = ()
+    kernel_args: str = ""
 
 
 class Guest:
     def __init__(self, cfg: LabConfig, workdir: Path, name: str, nic: Nic, ip: str, mac: str,
-                 kernel_args: str = "", share: Path | None = None, console_socket: bool = False):
+                 kernel_args: str = "", share: Path | None = None, console_socket: bool = False,
+                 qemu_args: tuple[str, ...] = ()):
         """SHARE: a host directory shared into the guest (9p, mount_tag
         vt3share; vt3.share=DIR mounts it). CONSOLE_SOCKET: the console
         (ttyS0) is also a unix socket (NAME.console.sock) a user connects
-        to, e.g. with socat; NAME.console logs it either way."""
+        to, e.g. with socat; NAME.console logs it either way. KERNEL_ARGS
+        and QEMU_ARGS: this guest's own, after the configuration's."""
         self.cfg = cfg
         self.name = name
         self.ip = ip
@@ -139,6 +145,7 @@ class Guest:
         self.agent_path = workdir / f"{name}.agent"
         self.qmp_path = workdir / f"{name}.qmp"
         self.kernel_args = kernel_args
+        self.qemu_args = tuple(qemu_args)
         # One vCPU with room for a second: under TCG only maxcpus > 1
         # makes the guest's locked instructions host atomics and its
         # fences host fences, which the doorbell hand-off with vt3d (and
@@ -156,7 +163,9 @@ class Guest:
 
     def qemu_argv(self) -> list[str]:
         c = self.cfg
-        args = [c.qemu, "-accel", c.accel, "-M", "q35", "-smp", f"1,maxcpus={self.max_cpus}", "-m", c.memory,
+        # Under KVM the host's CPU model (TCG emulates QEMU's default one).
+        cpu = ["-cpu", "host"] if c.accel == "kvm" else []
+        args = [c.qemu, "-accel", c.accel, *cpu, "-M", "q35", "-smp", f"1,maxcpus={self.max_cpus}", "-m", c.memory,
                 "-display", "none", "-monitor", "none", "-no-reboot", "-nodefaults",
                 "-kernel", str(c.kernel), "-initrd", str(c.initrd),
                 # no_timer_check: under TCG on a loaded host the kernel's
@@ -165,8 +174,9 @@ class Guest:
                 # trusts no TSC of a non-Intel CPU (QEMU's default model)
                 # and falls back to the HPET, an MMIO exit per clock read
                 # under TCG: gettimeofday turns slow and noisy.
-                "-append", f"console=ttyS0 panic=-1 loglevel=5 no_timer_check tsc=reliable vt3.name={self.name} "
-                           f"vt3.ip={self.ip}/24 {self.kernel_args}".strip(),
+                "-append", " ".join(filter(None, [
+                    f"console=ttyS0 panic=-1 loglevel=5 no_timer_check tsc=reliable vt3.name={self.name} "
+                    f"vt3.ip={self.ip}/24", c.kernel_args, self.kernel_args])),
                 *self.console_args(),
                 "-chardev", f"socket,id=agent,path={self.agent_path},server=on,wait=off",
                 "-serial", "chardev:agent",
@@ -195,7 +205,7 @@ class Guest:
             args += ["-netdev", f"dgram,id=n0,local.type=unix,local.path={self.workdir / (self.name + '.dgram')},"
                                 f"remote.type=unix,remote.path={self.nic.peer_socket}",
                      "-device", f"virtio-net-pci,netdev=n0,mac={self.mac},romfile="]
-        return args
+        return args + list(c.qemu_args) + list(self.qemu_args)
 
     def console_args(self) -> list[str]:
         if self.console_socket is None:

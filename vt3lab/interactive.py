@@ -1,7 +1,7 @@
-"""The interactive lab: `./run-vm.sh up N [--siw K]` boots N guests on one
-Ethernet segment (setups.Segment) in a background process and returns to
-the prompt once they are up, printing how to reach each one;
-`./run-vm.sh down` stops everything that process started.
+"""The interactive lab: `vt3 up N [--siw K]` (`./run-vm.sh up` in a
+checkout) boots N guests on one Ethernet segment (setups.Segment) in a
+background process and returns to the prompt once they are up, printing
+how to reach each one; `vt3 down` stops everything that process started.
 
 The run directory (--dir, default $VT3_LAB_DIR or /tmp/vt3-lab-UID) holds
 the consoles, sockets and logs, and lab.json: the background process's pid
@@ -21,17 +21,26 @@ import time
 import traceback
 from pathlib import Path
 
-from .lab import config_from_env
+from .config import config_from_env
 from .proc import install_signal_handlers, wait_for
 from .setups import SHARE_MOUNT, Segment
 
 STATE = "lab.json"
 # Marks a directory as a lab's, so `up` may clear what an earlier lab left there.
 MARKER = ".vt3-lab"
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+# Where the vt3lab package is imported from (a checkout, site-packages or a
+# wheel): the lab's own processes import it from there.
+PACKAGE_PATH = str(Path(__file__).resolve().parents[1])
+# The command users type, in messages: set by vt3lab.cli.
+PROG = "vt3"
 DEFAULT_HOURS = 12.0
 # Guests are quit over QMP, vt3d and the hub are TERMed: seconds each.
 DOWN_TIMEOUT = 90
+
+
+def python_path() -> str:
+    """PYTHONPATH for the lab's own processes: vt3lab first."""
+    return os.pathsep.join(filter(None, [PACKAGE_PATH, os.environ.get("PYTHONPATH")]))
 
 
 def default_dir() -> Path:
@@ -86,7 +95,7 @@ def prepare_dir(rundir: Path, share: Path) -> None:
     rundir.mkdir(parents=True, exist_ok=True)
     entries = [e for e in rundir.iterdir() if e != share]
     if entries and not (rundir / MARKER).exists():
-        raise SystemExit(f"run-vm.sh up: {rundir} is not empty and not a lab's directory: choose another with --dir")
+        raise SystemExit(f"{PROG} up: {rundir} is not empty and not a lab's directory: choose another with --dir")
     for e in entries:
         if e.is_file() or e.is_socket() or e.is_symlink():
             e.unlink()
@@ -107,7 +116,7 @@ def describe(state: dict) -> str:
             lines.append(f"  {'':22s} vt3d:    {vt3d} ctl --mgmt {g['mgmt']} stats")
     lines += [f"shared directory: {state['share']} (host) = {state['mount']} in every guest",
               "consoles: Ctrl-] leaves socat (the guest runs on); logs: NAME.console, NAME.vt3d.log, hub.log",
-              f"stop: ./run-vm.sh down{'' if Path(state['dir']) == default_dir() else ' --dir ' + state['dir']}"
+              f"stop: {PROG} down{'' if Path(state['dir']) == default_dir() else ' --dir ' + state['dir']}"
               f"   (the lab stops by itself at {time.strftime('%H:%M', time.localtime(state['stops_at']))})"]
     return "\n".join(lines)
 
@@ -116,7 +125,7 @@ def up(n: int, siw: int, share: Path | None, rundir: Path, hours: float) -> int:
     rundir = rundir.resolve()
     state = read_state(rundir)
     if state and any(alive(p) for p in lab_processes(state)):
-        print(f"run-vm.sh up: a lab is already up in {rundir} (./run-vm.sh down first)", file=sys.stderr)
+        print(f"{PROG} up: a lab is already up in {rundir} ({PROG} down first)", file=sys.stderr)
         return 1
     share = (share or rundir / "share").resolve()
     prepare_dir(rundir, share)
@@ -125,10 +134,11 @@ def up(n: int, siw: int, share: Path | None, rundir: Path, hours: float) -> int:
     with open(rundir / "lab.log", "wb") as log:
         # Its own session: the lab outlives this command and the terminal.
         daemon = subprocess.Popen(
-            [sys.executable, "-m", "vt3lab", "lab-daemon", str(n), "--siw", str(siw), "--share", str(share),
+            [sys.executable, "-m", "vt3lab.cli", "lab-daemon", str(n), "--siw", str(siw), "--share", str(share),
              "--dir", str(rundir), "--hours", str(hours), "--status-fd", str(status_write)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, pass_fds=(status_write,),
-            start_new_session=True, cwd=PACKAGE_ROOT)
+            start_new_session=True, cwd=rundir,
+            env={**os.environ, "PYTHONPATH": python_path()})
     os.close(status_write)
     kinds = f"{n - siw} vt3" + (f", {siw} siw" if siw else "")
     print(f"booting {n} guests ({kinds}) in {rundir}; under TCG about a minute", flush=True)
@@ -145,7 +155,7 @@ def up(n: int, siw: int, share: Path | None, rundir: Path, hours: float) -> int:
         return 0
     daemon.wait(DOWN_TIMEOUT)
     tail = "\n".join((rundir / "lab.log").read_text(errors="replace").splitlines()[-30:])
-    print(f"run-vm.sh up: the lab did not come up: {said or f'the lab process exited ({daemon.returncode})'}\n"
+    print(f"{PROG} up: the lab did not come up: {said or f'the lab process exited ({daemon.returncode})'}\n"
           f"--- {rundir / 'lab.log'} ---\n{tail}", file=sys.stderr)
     return 1
 
@@ -222,7 +232,7 @@ def down(rundir: Path) -> int:
     wait_for(lambda: not any(alive(p) for p in procs), 10, 0.2)
     left = [p for p in procs if alive(p)]
     if left:
-        print("run-vm.sh down: still running: " + ", ".join(f"{p.get('what', 'lab')} pid {p['pid']}" for p in left),
+        print(f"{PROG} down: still running: " + ", ".join(f"{p.get('what', 'lab')} pid {p['pid']}" for p in left),
               file=sys.stderr)
         return 1
     (rundir / STATE).unlink(missing_ok=True)

@@ -40,12 +40,17 @@ from .vt3d import Vt3d
 A_IP, B_IP = "10.77.0.1", "10.77.0.2"
 A_MAC, B_MAC = "52:54:00:77:00:01", "52:54:00:77:00:02"
 KMOD = "/lib/modules/$(uname -r)/extra"
+# Where guests mount a setup's shared host directory (Setup.share).
+SHARE_MOUNT = "/mnt/share"
 
 _serial = itertools.count(1)
 
 
 class Setup:
     kind = "setup"
+    # A host directory every guest mounts on SHARE_MOUNT (9p), e.g. a
+    # suite's own programs: set it in a subclass or on the instance.
+    share: Path | None = None
 
     def __init__(self, cfg: LabConfig, rundir: Path, own_dir: bool = True):
         """Files go to a new directory under RUNDIR, or (OWN_DIR false) to
@@ -86,6 +91,9 @@ class Setup:
         return d
 
     def add_guest(self, name: str, nic: Nic, ip: str, mac: str, kernel_args: str = "", **options) -> Guest:
+        if self.share is not None and "share" not in options:
+            options["share"] = self.share
+            kernel_args = f"{kernel_args} vt3.share={SHARE_MOUNT}".strip()
         g = Guest(self.cfg, self.dir, name, nic, ip, mac, kernel_args, **options)
         self.guests[name] = g
         return g
@@ -111,7 +119,7 @@ class Setup:
         n = len(list(self.dir.glob(f"{name}.console*")))
         old.console.rename(self.dir / f"{name}.console.{n}")
         new = Guest(self.cfg, self.dir, name, old.nic, old.ip, old.mac, old.kernel_args, old.share,
-                    old.console_socket is not None)
+                    old.console_socket is not None, old.qemu_args)
         self.guests[name] = new
         new.start()
         new.wait_ready()
@@ -414,8 +422,6 @@ class ChaosPair(Vt3Pair):
         self.a.check(f"ping -c 2 -W 5 {self.b.ip}", 60)
 
 
-# Where a Segment's guests mount the shared host directory.
-SHARE_MOUNT = "/mnt/share"
 # Beyond this many guests the 10.77.0.0/24 addresses and MACs would still
 # do, but not the host: each TCG guest takes a core while it boots.
 SEGMENT_MAX = 16
@@ -451,8 +457,8 @@ class Segment(Setup):
         for i in range(1, self.n + 1):
             name = f"vm{i}"
             hub_port = str(self.dir / f"hub.{name}")
-            args = f"vt3.shell=1 vt3.share={SHARE_MOUNT}" if self.share else "vt3.shell=1"
-            options = {"share": self.share, "console_socket": True}
+            args = "vt3.shell=1"
+            options = {"console_socket": True}
             if i <= self.n - self.siw:
                 d = self.add_vt3d(name, f"unix-dgram:{self.uplink_socket(name)},{hub_port}", segment_mac(i))
                 self.add_guest(name, d.nic(), segment_ip(i), segment_mac(i), f"vt3.driver=1 {args}",
@@ -462,10 +468,12 @@ class Segment(Setup):
                 self.add_guest(name, Nic.dgram(Path(hub_port)), segment_ip(i), segment_mac(i), f"vt3.siw=1 {args}",
                                **options)
                 hub_ports[name] = str(self.dir / f"{name}.dgram")
-        package_root = Path(__file__).resolve().parents[1]
+        # The hub imports vt3lab from where this process did (a checkout,
+        # site-packages or a wheel).
+        package_path = str(Path(__file__).resolve().parents[1])
         hub = Process("hub", [sys.executable, "-m", "vt3lab.hub", str(self.dir),
                               *(f"{k}={v}" for k, v in hub_ports.items())],
-                      self.dir / "hub.log", self.cfg.lifetime, env={"PYTHONPATH": str(package_root)})
+                      self.dir / "hub.log", self.cfg.lifetime, env={"PYTHONPATH": package_path})
         self.processes["hub"] = hub
         if not wait_for(lambda: all((self.dir / f"hub.{k}").exists() for k in hub_ports) or not hub.alive(), 10):
             raise RuntimeError(f"the hub made no sockets within 10 s: {(self.dir / 'hub.log').read_text()[-500:]}")

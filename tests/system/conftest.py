@@ -2,9 +2,13 @@
 anyone's suite); helpers shared by the test files live in helpers.py."""
 
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-pytest_plugins = ["vt3lab.fixtures"]
+# The plugin comes with the installed package (entry point pytest11); from
+# a checkout it is named here.
+if not any(ep.name == "vt3lab" for ep in entry_points(group="pytest11")):
+    pytest_plugins = ["vt3lab.plugin"]

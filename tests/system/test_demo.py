@@ -1,6 +1,6 @@
 """The README's demo, run in CI on the shared pair: it must work as shown."""
 
-from vt3lab.demo import run_demo
+from vt3lab.scenarios.demo import run_demo
 
 
 def test_demo(vt3_pair):

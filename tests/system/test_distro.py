@@ -10,9 +10,14 @@ import re
 import pytest
 
 from helpers import perftest, rping_between
-from vt3lab.distro import GUEST_USER, AsUser
+from distro import GUEST_USER, AsUser, DistroPair
 from vt3lab.guest import FW_CFG_KEY_RAW
+from vt3lab.plugin import make_setup_fixture
 from vt3lab.setups import wait_device
+
+# The Debian guest boots for its one scenario (images/distro/build.sh
+# builds its image from this checkout).
+distro_pair = make_setup_fixture("distro_pair", DistroPair, fresh=True)
 
 # The image's packages (images/distro/build.sh) and what DKMS made of vt3-dkms.
 OUR_RDMA_CORE = ("rdma-core", "libibverbs1", "ibverbs-providers", "librdmacm1", "rdmacm-utils", "ibverbs-utils")

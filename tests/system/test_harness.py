@@ -1,10 +1,15 @@
 """The harness's own checks must be able to fail: the health check between
 scenarios sees leftover processes, objects vt3d still holds, and kernel
-warnings (then forgets what this scenario did on purpose)."""
+warnings (then forgets what this scenario did on purpose). And what a
+user's suite configures reaches the guests."""
 
+import dataclasses
+
+import pytest
 from vt3lab.guest import KERNEL_TROUBLE
 from vt3lab.proc import wait_for
-from vt3lab.setups import A_IP
+from vt3lab.qmp import QmpError
+from vt3lab.setups import A_IP, SingleVt3
 from vt3lab.tools import wait_rdma_listen
 
 
@@ -62,3 +67,25 @@ def test_health_sees_a_stall(vt3_pair):
     assert after == before | {"vt3b": before["vt3b"] + 1}, (before, after)
     assert s.health(mark) == [], "reported once"
     s.mark_scenario()
+
+
+def test_guest_options_and_qmp_events(vt3_config, tmp_path):
+    """A suite's own kernel parameter and QEMU device reach every guest (LabConfig kernel_args, qemu_args: --vt3-kernel-arg, --vt3-qemu-arg); QMP waits for events"""  # noqa: E501
+    cfg = dataclasses.replace(vt3_config, kernel_args="vt3lab.probe=42",
+                              qemu_args=("-device", "virtio-rng-pci,id=suite-rng"))
+    setup = SingleVt3(cfg, tmp_path).start()
+    try:
+        g = setup.a
+        assert "vt3lab.probe=42" in g.check("cat /proc/cmdline").split()
+        peripherals = [p["name"] for p in g.qmp.execute("qom-list", path="/machine/peripheral")]
+        assert "suite-rng" in peripherals, peripherals
+        g.qmp.execute("stop")
+        assert g.qmp.wait_event("STOP", 10)["event"] == "STOP"
+        assert g.status() == "paused"
+        g.qmp.execute("cont")
+        g.qmp.wait_event("RESUME", 10)
+        g.check("true")
+        with pytest.raises(QmpError, match="no SHUTDOWN event"):
+            g.qmp.wait_event("SHUTDOWN", 1)
+    finally:
+        setup.stop()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from helpers import count, no_objects
 from test_cm import kmark, kmsg_since
 from test_nvme import check_fio, fio_command, fio_figures, no_kernel_trouble
-from vt3lab.iser import RAM_MB, initiator_login, initiator_logout, target_down, target_up
+from vt3lab.scenarios.iser import RAM_MB, initiator_login, initiator_logout, target_down, target_up
 from vt3lab.setups import wait_device
 from vt3lab.tools import tail
 

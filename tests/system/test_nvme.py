@@ -17,8 +17,8 @@ from helpers import count, no_objects
 from test_cm import kmark, kmsg_since
 from test_chaos import ctl_fault, kill_vt3d
 from vt3lab.guest import KERNEL_TROUBLE
-from vt3lab.nvme import (IO_QUEUES, NQN, POLL_QUEUES, QUEUES, RAM_MB, WRITE_QUEUES, host_connect,
-                         host_disconnect, target_down, target_up, unload_shared)
+from vt3lab.scenarios.nvme import (IO_QUEUES, NQN, POLL_QUEUES, QUEUES, RAM_MB, WRITE_QUEUES, host_connect,
+                                   host_disconnect, target_down, target_up, unload_shared)
 from vt3lab.setups import wait_device
 from vt3lab.tools import tail
 

@@ -1,4 +1,4 @@
-"""A real distribution guest: the Debian 12 disk image of
+"""vt3's own test of a real distribution guest: the Debian 12 disk image of
 images/distro/build.sh (systemd, udev, Debian's kernel; vt3 installed from
 its packages), driven through the same agent as the busybox guests (a
 systemd unit in the image runs it on the second serial port).
@@ -15,10 +15,10 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
-from .guest import Guest, LabConfig, Nic
-from .setups import A_IP, A_MAC, B_IP, B_MAC, Setup, wait_device
+from vt3lab.guest import Guest, LabConfig, Nic
+from vt3lab.setups import A_IP, A_MAC, B_IP, B_MAC, Setup, wait_device
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # The normal user of the image (images/distro/build.sh, GUEST_USER).
 GUEST_USER = "vt3user"
 # A cold image build (rdma-core .debs, mmdebstrap) takes many minutes.

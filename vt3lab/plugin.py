@@ -1,9 +1,14 @@
-"""pytest fixtures for vt3 guests. In your own suite:
-
-    pytest_plugins = ["vt3lab.fixtures"]
+"""The pytest plugin of vt3lab: fixtures for vt3 guests. Installed with
+the package (entry point pytest11), so in your own suite:
 
     def test_mine(vt3_pair):                  # shared boot, health-checked after
         vt3_pair.a.check("ibv_devinfo -d vt3_0")
+
+Where the lab's parts are comes from --vt3-bundle DIR (what `./run-vm.sh
+dist` made), or --vt3-images, --vt3d, --vt3-qemu, or the VT3_* variables
+(vt3lab.config); --vt3-accel picks TCG or KVM, --vt3-qemu-arg and
+--vt3-kernel-arg add to every guest's command lines. A conftest may
+override the session fixture `vt3_config` to build the LabConfig itself.
 
 Shared setups (`vt3_pair`, `vt3_siw`, `vt3_plain`, `single_vt3`) boot once
 and serve every scenario that asks for them; after each scenario a health
@@ -27,8 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from .distro import DistroPair
-from .lab import config_from_env
+from .config import ConfigError, lab_config
+from .guest import LabConfig
 from .proc import install_signal_handlers
 from .setups import (ChaosPair, OneCpuVt3, PoisonedVt3, PyverbsVt3Siw, Setup, SingleVt3, Vt3Pair, Vt3Plain, Vt3Siw,
                      Vt3SiwTap, Vt3SiwUdp)
@@ -39,13 +44,22 @@ SHARED = {"vt3_pair": Vt3Pair, "chaos_pair": ChaosPair, "vt3_plain": Vt3Plain, "
           "vt3_siw": Vt3Siw, "poisoned_vt3": PoisonedVt3, "one_cpu_vt3": OneCpuVt3,
           "pyverbs_vt3_siw": PyverbsVt3Siw,
           "vt3_siw_udp": Vt3SiwUdp, "vt3_siw_tap": Vt3SiwTap}
-# The Debian guest boots for its one scenario (images/distro/build.sh builds its image).
-FRESH = {f"fresh_{k}": v for k, v in SHARED.items()} | {"distro_pair": DistroPair}
+FRESH = {f"fresh_{k}": v for k, v in SHARED.items()}
 SETUP_ORDER = list(SHARED) + list(FRESH)
 
 
 def pytest_addoption(parser):
     g = parser.getgroup("vt3lab")
+    g.addoption("--vt3-bundle", help="an unpacked vt3 bundle (./run-vm.sh dist): vt3d, guest kernel and images")
+    g.addoption("--vt3-images", help="directory with the guest kernel (vmlinux or vmlinuz) and initramfs-vt3.cpio")
+    g.addoption("--vt3d", help="the vt3d binary")
+    g.addoption("--vt3-qemu", help="the QEMU binary (default qemu-system-x86_64 on PATH)")
+    g.addoption("--vt3-accel", choices=("auto", "tcg", "kvm"),
+                help="auto (default): KVM when a probe boot proves it works, else TCG")
+    g.addoption("--vt3-qemu-arg", action="append", default=[], metavar="ARG",
+                help="one more QEMU argument for every guest; repeatable (--vt3-qemu-arg=-device ...)")
+    g.addoption("--vt3-kernel-arg", action="append", default=[], metavar="PARAM",
+                help="one more guest kernel parameter; repeatable")
     g.addoption("--vt3-run-dir", help="where setups keep consoles and logs (default: a new temp dir)")
     g.addoption("--vt3-keep", action="store_true", help="keep the run directory even when everything passed")
     g.addoption("--vt3-list", action="store_true", help="print the cases (name, setup, description) and exit")
@@ -122,8 +136,8 @@ def pytest_runtest_makereport(item, call):
 class Lab:
     """The session's setups: at most one shared setup lives at a time."""
 
-    def __init__(self, rundir: Path):
-        self.cfg = config_from_env()
+    def __init__(self, cfg: LabConfig, rundir: Path):
+        self.cfg = cfg
         self.rundir = rundir
         self.current: Setup | None = None
         self.failed_dirs: list[Path] = []
@@ -164,12 +178,25 @@ class Lab:
 
 
 @pytest.fixture(scope="session")
-def lab(request):
+def vt3_config(request) -> LabConfig:
+    """The lab's configuration, from the options and the environment
+    (vt3lab.config); override it in a conftest to build your own."""
+    opt = request.config.getoption
+    try:
+        return lab_config(images=opt("--vt3-images"), vt3d=opt("--vt3d"), qemu=opt("--vt3-qemu"),
+                          accel=opt("--vt3-accel"), bundle=opt("--vt3-bundle"),
+                          qemu_args=tuple(opt("--vt3-qemu-arg")), kernel_args=" ".join(opt("--vt3-kernel-arg")))
+    except ConfigError as e:
+        pytest.exit(f"vt3lab: {e}", 3)
+
+
+@pytest.fixture(scope="session")
+def lab(request, vt3_config):
     install_signal_handlers()
     opt = request.config.getoption("--vt3-run-dir")
     rundir = Path(opt) if opt else Path(tempfile.mkdtemp(prefix="vt3-run."))
     rundir.mkdir(parents=True, exist_ok=True)
-    the_lab = Lab(rundir)
+    the_lab = Lab(vt3_config, rundir)
     request.config._vt3lab = the_lab
     yield the_lab
     the_lab.close()
@@ -210,7 +237,19 @@ def _scenario(lab: Lab, request, cls, fresh: bool):
         pytest.fail("after the scenario: " + "; ".join(problems), pytrace=False)
 
 
-def _make_fixture(fixture: str, cls, fresh: bool):
+def make_setup_fixture(fixture: str, cls, fresh: bool):
+    """A fixture named FIXTURE that gives each scenario a setup of class
+    CLS: the shared boot, or (FRESH) a boot of its own; either is
+    health-checked after the scenario. For a suite's own setups:
+
+        my_pair = make_setup_fixture("my_pair", MyPair, fresh=False)
+    """
+    # Scenarios are ordered, grouped and listed by their setup fixture.
+    if fixture not in SETUP_ORDER:
+        SETUP_ORDER.append(fixture)
+    if not fresh:
+        SHARED.setdefault(fixture, cls)
+
     def fx(lab, request):
         yield from _scenario(lab, request, cls, fresh)
     fx.__name__ = fixture
@@ -219,9 +258,9 @@ def _make_fixture(fixture: str, cls, fresh: bool):
 
 
 for _name, _cls in SHARED.items():
-    globals()[_name] = _make_fixture(_name, _cls, False)
+    globals()[_name] = make_setup_fixture(_name, _cls, False)
 for _name, _cls in FRESH.items():
-    globals()[_name] = _make_fixture(_name, _cls, True)
+    globals()[_name] = make_setup_fixture(_name, _cls, True)
 
 
 def pytest_configure(config):

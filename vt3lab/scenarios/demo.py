@@ -9,8 +9,8 @@ import re
 import time
 from typing import Callable
 
-from .setups import A_IP, B_IP, Vt3Pair
-from .tools import perftest, rping_between, wait_rdma_listen
+from ..setups import A_IP, B_IP, Vt3Pair
+from ..tools import perftest, rping_between, wait_rdma_listen
 
 FLUSH_PORT = 7471
 

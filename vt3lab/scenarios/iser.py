@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from .guest import Guest
+from ..guest import Guest
 
 IQN = "iqn.2026-12.dev.vt3:ram0"
 INITIATOR = "iqn.2026-12.dev.vt3:initiator"

@@ -13,10 +13,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .guest import LabConfig
+from ..guest import LabConfig
 from .nvme import host_connect, host_disconnect, target_down, target_up
-from .setups import SiwPair, Vt3Pair
-from .tools import perftest
+from ..setups import SiwPair, Vt3Pair
+from ..tools import perftest
 
 BW_TOOLS = ("ib_write_bw", "ib_send_bw", "ib_read_bw")
 LAT_TOOLS = ("ib_write_lat", "ib_send_lat", "ib_read_lat")

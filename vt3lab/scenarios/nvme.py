@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from .guest import Guest
+from ..guest import Guest
 
 NQN = "nqn.2026-12.dev.vt3:ram0"
 HOSTNQN = "nqn.2026-12.dev.vt3:host"
