@@ -33,6 +33,10 @@
 #   ./run-vm.sh down [--dir DIR]       stops the lab, and everything it started
 #   ./run-vm.sh [OPTIONS] shell        an interactive guest with a vt3 NIC
 #                                      (its console here; Ctrl-] leaves)
+#   ./run-vm.sh [OPTIONS] dist         the relocatable bundle: vt3d, guest
+#                                      images, the vt3lab wheel, the `vt3`
+#                                      launcher (build/dist/vt3-VERSION-x86_64.tar.zst;
+#                                      docs/bundle.md)
 #
 # Options:
 #   --qemu PATH    QEMU binary (default: $VT3_QEMU, else qemu-system-x86_64)
@@ -76,13 +80,17 @@ die() {
 # socat: what `up` tells the user to reach a guest's console with.
 # ip: the tap uplink's tests, the case tap-uplink-vt3-siw and the bench
 # put taps in a bridge of their own.
-HOST_TOOLS="timeout:coreutils md5sum:coreutils gcc:gcc flock:util-linux tshark:tshark socat:socat ip:iproute2"
+# zstd, strip: the bundle (dist, and the case user-suite that builds one).
+HOST_TOOLS="timeout:coreutils md5sum:coreutils gcc:gcc flock:util-linux tshark:tshark socat:socat ip:iproute2
+zstd:zstd strip:binutils runuser:util-linux"
 # The same, installed without their recommendations: libvirt's daemon and
 # virsh for the case libvirt (not libvirt-daemon-system: the case runs its
 # own libvirtd; no service of the machine's is installed or started).
 HOST_TOOLS_BARE="libvirtd:libvirt-daemon virsh:libvirt-clients"
-# Python modules beyond pytest's, as "module:package".
-PYTHON_MODULES=""
+# Python modules beyond pytest's, as "module:package": the vt3lab wheel is
+# built with pip, setuptools and wheel; the case user-suite installs it
+# into a venv (ensurepip: python3-venv).
+PYTHON_MODULES="pip:python3-pip setuptools:python3-setuptools wheel:python3-wheel ensurepip:python3-venv"
 # What check's lint stage (tools/lint.sh) runs besides cargo's own
 # rustfmt and clippy (tools/lint-kmod.sh adds perl for checkpatch): added
 # to the above by cmd_check only.
@@ -102,6 +110,9 @@ ensure_host_packages() {
 	done
 	# vt3-uverbs is linked statically (images/overlay.sh): libc.a.
 	[ -f /usr/lib/x86_64-linux-gnu/libc.a ] || missing+=(libc6-dev)
+	# The example suite builds its rdma_cm program on the host (user-suite).
+	[ -f /usr/include/infiniband/verbs.h ] || missing+=(libibverbs-dev)
+	[ -f /usr/include/rdma/rdma_cma.h ] || missing+=(librdmacm-dev)
 	# Debian's own Python and pytest (not whatever python3 is first on PATH).
 	# pytest-repeat: `test --repeat N` and the soak run a case N times.
 	"$PYTHON" -c 'import pytest, xdist, pytest_repeat' 2>/dev/null ||
@@ -452,6 +463,13 @@ cmd_soak() {
 	[ "$rc" -eq 0 ] && [ "$2" -eq 0 ] && [ "$1" -gt 0 ]
 }
 
+# The relocatable bundle (tools/dist.sh, docs/bundle.md).
+cmd_dist() {
+	prepare
+	log "== bundle (tools/dist.sh)"
+	PYTHON=$PYTHON "$ROOT/tools/dist.sh" --images "$IMAGES" --vt3d "$VT3D" --out "${VT3_DIST:-$ROOT/build/dist}"
+}
+
 vt3lab() {
 	prepare
 	local keep=()
@@ -499,7 +517,8 @@ main() {
 	up) vt3lab up "$@" ;;
 	down) (cd "$ROOT" && exec "$PYTHON" -m vt3lab down "$@") ;;
 	shell) vt3lab shell ;;
-	*) die "unknown command '$cmd' (demo, test, list, check, soak, mutants, bench, up, down, shell)" ;;
+	dist) cmd_dist ;;
+	*) die "unknown command '$cmd' (demo, test, list, check, soak, mutants, bench, up, down, shell, dist)" ;;
 	esac
 }
 

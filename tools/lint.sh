@@ -39,7 +39,7 @@ lint_shellcheck() {
 	[ ${#files[@]} -gt 0 ] || { echo "no shell scripts found" >&2; return 1; }
 	shellcheck "${files[@]}" && echo "shellcheck: ${#files[@]} scripts"
 }
-lint_flake8() { "$PYTHON" -m flake8 vt3lab tests; }
+lint_flake8() { "$PYTHON" -m flake8 vt3lab tests examples; }
 lint_kmod() { "$ROOT/tools/lint-kmod.sh"; }
 lint_mutant_anchors() { "$ROOT/tools/mutants.sh" --check-anchors; }
 
