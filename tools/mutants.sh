@@ -124,7 +124,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$ROOT/tools/cache-dir.sh"
 OUT=$ROOT/build/mutants
 
-# CASES[name]: the cases that must kill it (default: the flush matrix's).
+# CASES[name]: the cases that must kill it (default: the flush matrix's;
+# MUTANT_CASES="CASE..." runs others instead).
 # ENV[name]: environment for its run (e.g. a chaos plan).
 # FILE2/ANCHOR2/REPLACEMENT2[name]: a second patch, for a mutant whose bug
 # spans two places (e.g. a race and the sleep that widens its window).
@@ -628,7 +629,8 @@ run_mutant() {
 		-exec cp -a -t "$dir/images/" {} +)
 	cp -a "$VT3_CACHE/rdma-core" "$dir/rdma-core"
 	cp -a "$VT3_CACHE/target/release" "$dir/target/"
-	local cases=${CASES[$name]:-$DEFAULT_CASES}
+	# MUTANT_CASES: other cases to kill it with (a new case's proof).
+	local cases=${MUTANT_CASES:-${CASES[$name]:-$DEFAULT_CASES}}
 	log "$name: $cases with the mutant (log: $out/run.log)"
 	local rc=0
 	# The first failure is enough; two styles keep a mutant that makes

@@ -329,6 +329,9 @@ int main(int argc, char **argv)
 	       (unsigned long long)s.flushed, (unsigned long long)s.other, (unsigned long long)s.duplicates,
 	       s.cm_event, s.async_event);
 	fflush(stdout);
+	if (s.completed != s.posted)
+		fprintf(stderr, "wr-check: not every WR completed: %llu of %llu\n", (unsigned long long)s.completed,
+			(unsigned long long)s.posted);
 	rdma_disconnect(s.id);
 	rdma_destroy_qp(s.id);
 	ibv_dereg_mr(s.mr);

@@ -9,6 +9,7 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -55,8 +56,17 @@ def as_user(user: pwd.struct_passwd, argv: list[str], cwd: Path, timeout: float)
                           timeout=timeout)
 
 
+def kill_user_processes(uid: int) -> None:
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if proc.stat().st_uid == uid:
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+
+
 def test_user_suite(bundle, user):
-    """An unprivileged user's CI: unpack the bundle, pip install its wheel into a fresh venv (no index), run the example suite from a copy outside the checkout"""  # noqa: E501
+    """An unprivileged user's CI: set up the bundle (a fresh venv with its wheel, no index), the example suite from a copy outside the checkout, vt3 demo from the bundle"""  # noqa: E501
     work = Path(tempfile.mkdtemp(prefix="vt3-user-suite."))
     try:
         os.chown(work, user.pw_uid, user.pw_gid)
@@ -67,7 +77,10 @@ def test_user_suite(bundle, user):
 
         def step(*argv: str, timeout: float = 300, cwd: Path = work) -> str:
             r = as_user(user, list(argv), cwd, timeout)
-            assert r.returncode == 0, f"{' '.join(argv)}: exit {r.returncode}\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
+            # A failed pytest run's own assertion lines first: its tail is the dump.
+            said = "\n".join([line for line in r.stdout.splitlines() if line.startswith("E ")][:40])
+            assert r.returncode == 0, (f"{' '.join(argv)}: exit {r.returncode}\n{said}\n--- tail ---\n"
+                                       f"{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
             return r.stdout
 
         # What a user's CI does (action.yml runs the same script): unpack,
@@ -84,6 +97,15 @@ def test_user_suite(bundle, user):
                    "--vt3-bundle", str(unpacked), str(work / "suite"), timeout=1200, cwd=work / "suite")
         assert re.search(r"^=+ 1 passed", out, re.M), out[-3000:]
         assert "test_wr_check.py::test_reset_mid_transfer PASSED" in out, out[-3000:]
+
+        # The launcher, as the user runs it from the unpacked bundle (the
+        # system's python3, vt3lab from the bundle's wheel).
+        demo = step(str(unpacked / "bin/vt3"), "demo", timeout=300)
+        assert "vt3-flushtest: 1 passed, 0 failed" in demo, demo[-3000:]
     finally:
+        # A step that timed out leaves its guests and vt3d behind (they run
+        # in sessions of their own): every process of the case's user goes.
+        if os.getuid() == 0 and user.pw_uid != 0:
+            kill_user_processes(user.pw_uid)
         # Whatever the user's run left (a failed run keeps its pytest tmp dirs).
         shutil.rmtree(work, ignore_errors=True)

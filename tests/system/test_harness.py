@@ -6,7 +6,7 @@ user's suite configures reaches the guests."""
 import dataclasses
 
 import pytest
-from vt3lab.guest import KERNEL_TROUBLE
+from vt3lab.guest import KERNEL_TROUBLE, Guest, Nic
 from vt3lab.proc import wait_for
 from vt3lab.qmp import QmpError
 from vt3lab.setups import A_IP, SingleVt3
@@ -89,3 +89,14 @@ def test_guest_options_and_qmp_events(vt3_config, tmp_path):
             g.qmp.wait_event("SHUTDOWN", 1)
     finally:
         setup.stop()
+
+
+def test_kvm_guest_argv(vt3_config, tmp_path):
+    """Under KVM a guest gets the host's CPU model (-accel kvm -cpu host); under TCG QEMU's default (no guest boots)"""  # noqa: E501
+    nic = Nic.dgram(tmp_path / "peer.dgram")
+    for accel, cpu in (("kvm", ["-cpu", "host"]), ("tcg", [])):
+        argv = Guest(dataclasses.replace(vt3_config, accel=accel), tmp_path, "a", nic, A_IP, "52:54:00:77:00:01"
+                     ).qemu_argv()
+        at = argv.index("-accel")
+        assert argv[at + 1] == accel and argv[at + 2:at + 2 + len(cpu)] == cpu, argv[:8]
+        assert ("-cpu" in argv) == bool(cpu), argv
