@@ -91,25 +91,73 @@ fn capture_path(s: &str) -> Result<PathBuf, String> {
     Ok(PathBuf::from(s))
 }
 
+/// Which connections a fault hits: one QP, or every live connection that
+/// matches what a user knows of it (a port, a peer), or all of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Args)]
+#[group(required = true, multiple = false)]
+pub struct Target {
+    /// The guest's QP number, as `vt3d ctl qps` shows it.
+    #[arg(long)]
+    pub qp: Option<u32>,
+    /// Every connection with this TCP port at either end.
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Every connection to or from ADDR (or ADDR:PORT).
+    #[arg(long, value_name = "ADDR[:PORT]", value_parser = peer)]
+    pub peer: Option<Peer>,
+    /// Every connection.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// A fault's target, or (`--arm`, with `--port`) the next connection to
+/// come up on that port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Args)]
+pub struct Aim {
+    #[command(flatten)]
+    pub target: Target,
+    /// Not now: the next connection with --port P at either end gets the
+    /// fault once it is established at this end (once). Only with --port;
+    /// arm it at the connecting end to hit a connection up on both ends.
+    #[arg(long)]
+    pub arm: bool,
+}
+
+/// `--peer ADDR[:PORT]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    pub addr: std::net::Ipv4Addr,
+    pub port: Option<u16>,
+}
+
+fn peer(s: &str) -> Result<Peer, String> {
+    let (addr, port) = match s.split_once(':') {
+        Some((a, p)) => (a, Some(p.parse::<u16>().map_err(|e| format!("{s:?}: port: {e}"))?)),
+        None => (s, None),
+    };
+    let addr = addr.parse().map_err(|e| format!("{s:?}: not an IPv4 address: {e}"))?;
+    Ok(Peer { addr, port })
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Subcommand)]
 pub enum FaultRequest {
     /// Abort the connection: RST to the peer; this QP -> ERROR
     /// (VT3_QPE_RESET, detail 1), the peer sees a reset.
     Rst {
-        #[arg(long)]
-        qp: u32,
+        #[command(flatten)]
+        at: Aim,
     },
     /// Close our half (FIN) like a graceful disconnect: the peer sees
     /// PEER_CLOSE, this QP CLOSING then CLOSE_COMPLETE.
     Fin {
-        #[arg(long)]
-        qp: u32,
+        #[command(flatten)]
+        at: Aim,
     },
     /// Drop every frame of the connection, both ways: TCP times out on
     /// both ends after `--tcp-timeout` (VT3_QPE_TIMEOUT).
     Blackhole {
-        #[arg(long)]
-        qp: u32,
+        #[command(flatten)]
+        at: Aim,
         /// Lift the blackhole.
         #[arg(long)]
         off: bool,
@@ -118,8 +166,8 @@ pub enum FaultRequest {
     /// seeded PRNG (the same seed drops the same frames of the same
     /// traffic); --percent 0 stops.
     Drop {
-        #[arg(long)]
-        qp: u32,
+        #[command(flatten)]
+        at: Aim,
         #[arg(long, value_parser = clap::value_parser!(u8).range(0..=100))]
         percent: u8,
         #[arg(long, default_value_t = 1, value_parser = number::<u64>)]
@@ -128,8 +176,8 @@ pub enum FaultRequest {
     /// Hold every frame the connection sends (data and ACKs) for MS
     /// milliseconds: the RTT grows by MS both ways; --ms 0 stops.
     Delay {
-        #[arg(long)]
-        qp: u32,
+        #[command(flatten)]
+        at: Aim,
         #[arg(long, value_parser = clap::value_parser!(u32).range(0..=60_000))]
         ms: u32,
     },
@@ -138,8 +186,8 @@ pub enum FaultRequest {
     /// them (no reordering). TAIL 1-3 cuts an FPDU's CRC in two: the
     /// peer's MPA must reassemble it. --tail 0 stops.
     Split {
-        #[arg(long)]
-        qp: u32,
+        #[command(flatten)]
+        at: Aim,
         #[arg(long, value_parser = clap::value_parser!(u16).range(0..=1400))]
         tail: u16,
         #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=10_000))]
@@ -148,14 +196,14 @@ pub enum FaultRequest {
     /// Corrupt the CRC of the next FPDU sent: the peer detects a CRC error
     /// and answers with TERMINATE (LLP 2/0/0x02).
     CorruptCrc {
-        #[arg(long)]
-        qp: u32,
+        #[command(flatten)]
+        at: Aim,
     },
     /// Send a TERMINATE with this RFC 5040 code (a registered
     /// layer/etype/ecode triple); this QP -> TERMINATE -> ERROR.
     Terminate {
-        #[arg(long)]
-        qp: u32,
+        #[command(flatten)]
+        at: Aim,
         /// 0 RDMAP, 1 DDP, 2 LLP (MPA).
         #[arg(long, value_parser = number::<u8>)]
         layer: u8,
@@ -216,87 +264,34 @@ fn number<T: TryFrom<u64>>(s: &str) -> Result<T, String> {
     T::try_from(value).map_err(|_| format!("{s} is out of range"))
 }
 
-impl FaultRequest {
-    /// The words after `fault`.
-    fn words(self) -> Vec<String> {
-        let qp = |name: &str, qp: u32| vec![name.to_owned(), "--qp".to_owned(), qp.to_string()];
-        match self {
-            Self::Rst { qp: n } => qp("rst", n),
-            Self::Fin { qp: n } => qp("fin", n),
-            Self::Blackhole { qp: n, off } => {
-                let mut w = qp("blackhole", n);
-                if off {
-                    w.push("--off".to_owned());
-                }
-                w
-            }
-            Self::Drop { qp: n, percent, seed } => {
-                let mut w = qp("drop", n);
-                w.extend(["--percent".to_owned(), percent.to_string(), "--seed".to_owned(), seed.to_string()]);
-                w
-            }
-            Self::Delay { qp: n, ms } => {
-                let mut w = qp("delay", n);
-                w.extend(["--ms".to_owned(), ms.to_string()]);
-                w
-            }
-            Self::Split { qp: n, tail, hold_ms } => {
-                let mut w = qp("split", n);
-                w.extend(["--tail".to_owned(), tail.to_string(), "--hold-ms".to_owned(), hold_ms.to_string()]);
-                w
-            }
-            Self::CorruptCrc { qp: n } => qp("corrupt-crc", n),
-            Self::Terminate { qp: n, layer, etype, ecode } => {
-                let mut w = qp("terminate", n);
-                for (k, v) in [("--layer", layer), ("--etype", etype), ("--ecode", ecode)] {
-                    w.extend([k.to_owned(), v.to_string()]);
-                }
-                w
-            }
-            Self::InvalidateStag { stag } => {
-                vec!["invalidate-stag".to_owned(), "--stag".to_owned(), format!("{stag:#x}")]
-            }
-            Self::DeviceFatal => vec!["device-fatal".to_owned()],
-            Self::MuteCommands { ms } => vec!["mute-commands".to_owned(), "--ms".to_owned(), ms.to_string()],
-            Self::LoseReply { command } => vec!["lose-reply".to_owned(), "--command".to_owned(), cli_name(command)],
-        }
-    }
-}
-
 impl CtlRequest {
-    /// Makes a relative capture path absolute, from the client's working
-    /// directory (vt3d's own may be anywhere).
-    pub fn resolve_paths(self) -> std::io::Result<Self> {
-        Ok(match self {
-            Self::Capture(CaptureRequest::Start { file }) if file.is_relative() => {
-                Self::Capture(CaptureRequest::Start { file: std::env::current_dir()?.join(file) })
+    /// The request line for the management socket: the words of ARGV
+    /// after `ctl` (`vt3d ctl --mgmt PATH WORDS...`) without `--mgmt PATH`,
+    /// and a relative capture file made absolute. The server parses the
+    /// same words as the client did (no second spelling of a request).
+    pub fn forward(&self, argv: &[String]) -> std::io::Result<String> {
+        let relative = match self {
+            Self::Capture(CaptureRequest::Start { file }) if file.is_relative() => Some(file.display().to_string()),
+            _ => None,
+        };
+        let mut words = Vec::new();
+        let mut it = argv.iter().skip_while(|w| *w != "ctl").skip(1);
+        while let Some(word) = it.next() {
+            match word.as_str() {
+                "--mgmt" => {
+                    it.next();
+                }
+                w if w.starts_with("--mgmt=") => {}
+                w if relative.as_deref() == Some(w) => {
+                    words.push(std::env::current_dir()?.join(w).display().to_string())
+                }
+                _ => words.push(word.clone()),
             }
-            other => other,
-        })
-    }
-
-    /// The request line sent to the management socket.
-    pub fn line(&self, json: bool) -> String {
-        let mut words: Vec<String> = Vec::new();
-        if json {
-            words.push("--json".to_owned());
         }
-        match self {
-            Self::Stats => words.push("stats".to_owned()),
-            Self::Tcb => words.push("tcb".to_owned()),
-            Self::Qps => words.push("qps".to_owned()),
-            Self::Cqs => words.push("cqs".to_owned()),
-            Self::Mrs => words.push("mrs".to_owned()),
-            Self::Fault(f) => {
-                words.push("fault".to_owned());
-                words.extend(f.words());
-            }
-            Self::Capture(CaptureRequest::Start { file }) => {
-                words.extend(["capture".to_owned(), "start".to_owned(), file.display().to_string()]);
-            }
-            Self::Capture(CaptureRequest::Stop) => words.extend(["capture".to_owned(), "stop".to_owned()]),
+        if let Some(w) = words.iter().find(|w| w.is_empty() || w.chars().any(char::is_whitespace)) {
+            return Err(std::io::Error::other(format!("{w:?}: a request word must be one word (no white space)")));
         }
-        words.join(" ")
+        Ok(words.join(" "))
     }
 }
 
@@ -500,10 +495,22 @@ mod tests {
         assert_eq!((c.mgmt, c.json), (PathBuf::from("/m"), true));
         assert!(Cli::try_parse_from(["vt3d", "ctl", "stats"]).is_err(), "--mgmt is required");
         assert!(Cli::try_parse_from(["vt3d", "ctl", "--mgmt", "/m", "dance"]).is_err());
-        let cli = Cli::try_parse_from(["vt3d", "ctl", "--mgmt", "/m", "tcb"]).unwrap();
-        let Command::Ctl(c) = cli.command else { panic!("not ctl") };
-        assert_eq!(c.request.line(c.json), "tcb");
-        assert_eq!(CtlRequest::Qps.line(true), "--json qps");
+        for (argv, line) in [
+            (&["vt3d", "ctl", "--mgmt", "/m", "tcb"][..], "tcb"),
+            (&["vt3d", "ctl", "--json", "--mgmt=/m", "qps"], "--json qps"),
+            (
+                &["vt3d", "ctl", "--mgmt", "/m", "fault", "rst", "--port", "4420", "--arm"],
+                "fault rst --port 4420 --arm",
+            ),
+        ] {
+            let cli = Cli::try_parse_from(argv).unwrap();
+            let Command::Ctl(c) = cli.command else { panic!("not ctl") };
+            let argv: Vec<String> = argv.iter().map(|w| (*w).to_owned()).collect();
+            let forwarded = c.request.forward(&argv).unwrap();
+            assert_eq!(forwarded, line);
+            let back = CtlLine::parse(&forwarded).unwrap();
+            assert_eq!((back.request, back.json), (c.request, c.json));
+        }
     }
 
     fn ctl(args: &[&str]) -> Result<CtlRequest, String> {
@@ -514,26 +521,27 @@ mod tests {
 
     #[test]
     fn fault_command_lines() {
+        let qp3 = Aim { target: Target { qp: Some(3), ..Target::default() }, arm: false };
         let cases: [(&[&str], FaultRequest); 15] = [
-            (&["fault", "rst", "--qp", "3"], FaultRequest::Rst { qp: 3 }),
-            (&["fault", "fin", "--qp", "3"], FaultRequest::Fin { qp: 3 }),
-            (&["fault", "blackhole", "--qp", "3"], FaultRequest::Blackhole { qp: 3, off: false }),
-            (&["fault", "blackhole", "--qp", "3", "--off"], FaultRequest::Blackhole { qp: 3, off: true }),
-            (&["fault", "drop", "--qp", "3", "--percent", "10"], FaultRequest::Drop { qp: 3, percent: 10, seed: 1 }),
+            (&["fault", "rst", "--qp", "3"], FaultRequest::Rst { at: qp3 }),
+            (&["fault", "fin", "--qp", "3"], FaultRequest::Fin { at: qp3 }),
+            (&["fault", "blackhole", "--qp", "3"], FaultRequest::Blackhole { at: qp3, off: false }),
+            (&["fault", "blackhole", "--qp", "3", "--off"], FaultRequest::Blackhole { at: qp3, off: true }),
+            (&["fault", "drop", "--qp", "3", "--percent", "10"], FaultRequest::Drop { at: qp3, percent: 10, seed: 1 }),
             (
                 &["fault", "drop", "--qp", "3", "--percent", "100", "--seed", "0xff"],
-                FaultRequest::Drop { qp: 3, percent: 100, seed: 255 },
+                FaultRequest::Drop { at: qp3, percent: 100, seed: 255 },
             ),
-            (&["fault", "delay", "--qp", "3", "--ms", "250"], FaultRequest::Delay { qp: 3, ms: 250 }),
-            (&["fault", "split", "--qp", "3", "--tail", "2"], FaultRequest::Split { qp: 3, tail: 2, hold_ms: 20 }),
+            (&["fault", "delay", "--qp", "3", "--ms", "250"], FaultRequest::Delay { at: qp3, ms: 250 }),
+            (&["fault", "split", "--qp", "3", "--tail", "2"], FaultRequest::Split { at: qp3, tail: 2, hold_ms: 20 }),
             (
                 &["fault", "split", "--qp", "3", "--tail", "0", "--hold-ms", "5"],
-                FaultRequest::Split { qp: 3, tail: 0, hold_ms: 5 },
+                FaultRequest::Split { at: qp3, tail: 0, hold_ms: 5 },
             ),
-            (&["fault", "corrupt-crc", "--qp", "3"], FaultRequest::CorruptCrc { qp: 3 }),
+            (&["fault", "corrupt-crc", "--qp", "3"], FaultRequest::CorruptCrc { at: qp3 }),
             (
                 &["fault", "terminate", "--qp", "3", "--layer", "1", "--etype", "2", "--ecode", "0x05"],
-                FaultRequest::Terminate { qp: 3, layer: 1, etype: 2, ecode: 5 },
+                FaultRequest::Terminate { at: qp3, layer: 1, etype: 2, ecode: 5 },
             ),
             (&["fault", "invalidate-stag", "--stag", "0x1a01"], FaultRequest::InvalidateStag { stag: 0x1a01 }),
             (&["fault", "device-fatal"], FaultRequest::DeviceFatal),
@@ -543,11 +551,42 @@ mod tests {
         for (args, expected) in cases {
             let request = ctl(args).unwrap();
             assert_eq!(request, CtlRequest::Fault(expected), "{args:?}");
-            // The line sent to the socket parses back to the same request.
+            // The words forwarded to the socket parse back to the same request.
             for json in [false, true] {
-                let line = CtlLine::parse(&request.line(json)).unwrap();
+                let argv: Vec<String> = ["vt3d", "ctl", "--mgmt", "/m"]
+                    .into_iter()
+                    .chain(json.then_some("--json"))
+                    .chain(args.iter().copied())
+                    .map(str::to_owned)
+                    .collect();
+                let line = CtlLine::parse(&request.forward(&argv).unwrap()).unwrap();
                 assert_eq!((line.request, line.json), (request.clone(), json), "{args:?}");
             }
+        }
+        // Targets by what a user knows (vt3d refuses --arm without --port).
+        let at = |target: Target, arm: bool| CtlRequest::Fault(FaultRequest::Rst { at: Aim { target, arm } });
+        let port = Target { port: Some(4420), ..Target::default() };
+        assert_eq!(ctl(&["fault", "rst", "--port", "4420"]).unwrap(), at(port, false));
+        assert_eq!(ctl(&["fault", "rst", "--port", "4420", "--arm"]).unwrap(), at(port, true));
+        assert_eq!(ctl(&["fault", "rst", "--all"]).unwrap(), at(Target { all: true, ..Target::default() }, false));
+        let peer = Peer { addr: [10, 77, 0, 2].into(), port: None };
+        assert_eq!(
+            ctl(&["fault", "rst", "--peer", "10.77.0.2"]).unwrap(),
+            at(Target { peer: Some(peer), ..Target::default() }, false)
+        );
+        let peer = Peer { port: Some(7174), ..peer };
+        assert_eq!(
+            ctl(&["fault", "rst", "--peer", "10.77.0.2:7174"]).unwrap(),
+            at(Target { peer: Some(peer), ..Target::default() }, false)
+        );
+        for (args, needle) in [
+            (&["fault", "rst", "--qp", "1", "--port", "2"][..], "cannot be used with"),
+            (&["fault", "rst", "--peer", "10.77.0"], "not an IPv4 address"),
+            (&["fault", "rst", "--peer", "10.77.0.2:x"], "port"),
+            (&["fault", "rst", "--port", "70000"], "70000"),
+        ] {
+            let err = ctl(args).unwrap_err();
+            assert!(err.contains(needle), "{args:?}: {err}");
         }
         let bad: [(&[&str], &str); 7] = [
             (&["fault", "rst"], "--qp"),
@@ -566,12 +605,13 @@ mod tests {
         // Capture: the line parses back; a relative path becomes absolute.
         let start = ctl(&["capture", "start", "/tmp/w.pcapng"]).unwrap();
         assert_eq!(start, CtlRequest::Capture(CaptureRequest::Start { file: "/tmp/w.pcapng".into() }));
-        assert_eq!(start.line(false), "capture start /tmp/w.pcapng");
-        assert_eq!(CtlLine::parse(&start.line(true)).unwrap().request, start);
+        let argv = |file: &str| ["vt3d", "ctl", "--mgmt", "/m", "capture", "start", file].map(str::to_owned);
+        assert_eq!(start.forward(&argv("/tmp/w.pcapng")).unwrap(), "capture start /tmp/w.pcapng");
         assert_eq!(ctl(&["capture", "stop"]).unwrap(), CtlRequest::Capture(CaptureRequest::Stop));
-        let relative = ctl(&["capture", "start", "w.pcapng"]).unwrap().resolve_paths().unwrap();
+        let relative = ctl(&["capture", "start", "w.pcapng"]).unwrap();
+        let forwarded = relative.forward(&argv("w.pcapng")).unwrap();
         assert_eq!(
-            relative,
+            CtlLine::parse(&forwarded).unwrap().request,
             CtlRequest::Capture(CaptureRequest::Start { file: std::env::current_dir().unwrap().join("w.pcapng") })
         );
         assert!(ctl(&["capture", "start"]).unwrap_err().contains("FILE"));

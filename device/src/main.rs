@@ -21,9 +21,8 @@ fn main() {
         Command::Serve(args) => vt3d::serve(&args.into()).map_err(|e| e.to_string()),
         Command::Ctl(args) => match args
             .request
-            .clone()
-            .resolve_paths()
-            .and_then(|request| vt3d::mgmt::request(&args.mgmt, &request.line(args.json)))
+            .forward(&std::env::args().collect::<Vec<_>>())
+            .and_then(|line| vt3d::mgmt::request(&args.mgmt, &line))
         {
             Ok(answer) => {
                 print!("{answer}");

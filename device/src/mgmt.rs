@@ -24,8 +24,8 @@ use vt3_iwarp::toe::{Duration as EngineDuration, Split};
 use vt3_iwarp::wire::terminate::TermCode;
 
 use crate::abi;
-use crate::config::{CaptureRequest, CtlLine, CtlRequest, FaultRequest};
-use crate::rnic::fault::Injected;
+use crate::config::{Aim, CaptureRequest, CtlLine, CtlRequest, FaultRequest, Target};
+use crate::rnic::fault::{FaultTarget, Injected};
 use crate::rnic::{tpt, Rnic};
 use crate::t3::{Device, T3};
 
@@ -90,6 +90,9 @@ enum Value {
     Bool(bool),
     Text(String),
     None,
+    /// A fault's QPs and its result per QP.
+    List(Vec<Value>),
+    Object(Row),
 }
 
 impl From<u64> for Value {
@@ -124,6 +127,8 @@ fn text_cell(v: &Value) -> String {
         Value::Bool(b) => if *b { "yes" } else { "no" }.to_owned(),
         Value::Text(s) => s.clone(),
         Value::None => "-".to_owned(),
+        Value::List(items) => items.iter().map(text_cell).collect::<Vec<_>>().join(","),
+        Value::Object(row) => row.iter().map(|(k, v)| format!("{k}={}", text_cell(v))).collect::<Vec<_>>().join(" "),
     }
 }
 
@@ -133,6 +138,8 @@ fn json_cell(v: &Value) -> serde_json::Value {
         Value::Bool(b) => (*b).into(),
         Value::Text(s) => s.as_str().into(),
         Value::None => serde_json::Value::Null,
+        Value::List(items) => items.iter().map(json_cell).collect(),
+        Value::Object(row) => json_object(row),
     }
 }
 
@@ -199,11 +206,10 @@ pub fn answer(request: &str, device: &T3) -> String {
                 Ok(done) if json => {
                     let mut row: Row = vec![("fault", name.into())];
                     row.extend(fields);
-                    row.push(("state", done.state.into()));
-                    row.push(("detail", done.detail.as_str().into()));
+                    row.extend(done.fields);
                     format!("{}\n", json_object(&row))
                 }
-                Ok(done) => format!("{}\n", done.detail),
+                Ok(done) => format!("{}\n", done.text),
             }
         }
         CtlRequest::Capture(request) => capture(device, &request, json),
@@ -235,57 +241,111 @@ fn capture(device: &T3, request: &CaptureRequest, json: bool) -> String {
     }
 }
 
+/// What an injection did: fields for JSON, a line for people.
+struct Done {
+    fields: Row,
+    text: String,
+}
+
+impl From<Injected> for Done {
+    fn from(done: Injected) -> Self {
+        Done { fields: vec![("state", done.state.into()), ("detail", done.detail.as_str().into())], text: done.detail }
+    }
+}
+
+/// The target a fault's options name.
+fn fault_target(target: &Target) -> FaultTarget {
+    match (target.qp, target.port, target.peer) {
+        (Some(qp), _, _) => FaultTarget::Qp(qp),
+        (_, Some(port), _) => FaultTarget::Port(port),
+        (_, _, Some(peer)) => FaultTarget::Peer(peer.addr, peer.port),
+        _ => FaultTarget::All,
+    }
+}
+
+/// A connection fault on every QP its aim matches (or armed for the next
+/// connection on a port). One QP answers as before (`qp`, `state`,
+/// `detail`); every answer lists the QPs hit (`qps`) and each result.
+fn inject_connection(device: &T3, fault: Fault, aim: Aim) -> Result<Done, String> {
+    let now = device.now().engine();
+    let mut rnic = device.rnic();
+    if aim.arm {
+        let port = aim.target.port.ok_or("--arm needs --port P (the next connection on P)")?;
+        let done = rnic.arm_fault(port, fault)?;
+        let fields = vec![
+            ("armed", Value::Bool(true)),
+            ("port", u32::from(port).into()),
+            ("detail", done.detail.as_str().into()),
+        ];
+        return Ok(Done { fields, text: done.detail });
+    }
+    let target = fault_target(&aim.target);
+    let qps = rnic.fault_targets(target).inspect_err(|_| rnic.count_refused())?;
+    let results: Vec<(u32, Result<Injected, String>)> =
+        qps.iter().map(|&qpn| (qpn, rnic.inject(now, qpn, fault))).collect();
+    drop(rnic);
+    let hit: Vec<u32> = results.iter().filter(|(_, r)| r.is_ok()).map(|(qpn, _)| *qpn).collect();
+    if let [(qpn, Ok(done))] = results.as_slice() {
+        let mut single: Done = done.clone().into();
+        single.fields.splice(0..0, [("qp", Value::from(*qpn)), ("qps", Value::List(vec![Value::from(*qpn)]))]);
+        return Ok(single);
+    }
+    if hit.is_empty() {
+        let why: Vec<String> = results.into_iter().filter_map(|(_, r)| r.err()).collect();
+        return Err(why.join("; "));
+    }
+    let text: Vec<String> = results
+        .iter()
+        .map(|(qpn, r)| match r {
+            Ok(done) => done.detail.clone(),
+            Err(e) => format!("QP {qpn}: not injected: {e}"),
+        })
+        .collect();
+    let each: Vec<Value> = results
+        .iter()
+        .map(|(qpn, r)| {
+            let mut row: Row = vec![("qp", Value::from(*qpn))];
+            match r {
+                Ok(done) => row.extend([("state", done.state.into()), ("detail", done.detail.as_str().into())]),
+                Err(e) => row.push(("error", e.as_str().into())),
+            }
+            Value::Object(row)
+        })
+        .collect();
+    let fields = vec![("qps", Value::List(hit.into_iter().map(Value::from).collect())), ("results", Value::List(each))];
+    Ok(Done { fields, text: text.join("\n") })
+}
+
 /// Runs one injection; returns its name, its parameters (for JSON) and
 /// what it did. The worker is kicked so that the engine acts at once
 /// (frames out, events to the driver).
-fn inject(device: &T3, request: FaultRequest) -> (&'static str, Row, Result<Injected, String>) {
-    let qp_fault = |fault: Fault, qp: u32| {
-        let now = device.now().engine();
-        let result = device.rnic().inject(now, qp, fault);
-        (fault.name(), vec![("qp", Value::from(qp))], result)
-    };
-    let (name, mut fields, result) = match request {
-        FaultRequest::Rst { qp } => qp_fault(Fault::SendRst, qp),
-        FaultRequest::Fin { qp } => qp_fault(Fault::SendFin, qp),
-        FaultRequest::Blackhole { qp, off } => {
-            let mut r = qp_fault(Fault::Blackhole(!off), qp);
-            r.1.push(("on", Value::Bool(!off)));
-            r
+fn inject(device: &T3, request: FaultRequest) -> (&'static str, Row, Result<Done, String>) {
+    let on = |fault: Fault, aim: Aim, params: Row| (fault.name(), params, inject_connection(device, fault, aim));
+    let (name, fields, result) = match request {
+        FaultRequest::Rst { at } => on(Fault::SendRst, at, Vec::new()),
+        FaultRequest::Fin { at } => on(Fault::SendFin, at, Vec::new()),
+        FaultRequest::Blackhole { at, off } => on(Fault::Blackhole(!off), at, vec![("on", Value::Bool(!off))]),
+        FaultRequest::Drop { at, percent, seed } => {
+            on(Fault::Drop { percent, seed }, at, vec![("percent", u32::from(percent).into()), ("seed", seed.into())])
         }
-        FaultRequest::Drop { qp, percent, seed } => {
-            let mut r = qp_fault(Fault::Drop { percent, seed }, qp);
-            r.1.push(("percent", u32::from(percent).into()));
-            r.1.push(("seed", seed.into()));
-            r
-        }
-        FaultRequest::Delay { qp, ms } => {
+        FaultRequest::Delay { at, ms } => {
             let delay = (ms > 0).then(|| EngineDuration::from_millis(u64::from(ms)));
-            let mut r = qp_fault(Fault::Delay(delay), qp);
-            r.1.push(("ms", ms.into()));
-            r
+            on(Fault::Delay(delay), at, vec![("ms", ms.into())])
         }
-        FaultRequest::Split { qp, tail, hold_ms } => {
+        FaultRequest::Split { at, tail, hold_ms } => {
             let hold = EngineDuration::from_millis(u64::from(hold_ms));
             let split = (tail > 0).then_some(Split { tail, hold });
-            let mut r = qp_fault(Fault::Split(split), qp);
-            r.1.push(("tail", u32::from(tail).into()));
-            r.1.push(("hold_ms", hold_ms.into()));
-            r
+            on(Fault::Split(split), at, vec![("tail", u32::from(tail).into()), ("hold_ms", hold_ms.into())])
         }
-        FaultRequest::CorruptCrc { qp } => qp_fault(Fault::CorruptCrc, qp),
-        FaultRequest::Terminate { qp, layer, etype, ecode } => {
+        FaultRequest::CorruptCrc { at } => on(Fault::CorruptCrc, at, Vec::new()),
+        FaultRequest::Terminate { at, layer, etype, ecode } => {
             let fields = vec![
-                ("qp", Value::from(qp)),
                 ("layer", u32::from(layer).into()),
                 ("etype", u32::from(etype).into()),
                 ("ecode", u32::from(ecode).into()),
             ];
             match TermCode::registered_code(layer, etype, ecode) {
-                Ok(code) => {
-                    let mut r = qp_fault(Fault::Terminate(code), qp);
-                    r.1 = fields;
-                    r
-                }
+                Ok(code) => on(Fault::Terminate(code), at, fields),
                 Err(e) => {
                     device.rnic().count_refused();
                     ("terminate", fields, Err(format!("not an RFC 5040 TERMINATE code: {e}")))
@@ -293,24 +353,23 @@ fn inject(device: &T3, request: FaultRequest) -> (&'static str, Row, Result<Inje
             }
         }
         FaultRequest::InvalidateStag { stag } => {
-            let result = device.rnic().invalidate_stag(stag);
+            let result = device.rnic().invalidate_stag(stag).map(Done::from);
             ("invalidate-stag", vec![("stag", Value::Text(format!("{stag:#x}")))], result)
         }
-        FaultRequest::DeviceFatal => ("device-fatal", Vec::new(), device.rnic().request_device_fatal()),
+        FaultRequest::DeviceFatal => ("device-fatal", Vec::new(), device.rnic().request_device_fatal().map(Done::from)),
         FaultRequest::MuteCommands { ms } => {
             let now = device.now().engine();
-            let result = device.rnic().mute_commands(now, EngineDuration::from_millis(u64::from(ms)));
+            let result = device.rnic().mute_commands(now, EngineDuration::from_millis(u64::from(ms))).map(Done::from);
             ("mute-commands", vec![("ms", ms.into())], result)
         }
         FaultRequest::LoseReply { command } => {
-            let result = device.rnic().lose_reply(command);
+            let result = device.rnic().lose_reply(command).map(Done::from);
             ("lose-reply", vec![("command", Value::Text(command.name().to_owned()))], result)
         }
     };
     if result.is_ok() {
         device.kick();
     }
-    fields.retain(|(k, _)| *k != "state" && *k != "detail");
     (name, fields, result)
 }
 
@@ -554,8 +613,7 @@ mod tests {
         let err = request(&path, "fault rst --qp 1").unwrap_err();
         assert_eq!(err.to_string(), "no QP 1");
         assert!(request(&path, "stats").unwrap().lines().any(|l| l == "fault.refused 1"));
-        let line = crate::config::CtlRequest::Fault(crate::config::FaultRequest::DeviceFatal).line(true);
-        assert!(request(&path, &line).unwrap_err().to_string().contains("no driver attached"));
+        assert!(request(&path, "--json fault device-fatal").unwrap_err().to_string().contains("no driver attached"));
         let err = request(&path, "reboot").unwrap_err();
         assert!(err.to_string().contains("unrecognized subcommand 'reboot'"), "{err}");
         assert!(request(&path, "tcb xml").is_err());
@@ -783,6 +841,18 @@ mod tests {
         assert!(ask("fault terminate --qp 1 --layer 3 --etype 0 --ecode 0").contains("layer 3 is none of"));
         assert!(ask("fault drop --qp 1 --percent 200").starts_with("error: "));
         assert!(ask("fault").starts_with("error: "));
+        // By what a user knows: nothing matches, nothing is injected.
+        assert_eq!(
+            ask("fault rst --port 4420"),
+            "error: no live connection matches --port 4420: nothing injected (vt3d ctl qps lists them)\n"
+        );
+        assert!(ask("fault rst --peer 10.0.0.9:7174").contains("no live connection matches --peer 10.0.0.9:7174"));
+        assert!(ask("--json fault fin --all").contains("no live connection matches --all"));
+        // Armed for the next connection on a port: answered at once.
+        let armed = ask("--json fault rst --port 4420 --arm");
+        assert!(armed.starts_with("{\"fault\":\"rst\",\"armed\":true,\"port\":4420,"), "{armed}");
+        assert_eq!(device.rnic().armed().len(), 1);
+        assert!(ask("fault rst --all --arm").contains("--port"));
         // Invalidate an STag: text, then JSON for another one.
         let text = ask("fault invalidate-stag --stag 0x101");
         assert!(text.starts_with("STag 0x101 (PD 1, iova 0x100000, 4096 octets) invalidated"), "{text}");
@@ -804,7 +874,7 @@ mod tests {
         for line in [
             "fault.invalidate_stag 1",
             "fault.device_fatal 1",
-            "fault.refused 7",
+            "fault.refused 10",
             "rnic.fatal 1",
             "rnic.tcp_timeout_s 15",
         ] {

@@ -630,6 +630,61 @@ fn injected_rst_is_a_reset_on_both_ends() {
 }
 
 #[test]
+fn faults_are_aimed_by_port_and_peer() {
+    use vt3d::rnic::fault::FaultTarget;
+    let mut s = setup(16);
+    connect(&mut s);
+    let (a, b) = (&s.sim.a.dev.rnic, &s.sim.b.dev.rnic);
+    // Either end's port names the connection; a peer by address or address:port.
+    assert_eq!(a.fault_targets(FaultTarget::Port(PORT)), Ok(vec![s.qa.qpn]));
+    assert_eq!(a.fault_targets(FaultTarget::Port(40_001)), Ok(vec![s.qa.qpn]));
+    assert_eq!(b.fault_targets(FaultTarget::Port(40_001)), Ok(vec![s.qb.qpn]));
+    assert_eq!(a.fault_targets(FaultTarget::Peer(IPS[1], Some(PORT))), Ok(vec![s.qa.qpn]));
+    assert_eq!(b.fault_targets(FaultTarget::Peer(IPS[0], None)), Ok(vec![s.qb.qpn]));
+    assert_eq!(a.fault_targets(FaultTarget::All), Ok(vec![s.qa.qpn]));
+    // What matches nothing says so.
+    let none = a.fault_targets(FaultTarget::Port(9)).unwrap_err();
+    assert_eq!(none, "no live connection matches --port 9: nothing injected (vt3d ctl qps lists them)");
+    assert!(a.fault_targets(FaultTarget::Peer(IPS[0], None)).unwrap_err().contains("--peer 10."));
+    assert!(a.fault_targets(FaultTarget::Peer(IPS[1], Some(1))).is_err());
+    // A connection that ended is no target any more.
+    let now = s.sim.now;
+    s.sim.a.dev.rnic.inject(now, s.qa.qpn, Fault::SendRst).unwrap();
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| !sim.b.qp_events().is_empty()));
+    assert!(s.sim.a.dev.rnic.fault_targets(FaultTarget::All).is_err());
+    assert!(s.sim.b.dev.rnic.fault_targets(FaultTarget::Port(PORT)).is_err());
+}
+
+#[test]
+fn an_armed_fault_fires_once_on_the_next_connection_to_its_port() {
+    // Armed at the connecting end: it fires once that end is established,
+    // when the accepting end is established already.
+    let mut s = setup(16);
+    s.sim.a.dev.rnic.arm_fault(PORT, Fault::SendRst).unwrap();
+    s.sim.a.dev.rnic.arm_fault(9, Fault::SendFin).unwrap();
+    let now = s.sim.now;
+    s.sim.b.at(now).cmd(Cmd::Listen, &listen_args(PORT)).unwrap();
+    s.sim.a.at(now).cmd(Cmd::Connect, &connect_args(&s.qa, 40_001, b"")).unwrap();
+    assert!(s.sim.run_until(Duration::from_secs(2), |sim| sim.b.has_event(EventType::ConnectRequest)));
+    let req = s.sim.b.cm_event(EventType::ConnectRequest).unwrap();
+    let now = s.sim.now;
+    s.sim.b.at(now).cmd(Cmd::Accept, &accept_args(req.conn_id, s.qb.qpn, b"")).unwrap();
+    assert!(s
+        .sim
+        .run_until(Duration::from_secs(2), |sim| !sim.a.qp_events().is_empty() && !sim.b.qp_events().is_empty()));
+    let reply = s.sim.a.cm_event(EventType::ConnectReply).unwrap();
+    assert_eq!(reply.status.to_native(), 0, "a's connection came up before the fault");
+    assert!(s.sim.b.has_event(EventType::Established));
+    // a sent the RST, b received it.
+    assert_eq!(s.sim.a.qp_events(), vec![(s.qa.qpn, QpEvent::Reset as u32, 1)]);
+    assert_eq!(s.sim.b.qp_events(), vec![(s.qb.qpn, QpEvent::Reset as u32, 0)]);
+    // Fired once; the other port's stays armed.
+    let armed = s.sim.a.dev.rnic.armed();
+    assert_eq!((armed.len(), armed[0].port), (1, 9));
+    assert_eq!(s.sim.a.dev.rnic.fault_stats().rst, 1);
+}
+
+#[test]
 fn injected_terminate_and_crc_report_terminate_events() {
     // TERMINATE with a chosen code: TERMINATE_SENT here, _RECEIVED there.
     let mut s = setup(16);

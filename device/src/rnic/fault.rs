@@ -1,7 +1,8 @@
 //! Fault injection (`vt3d ctl fault …`, docs/architecture.md §6): per
 //! connection (the engine's [`Fault`]s, addressed by the guest's QP
-//! number), per memory region (invalidate an STag), and for the whole
-//! device (VT3_EV_DEVICE_FATAL). Every injection is counted
+//! number, or by what a user knows: a port, a peer, all connections, or
+//! the next connection on a port), per memory region (invalidate an
+//! STag), and for the whole device (VT3_EV_DEVICE_FATAL). Every injection is counted
 //! ([`FaultStats`]) and answers with what it did, or why it could not.
 //!
 //! Events each fault produces (docs/vt3d-ctl.md has the full table):
@@ -30,6 +31,42 @@ use super::memory::StatusWord;
 use super::{Instant, Rnic};
 use crate::abi::{self, Cmd, CqStatus, CqStatusFlag, EventType, QpState, Status};
 use crate::control::Request;
+
+/// Which connections a connection fault hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultTarget {
+    /// The guest's QP number.
+    Qp(u32),
+    /// Every live connection with this port at either end.
+    Port(u16),
+    /// Every live connection to or from this address (and port).
+    Peer(std::net::Ipv4Addr, Option<u16>),
+    /// Every live connection.
+    All,
+}
+
+impl std::fmt::Display for FaultTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Qp(n) => write!(f, "--qp {n}"),
+            Self::Port(p) => write!(f, "--port {p}"),
+            Self::Peer(a, None) => write!(f, "--peer {a}"),
+            Self::Peer(a, Some(p)) => write!(f, "--peer {a}:{p}"),
+            Self::All => write!(f, "--all"),
+        }
+    }
+}
+
+/// Faults armed at once, at most: each waits for a connection that may
+/// never come.
+pub const MAX_ARMED: usize = 64;
+
+/// A fault waiting for the next connection with this port at either end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Armed {
+    pub port: u16,
+    pub fault: Fault,
+}
 
 /// `code` of the VT3_EV_DEVICE_FATAL event vt3d sends for
 /// `vt3d ctl fault device-fatal` (`detail`: the number of QPs it ended).
@@ -167,6 +204,72 @@ impl Rnic {
     /// Whether VT3_EV_DEVICE_FATAL was sent (or is about to be).
     pub fn fatal(&self) -> Option<Fatal> {
         self.fatal
+    }
+
+    /// The QPs a fault aimed at `target` hits: `--qp` names one (its own
+    /// errors come from the injection); `--port`, `--peer` and `--all`
+    /// match live connections (RTS or CLOSING) by their 4-tuple. None is
+    /// an error that says what matched nothing.
+    pub fn fault_targets(&self, target: FaultTarget) -> Result<Vec<u32>, String> {
+        if let FaultTarget::Qp(qpn) = target {
+            return Ok(vec![qpn]);
+        }
+        let hit: Vec<u32> = self
+            .qps
+            .iter()
+            .filter(|(_, qp)| matches!(qp.state, QpState::Rts | QpState::Closing))
+            .filter_map(|(qpn, qp)| {
+                let tuple = self.qp_info(qpn).and_then(|i| i.tuple).or(qp.tuple)?;
+                let matches = match target {
+                    FaultTarget::Port(p) => tuple.local.port() == p || tuple.remote.port() == p,
+                    FaultTarget::Peer(addr, port) => {
+                        *tuple.remote.ip() == addr && port.is_none_or(|p| tuple.remote.port() == p)
+                    }
+                    FaultTarget::All => true,
+                    FaultTarget::Qp(_) => false,
+                };
+                matches.then_some(qpn)
+            })
+            .collect();
+        if hit.is_empty() {
+            return Err(format!("no live connection matches {target}: nothing injected (vt3d ctl qps lists them)"));
+        }
+        Ok(hit)
+    }
+
+    /// `fault … --port P --arm`: the next connection with P at either end
+    /// gets `fault` once it is established.
+    pub fn arm_fault(&mut self, port: u16, fault: Fault) -> Result<Injected, String> {
+        if self.armed.len() >= MAX_ARMED {
+            self.fault_stats.refused += 1;
+            return Err(format!("{MAX_ARMED} faults are armed already (each fires once)"));
+        }
+        self.armed.push(Armed { port, fault });
+        Ok(injected(
+            format!(
+                "{} armed: the next connection with port {port} at either end gets it once established",
+                fault.name()
+            ),
+            None,
+        ))
+    }
+
+    /// Faults armed and not yet fired.
+    pub fn armed(&self) -> &[Armed] {
+        &self.armed
+    }
+
+    /// QP `qpn`'s connection is established: the first fault armed for
+    /// one of its ports fires on it.
+    pub(super) fn fire_armed(&mut self, now: Instant, qpn: u32) {
+        let Some(tuple) = self.qp_info(qpn).and_then(|i| i.tuple) else { return };
+        let ports = [tuple.local.port(), tuple.remote.port()];
+        let Some(at) = self.armed.iter().position(|a| ports.contains(&a.port)) else { return };
+        let armed = self.armed.remove(at);
+        match self.inject(now, qpn, armed.fault) {
+            Ok(done) => log::info!("armed fault fired on {tuple}: {}", done.detail),
+            Err(e) => log::warn!("armed fault {} on {tuple} (QP {qpn}) failed: {e}", armed.fault.name()),
+        }
     }
 
     /// Injects `fault` on QP `qpn`'s connection (the guest's QP number).

@@ -257,6 +257,8 @@ pub struct Rnic {
     uplink_room: usize,
     /// Injections done (`vt3d ctl fault`); kept across guest resets.
     fault_stats: fault::FaultStats,
+    /// Faults waiting for the next connection on a port (`fault … --arm`).
+    armed: Vec<fault::Armed>,
     /// `fault device-fatal` requested or done; cleared by RESET.
     fatal: Option<fault::Fatal>,
     /// `fault mute-commands`: commands are dropped unanswered until then.
@@ -347,6 +349,7 @@ impl Rnic {
             uplink_queue: None,
             uplink_room: usize::MAX,
             fault_stats: fault::FaultStats::default(),
+            armed: Vec::new(),
             fatal: None,
             muted_until: None,
             lose_reply: None,

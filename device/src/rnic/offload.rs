@@ -844,6 +844,7 @@ impl Rnic {
                     };
                     self.push_event(EventType::Established, &cm.body());
                 }
+                self.fire_armed(now, qpn);
             }
             EventKind::ConnectFailed(failure) => {
                 let pd = match &failure {
