@@ -326,6 +326,11 @@ impl Rnic {
         let Some(qp) = self.qps.get_mut(qpn) else { return };
         let from = qp.state;
         qp.state = to;
+        if matches!(to, QpState::Error | QpState::Idle) {
+            if let Some(seq) = qp.established.take() {
+                self.conns.record(seq, to);
+            }
+        }
         if to == QpState::Error && from != QpState::Error && qp.srqn != 0 && !self.last_wqe_owed.contains(&qpn) {
             self.last_wqe_owed.push(qpn);
         }

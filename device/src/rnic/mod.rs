@@ -8,6 +8,7 @@
 //! engine runs behind these resources (`offload`): connections, and the
 //! data path between the guest's rings and the engine (`datapath`).
 
+pub mod conns;
 mod datapath;
 mod execute;
 pub mod fault;
@@ -180,6 +181,9 @@ pub struct Qp {
     pub tuple: Option<FourTuple>,
     /// The conn_id the passive side accepted (0 on the active side).
     pub conn_id: u32,
+    /// The connection's sequence number while it is established
+    /// ([`conns`]); taken when it ends.
+    pub established: Option<u64>,
     /// A graceful DISCONNECT waits for the SQ to drain before the FIN.
     pub close_requested: bool,
     /// Back in IDLE after a connection: the engine dropped the WQEs left,
@@ -293,6 +297,8 @@ pub struct Rnic {
     poll_finds: u64,
     /// Connected QPs whose work makes no progress (`rnic.stalls`).
     watchdog: watchdog::Watchdog,
+    /// Connection order and recent ends (`vt3d ctl chaos`).
+    conns: conns::ConnLog,
 }
 
 /// Driver events held at most before new connection requests are refused
@@ -366,6 +372,7 @@ impl Rnic {
             poll_looks: 0,
             poll_finds: 0,
             watchdog: watchdog::Watchdog::default(),
+            conns: conns::ConnLog::default(),
         }
     }
 
@@ -803,6 +810,7 @@ impl Rnic {
             connecting: false,
             tuple: None,
             conn_id: 0,
+            established: None,
             close_requested: false,
             spent: false,
             pair: None,

@@ -830,6 +830,7 @@ impl Rnic {
             EventKind::Established { negotiated, private_data } => {
                 let Some(qp) = self.qps.get_mut(qpn) else { return false };
                 (qp.ird, qp.ord) = (negotiated.ird.into(), negotiated.ord.into());
+                qp.established = Some(self.conns.next_seq());
                 if qp.connecting {
                     self.connect_reply(qpn, 0, &private_data);
                 } else {
