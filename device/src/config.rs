@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::abi::Cmd;
+use crate::chaos::schedule::{self as chaos, Kind, Rate};
 use crate::nic::{parse_mac, MacAddr};
 use crate::uplink::UplinkSpec;
 
@@ -29,7 +30,7 @@ pub struct CtlArgs {
     #[arg(long, value_name = "PATH")]
     pub mgmt: PathBuf,
     /// Machine-readable output (one JSON value; errors as {"error": ...}).
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub json: bool,
     #[command(subcommand)]
     pub request: CtlRequest,
@@ -41,7 +42,7 @@ pub struct CtlArgs {
 #[derive(Debug, Parser)]
 #[command(name = "vt3d-ctl", no_binary_name = true, disable_help_subcommand = true)]
 pub struct CtlLine {
-    #[arg(long)]
+    #[arg(long, global = true)]
     pub json: bool,
     #[command(subcommand)]
     pub request: CtlRequest,
@@ -69,6 +70,67 @@ pub enum CtlRequest {
     /// iWARP connections included), with timestamps and directions.
     #[command(subcommand)]
     Capture(CaptureRequest),
+    /// A seeded, replayable schedule of random connection faults (rst,
+    /// fin, blackhole, drop, delay, split, corrupt-crc, terminate) aimed
+    /// at ports, with a log of what each hit connection did next.
+    #[command(subcommand)]
+    Chaos(ChaosRequest),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum ChaosRequest {
+    /// Start a run: a schedule drawn from --seed, or one replayed from a log.
+    Start(ChaosStart),
+    /// Running, finished or stopped; faults injected and skipped so far.
+    Status,
+    /// Stop the run: no more faults, windows still open end now.
+    Stop,
+    /// Every fault scheduled: when, what, whom it hit, what came of it.
+    Log,
+}
+
+/// `chaos start`: --seed and --rate, or --replay alone.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct ChaosStart {
+    /// The PRNG's seed (a u64, decimal or 0x hex): one seed, one schedule.
+    #[arg(long, value_parser = |s: &str| chaos::parse_seed(s).map_err(|e| e.to_string()),
+          required_unless_present = "replay")]
+    pub seed: Option<u64>,
+    /// Faults per second, on average (exponential gaps), above 0 and at most 100.
+    #[arg(long, value_parser = |s: &str| s.parse::<Rate>().map_err(|e| e.to_string()),
+          required_unless_present = "replay")]
+    pub rate: Option<Rate>,
+    /// The kinds drawn from, uniformly [default: rst,fin,blackhole,delay,split].
+    #[arg(long, value_delimiter = ',', value_parser = |s: &str| s.parse::<Kind>().map_err(|e| e.to_string()))]
+    pub kinds: Vec<Kind>,
+    /// Only connections with this TCP port at either end (repeatable);
+    /// none: every connection.
+    #[arg(long = "port", value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    pub ports: Vec<u16>,
+    /// Finish after this many seconds.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=604_800))]
+    pub duration: Option<u64>,
+    /// Finish once this many faults were injected (skipped ones do not count).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub max_faults: Option<u64>,
+    /// How long drop, delay and split last.
+    #[arg(long, value_name = "MS", default_value_t = 2000,
+          value_parser = clap::value_parser!(u32).range(1..=chaos::MAX_WINDOW_MS as i64))]
+    pub window_ms: u32,
+    /// How long a blackhole lasts (under the TCP timeout, 15 s by default).
+    #[arg(long, value_name = "MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..=chaos::MAX_BLACKHOLE_MS as i64))]
+    pub blackhole_ms: u32,
+    /// How long delay holds each frame.
+    #[arg(long, value_name = "MS", default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(1..=chaos::MAX_DELAY_MS as i64))]
+    pub delay_ms: u32,
+    /// Replay a log written by `chaos log --json` (a path on vt3d's host):
+    /// the same faults at the same offsets with the same draws.
+    #[arg(long, value_name = "LOGFILE", value_parser = one_word,
+          conflicts_with_all = ["seed", "rate", "kinds", "ports", "duration", "max_faults", "window_ms",
+                                "blackhole_ms", "delay_ms"])]
+    pub replay: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
@@ -76,17 +138,17 @@ pub enum CaptureRequest {
     /// Start writing FILE (created or truncated; a relative path is taken
     /// from the client's working directory; no white space).
     Start {
-        #[arg(value_name = "FILE", value_parser = capture_path)]
+        #[arg(value_name = "FILE", value_parser = one_word)]
         file: PathBuf,
     },
     /// Stop the capture: what was queued is written and the file closed.
     Stop,
 }
 
-/// A capture file name as the request line can carry it (one word).
-fn capture_path(s: &str) -> Result<PathBuf, String> {
+/// A file name as the request line can carry it (one word).
+fn one_word(s: &str) -> Result<PathBuf, String> {
     if s.is_empty() || s.chars().any(char::is_whitespace) {
-        return Err(format!("{s:?}: a capture file name must be one word (no white space)"));
+        return Err(format!("{s:?}: a file name must be one word (no white space)"));
     }
     Ok(PathBuf::from(s))
 }
@@ -267,11 +329,14 @@ fn number<T: TryFrom<u64>>(s: &str) -> Result<T, String> {
 impl CtlRequest {
     /// The request line for the management socket: the words of ARGV
     /// after `ctl` (`vt3d ctl --mgmt PATH WORDS...`) without `--mgmt PATH`,
-    /// and a relative capture file made absolute. The server parses the
+    /// and a relative capture or replay file made absolute (vt3d opens it). The server parses the
     /// same words as the client did (no second spelling of a request).
     pub fn forward(&self, argv: &[String]) -> std::io::Result<String> {
         let relative = match self {
             Self::Capture(CaptureRequest::Start { file }) if file.is_relative() => Some(file.display().to_string()),
+            Self::Chaos(ChaosRequest::Start(ChaosStart { replay: Some(file), .. })) if file.is_relative() => {
+                Some(file.display().to_string())
+            }
             _ => None,
         };
         let mut words = Vec::new();
@@ -312,10 +377,15 @@ impl CtlLine {
             _ => {}
         }
         let mut parsed = CtlLine::try_parse_from(words).map_err(|e| {
-            // The first line of clap's message names the problem.
+            // The first line of clap's message names the problem (and the
+            // next, when the first ends in a colon: what is missing).
             let text = e.to_string();
-            let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("invalid request");
-            first.trim_start_matches("error: ").to_owned()
+            let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+            let first = lines.next().unwrap_or("invalid request").trim_start_matches("error: ");
+            match lines.next() {
+                Some(next) if first.ends_with(':') => format!("{first} {next}"),
+                _ => first.to_owned(),
+            }
         })?;
         parsed.json |= json;
         Ok(parsed)
@@ -618,6 +688,48 @@ mod tests {
         assert!(ctl(&["capture", "start", "a b"]).unwrap_err().contains("one word"));
         assert!(ctl(&["capture", "pause"]).is_err());
         assert_eq!(ctl(&["mrs"]).unwrap(), CtlRequest::Mrs);
+    }
+
+    #[test]
+    fn chaos_command_lines() {
+        let args = ["chaos", "start", "--seed", "42", "--rate", "0.5", "--kinds", "rst,delay", "--port", "4420"];
+        let CtlRequest::Chaos(ChaosRequest::Start(start)) = ctl(&args).unwrap() else { panic!("not chaos start") };
+        assert_eq!((start.seed, start.rate.map(Rate::per_s)), (Some(42), Some(0.5)));
+        assert_eq!((start.kinds, start.ports), (vec![Kind::Rst, Kind::Delay], vec![4420]));
+        assert_eq!((start.window_ms, start.blackhole_ms, start.delay_ms, start.replay), (2000, 1000, 100, None));
+        // --json after the request too (as the synopsis writes it); the
+        // line forwarded parses back the same.
+        let argv: Vec<String> =
+            ["vt3d", "ctl", "--mgmt", "/m"].iter().chain(&args).chain(&["--json"]).map(|w| (*w).to_owned()).collect();
+        let cli = Cli::try_parse_from(&argv).unwrap();
+        let Command::Ctl(c) = cli.command else { panic!("not ctl") };
+        assert!(c.json);
+        let line = CtlLine::parse(&c.request.forward(&argv).unwrap()).unwrap();
+        assert_eq!((line.request, line.json), (c.request, true));
+        // A relative replay file is vt3d's to open: made absolute.
+        let argv = ["vt3d", "ctl", "--mgmt", "/m", "chaos", "start", "--replay", "log.json"].map(str::to_owned);
+        let request = ctl(&["chaos", "start", "--replay", "log.json"]).unwrap();
+        let CtlRequest::Chaos(ChaosRequest::Start(back)) =
+            CtlLine::parse(&request.forward(&argv).unwrap()).unwrap().request
+        else {
+            panic!("not chaos start")
+        };
+        assert_eq!(back.replay, Some(std::env::current_dir().unwrap().join("log.json")));
+        for (args, needle) in [
+            (&["chaos", "start", "--seed", "1"][..], "--rate"),
+            (&["chaos", "start", "--seed", "1", "--rate", "1", "--blackhole-ms", "20000"], "20000"),
+            (&["chaos", "start", "--replay", "l.json", "--port", "1"], "cannot be used with"),
+            (&["chaos", "start", "--seed", "1", "--rate", "1", "--max-faults", "0"], "--max-faults"),
+            (&["chaos", "pause"], "pause"),
+        ] {
+            let err = ctl(args).unwrap_err();
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+        for (args, request) in
+            [("status", ChaosRequest::Status), ("stop", ChaosRequest::Stop), ("log", ChaosRequest::Log)]
+        {
+            assert_eq!(ctl(&["chaos", args]).unwrap(), CtlRequest::Chaos(request));
+        }
     }
 
     #[test]

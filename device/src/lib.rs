@@ -14,12 +14,14 @@
 //! - [`abi`]: the mirror of `guest-driver/include/vt3_hw.h`.
 //! - [`mgmt`]: the management socket behind `vt3d ctl`.
 //! - [`capture`]: the pcapng capture of the uplink.
+//! - [`chaos`]: seeded random fault schedules (`vt3d ctl chaos`).
 //! - [`config`]: command line and configuration.
 //! - `testing` (feature `test-utils`): the synthetic guest of the tests,
 //!   fuzz targets and device bench.
 
 pub mod abi;
 pub mod capture;
+pub mod chaos;
 pub mod config;
 pub mod control;
 pub mod mgmt;

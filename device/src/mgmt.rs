@@ -4,8 +4,8 @@
 //! A request line is the words of a `vt3d ctl` command after `--mgmt
 //! PATH` ([`CtlLine`]): `stats`, `tcb` (the TOE's TCB table, like
 //! cxgbtool's), `qps`, `cqs`, `mrs`, `fault …` (docs/architecture.md §6) and
-//! `capture start FILE | stop` (the wire capture, [`crate::capture`]),
-//! with `--json` for JSON. Errors answer `error: MESSAGE`. docs/vt3d-ctl.md
+//! `capture start FILE | stop` (the wire capture, [`crate::capture`]) and
+//! `chaos …` (random fault schedules, [`crate::chaos`]), with `--json` for JSON. Errors answer `error: MESSAGE`. docs/vt3d-ctl.md
 //! documents every request and answer.
 
 use std::fmt::Write as _;
@@ -24,6 +24,7 @@ use vt3_iwarp::toe::{Duration as EngineDuration, Split};
 use vt3_iwarp::wire::terminate::TermCode;
 
 use crate::abi;
+use crate::chaos;
 use crate::config::{Aim, CaptureRequest, CtlLine, CtlRequest, FaultRequest, Target};
 use crate::rnic::fault::{FaultTarget, Injected};
 use crate::rnic::{tpt, Rnic};
@@ -42,16 +43,17 @@ const MAX_CLIENTS: usize = 8;
 pub fn spawn(listener: UnixListener, device: Arc<T3>) -> io::Result<thread::JoinHandle<()>> {
     thread::Builder::new().name("vt3d-mgmt".into()).spawn(move || {
         let clients = Arc::new(AtomicUsize::new(0));
+        let chaos = Arc::new(chaos::Control::default());
         for conn in listener.incoming() {
             match conn {
-                Ok(stream) => serve_on_thread(stream, &device, &clients),
+                Ok(stream) => serve_on_thread(stream, &device, &chaos, &clients),
                 Err(e) => log::warn!("mgmt accept: {e}"),
             }
         }
     })
 }
 
-fn serve_on_thread(stream: UnixStream, device: &Arc<T3>, clients: &Arc<AtomicUsize>) {
+fn serve_on_thread(stream: UnixStream, device: &Arc<T3>, chaos: &Arc<chaos::Control>, clients: &Arc<AtomicUsize>) {
     if clients.fetch_add(1, Ordering::AcqRel) >= MAX_CLIENTS {
         clients.fetch_sub(1, Ordering::AcqRel);
         // Its request is read first (briefly: this is the accept loop), or
@@ -62,9 +64,9 @@ fn serve_on_thread(stream: UnixStream, device: &Arc<T3>, clients: &Arc<AtomicUsi
         let _ = (&stream).write_all(format!("error: busy ({MAX_CLIENTS} clients at once)\n").as_bytes());
         return;
     }
-    let (device, done) = (Arc::clone(device), Arc::clone(clients));
+    let (device, chaos, done) = (Arc::clone(device), Arc::clone(chaos), Arc::clone(clients));
     let spawned = thread::Builder::new().name("vt3d-mgmt-client".into()).spawn(move || {
-        if let Err(e) = serve_one(stream, &device) {
+        if let Err(e) = serve_one(stream, &device, &chaos) {
             log::debug!("mgmt: {e}");
         }
         done.fetch_sub(1, Ordering::AcqRel);
@@ -75,11 +77,11 @@ fn serve_on_thread(stream: UnixStream, device: &Arc<T3>, clients: &Arc<AtomicUsi
     }
 }
 
-fn serve_one(stream: UnixStream, device: &T3) -> io::Result<()> {
+fn serve_one(stream: UnixStream, device: &Arc<T3>, chaos: &chaos::Control) -> io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut line = String::new();
     BufReader::new((&stream).take(MAX_REQUEST)).read_line(&mut line)?;
-    let answer = answer(line.trim(), device);
+    let answer = answer(line.trim(), device, chaos);
     (&stream).write_all(answer.as_bytes())
 }
 
@@ -174,13 +176,13 @@ fn json_table(rows: &[Row]) -> String {
     format!("{}\n", serde_json::Value::Array(rows.iter().map(json_object).collect()))
 }
 
-/// The answer to one request line.
-pub fn answer(request: &str, device: &T3) -> String {
+/// The answer to one request line (`chaos`: the socket's runs).
+pub fn answer(request: &str, device: &Arc<T3>, chaos: &chaos::Control) -> String {
     let line = match CtlLine::parse(request) {
         Ok(line) => line,
         Err(e) => {
             return format!(
-                "error: {e} (try: [--json] stats|tcb|qps|cqs|mrs|fault ...|capture start FILE|capture stop)\n"
+                "error: {e} (try: [--json] stats|tcb|qps|cqs|mrs|fault ...|capture start FILE|capture stop|chaos ...)\n"
             )
         }
     };
@@ -213,6 +215,7 @@ pub fn answer(request: &str, device: &T3) -> String {
             }
         }
         CtlRequest::Capture(request) => capture(device, &request, json),
+        CtlRequest::Chaos(request) => chaos.answer(device, &request, json),
     }
 }
 
@@ -807,6 +810,8 @@ mod tests {
     fn cq_and_mr_tables() {
         let dir = tempfile::tempdir().unwrap();
         let (device, _mem) = nic_with_resources(dir.path());
+        let chaos = chaos::Control::default();
+        let answer = |line: &str, device: &Arc<T3>| answer(line, device, &chaos);
         let cqs = answer("cqs", &device);
         assert_eq!(cqs, "cqn depth prod armed qps overflowed pages\n1   16    0    -     2   no         1\n", "{cqs}");
         let json = answer("--json cqs", &device);
@@ -828,7 +833,8 @@ mod tests {
     fn fault_answers_and_errors() {
         let dir = tempfile::tempdir().unwrap();
         let (device, mem) = nic_with_resources(dir.path());
-        let ask = |line: &str| answer(line, &device);
+        let chaos = chaos::Control::default();
+        let ask = |line: &str| answer(line, &device, &chaos);
         // Errors name the problem, in both formats.
         assert_eq!(ask("fault rst --qp 9"), "error: no QP 9\n");
         assert_eq!(ask("--json fault fin --qp 9"), "error: no QP 9\n");
