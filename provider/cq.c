@@ -169,11 +169,13 @@ static bool vt3_cqe_taken(struct vt3_cq *cq, const struct vt3_cqe *cqe,
 	 */
 	if (recv && qp->srq)
 		return (cqe->flags & VT3_CQE_SRQ) &&
-		       vt3_srq_cqe_taken(qp->srq, idx, wr_id);
+		       vt3_srq_cqe_taken(qp->srq, idx, wr_id, true);
 	/* Set under cq->lock: stable here. */
 	if (wq->flushing)
 		return false;
 	done = wq->done;
+	if (wq->check)
+		vt3_wrcheck_completed(wq, idx, *wr_id, false);
 	/* WQEs complete in order: this one lies in [done, prod). */
 	if (idx - done < __atomic_load_n(&wq->prod, __ATOMIC_RELAXED) - done)
 		__atomic_store_n(&wq->done, idx + 1, __ATOMIC_RELEASE);
@@ -231,7 +233,11 @@ static int vt3_wq_flush(struct vt3_wq *wq, int num, struct ibv_wc *wc)
 			.opcode = e->wc_opcode,
 			.qp_num = wq->qp->ibv_qp.qp_num,
 		};
+		if (wq->check)
+			vt3_wrcheck_completed(wq, wq->flush_pos - 1, e->wr_id, true);
 	}
+	if (wq->check)
+		vt3_wrcheck_flushed_to(wq);
 	return n;
 }
 
@@ -315,6 +321,8 @@ static int vt3_cq_flush(struct vt3_cq *cq, int num, struct ibv_wc *wc)
 			if (wq->flush_at_done)
 				wq->flush_pos = wq->done;
 			wq->flushing = true;
+			if (wq->check)
+				vt3_wrcheck_flush_begins(wq);
 		}
 		if (wq->flushing) {
 			n += vt3_wq_flush(wq, num - n, wc + n);
@@ -348,7 +356,8 @@ static void vt3_cq_release_srq_slots(struct vt3_cq *cq, uint32_t qpn,
 
 		if (le32toh(cqe->qpn) == qpn && cqe->opcode == VT3_WC_RECV &&
 		    cqe->flags & VT3_CQE_SRQ)
-			vt3_srq_cqe_taken(srq, le32toh(cqe->wqe_idx), &wr_id);
+			vt3_srq_cqe_taken(srq, le32toh(cqe->wqe_idx), &wr_id,
+					  false);
 	}
 }
 

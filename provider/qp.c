@@ -202,6 +202,8 @@ void vt3_qp_reset(struct vt3_qp *qp)
 		wqs[i]->srq_lost = false;
 		__atomic_store_n(&wqs[i]->done, wqs[i]->prod, __ATOMIC_RELEASE);
 		pthread_spin_unlock(&wqs[i]->lock);
+		if (wqs[i]->check)
+			vt3_wrcheck_reset(wqs[i]);
 		vt3_cq_requeue(wqs[i]);
 	}
 }
@@ -316,8 +318,11 @@ void vt3_wq_post_end(struct vt3_wq *wq, uint32_t start, bool error)
 {
 	bool posted = wq->prod != start, ring = false;
 
-	if (posted)
+	if (posted) {
+		if (wq->check)
+			vt3_wrcheck_posted(wq, start);
 		ring = vt3_wq_publish(wq) || error;
+	}
 	pthread_spin_unlock(&wq->lock);
 	/* poll_cq may have put the queue aside as flushed. */
 	if (posted && error)

@@ -87,6 +87,7 @@ struct ibv_srq *vt3_create_srq(struct ibv_pd *pd,
 	pthread_spin_init(&srq->lock, PTHREAD_PROCESS_PRIVATE);
 	/* Indices are free running: start where the page says. */
 	srq->prod = le32toh(srq->status->prod);
+	vt3_wrcheck_srq_create(srq);
 	return &srq->ibv_srq;
 
 err_unmap:
@@ -112,6 +113,7 @@ int vt3_destroy_srq(struct ibv_srq *ibsrq)
 	ret = ibv_cmd_destroy_srq(ibsrq);
 	if (ret)
 		return ret;
+	vt3_wrcheck_srq_destroy(srq);
 	vt3_munmap(srq->ring, srq->ring_size);
 	vt3_munmap(srq->status, sizeof(*srq->status));
 	pthread_spin_destroy(&srq->lock);
@@ -184,6 +186,8 @@ int vt3_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr,
 	srq->slots = slots;
 	srq->slots_custom = custom;
 	slots = NULL;
+	if (srq->wrcheck)
+		vt3_wrcheck_srq_resized(srq, want);
 	srq->depth = want;
 	ring = NULL;
 	if (vt3_ring_ok(resp.depth, resp.ring_size, VT3_WQE_SIZE))
@@ -257,6 +261,8 @@ int vt3_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr,
 		srq->prod++;
 	}
 	if (srq->prod != start) {
+		if (srq->wrcheck)
+			vt3_wrcheck_srq_posted(srq, start);
 		/* The WQEs before the index that covers them... */
 		udma_to_device_barrier();
 		vt3_store_release(&srq->status->prod, srq->prod);
@@ -287,9 +293,11 @@ int vt3_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr,
  * A CQE of an SRQ WQE: completes the slot it names, once, and frees it;
  * *@wr_id is the WR's. False: not to be returned (the slot owes nothing:
  * a lost device's flush completed it, or vt3d named a WQE that is not
- * there). Called under the CQ's lock.
+ * there). @returned: the completion goes to the application (not when
+ * its QP was destroyed first). Called under the CQ's lock.
  */
-bool vt3_srq_cqe_taken(struct vt3_srq *srq, uint32_t idx, uint64_t *wr_id)
+bool vt3_srq_cqe_taken(struct vt3_srq *srq, uint32_t idx, uint64_t *wr_id,
+		       bool returned)
 {
 	struct vt3_srq_slot *slot;
 	bool owed;
@@ -301,6 +309,8 @@ bool vt3_srq_cqe_taken(struct vt3_srq *srq, uint32_t idx, uint64_t *wr_id)
 		*wr_id = slot->wr_id;
 		slot->owed = false;
 		srq->owed--;
+		if (srq->wrcheck)
+			vt3_wrcheck_srq_completed(srq, idx, returned, false);
 	}
 	pthread_spin_unlock(&srq->lock);
 	return owed;
@@ -345,6 +355,9 @@ int vt3_srq_flush(struct vt3_wq *wq, int num, struct ibv_wc *wc)
 				};
 				slot->owed = false;
 				srq->owed--;
+				if (srq->wrcheck)
+					vt3_wrcheck_srq_completed(srq, srq->flush_pos,
+								  true, true);
 			}
 			srq->flush_pos++;
 		}

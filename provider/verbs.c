@@ -541,6 +541,7 @@ struct ibv_qp *vt3_create_qp_ex(struct ibv_context *ibctx,
 	pthread_mutex_lock(&ctx->qps_lock);
 	list_add_tail(&ctx->qps, &qp->ctx_entry);
 	pthread_mutex_unlock(&ctx->qps_lock);
+	vt3_wrcheck_qp_create(qp);
 	return &qp->ibv_qp;
 
 err_unmap:
@@ -647,6 +648,7 @@ int vt3_destroy_qp(struct ibv_qp *ibqp)
 	vt3_unlock_cqs(qp->sq.cq, qp->rq.cq);
 	vt3_cq_wait_ringing(qp->sq.cq);
 	vt3_cq_wait_ringing(qp->rq.cq);
+	vt3_wrcheck_qp_destroy(qp);
 
 	vt3_qp_unmap(qp);
 	vt3_domain_put(qp->domain);

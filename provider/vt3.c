@@ -127,6 +127,7 @@ struct verbs_context *vt3_context_setup(struct vt3_context *ctx, int err,
 
 	pthread_mutex_init(&ctx->qps_lock, NULL);
 	list_head_init(&ctx->qps);
+	ctx->wrcheck = vt3_wrcheck_enabled();
 	verbs_set_ops(&ctx->ibv_ctx, &vt3_ctx_ops);
 	return &ctx->ibv_ctx;
 }

@@ -23,6 +23,8 @@
 #include <vt3_hw.h>
 #include <uapi/vt3-abi.h>
 
+#include "wrcheck.h"
+
 /*
  * udata responses: the core uverbs response, then ours right behind it,
  * which is where vt3.ko's ib_copy_to_udata() lands. Only responses are
@@ -77,6 +79,8 @@ struct vt3_context {
 	struct verbs_context ibv_ctx;
 	/* Device limit on the SGEs of an RDMA READ (its local sink). */
 	uint32_t max_sge_rd;
+	/* VT3_WRCHECK=1 at setup: its QPs and SRQs are watched (wrcheck.c). */
+	bool wrcheck;
 	/*
 	 * Every QP of the context (vt3_qp.ctx_entry), for the async_event
 	 * op: the vendor event names its QP only by the low 32 bits of the
@@ -198,6 +202,7 @@ struct vt3_wq {
 	struct vt3_cq *cq;
 	struct list_node cq_entry;	/* cq->wqs */
 	struct vt3_qp *qp;
+	struct vt3_wrcheck_q *check;	/* VT3_WRCHECK, else NULL */
 };
 
 /*
@@ -232,6 +237,7 @@ struct vt3_srq {
 	 */
 	struct vt3_wq *flusher;
 	uint32_t flush_pos;
+	struct vt3_wrcheck *wrcheck;	/* VT3_WRCHECK, else NULL */
 };
 
 /*
@@ -315,6 +321,7 @@ struct vt3_qp {
 	struct vt3_qp_batch batch;
 	/* The parent domain whose allocator gave the shadows, or NULL. */
 	struct vt3_pd *domain;
+	struct vt3_wrcheck *wrcheck;	/* VT3_WRCHECK, else NULL */
 };
 
 static inline struct vt3_device *to_vt3_dev(struct ibv_device *ibdev)
@@ -486,7 +493,8 @@ int vt3_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr);
 int vt3_destroy_srq(struct ibv_srq *ibsrq);
 int vt3_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr,
 		      struct ibv_recv_wr **bad_wr);
-bool vt3_srq_cqe_taken(struct vt3_srq *srq, uint32_t idx, uint64_t *wr_id);
+bool vt3_srq_cqe_taken(struct vt3_srq *srq, uint32_t idx, uint64_t *wr_id,
+		       bool returned);
 int vt3_srq_flush(struct vt3_wq *wq, int num, struct ibv_wc *wc);
 bool vt3_srq_flush_pending(struct vt3_wq *wq);
 void vt3_srq_wq_gone(struct vt3_wq *wq);
