@@ -113,6 +113,9 @@
 #                  received TSO super-frame the super-frame's seq (the
 #                  siw guest's TCP data arrives as duplicates and is sent
 #                  again: 10-16 % of its segments, against 0-0.7 %)
+#   lost-flush     libvt3 loses the first flush completion of a process (the
+#                  flush passes the WR without returning it): VT3_WRCHECK
+#                  must name it lost under rping's RST (docs/wrcheck.md)
 #
 # A mutant is KILLED when the cases fail and the failure report names the
 # broken rule (REASON, a regex); SURVIVED when they pass; WRONG-REASON when
@@ -529,6 +532,18 @@ REPLACEMENT[srq-resize-old-mask]='	ring = NULL; /* MUTANT: srq->depth (the mask)
 REASON[srq-resize-old-mask]='FAIL resize-'
 CASES[srq-resize-old-mask]=srq
 
+FILE[lost-flush]=provider/cq.c
+ANCHOR[lost-flush]='		wq->flush_pos++;
+		wc[n++] = (struct ibv_wc){'
+REPLACEMENT[lost-flush]='		static int lost; /* MUTANT */
+
+		wq->flush_pos++;
+		if (!__atomic_fetch_add(&lost, 1, __ATOMIC_RELAXED))
+			continue;
+		wc[n++] = (struct ibv_wc){'
+REASON[lost-flush]='wrcheck on rping [a-z]+ after the RST: [0-9]+ WR\(s\) lost'
+CASES[lost-flush]=wrcheck
+
 FILE[ksrq-resize-drops-slots]=guest-driver/vt3_srq.c
 ANCHOR[ksrq-resize-drops-slots]='		if (slots && srq->slots[idx & (srq->depth - 1)].idx == idx)'
 REPLACEMENT[ksrq-resize-drops-slots]='		if (0 && slots && srq->slots[idx & (srq->depth - 1)].idx == idx) /* MUTANT */'
@@ -578,6 +593,8 @@ ALL_MUTANTS=(skip-flush double-flush cqe-after-err late-event-disarms no-freeze 
 ALL_MUTANTS+=(srq-resize-old-mask ksrq-resize-drops-slots)
 # A device lost under SRQ QPs already in error (provider/qp.c).
 ALL_MUTANTS+=(srq-lost-late-ignored)
+# VT3_WRCHECK's own proof (provider/wrcheck.c).
+ALL_MUTANTS+=(lost-flush)
 # The import path (provider/import.c, guest-driver/vt3_import.c).
 ALL_MUTANTS+=(unimport-deregs import-pd-unchecked import-ctx-unchecked)
 # The TOE's timer queue (iwarp/src/toe/smol/mod.rs).
