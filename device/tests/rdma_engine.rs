@@ -17,6 +17,8 @@ use vt3d::rnic::poll::MAX_WINDOW;
 use vt3d::rnic::{Limits, Rnic};
 use vt3d::testing::{self, private_data as pd_bytes, rdma_wqe, send_wqe, sockaddr, CqRing, Local, Mr, QpRings};
 
+#[path = "rdma_engine/chaos.rs"]
+mod chaos;
 #[path = "rdma_engine/pair.rs"]
 mod pair;
 #[path = "rdma_engine/srq.rs"]

@@ -23,7 +23,7 @@ use crate::rnic::conns::{ConnEnd, Connection};
 use log::{Entry, Hit, Outcome, MAX_ENTRIES};
 use schedule::{Kind, Planned, Rate, Schedule, Windows};
 
-pub use runner::Control;
+pub use runner::{Control, OnRnic};
 
 /// Errors of `vt3d ctl chaos`, each naming the problem.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

@@ -20,9 +20,10 @@ use crate::rnic::{Instant as EngineInstant, Rnic};
 use crate::t3::{Device, Instant, T3};
 
 /// The RNIC, at one instant, as a run sees it.
-struct OnRnic<'a> {
-    rnic: &'a mut Rnic,
-    now: EngineInstant,
+#[derive(Debug)]
+pub struct OnRnic<'a> {
+    pub rnic: &'a mut Rnic,
+    pub now: EngineInstant,
 }
 
 impl Connections for OnRnic<'_> {
