@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .chaos import ChaosOverride
 from .proc import Process, wait_for
 from .qmp import Qmp, QmpError
 
@@ -121,6 +122,8 @@ class LabConfig:
     # (a suite's own devices, disks, kernel parameters).
     qemu_args: tuple[str, ...] = ()
     kernel_args: str = ""
+    # A seed or log every chaos block of the run must use (vt3lab.chaos).
+    chaos: ChaosOverride = ChaosOverride()
 
 
 class Guest:

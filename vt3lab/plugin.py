@@ -21,6 +21,7 @@ killed, device fatal, rmmod). Tests are run grouped by setup.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import pytest
 
+from .chaos import ChaosOverride
 from .config import ConfigError, lab_config
 from .guest import LabConfig
 from .proc import install_signal_handlers
@@ -60,6 +62,10 @@ def pytest_addoption(parser):
                 help="one more QEMU argument for every guest; repeatable (--vt3-qemu-arg=-device ...)")
     g.addoption("--vt3-kernel-arg", action="append", default=[], metavar="PARAM",
                 help="one more guest kernel parameter; repeatable")
+    g.addoption("--vt3-chaos-seed", type=int, metavar="SEED",
+                help="every chaos block (vt3lab.chaos) runs the schedule of this seed")
+    g.addoption("--vt3-chaos-replay", metavar="LOG",
+                help="every chaos block replays this log (what a failed chaos block kept: NAME.chaos-N.json)")
     g.addoption("--vt3-run-dir", help="where setups keep consoles and logs (default: a new temp dir)")
     g.addoption("--vt3-keep", action="store_true", help="keep the run directory even when everything passed")
     g.addoption("--vt3-list", action="store_true", help="print the cases (name, setup, description) and exit")
@@ -196,6 +202,11 @@ def lab(request, vt3_config):
     opt = request.config.getoption("--vt3-run-dir")
     rundir = Path(opt) if opt else Path(tempfile.mkdtemp(prefix="vt3-run."))
     rundir.mkdir(parents=True, exist_ok=True)
+    seed, replay = request.config.getoption("--vt3-chaos-seed"), request.config.getoption("--vt3-chaos-replay")
+    if seed is not None or replay:
+        # The command line wins over a conftest's own configuration.
+        override = ChaosOverride(seed=seed, replay=Path(replay).resolve() if replay else None)
+        vt3_config = dataclasses.replace(vt3_config, chaos=override)
     the_lab = Lab(vt3_config, rundir)
     request.config._vt3lab = the_lab
     yield the_lab

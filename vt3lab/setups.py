@@ -86,7 +86,8 @@ class Setup:
         return self
 
     def add_vt3d(self, name: str, uplink: str, mac: str, *extra: str) -> Vt3d:
-        d = Vt3d(self.cfg.vt3d, self.dir, name, uplink, mac, *extra, lifetime=self.cfg.lifetime)
+        d = Vt3d(self.cfg.vt3d, self.dir, name, uplink, mac, *extra, lifetime=self.cfg.lifetime,
+                 chaos_override=self.cfg.chaos)
         self.vt3d[name] = d
         return d
 

@@ -11,6 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from .chaos import ChaosOverride, chaos
 from .guest import Nic
 from .proc import Process, wait_for
 
@@ -55,11 +56,15 @@ def provision_key(path: Path) -> Path:
 
 class Vt3d:
     def __init__(self, binary: Path, workdir: Path, name: str, uplink: str, mac: str,
-                 *extra: str, lifetime: float = 3600, key_file: Path | None = None):
+                 *extra: str, lifetime: float = 3600, key_file: Path | None = None,
+                 chaos_override: ChaosOverride = ChaosOverride()):
         """KEY_FILE (default WORKDIR/NAME.key) is made by provision_key
         unless it exists: the guest behind this vt3d gets the same file
-        (nic()). With --insecure-no-key in EXTRA there is none."""
+        (nic()). With --insecure-no-key in EXTRA there is none.
+        CHAOS_OVERRIDE: the seed or log every chaos() block must use."""
         self.binary = Path(binary)
+        self.chaos_override = chaos_override
+        self.chaos_runs = 0
         self.name = name
         self.socket = workdir / f"{name}.vhost"
         self.mgmt = workdir / f"{name}.mgmt"
@@ -117,6 +122,10 @@ class Vt3d:
 
     def stats(self) -> dict:
         return self.ctl("stats")
+
+    def chaos(self, **schedule):
+        """A chaos schedule for a `with` block (vt3lab.chaos.chaos)."""
+        return chaos(self, **schedule)
 
     def objects(self) -> dict[str, int]:
         s = self.stats()
