@@ -78,6 +78,8 @@ pub struct Entry {
     pub off_error: Option<String>,
     /// When the connection was seen ended (for `recovered`).
     pub ended_ms: Option<u64>,
+    /// When its service's new connection was seen.
+    pub recovered_ms: Option<u64>,
 }
 
 impl Entry {
@@ -91,6 +93,7 @@ impl Entry {
             off_ms: None,
             off_error: None,
             ended_ms: None,
+            recovered_ms: None,
         }
     }
 
@@ -111,6 +114,8 @@ impl Entry {
             o.insert("error".into(), e.as_str().into());
         }
         o.insert("off_ms".into(), self.off_ms.into());
+        o.insert("ended_ms".into(), self.ended_ms.into());
+        o.insert("recovered_ms".into(), self.recovered_ms.into());
         if let Some(e) = &self.off_error {
             o.insert("off_error".into(), e.as_str().into());
         }
@@ -133,6 +138,9 @@ impl Entry {
             let _ = write!(line, " ({e})");
         } else if self.hit.is_none() {
             line.push_str(" (no matching connection)");
+        }
+        if let (Some(ended), Some(back)) = (self.ended_ms, self.recovered_ms) {
+            let _ = write!(line, " (ended at {ended} ms, back at {back} ms)");
         }
         if let Some(off) = self.off_ms {
             let _ = write!(line, "; off at {off} ms");

@@ -245,6 +245,13 @@ fn outcomes_err_closed_recovered_survived() {
     assert_eq!(json["faults"][0]["remote"], "10.0.0.2:4420");
     assert_eq!(json["faults"][3]["outcome"], "survived");
     assert_eq!(json["faults"][3]["off_ms"], 540);
+    // The rst's connection was seen ended at the first look (40), its
+    // service back at 300.
+    assert_eq!(
+        (json["faults"][0]["ended_ms"].as_u64(), json["faults"][0]["recovered_ms"].as_u64()),
+        (Some(40), Some(300))
+    );
+    assert_eq!(json["faults"][3]["recovered_ms"], serde_json::Value::Null);
 }
 
 #[test]
