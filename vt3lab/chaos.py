@@ -76,6 +76,21 @@ class ChaosRun:
     def injected(self) -> int:
         return len(self.faults())
 
+    def unrecovered(self, timeout: float = 0) -> list[dict]:
+        """The faults whose connection neither survived nor came back,
+        after waiting up to TIMEOUT s for them to (vt3d watches each for
+        180 s after its connection ended, unless the run was stopped)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = [f for f in self.faults() if f["outcome"] not in ("recovered", "survived")]
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(1)
+
+    def recovery_ms(self) -> list[int]:
+        """How long each broken connection took to come back."""
+        return [f["recovered_ms"] - f["ended_ms"] for f in self.faults("recovered")]
+
     def wait_injected(self, n: int, timeout: float) -> int:
         """Until N faults were injected (or the schedule ended); how many."""
         deadline = time.monotonic() + timeout
