@@ -115,7 +115,8 @@
 #                  again: 10-16 % of its segments, against 0-0.7 %)
 #   lost-flush     libvt3 loses the first flush completion of a process (the
 #                  flush passes the WR without returning it): VT3_WRCHECK
-#                  must name it lost under rping's RST (docs/wrcheck.md)
+#                  must name it lost under rping's RST and under chaos
+#                  (docs/wrcheck.md)
 #
 # A mutant is KILLED when the cases fail and the failure report names the
 # broken rule (REASON, a regex); SURVIVED when they pass; WRONG-REASON when
@@ -541,8 +542,8 @@ REPLACEMENT[lost-flush]='		static int lost; /* MUTANT */
 		if (!__atomic_fetch_add(&lost, 1, __ATOMIC_RELAXED))
 			continue;
 		wc[n++] = (struct ibv_wc){'
-REASON[lost-flush]='wrcheck on rping [a-z]+ after the RST: [0-9]+ WR\(s\) lost'
-CASES[lost-flush]=wrcheck
+REASON[lost-flush]='wrcheck on rping [a-z]+ after the RST: [0-9]+ WR\(s\) lost|VT3_WRCHECK, rping [a-z]+: WRs lost'
+CASES[lost-flush]="wrcheck chaos-rping"
 
 FILE[ksrq-resize-drops-slots]=guest-driver/vt3_srq.c
 ANCHOR[ksrq-resize-drops-slots]='		if (slots && srq->slots[idx & (srq->depth - 1)].idx == idx)'
