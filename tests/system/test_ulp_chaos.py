@@ -113,9 +113,9 @@ def fio_under_chaos(seconds: int, seed: int | None, rate: float):
 
 
 def test_chaos_nvme(chaos_pair):
-    """nvme-rdma + fio verify for 40 s under chaos on port 4420 (RST, FIN, blackhole, delay, split; seed 4420): every fault recovered (dmesg), verify passes, no kernel warning, vt3d holds only the live controller's QPs"""  # noqa: E501
+    """nvme-rdma + fio verify for 60 s under chaos on port 4420 (RST, FIN, blackhole, delay, split; seed 4420): every fault recovered (dmesg), verify passes, no kernel warning, vt3d holds only the live controller's QPs"""  # noqa: E501
     p = chaos_pair
-    nvme_over_rdma(p, p.a, p.b, ["vt3a"], ["vt3b"], fault=fio_under_chaos(40, NVME_SEED, 0.25), jobs=FAULT_JOBS)
+    nvme_over_rdma(p, p.a, p.b, ["vt3a"], ["vt3b"], fault=fio_under_chaos(60, NVME_SEED, 0.25), jobs=FAULT_JOBS)
 
 
 @pytest.mark.soak
@@ -203,12 +203,14 @@ def rping_under_chaos(p, seconds: int, seed: int | None, rate: float) -> None:
         assert "mismatch" not in out, f"rping -V {side}: data mismatch:\n{tail(out)}"
     runs = [int(rc) for rc in re.findall(r"^rc=(\d+)$", r.out, re.M)]
     served = [int(rc) for rc in re.findall(r"^rc=(\d+)$", server.out, re.M)]
-    broke = run.faults("err", "closed", "recovered")
-    assert runs.count(0) >= 1 and broke, f"rping runs {runs}; faults that broke a connection: {broke}"
+    # wrcheck first: a lost completion can also hang rping.
     totals = {"client": client_check.totals(), "server": server_check.totals()}
     for side, t in totals.items():
         assert t["lost"] == 0 and t["duplicated"] == 0, f"VT3_WRCHECK, rping {side}: WRs lost or duplicated: {t}"
-    assert 124 not in runs, f"an rping client hung ({RPING_HANG} s): {runs}"
+    # timeout's status: 124 (coreutils) or 143 (busybox's, the TERM it sent).
+    assert not {124, 143} & set(runs), f"an rping client hung ({RPING_HANG} s): {runs}"
+    broke = run.faults("err", "closed", "recovered")
+    assert runs.count(0) >= 1 and broke, f"rping runs {runs}; faults that broke a connection: {broke}"
     # Each rping that exited wrote its summary; a server killed by the
     # end's SIGTERM (143) did not.
     for side, n in (("client", len(runs)), ("server", len([rc for rc in served if rc != 143]))):
