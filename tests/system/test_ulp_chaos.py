@@ -34,8 +34,11 @@ ULP_KINDS = ["rst", "fin", "blackhole", "delay", "split"]
 # Kinds every connection survives: the same connection is the target of
 # every fault, whatever the timing.
 SURVIVABLE = ["delay", "split", "drop"]
-# The CI forms' fixed seeds (any seed must pass; these are just fixed).
-NVME_SEED, NFS_SEED, RPING_SEED, REPLAY_SEED = 4420, 20049, 7174, 29
+# The CI forms' fixed seeds: any seed must pass, these were picked for
+# drawing every kind, RST and FIN included, within their runs (seed 20049
+# drew no RST or FIN in NFS's 30 s: nothing to reconnect from). A seed's
+# schedule does not depend on the rate but for its scale.
+NVME_SEED, NFS_SEED, RPING_SEED, REPLAY_SEED = 4420, 6, 7174, 29
 
 
 def soak_seed() -> int:
@@ -167,7 +170,7 @@ def nfs_under_chaos(p, seconds: int, seed: int | None, rate: float) -> None:
 
 
 def test_chaos_nfs(chaos_pair):
-    """NFSv4.2 over RDMA: a file tree copied again and again for 30 s under chaos on port 20049 (seed 20049), every copy checksummed on both sides; every fault recovered by xprtrdma; no leak, no kernel warning"""  # noqa: E501
+    """NFSv4.2 over RDMA: a file tree copied again and again for 30 s under chaos on port 20049 (seed 6), every copy checksummed on both sides; every fault recovered by xprtrdma; no leak, no kernel warning"""  # noqa: E501
     nfs_under_chaos(chaos_pair, 30, NFS_SEED, 0.25)
 
 
