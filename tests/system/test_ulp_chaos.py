@@ -21,7 +21,7 @@ from test_nfs import EXPORT, MNT, NFS_RDMA_PORT, client_mount, nfs_teardown, ser
 from test_nvme import FAULT_JOBS, fio_command, nvme_over_rdma, vt3d_qps
 from vt3lab.scenarios.nvme import PORT as NVME_PORT
 from vt3lab.scenarios.nvme import QUEUES
-from vt3lab.tools import tail
+from vt3lab.tools import listen_ids, tail
 from vt3lab.wrcheck import WrCheck
 
 RPING_PORT = 7174
@@ -191,6 +191,7 @@ def rping_under_chaos(p, seconds: int, seed: int | None, rate: float) -> None:
     a.check("rm -f /tmp/rping-stop", 10)
     a.spawn(f"while [ ! -e /tmp/rping-stop ]; do {server_check.env} rping -s -a {a.ip} -p {RPING_PORT} -V -S 1024; "
             "echo rc=$?; done", "rping-server", seconds + 600)
+    listen_ids(a, RPING_PORT, wait=60)
     loop = (f"end=$(($(date +%s)+{seconds})); while [ $(date +%s) -lt $end ]; do "
             f"{client_check.env} timeout {RPING_HANG} rping -c -a {a.ip} -p {RPING_PORT} -V -S 1024 -C 200; "
             "echo rc=$?; sleep 0.2; done")
@@ -250,6 +251,7 @@ def schedule(log: dict) -> list[tuple]:
 def rping_forever(p):
     """An rping -V connection a↔b that lives until killed; its QP."""
     p.a.spawn(f"rping -s -a {p.a.ip} -p {RPING_PORT} -V -S 512", "rping-server", 600)
+    listen_ids(p.a, RPING_PORT, wait=60)
     p.b.spawn(f"rping -c -a {p.a.ip} -p {RPING_PORT} -V -S 512", "rping-client", 600)
     live = established(p.vt3b, RPING_PORT)
     assert len(live) == 1, f"vt3b: rping's connection: {live}"
