@@ -169,9 +169,9 @@ def nfs_under_chaos(p, seconds: int, seed: int | None, rate: float) -> None:
     nfs_teardown(p, a, b, marks)
 
 
-def test_chaos_nfs(chaos_pair):
+def test_chaos_nfs(vt3_pair):
     """NFSv4.2 over RDMA: a file tree copied again and again for 30 s under chaos on port 20049 (seed 6), every copy checksummed on both sides; every fault recovered by xprtrdma; no leak, no kernel warning"""  # noqa: E501
-    nfs_under_chaos(chaos_pair, 30, NFS_SEED, 0.25)
+    nfs_under_chaos(vt3_pair, 30, NFS_SEED, 0.25)
 
 
 @pytest.mark.soak
