@@ -35,7 +35,8 @@
 #define DEPTH 64
 #define MSG 4096
 #define FLOWING_AFTER 200
-/* Once the connection ended, the flushed WRs must all be back by then. */
+/* Once the connection ended (one of its two events), the other event and
+ * every flushed WR must be back by then. */
 #define DRAIN_SECONDS 30
 #define RUN_SECONDS 300
 
@@ -58,7 +59,9 @@ struct state {
 	uint8_t *seen; /* completions per wr_id */
 	uint64_t seen_len;
 	const char *cm_event, *async_event;
-	int ended;
+	/* The connection's end reaches us twice, in either order: the CM's
+	 * DISCONNECTED and the QP's error event. */
+	int cm_ended, qp_ended;
 };
 
 static void die(const char *what)
@@ -160,7 +163,7 @@ static int poll_completions(struct state *s)
 		else
 			s->other++;
 		/* Keep the queue full while the connection is up. */
-		if (wc[i].status == IBV_WC_SUCCESS && !s->ended)
+		if (wc[i].status == IBV_WC_SUCCESS && !s->cm_ended && !s->qp_ended)
 			post_one(s);
 	}
 	return n;
@@ -198,14 +201,14 @@ static int poll_events(struct state *s, struct rdma_event_channel *ch)
 		if (!strcmp(s->cm_event, "none"))
 			s->cm_event = rdma_event_str(ev->event);
 		if (ev->event == RDMA_CM_EVENT_DISCONNECTED || ev->event == RDMA_CM_EVENT_DEVICE_REMOVAL)
-			s->ended = 1;
+			s->cm_ended = 1;
 		rdma_ack_cm_event(ev);
 		got = 1;
 	}
 	while (ibv_get_async_event(s->id->verbs, &aev) == 0) {
 		if (!strcmp(s->async_event, "none"))
 			s->async_event = async_name(aev.event_type);
-		s->ended = 1;
+		s->qp_ended = 1;
 		ibv_ack_async_event(&aev);
 		got = 1;
 	}
@@ -314,9 +317,9 @@ int main(int argc, char **argv)
 			printf("FLOWING\n");
 			fflush(stdout);
 		}
-		if (s.ended && !drained_by)
+		if ((s.cm_ended || s.qp_ended) && !drained_by)
 			drained_by = now() + DRAIN_SECONDS;
-		if (s.ended && s.completed == s.posted)
+		if (s.cm_ended && s.qp_ended && s.completed == s.posted)
 			break;
 		if (drained_by && now() > drained_by)
 			break;
