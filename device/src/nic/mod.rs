@@ -77,6 +77,10 @@ pub struct NicStats {
     /// Frames dropped because the uplink's send queue was full too.
     pub tx_uplink_dropped: AtomicU64,
     pub tx_runts: AtomicU64,
+    /// Frames from the guest longer than the uplink's MTU allows: never
+    /// sent (a bridge or VXLAN device past the uplink would drop them
+    /// without a trace); the first, second, fourth, … are logged.
+    pub tx_dropped_oversize: AtomicU64,
     /// Control frames from the guest under VLAN tags (not the driver's).
     pub tx_dropped_tagged_control: AtomicU64,
     pub control_frames: AtomicU64,
@@ -136,7 +140,7 @@ impl NicStats {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub fn rows(&self) -> [(&'static str, u64); 36] {
+    pub fn rows(&self) -> [(&'static str, u64); 37] {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         [
             ("tx_frames", g(&self.tx_frames)),
@@ -146,6 +150,7 @@ impl NicStats {
             ("tx_uplink_queued", g(&self.tx_uplink_queued)),
             ("tx_uplink_dropped", g(&self.tx_uplink_dropped)),
             ("tx_runts", g(&self.tx_runts)),
+            ("tx_dropped_oversize", g(&self.tx_dropped_oversize)),
             ("tx_dropped_tagged_control", g(&self.tx_dropped_tagged_control)),
             ("control_frames", g(&self.control_frames)),
             ("rx_frames", g(&self.rx_frames)),
@@ -360,6 +365,25 @@ impl Nic {
         NicStats::add(&self.stats.rx_ring_empty, chains.ring_empty);
     }
 
+    /// Counts the guest frames a TX pass refused for the uplink's MTU
+    /// (`last_len` bytes the last), and says why when the count passes a
+    /// power of two (1, 2, 4, 8, …: a guest cannot flood the log).
+    pub fn count_tx_oversize(&self, n: u64, last_len: usize) {
+        if n == 0 {
+            return;
+        }
+        let before = self.stats.tx_dropped_oversize.fetch_add(n, Ordering::Relaxed);
+        let after = before + n;
+        if before == 0 || after.ilog2() > before.ilog2() {
+            log::warn!(
+                "dropped a {last_len}-byte frame from the guest: over the uplink's MTU {} (frames up to {} \
+                 bytes); the guest's MTU must not exceed vt3d's --mtu ({after} such frames so far)",
+                self.mtu,
+                self.max_frame()
+            );
+        }
+    }
+
     pub fn count_tx_malformed(&self, n: u64) {
         NicStats::add(&self.stats.tx_malformed_chains, n);
     }
@@ -567,6 +591,17 @@ mod tests {
         assert!(nic.accept_from_uplink(&eth(MAC, 0x0800, 9018)));
         assert!(!nic.accept_from_uplink(&eth(MAC, 0x0800, 9019)));
         assert!(!nic.accept_from_uplink(&[0u8; 10]));
+    }
+
+    #[test]
+    fn oversize_guest_frames_are_counted() {
+        let nic = nic();
+        let row = |name| nic.stats.rows().iter().find(|(n, _)| *n == name).unwrap().1;
+        nic.count_tx_oversize(0, 0);
+        nic.count_tx_oversize(1, 1514);
+        nic.count_tx_oversize(2, 1514);
+        assert_eq!(row("tx_dropped_oversize"), 3);
+        assert_eq!(row("tx_malformed_chains"), 0);
     }
 
     #[test]

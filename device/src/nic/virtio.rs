@@ -33,8 +33,8 @@ pub enum ChainError {
     Truncated,
     #[error("TX chain shorter than the virtio-net header")]
     TooShort,
-    #[error("TX frame longer than the configured MTU allows")]
-    TooLong,
+    #[error("TX frame of {len} bytes: longer than the configured MTU allows")]
+    TooLong { len: usize },
     #[error("RX chain has no writable space")]
     Empty,
 }
@@ -69,6 +69,10 @@ pub struct ChainStats {
     pub frames: u64,
     pub bytes: u64,
     pub malformed: u64,
+    /// TX frames longer than the MTU allows (not malformed: refused), and
+    /// the length of the last one.
+    pub oversize: u64,
+    pub oversize_len: usize,
     /// Deliveries that found no buffer (RX; the guest's kick resumes them).
     pub ring_empty: u64,
 }
@@ -158,6 +162,11 @@ where
                     stats.bytes += frame.len() as u64;
                     sink(frame)
                 }
+                Err(ChainError::TooLong { len }) => {
+                    stats.oversize += 1;
+                    stats.oversize_len = len.saturating_sub(layout.hdr_len);
+                    ControlFlow::Continue(())
+                }
                 Err(e) => {
                     log::debug!("TX chain {head} refused: {e}");
                     stats.malformed += 1;
@@ -177,7 +186,9 @@ where
     }
 }
 
-/// Copies one TX chain into `buf` and returns the Ethernet frame in it.
+/// Copies one TX chain into `buf` and returns the Ethernet frame in it. A
+/// chain longer than the MTU allows is read to its end (to learn its
+/// length, copying nothing more) and refused as `TooLong`.
 fn read_tx_chain<'b, M>(
     chain: DescriptorChain<&M>,
     mem: &M,
@@ -190,23 +201,26 @@ where
     let limit = layout.hdr_len + layout.max_frame;
     buf.clear();
     let mut last_has_next = false;
+    let mut total = 0usize;
     for desc in chain {
         if desc.is_write_only() {
             return Err(ChainError::WritableInTx);
         }
-        let len = desc.len() as usize;
-        let start = buf.len();
-        let end = start.checked_add(len).ok_or(ChainError::TooLong)?;
-        if end > limit {
-            return Err(ChainError::TooLong);
-        }
-        buf.resize(end, 0);
-        let dst = buf.get_mut(start..end).ok_or(ChainError::TooLong)?;
-        mem.read_slice(dst, desc.addr()).map_err(|_| ChainError::BadAddress)?;
+        let start = total;
+        total = total.saturating_add(desc.len() as usize);
         last_has_next = desc.has_next();
+        if total > limit {
+            continue;
+        }
+        buf.resize(total, 0);
+        let dst = buf.get_mut(start..total).ok_or(ChainError::TooShort)?;
+        mem.read_slice(dst, desc.addr()).map_err(|_| ChainError::BadAddress)?;
     }
     if last_has_next {
         return Err(ChainError::Truncated);
+    }
+    if total > limit {
+        return Err(ChainError::TooLong { len: total });
     }
     buf.get(layout.hdr_len..).ok_or(ChainError::TooShort)
 }
@@ -460,7 +474,7 @@ mod tests {
             mem.read_slice(&mut got, GuestAddress(DATA)).unwrap();
             assert_eq!(u16::from_le_bytes([got[10], got[11]]), 1);
             assert_eq!(&got[VNET_HDR_LEN..], &f[..]);
-            assert_eq!(st, ChainStats { frames: 1, bytes: 1514, malformed: 0, ring_empty: 0 });
+            assert_eq!(st, ChainStats { frames: 1, bytes: 1514, ..ChainStats::default() });
         }
 
         #[test]
@@ -778,7 +792,7 @@ mod tests {
             let (frames, st, used_any) = drain(&mq, &mem, &layout(true));
             assert!(used_any);
             assert_eq!(frames, vec![f]);
-            assert_eq!(st, ChainStats { frames: 1, bytes: 1514, malformed: 0, ring_empty: 0 });
+            assert_eq!(st, ChainStats { frames: 1, bytes: 1514, ..ChainStats::default() });
             assert_eq!(used(&mq, 0), (0, 0));
         }
 
@@ -798,7 +812,8 @@ mod tests {
             let (frames, st, _) = drain(&mq, &mem, &layout(true));
             assert_eq!(frames.len(), 1);
             assert_eq!(frames[0].len(), 60);
-            assert_eq!(st.malformed, 4);
+            // The frame over the MTU is not malformed: refused, with its length.
+            assert_eq!((st.malformed, st.oversize, st.oversize_len), (3, 1, 9019));
             for i in 0..5u16 {
                 assert_eq!(used(&mq, i), (u32::from(i), 0));
             }

@@ -449,6 +449,7 @@ impl<D: Device> NetBackend<D> {
             self.run_engine(&mem, device_frames);
         }
         self.nic().count_tx_malformed(stats.malformed);
+        self.nic().count_tx_oversize(stats.oversize, stats.oversize_len);
         match drained {
             Ok(done) => {
                 if done.more {
