@@ -129,12 +129,14 @@ class LabConfig:
 class Guest:
     def __init__(self, cfg: LabConfig, workdir: Path, name: str, nic: Nic, ip: str, mac: str,
                  kernel_args: str = "", share: Path | None = None, console_socket: bool = False,
-                 qemu_args: tuple[str, ...] = ()):
+                 qemu_args: tuple[str, ...] = (), host: tuple[str, ...] = ()):
         """SHARE: a host directory shared into the guest (9p, mount_tag
         vt3share; vt3.share=DIR mounts it). CONSOLE_SOCKET: the console
         (ttyS0) is also a unix socket (NAME.console.sock) a user connects
         to, e.g. with socat; NAME.console logs it either way. KERNEL_ARGS
-        and QEMU_ARGS: this guest's own, after the configuration's."""
+        and QEMU_ARGS: this guest's own, after the configuration's. HOST:
+        the command that runs QEMU on the guest's host (a network
+        namespace of vt3lab.fabric: `ip netns exec NS`), none for this one."""
         self.cfg = cfg
         self.name = name
         self.ip = ip
@@ -149,6 +151,7 @@ class Guest:
         self.qmp_path = workdir / f"{name}.qmp"
         self.kernel_args = kernel_args
         self.qemu_args = tuple(qemu_args)
+        self.host = tuple(host)
         # One vCPU with room for a second: under TCG only maxcpus > 1
         # makes the guest's locked instructions host atomics and its
         # fences host fences, which the doorbell hand-off with vt3d (and
@@ -223,8 +226,8 @@ class Guest:
         for p in (self.agent_path, self.qmp_path, self.console_socket):
             if p is not None:
                 p.unlink(missing_ok=True)
-        self.proc = Process(f"qemu {self.name}", self.qemu_argv(), self.workdir / f"{self.name}.qemu.log",
-                            self.cfg.lifetime)
+        self.proc = Process(f"qemu {self.name}", [*self.host, *self.qemu_argv()],
+                            self.workdir / f"{self.name}.qemu.log", self.cfg.lifetime)
         if not wait_for(lambda: self.agent_path.exists() or not self.proc.alive(), 15, 0.02):
             raise GuestDead(self, "QEMU made no agent socket")
         if not self.proc.alive():

@@ -37,12 +37,13 @@ from .chaos import ChaosOverride
 from .config import ConfigError, lab_config
 from .guest import LabConfig
 from .proc import install_signal_handlers
-from .setups import (ChaosPair, OneCpuVt3, PoisonedVt3, PyverbsVt3Siw, Setup, SingleVt3, Vt3Pair, Vt3Plain, Vt3Siw,
-                     Vt3SiwTap, Vt3SiwUdp)
+from .setups import (ChaosPair, OneCpuVt3, PoisonedVt3, PyverbsVt3Siw, Setup, SingleVt3, TwoHosts, Vt3Pair, Vt3Plain,
+                     Vt3Siw, Vt3SiwTap, Vt3SiwUdp)
 
 # The biggest sessions first: under pytest-xdist each starts on its own
 # worker while the other takes the rest.
-SHARED = {"vt3_pair": Vt3Pair, "chaos_pair": ChaosPair, "vt3_plain": Vt3Plain, "single_vt3": SingleVt3,
+SHARED = {"vt3_pair": Vt3Pair, "chaos_pair": ChaosPair, "two_hosts": TwoHosts, "vt3_plain": Vt3Plain,
+          "single_vt3": SingleVt3,
           "vt3_siw": Vt3Siw, "poisoned_vt3": PoisonedVt3, "one_cpu_vt3": OneCpuVt3,
           "pyverbs_vt3_siw": PyverbsVt3Siw,
           "vt3_siw_udp": Vt3SiwUdp, "vt3_siw_tap": Vt3SiwTap}

@@ -18,6 +18,11 @@ anyone's pytest suite:
     Segment    N guests on one Ethernet segment (a learning hub), vt3 or siw
                each, with consoles to type in and a shared host directory
                (the interactive lab of ./run-vm.sh up)
+    Hosts      a Segment spread over H hosts (network namespaces, a Linux
+               bridge each, joined by VXLAN: vt3lab.fabric; ./run-vm.sh up
+               N --hosts H)
+    TwoHosts   Hosts of 3 guests on 2 hosts: vm1 (vt3) and vm3 (siw) on
+               host 1, vm2 (vt3) on host 2
 
 A setup boots its guests in parallel; `health()` says what a scenario left
 behind (objects in vt3d, processes in a guest, kernel warnings), so one
@@ -33,6 +38,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .fabric import Fabric
 from .guest import Guest, LabConfig, Nic
 from .proc import Process, wait_for
 from .vt3d import Vt3d
@@ -85,9 +91,9 @@ class Setup:
             raise
         return self
 
-    def add_vt3d(self, name: str, uplink: str, mac: str, *extra: str) -> Vt3d:
+    def add_vt3d(self, name: str, uplink: str, mac: str, *extra: str, host: tuple[str, ...] = ()) -> Vt3d:
         d = Vt3d(self.cfg.vt3d, self.dir, name, uplink, mac, *extra, lifetime=self.cfg.lifetime,
-                 chaos_override=self.cfg.chaos)
+                 chaos_override=self.cfg.chaos, host=host)
         self.vt3d[name] = d
         return d
 
@@ -120,7 +126,7 @@ class Setup:
         n = len(list(self.dir.glob(f"{name}.console*")))
         old.console.rename(self.dir / f"{name}.console.{n}")
         new = Guest(self.cfg, self.dir, name, old.nic, old.ip, old.mac, old.kernel_args, old.share,
-                    old.console_socket is not None, old.qemu_args)
+                    old.console_socket is not None, old.qemu_args, old.host)
         self.guests[name] = new
         new.start()
         new.wait_ready()
@@ -493,5 +499,64 @@ class Segment(Setup):
                         f"{first.name} cannot reach {g.name} ({g.ip}) through the hub")
 
 
+class Hosts(Segment):
+    """A Segment over HOSTS hosts (vt3lab.fabric: network namespaces,
+    each with a Linux bridge, joined by VXLAN or, FABRIC "l2", by one
+    Ethernet segment). Guest vmI lives on host ((I-1) mod HOSTS) + 1: its
+    vt3d and QEMU run there, vt3d's tap uplink (vnet header, offloads) in
+    that host's bridge, or a siw guest's QEMU on a tap of its own. vt3d
+    (--mtu) and every guest (vt3.mtu) get the MTU the fabric leaves.
+    TCP_TIMEOUT: vt3d's --tcp-timeout. Root only; stop() removes the
+    namespaces and all in them, and `left` says what it could not."""
+    kind = "hosts"
+
+    def __init__(self, cfg: LabConfig, rundir: Path, n: int, siw: int = 0, hosts: int = 2, fabric: str = "vxlan",
+                 share: Path | None = None, own_dir: bool = True, tcp_timeout: int | None = None):
+        super().__init__(cfg, rundir, n, siw, share, own_dir)
+        self.fabric = Fabric(hosts, fabric)
+        self.tcp_timeout = tcp_timeout
+        self.host_of: dict[str, int] = {}
+        self.left: list[str] = []
+
+    def build(self) -> None:
+        f = self.fabric
+        f.create()
+        timeout = ("--tcp-timeout", str(self.tcp_timeout)) if self.tcp_timeout else ()
+        for i in range(1, self.n + 1):
+            name = f"vm{i}"
+            h = self.host_of[name] = (i - 1) % f.hosts + 1
+            tap = f.add_tap(h, f"tap-{name}")
+            host = tuple(f.exec_prefix(h))
+            args = f"vt3.shell=1 vt3.mtu={f.mtu}"
+            if i <= self.n - self.siw:
+                d = self.add_vt3d(name, f"tap:{tap}", segment_mac(i), "--mtu", str(f.mtu), *timeout, host=host)
+                self.add_guest(name, d.nic(), segment_ip(i), segment_mac(i), f"vt3.driver=1 {args}",
+                               console_socket=True, host=host)
+            else:
+                self.add_guest(name, Nic.tap(tap), segment_ip(i), segment_mac(i), f"vt3.siw=1 {args}",
+                               console_socket=True, host=host)
+
+    def stop(self) -> None:
+        try:
+            super().stop()
+        finally:
+            self.left = self.fabric.destroy()
+
+
+class TwoHosts(Hosts):
+    """Hosts: vm1 (vt3) and vm3 (siw) on host 1, vm2 (vt3) on host 2,
+    joined by VXLAN (MTU 1450); vt3d times a silent connection out in
+    HOSTS_TCP_TIMEOUT seconds."""
+    kind = "two-hosts"
+
+    def __init__(self, cfg: LabConfig, rundir: Path):
+        super().__init__(cfg, rundir, 3, siw=1, hosts=2, tcp_timeout=HOSTS_TCP_TIMEOUT)
+
+
+# TwoHosts' vt3d --tcp-timeout: a fabric outage longer than this ends
+# the connections, a shorter one is retransmitted over.
+HOSTS_TCP_TIMEOUT = 6
+
+
 SETUPS = {cls.kind: cls for cls in (Vt3Pair, Vt3Siw, PyverbsVt3Siw, Vt3Plain, SingleVt3, PoisonedVt3, OneCpuVt3,
-                                    SiwPair, ChaosPair)}
+                                    SiwPair, ChaosPair, TwoHosts)}

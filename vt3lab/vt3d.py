@@ -57,11 +57,13 @@ def provision_key(path: Path) -> Path:
 class Vt3d:
     def __init__(self, binary: Path, workdir: Path, name: str, uplink: str, mac: str,
                  *extra: str, lifetime: float = 3600, key_file: Path | None = None,
-                 chaos_override: ChaosOverride = ChaosOverride()):
+                 chaos_override: ChaosOverride = ChaosOverride(), host: tuple[str, ...] = ()):
         """KEY_FILE (default WORKDIR/NAME.key) is made by provision_key
         unless it exists: the guest behind this vt3d gets the same file
         (nic()). With --insecure-no-key in EXTRA there is none.
-        CHAOS_OVERRIDE: the seed or log every chaos() block must use."""
+        CHAOS_OVERRIDE: the seed or log every chaos() block must use.
+        HOST: the command that runs vt3d on its host (a network namespace
+        of vt3lab.fabric), none for this one."""
         self.binary = Path(binary)
         self.chaos_override = chaos_override
         self.chaos_runs = 0
@@ -79,7 +81,7 @@ class Vt3d:
         self.argv = argv
         # Stalls (rnic.stalls) the health check has reported already.
         self.stalls_reported = 0
-        self.proc = Process(f"vt3d {name}", argv, self.log, lifetime,
+        self.proc = Process(f"vt3d {name}", [*host, *argv], self.log, lifetime,
                             env={"RUST_LOG": os.environ.get("RUST_LOG", "info")})
         if not wait_for(lambda: self.socket.exists() or not self.proc.alive(), 10):
             raise Vt3dError(f"vt3d {name}: no socket after 10 s")
