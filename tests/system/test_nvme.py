@@ -188,10 +188,9 @@ FAULT_JOBS = [
 RECONNECT_DELAY, CTRL_LOSS_TMO = 1, 4
 
 
-def busiest_io_queue(setup, host) -> int:
-    """fio is writing: the QP number (in the host's vt3d) of the I/O queue
-    that moves. The admin queue is the first QP, the I/O queues follow."""
-    d = setup.vt3b
+def busiest_io_queue(d, host) -> int:
+    """fio is writing: the QP number (in D, the host's vt3d) of the I/O
+    queue that moves. The admin queue is the first QP, the I/O queues follow."""
     qps = sorted((q for q in d.ctl("qps") if q["state"] == "RTS"), key=lambda q: q["qpn"])
     assert len(qps) == 1 + QUEUES, f"vt3d {d.name}: QPs {qps}"
     io = {q["qpn"]: q["sq_consumed"] for q in qps[1:]}
@@ -208,15 +207,15 @@ def busiest_io_queue(setup, host) -> int:
     return victim
 
 
-def recovered_under_fio(setup, host, ctrl: str, dev: str, jobs, fault: str):
+def recovered_under_fio(d, host, ctrl: str, dev: str, jobs, fault: str):
     """fio in the background; FAULT (an RST, or a blackhole that the
     pair's short TCP timeout turns into QP_FATAL) on the host's busiest I/O
-    queue while it writes; nvme-rdma's error recovery reconnects once, and
+    queue (in D, the host's vt3d) while it writes; nvme-rdma's error recovery reconnects once, and
     fio's requests are retried on the new queues: fio completes and its
     verify passes. fio's result."""
     mark = kmark(host)
     host.spawn(fio_command(dev, jobs), "fio", 600)
-    ctl_fault(setup.vt3b, fault, qp=busiest_io_queue(setup, host))
+    ctl_fault(d, fault, qp=busiest_io_queue(d, host))
     assert host.running("fio"), f"fio ended at the fault ({fault})"
     r = host.join("fio", 600)
     log = kmsg_since(host, mark)
@@ -229,9 +228,9 @@ def recovered_under_fio(setup, host, ctrl: str, dev: str, jobs, fault: str):
 
 
 def rst_then_blackhole(setup, host, ctrl: str, dev: str, jobs, mark: str):
-    r = recovered_under_fio(setup, host, ctrl, dev, jobs, "rst")
+    r = recovered_under_fio(setup.vt3b, host, ctrl, dev, jobs, "rst")
     check_fio(host, r.rc, r.out, jobs)
-    return recovered_under_fio(setup, host, ctrl, dev, jobs, "blackhole")
+    return recovered_under_fio(setup.vt3b, host, ctrl, dev, jobs, "blackhole")
 
 
 def target_vt3d_killed(p, target, host) -> None:
@@ -244,7 +243,7 @@ def target_vt3d_killed(p, target, host) -> None:
     target_up(target, target.ip)
     ctrl, dev = host_connect(host, target.ip, f"--reconnect-delay {RECONNECT_DELAY} --ctrl-loss-tmo {CTRL_LOSS_TMO}")
     host.spawn(fio_command(dev, FAULT_JOBS), "fio", 600)
-    busiest_io_queue(p, host)
+    busiest_io_queue(p.vt3b, host)
     kill_vt3d(p, "vt3a")
     r = host.join("fio", 300)
     assert r.rc != 0, f"fio passed although its target went away:\n{tail(r.out, 20)}"
