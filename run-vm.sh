@@ -24,9 +24,12 @@
 #                                      vt3↔vt3 beside siw↔siw;
 #                                      --short: the device bench's few-second
 #                                      form only (implies --device-only)
-#   ./run-vm.sh [OPTIONS] up N [--siw K] [--share DIR] [--dir DIR] [--hours H]
+#   ./run-vm.sh [OPTIONS] up N [--siw K] [--hosts H [--fabric vxlan|l2]]
+#                             [--share DIR] [--dir DIR] [--hours H]
 #                                      the lab: N guests on one Ethernet segment
 #                                      (the last K with siw, the others vt3),
+#                                      or spread over H hosts (network
+#                                      namespaces joined by VXLAN; docs/hosts.md),
 #                                      booted in the background; prints each
 #                                      guest's console and vt3d ctl; DIR (default
 #                                      /tmp/vt3-lab-UID) is its run directory

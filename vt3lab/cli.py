@@ -2,14 +2,14 @@
 bundle holds it.
 
     vt3 [--bundle DIR] [--accel auto|tcg|kvm] demo [--keep]
-    vt3 … up N [--siw K] [--share DIR] [--dir DIR] [--hours H]
+    vt3 … up N [--siw K] [--hosts H [--fabric vxlan|l2]] [--share DIR] [--dir DIR] [--hours H]
     vt3 … down [--dir DIR]
     vt3 … shell                 one vt3 guest, its console on this terminal
     vt3 … bench                 perftest and fio, vt3 beside siw (a checkout's)
 
 Where vt3d and the guest images are: --bundle, else vt3lab.config's
-order (VT3_BUNDLE, VT3_IMAGES, …). Nothing here needs root: state goes to
-the run directory (--dir, default $VT3_LAB_DIR or /tmp/vt3-lab-UID)."""
+order (VT3_BUNDLE, VT3_IMAGES, …). Nothing here needs root but --hosts
+(network namespaces): state goes to the run directory (--dir, default $VT3_LAB_DIR or /tmp/vt3-lab-UID)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from pathlib import Path
 
 from . import interactive
 from .config import ConfigError, config_from_env
+from .fabric import FABRICS, MAX_HOSTS
 from .proc import install_signal_handlers
 from .setups import SEGMENT_MAX, Segment
 
@@ -129,6 +130,11 @@ def parser(prog: str) -> argparse.ArgumentParser:
     up.add_argument("--share", type=Path, help="host directory mounted in every guest (default DIR/share)")
     up.add_argument("--dir", **lab_dir)
     up.add_argument("--hours", type=float, default=interactive.DEFAULT_HOURS, help="the lab stops by itself after")
+    up.add_argument("--hosts", type=int, default=0,
+                    help="spread the guests over H hosts: network namespaces, each with a Linux bridge, "
+                         "joined by VXLAN (root; docs/hosts.md)")
+    up.add_argument("--fabric", choices=FABRICS, default="vxlan",
+                    help="with --hosts: how the hosts' bridges are joined (l2: one Ethernet segment, MTU 1500)")
     down = sub.add_parser("down", help="stop the lab that up started")
     down.add_argument("--dir", **lab_dir)
     daemon = sub.add_parser("lab-daemon", help="(internal) the background process of up")
@@ -138,6 +144,8 @@ def parser(prog: str) -> argparse.ArgumentParser:
     daemon.add_argument("--dir", type=Path, required=True)
     daemon.add_argument("--hours", type=float, required=True)
     daemon.add_argument("--status-fd", type=int, required=True)
+    daemon.add_argument("--hosts", type=int, default=0)
+    daemon.add_argument("--fabric", choices=FABRICS, default="vxlan")
     return p
 
 
@@ -158,10 +166,16 @@ def main(argv: list[str] | None = None, prog: str = "vt3") -> int:
         if args.command == "up":
             if not 1 <= args.n <= SEGMENT_MAX or not 0 <= args.siw <= args.n:
                 p.error(f"up N [--siw K]: 1 ≤ N ≤ {SEGMENT_MAX}, 0 ≤ K ≤ N")
-            return interactive.up(args.n, args.siw, args.share, args.dir or interactive.default_dir(), args.hours)
+            if not 0 <= args.hosts <= min(args.n, MAX_HOSTS):
+                p.error(f"up N --hosts H: 1 ≤ H ≤ N (and ≤ {MAX_HOSTS})")
+            if args.hosts and os.geteuid() != 0:
+                p.error("up --hosts: hosts are network namespaces, which need root")
+            return interactive.up(args.n, args.siw, args.share, args.dir or interactive.default_dir(), args.hours,
+                                  args.hosts, args.fabric)
         if args.command == "down":
             return interactive.down(args.dir or interactive.default_dir())
-        return interactive.serve(args.n, args.siw, args.share, args.dir, args.hours, args.status_fd)
+        return interactive.serve(args.n, args.siw, args.share, args.dir, args.hours, args.status_fd, args.hosts,
+                                 args.fabric)
     except ConfigError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2

@@ -1,5 +1,6 @@
-"""The interactive lab: `vt3 up N [--siw K]` (`./run-vm.sh up` in a
-checkout) boots N guests on one Ethernet segment (setups.Segment) in a
+"""The interactive lab: `vt3 up N [--siw K] [--hosts H]` (`./run-vm.sh up`
+in a checkout) boots N guests on one Ethernet segment (setups.Segment), or
+spread over H hosts (setups.Hosts: network namespaces joined by VXLAN), in a
 background process and returns to the prompt once they are up, printing
 how to reach each one; `vt3 down` stops everything that process started.
 
@@ -7,7 +8,9 @@ The run directory (--dir, default $VT3_LAB_DIR or /tmp/vt3-lab-UID) holds
 the consoles, sockets and logs, and lab.json: the background process's pid
 and every process it runs (hub, vt3d, QEMU), each with its start time, so
 `down` can check by pid that nothing is left (and never signals a process
-that merely reuses a pid). The lab stops by itself after --hours."""
+that merely reuses a pid), and the network namespaces of its hosts, so
+`down` can check by name that none is left. The lab stops by itself
+after --hours."""
 
 from __future__ import annotations
 
@@ -22,8 +25,9 @@ import traceback
 from pathlib import Path
 
 from .config import config_from_env
+from .fabric import namespaces, remove_namespace
 from .proc import install_signal_handlers, wait_for
-from .setups import SHARE_MOUNT, Segment
+from .setups import SHARE_MOUNT, Hosts, Segment
 
 STATE = "lab.json"
 # Marks a directory as a lab's, so `up` may clear what an earlier lab left there.
@@ -107,21 +111,31 @@ def prepare_dir(rundir: Path, share: Path) -> None:
 def describe(state: dict) -> str:
     """What `up` prints: each guest's console and vt3d ctl, the share, how to stop."""
     vt3d = state["vt3d"]
-    lines = [f"vt3 lab up: {len(state['guests'])} guests on one Ethernet segment (10.77.0.0/24), "
-             f"run directory {state['dir']}"]
+    if state.get("hosts"):
+        where = (f"on {state['hosts']} hosts (network namespaces {', '.join(state['namespaces'][1:])}; "
+                 f"{state['fabric']}, MTU {state['mtu']}), one Ethernet segment (10.77.0.0/24)")
+    else:
+        where = "on one Ethernet segment (10.77.0.0/24)"
+    lines = [f"vt3 lab up: {len(state['guests'])} guests {where}, run directory {state['dir']}"]
     for g in state["guests"]:
-        lines.append(f"  {g['name']:4s} {g['rdma']:5s} {g['ip']:10s} console: "
+        host = f"host {g['host']} " if g.get("host") else ""
+        lines.append(f"  {g['name']:4s} {host}{g['rdma']:5s} {g['ip']:10s} console: "
                      f"socat -,rawer,escape=0x1d UNIX-CONNECT:{g['console_socket']}")
         if g["mgmt"]:
             lines.append(f"  {'':22s} vt3d:    {vt3d} ctl --mgmt {g['mgmt']} stats")
     lines += [f"shared directory: {state['share']} (host) = {state['mount']} in every guest",
-              "consoles: Ctrl-] leaves socat (the guest runs on); logs: NAME.console, NAME.vt3d.log, hub.log",
+              "consoles: Ctrl-] leaves socat (the guest runs on); logs: NAME.console, NAME.vt3d.log"
+              + ("" if state.get("hosts") else ", hub.log"),
+              *([f"hosts: ip netns exec NAMESPACE …; each host's way to the others is its "
+                 f"{'vx0 (VXLAN)' if state['fabric'] == 'vxlan' else 'eth0'} in bridge br0"]
+                if state.get("hosts") else []),
               f"stop: {PROG} down{'' if Path(state['dir']) == default_dir() else ' --dir ' + state['dir']}"
               f"   (the lab stops by itself at {time.strftime('%H:%M', time.localtime(state['stops_at']))})"]
     return "\n".join(lines)
 
 
-def up(n: int, siw: int, share: Path | None, rundir: Path, hours: float) -> int:
+def up(n: int, siw: int, share: Path | None, rundir: Path, hours: float, hosts: int = 0,
+       fabric: str = "vxlan") -> int:
     rundir = rundir.resolve()
     state = read_state(rundir)
     if state and any(alive(p) for p in lab_processes(state)):
@@ -135,7 +149,8 @@ def up(n: int, siw: int, share: Path | None, rundir: Path, hours: float) -> int:
         # Its own session: the lab outlives this command and the terminal.
         daemon = subprocess.Popen(
             [sys.executable, "-m", "vt3lab.cli", "lab-daemon", str(n), "--siw", str(siw), "--share", str(share),
-             "--dir", str(rundir), "--hours", str(hours), "--status-fd", str(status_write)],
+             "--dir", str(rundir), "--hours", str(hours), "--status-fd", str(status_write),
+             "--hosts", str(hosts), "--fabric", fabric],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, pass_fds=(status_write,),
             start_new_session=True, cwd=rundir,
             env={**os.environ, "PYTHONPATH": python_path()})
@@ -160,7 +175,8 @@ def up(n: int, siw: int, share: Path | None, rundir: Path, hours: float) -> int:
     return 1
 
 
-def serve(n: int, siw: int, share: Path, rundir: Path, hours: float, status_fd: int) -> int:
+def serve(n: int, siw: int, share: Path, rundir: Path, hours: float, status_fd: int, hosts: int = 0,
+          fabric: str = "vxlan") -> int:
     """The background process of `up`: boots the segment, says "ready" (or
     why not) on STATUS_FD, and keeps the lab until it is signalled (down)
     or its hours are over; then stops everything."""
@@ -173,7 +189,13 @@ def serve(n: int, siw: int, share: Path, rundir: Path, hours: float, status_fd: 
     state = {"dir": str(rundir), "share": str(share), "mount": SHARE_MOUNT, "vt3d": str(cfg.vt3d),
              "daemon": identity(os.getpid()), "processes": [], "guests": [], "stops_at": stops_at}
     write_state(rundir, state)
-    setup = Segment(cfg, rundir, n, siw, share, own_dir=False)
+    if hosts:
+        setup = Hosts(cfg, rundir, n, siw, hosts, fabric, share, own_dir=False)
+        # Recorded before they exist: a lab killed while it makes them leaves none behind after down.
+        state.update(hosts=hosts, fabric=fabric, mtu=setup.fabric.mtu, namespaces=setup.fabric.namespaces())
+        write_state(rundir, state)
+    else:
+        setup = Segment(cfg, rundir, n, siw, share, own_dir=False)
     rc = 0
     try:
         print(f"booting {n} guests ({siw} siw)", flush=True)
@@ -183,7 +205,8 @@ def serve(n: int, siw: int, share: Path, rundir: Path, hours: float, status_fd: 
         state["processes"] = [{"what": p.name, **identity(p.pid)} for p in procs]
         state["guests"] = [{"name": g.name, "rdma": setup.device(g), "ip": g.ip, "mac": g.mac,
                             "console_socket": str(g.console_socket), "console_log": str(g.console),
-                            "mgmt": str(setup.vt3d[g.name].mgmt) if g.name in setup.vt3d else None}
+                            "mgmt": str(setup.vt3d[g.name].mgmt) if g.name in setup.vt3d else None,
+                            "host": getattr(setup, "host_of", {}).get(g.name)}
                            for g in setup.guests.values()]
         write_state(rundir, state)
         status.write("ready\n")
@@ -235,6 +258,15 @@ def down(rundir: Path) -> int:
         print(f"{PROG} down: still running: " + ", ".join(f"{p.get('what', 'lab')} pid {p['pid']}" for p in left),
               file=sys.stderr)
         return 1
+    # The hosts' namespaces (and all in them), if the lab could not remove them itself.
+    ours = state.get("namespaces", [])
+    for ns in set(ours) & set(namespaces()):
+        print(f"removing network namespace {ns}: it outlived the lab's stop", file=sys.stderr)
+        remove_namespace(ns)
+    left_ns = set(ours) & set(namespaces())
+    if left_ns:
+        print(f"{PROG} down: network namespaces left: {', '.join(sorted(left_ns))}", file=sys.stderr)
+        return 1
     (rundir / STATE).unlink(missing_ok=True)
     for sock in rundir.glob("*"):
         if sock.is_socket():
@@ -242,5 +274,7 @@ def down(rundir: Path) -> int:
     # The guests' keys (NAME.key) go with their guests and vt3d.
     for key in rundir.glob("*.key"):
         key.unlink()
-    print(f"vt3 lab in {rundir} stopped ({len(procs)} processes); logs kept there, shared directory {state['share']}")
+    hosts = f" and {len(ours)} network namespaces" if ours else ""
+    print(f"vt3 lab in {rundir} stopped ({len(procs)} processes{hosts}); logs kept there, "
+          f"shared directory {state['share']}")
     return 0

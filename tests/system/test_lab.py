@@ -216,3 +216,54 @@ def test_hub(tmp_path):
         hub.terminate()
         out, _ = hub.communicate(timeout=10)
     assert hub.returncode == 0 and "rx_runt 1" in out, out
+
+
+def test_lab_hosts(lab):
+    """./run-vm.sh up 2 --hosts 2: each guest, its vt3d and QEMU on its own host (namespace); rping -V across at the printed consoles; down leaves no process (by pid) and no namespace (by name)"""  # noqa: E501
+    rundir = lab.rundir / "interactive-hosts"
+    upped = run_vm(lab.cfg, "up", "2", "--hosts", "2", "--dir", str(rundir), timeout=lab.cfg.boot_timeout + 120)
+    assert upped.returncode == 0, f"up exited {upped.returncode}:\n{upped.stdout[-2000:]}\n{upped.stderr[-3000:]}"
+    state = json.loads((rundir / "lab.json").read_text())
+    procs = [state["daemon"], *state["processes"]]
+    hosts = state["namespaces"][1:]
+    consoles: list[Console] = []
+    try:
+        assert (state["hosts"], state["fabric"], state["mtu"], len(hosts)) == (2, "vxlan", 1450, 2), state
+        guests = {m[0]: (int(m[1]), m[2], m[3], m[4]) for m in re.findall(
+            r"^\s+(vm\d+)\s+host (\d+) (vt3_0|siw0)\s+(\S+)\s+console: socat \S+ UNIX-CONNECT:(\S+)$",
+            upped.stdout, re.M)}
+        assert sorted(guests) == ["vm1", "vm2"] and [guests[n][0] for n in ("vm1", "vm2")] == [1, 2], \
+            f"up printed:\n{upped.stdout}"
+        # Every guest's QEMU and vt3d run in its host's namespace.
+        for p in state["processes"]:
+            name = p["what"].split()[-1]
+            ns = hosts[guests[name][0] - 1]
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+            assert str(p["pid"]) in pids, f"{p['what']} (pid {p['pid']}) is not in {ns}: {pids}"
+        vm1, vm2 = (Console(guests[n][3], n) for n in ("vm1", "vm2"))
+        consoles += [vm1, vm2]
+        server = guests["vm1"][2]
+        vm1.check(f"rping -s -a {server} -V -v -C {PINGS} > /tmp/srv.out 2>&1 & server=$!", 10)
+        vm1.check("for i in $(seq 100); do rdma res show cm_id | grep -q LISTEN && break; sleep 0.2; done; "
+                  "rdma res show cm_id | grep LISTEN", 40)
+        client_rc, client_out = vm2.run(f"rping -c -a {server} -V -v -C {PINGS}", 180)
+        server_rc, _ = vm1.run("wait $server", 60)
+        server_out = vm1.check("cat /tmp/srv.out", 10)
+        assert (client_rc, server_rc) == (0, 0), \
+            f"client exit {client_rc}, server exit {server_rc}:\n{client_out[-800:]}"
+        assert rping_numbers(client_out, "") == list(range(PINGS)), client_out[-800:]
+        assert rping_numbers(server_out, "server ") == list(range(PINGS)), server_out[-800:]
+    except BaseException:
+        lab.failed_dirs.append(rundir)
+        raise
+    finally:
+        for c in consoles:
+            c.close()
+        downed = run_vm(lab.cfg, "down", "--dir", str(rundir), timeout=180)
+    assert downed.returncode == 0, f"down exited {downed.returncode}:\n{downed.stdout}\n{downed.stderr}"
+    assert "and 3 network namespaces" in downed.stdout, downed.stdout
+    left = still_running(procs)
+    assert not left, f"still running after down: {left}"
+    ns_left = set(state["namespaces"]) & set(subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                                            text=True).stdout.split())
+    assert not ns_left, f"namespaces left after down: {ns_left}"
