@@ -38,7 +38,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .fabric import Fabric
+from .fabric import Fabric, FabricError
 from .guest import Guest, LabConfig, Nic
 from .proc import Process, wait_for
 from .vt3d import Vt3d
@@ -507,7 +507,8 @@ class Hosts(Segment):
     that host's bridge, or a siw guest's QEMU on a tap of its own. vt3d
     (--mtu) and every guest (vt3.mtu) get the MTU the fabric leaves.
     TCP_TIMEOUT: vt3d's --tcp-timeout. Root only; stop() removes the
-    namespaces and all in them, and `left` says what it could not."""
+    namespaces and all in them, and fails (FabricError) naming what it
+    could not remove (also in `left`)."""
     kind = "hosts"
 
     def __init__(self, cfg: LabConfig, rundir: Path, n: int, siw: int = 0, hosts: int = 2, fabric: str = "vxlan",
@@ -541,6 +542,8 @@ class Hosts(Segment):
             super().stop()
         finally:
             self.left = self.fabric.destroy()
+        if self.left:
+            raise FabricError(f"{self}: left behind after the stop: {'; '.join(self.left)}")
 
 
 class TwoHosts(Hosts):
