@@ -219,16 +219,18 @@ def test_hub(tmp_path):
 
 
 def test_lab_hosts(lab):
-    """./run-vm.sh up 2 --hosts 2: each guest, its vt3d and QEMU on its own host (namespace); rping -V across at the printed consoles; down leaves no process (by pid) and no namespace (by name)"""  # noqa: E501
+    """./run-vm.sh up 2 --hosts 2 --fabric l2: each guest, its vt3d and QEMU on its own host (namespace), the hosts on one Ethernet segment (MTU 1500); rping -V across at the printed consoles; down leaves no process (by pid) and no namespace (by name)"""  # noqa: E501
     rundir = lab.rundir / "interactive-hosts"
-    upped = run_vm(lab.cfg, "up", "2", "--hosts", "2", "--dir", str(rundir), timeout=lab.cfg.boot_timeout + 120)
+    # The l2 fabric here; two_hosts (test_hosts.py) has VXLAN.
+    upped = run_vm(lab.cfg, "up", "2", "--hosts", "2", "--fabric", "l2", "--dir", str(rundir),
+                   timeout=lab.cfg.boot_timeout + 120)
     assert upped.returncode == 0, f"up exited {upped.returncode}:\n{upped.stdout[-2000:]}\n{upped.stderr[-3000:]}"
     state = json.loads((rundir / "lab.json").read_text())
     procs = [state["daemon"], *state["processes"]]
     hosts = state["namespaces"][1:]
     consoles: list[Console] = []
     try:
-        assert (state["hosts"], state["fabric"], state["mtu"], len(hosts)) == (2, "vxlan", 1450, 2), state
+        assert (state["hosts"], state["fabric"], state["mtu"], len(hosts)) == (2, "l2", 1500, 2), state
         guests = {m[0]: (int(m[1]), m[2], m[3], m[4]) for m in re.findall(
             r"^\s+(vm\d+)\s+host (\d+) (vt3_0|siw0)\s+(\S+)\s+console: socat \S+ UNIX-CONNECT:(\S+)$",
             upped.stdout, re.M)}
