@@ -11,9 +11,12 @@ TwoHosts: vm1 (vt3, 10.77.0.1) and vm3 (siw, 10.77.0.3) on host 1, vm2
 from __future__ import annotations
 
 import re
+import statistics
 import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 from helpers import count, no_objects, perftest, rping_between, wait_rdma_listen
 from test_cm import kmark, kmsg_since
@@ -23,7 +26,7 @@ from test_pcap import TSHARK_OPTS, tshark_bin
 from vt3lab.fabric import Fabric, namespaces, pids_in, sweep_stale
 from vt3lab.proc import Process, wait_for
 from vt3lab.scenarios.nvme import NQN, host_connect, target_down, target_up, unload_shared
-from vt3lab.setups import HOSTS_TCP_TIMEOUT, wait_device
+from vt3lab.setups import HOSTS_TCP_TIMEOUT, Hosts, wait_device
 from vt3lab.tools import tail
 
 MTU = 1450
@@ -127,6 +130,32 @@ def test_hosts_perftest(two_hosts):
     lat = perftest(h.vm1, h.vm2, "ib_send_lat", 64, 200, setup=h)
     print(f"across hosts (VXLAN, MTU {MTU}): ib_write_bw {size} B {bw.value:.1f} MB/s; "
           f"ib_send_lat 64 B t_avg {lat.value:.1f} µs; host 2's vx0 sent {crossed} bytes", flush=True)
+
+
+COMPARE_ROUNDS = 3
+COMPARED = (("one host, bridge", 1, "l2"), ("two hosts, VXLAN", 2, "vxlan"), ("two hosts, L2", 2, "l2"))
+
+
+@pytest.mark.soak
+def test_hosts_perftest_compare(lab):
+    """ib_write_bw 64 KiB and ib_send_lat 64 B between two vt3 guests on one host (taps in one bridge), on two hosts over VXLAN and over one L2 segment: the medians of 3 rounds each, side by side"""  # noqa: E501
+    rows = []
+    for label, hosts, fabric in COMPARED:
+        def make(cfg, rundir, hosts=hosts, fabric=fabric):
+            return Hosts(cfg, rundir, 2, hosts=hosts, fabric=fabric)
+        setup = lab.fresh(make)
+        try:
+            bw, lat = [], []
+            for _ in range(COMPARE_ROUNDS):
+                bw.append(perftest(setup.vm1, setup.vm2, "ib_write_bw", 65536, 200, setup=setup).value)
+                lat.append(perftest(setup.vm1, setup.vm2, "ib_send_lat", 64, 200, setup=setup).value)
+            rows.append(f"{label:18s} MTU {setup.fabric.mtu}: ib_write_bw {statistics.median(bw):7.1f} MB/s "
+                        f"({min(bw):.1f}–{max(bw):.1f}), ib_send_lat t_avg {statistics.median(lat):7.1f} µs "
+                        f"({min(lat):.1f}–{max(lat):.1f})")
+        finally:
+            lab.release(setup)
+            assert setup.left == [], f"{label}: left behind: {setup.left}"
+    print("\n".join(["vt3↔vt3, medians of 3 (min–max):", *rows]), flush=True)
 
 
 # ------------------------------------------------------------------ nvme
