@@ -163,7 +163,7 @@ def test_hosts_perftest_compare(lab):
 # The fabric's outages: shorter than vt3d's TCP timeout (retransmitted
 # over), and one held until nvme-rdma gives the controller up.
 SHORT_OUTAGE = 1.5
-RECONNECT_DELAY, CTRL_LOSS_TMO = 1, 4
+RECONNECT_DELAY, CTRL_LOSS_TMO = 1, 2
 LOSS_WAIT = 120
 
 
