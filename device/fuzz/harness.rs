@@ -1423,7 +1423,7 @@ pub fn virtio_chains(data: &[u8]) {
                     }
                 });
                 assert_eq!(frames, stats.frames);
-                let taken = stats.frames + stats.malformed;
+                let taken = stats.frames + stats.malformed + stats.oversize;
                 assert!(taken <= budget as u64, "{taken} chains taken on a budget of {budget}");
                 let n = read_u16(used + 2).wrapping_sub(used_before);
                 for k in 0..n {
