@@ -227,9 +227,8 @@ def recovered_under_fio(d, host, ctrl: str, dev: str, jobs, fault: str):
     return r
 
 
-def rst_then_blackhole(setup, host, ctrl: str, dev: str, jobs, mark: str):
-    r = recovered_under_fio(setup.vt3b, host, ctrl, dev, jobs, "rst")
-    check_fio(host, r.rc, r.out, jobs)
+def blackhole(setup, host, ctrl: str, dev: str, jobs, mark: str):
+    # An RST's recovery is hosts-nvme's (test_hosts.py) and chaos-nvme's.
     return recovered_under_fio(setup.vt3b, host, ctrl, dev, jobs, "blackhole")
 
 
@@ -271,8 +270,8 @@ def target_vt3d_killed(p, target, host) -> None:
 
 
 def test_nvme_fault(chaos_pair):
-    """nvme-rdma vt3↔vt3 under fio: an RST, then a blackhole, on a live I/O queue (error recovery reconnects, fio's verify passes); then the target's vt3d killed (controller loss, EIO, no warning, no leak)"""  # noqa: E501
+    """nvme-rdma vt3↔vt3 under fio: a blackhole on a live I/O queue (its timeout breaks the queue, error recovery reconnects, fio's verify passes); then the target's vt3d killed (controller loss, EIO, no warning, no leak)"""  # noqa: E501
     p = chaos_pair
-    nvme_over_rdma(p, p.a, p.b, ["vt3a"], ["vt3b"], fault=rst_then_blackhole, jobs=FAULT_JOBS)
+    nvme_over_rdma(p, p.a, p.b, ["vt3a"], ["vt3b"], fault=blackhole, jobs=FAULT_JOBS)
     target_vt3d_killed(p, p.a, p.b)
     no_objects(p, "after the controller loss and the target's restart")
