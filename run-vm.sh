@@ -79,10 +79,12 @@ die() {
 # ---------------------------------------------------------------- host setup
 
 # Host tools, as "command:package"; python3-pytest is checked by import.
-# tshark: the case pcap reads vt3d's captures with Wireshark's dissectors.
+# tshark: the case pcap reads vt3d's captures with Wireshark's dissectors
+# (hosts-pcap captures with its dumpcap).
 # socat: what `up` tells the user to reach a guest's console with.
 # ip: the tap uplink's tests, the case tap-uplink-vt3-siw and the bench
-# put taps in a bridge of their own.
+# put taps in a bridge of their own; `up --hosts` and the hosts-* cases
+# make namespaces, bridges and VXLAN devices (ip, bridge: iproute2).
 # zstd, strip: the bundle (dist, and the case user-suite that builds one).
 HOST_TOOLS="timeout:coreutils md5sum:coreutils gcc:gcc flock:util-linux tshark:tshark socat:socat ip:iproute2
 zstd:zstd strip:binutils runuser:util-linux"
