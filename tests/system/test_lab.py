@@ -101,6 +101,13 @@ def still_running(procs: list[dict]) -> list[str]:
     return left
 
 
+def lab_down(lab, rundir: Path, consoles: list[Console]) -> subprocess.CompletedProcess:
+    """Leaves the consoles and runs `./run-vm.sh down` for the lab in RUNDIR."""
+    for c in consoles:
+        c.close()
+    return run_vm(lab.cfg, "down", "--dir", str(rundir), timeout=180)
+
+
 def rping_numbers(text: str, prefix: str) -> list[int]:
     return [int(n) for n in re.findall(rf"^{prefix}ping data: rdma-ping-(\d+): ", text, re.M)]
 
@@ -160,9 +167,7 @@ def test_lab(lab):
         lab.failed_dirs.append(rundir)
         raise
     finally:
-        for c in consoles:
-            c.close()
-        downed = run_vm(lab.cfg, "down", "--dir", str(rundir), timeout=180)
+        downed = lab_down(lab, rundir, consoles)
     assert downed.returncode == 0, f"down exited {downed.returncode}:\n{downed.stdout}\n{downed.stderr}"
     left = still_running(procs)
     assert not left, f"still running after down: {left}"
@@ -259,9 +264,7 @@ def test_lab_hosts(lab):
         lab.failed_dirs.append(rundir)
         raise
     finally:
-        for c in consoles:
-            c.close()
-        downed = run_vm(lab.cfg, "down", "--dir", str(rundir), timeout=180)
+        downed = lab_down(lab, rundir, consoles)
     assert downed.returncode == 0, f"down exited {downed.returncode}:\n{downed.stdout}\n{downed.stderr}"
     assert "and 3 network namespaces" in downed.stdout, downed.stdout
     left = still_running(procs)

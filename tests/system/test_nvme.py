@@ -232,6 +232,24 @@ def blackhole(setup, host, ctrl: str, dev: str, jobs, mark: str):
     return recovered_under_fio(setup.vt3b, host, ctrl, dev, jobs, "blackhole")
 
 
+def controller_lost(host, ctrl: str, mark: str) -> int:
+    """fio (spawned as "fio") failed with EIO; since MARK, HOST's kernel log
+    shows one error recovery, failed reconnects and CTRL's removal, and no
+    reconnect; no controller is left. How many reconnects failed."""
+    r = host.join("fio", 300)
+    assert r.rc != 0, f"fio passed although its target went away:\n{tail(r.out, 20)}"
+    assert "Input/output error" in r.out, f"fio: not EIO after the controller loss:\n{tail(r.out, 20)}"
+    log = kmsg_since(host, mark)
+    assert count(log, rf"^nvme {ctrl}: starting error recovery$") == 1, f"no error recovery:\n{tail(log, 30)}"
+    failed = count(log, rf"^nvme {ctrl}: Failed reconnect attempt \d+$")
+    assert failed >= 1, f"no failed reconnect attempt:\n{tail(log, 30)}"
+    assert count(log, rf'^nvme {ctrl}: Removing ctrl: NQN "{re.escape(NQN)}"$') == 1, \
+        f"the controller was not removed:\n{tail(log, 30)}"
+    assert count(log, r"Successfully reconnected") == 0, f"reconnected to an unreachable target:\n{tail(log, 30)}"
+    assert host.check("ls /sys/class/nvme | wc -l", 10).strip() == "0", "a controller is left after the loss"
+    return failed
+
+
 def target_vt3d_killed(p, target, host) -> None:
     """The target's vt3d killed under fio: the host's connections time out
     (the pair's short TCP timeout), error recovery finds no target until
@@ -244,17 +262,7 @@ def target_vt3d_killed(p, target, host) -> None:
     host.spawn(fio_command(dev, FAULT_JOBS), "fio", 600)
     busiest_io_queue(p.vt3b, host)
     kill_vt3d(p, "vt3a")
-    r = host.join("fio", 300)
-    assert r.rc != 0, f"fio passed although its target went away:\n{tail(r.out, 20)}"
-    assert "Input/output error" in r.out, f"fio: not EIO after the controller loss:\n{tail(r.out, 20)}"
-    log = kmsg_since(host, marks[host.name])
-    assert count(log, rf"^nvme {ctrl}: starting error recovery$") == 1, f"no error recovery:\n{tail(log, 30)}"
-    failed = count(log, rf"^nvme {ctrl}: Failed reconnect attempt \d+$")
-    assert failed >= 1, f"no failed reconnect attempt:\n{tail(log, 30)}"
-    assert count(log, rf'^nvme {ctrl}: Removing ctrl: NQN "{re.escape(NQN)}"$') == 1, \
-        f"the controller was not removed:\n{tail(log, 30)}"
-    assert count(log, r"Successfully reconnected") == 0, f"reconnected to a dead target:\n{tail(log, 30)}"
-    assert host.check("ls /sys/class/nvme | wc -l", 10).strip() == "0", "a controller is left after the loss"
+    failed = controller_lost(host, ctrl, marks[host.name])
     host.check("rmmod nvme_rdma nvme_fabrics", 60, "unloading nvme-rdma")
     unload_shared(host, "unloading the modules nvme-rdma used")
     held = p.vt3b.wait_held({"pd": 0, "mr": 0, "cq": 1, "qp": 0, "srq": 0})
