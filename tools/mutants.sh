@@ -117,6 +117,11 @@
 #                  flush passes the WR without returning it): VT3_WRCHECK
 #                  must name it lost under rping's RST and under chaos
 #                  (docs/wrcheck.md)
+#   fabric-leak    the lab's hosts never delete their network namespaces
+#                  (vt3lab/fabric.py): the bridges, taps and VXLAN devices
+#                  in them outlive the lab
+#   oversize-silent vt3d refuses a guest frame over its MTU without
+#                  counting it (docs/hosts.md): the frame is lost unseen
 #
 # A mutant is KILLED when the cases fail and the failure report names the
 # broken rule (REASON, a regex); SURVIVED when they pass; WRONG-REASON when
@@ -545,6 +550,18 @@ REPLACEMENT[lost-flush]='		static int lost; /* MUTANT */
 REASON[lost-flush]='wrcheck on rping [a-z]+ after the RST: [0-9]+ WR\(s\) lost|VT3_WRCHECK, rping [a-z]+: WRs lost'
 CASES[lost-flush]="wrcheck chaos-rping"
 
+FILE[fabric-leak]=vt3lab/fabric.py
+ANCHOR[fabric-leak]='    subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)'
+REPLACEMENT[fabric-leak]='    return  # MUTANT: the namespace stays'
+REASON[fabric-leak]='left behind: \[.namespace vt3f'
+CASES[fabric-leak]=hosts-cleanup
+
+FILE[oversize-silent]=device/src/nic/mod.rs
+ANCHOR[oversize-silent]='        let before = self.stats.tx_dropped_oversize.fetch_add(n, Ordering::Relaxed);'
+REPLACEMENT[oversize-silent]='        let before = self.stats.tx_dropped_oversize.fetch_add(0, Ordering::Relaxed); // MUTANT'
+REASON[oversize-silent]='vt3d vm1 counted 0 oversize frames, want the 3 pings'
+CASES[oversize-silent]=hosts-mtu
+
 FILE[ksrq-resize-drops-slots]=guest-driver/vt3_srq.c
 ANCHOR[ksrq-resize-drops-slots]='		if (slots && srq->slots[idx & (srq->depth - 1)].idx == idx)'
 REPLACEMENT[ksrq-resize-drops-slots]='		if (0 && slots && srq->slots[idx & (srq->depth - 1)].idx == idx) /* MUTANT */'
@@ -606,6 +623,8 @@ ALL_MUTANTS+=(gso-segment-size)
 ALL_MUTANTS+=(tap-segment-seq)
 # The first contact (device/src/control/).
 ALL_MUTANTS+=(hello-key-unchecked hello-unproven watchdog-blind)
+# Across hosts (vt3lab/fabric.py, device/src/nic/mod.rs).
+ALL_MUTANTS+=(fabric-leak oversize-silent)
 
 log() { printf '[mutants] %s\n' "$*" >&2; }
 
