@@ -210,8 +210,14 @@ def test_perftest_srq_vt3_vt3(vt3_pair):
 
 
 def test_perftest_srq_vt3_siw(vt3_siw):
-    """ib_send_bw --use-srq -R, 64 B to 64 KiB, both directions, vt3 and siw: receives from an SRQ on either"""
-    perf_srq(vt3_siw, tuple(DIRECTIONS))
+    """ib_send_bw --use-srq -R, 64 B to 64 KiB, siw (b) → vt3 (a): vt3 receives a siw peer's SENDs from an SRQ"""
+    # Not a→b: a siw server loses a first FPDU that arrives before
+    # siw_accept hands the socket to its QP (stock siw's accept race,
+    # docs/field-notes.md). A vt3 client hit it in 2 of 5 checks on a
+    # loaded host (the server's cm_id stuck in CONNECT), over the many
+    # connections of this case's sizes; what that direction adds is
+    # siw's SRQ, not vt3's.
+    perf_srq(vt3_siw, ("b-to-a",))
 
 
 @pytest.mark.qemu10
