@@ -15,7 +15,7 @@ one veth to each host, whose end in the host is eth0 with 192.168.77.I/24.
                      across the hosts, MTU 1500): the comparison.
 
 These are the commands a real host runs (docs/hosts.md), each in its own
-namespace. Nothing here outlives the lab: `destroy()` kills whatever still
+namespace (nsenter --net). Nothing here outlives the lab: `destroy()` kills whatever still
 runs in the namespaces, deletes them (and with them every bridge, tap,
 veth and VXLAN device) and says what, if anything, it could not remove. A
 fabric whose owner died (the stem holds the owner's pid) is swept by the
@@ -42,6 +42,8 @@ VXLAN_OVERHEAD = 50
 UNDERLAY_MTU = 1500
 FABRICS = ("vxlan", "l2")
 BRIDGE = "br0"
+# Where `ip netns add` keeps its namespaces.
+NETNS_DIR = "/run/netns"
 MAX_HOSTS = 16
 
 _serial = itertools.count(1)
@@ -51,8 +53,17 @@ class FabricError(RuntimeError):
     pass
 
 
+def in_netns(ns: str) -> list[str]:
+    """What runs a command in network namespace NS. nsenter enters the
+    network namespace alone; `ip -n` and `ip netns exec` also make a mount
+    namespace and remount /sys, which fails in a chroot (its / is no mount
+    point) and which neither vt3d nor QEMU needs: a tap is found in the
+    network namespace of the process that opens it."""
+    return ["nsenter", f"--net={NETNS_DIR}/{ns}"]
+
+
 def ip(*args: str, ns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    argv = ["ip", *(["-n", ns] if ns else []), *args]
+    argv = [*(in_netns(ns) if ns else []), "ip", *args]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     if check and r.returncode != 0:
         raise FabricError(f"{' '.join(argv)}: {r.stderr.strip()}")
@@ -155,8 +166,9 @@ class Fabric:
                    "dstport", str(VXLAN_PORT), "local", self.underlay_ip(i), "dev", "eth0", ns=h)
                 for j in range(1, self.hosts + 1):
                     if j != i:
-                        r = subprocess.run(["bridge", "-n", h, "fdb", "append", "00:00:00:00:00:00", "dev", "vx0",
-                                            "dst", self.underlay_ip(j)], capture_output=True, text=True, timeout=30)
+                        r = subprocess.run([*in_netns(h), "bridge", "fdb", "append", "00:00:00:00:00:00", "dev",
+                                            "vx0", "dst", self.underlay_ip(j)],
+                                           capture_output=True, text=True, timeout=30)
                         if r.returncode != 0:
                             raise FabricError(f"bridge fdb append (host {i} → {j}): {r.stderr.strip()}")
             ip("link", "set", self.uplink, "master", BRIDGE, ns=h)
@@ -174,7 +186,7 @@ class Fabric:
 
     def exec_prefix(self, i: int) -> list[str]:
         """What runs a command in host I."""
-        return ["ip", "netns", "exec", self.host(i)]
+        return in_netns(self.host(i))
 
     def set_uplink(self, i: int, up: bool) -> None:
         """Host I's way to the others down (every frame it would send or

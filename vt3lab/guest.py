@@ -136,7 +136,7 @@ class Guest:
         to, e.g. with socat; NAME.console logs it either way. KERNEL_ARGS
         and QEMU_ARGS: this guest's own, after the configuration's. HOST:
         the command that runs QEMU on the guest's host (a network
-        namespace of vt3lab.fabric: `ip netns exec NS`), none for this one."""
+        namespace of vt3lab.fabric: `nsenter --net=/run/netns/NS`), none for this one."""
         self.cfg = cfg
         self.name = name
         self.ip = ip
