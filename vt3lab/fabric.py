@@ -118,7 +118,6 @@ class Fabric:
         self.net = f"{self.stem}-net"
         self.mtu = UNDERLAY_MTU - VXLAN_OVERHEAD if kind == "vxlan" else UNDERLAY_MTU
         self.made: list[str] = []
-        self.taps: dict[str, int] = {}
 
     def host(self, i: int) -> str:
         """Host I's namespace (1-based)."""
@@ -181,7 +180,6 @@ class Fabric:
         h = self.host(i)
         ip("tuntap", "add", "dev", name, "mode", "tap", ns=h)
         ip("link", "set", name, "mtu", str(self.mtu), "master", BRIDGE, "up", ns=h)
-        self.taps[name] = i
         return name
 
     def exec_prefix(self, i: int) -> list[str]:
